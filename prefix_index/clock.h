@@ -1,0 +1,31 @@
+// Time is injected: anything that expires, backs off or measures takes a Clock&, and tests
+// advance a FakeClock (tests/testing/fake_clock.h) instead of sleeping.
+#pragma once
+
+#include <chrono>
+
+namespace kvc {
+
+class Clock {
+ public:
+  using Duration = std::chrono::nanoseconds;
+  using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
+
+  virtual ~Clock() = default;
+  // Monotonic: never goes backwards.
+  virtual TimePoint now() const = 0;
+};
+
+class SteadyClock final : public Clock {
+ public:
+  TimePoint now() const override {
+    return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+  }
+  // One process-wide instance for production wiring.
+  static SteadyClock& instance() {
+    static SteadyClock clock;
+    return clock;
+  }
+};
+
+}  // namespace kvc

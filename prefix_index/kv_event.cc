@@ -1,0 +1,273 @@
+#include "prefix_index/kv_event.h"
+
+#include <new>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace kvc {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kStored[] = "stored";
+constexpr char kRemoved[] = "removed";
+constexpr char kCleared[] = "cleared";
+constexpr char kBatchName[] = "kv event batch";
+constexpr char kExpectedHash[] = "expected a 16-digit hex string";
+
+// Error messages echo peer input and library messages, and end up inside JSON error bodies and
+// logs: keep them short and valid UTF-8 (invalid bytes become U+FFFD).
+constexpr size_t kMaxEchoBytes = 64;
+constexpr size_t kMaxLibraryMessageBytes = 256;
+
+std::string printable(std::string_view text, size_t max_bytes = kMaxEchoBytes) {
+  const json s = std::string(text.substr(0, max_bytes));
+  const json round_trip =
+      json::parse(s.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, false);
+  return round_trip.is_string() ? round_trip.get<std::string>() : std::string("?");
+}
+
+// nlohmann prefixes messages with "[json.exception.parse_error.101] "; the rest is for people.
+std::string library_message(const json::exception& e) {
+  std::string_view what = e.what();
+  if (const size_t end = what.find("] "); what.starts_with("[json.") && end != what.npos) {
+    what.remove_prefix(end + 2);
+  }
+  return printable(what, kMaxLibraryMessageBytes);
+}
+
+std::string join(std::string_view prefix, std::string_view name) {
+  std::string out(prefix);
+  if (!out.empty()) out += '.';
+  out += name;
+  return out;
+}
+
+std::string indexed(std::string_view field, size_t i) {
+  return std::string(field) + "[" + std::to_string(i) + "]";
+}
+
+Error field_error(std::string_view field, std::string_view what) {
+  return Error{std::string(field) + ": " + std::string(what)};
+}
+
+Error over_limit(std::string_view field, size_t count, std::string_view limit_name, size_t limit) {
+  return field_error(field, std::to_string(count) + " entries, over " + std::string(limit_name) +
+                                " (" + std::to_string(limit) + ")");
+}
+
+// nullptr when absent. Precondition: object.is_object().
+const json* member(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::optional<BlockHash> hash_value(const json& j) {
+  if (!j.is_string()) return std::nullopt;
+  return parse_block_hash(j.get_ref<const std::string&>());
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+json hash_array(const std::vector<BlockHash>& hashes) {
+  json out = json::array();
+  out.get_ref<json::array_t&>().reserve(hashes.size());
+  for (const BlockHash h : hashes)
+    out.push_back(format_block_hash(h));
+  return out;
+}
+
+json event_json(const KvStored& e) {
+  return json{{"type", kStored},
+              {"parent", e.parent ? json(format_block_hash(*e.parent)) : json(nullptr)},
+              {"hashes", hash_array(e.hashes)}};
+}
+json event_json(const KvRemoved& e) {
+  return json{{"type", kRemoved}, {"hashes", hash_array(e.hashes)}};
+}
+json event_json(const KvCleared&) {
+  return json{{"type", kCleared}};
+}
+
+// `event` is the object holding "hashes"; `prefix` names it ("" or "events[3]").
+Result<std::vector<BlockHash>> decode_hashes(const json& event, std::string_view prefix,
+                                             const KvEventLimits& limits) {
+  const std::string field = join(prefix, "hashes");
+  const json* array = member(event, "hashes");
+  if (array == nullptr) return field_error(field, "missing");
+  if (!array->is_array()) return field_error(field, "expected an array of 16-digit hex strings");
+  // Checked before reserving: the count comes from the peer.
+  if (array->size() > limits.max_hashes_per_event) {
+    return over_limit(field, array->size(), "max_hashes_per_event", limits.max_hashes_per_event);
+  }
+  std::vector<BlockHash> hashes;
+  hashes.reserve(array->size());
+  for (size_t i = 0; i < array->size(); ++i) {
+    const std::optional<BlockHash> h = hash_value((*array)[i]);
+    if (!h) return field_error(indexed(field, i), kExpectedHash);
+    hashes.push_back(*h);
+  }
+  return hashes;
+}
+
+Result<KvEvent> decode_stored(const json& j, std::string_view prefix, const KvEventLimits& limits) {
+  KvStored stored;
+  // Absent and null both mean "hashes[0] is a first block".
+  if (const json* parent = member(j, "parent"); parent != nullptr && !parent->is_null()) {
+    stored.parent = hash_value(*parent);
+    if (!stored.parent)
+      return field_error(join(prefix, "parent"), "expected a 16-digit hex string or null");
+  }
+  Result<std::vector<BlockHash>> hashes = decode_hashes(j, prefix, limits);
+  if (!hashes) return hashes.error();
+  stored.hashes = std::move(hashes).value();
+  return KvEvent(std::move(stored));
+}
+
+Result<KvEvent> decode_removed(const json& j, std::string_view prefix,
+                               const KvEventLimits& limits) {
+  Result<std::vector<BlockHash>> hashes = decode_hashes(j, prefix, limits);
+  if (!hashes) return hashes.error();
+  return KvEvent(KvRemoved{std::move(hashes).value()});
+}
+
+// `prefix` names the event inside a batch ("events[3]"), or is empty for a lone event.
+Result<KvEvent> decode_event(const json& j, std::string_view prefix, const KvEventLimits& limits) {
+  if (!j.is_object()) return field_error(prefix.empty() ? "event" : prefix, "expected an object");
+  const std::string type_field = join(prefix, "type");
+  const json* type = member(j, "type");
+  if (type == nullptr) return field_error(type_field, "missing");
+  if (!type->is_string()) return field_error(type_field, "expected a string");
+  const std::string& name = type->get_ref<const std::string&>();
+  if (name == kStored) return decode_stored(j, prefix, limits);
+  if (name == kRemoved) return decode_removed(j, prefix, limits);
+  if (name == kCleared) return KvEvent(KvCleared{});
+  return field_error(type_field, "unknown event type '" + printable(name) +
+                                     "' (expected stored, removed or cleared)");
+}
+
+Result<uint64_t> decode_seq(const json& batch) {
+  const json* seq = member(batch, "seq");
+  if (seq == nullptr) return field_error("seq", "missing");
+  if (seq->is_number_unsigned()) return seq->get<uint64_t>();
+  // A json built in code holds small non-negative values as signed integers.
+  if (seq->is_number_integer() && seq->get<int64_t>() >= 0) {
+    return static_cast<uint64_t>(seq->get<int64_t>());
+  }
+  return field_error("seq", "expected a non-negative integer");
+}
+
+Result<std::vector<KvEvent>> decode_events(const json& batch, const KvEventLimits& limits) {
+  const json* events = member(batch, "events");
+  if (events == nullptr) return field_error("events", "missing");
+  if (!events->is_array()) return field_error("events", "expected an array");
+  // Checked before reserving: the count comes from the peer.
+  if (events->size() > limits.max_events_per_batch) {
+    return over_limit("events", events->size(), "max_events_per_batch",
+                      limits.max_events_per_batch);
+  }
+  std::vector<KvEvent> out;
+  out.reserve(events->size());
+  for (size_t i = 0; i < events->size(); ++i) {
+    Result<KvEvent> event = decode_event((*events)[i], indexed("events", i), limits);
+    if (!event) return event.error();
+    out.push_back(std::move(event).value());
+  }
+  return out;
+}
+
+Result<KvEventBatch> decode_batch(const json& j, const KvEventLimits& limits) {
+  if (!j.is_object()) return field_error(kBatchName, "expected an object");
+  KvEventBatch batch;
+  const json* replica = member(j, "replica");
+  if (replica == nullptr) return field_error("replica", "missing");
+  if (!replica->is_string()) return field_error("replica", "expected a string");
+  batch.replica = replica->get<std::string>();
+
+  Result<uint64_t> seq = decode_seq(j);
+  if (!seq) return seq.error();
+  batch.seq = *seq;
+
+  const json* snapshot = member(j, "snapshot");
+  if (snapshot == nullptr) return field_error("snapshot", "missing");
+  if (!snapshot->is_boolean()) return field_error("snapshot", "expected true or false");
+  batch.snapshot = snapshot->get<bool>();
+
+  Result<std::vector<KvEvent>> events = decode_events(j, limits);
+  if (!events) return events.error();
+  batch.events = std::move(events).value();
+  return batch;
+}
+
+}  // namespace
+
+std::string format_block_hash(BlockHash h) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    out[i] = kDigits[h.value & 0xf];
+    h.value >>= 4;
+  }
+  return out;
+}
+
+std::optional<BlockHash> parse_block_hash(std::string_view text) {
+  if (text.size() != 16) return std::nullopt;
+  uint64_t value = 0;
+  for (const char c : text) {
+    const int digit = hex_digit(c);
+    if (digit < 0) return std::nullopt;
+    value = (value << 4) | static_cast<uint64_t>(digit);
+  }
+  return BlockHash{value};
+}
+
+nlohmann::json to_json(const KvEvent& event) {
+  return std::visit([](const auto& e) { return event_json(e); }, event);
+}
+
+nlohmann::json to_json(const KvEventBatch& batch) {
+  json events = json::array();
+  events.get_ref<json::array_t&>().reserve(batch.events.size());
+  for (const KvEvent& e : batch.events)
+    events.push_back(to_json(e));
+  return json{{"replica", batch.replica},
+              {"seq", batch.seq},
+              {"snapshot", batch.snapshot},
+              {"events", std::move(events)}};
+}
+
+std::string encode_kv_event_batch(const KvEventBatch& batch) {
+  // `replica` comes from configuration and may not be valid UTF-8; replacing beats throwing.
+  return to_json(batch).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<KvEvent> decode_kv_event(const nlohmann::json& j, const KvEventLimits& limits) {
+  return decode_event(j, "", limits);
+}
+
+Result<KvEventBatch> decode_kv_event_batch(std::string_view text, const KvEventLimits& limits) {
+  // Checked before parsing: the parsed document costs several times the text's size.
+  if (text.size() > limits.max_text_bytes) {
+    return field_error(kBatchName, std::to_string(text.size()) + " bytes, over max_text_bytes (" +
+                                       std::to_string(limits.max_text_bytes) + ")");
+  }
+  json j;
+  try {
+    // The parser also rejects invalid UTF-8 and lone surrogate escapes inside strings.
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    return field_error(kBatchName, "invalid JSON: " + library_message(e));
+  } catch (const std::bad_alloc&) {
+    return field_error(kBatchName, "out of memory while parsing");
+  }
+  return decode_batch(j, limits);
+}
+
+}  // namespace kvc

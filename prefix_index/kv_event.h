@@ -1,0 +1,77 @@
+// KV cache events, in router key space (byte-block hashes): how a replica tells routers which
+// prefix blocks it holds. Encoded as JSON for the /v1/kv_events SSE stream.
+//
+//   {"type":"stored","parent":"<16 hex>"|null,"hashes":["<16 hex>",...]}
+//   {"type":"removed","hashes":[...]}
+//   {"type":"cleared"}
+//   batch: {"replica":"r0","seq":12,"snapshot":false,"events":[...]}
+//
+// Hashes travel as 16-digit lower-case hex strings: JSON numbers above 2^53 do not survive every
+// client.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "prefix_index/block_hash.h"
+#include "prefix_index/status.h"
+
+namespace kvc {
+
+// Blocks `hashes` now held, chained: hashes[0]'s parent is `parent` (nullopt: the chain seed, i.e.
+// hashes[0] is a first block), hashes[i]'s parent is hashes[i-1].
+struct KvStored {
+  std::optional<BlockHash> parent;
+  std::vector<BlockHash> hashes;
+  friend bool operator==(const KvStored&, const KvStored&) = default;
+};
+
+// Blocks no longer held (evicted).
+struct KvRemoved {
+  std::vector<BlockHash> hashes;
+  friend bool operator==(const KvRemoved&, const KvRemoved&) = default;
+};
+
+// Everything the replica held is gone (restart, cache reset).
+struct KvCleared {
+  friend bool operator==(const KvCleared&, const KvCleared&) = default;
+};
+
+using KvEvent = std::variant<KvStored, KvRemoved, KvCleared>;
+
+// One SSE message. `seq` increases by one per batch on a stream, so a gap tells the subscriber it
+// missed events and must resubscribe; a snapshot batch replaces everything known of the replica.
+struct KvEventBatch {
+  std::string replica;
+  uint64_t seq = 0;
+  bool snapshot = false;
+  std::vector<KvEvent> events;
+  friend bool operator==(const KvEventBatch&, const KvEventBatch&) = default;
+};
+
+// Limits on decoded input: a peer cannot make us allocate without bound.
+struct KvEventLimits {
+  size_t max_hashes_per_event = 1 << 20;
+  size_t max_events_per_batch = 1 << 16;
+  size_t max_text_bytes = 64 << 20;
+};
+
+std::string format_block_hash(BlockHash h);                        // 16 lower-case hex digits
+std::optional<BlockHash> parse_block_hash(std::string_view text);  // exactly 16 hex digits
+
+nlohmann::json to_json(const KvEvent& event);
+nlohmann::json to_json(const KvEventBatch& batch);
+std::string encode_kv_event_batch(const KvEventBatch& batch);  // compact, one line
+
+// Never throws: malformed JSON, wrong types, unknown "type", bad hashes, over-limit arrays and
+// invalid UTF-8 all give an Error naming the offending field.
+Result<KvEvent> decode_kv_event(const nlohmann::json& j, const KvEventLimits& limits = {});
+Result<KvEventBatch> decode_kv_event_batch(std::string_view text, const KvEventLimits& limits = {});
+
+}  // namespace kvc

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package kvcascade needs to build, test and run its demo.
+# Idempotent: packages already present are left alone, and apt is not touched at all when
+# nothing is missing. Run as root (CI and the development machines are root) or with sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libboost1.81-dev        # not 1.74: its C++20 coroutine support is broken
+  libxxhash-dev           # pkg-config: libxxhash
+  nlohmann-json3-dev
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  libcli11-dev
+  libspdlog-dev
+  prometheus-cpp-dev      # prometheus-cpp::core
+  prometheus              # the demo's local Prometheus server (started by the demo, not by systemd)
+  curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

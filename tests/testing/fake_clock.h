@@ -1,0 +1,18 @@
+// A Clock that only moves when a test says so.
+#pragma once
+
+#include "prefix_index/clock.h"
+
+namespace kvc::testing {
+
+class FakeClock final : public Clock {
+ public:
+  TimePoint now() const override { return now_; }
+  void advance(Duration d) { now_ += d; }
+  void set(TimePoint t) { now_ = t; }
+
+ private:
+  TimePoint now_{Duration{1'000'000'000}};
+};
+
+}  // namespace kvc::testing

@@ -1,0 +1,215 @@
+// CPU model math (matmul, rms_norm, rope, silu_mul, add_inplace) against naive float64 references,
+// and the thread pool under it.
+#include "kernels/cpu/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numbers>
+#include <thread>
+
+#include "kernels/cpu/parallel.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace kvc::kernels::cpu {
+namespace {
+
+using testutil::kNaN;
+using testutil::random_vector;
+using testutil::rel_l2;
+
+TEST(Matmul, MatchesNaiveReference) {
+  std::mt19937 rng(50);
+  // Odd sizes (tails of every blocked loop), a decode-like m = 1, and one large enough to thread.
+  const int sizes[][3] = {{3, 37, 129}, {1, 64, 64}, {1, 5, 3}, {7, 1, 16}, {17, 300, 256}};
+  for (auto [m, n, k] : sizes) {
+    SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+    const std::vector<float> x = random_vector(rng, static_cast<size_t>(m) * k);
+    const std::vector<float> w = random_vector(rng, static_cast<size_t>(n) * k);
+    std::vector<float> y(static_cast<size_t>(m) * n, kNaN);
+    matmul(x.data(), w.data(), y.data(), m, n, k);
+    std::vector<double> want(y.size());
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int p = 0; p < k; ++p)
+          acc += static_cast<double>(x[i * k + p]) * w[j * k + p];
+        want[static_cast<size_t>(i) * n + j] = acc;
+      }
+    }
+    EXPECT_LT(rel_l2(y, want), 1e-6);
+  }
+}
+
+TEST(RmsNorm, MatchesReferenceAndMayRunInPlace) {
+  std::mt19937 rng(51);
+  // Small activations against a large eps, so that eps matters.
+  const int rows = 5, dim = 257;
+  const float eps = 1e-3f;
+  const std::vector<float> x = random_vector(rng, rows * dim, 0.05f);
+  const std::vector<float> w = random_vector(rng, dim);
+  std::vector<float> y(x.size(), kNaN);
+  rms_norm(x.data(), w.data(), y.data(), rows, dim, eps);
+  std::vector<double> want(x.size());
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int i = 0; i < dim; ++i)
+      ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    const double inv = 1.0 / std::sqrt(ss / dim + eps);
+    for (int i = 0; i < dim; ++i)
+      want[r * dim + i] = w[i] * x[r * dim + i] * inv;
+  }
+  EXPECT_LT(rel_l2(y, want), 1e-6);
+  std::vector<float> in_place = x;
+  rms_norm(in_place.data(), w.data(), in_place.data(), rows, dim, eps);
+  EXPECT_EQ(in_place, y);
+}
+
+// Hugging Face's rotary embedding written as HF writes it (inv_freq, the llama3 torch.where steps,
+// emb = cat(freqs, freqs), x * cos + rotate_half(x) * sin), in double.
+std::vector<double> hf_rope(const std::vector<float>& x, const std::vector<int32_t>& pos, int heads,
+                            int dim, const RopeConfig& cfg) {
+  const int half = dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i)
+    inv_freq[i] = 1.0 / std::pow(double{cfg.theta}, 2.0 * i / dim);
+  if (cfg.llama3_scaling) {
+    const double old_len = cfg.original_max_position;
+    const double low_freq_wavelen = old_len / cfg.low_freq_factor;
+    const double high_freq_wavelen = old_len / cfg.high_freq_factor;
+    for (double& f : inv_freq) {
+      const double wavelen = 2 * std::numbers::pi / f;
+      double llama = wavelen > low_freq_wavelen ? f / cfg.factor : f;
+      const double smooth =
+          (old_len / wavelen - cfg.low_freq_factor) / (cfg.high_freq_factor - cfg.low_freq_factor);
+      const double smoothed = (1 - smooth) * llama / cfg.factor + smooth * llama;
+      const bool is_medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+      f = is_medium ? smoothed : llama;
+    }
+  }
+  std::vector<double> out(x.size());
+  for (size_t t = 0; t < pos.size(); ++t) {
+    std::vector<double> emb(dim);
+    for (int i = 0; i < dim; ++i)
+      emb[i] = pos[t] * inv_freq[i % half];
+    for (int h = 0; h < heads; ++h) {
+      const float* xh = x.data() + (t * heads + h) * dim;
+      double* oh = out.data() + (t * heads + h) * dim;
+      for (int i = 0; i < dim; ++i) {
+        const double rotated = i < half ? -double{xh[i + half]} : double{xh[i - half]};
+        oh[i] = xh[i] * std::cos(emb[i]) + rotated * std::sin(emb[i]);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Rope, MatchesHuggingFaceFormula) {
+  std::mt19937 rng(52);
+  const std::vector<int32_t> pos{0, 1, 2, 17, 1000, 8191, 8192, 20000, 131071};
+  struct Case {
+    int heads, dim;
+    RopeConfig cfg;
+  };
+  const Case cases[] = {
+      {4, 64, {.theta = 10000}},
+      {3, 128, {.theta = 500000}},
+      {3, 128, {.theta = 500000, .llama3_scaling = true}},
+      {2, 16, {.theta = 10000, .llama3_scaling = true, .factor = 4, .original_max_position = 64}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "dim " << c.dim << " llama3 " << c.cfg.llama3_scaling);
+    const std::vector<float> x = random_vector(rng, pos.size() * c.heads * c.dim);
+    std::vector<float> y = x;
+    rope(y.data(), pos.data(), static_cast<int>(pos.size()), c.heads, c.dim, c.cfg);
+    EXPECT_LT(rel_l2(y, hf_rope(x, pos, c.heads, c.dim, c.cfg)), 1e-6);
+    // The scaling must matter at these positions (else the llama3 cases test nothing).
+    RopeConfig other = c.cfg;
+    other.llama3_scaling = !other.llama3_scaling;
+    EXPECT_GT(rel_l2(y, hf_rope(x, pos, c.heads, c.dim, other)), 1e-3);
+  }
+}
+
+TEST(SiluMul, MatchesReference) {
+  std::mt19937 rng(53);
+  const int rows = 3, inter = 1001;
+  std::vector<float> gate_up = random_vector(rng, rows * 2 * inter, 4.0f);
+  gate_up[0] = -100.0f;  // exp(100) overflows float: silu must still be finite (-0)
+  gate_up[1] = 100.0f;
+  std::vector<float> out(rows * inter, kNaN);
+  silu_mul(gate_up.data(), out.data(), rows, inter);
+  std::vector<double> want(out.size());
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < inter; ++i) {
+      const double g = gate_up[r * 2 * inter + i];
+      want[r * inter + i] = g / (1 + std::exp(-g)) * gate_up[r * 2 * inter + inter + i];
+    }
+  }
+  for (float v : out)
+    ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LT(rel_l2(out, want), 1e-6);
+}
+
+TEST(AddInplace, AddsEveryElement) {
+  std::mt19937 rng(54);
+  for (int64_t n : {1, 1000, 100003}) {
+    std::vector<float> y = random_vector(rng, n);
+    const std::vector<float> x = random_vector(rng, n);
+    std::vector<float> want(n);
+    for (int64_t i = 0; i < n; ++i)
+      want[i] = y[i] + x[i];
+    add_inplace(y.data(), x.data(), n);
+    EXPECT_EQ(y, want);
+  }
+}
+
+// ----------------------------------------------------------------------------------- parallel_for
+
+TEST(ParallelFor, CoversEveryIndexOnce) {
+  for (int64_t n : {1, 7, 1000, 100003}) {
+    std::vector<std::atomic<int>> hits(n);
+    parallel_for(n, [&](int64_t begin, int64_t end) {
+      ASSERT_LE(0, begin);
+      ASSERT_LT(begin, end);
+      ASSERT_LE(end, n);
+      for (int64_t i = begin; i < end; ++i)
+        hits[i].fetch_add(1);
+    });
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hits[i].load(), 1) << "n " << n << " i " << i;
+  }
+}
+
+TEST(ParallelFor, SmallRangeRunsAsOneCall) {
+  int calls = 0;
+  parallel_for(
+      10,
+      [&](int64_t begin, int64_t end) {
+        ++calls;
+        EXPECT_EQ(begin, 0);
+        EXPECT_EQ(end, 10);
+      },
+      /*min_chunk=*/10);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(ParallelFor, NestedAndConcurrentCallsComplete) {
+  std::atomic<int64_t> sum{0};
+  auto work = [&] {
+    parallel_for(64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        parallel_for(100, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+      }
+    });
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back(work);
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(sum.load(), 4 * 64 * 100);
+}
+
+}  // namespace
+}  // namespace kvc::kernels::cpu

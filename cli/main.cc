@@ -1,0 +1,22 @@
+// kvcascade: one binary, several commands (router, replica, generate, plan, bench, demo).
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvcascade: prefix-aware routing and cascade decode for shared-prefix LLM serving"};
+  app.require_subcommand(1);
+  std::map<std::string, kvc::cli::Run> runs;
+  runs["plan"] = kvc::cli::add_plan_command(app);
+  runs["demo"] = kvc::cli::add_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (CLI::App* sub : app.get_subcommands())
+    return runs.at(sub->get_name())();
+  return 2;
+}

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   std::map<std::string, kvc::cli::Run> runs;
   runs["plan"] = kvc::cli::add_plan_command(app);
   runs["demo"] = kvc::cli::add_demo_command(app);
+  runs["generate"] = kvc::cli::add_generate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,35 @@
+// Flags shared by every command that runs a replica engine (generate, replica, bench): model,
+// KV pool, scheduler and cascade settings, parsed once into EngineFlags.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "prefix_index/status.h"
+#include "replica/backend.h"
+#include "replica/engine.h"
+
+namespace kvc::cli {
+
+struct EngineFlags {
+  std::string preset = "tiny";
+  std::string model_dir;  // a Hugging Face folder; overrides the preset
+  uint64_t weights_seed = 1234;
+  int32_t kv_blocks = 4096;
+  int32_t block_size = 16;
+  std::string attention = "cascade";  // or "flat"
+  EngineConfig engine;
+};
+
+void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
+
+// The CPU backend for the flags' model (random-initialised preset or loaded weights).
+Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& flags);
+
+// The engine config with the attention mode applied.
+EngineConfig engine_config(const EngineFlags& flags, const Backend& backend);
+
+}  // namespace kvc::cli

@@ -1,0 +1,86 @@
+// The replica's pool of fixed-size KV blocks: reference counts, content hashes for the prefix
+// cache, an LRU of released-but-cached blocks evicted only when a block is needed, and the KV
+// events (router key space) that tell routers what is held.
+//
+// A block is in exactly one state:
+//   free    refcount 0, no hash          (on the free list)
+//   cached  refcount 0, hash             (on the LRU: its KV can be reused by a later prompt)
+//   used    refcount > 0, hash or not    (in some sequence's block table)
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "prefix_index/block_hash.h"
+#include "prefix_index/kv_event.h"
+
+namespace kvc {
+
+struct BlockPoolCounts {
+  int32_t num_blocks_total = 0;
+  int32_t num_blocks_used = 0;
+  int32_t num_blocks_cached = 0;
+  int32_t num_blocks_free = 0;
+};
+
+class BlockPool {
+ public:
+  // Precondition: num_blocks > 0, block_size > 0.
+  BlockPool(int32_t num_blocks, int32_t block_size);
+
+  int32_t num_blocks() const { return static_cast<int32_t>(refcount_.size()); }
+  int32_t block_size() const { return block_size_; }
+
+  // A block for new KV, refcount 1: the lowest-numbered free block, else the least recently
+  // released cached block (its hash is dropped and a removed event emitted). nullopt when every
+  // block is in use.
+  std::optional<int32_t> allocate();
+  // Another user of a used or cached block (a cached block becomes used and leaves the LRU).
+  void ref(int32_t block);
+  // One user fewer; at 0 a hashed block becomes cached (most recently used end of the LRU), an
+  // unhashed one free.
+  void release(int32_t block);
+
+  // The block holding this content (used or cached), if any. Does not take a reference.
+  std::optional<int32_t> lookup(BlockHash hash) const;
+  // Records that a full, used block holds the content `hash` (whose chain parent is `parent`,
+  // nullopt for a first block) and emits a stored event. Returns false and leaves the block
+  // unhashed when another block already holds this hash (identical siblings), or when the block
+  // is already hashed.
+  bool commit(int32_t block, BlockHash hash, std::optional<BlockHash> parent);
+
+  int32_t refcount(int32_t block) const { return refcount_[block]; }
+  std::optional<BlockHash> hash_of(int32_t block) const;
+  // Blocks allocate() can still hand out: free + cached.
+  int32_t num_allocatable() const { return counts().num_blocks_free + counts().num_blocks_cached; }
+  BlockPoolCounts counts() const;
+
+  // Events since the last call, in order. Consecutive stored events continuing one chain are
+  // coalesced into one.
+  std::vector<KvEvent> take_events();
+  // Stored events describing every hashed block (used or cached), parents before children: what
+  // a new subscriber receives first.
+  std::vector<KvEvent> snapshot() const;
+
+ private:
+  // (implementation's choice)
+  void evict(int32_t block);
+  void emit(KvEvent event);
+
+  int32_t block_size_;
+  std::vector<int32_t> refcount_;
+  std::vector<std::optional<BlockHash>> hash_;    // set for cached blocks and hashed used ones
+  std::vector<std::optional<BlockHash>> parent_;  // meaningful only where hash_ is set
+  std::unordered_map<BlockHash, int32_t> by_hash_;
+  std::set<int32_t> free_;  // ordered: allocate() hands out the lowest id
+  // Cached blocks, least recently released first; lru_pos_[b] is valid while b is cached.
+  std::list<int32_t> lru_;
+  std::vector<std::list<int32_t>::iterator> lru_pos_;
+  std::vector<KvEvent> events_;  // since the last take_events(), already coalesced
+};
+
+}  // namespace kvc

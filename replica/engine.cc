@@ -1,0 +1,201 @@
+#include "replica/engine.h"
+
+#include <algorithm>
+#include <cassert>
+#include <span>
+
+namespace kvc {
+namespace {
+
+// Bytes at the end of `text` that could still grow into a stop string: held back from streaming.
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& stop : stops) {
+    for (size_t k = std::min(stop.size() - 1, text.size()); k > hold; --k) {
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+}  // namespace
+
+Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config,
+               const Clock& clock)
+    : backend_(backend),
+      tokenizer_(tokenizer),
+      config_(config),
+      clock_(clock),
+      pool_(backend.num_blocks(), backend.block_size()),
+      kv_(pool_),
+      scheduler_(config.scheduler, kv_),
+      planner_(config.cascade, backend.block_size(),
+               backend.config().kv_bytes_per_token(config.kv_bytes_per_element)) {}
+
+BlockHash Engine::chain_seed(const std::string& cache_salt) const {
+  return kvc::chain_seed(backend_.config().name, cache_salt);
+}
+
+Result<uint64_t> Engine::submit(GenerationRequest request) {
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= tokenizer_.vocab_size() || t == tokenizer_.eos_token()) {
+      return Error{"prompt token " + std::to_string(t) + " is not a valid input token"};
+    }
+  }
+  if (request.params.max_tokens < 1) return Error{"max_tokens must be at least 1"};
+  auto g = std::make_unique<SequenceGroup>();
+  g->id = next_group_id_++;
+  g->num_samples = request.n;
+  g->prompt = std::move(request.prompt);
+  g->params = std::move(request.params);
+  g->chain_seed = chain_seed(request.cache_salt);
+  if (Status s = scheduler_.check_fits(*g); !s.ok()) return Error{s.message()};
+  const uint64_t id = g->id;
+  scheduler_.add(std::move(g));
+  return id;
+}
+
+void Engine::abort(uint64_t group_id) {
+  scheduler_.abort(group_id);
+}
+
+ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
+  ForwardBatch batch;
+  batch.block_copies = work.block_copies;
+  for (const ScheduledChunk& c : work.prefill) {
+    const Sequence& s = c.seq();
+    PrefillChunk chunk;
+    chunk.tokens.assign(s.tokens.begin() + c.start, s.tokens.begin() + c.start + c.length);
+    chunk.start_pos = c.start;
+    chunk.block_table.assign(s.block_table.begin(),
+                             s.block_table.begin() + kv_.blocks_for(c.start + c.length));
+    chunk.want_logits = c.want_logits;
+    stats.num_prefill_tokens += c.length;
+    batch.prefill.push_back(std::move(chunk));
+  }
+  std::vector<PlannerSeq> planner_seqs;
+  const int32_t bs = backend_.block_size();
+  for (const ScheduledDecode& d : work.decode) {
+    const Sequence& s = d.seq();
+    const int32_t pos = s.length() - 1;
+    batch.decode.tokens.push_back(s.tokens.back());
+    batch.decode.positions.push_back(pos);
+    batch.decode.slots.push_back(s.block_table[pos / bs] * bs + pos % bs);
+    planner_seqs.push_back(PlannerSeq{s.block_table, s.length()});
+  }
+  batch.decode.plan = planner_.plan(planner_seqs, &stats.cascade);
+  stats.num_decode_seqs = batch.decode.size();
+  stats.num_block_copies = static_cast<int32_t>(batch.block_copies.size());
+  return batch;
+}
+
+void Engine::fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result) {
+  // The batch's KV is undefined now: end every group that had work in it.
+  std::vector<uint64_t> ids;
+  for (const auto& c : work.prefill)
+    ids.push_back(c.group->id);
+  for (const auto& d : work.decode)
+    ids.push_back(d.group->id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (uint64_t id : ids)
+    scheduler_.abort(id);
+  result.error = "backend: " + status.message();
+}
+
+void Engine::emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result) {
+  const size_t safe =
+      s.finished() ? s.text.size() : s.text.size() - stop_holdback(s.text, g.params.stop);
+  std::string delta;
+  if (safe > s.num_text_emitted) {
+    delta = s.text.substr(s.num_text_emitted, safe - s.num_text_emitted);
+    s.num_text_emitted = safe;
+  }
+  result.outputs.push_back(SequenceOutput{g.id, s.sibling, std::move(delta), new_tokens, s.finish});
+}
+
+void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result) {
+  if (token == tokenizer_.eos_token() && !g.params.ignore_eos) {
+    scheduler_.finish(g, s.sibling, FinishReason::kStop);
+    return emit(g, s, 1, result);
+  }
+  s.tokens.push_back(token);
+  if (token < 256) s.hasher.append_byte(static_cast<uint8_t>(token));
+  const size_t before = s.text.size();
+  s.text += tokenizer_.decode(token);
+  // A stop string may end inside the new bytes: search from where it could start.
+  for (const std::string& stop : g.params.stop) {
+    if (stop.empty()) continue;
+    const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+    const size_t at = s.text.find(stop, from);
+    if (at != std::string::npos) {
+      s.text.resize(at);
+      scheduler_.finish(g, s.sibling, FinishReason::kStop);
+      return emit(g, s, 1, result);
+    }
+  }
+  const int32_t generated = s.length() - static_cast<int32_t>(g.prompt.size());
+  if (generated >= g.params.max_tokens) scheduler_.finish(g, s.sibling, FinishReason::kLength);
+  emit(g, s, 1, result);
+}
+
+StepResult Engine::step() {
+  StepResult result;
+  const Clock::TimePoint start = clock_.now();
+  SchedulerOutput work = scheduler_.schedule();
+  StepStats& stats = result.stats;
+  stats.admitted = work.admitted;
+  stats.preempted = work.preempted;
+  stats.prefix_cache_query_tokens = work.prefix_cache_query_tokens;
+  stats.prefix_cache_hit_tokens = work.prefix_cache_hit_tokens;
+  if (!work.empty()) {
+    const ForwardBatch batch = build_batch(work, stats);
+    if (Status s = backend_.forward(batch, logits_); !s.ok()) {
+      fail_batch(work, s, result);
+      result.finished = scheduler_.take_finished();
+      return result;
+    }
+    const int32_t vocab = backend_.config().vocab_size;
+    // Only tokens the tokenizer can produce are sampled (the model's vocabulary may be padded).
+    const int32_t sample_vocab = std::min(vocab, tokenizer_.vocab_size());
+    auto row = [&](int32_t r) {
+      return std::span<const float>(logits_.data() + static_cast<size_t>(r) * vocab, sample_vocab);
+    };
+    int32_t r = 0;
+    for (const ScheduledChunk& c : work.prefill) {
+      scheduler_.complete_chunk(c);
+      SequenceGroup& g = *c.group;
+      const bool prompt_done =
+          c.sibling < 0 && g.prompt_seq->num_computed == g.prompt_seq->length();
+      if (!prompt_done) continue;
+      std::vector<int32_t> first;
+      if (c.want_logits) {
+        const int32_t pos = static_cast<int32_t>(g.prompt.size());
+        for (int32_t i = 0; i < g.num_samples; ++i) {
+          if (observer_) observer_(g.id, i, pos, row(r));
+          first.push_back(sampler_.sample(row(r), g.params, i, pos));
+        }
+        ++r;
+      }
+      scheduler_.fork_siblings(g, first);
+      for (size_t i = 0; i < first.size(); ++i)
+        append_token(g, g.seqs[i], first[i], result);
+    }
+    for (const ScheduledDecode& d : work.decode) {
+      scheduler_.complete_decode(d);
+      Sequence& s = d.seq();
+      if (observer_) observer_(d.group->id, s.sibling, s.length(), row(r));
+      const int32_t token = sampler_.sample(row(r++), d.group->params, s.sibling, s.length());
+      append_token(*d.group, s, token, result);
+    }
+    assert(r == batch.num_logit_rows());
+  }
+  result.finished = scheduler_.take_finished();
+  stats.duration = clock_.now() - start;
+  return result;
+}
+
+}  // namespace kvc

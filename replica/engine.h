@@ -1,0 +1,109 @@
+// The replica engine's step loop: schedule -> build the ForwardBatch (with the cascade plan) ->
+// backend forward -> sample -> append tokens, stop, finish. Single-threaded: the server runs it on
+// its own thread and talks to it through a channel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "prefix_index/clock.h"
+#include "prefix_index/status.h"
+#include "replica/backend.h"
+#include "replica/block_pool.h"
+#include "replica/cascade_planner.h"
+#include "replica/kv_cache.h"
+#include "replica/sampler.h"
+#include "replica/scheduler.h"
+#include "replica/tokenizer.h"
+
+namespace kvc {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  CascadeConfig cascade;
+  int32_t kv_bytes_per_element = 4;  // of the backend's KV cache, for the planner's cost model
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int32_t n = 1;
+  SamplingParams params;
+  std::string cache_salt;  // requests with different salts never share KV
+};
+
+// New text of one sibling this step.
+struct SequenceOutput {
+  uint64_t group;
+  int32_t sibling;
+  std::string text_delta;
+  int32_t num_new_tokens;
+  FinishReason finish;  // kNone while it runs
+};
+
+struct StepStats {
+  Clock::Duration duration{};
+  int32_t num_decode_seqs = 0;
+  int32_t num_prefill_tokens = 0;
+  int32_t num_block_copies = 0;
+  CascadeStats cascade;
+  std::vector<uint64_t> admitted, preempted;
+  int32_t prefix_cache_query_tokens = 0;
+  int32_t prefix_cache_hit_tokens = 0;
+};
+
+struct StepResult {
+  std::vector<SequenceOutput> outputs;
+  std::vector<std::unique_ptr<SequenceGroup>> finished;  // groups completed this step
+  StepStats stats;
+  std::string error;  // non-empty when the backend failed and the step's groups were ended
+};
+
+class Engine {
+ public:
+  Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config, const Clock& clock);
+
+  // Validates and queues a group; the error says why it can never run here.
+  Result<uint64_t> submit(GenerationRequest request);
+  void abort(uint64_t group_id);
+  // One forward pass (or nothing, when there is no work).
+  StepResult step();
+  bool has_work() const { return scheduler_.has_work(); }
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  const BlockPool& pool() const { return pool_; }
+  BlockPool& pool() { return pool_; }
+  const ModelConfig& model() const { return backend_.config(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const EngineConfig& config() const { return config_; }
+  BlockHash chain_seed(const std::string& cache_salt) const;
+
+  // Sees every row of logits a token is sampled from (tests, debugging, future logprobs).
+  using LogitsObserver = std::function<void(uint64_t group, int32_t sibling, int32_t position,
+                                            std::span<const float> logits)>;
+  void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
+
+ private:
+  ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
+  void append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result);
+  void fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result);
+  void emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result);
+
+  Backend& backend_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  const Clock& clock_;
+  BlockPool pool_;
+  KvCacheManager kv_;
+  Scheduler scheduler_;
+  CascadePlanner planner_;
+  Sampler sampler_;
+  std::vector<float> logits_;
+  LogitsObserver observer_;
+  uint64_t next_group_id_ = 1;
+};
+
+}  // namespace kvc

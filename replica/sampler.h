@@ -1,0 +1,36 @@
+// Token sampling: greedy, temperature, top-k, top-p. Randomness is a pure function of
+// (seed, sibling index, position), so a sibling draws the same tokens however batches are formed
+// and after a preemption is recomputed: same seed, same output.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvc {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy (argmax, lowest token id on ties)
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  uint64_t seed = 0;
+  int32_t max_tokens = 16;
+  std::vector<std::string> stop;  // generation ends before the first occurrence of any of these
+  bool ignore_eos = false;
+};
+
+// A uniform draw in [0, 1) for sibling `sibling` at token position `position`.
+double sample_uniform(uint64_t seed, int32_t sibling, int32_t position);
+
+class Sampler {
+ public:
+  // logits: [vocab], float32. Returns the chosen token id.
+  int32_t sample(std::span<const float> logits, const SamplingParams& params, int32_t sibling,
+                 int32_t position);
+
+ private:
+  std::vector<std::pair<float, int32_t>> scratch_;  // (probability, token), reused
+};
+
+}  // namespace kvc

@@ -1,0 +1,357 @@
+#include "replica/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <unordered_set>
+
+namespace kvc {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+const char* group_state_name(GroupState s) {
+  switch (s) {
+    case GroupState::kWaiting:
+      return "waiting";
+    case GroupState::kPrompt:
+      return "prompt";
+    case GroupState::kRunning:
+      return "running";
+    case GroupState::kFinished:
+      return "finished";
+  }
+  return "";
+}
+
+struct Scheduler::StepState {
+  SchedulerOutput out;
+  int32_t budget = 0;
+  int32_t num_seqs = 0;  // sequences of groups running after this step's admissions
+};
+
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv) : config_(config), kv_(kv) {
+  // Every running sequence must be able to decode in every step.
+  config_.max_tokens_per_step = std::max(config_.max_tokens_per_step, config_.max_num_seqs);
+}
+
+int32_t Scheduler::worst_case_blocks(const SequenceGroup& g) const {
+  const int64_t prompt = static_cast<int64_t>(g.prompt.size());
+  const int32_t shared_full = static_cast<int32_t>(prompt / kv_.block_size());
+  const int32_t per_sibling = kv_.blocks_for(prompt + g.params.max_tokens) - shared_full;
+  return kv_.blocks_for(prompt) + g.num_samples * per_sibling;
+}
+
+Status Scheduler::check_fits(const SequenceGroup& g) const {
+  if (g.prompt.empty()) return Error{"prompt is empty"};
+  if (g.num_samples < 1) return Error{"n must be at least 1"};
+  if (g.num_samples > config_.max_num_seqs) {
+    return Error{"n = " + std::to_string(g.num_samples) +
+                 " is more than this replica runs at once (" +
+                 std::to_string(config_.max_num_seqs) + ")"};
+  }
+  const int64_t total = static_cast<int64_t>(g.prompt.size()) + g.params.max_tokens;
+  if (total > config_.max_model_len) {
+    return Error{"prompt (" + std::to_string(g.prompt.size()) + " tokens) + max_tokens (" +
+                 std::to_string(g.params.max_tokens) + ") exceeds the model length " +
+                 std::to_string(config_.max_model_len)};
+  }
+  const int32_t worst = worst_case_blocks(g);
+  if (worst > kv_.pool().num_blocks()) {
+    return Error{"the group needs up to " + std::to_string(worst) + " KV blocks (" +
+                 std::to_string(g.num_samples) + " samples of up to " + std::to_string(total) +
+                 " tokens) but the pool has " + std::to_string(kv_.pool().num_blocks()) +
+                 "; lower n or max_tokens"};
+  }
+  return Status::Ok();
+}
+
+void Scheduler::add(std::unique_ptr<SequenceGroup> group) {
+  assert(check_fits(*group).ok());
+  group->arrival = next_arrival_++;
+  group->state = GroupState::kWaiting;
+  waiting_.push_back(std::move(group));
+}
+
+void Scheduler::release_all(SequenceGroup& g) {
+  if (g.prompt_seq) {
+    kv_.release(*g.prompt_seq);
+    g.prompt_seq.reset();
+  }
+  for (Sequence& s : g.seqs)
+    kv_.release(s);
+}
+
+void Scheduler::abort(uint64_t group_id) {
+  auto end_group = [&](std::unique_ptr<SequenceGroup> g) {
+    release_all(*g);
+    for (Sequence& s : g->seqs)
+      if (!s.finished()) s.finish = FinishReason::kAbort;
+    g->state = GroupState::kFinished;
+    finished_.push_back(std::move(g));
+  };
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id == group_id) {
+      auto g = std::move(*it);
+      waiting_.erase(it);
+      return end_group(std::move(g));
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->id == group_id) {
+      auto g = std::move(*it);
+      running_.erase(it);
+      return end_group(std::move(g));
+    }
+  }
+}
+
+void Scheduler::preempt(SequenceGroup& g, StepState& step) {
+  release_all(g);
+  g.state = GroupState::kWaiting;
+  g.preempted = true;
+  ++g.num_preemptions;
+  ++num_preemptions_;
+  step.out.preempted.push_back(g.id);
+  // Take back whatever was scheduled for it this step.
+  std::erase_if(step.out.decode, [&](const ScheduledDecode& d) {
+    if (d.group != &g) return false;
+    ++step.budget;
+    return true;
+  });
+  std::erase_if(step.out.prefill, [&](const ScheduledChunk& c) {
+    if (c.group != &g) return false;
+    step.budget += c.length;
+    return true;
+  });
+  for (const Sequence& s : g.seqs)
+    step.num_seqs -= s.finished() ? 0 : 1;
+  auto it =
+      std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &g; });
+  std::unique_ptr<SequenceGroup> owned = std::move(*it);
+  running_.erase(it);
+  // Preempted groups wait ahead of new ones, among themselves in arrival order.
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) {
+    return !w->preempted || w->arrival > owned->arrival;
+  });
+  waiting_.insert(pos, std::move(owned));
+}
+
+bool Scheduler::prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end,
+                                   StepState& step) {
+  while (!kv_.prepare_write(seq, end, step.out.block_copies)) {
+    // Out of blocks: preempt the most recently admitted group, which may be the owner itself.
+    SequenceGroup* victim = running_.back().get();
+    preempt(*victim, step);
+    if (victim == &owner) return false;
+  }
+  return true;
+}
+
+// Decodes and recompute chunks of a running group; false if the group was preempted.
+bool Scheduler::schedule_running(SequenceGroup& g, StepState& step) {
+  for (Sequence& s : g.seqs) {
+    if (s.finished() || s.num_computed != s.length() - 1) continue;
+    if (!prepare_or_preempt(g, s, s.length(), step)) return false;
+    step.out.decode.push_back(ScheduledDecode{&g, s.sibling});
+    --step.budget;
+  }
+  return true;
+}
+
+bool Scheduler::schedule_prompt_chunk(SequenceGroup& g, StepState& step) {
+  if (g.state == GroupState::kPrompt) {
+    Sequence& p = *g.prompt_seq;
+    const int32_t len = std::min(step.budget, p.length() - p.num_computed);
+    if (len <= 0) return true;
+    const bool completes = p.num_computed + len == p.length();
+    step.out.prefill.push_back(
+        ScheduledChunk{&g, -1, p.num_computed, len, completes && g.seqs.empty()});
+    step.budget -= len;
+    return true;
+  }
+  // Recompute after preemption: each sibling's own tokens, all but the last (the next input).
+  for (Sequence& s : g.seqs) {
+    if (s.finished() || s.num_computed >= s.length() - 1) continue;
+    const int32_t len = std::min(step.budget, s.length() - 1 - s.num_computed);
+    if (len <= 0) return true;
+    if (!prepare_or_preempt(g, s, s.num_computed + len, step)) return false;
+    step.out.prefill.push_back(ScheduledChunk{&g, s.sibling, s.num_computed, len, false});
+    step.budget -= len;
+  }
+  return true;
+}
+
+bool Scheduler::try_admit(SequenceGroup& g, StepState& step) {
+  int32_t seqs = g.num_samples;
+  if (!g.seqs.empty()) {
+    seqs = 0;
+    for (const Sequence& s : g.seqs)
+      seqs += s.finished() ? 0 : 1;
+  }
+  if (step.num_seqs + seqs > config_.max_num_seqs) return false;
+
+  Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+  prompt.tokens = g.prompt;
+  for (int32_t t : g.prompt)
+    prompt.hasher.append_byte(static_cast<uint8_t>(t));
+  // Leave at least one prompt token to compute: its logits give the first tokens.
+  const int32_t max_cached = prompt.length() - 1;
+  const auto cached = kv_.find_cached_prefix(prompt, max_cached);
+  const int32_t needed = kv_.blocks_for(prompt.length()) - cached.blocks + cached.blocks_in_lru +
+                         seqs * config_.reserve_blocks_per_sibling;
+  if (needed > kv_.pool().num_allocatable()) return false;
+
+  const int32_t hit = kv_.attach_cached_prefix(prompt, max_cached);
+  const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
+  assert(ok);  // checked above
+  (void)ok;
+  step.out.prefix_cache_query_tokens += prompt.length();
+  step.out.prefix_cache_hit_tokens += hit;
+  if (!g.preempted) g.num_cached_prompt_tokens = hit;
+  g.prompt_seq.emplace(std::move(prompt));
+  g.state = GroupState::kPrompt;
+  step.num_seqs += seqs;
+  step.out.admitted.push_back(g.id);
+  return true;
+}
+
+SchedulerOutput Scheduler::schedule() {
+  StepState step;
+  step.budget = config_.max_tokens_per_step;
+  for (const auto& g : running_) {
+    for (const Sequence& s : g->seqs)
+      step.num_seqs += s.finished() ? 0 : 1;
+    if (g->seqs.empty()) step.num_seqs += g->num_samples;
+  }
+  // 1. Decodes first, oldest groups first. Preemption only ever removes groups behind us.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    SequenceGroup& g = *running_[i];
+    if (g.state == GroupState::kRunning) schedule_running(g, step);
+  }
+  // 2. Prompt and recompute chunks with the budget left.
+  for (size_t i = 0; i < running_.size() && step.budget > 0; ++i) {
+    schedule_prompt_chunk(*running_[i], step);
+  }
+  // 3. Admissions, strictly first come first served (preempted groups are at the front).
+  while (!waiting_.empty() && step.budget > 0) {
+    SequenceGroup& g = *waiting_.front();
+    if (!try_admit(g, step)) break;
+    std::unique_ptr<SequenceGroup> owned = std::move(waiting_.front());
+    waiting_.pop_front();
+    auto pos = std::upper_bound(running_.begin(), running_.end(), owned->arrival,
+                                [](uint64_t a, const auto& r) { return a < r->arrival; });
+    SequenceGroup* admitted = owned.get();
+    running_.insert(pos, std::move(owned));
+    schedule_prompt_chunk(*admitted, step);
+  }
+  // Copies into blocks of groups preempted later in the step are moot.
+  std::unordered_set<int32_t> live;
+  for (const auto& g : running_) {
+    if (g->prompt_seq)
+      live.insert(g->prompt_seq->block_table.begin(), g->prompt_seq->block_table.end());
+    for (const Sequence& s : g->seqs)
+      live.insert(s.block_table.begin(), s.block_table.end());
+  }
+  std::erase_if(step.out.block_copies, [&](const auto& c) { return !live.contains(c.second); });
+  return std::move(step.out);
+}
+
+void Scheduler::complete_chunk(const ScheduledChunk& chunk) {
+  Sequence& s = chunk.seq();
+  assert(s.num_computed == chunk.start);
+  s.num_computed += chunk.length;
+  kv_.commit_computed(s);
+}
+
+void Scheduler::fork_siblings(SequenceGroup& g, const std::vector<int32_t>& first_tokens) {
+  assert(g.state == GroupState::kPrompt && g.prompt_seq &&
+         g.prompt_seq->num_computed == g.prompt_seq->length());
+  Sequence& prompt = *g.prompt_seq;
+  if (g.seqs.empty()) {
+    assert(static_cast<int32_t>(first_tokens.size()) == g.num_samples);
+    for (int32_t i = 0; i < g.num_samples; ++i) {
+      Sequence s(i, prompt.hasher);
+      s.tokens = prompt.tokens;
+      kv_.fork(prompt, s);
+      g.seqs.push_back(std::move(s));
+    }
+  } else {
+    for (Sequence& s : g.seqs) {
+      if (!s.finished()) kv_.fork(prompt, s);
+    }
+  }
+  kv_.release(prompt);
+  g.prompt_seq.reset();
+  g.state = GroupState::kRunning;
+  g.preempted = false;
+}
+
+void Scheduler::complete_decode(const ScheduledDecode& d) {
+  Sequence& s = d.seq();
+  assert(s.num_computed == s.length() - 1);
+  s.num_computed += 1;
+  kv_.commit_computed(s);
+}
+
+void Scheduler::finish(SequenceGroup& g, int32_t sibling, FinishReason reason) {
+  Sequence& s = g.seqs[sibling];
+  assert(!s.finished());
+  s.finish = reason;
+  kv_.release(s);
+  if (!g.all_finished()) return;
+  g.state = GroupState::kFinished;
+  auto it =
+      std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &g; });
+  assert(it != running_.end());
+  finished_.push_back(std::move(*it));
+  running_.erase(it);
+}
+
+std::vector<std::unique_ptr<SequenceGroup>> Scheduler::take_finished() {
+  return std::exchange(finished_, {});
+}
+
+SchedulerCounts Scheduler::counts() const {
+  SchedulerCounts c;
+  for (const auto& g : waiting_) {
+    ++c.num_groups_waiting;
+    int32_t seqs = g->num_samples;
+    int64_t tokens = static_cast<int64_t>(g->prompt.size());
+    if (!g->seqs.empty()) {
+      seqs = 0;
+      for (const Sequence& s : g->seqs) {
+        if (s.finished()) continue;
+        ++seqs;
+        tokens += s.length() - 1 - static_cast<int64_t>(g->prompt.size());
+      }
+    }
+    c.num_seqs_waiting += seqs;
+    c.num_prefill_tokens_queued += tokens;
+  }
+  for (const auto& g : running_) {
+    ++c.num_groups_running;
+    if (g->prompt_seq) {
+      c.num_prefill_tokens_queued += g->prompt_seq->length() - g->prompt_seq->num_computed;
+    }
+    if (g->seqs.empty()) c.num_seqs_running += g->num_samples;
+    for (const Sequence& s : g->seqs) {
+      if (s.finished()) continue;
+      ++c.num_seqs_running;
+      c.num_prefill_tokens_queued += std::max(0, s.length() - 1 - s.num_computed);
+    }
+  }
+  return c;
+}
+
+}  // namespace kvc

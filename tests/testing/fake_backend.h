@@ -1,0 +1,133 @@
+// A Backend without a model, for scheduler and engine tests. Its "KV" at each slot is the token
+// and position written there; a sequence's logits are a hash of the context it reads back through
+// the block tables and the cascade plan. So outputs are a pure function of each sequence's true
+// context if, and only if, the engine's KV bookkeeping (prefix cache, forks, copy-on-write,
+// preemption, cascade plans) is right: tests compare outputs across pool sizes and attention
+// modes. It also checks that every context reads back positions 0, 1, 2, ... in order.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "replica/backend.h"
+
+namespace kvc::testing {
+
+class FakeBackend final : public Backend {
+ public:
+  FakeBackend(ModelConfig config, int32_t num_blocks, int32_t block_size)
+      : config_(std::move(config)),
+        num_blocks_(num_blocks),
+        block_size_(block_size),
+        token_(static_cast<size_t>(num_blocks) * block_size, -1),
+        pos_(static_cast<size_t>(num_blocks) * block_size, -1) {}
+
+  const ModelConfig& config() const override { return config_; }
+  int32_t num_blocks() const override { return num_blocks_; }
+  int32_t block_size() const override { return block_size_; }
+  std::string name() const override { return "fake"; }
+
+  int64_t num_forward_calls() const { return calls_; }
+  int64_t num_node_reads() const { return node_reads_; }  // sequences served by cascade nodes
+
+  Status forward(const ForwardBatch& batch, std::vector<float>& logits) override {
+    ++calls_;
+    for (auto [src, dst] : batch.block_copies) {
+      check_block(src);
+      check_block(dst);
+      for (int32_t i = 0; i < block_size_; ++i) {
+        token_[dst * block_size_ + i] = token_[src * block_size_ + i];
+        pos_[dst * block_size_ + i] = pos_[src * block_size_ + i];
+      }
+    }
+    logits.assign(static_cast<size_t>(batch.num_logit_rows()) * config_.vocab_size, 0.0f);
+    int32_t row = 0;
+    for (const PrefillChunk& c : batch.prefill) {
+      for (size_t i = 0; i < c.tokens.size(); ++i) {
+        const int32_t p = c.start_pos + static_cast<int32_t>(i);
+        write(c.block_table.at(p / block_size_) * block_size_ + p % block_size_, c.tokens[i], p);
+      }
+      if (!c.want_logits) continue;
+      uint64_t h = kSeed;
+      const int32_t end = c.start_pos + static_cast<int32_t>(c.tokens.size());
+      for (int32_t p = 0; p < end; ++p) {
+        h = read(c.block_table.at(p / block_size_) * block_size_ + p % block_size_, p, h);
+      }
+      fill(h, logits.data() + static_cast<size_t>(row++) * config_.vocab_size);
+    }
+    const DecodeBatch& d = batch.decode;
+    for (int32_t s = 0; s < d.size(); ++s)
+      write(d.slots[s], d.tokens[s], d.positions[s]);
+    const kernels::CascadePlan& plan = d.plan;
+    std::vector<uint64_t> h(d.size(), kSeed);
+    std::vector<int32_t> next(d.size(), 0);  // next position each sequence must read
+    for (int32_t n = 0; n < plan.num_nodes(); ++n) {
+      for (int32_t m = plan.node_seq_indptr[n]; m < plan.node_seq_indptr[n + 1]; ++m) {
+        const int32_t s = plan.node_seq_indices[m];
+        ++node_reads_;
+        for (int32_t b = plan.node_block_indptr[n]; b < plan.node_block_indptr[n + 1]; ++b) {
+          for (int32_t i = 0; i < block_size_; ++i) {
+            h[s] = read(plan.node_block_indices[b] * block_size_ + i, next[s]++, h[s]);
+          }
+        }
+      }
+    }
+    for (int32_t s = 0; s < d.size(); ++s) {
+      const int32_t first = plan.suffix_block_indptr[s];
+      for (int32_t i = 0; i < plan.suffix_len[s]; ++i) {
+        h[s] = read(
+            plan.suffix_block_indices.at(first + i / block_size_) * block_size_ + i % block_size_,
+            next[s]++, h[s]);
+      }
+      if (next[s] != d.positions[s] + 1) fail("plan does not cover the context");
+      fill(h[s], logits.data() + static_cast<size_t>(row++) * config_.vocab_size);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static constexpr uint64_t kSeed = 0x6b7663617363ull;
+
+  static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+  }
+  [[noreturn]] static void fail(const std::string& what) {
+    throw std::logic_error("FakeBackend: " + what);
+  }
+  void check_block(int32_t b) const {
+    if (b < 0 || b >= num_blocks_) fail("block id out of range");
+  }
+  void write(int32_t slot, int32_t token, int32_t pos) {
+    if (slot < 0 || slot >= num_blocks_ * block_size_) fail("slot out of range");
+    token_[slot] = token;
+    pos_[slot] = pos;
+  }
+  uint64_t read(int32_t slot, int32_t expected_pos, uint64_t h) const {
+    if (slot < 0 || slot >= num_blocks_ * block_size_) fail("slot out of range");
+    if (pos_[slot] != expected_pos) {
+      fail("slot " + std::to_string(slot) + " holds position " + std::to_string(pos_[slot]) +
+           ", expected " + std::to_string(expected_pos));
+    }
+    return mix(h ^ static_cast<uint64_t>(token_[slot]));
+  }
+  // Varied logits; EOS (token 256) wins now and then so sequences end at different lengths.
+  void fill(uint64_t h, float* out) const {
+    for (int32_t t = 0; t < config_.vocab_size; ++t) {
+      out[t] = static_cast<float>(mix(h + t) >> 40) / static_cast<float>(1 << 24) * 4.0f;
+    }
+    if (config_.vocab_size > 256 && mix(h) % 23 == 0) out[256] = 10.0f;
+  }
+
+  ModelConfig config_;
+  int32_t num_blocks_, block_size_;
+  std::vector<int32_t> token_, pos_;
+  int64_t calls_ = 0, node_reads_ = 0;
+};
+
+}  // namespace kvc::testing

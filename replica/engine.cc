@@ -123,7 +123,8 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResu
     return emit(g, s, 1, result);
   }
   s.tokens.push_back(token);
-  if (token < 256) s.hasher.append_byte(static_cast<uint8_t>(token));
+  if (token >= 256) s.hash_chain_ended = true;
+  if (!s.hash_chain_ended) s.hasher.append_byte(static_cast<uint8_t>(token));
   const size_t before = s.text.size();
   s.text += tokenizer_.decode(token);
   // A stop string may end inside the new bytes: search from where it could start.

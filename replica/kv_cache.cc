@@ -71,8 +71,11 @@ bool KvCacheManager::prepare_write(Sequence& seq, int32_t end, BlockCopies& copi
 
 void KvCacheManager::commit_computed(Sequence& seq) {
   const auto& hashes = seq.hasher.hashes();
-  const int32_t full = seq.num_computed / block_size();
-  assert(static_cast<int32_t>(hashes.size()) >= full);
+  // Blocks past the end of the hash chain (see Sequence::hash_chain_ended) stay private.
+  const int32_t full =
+      std::min<int32_t>(seq.num_computed / block_size(), static_cast<int32_t>(hashes.size()));
+  assert(seq.hash_chain_ended ||
+         static_cast<int32_t>(hashes.size()) >= seq.num_computed / block_size());
   for (int32_t i = seq.num_committed_blocks; i < full; ++i) {
     const std::optional<BlockHash> parent = i > 0 ? std::optional(hashes[i - 1]) : std::nullopt;
     pool_.commit(seq.block_table[i], hashes[i], parent);

@@ -43,7 +43,8 @@ class KvCacheManager {
   bool prepare_write(Sequence& seq, int32_t end, BlockCopies& copies);
 
   // After the KV of [0, seq.num_computed) is in the cache: hands newly full blocks to the prefix
-  // cache (stored events). Precondition: seq.hasher has hashed at least num_computed tokens.
+  // cache (stored events). Precondition: seq.hasher has hashed at least num_computed tokens,
+  // unless its chain ended.
   void commit_computed(Sequence& seq);
 
   // `to` shares every block of `from` (copy-on-write later). Precondition: `to` holds none.

@@ -60,6 +60,7 @@ Workload random_workload(std::mt19937_64& rng) {
     r.params.seed = rng();
     if (rng() % 5 == 0) r.params.stop = {std::string(1, static_cast<char>('a' + rng() % 26))};
     if (rng() % 7 == 0) r.cache_salt = "tenant-b";
+    r.params.ignore_eos = rng() % 6 == 0;  // EOS then becomes a token that ends the hash chain
     const int32_t p = static_cast<int32_t>(r.prompt.size());
     const int32_t shared = (p + w.block_size - 1) / w.block_size;
     const int32_t own =

@@ -1,0 +1,110 @@
+// Decode attention on the device over a paged KV cache: flat paged decode (the baseline) and
+// cascade decode that executes a kernels::CascadePlan (prefix passes on tensor cores, suffix pass,
+// one merge). The CUDA twins of kernels/cpu/attention.h: same semantics, natural-log LSE, an empty
+// key set gives output 0 and LSE -inf.
+//
+// Dtypes: q, k_cache, v_cache and out are all fp16 or all bf16 (KvDtype); lse is fp32; partial
+// results in the workspace are fp32. Layouts: kernels/attention_shape.h (NHD paged KV).
+// Supported: head_dim 64 or 128, any GQA group, any block_size. Every launcher returns the launch
+// error (cudaSuccess or the first failure) and allocates nothing: the caller owns the plan buffer
+// and the workspace, so a step can be captured in a CUDA graph once the plan is uploaded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/attention_shape.h"
+#include "kernels/cascade_plan.h"
+
+namespace kvc::kernels::cuda {
+
+enum class KvDtype { kF16, kBF16 };
+
+// Tokens of one pipeline stage of every attention kernel here: node chunks and decode splits are
+// multiples of it.
+inline constexpr int kKvTileTokens = 64;
+// Stacked query rows (members x GQA group) of one prefix-pass work item: 4 warps x 16 rows.
+inline constexpr int kNodeRowTile = 64;
+
+// How each sequence's KV range is cut across CTAs: split j of a sequence covers tokens
+// [j * split_tokens, (j + 1) * split_tokens).
+struct DecodeSplit {
+  int32_t num_splits = 1;
+  int32_t split_tokens = kKvTileTokens;
+};
+
+// The split that minimises waves x split length for num_seqs x num_kv_heads sequences of
+// max_seq_len tokens on num_sms multiprocessors (deterministic: host arithmetic only).
+DecodeSplit choose_decode_split(int num_seqs, int num_kv_heads, int max_seq_len, int num_sms);
+
+// SMs of the current device (queried once per process).
+int current_device_sms();
+
+// A CascadePlan compiled for the device: work lists and partial-slot offsets packed into one int32
+// array (`host`), copied with one cudaMemcpyAsync into a caller-owned device buffer by
+// upload_plan. Plain data; rebuild it when the plan changes.
+struct DeviceCascadePlan {
+  int32_t num_seqs = 0;
+  int32_t num_nodes = 0;
+  int32_t num_node_items = 0;     // (node, kv_head, chunk, row tile) work items
+  int32_t node_chunk_tokens = 0;  // every node's KV is cut into chunks of this many tokens
+  DecodeSplit suffix;             // the suffix pass's split
+  int32_t max_suffix_len = 0;
+  int64_t num_node_units = 0;  // partial units of the node passes (chunk x member)
+
+  // Word offsets into `host` (and the uploaded copy) of each array.
+  struct Offsets {
+    int64_t node_block_indptr = 0, node_block_indices = 0, node_seq_indptr = 0,
+            node_seq_indices = 0, node_unit_base = 0, node_items = 0, suffix_block_indptr = 0,
+            suffix_block_indices = 0, suffix_len = 0, seq_unit_indptr = 0, seq_units = 0;
+  } offsets;
+  std::vector<int32_t> host;
+  const int32_t* device = nullptr;  // set by upload_plan
+
+  size_t device_bytes() const { return host.size() * sizeof(int32_t); }
+  // Partial units: the node passes' units, then num_splits per sequence for the suffix pass. A
+  // unit is [num_q_heads, head_dim] fp32 outputs plus [num_q_heads] fp32 LSE.
+  int64_t num_units() const { return num_node_units + int64_t{num_seqs} * suffix.num_splits; }
+};
+
+// Precondition: the CascadePlan's own (every node's span ends before each member's position;
+// blocks in range of the cache). num_sms 0: the current device's.
+DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape& shape,
+                                   int num_sms = 0);
+
+// Copies plan.host into device_buffer (at least plan.device_bytes(), 16-byte aligned) and points
+// plan.device at it. The copy is asynchronous on `stream`.
+cudaError_t upload_plan(DeviceCascadePlan& plan, void* device_buffer, size_t device_buffer_bytes,
+                        cudaStream_t stream = nullptr);
+
+// Bytes of workspace cascade_decode needs for this plan (fp32 partials of every unit).
+size_t cascade_workspace_bytes(const DeviceCascadePlan& plan, const AttentionShape& shape);
+
+// Cascade decode: one launch runs every prefix-pass item (tensor cores; node first in the grid)
+// and every suffix split; one merge launch then folds, per (sequence, query head), its nodes'
+// chunks in plan order, then its suffix splits in order (deterministic for a fixed plan).
+// q, out: [num_seqs, num_q_heads, head_dim] in `dtype`; lse: [num_seqs, num_q_heads] fp32 or
+// null. k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] in `dtype`.
+cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
+                           const DeviceCascadePlan& plan, const void* q, const void* k_cache,
+                           const void* v_cache, void* out, float* lse, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream = nullptr);
+
+// Workspace of paged_decode for num_seqs sequences of at most max_seq_len tokens.
+size_t paged_decode_workspace_bytes(const AttentionShape& shape, int num_seqs, int max_seq_len,
+                                    int num_sms = 0);
+
+// Flat paged decode (split-KV): query s attends the first seq_lens[s] tokens of its blocks
+// block_indices[block_indptr[s] .. block_indptr[s + 1]). All index arrays are device pointers;
+// max_seq_len (host) bounds every seq_lens[s] and fixes the split.
+// q, out: [num_seqs, num_q_heads, head_dim] in `dtype`; lse: [num_seqs, num_q_heads] fp32 or null.
+cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void* q,
+                         const void* k_cache, const void* v_cache, const int32_t* block_indptr,
+                         const int32_t* block_indices, const int32_t* seq_lens, int num_seqs,
+                         int max_seq_len, void* out, float* lse, void* workspace,
+                         size_t workspace_bytes, cudaStream_t stream = nullptr);
+
+}  // namespace kvc::kernels::cuda

@@ -1,0 +1,59 @@
+// The OpenAI-compatible request bodies both servers accept, parsed and validated once: the router
+// needs the prompt bytes (to hash them), n, the group id and the cache salt; the replica needs
+// everything. Errors carry the HTTP status and the offending field, for an OpenAI-style reply.
+//
+// Prompts are bytes: /v1/completions takes a string, an array of strings, an array of token ids
+// or an array of token-id arrays (with the byte tokenizer a token id is a byte, 0-255);
+// /v1/chat/completions renders `messages` with render_chat (chat_render.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace kvc {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+struct ApiLimits {
+  int32_t max_n = 256;            // samples per prompt
+  int32_t max_tokens = 1 << 16;   // per sample
+  size_t max_prompts = 64;        // prompts in one /v1/completions batch
+  size_t max_stop = 4;            // stop strings (OpenAI's limit)
+  size_t max_stop_bytes = 256;
+};
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::vector<std::string> prompts;  // rendered prompt bytes, one per sibling group
+  int32_t n = 1;
+  int32_t max_tokens = 16;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // extension (vLLM): 0 = off
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;  // extension (vLLM)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::optional<std::string> group;  // extension: requests sharing a group id are siblings
+  std::string cache_salt;           // extension: requests with different salts never share KV
+  std::string user;
+};
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  // the offending field, empty if none
+};
+
+// Never throws. Unknown fields are ignored, as OpenAI-compatible servers do.
+std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint,
+                                                           std::string_view body,
+                                                           const ApiLimits& limits = {});
+
+}  // namespace kvc

@@ -1,0 +1,85 @@
+#include "prefix_index/openai_request.h"
+
+#include <gtest/gtest.h>
+
+namespace kvc {
+namespace {
+
+OpenAiRequest ok(Endpoint e, std::string_view body) {
+  auto r = parse_openai_request(e, body);
+  EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(r))
+      << (std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).message : "");
+  return std::holds_alternative<OpenAiRequest>(r) ? std::get<OpenAiRequest>(r) : OpenAiRequest{};
+}
+
+ApiError err(Endpoint e, std::string_view body) {
+  auto r = parse_openai_request(e, body);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(OpenAiRequest, CompletionsFieldsAndPromptForms) {
+  const auto r = ok(Endpoint::kCompletions, R"({"model":"tiny","prompt":"hi","n":8,
+      "max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":4,"seed":7,"stop":["\n","END"],
+      "stream":true,"stream_options":{"include_usage":true},"group":"g1","cache_salt":"t",
+      "ignore_eos":true,"some_unknown_field":{}})");
+  EXPECT_EQ(r.model, "tiny");
+  EXPECT_EQ(r.prompts, std::vector<std::string>{"hi"});
+  EXPECT_EQ(r.n, 8);
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
+  EXPECT_EQ(r.top_k, 4);
+  EXPECT_EQ(r.seed, 7u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  EXPECT_EQ(r.group, "g1");
+  EXPECT_EQ(r.cache_salt, "t");
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a","b"]})").prompts.size(), 2u);
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[104,105]})").prompts,
+            std::vector<std::string>{"hi"});
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[[104],[105]]})").prompts,
+            (std::vector<std::string>{"h", "i"}));
+}
+
+TEST(OpenAiRequest, ChatRendersMessages) {
+  const auto r = ok(Endpoint::kChatCompletions,
+                    R"({"model":"m","messages":[{"role":"user","content":"hi"}],
+                        "max_completion_tokens":3})");
+  EXPECT_EQ(r.prompts, std::vector<std::string>{"<|start|>user\nhi<|end|>\n<|start|>assistant\n"});
+  EXPECT_EQ(r.max_tokens, 3);
+  EXPECT_EQ(err(Endpoint::kChatCompletions,
+                R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})")
+                .param,
+            "messages");
+}
+
+TEST(OpenAiRequest, InvalidFieldsNameTheField) {
+  const Endpoint c = Endpoint::kCompletions;
+  EXPECT_EQ(err(c, "{").message.find("invalid JSON"), 0u);
+  EXPECT_EQ(err(c, "[1]").status, 400);
+  EXPECT_EQ(err(c, R"({"prompt":"x"})").param, "model");
+  EXPECT_EQ(err(c, R"({"model":5,"prompt":"x"})").param, "model");
+  EXPECT_EQ(err(c, R"({"model":"m"})").param, "prompt");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":""})").param, "prompt");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":{}})").param, "prompt");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":[300]})").param, "prompt[0]");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":0})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":100000})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":"2"})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":1.5})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","temperature":-1})").param, "temperature");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","top_p":0})").param, "top_p");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop":[1]})").param, "stop");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop":["a","b","c","d","e"]})").param, "stop");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream":"yes"})").param, "stream");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","seed":"1"})").param, "seed");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","logprobs":5})").param, "logprobs");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":1}})").param,
+            "stream_options.include_usage");
+  const ApiError utf8 = err(c, "{\"model\":\"m\",\"prompt\":\"\xff\xfe\"}");
+  EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
+}
+
+}  // namespace
+}  // namespace kvc

@@ -175,7 +175,8 @@ __device__ __forceinline__ void attend(const AttendParams& p, const int32_t* __r
       next_off[i] = -1;
       if (t < t_end) {
         const int b = __ldg(blocks + t / p.block_size);
-        next_off[i] = int64_t{b} * block_stride + int64_t{t % p.block_size} * token_stride + head_off;
+        next_off[i] =
+            int64_t{b} * block_stride + int64_t{t % p.block_size} * token_stride + head_off;
       }
     }
   };
@@ -344,7 +345,8 @@ __device__ __forceinline__ void attend(const AttendParams& p, const int32_t* __r
       float* dst = p.part_o + pr * D + qc * 2;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+        *reinterpret_cast<float2*>(dst + n * 8) =
+            make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
       if (qc == 0) p.part_lse[pr] = l > 0.f ? (m + log2f(l)) * kLn2 : -CUDART_INF_F;
     }
   } else {
@@ -432,7 +434,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttendParams 
     const int t1 = min(tokens, t0 + p.node_chunk_tokens);
     const int row0 = it.w * kNodeRowTile;
     const int end = members * p.group;
-    const NodeRows rows{row0,  end,         p.group, it.y, p.num_q_heads, p.node_seq_indices + seq_begin,
+    const NodeRows rows{row0,
+                        end,
+                        p.group,
+                        it.y,
+                        p.num_q_heads,
+                        p.node_seq_indices + seq_begin,
                         p.node_unit_base[it.x] + int64_t{it.z} * members};
     attend<D, T, 1>(p, p.node_block_indices + p.node_block_indptr[it.x], t0, t1, it.y, rows,
                     min(kNodeRowTile, end - row0));
@@ -457,8 +464,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttendParams 
     return;
   }
   // group <= 16 (shape_supported): the group is one 16-row fragment.
-  attend<D, T, kWarps>(p, p.block_indices + p.block_indptr[seq], t0, t1, kv_head, rows,
-                       p.group);
+  attend<D, T, kWarps>(p, p.block_indices + p.block_indptr[seq], t0, t1, kv_head, rows, p.group);
 }
 
 // One warp per (sequence, query head) row: its node units in plan order, then its splits in
@@ -536,8 +542,8 @@ cudaError_t launch_typed(const AttendParams& ap, int64_t grid, const MergeParams
   return cudaSuccess;
 }
 
-cudaError_t launch(const AttentionShape& shape, KvDtype dtype, const AttendParams& ap,
-                   int64_t grid, const MergeParams& mp, cudaStream_t stream) {
+cudaError_t launch(const AttentionShape& shape, KvDtype dtype, const AttendParams& ap, int64_t grid,
+                   const MergeParams& mp, cudaStream_t stream) {
   const bool f16 = dtype == KvDtype::kF16;
   switch (shape.head_dim) {
     case 64:
@@ -553,8 +559,7 @@ cudaError_t launch(const AttentionShape& shape, KvDtype dtype, const AttendParam
 
 bool shape_supported(const AttentionShape& shape) {
   return (shape.head_dim == 64 || shape.head_dim == 128) && shape.num_kv_heads > 0 &&
-         shape.num_q_heads % shape.num_kv_heads == 0 && shape.group() <= 16 &&
-         shape.block_size > 0;
+         shape.num_q_heads % shape.num_kv_heads == 0 && shape.group() <= 16 && shape.block_size > 0;
 }
 
 AttendParams base_params(const AttentionShape& shape, const void* q, const void* k_cache,
@@ -606,8 +611,8 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   ap.num_splits = plan.suffix.num_splits;
   ap.split_tokens = plan.suffix.split_tokens;
   ap.decode_unit_base = plan.num_node_units;
-  const int64_t grid = plan.num_node_items + int64_t{plan.num_seqs} * plan.suffix.num_splits *
-                                                 shape.num_kv_heads;
+  const int64_t grid =
+      plan.num_node_items + int64_t{plan.num_seqs} * plan.suffix.num_splits * shape.num_kv_heads;
 
   MergeParams mp{};
   mp.part_o = part_o;

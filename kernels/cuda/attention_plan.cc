@@ -79,7 +79,8 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   std::vector<int> node_tiles(num_nodes), node_row_tiles(num_nodes), members(num_nodes);
   int max_tiles = 1;
   for (int n = 0; n < num_nodes; ++n) {
-    const int tokens = (plan.node_block_indptr[n + 1] - plan.node_block_indptr[n]) * shape.block_size;
+    const int tokens =
+        (plan.node_block_indptr[n + 1] - plan.node_block_indptr[n]) * shape.block_size;
     members[n] = plan.node_seq_indptr[n + 1] - plan.node_seq_indptr[n];
     node_tiles[n] = ceil_div(tokens, kKvTileTokens);
     node_row_tiles[n] = ceil_div(int64_t{members[n]} * g, kNodeRowTile);

@@ -31,7 +31,8 @@ cudaError_t fill_random(void* data, size_t n, KvDtype dtype, uint64_t seed, floa
                         cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((n + threads - 1) / threads, 8192));
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<size_t>((n + threads - 1) / threads, 8192));
   if (dtype == KvDtype::kF16) {
     fill_kernel<<<blocks, threads, 0, stream>>>(static_cast<__half*>(data), n, seed, scale);
   } else {

@@ -1,0 +1,24 @@
+// bench_kernels --out FILE [--quick] [--iters N]: the kernel benchmark without the kvcascade CLI.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bench/kernel_bench.h"
+
+int main(int argc, char** argv) {
+  kvc::bench::KernelBenchOptions opt;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+      opt.out_json = argv[++i];
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      opt.quick = true;
+    } else if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+      opt.iters = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s --out FILE [--quick] [--iters N]\n", argv[0]);
+      return 2;
+    }
+  }
+  return kvc::bench::run_kernel_bench(opt);
+}

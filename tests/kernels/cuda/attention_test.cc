@@ -1,0 +1,366 @@
+// CUDA decode attention against the CPU twins (kernels/cpu/attention.h), which run in float32 on
+// the same half-precision inputs converted back to float. Outputs and workspaces are poisoned
+// (NaN) first; every case draws fresh random inputs.
+#include "kernels/cuda/attention.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/device.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace kvc::kernels {
+namespace {
+
+using cuda::KvDtype;
+using testutil::kNegInf;
+using testutil::Output;
+using testutil::PagedKv;
+using testutil::TreeBatch;
+
+double tolerance(KvDtype dt) {
+  return dt == KvDtype::kF16 ? 1e-3 : 1e-2;
+}
+const char* name(KvDtype dt) {
+  return dt == KvDtype::kF16 ? "fp16" : "bf16";
+}
+
+uint16_t to_bits(float x, KvDtype dt) {
+  if (dt == KvDtype::kF16) return std::bit_cast<uint16_t>(static_cast<_Float16>(x));
+  // bf16: round to nearest even on the upper half (inputs here are finite).
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bits(uint16_t b, KvDtype dt) {
+  if (dt == KvDtype::kF16) return static_cast<float>(std::bit_cast<_Float16>(b));
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+
+// Rounds v to the dtype in place; returns the bits.
+std::vector<uint16_t> round_to(std::vector<float>& v, KvDtype dt) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    bits[i] = to_bits(v[i], dt);
+    v[i] = from_bits(bits[i], dt);
+  }
+  return bits;
+}
+
+cuda::DeviceBuffer upload(const std::vector<uint16_t>& v) {
+  cuda::DeviceBuffer b(v.size() * 2);
+  b.upload(v.data(), v.size() * 2);
+  return b;
+}
+cuda::DeviceBuffer upload(const std::vector<int32_t>& v) {
+  cuda::DeviceBuffer b(std::max<size_t>(v.size(), 1) * 4);
+  if (!v.empty()) b.upload(v.data(), v.size() * 4);
+  return b;
+}
+
+// A random batch on both sides: float copies (rounded to the dtype) for the twin, bits on the
+// device.
+struct Problem {
+  AttentionShape shape;
+  KvDtype dtype;
+  PagedKv kv;
+  std::vector<float> q;
+  cuda::DeviceBuffer d_k, d_v, d_q;
+
+ private:
+  size_t elements() const {
+    return static_cast<size_t>(num_blocks_) * shape.block_size * shape.num_kv_heads *
+           shape.head_dim;
+  }
+  int num_blocks_;
+
+ public:
+  Problem(const AttentionShape& sh, KvDtype dt, int num_blocks, int num_seqs, std::mt19937& rng)
+      : shape(sh), dtype(dt), kv(sh, num_blocks, rng), num_blocks_(num_blocks) {
+    // Round the cache to the dtype in place (PagedKv owns non-const storage behind k()/v()), so
+    // the twin sees exactly the device's values, copy-on-write copies included.
+    for (float* p : {const_cast<float*>(kv.k()), const_cast<float*>(kv.v())}) {
+      for (size_t i = 0; i < elements(); ++i)
+        p[i] = from_bits(to_bits(p[i], dt), dt);
+    }
+    q = testutil::random_queries(rng, sh, num_seqs);
+    d_q = upload(round_to(q, dt));
+  }
+
+  // Uploads the cache as it is now: call after the batch is built (add_suffixes copies slots).
+  void upload_kv() {
+    std::vector<float> k(kv.k(), kv.k() + elements()), v(kv.v(), kv.v() + elements());
+    d_k = upload(round_to(k, dtype));
+    d_v = upload(round_to(v, dtype));
+  }
+
+  Output fetch(const cuda::DeviceBuffer& out, const cuda::DeviceBuffer& lse, int num_seqs) const {
+    const size_t rows = static_cast<size_t>(num_seqs) * shape.num_q_heads;
+    std::vector<uint16_t> bits(rows * shape.head_dim);
+    out.download(bits.data(), bits.size() * 2);
+    Output o{std::vector<float>(bits.size()), std::vector<float>(rows)};
+    for (size_t i = 0; i < bits.size(); ++i)
+      o.out[i] = from_bits(bits[i], dtype);
+    lse.download(o.lse.data(), rows * 4);
+    return o;
+  }
+
+  Output run_cascade(const CascadePlan& plan) const {
+    cuda::DeviceCascadePlan dp = cuda::make_device_plan(plan, shape);
+    cuda::DeviceBuffer d_plan(std::max<size_t>(dp.device_bytes(), 16));
+    EXPECT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
+    const size_t ws_bytes = cuda::cascade_workspace_bytes(dp, shape);
+    cuda::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
+    ws.fill_bytes(0xFF);
+    const size_t rows = static_cast<size_t>(plan.num_seqs) * shape.num_q_heads;
+    cuda::DeviceBuffer out(rows * shape.head_dim * 2), lse(rows * 4);
+    out.fill_bytes(0xFF);  // NaN in fp16, bf16 and fp32
+    lse.fill_bytes(0xFF);
+    EXPECT_EQ(cuda::cascade_decode(shape, dtype, dp, d_q.data(), d_k.data(), d_v.data(), out.data(),
+                                   lse.as<float>(), ws.data(), ws_bytes),
+              cudaSuccess);
+    cuda::synchronize_or_die("cascade_decode");
+    return fetch(out, lse, plan.num_seqs);
+  }
+
+  Output run_flat(const TreeBatch& batch) const {
+    std::vector<int32_t> indptr{0}, indices;
+    int max_len = 0;
+    for (const auto& t : batch.tables()) {
+      indices.insert(indices.end(), t.begin(), t.end());
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+    }
+    for (int32_t len : batch.lens())
+      max_len = std::max(max_len, len);
+    const int num_seqs = batch.num_seqs();
+    cuda::DeviceBuffer d_indptr = upload(indptr), d_indices = upload(indices),
+                       d_lens = upload(batch.lens());
+    const size_t ws_bytes = cuda::paged_decode_workspace_bytes(shape, num_seqs, max_len);
+    cuda::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
+    ws.fill_bytes(0xFF);
+    const size_t rows = static_cast<size_t>(num_seqs) * shape.num_q_heads;
+    cuda::DeviceBuffer out(rows * shape.head_dim * 2), lse(rows * 4);
+    out.fill_bytes(0xFF);
+    lse.fill_bytes(0xFF);
+    EXPECT_EQ(
+        cuda::paged_decode(shape, dtype, d_q.data(), d_k.data(), d_v.data(), d_indptr.as<int32_t>(),
+                           d_indices.as<int32_t>(), d_lens.as<int32_t>(), num_seqs, max_len,
+                           out.data(), lse.as<float>(), ws.data(), ws_bytes),
+        cudaSuccess);
+    cuda::synchronize_or_die("paged_decode");
+    return fetch(out, lse, num_seqs);
+  }
+};
+
+// got vs want (a CPU twin or another device route): relative L2 of outputs and of finite LSEs;
+// rows with an empty context must be exactly (0, -inf); no NaN anywhere.
+void expect_close(const Output& got, const Output& want, double tol, const std::string& what) {
+  const size_t d = got.out.size() / got.lse.size();
+  std::vector<float> lg, lw;
+  for (size_t r = 0; r < want.lse.size(); ++r) {
+    ASSERT_FALSE(std::isnan(got.lse[r])) << what << " lse row " << r;
+    if (want.lse[r] == kNegInf) {
+      ASSERT_EQ(got.lse[r], kNegInf) << what << " row " << r;
+      for (size_t i = 0; i < d; ++i)
+        ASSERT_EQ(got.out[r * d + i], 0.0f) << what << " row " << r;
+    } else {
+      lg.push_back(got.lse[r]);
+      lw.push_back(want.lse[r]);
+    }
+  }
+  for (size_t i = 0; i < got.out.size(); ++i)
+    ASSERT_FALSE(std::isnan(got.out[i])) << what << " out index " << i;
+  EXPECT_LT(testutil::rel_l2(got.out, want.out), tol) << what;
+  EXPECT_LT(testutil::rel_l2(lg, lw), tol * 0.1) << what << " (lse)";
+}
+
+class CudaAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << cuda::device_description();
+  }
+  std::mt19937 rng_{20261129};
+};
+
+struct Case {
+  int head_dim, group;
+};
+constexpr Case kSweep[] = {{64, 1}, {64, 4}, {64, 8}, {128, 1}, {128, 2}, {128, 4}, {128, 8}};
+constexpr KvDtype kDtypes[] = {KvDtype::kF16, KvDtype::kBF16};
+
+std::string label(KvDtype dt, const AttentionShape& sh, const char* what) {
+  return std::string(what) + " " + name(dt) + " d=" + std::to_string(sh.head_dim) +
+         " group=" + std::to_string(sh.group()) + " bs=" + std::to_string(sh.block_size);
+}
+
+TEST_F(CudaAttentionTest, FlatDecodeMatchesCpuTwin) {
+  for (KvDtype dt : kDtypes) {
+    for (Case c : kSweep) {
+      for (int block_size : {16, 5}) {
+        if (block_size == 5 && c.group != 4) continue;
+        const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, 2, block_size);
+        // Lengths 0, 1, odd, one tile, several splits.
+        const std::vector<int32_t> lens = {0, 1, 17, 64, 203, 1000, 3001};
+        int blocks = 8;
+        for (int32_t l : lens)
+          blocks += (l + block_size - 1) / block_size;
+        Problem pr(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
+        TreeBatch batch(pr.kv, static_cast<int>(lens.size()));
+        batch.add_suffixes(lens);
+        pr.upload_kv();
+        const Output want = testutil::run_flat(pr.kv, pr.q, batch);
+        expect_close(pr.run_flat(batch), want, tolerance(dt), label(dt, sh, "flat"));
+      }
+    }
+  }
+}
+
+// The trees of the cascade sweep. Each returns a built batch over pr.kv.
+struct Tree {
+  const char* name;
+  int num_seqs;
+  int num_blocks;
+  void (*build)(TreeBatch&, std::mt19937&);
+};
+
+std::vector<int32_t> random_lens(std::mt19937& rng, int n, int lo, int hi) {
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<int32_t> v(n);
+  for (auto& x : v)
+    x = dist(rng);
+  return v;
+}
+
+const Tree kTrees[] = {
+    // One level; prefix 3 blocks + 5 copied tokens (not a multiple of the block size); suffixes
+    // odd and one exactly the copied tokens.
+    {"one-level", 6, 64,
+     [](TreeBatch& b, std::mt19937&) {
+       b.share({0, 1, 2, 3, 4, 5}, 3);
+       b.add_suffixes({5, 6, 12, 40, 21, 77}, 5);
+     }},
+    // Suffix lengths 0 and 1; sequence 3 in no node.
+    {"suffix-0-1", 4, 40,
+     [](TreeBatch& b, std::mt19937&) {
+       b.share({0, 1, 2}, 9);
+       b.add_suffixes({0, 1, 3, 50});
+     }},
+    {"one-sibling", 1, 80,
+     [](TreeBatch& b, std::mt19937&) {
+       b.share({0}, 70);
+       b.add_suffixes({9});
+     }},
+    // Unequal groups (1, 5, 40 members) with different prefix lengths.
+    {"unequal-groups", 46, 400,
+     [](TreeBatch& b, std::mt19937& rng) {
+       std::vector<int32_t> g1{0}, g2, g3;
+       for (int s = 1; s < 6; ++s)
+         g2.push_back(s);
+       for (int s = 6; s < 46; ++s)
+         g3.push_back(s);
+       b.share(g1, 2);
+       b.share(g2, 11);
+       b.share(g3, 40);
+       b.add_suffixes(random_lens(rng, 46, 0, 37), 3);
+     }},
+    // Three levels: root for all, two children, a grandchild under the first.
+    {"three-levels", 12, 300,
+     [](TreeBatch& b, std::mt19937& rng) {
+       b.share({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 7);
+       b.share({0, 1, 2, 3, 4, 5}, 5);
+       b.share({6, 7, 8, 9, 10, 11}, 13);
+       b.share({0, 1, 2}, 3);
+       b.add_suffixes(random_lens(rng, 12, 1, 70), 9);
+     }},
+    // A long prefix: several chunks per node.
+    {"long-prefix", 8, 450,
+     [](TreeBatch& b, std::mt19937& rng) {
+       b.share({0, 1, 2, 3, 4, 5, 6, 7}, 300);
+       b.add_suffixes(random_lens(rng, 8, 0, 200));
+     }},
+};
+
+TEST_F(CudaAttentionTest, CascadeMatchesCpuTwin) {
+  for (KvDtype dt : kDtypes) {
+    for (Case c : kSweep) {
+      const AttentionShape sh = testutil::make_shape(c.head_dim, c.group);
+      for (const Tree& t : kTrees) {
+        Problem pr(sh, dt, t.num_blocks, t.num_seqs, rng_);
+        TreeBatch batch(pr.kv, t.num_seqs);
+        t.build(batch, rng_);
+        pr.upload_kv();
+        const CascadePlan plan = batch.plan();
+        const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
+        expect_close(pr.run_cascade(plan), want, tolerance(dt), label(dt, sh, t.name));
+      }
+    }
+  }
+}
+
+TEST_F(CudaAttentionTest, ThousandSiblings) {
+  for (KvDtype dt : kDtypes) {
+    const AttentionShape sh = testutil::make_shape(128, 4);
+    const int n = 1000;
+    Problem pr(sh, dt, 8 + 2 * n, n, rng_);
+    TreeBatch batch(pr.kv, n);
+    std::vector<int32_t> all(n);
+    for (int s = 0; s < n; ++s)
+      all[s] = s;
+    batch.share(all, 8);
+    batch.add_suffixes(random_lens(rng_, n, 0, 20), 7);
+    pr.upload_kv();
+    const CascadePlan plan = batch.plan();
+    const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
+    expect_close(pr.run_cascade(plan), want, tolerance(dt), label(dt, sh, "1000-siblings"));
+  }
+}
+
+// Routes that must agree on the device itself: cascade == flat over the same batch, and a
+// two-level tree == the same batch as one level. Also: a fixed plan gives the same bits twice.
+TEST_F(CudaAttentionTest, RoutesAgree) {
+  for (KvDtype dt : kDtypes) {
+    for (Case c : {Case{64, 2}, Case{128, 4}, Case{128, 8}}) {
+      const AttentionShape sh = testutil::make_shape(c.head_dim, c.group);
+      Problem pr(sh, dt, 400, 20, rng_);
+      TreeBatch batch(pr.kv, 20);
+      std::vector<int32_t> all(20), half(10);
+      for (int s = 0; s < 20; ++s)
+        all[s] = s;
+      for (int s = 0; s < 10; ++s)
+        half[s] = s;
+      batch.share(all, 12);
+      batch.share(half, 9);
+      batch.add_suffixes(random_lens(rng_, 20, 0, 90), 4);
+      pr.upload_kv();
+
+      const Output cascade = pr.run_cascade(batch.plan());
+      const Output flat = pr.run_flat(batch);
+      const Output one_level = pr.run_cascade(batch.one_level_plan());
+      const Output flat_plan = pr.run_cascade(batch.flat_plan());
+      expect_close(cascade, flat, tolerance(dt), label(dt, sh, "cascade==flat"));
+      expect_close(cascade, one_level, tolerance(dt), label(dt, sh, "two-level==one-level"));
+      expect_close(flat_plan, flat, tolerance(dt), label(dt, sh, "no-node plan==flat"));
+      const Output again = pr.run_cascade(batch.plan());
+      EXPECT_EQ(again.out, cascade.out) << label(dt, sh, "deterministic");
+      EXPECT_EQ(again.lse, cascade.lse) << label(dt, sh, "deterministic");
+    }
+  }
+}
+
+TEST(CudaAttentionPlanTest, SplitFillsTheGpuAtSmallBatch) {
+  // 16 sequences x 8 KV heads of 32K tokens: far fewer rows than 264 CTA slots, so split.
+  const cuda::DecodeSplit s = cuda::choose_decode_split(16, 8, 32768, 132);
+  EXPECT_GE(16 * 8 * s.num_splits, 132);  // every SM has work
+  EXPECT_EQ(s.split_tokens % cuda::kKvTileTokens, 0);
+  EXPECT_GE(s.num_splits * s.split_tokens, 32768);
+  // Many rows: no split.
+  EXPECT_EQ(cuda::choose_decode_split(1024, 8, 1024, 132).num_splits, 1);
+}
+
+}  // namespace
+}  // namespace kvc::kernels

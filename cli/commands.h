@@ -13,5 +13,6 @@ using Run = std::function<int()>;
 Run add_plan_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
+Run add_bench_command(CLI::App& app);
 
 }  // namespace kvc::cli

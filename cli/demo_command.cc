@@ -14,12 +14,12 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
-#include "replica/engine.h"
-#include "replica/tokenizer.h"
 #include "prefix_index/block_hash.h"
 #include "prefix_index/chat_render.h"
 #include "prefix_index/radix_index.h"
 #include "replica/bandwidth_model.h"
+#include "replica/engine.h"
+#include "replica/tokenizer.h"
 
 namespace kvc::cli {
 namespace {

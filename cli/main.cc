@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   runs["plan"] = kvc::cli::add_plan_command(app);
   runs["demo"] = kvc::cli::add_demo_command(app);
   runs["generate"] = kvc::cli::add_generate_command(app);
+  runs["bench"] = kvc::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,206 @@
+#include <algorithm>
+#include <cassert>
+#include <limits>
+
+#include "router/policy.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvc {
+
+uint64_t rendezvous_score(uint64_t key, const std::string& replica_id) {
+  return XXH3_64bits_withSeed(replica_id.data(), replica_id.size(), key);
+}
+
+namespace {
+
+std::vector<const Candidate*> healthy(std::span<const Candidate> candidates) {
+  std::vector<const Candidate*> out;
+  for (const Candidate& c : candidates)
+    if (c.healthy) out.push_back(&c);
+  assert(!out.empty());
+  return out;
+}
+
+int64_t decode_load(const Candidate& c) {
+  return c.running_sequences + c.waiting_sequences + c.in_flight_requests;
+}
+
+uint64_t affinity(const RouteRequest& r) {
+  return XXH3_64bits(r.affinity_key.data(), r.affinity_key.size());
+}
+
+// The candidate with the highest rendezvous score for `key` (ties cannot happen in practice;
+// lowest replica index otherwise).
+const Candidate* rendezvous(const std::vector<const Candidate*>& cs, uint64_t key) {
+  const Candidate* best = nullptr;
+  uint64_t best_score = 0;
+  for (const Candidate* c : cs) {
+    const uint64_t s = rendezvous_score(key, c->id);
+    if (!best || s > best_score) best = c, best_score = s;
+  }
+  return best;
+}
+
+class RoundRobin final : public Policy {
+ public:
+  std::string name() const override { return "round_robin"; }
+  RouteDecision choose(const RouteRequest&, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    return {cs[next_++ % cs.size()]->replica, "round_robin"};
+  }
+
+ private:
+  uint64_t next_ = 0;
+};
+
+class LeastLoad final : public Policy {
+ public:
+  std::string name() const override { return "least_load"; }
+  RouteDecision choose(const RouteRequest&, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    const Candidate* best = *std::min_element(cs.begin(), cs.end(), [](auto* a, auto* b) {
+      return decode_load(*a) + a->queued_prefill_tokens / 256 <
+             decode_load(*b) + b->queued_prefill_tokens / 256;
+    });
+    return {best->replica, "least_load"};
+  }
+};
+
+class ConsistentHash final : public Policy {
+ public:
+  std::string name() const override { return "consistent_hash"; }
+  RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
+    return {rendezvous(healthy(candidates), affinity(r))->replica, "consistent_hash"};
+  }
+};
+
+// SGLang router's cache-aware rule (its Rust defaults: 0.5 / 32 / 1.1): when load is
+// imbalanced, the shortest queue; otherwise the longest prefix match if it covers more than
+// cache_threshold of the prompt, else the replica whose tree is smallest.
+class SglangCacheAware final : public Policy {
+ public:
+  explicit SglangCacheAware(SglangPolicyConfig c) : c_(c) {}
+  std::string name() const override { return "sglang_cache_aware"; }
+  RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    auto load = [](const Candidate* c) { return c->in_flight_requests; };
+    const auto [lo, hi] = std::minmax_element(cs.begin(), cs.end(),
+                                              [&](auto* a, auto* b) { return load(a) < load(b); });
+    const bool imbalanced = load(*hi) - load(*lo) > c_.balance_abs_threshold &&
+                            static_cast<double>(load(*hi)) > c_.balance_rel_threshold * load(*lo);
+    if (imbalanced) return {(*lo)->replica, "load_balance"};
+    const Candidate* best = *std::max_element(cs.begin(), cs.end(), [](auto* a, auto* b) {
+      return a->matched_blocks < b->matched_blocks;
+    });
+    const double rate = r.prompt_tokens > 0
+                            ? static_cast<double>(best->matched_blocks * r.block_size) /
+                                  static_cast<double>(r.prompt_tokens)
+                            : 0.0;
+    if (rate > c_.cache_threshold) return {best->replica, "prefix_match"};
+    const Candidate* smallest = *std::min_element(
+        cs.begin(), cs.end(), [](auto* a, auto* b) { return a->index_blocks < b->index_blocks; });
+    return {smallest->replica, "smallest_tree"};
+  }
+
+ private:
+  SglangPolicyConfig c_;
+};
+
+// cost(r) = a * uncached prefill tokens + b * queued prefill tokens + c * decode load, over the
+// replicas a bounded-load rule allows; cold prompts by rendezvous of their first blocks, hot
+// prefixes spread over the top rendezvous replicas when their holder is overloaded.
+class KvCascade final : public Policy {
+ public:
+  explicit KvCascade(KvCascadePolicyConfig c) : c_(c) {}
+  std::string name() const override { return "kvcascade"; }
+
+  RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    int64_t total = 0;
+    for (const Candidate* c : cs)
+      total += decode_load(*c);
+    // Bounded load: nobody takes more than factor x its fair share of the load after this request.
+    const double cap = std::max<double>(
+        c_.bounded_load_factor * static_cast<double>(total + r.n) / static_cast<double>(cs.size()),
+        static_cast<double>(r.n));
+    std::vector<const Candidate*> allowed;
+    for (const Candidate* c : cs) {
+      if (static_cast<double>(decode_load(*c) + r.n) <= cap) allowed.push_back(c);
+    }
+    if (allowed.empty()) {
+      allowed.push_back(*std::min_element(cs.begin(), cs.end(), [](auto* a, auto* b) {
+        return decode_load(*a) < decode_load(*b);
+      }));
+    }
+    const uint64_t key = affinity(r);
+    size_t longest = 0;
+    const Candidate* holder = nullptr;
+    for (const Candidate* c : cs) {
+      if (c->matched_blocks > longest) longest = c->matched_blocks, holder = c;
+    }
+    if (longest == 0) return {rendezvous(allowed, key)->replica, "cold_rendezvous"};
+
+    const Candidate* best = nullptr;
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (const Candidate* c : allowed) {
+      const double cost = this->cost(r, *c);
+      // Equal costs: rendezvous order, so independent routers agree.
+      if (cost < best_cost ||
+          (cost == best_cost && rendezvous_score(key, c->id) > rendezvous_score(key, best->id))) {
+        best = c, best_cost = cost;
+      }
+    }
+    const bool holder_allowed = std::find(allowed.begin(), allowed.end(), holder) != allowed.end();
+    if (!holder_allowed) {
+      // The prefix is hot and its holder overloaded: spread it over the top rendezvous replicas.
+      std::vector<const Candidate*> ranked = allowed;
+      std::sort(ranked.begin(), ranked.end(), [&](auto* a, auto* b) {
+        return rendezvous_score(key, a->id) > rendezvous_score(key, b->id);
+      });
+      ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(c_.hot_spread)));
+      const Candidate* spread =
+          *std::min_element(ranked.begin(), ranked.end(),
+                            [&](auto* a, auto* b) { return cost(r, *a) < cost(r, *b); });
+      return {spread->replica, "hot_spread"};
+    }
+    return {best->replica, best->matched_blocks > 0 ? "prefix_match" : "least_cost"};
+  }
+
+ private:
+  double cost(const RouteRequest& r, const Candidate& c) const {
+    const int64_t cached = static_cast<int64_t>(c.matched_blocks) * r.block_size;
+    const int64_t uncached = std::max<int64_t>(0, r.prompt_tokens - cached);
+    return c_.weight_uncached_prefill * static_cast<double>(uncached) +
+           c_.weight_queued_prefill * static_cast<double>(c.queued_prefill_tokens) +
+           c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
+  }
+
+  KvCascadePolicyConfig c_;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_kvcascade_policy(KvCascadePolicyConfig config) {
+  return std::make_unique<KvCascade>(config);
+}
+
+std::unique_ptr<Policy> make_sglang_policy(SglangPolicyConfig config) {
+  return std::make_unique<SglangCacheAware>(config);
+}
+
+std::unique_ptr<Policy> make_policy(const std::string& name) {
+  if (name == "kvcascade") return make_kvcascade_policy({});
+  if (name == "round_robin") return std::make_unique<RoundRobin>();
+  if (name == "least_load") return std::make_unique<LeastLoad>();
+  if (name == "consistent_hash") return std::make_unique<ConsistentHash>();
+  if (name == "sglang_cache_aware") return make_sglang_policy({});
+  return nullptr;
+}
+
+std::vector<std::string> policy_names() {
+  return {"kvcascade", "round_robin", "least_load", "consistent_hash", "sglang_cache_aware"};
+}
+
+}  // namespace kvc

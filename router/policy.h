@@ -1,0 +1,80 @@
+// Routing policies: given a request's prefix-match results and each replica's load, choose a
+// replica and say why. Pure functions of their inputs (plus the policy's own small state), so
+// they are tested without sockets and several routers given the same inputs agree.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "prefix_index/block_hash.h"
+
+namespace kvc {
+
+// One replica as the router sees it when a request arrives.
+struct Candidate {
+  uint32_t replica = 0;  // index in the router's pool (also the RadixIndex ReplicaId)
+  std::string id;        // its --replica-id, for stable hashing across routers
+  bool healthy = true;
+  size_t matched_blocks = 0;  // leading blocks of the request the replica holds
+  // Load: the replica's last /v1/load report plus what this router sent since.
+  int64_t queued_prefill_tokens = 0;
+  int64_t running_sequences = 0;
+  int64_t waiting_sequences = 0;
+  int64_t in_flight_requests = 0;  // sent by this router, not yet answered
+  size_t index_blocks = 0;         // blocks the router's index holds for it (SGLang's tree size)
+};
+
+struct RouteRequest {
+  std::span<const BlockHash> blocks;  // the prompt's chained block hashes
+  int64_t prompt_tokens = 0;          // bytes (tokens of the byte tokenizer)
+  int32_t block_size = 16;
+  int32_t n = 1;                     // samples: decode load counts n times
+  std::optional<std::string> group;  // user-supplied sibling group id
+  std::string affinity_key;          // e.g. the first blocks' hash, for hashing policies
+};
+
+struct RouteDecision {
+  uint32_t replica = 0;
+  std::string reason;  // "prefix_match", "least_load", "sibling_pinned", "cold_rendezvous", ...
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  // Precondition: at least one candidate is healthy. Returns a healthy candidate's replica.
+  virtual RouteDecision choose(const RouteRequest& request,
+                               std::span<const Candidate> candidates) = 0;
+};
+
+struct KvCascadePolicyConfig {
+  double weight_uncached_prefill = 1.0;  // a: per prompt token the replica must compute
+  double weight_queued_prefill = 1.0;    // b: per token already queued there
+  double weight_decode = 16.0;           // c: per running/waiting sequence (n counts n times)
+  // A prefix is hot when more than this share of its cost-equal replicas would be overloaded:
+  // bounded-load rendezvous spreads it over up to `hot_spread` replicas.
+  int32_t hot_spread = 2;
+  double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load
+  int32_t cold_hash_blocks = 4;       // cold prompts: rendezvous hash of the first blocks
+};
+
+struct SglangPolicyConfig {  // SGLang router's Rust defaults
+  double cache_threshold = 0.5;
+  int64_t balance_abs_threshold = 32;
+  double balance_rel_threshold = 1.1;
+};
+
+// name: "kvcascade", "round_robin", "least_load", "consistent_hash", "sglang_cache_aware".
+std::unique_ptr<Policy> make_policy(const std::string& name);
+std::unique_ptr<Policy> make_kvcascade_policy(KvCascadePolicyConfig config);
+std::unique_ptr<Policy> make_sglang_policy(SglangPolicyConfig config);
+std::vector<std::string> policy_names();
+
+// Highest-random-weight hash of (key, replica id): the rendezvous score.
+uint64_t rendezvous_score(uint64_t key, const std::string& replica_id);
+
+}  // namespace kvc

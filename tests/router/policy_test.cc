@@ -1,0 +1,136 @@
+#include "router/policy.h"
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+namespace kvc {
+namespace {
+
+std::vector<Candidate> three() {
+  std::vector<Candidate> cs(3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    cs[i].replica = i;
+    cs[i].id = "replica-" + std::to_string(i);
+  }
+  return cs;
+}
+
+RouteRequest request(int64_t prompt_tokens, std::string key = "k") {
+  RouteRequest r;
+  r.prompt_tokens = prompt_tokens;
+  r.affinity_key = std::move(key);
+  return r;
+}
+
+TEST(KvCascadePolicy, LongestMatchWinsAtEqualLoad) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 30;
+  cs[2].matched_blocks = 10;
+  const RouteDecision d = p->choose(request(512), cs);
+  EXPECT_EQ(d.replica, 1u);
+  EXPECT_EQ(d.reason, "prefix_match");
+}
+
+TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[0].matched_blocks = 2;            // saves 32 tokens of prefill...
+  cs[0].queued_prefill_tokens = 5000;  // ...behind 5000 queued ones
+  const RouteDecision d = p->choose(request(512), cs);
+  EXPECT_NE(d.replica, 0u);
+}
+
+TEST(KvCascadePolicy, ColdPromptsSpreadByRendezvousAndRoutersAgree) {
+  auto a = make_policy("kvcascade");
+  auto b = make_policy("kvcascade");
+  auto cs = three();
+  std::map<uint32_t, int> hits;
+  for (int k = 0; k < 3000; ++k) {
+    const RouteRequest r = request(100, "prefix-" + std::to_string(k));
+    const RouteDecision da = a->choose(r, cs), db = b->choose(r, cs);
+    ASSERT_EQ(da.replica, db.replica);
+    EXPECT_EQ(da.reason, "cold_rendezvous");
+    ++hits[da.replica];
+  }
+  for (auto [replica, n] : hits)
+    EXPECT_NEAR(n, 1000, 150) << replica;
+}
+
+TEST(KvCascadePolicy, HotPrefixSpreadsWhenItsHolderIsOverloaded) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[0].matched_blocks = 32;
+  cs[0].running_sequences = 100;  // far above a fair share
+  const RouteDecision d = p->choose(request(512), cs);
+  EXPECT_NE(d.replica, 0u);
+  EXPECT_EQ(d.reason, "hot_spread");
+}
+
+TEST(KvCascadePolicy, UnhealthyReplicasAreNeverChosen) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 30;
+  cs[1].healthy = false;
+  for (int k = 0; k < 100; ++k) {
+    EXPECT_NE(p->choose(request(512, std::to_string(k)), cs).replica, 1u);
+  }
+}
+
+TEST(SglangPolicy, ImbalanceThenPrefixThenSmallestTree) {
+  auto p = make_policy("sglang_cache_aware");
+  auto cs = three();
+  cs[0].matched_blocks = 20;  // 320 of 512 tokens: rate 0.625 > 0.5
+  cs[2].index_blocks = 0;
+  cs[0].index_blocks = cs[1].index_blocks = 100;
+  EXPECT_EQ(p->choose(request(512), cs).reason, "prefix_match");
+  EXPECT_EQ(p->choose(request(512), cs).replica, 0u);
+  cs[0].matched_blocks = 10;  // rate 0.31: below the threshold
+  const RouteDecision low = p->choose(request(512), cs);
+  EXPECT_EQ(low.reason, "smallest_tree");
+  EXPECT_EQ(low.replica, 2u);
+  // Imbalanced: max - min > 32 and max > 1.1 x min.
+  cs[0].matched_blocks = 32;
+  cs[0].in_flight_requests = 40;
+  cs[1].in_flight_requests = 3;
+  cs[2].in_flight_requests = 5;
+  const RouteDecision bal = p->choose(request(512), cs);
+  EXPECT_EQ(bal.reason, "load_balance");
+  EXPECT_EQ(bal.replica, 1u);
+  cs[0].in_flight_requests = 30;  // difference 27: balanced enough
+  EXPECT_EQ(p->choose(request(512), cs).replica, 0u);
+}
+
+TEST(SimplePolicies, RoundRobinLeastLoadConsistentHash) {
+  auto cs = three();
+  auto rr = make_policy("round_robin");
+  EXPECT_EQ(rr->choose(request(1), cs).replica, 0u);
+  EXPECT_EQ(rr->choose(request(1), cs).replica, 1u);
+  cs[2].healthy = false;
+  EXPECT_EQ(rr->choose(request(1), cs).replica, 0u);  // 2 skipped
+  cs[2].healthy = true;
+
+  auto ll = make_policy("least_load");
+  cs[0].running_sequences = 5;
+  cs[1].running_sequences = 1;
+  cs[2].running_sequences = 3;
+  EXPECT_EQ(ll->choose(request(1), cs).replica, 1u);
+
+  // Removing a replica moves only the keys that lived on it.
+  auto ch = make_policy("consistent_hash");
+  std::map<std::string, uint32_t> before;
+  for (int k = 0; k < 500; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    before[key] = ch->choose(request(1, key), cs).replica;
+  }
+  cs[1].healthy = false;
+  for (const auto& [key, replica] : before) {
+    const uint32_t now = ch->choose(request(1, key), cs).replica;
+    if (replica != 1) EXPECT_EQ(now, replica) << key;
+  }
+  EXPECT_EQ(make_policy("nonsense"), nullptr);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -467,6 +467,244 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttendParams 
   attend<D, T, kWarps>(p, p.block_indices + p.block_indptr[seq], t0, t1, kv_head, rows, p.group);
 }
 
+// ---- decode over all KV heads of a token range ----------------------------------------------
+//
+// The fast decode path (num_kv_heads a multiple of 8): a CTA of 8 warps takes one (sequence,
+// split, group of 8 KV heads); warp w owns KV head 8 * group + w with its query heads as rows
+// (padded to 16). A stage is 16 tokens x 8 heads x D of K and of V: in the NHD layout these are
+// 16 contiguous 8 * D-element runs (one contiguous 16 x 8 x D run per tensor when num_kv_heads is
+// 8 and the block size 16), so the loads stream whole blocks instead of 256-byte slices at a
+// 2 KiB stride. No cross-warp merge: each warp sees all tokens of its head.
+constexpr int kHeadsWarps = kDecodeHeadsPerCta;
+constexpr int kHeadsThreads = 32 * kHeadsWarps;
+constexpr int kHeadsTile = 16;  // tokens per stage
+
+template <int D>
+constexpr int heads_stages() {
+  return 3;
+}
+template <int D, typename T>
+constexpr int heads_smem_bytes() {
+  return heads_stages<D>() * 2 * kHeadsTile * kHeadsWarps * D * static_cast<int>(sizeof(T));
+}
+
+// Staged row (token tk, head w) of a [kHeadsTile x 8, D] tile; 16-byte chunks XOR-swizzled by
+// token so that ldmatrix over 8 consecutive tokens of one head hits 8 distinct bank groups.
+template <int D>
+__device__ __forceinline__ int hswz(int tk, int w, int chunk) {
+  return (tk * kHeadsWarps + w) * D + ((chunk ^ (tk & 7)) << 3);
+}
+
+template <int D, typename T>
+__global__ void __launch_bounds__(kHeadsThreads) decode_heads_kernel(const AttendParams p) {
+  constexpr int kStg = heads_stages<D>();
+  constexpr int kCpr = D / 8;                     // 16-byte chunks per head row
+  constexpr int kTokChunks = kHeadsWarps * kCpr;  // chunks of one token (8 heads)
+  constexpr int kPerThread = kHeadsTile * kTokChunks / kHeadsThreads;
+  constexpr int kTokStep = kHeadsThreads / kTokChunks;       // tokens between a thread's chunks
+  constexpr int kStageElems = kHeadsTile * kHeadsWarps * D;  // one of K or V
+  static_assert(kPerThread * kHeadsThreads == kHeadsTile * kTokChunks);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qr = lane >> 2, qc = lane & 3;
+
+  const int head_groups = p.num_kv_heads / kHeadsWarps;
+  const int64_t bid = blockIdx.x;
+  const int hg = static_cast<int>(bid % head_groups);
+  const int64_t piece = bid / head_groups;
+  const int split = static_cast<int>(piece % p.num_splits);
+  const int64_t seq = piece / p.num_splits;
+  const int kv_head = hg * kHeadsWarps + warp;
+  const int64_t unit = p.decode_unit_base + seq * p.num_splits + split;
+  const int len = p.seq_lens[seq];
+  const int t_begin = split * p.split_tokens;
+  const int t_end = min(len, t_begin + p.split_tokens);
+  if (t_begin >= t_end) {  // an empty split is the identity state
+    for (int e = lane; e < p.group * D; e += 32) {
+      const int64_t pr = unit * p.num_q_heads + kv_head * p.group + e / D;
+      p.part_o[pr * D + e % D] = 0.f;
+      if (e % D == 0) p.part_lse[pr] = -CUDART_INF_F;
+    }
+    return;
+  }
+  const int32_t* __restrict__ blocks = p.block_indices + p.block_indptr[seq];
+
+  const T* __restrict__ kc = static_cast<const T*>(p.k_cache);
+  const T* __restrict__ vc = static_cast<const T*>(p.v_cache);
+  const int64_t token_stride = int64_t{p.num_kv_heads} * D;
+  const int64_t block_stride = token_stride * p.block_size;
+  const int ld_within = tid % kTokChunks;  // chunk within the token's 8 heads
+  const int ld_tok = tid / kTokChunks;
+  const int ld_head = ld_within / kCpr, ld_chunk = ld_within % kCpr;
+  const int64_t head_off = int64_t{hg} * kHeadsWarps * D + ld_within * 8;
+
+  int64_t next_off[kPerThread];
+  auto fetch_offsets = [&](int tile) {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int t = t_begin + tile * kHeadsTile + ld_tok + i * kTokStep;
+      next_off[i] = -1;
+      if (t < t_end) {
+        const int b = __ldg(blocks + t / p.block_size);
+        next_off[i] =
+            int64_t{b} * block_stride + int64_t{t % p.block_size} * token_stride + head_off;
+      }
+    }
+  };
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  auto issue = [&](int stage) {
+    const uint32_t ks = smem_base + stage * 2 * kStageElems * sizeof(T);
+    const uint32_t vs = ks + kStageElems * sizeof(T);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const uint32_t o = hswz<D>(ld_tok + i * kTokStep, ld_head, ld_chunk) * sizeof(T);
+      const bool ok = next_off[i] >= 0;
+      cp_async16(ks + o, ok ? kc + next_off[i] : kc, ok);
+      cp_async16(vs + o, ok ? vc + next_off[i] : vc, ok);
+    }
+  };
+
+  const int num_tiles = (t_end - t_begin + kHeadsTile - 1) / kHeadsTile;
+  fetch_offsets(0);
+#pragma unroll
+  for (int s = 0; s < kStg - 1; ++s) {
+    if (s < num_tiles) {
+      issue(s);
+      fetch_offsets(s + 1);
+    }
+    cp_async_commit();
+  }
+
+  // Rows: query heads kv_head * group + r, r < group.
+  const int64_t qrow0 = seq * p.num_q_heads + int64_t{kv_head} * p.group;
+  const bool lo_ok = qr < p.group, hi_ok = qr + 8 < p.group;
+  uint32_t qf[D / 16][4];
+  {
+    const uint32_t* q32 = static_cast<const uint32_t*>(p.q);
+    const int64_t q_lo = (qrow0 + qr) * (D / 2), q_hi = (qrow0 + qr + 8) * (D / 2);
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      const int c = (k * 16 + qc * 2) / 2;
+      qf[k][0] = lo_ok ? __ldg(q32 + q_lo + c) : 0u;
+      qf[k][1] = hi_ok ? __ldg(q32 + q_hi + c) : 0u;
+      qf[k][2] = lo_ok ? __ldg(q32 + q_lo + c + 4) : 0u;
+      qf[k][3] = hi_ok ? __ldg(q32 + q_hi + c + 4) : 0u;
+    }
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m_lo = -CUDART_INF_F, m_hi = -CUDART_INF_F, l_lo = 0.f, l_hi = 0.f;
+  const int mi = lane >> 3;
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait<kStg - 2>();
+    __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
+    if (tile + kStg - 1 < num_tiles) {
+      issue((tile + kStg - 1) % kStg);
+      fetch_offsets(tile + kStg);
+    }
+    cp_async_commit();
+
+    const uint32_t ks = smem_base + (tile % kStg) * 2 * kStageElems * sizeof(T);
+    const uint32_t vs = ks + kStageElems * sizeof(T);
+
+    // S = Q K^T: 16 rows x 16 tokens.
+    float s[2][4] = {};
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      const int tk = (mi >> 1) * 8 + (lane & 7);
+      uint32_t b[4];
+      ldmatrix_x4(b, ks + hswz<D>(tk, warp, k * 2 + (mi & 1)) * sizeof(T));
+      mma16816<T>(s[0], qf[k], b[0], b[1]);
+      mma16816<T>(s[1], qf[k], b[2], b[3]);
+    }
+
+    const int tbase = t_begin + tile * kHeadsTile + qc * 2;
+    const bool partial = t_begin + (tile + 1) * kHeadsTile > t_end;
+    float mx_lo = -CUDART_INF_F, mx_hi = -CUDART_INF_F;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float v = s[j][c] * p.scale_log2;
+        if (partial && tbase + j * 8 + (c & 1) >= t_end) v = -CUDART_INF_F;
+        s[j][c] = v;
+      }
+      mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
+      mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
+    }
+    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+    const float ref_lo = mn_lo == -CUDART_INF_F ? 0.f : mn_lo;
+    const float ref_hi = mn_hi == -CUDART_INF_F ? 0.f : mn_hi;
+    const float a_lo = exp2f(m_lo - ref_lo), a_hi = exp2f(m_hi - ref_hi);
+    m_lo = mn_lo;
+    m_hi = mn_hi;
+    l_lo *= a_lo;
+    l_hi *= a_hi;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= a_lo;
+      o[n][1] *= a_lo;
+      o[n][2] *= a_hi;
+      o[n][3] *= a_hi;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      s[j][0] = exp2f(s[j][0] - ref_lo);
+      s[j][1] = exp2f(s[j][1] - ref_lo);
+      s[j][2] = exp2f(s[j][2] - ref_hi);
+      s[j][3] = exp2f(s[j][3] - ref_hi);
+      l_lo += s[j][0] + s[j][1];
+      l_hi += s[j][2] + s[j][3];
+    }
+
+    // O += P V.
+    uint32_t a[4];
+    a[0] = pack2<T>(s[0][0], s[0][1]);
+    a[1] = pack2<T>(s[0][2], s[0][3]);
+    a[2] = pack2<T>(s[1][0], s[1][1]);
+    a[3] = pack2<T>(s[1][2], s[1][3]);
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      const int tk = (mi & 1) * 8 + (lane & 7);
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vs + hswz<D>(tk, warp, n + (mi >> 1)) * sizeof(T));
+      mma16816<T>(o[n], a, b[0], b[1]);
+      mma16816<T>(o[n + 1], a, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = qr + 8 * h;
+    if (r >= p.group) continue;
+    const int64_t pr = unit * p.num_q_heads + int64_t{kv_head} * p.group + r;
+    const float l = h == 0 ? l_lo : l_hi;
+    const float m = h == 0 ? m_lo : m_hi;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float* dst = p.part_o + pr * D + qc * 2;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) =
+          make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    if (qc == 0) p.part_lse[pr] = l > 0.f ? (m + log2f(l)) * kLn2 : -CUDART_INF_F;
+  }
+}
 // One warp per (sequence, query head) row: its node units in plan order, then its splits in
 // order, folded with a running maximum (identity: LSE -inf).
 template <int D, typename T>
@@ -525,14 +763,23 @@ __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
 // ---- launch ---------------------------------------------------------------------------------
 
 template <int D, typename T>
-cudaError_t launch_typed(const AttendParams& ap, int64_t grid, const MergeParams& mp,
-                         cudaStream_t stream) {
+cudaError_t launch_typed(const AttendParams& ap, int64_t grid, int64_t heads_grid,
+                         const MergeParams& mp, cudaStream_t stream) {
   constexpr int kSmem = smem_bytes<D, T>();
   static const cudaError_t attr = cudaFuncSetAttribute(
       attention_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
+  constexpr int kHeadsSmem = heads_smem_bytes<D, T>();
+  static const cudaError_t heads_attr = cudaFuncSetAttribute(
+      decode_heads_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHeadsSmem);
+  if (heads_attr != cudaSuccess) return heads_attr;
   if (grid > 0) {
     attention_kernel<D, T><<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(ap);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  if (heads_grid > 0) {
+    decode_heads_kernel<D, T>
+        <<<static_cast<unsigned>(heads_grid), kHeadsThreads, kHeadsSmem, stream>>>(ap);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   if (mp.num_rows > 0) {
@@ -542,16 +789,18 @@ cudaError_t launch_typed(const AttendParams& ap, int64_t grid, const MergeParams
   return cudaSuccess;
 }
 
+// grid: attention_kernel CTAs (prefix items, then decode items of the per-head path);
+// heads_grid: decode_heads_kernel CTAs (the all-heads decode path).
 cudaError_t launch(const AttentionShape& shape, KvDtype dtype, const AttendParams& ap, int64_t grid,
-                   const MergeParams& mp, cudaStream_t stream) {
+                   int64_t heads_grid, const MergeParams& mp, cudaStream_t stream) {
   const bool f16 = dtype == KvDtype::kF16;
   switch (shape.head_dim) {
     case 64:
-      return f16 ? launch_typed<64, __half>(ap, grid, mp, stream)
-                 : launch_typed<64, __nv_bfloat16>(ap, grid, mp, stream);
+      return f16 ? launch_typed<64, __half>(ap, grid, heads_grid, mp, stream)
+                 : launch_typed<64, __nv_bfloat16>(ap, grid, heads_grid, mp, stream);
     case 128:
-      return f16 ? launch_typed<128, __half>(ap, grid, mp, stream)
-                 : launch_typed<128, __nv_bfloat16>(ap, grid, mp, stream);
+      return f16 ? launch_typed<128, __half>(ap, grid, heads_grid, mp, stream)
+                 : launch_typed<128, __nv_bfloat16>(ap, grid, heads_grid, mp, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -611,8 +860,11 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   ap.num_splits = plan.suffix.num_splits;
   ap.split_tokens = plan.suffix.split_tokens;
   ap.decode_unit_base = plan.num_node_units;
-  const int64_t grid =
-      plan.num_node_items + int64_t{plan.num_seqs} * plan.suffix.num_splits * shape.num_kv_heads;
+  const int64_t decode_ctas =
+      int64_t{plan.num_seqs} * plan.suffix.num_splits *
+      (plan.heads_path ? shape.num_kv_heads / kDecodeHeadsPerCta : shape.num_kv_heads);
+  const int64_t grid = plan.num_node_items + (plan.heads_path ? 0 : decode_ctas);
+  const int64_t heads_grid = plan.heads_path ? decode_ctas : 0;
 
   MergeParams mp{};
   mp.part_o = part_o;
@@ -625,7 +877,7 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   mp.num_splits = plan.suffix.num_splits;
   mp.out = out;
   mp.lse = lse;
-  return launch(shape, dtype, ap, grid, mp, stream);
+  return launch(shape, dtype, ap, grid, heads_grid, mp, stream);
 }
 
 cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void* q,
@@ -637,8 +889,8 @@ cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void*
       workspace_bytes < paged_decode_workspace_bytes(shape, num_seqs, max_seq_len)) {
     return cudaErrorInvalidValue;
   }
-  const DecodeSplit split =
-      choose_decode_split(num_seqs, shape.num_kv_heads, max_seq_len, current_device_sms());
+  const DecodeSplit split = choose_decode_split(shape, num_seqs, max_seq_len, current_device_sms());
+  const bool heads = decode_heads_path(shape);
   const int64_t units = int64_t{num_seqs} * split.num_splits;
   float* part_o = static_cast<float*>(workspace);
   float* part_lse = part_o + units * shape.num_q_heads * shape.head_dim;
@@ -658,7 +910,9 @@ cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void*
   mp.num_splits = split.num_splits;
   mp.out = out;
   mp.lse = lse;
-  return launch(shape, dtype, ap, units * shape.num_kv_heads, mp, stream);
+  return heads ? launch(shape, dtype, ap, 0, units * (shape.num_kv_heads / kDecodeHeadsPerCta), mp,
+                        stream)
+               : launch(shape, dtype, ap, units * shape.num_kv_heads, 0, mp, stream);
 }
 
 }  // namespace kvc::kernels::cuda

@@ -37,8 +37,23 @@ struct DecodeSplit {
 };
 
 // The split that minimises waves x split length for num_seqs x num_kv_heads sequences of
-// max_seq_len tokens on num_sms multiprocessors (deterministic: host arithmetic only).
+// max_seq_len tokens on num_sms multiprocessors (deterministic: host arithmetic only). This is the
+// split of the per-head decode path.
 DecodeSplit choose_decode_split(int num_seqs, int num_kv_heads, int max_seq_len, int num_sms);
+
+// KV heads one CTA of the all-heads decode path covers.
+inline constexpr int kDecodeHeadsPerCta = 8;
+// Whether decode takes the all-heads path: one CTA per (sequence, split, 8 consecutive KV heads),
+// reading each token's 8 heads as one contiguous run. Otherwise one CTA per (sequence, split, KV
+// head). Flat paged_decode takes it whenever the shape allows; the cascade's suffix pass only for
+// a plan without nodes (DeviceCascadePlan::heads_path), since with a prefix pass the per-head
+// suffix CTAs share its launch and fill its last wave.
+inline bool decode_heads_path(const AttentionShape& shape) {
+  return shape.num_kv_heads % kDecodeHeadsPerCta == 0;
+}
+// The split paged_decode and make_device_plan use for this shape (either path).
+DecodeSplit choose_decode_split(const AttentionShape& shape, int num_seqs, int max_seq_len,
+                                int num_sms);
 
 // SMs of the current device (queried once per process).
 int current_device_sms();
@@ -52,6 +67,7 @@ struct DeviceCascadePlan {
   int32_t num_node_items = 0;     // (node, kv_head, chunk, row tile) work items
   int32_t node_chunk_tokens = 0;  // every node's KV is cut into chunks of this many tokens
   DecodeSplit suffix;             // the suffix pass's split
+  bool heads_path = false;        // the suffix pass takes the all-heads decode path
   int32_t max_suffix_len = 0;
   int64_t num_node_units = 0;  // partial units of the node passes (chunk x member)
 

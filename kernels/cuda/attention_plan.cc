@@ -59,6 +59,19 @@ DecodeSplit choose_decode_split(int num_seqs, int num_kv_heads, int max_seq_len,
   return {ceil_div(tiles, c), c * kKvTileTokens};
 }
 
+DecodeSplit choose_decode_split(const AttentionShape& shape, int num_seqs, int max_seq_len,
+                                int num_sms) {
+  if (!decode_heads_path(shape))
+    return choose_decode_split(num_seqs, shape.num_kv_heads, max_seq_len, num_sms);
+  // All-heads path: one CTA per (sequence, split, 8 KV heads); 192 KB of shared memory at
+  // head_dim 128 (one CTA per SM), 96 KB at 64 (two).
+  const int tiles = std::max(1, ceil_div(max_seq_len, kKvTileTokens));
+  const int64_t rows = int64_t{std::max(num_seqs, 1)} * (shape.num_kv_heads / kDecodeHeadsPerCta);
+  const int slots = num_sms * (shape.head_dim == 128 ? 1 : 2);
+  const int c = choose_piece_tiles(tiles, slots, [&](int c) { return rows * ceil_div(tiles, c); });
+  return {ceil_div(tiles, c), c * kKvTileTokens};
+}
+
 DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape& shape,
                                    int num_sms) {
   if (num_sms <= 0) num_sms = current_device_sms();
@@ -73,7 +86,14 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   d.max_suffix_len = 0;
   for (int32_t len : plan.suffix_len)
     d.max_suffix_len = std::max(d.max_suffix_len, len);
-  d.suffix = choose_decode_split(num_seqs, shape.num_kv_heads, d.max_suffix_len, num_sms);
+  // The suffix pass takes the all-heads decode path only when there is no prefix pass: otherwise
+  // its per-head CTAs share one launch with the prefix items and fill the SMs the prefix pass's
+  // last wave leaves idle (measured on the H200: with a separate all-heads launch after the
+  // prefix pass, cascade S=256 and the 1K+4x8K tree were 1-10% slower, S=1024 3% faster).
+  d.heads_path = decode_heads_path(shape) && num_nodes == 0;
+  d.suffix = d.heads_path
+                 ? choose_decode_split(shape, num_seqs, d.max_suffix_len, num_sms)
+                 : choose_decode_split(num_seqs, shape.num_kv_heads, d.max_suffix_len, num_sms);
 
   // Node chunks: one chunk length for every node, chosen by the same wave model.
   std::vector<int> node_tiles(num_nodes), node_row_tiles(num_nodes), members(num_nodes);
@@ -178,7 +198,7 @@ size_t cascade_workspace_bytes(const DeviceCascadePlan& plan, const AttentionSha
 size_t paged_decode_workspace_bytes(const AttentionShape& shape, int num_seqs, int max_seq_len,
                                     int num_sms) {
   if (num_sms <= 0) num_sms = current_device_sms();
-  const DecodeSplit split = choose_decode_split(num_seqs, shape.num_kv_heads, max_seq_len, num_sms);
+  const DecodeSplit split = choose_decode_split(shape, num_seqs, max_seq_len, num_sms);
   return static_cast<size_t>(num_seqs) * split.num_splits * shape.num_q_heads *
          (shape.head_dim + 1) * sizeof(float);
 }

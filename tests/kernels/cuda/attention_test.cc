@@ -352,6 +352,72 @@ TEST_F(CudaAttentionTest, RoutesAgree) {
   }
 }
 
+// The all-heads decode path (num_kv_heads a multiple of 8) for flat decode and the cascade's
+// suffix pass; the sweeps above use 2 KV heads, i.e. the per-head path.
+constexpr Case kHeadsSweep[] = {{64, 1}, {64, 4}, {128, 1}, {128, 2}, {128, 4}, {128, 16}};
+
+TEST_F(CudaAttentionTest, AllHeadsFlatDecodeMatchesCpuTwin) {
+  for (KvDtype dt : kDtypes) {
+    for (Case c : kHeadsSweep) {
+      for (int kv_heads : {8, 16}) {
+        for (int block_size : {16, 5}) {
+          if ((block_size == 5 || kv_heads == 16) && c.group != 4) continue;
+          const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, kv_heads, block_size);
+          ASSERT_TRUE(cuda::decode_heads_path(sh));
+          const std::vector<int32_t> lens = {0, 1, 17, 64, 203, 1000, 3001};
+          int blocks = 8;
+          for (int32_t l : lens)
+            blocks += (l + block_size - 1) / block_size;
+          Problem pr(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
+          TreeBatch batch(pr.kv, static_cast<int>(lens.size()));
+          batch.add_suffixes(lens);
+          pr.upload_kv();
+          const Output want = testutil::run_flat(pr.kv, pr.q, batch);
+          expect_close(pr.run_flat(batch), want, tolerance(dt), label(dt, sh, "flat all-heads"));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaAttentionTest, AllHeadsCascadeMatchesCpuTwin) {
+  for (KvDtype dt : kDtypes) {
+    for (Case c : {Case{64, 4}, Case{128, 1}, Case{128, 4}}) {
+      const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, 8);
+      for (const Tree& t : kTrees) {
+        Problem pr(sh, dt, t.num_blocks, t.num_seqs, rng_);
+        TreeBatch batch(pr.kv, t.num_seqs);
+        t.build(batch, rng_);
+        pr.upload_kv();
+        const CascadePlan plan = batch.plan();
+        const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
+        expect_close(pr.run_cascade(plan), want, tolerance(dt),
+                     label(dt, sh, (std::string(t.name) + " all-heads").c_str()));
+      }
+    }
+    // Routes and determinism on the all-heads path.
+    const AttentionShape sh = testutil::make_shape(128, 4, 8);
+    Problem pr(sh, dt, 400, 20, rng_);
+    TreeBatch batch(pr.kv, 20);
+    std::vector<int32_t> all(20);
+    for (int s = 0; s < 20; ++s)
+      all[s] = s;
+    batch.share(all, 12);
+    batch.add_suffixes(random_lens(rng_, 20, 0, 90), 4);
+    pr.upload_kv();
+    const Output cascade = pr.run_cascade(batch.plan());
+    expect_close(cascade, pr.run_flat(batch), tolerance(dt),
+                 label(dt, sh, "all-heads cascade==flat"));
+    const Output again = pr.run_cascade(batch.plan());
+    EXPECT_EQ(again.out, cascade.out) << label(dt, sh, "all-heads deterministic");
+    // A plan without nodes: the suffix pass takes the all-heads path.
+    ASSERT_TRUE(cuda::make_device_plan(batch.flat_plan(), sh).heads_path);
+    ASSERT_FALSE(cuda::make_device_plan(batch.plan(), sh).heads_path);
+    expect_close(pr.run_cascade(batch.flat_plan()), cascade, tolerance(dt),
+                 label(dt, sh, "all-heads no-node plan==cascade"));
+  }
+}
+
 TEST(CudaAttentionPlanTest, SplitFillsTheGpuAtSmallBatch) {
   // 16 sequences x 8 KV heads of 32K tokens: far fewer rows than 264 CTA slots, so split.
   const cuda::DecodeSplit s = cuda::choose_decode_split(16, 8, 32768, 132);
@@ -360,6 +426,12 @@ TEST(CudaAttentionPlanTest, SplitFillsTheGpuAtSmallBatch) {
   EXPECT_GE(s.num_splits * s.split_tokens, 32768);
   // Many rows: no split.
   EXPECT_EQ(cuda::choose_decode_split(1024, 8, 1024, 132).num_splits, 1);
+  // All-heads path: 16 sequences x 1 head group of 32K tokens split across the SMs.
+  const AttentionShape sh{32, 8, 128, 16, 0.088f};
+  const cuda::DecodeSplit h = cuda::choose_decode_split(sh, 16, 32768, 132);
+  EXPECT_GE(16 * h.num_splits, 128);  // one CTA per SM at head_dim 128: 128 of 132 busy
+  EXPECT_LE(16 * h.num_splits, 132);
+  EXPECT_GE(h.num_splits * h.split_tokens, 32768);
 }
 
 }  // namespace

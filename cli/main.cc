@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   runs["demo"] = kvc::cli::add_demo_command(app);
   runs["generate"] = kvc::cli::add_generate_command(app);
   runs["bench"] = kvc::cli::add_bench_command(app);
+  runs["replica"] = kvc::cli::add_replica_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

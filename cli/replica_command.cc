@@ -1,0 +1,80 @@
+// `kvcascade replica`: one replica engine behind its OpenAI-compatible HTTP server.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "cli/server_flags.h"
+#include "http/server.h"
+#include "replica/engine_loop.h"
+#include "replica/server.h"
+#include "replica/tokenizer.h"
+
+namespace kvc::cli {
+namespace {
+
+struct ReplicaFlags {
+  EngineFlags engine;
+  ServerFlags server;
+  ReplicaServerConfig replica;
+  bool check_config = false;
+};
+
+int run_replica(const ReplicaFlags& f) {
+  if (f.check_config) {
+    std::printf("kvcascade replica: configuration ok\n");
+    return 0;
+  }
+  block_shutdown_signals();
+  auto backend = make_backend(f.engine);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", backend.error().message.c_str());
+    return 2;
+  }
+  ByteTokenizer tokenizer;
+  Engine engine(**backend, tokenizer, engine_config(f.engine, **backend), SteadyClock::instance());
+  EngineLoop loop(engine, f.replica.replica_id);
+  ReplicaServer server(loop, engine, f.replica);
+  http::Server http(
+      f.server.limits,
+      [&](http::Request r, std::shared_ptr<http::Responder> w) {
+        server.handle(std::move(r), std::move(w));
+      },
+      f.server.threads);
+  auto port = http.listen(f.server.host, f.server.port);
+  if (!port.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", port.error().message.c_str());
+    return 2;
+  }
+  std::printf(
+      "kvcascade replica %s serving model '%s' on http://%s:%u (%s attention, %d KV "
+      "blocks of %d tokens)\n",
+      f.replica.replica_id.c_str(), server.config().served_model_name.c_str(),
+      f.server.host.c_str(), *port, f.engine.attention.c_str(), f.engine.kv_blocks,
+      f.engine.block_size);
+  std::fflush(stdout);
+  wait_for_shutdown_signal();
+  std::printf("kvcascade replica: shutting down\n");
+  http.stop();
+  return 0;
+}
+
+}  // namespace
+
+Run add_replica_command(CLI::App& app) {
+  auto f = std::make_shared<ReplicaFlags>();
+  CLI::App* cmd = app.add_subcommand("replica", "serve one engine over an OpenAI-compatible API");
+  add_engine_flags(*cmd, f->engine);
+  add_server_flags(*cmd, f->server, 8000);
+  cmd->add_option("--replica-id", f->replica.replica_id, "this replica's name (router headers)");
+  cmd->add_option("--served-model-name", f->replica.served_model_name,
+                  "model name clients use (default: the preset or the model folder's name)");
+  cmd->add_option("--max-n", f->replica.api.max_n, "largest n accepted")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
+  return [f] { return run_replica(*f); };
+}
+
+}  // namespace kvc::cli

@@ -1,0 +1,61 @@
+#include "cli/server_flags.h"
+
+#include <pthread.h>
+
+#include <csignal>
+
+namespace kvc::cli {
+
+namespace {
+
+void add_millis(CLI::App& cmd, const char* name, std::chrono::milliseconds& value,
+                const char* help) {
+  cmd.add_option_function<int64_t>(
+         name, [&value](int64_t ms) { value = std::chrono::milliseconds(ms); }, help)
+      ->check(CLI::Range(int64_t{1}, int64_t{24} * 3600 * 1000))
+      ->default_str(std::to_string(value.count()));
+}
+
+}  // namespace
+
+void add_server_flags(CLI::App& cmd, ServerFlags& f, uint16_t default_port) {
+  f.port = default_port;
+  cmd.add_option("--host", f.host, "address to listen on");
+  cmd.add_option("--port", f.port, "port to listen on (0: any free port)");
+  cmd.add_option("--http-threads", f.threads, "I/O threads")->check(CLI::Range(1, 256));
+  cmd.add_option("--max-body-bytes", f.limits.max_body_bytes, "larger bodies get 413")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd.add_option("--max-header-bytes", f.limits.max_header_bytes, "larger headers get 431")
+      ->check(CLI::Range(size_t{512}, size_t{1} << 20));
+  cmd.add_option("--max-connections", f.limits.max_connections, "more get 503")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  add_millis(cmd, "--header-timeout-ms", f.limits.header_timeout,
+             "request line and headers must arrive within");
+  add_millis(cmd, "--read-timeout-ms", f.limits.read_timeout, "the body must arrive within");
+  add_millis(cmd, "--idle-timeout-ms", f.limits.idle_timeout, "idle keep-alive connections close");
+  add_millis(cmd, "--write-timeout-ms", f.limits.write_timeout,
+             "a client that does not read is cut");
+}
+
+namespace {
+sigset_t shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+void block_shutdown_signals() {
+  const sigset_t set = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void wait_for_shutdown_signal() {
+  const sigset_t set = shutdown_signals();
+  int sig = 0;
+  sigwait(&set, &sig);
+}
+
+}  // namespace kvc::cli

@@ -1,0 +1,27 @@
+// Flags shared by the HTTP servers (replica, router): address and every network limit by name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "http/limits.h"
+
+namespace kvc::cli {
+
+struct ServerFlags {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  int threads = 2;
+  http::ServerLimits limits;
+};
+
+void add_server_flags(CLI::App& cmd, ServerFlags& flags, uint16_t default_port);
+
+// Call before starting any thread: SIGINT and SIGTERM are then delivered only to
+// wait_for_shutdown_signal(), which blocks until one arrives.
+void block_shutdown_signals();
+void wait_for_shutdown_signal();
+
+}  // namespace kvc::cli

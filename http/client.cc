@@ -1,0 +1,479 @@
+#include "http/client.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cassert>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "http/wire.h"
+
+namespace kvc::http {
+
+namespace net = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+std::optional<std::string> ClientResponse::header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (wire::iequals(n, name)) return v;
+  }
+  return std::nullopt;
+}
+
+class Exchange;
+
+struct ClientCore {
+  explicit ClientCore(ClientLimits l) : limits(l) {}
+
+  const ClientLimits limits;
+  net::io_context ioc;
+  net::executor_work_guard<net::io_context::executor_type> work = net::make_work_guard(ioc);
+  std::atomic<bool> stopping{false};
+  std::atomic<size_t> num_connects{0};
+
+  struct Idle {
+    tcp::socket socket;
+    SteadyTime since;
+  };
+  std::mutex pool_mu;
+  std::unordered_map<std::string, std::vector<Idle>> pool;  // key "host:port"
+
+  std::mutex exchanges_mu;
+  std::unordered_map<uint64_t, std::weak_ptr<Exchange>> exchanges;
+  uint64_t next_exchange_id = 0;
+
+  std::mutex threads_mu;
+  std::condition_variable threads_cv;
+  std::vector<std::thread> threads;
+  std::vector<std::thread::id> thread_ids;
+  int num_running = 0;
+
+  bool on_io_thread() const {
+    auto self = std::this_thread::get_id();
+    return std::find(thread_ids.begin(), thread_ids.end(), self) != thread_ids.end();
+  }
+
+  // A pooled connection that is still open and has nothing unread, or nullopt.
+  std::optional<tcp::socket> take_idle(const std::string& key) {
+    std::lock_guard lock(pool_mu);
+    auto it = pool.find(key);
+    if (it == pool.end()) return std::nullopt;
+    auto& idle = it->second;
+    auto now = std::chrono::steady_clock::now();
+    while (!idle.empty()) {
+      Idle candidate = std::move(idle.back());
+      idle.pop_back();
+      if (now - candidate.since > limits.pool_idle_timeout) continue;
+      // peek: 0 means the server closed it, data means a stray response; either way unusable
+      char byte;
+      ssize_t n = ::recv(candidate.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::move(candidate.socket);
+    }
+    return std::nullopt;
+  }
+
+  void give_idle(const std::string& key, tcp::socket socket) {
+    if (stopping.load()) return;
+    std::lock_guard lock(pool_mu);
+    auto& idle = pool[key];
+    if (idle.size() >= limits.max_idle_per_host) idle.erase(idle.begin());  // oldest out
+    idle.push_back(Idle{std::move(socket), std::chrono::steady_clock::now()});
+  }
+};
+
+namespace {
+
+std::string serialize_request(const std::string& host, uint16_t port, const std::string& method,
+                              const std::string& target, const std::string& body,
+                              const Headers& headers) {
+  std::string out = method + " " + target + " HTTP/1.1\r\n";
+  bool has_host = false;
+  for (const auto& [name, value] : headers) {
+    if (!wire::header_is_safe(name, value) || wire::iequals(name, "content-length") ||
+        wire::iequals(name, "transfer-encoding") || wire::iequals(name, "connection")) {
+      continue;
+    }
+    if (wire::iequals(name, "host")) has_host = true;
+    out += name + ": " + value + "\r\n";
+  }
+  if (!has_host) out += "host: " + host + ":" + std::to_string(port) + "\r\n";
+  bool may_have_body = !(wire::iequals(method, "GET") || wire::iequals(method, "HEAD"));
+  if (!body.empty() || may_have_body) {
+    out += "content-length: " + std::to_string(body.size()) + "\r\n";
+  }
+  out += "\r\n";
+  out += body;
+  return out;
+}
+
+}  // namespace
+
+// One request/response on one connection. Lives on its own strand; kept alive by its handlers.
+class Exchange : public std::enable_shared_from_this<Exchange> {
+ public:
+  Exchange(std::shared_ptr<ClientCore> core, uint64_t id, std::string host, uint16_t port,
+           std::string request_bytes, bool head, Client::OnHeaders on_headers,
+           Client::OnChunk on_chunk, Client::OnDone on_done,
+           std::optional<std::chrono::milliseconds> total_timeout)
+      : core_(std::move(core)),
+        id_(id),
+        strand_(net::make_strand(core_->ioc)),
+        host_(std::move(host)),
+        port_(port),
+        key_(host_ + ":" + std::to_string(port_)),
+        request_(std::move(request_bytes)),
+        head_(head),
+        on_headers_(std::move(on_headers)),
+        on_chunk_(std::move(on_chunk)),
+        on_done_(std::move(on_done)),
+        total_timeout_(total_timeout),
+        timer_(strand_),
+        total_timer_(strand_),
+        resolver_(strand_) {}
+
+  const net::strand<net::io_context::executor_type>& strand() const { return strand_; }
+
+  // On the strand.
+  void start() {
+    if (total_timeout_) {
+      total_timer_.expires_after(*total_timeout_);
+      total_timer_.async_wait([self = shared_from_this()](error_code ec) {
+        if (!ec) self->fail("request timed out");
+      });
+    }
+    if (auto pooled = core_->take_idle(key_)) {
+      socket_.emplace(std::move(*pooled));
+      reused_ = true;
+      write_request();
+      return;
+    }
+    connect();
+  }
+
+  // On the strand: ends the exchange with an error (idempotent).
+  void fail(std::string message) {
+    if (done_) return;
+    close_socket();
+    finish(Error{std::move(message)});
+  }
+
+ private:
+  template <typename F>
+  auto on_strand(F&& f) {
+    return net::bind_executor(strand_, std::forward<F>(f));
+  }
+
+  // Deadline for the current step; on expiry the socket is closed and the step fails with `what`.
+  void arm(std::chrono::milliseconds timeout, std::string what) {
+    uint64_t generation = ++timer_generation_;
+    timer_.expires_after(timeout);
+    timer_.async_wait(
+        [self = shared_from_this(), generation, what = std::move(what)](error_code ec) {
+          if (ec || generation != self->timer_generation_) return;
+          self->fail(what);
+        });
+  }
+
+  void disarm() {
+    ++timer_generation_;
+    timer_.cancel();
+  }
+
+  void connect() {
+    reused_ = false;
+    socket_.emplace(core_->ioc);
+    arm(core_->limits.connect_timeout, "connect to " + key_ + " timed out");
+    resolver_.async_resolve(
+        host_, std::to_string(port_),
+        on_strand([self = shared_from_this()](error_code ec, tcp::resolver::results_type results) {
+          if (self->done_) return;
+          if (ec) return self->fail("cannot resolve " + self->host_ + ": " + ec.message());
+          net::async_connect(
+              *self->socket_, results, self->on_strand([self](error_code ec, const tcp::endpoint&) {
+                if (self->done_) return;
+                if (ec) {
+                  return self->fail("connect to " + self->key_ + ": " + ec.message());
+                }
+                self->core_->num_connects.fetch_add(1);
+                error_code ignored;
+                self->socket_->set_option(tcp::no_delay(true), ignored);
+                self->write_request();
+              }));
+        }));
+  }
+
+  void write_request() {
+    arm(core_->limits.response_header_timeout, "no response headers from " + key_ + " in time");
+    net::async_write(*socket_, net::buffer(request_),
+                     on_strand([self = shared_from_this()](error_code ec, size_t) {
+                       if (self->done_) return;
+                       if (ec) return self->retry_or_fail("write to " + self->key_, ec);
+                       self->read_header();
+                     }));
+  }
+
+  void read_header() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(
+        std::min<size_t>(core_->limits.max_header_bytes, std::numeric_limits<uint32_t>::max())));
+    parser_->body_limit(boost::none);  // streamed through, never held whole
+    if (head_) parser_->skip(true);
+    bhttp::async_read_header(*socket_, buffer_, *parser_,
+                             on_strand([self = shared_from_this()](error_code ec, size_t) {
+                               if (self->done_) return;
+                               if (ec) return self->retry_or_fail("read from " + self->key_, ec);
+                               self->on_header();
+                             }));
+  }
+
+  // A reused connection the server had already closed fails before any response byte: once, the
+  // request goes again on a fresh connection (the server cannot have processed it).
+  void retry_or_fail(const std::string& what, error_code ec) {
+    bool stale = ec == net::error::eof || ec == net::error::connection_reset ||
+                 ec == net::error::broken_pipe || ec == bhttp::error::end_of_stream;
+    if (reused_ && stale && buffer_.size() == 0 && !retried_) {
+      retried_ = true;
+      close_socket();
+      buffer_.clear();
+      connect();
+      return;
+    }
+    fail(what + ": " + ec.message());
+  }
+
+  void on_header() {
+    disarm();
+    auto& msg = parser_->get();
+    Headers headers;
+    for (const auto& field : msg) {
+      headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+    if (on_headers_) on_headers_(static_cast<int>(msg.result_int()), headers);
+    if (done_) return;
+    if (parser_->is_done()) return complete();
+    read_body();
+  }
+
+  void read_body() {
+    auto& body = parser_->get().body();
+    body.data = chunk_.data();
+    body.size = chunk_.size();
+    arm(core_->limits.body_idle_timeout, "response body from " + key_ + " stalled");
+    bhttp::async_read_some(*socket_, buffer_, *parser_,
+                           on_strand([self = shared_from_this()](error_code ec, size_t) {
+                             if (self->done_) return;
+                             if (ec == bhttp::error::need_buffer) ec = {};
+                             if (ec)
+                               return self->fail("read from " + self->key_ + ": " + ec.message());
+                             size_t got = self->chunk_.size() - self->parser_->get().body().size;
+                             if (got > 0 && self->on_chunk_ &&
+                                 !self->on_chunk_(std::string_view(self->chunk_.data(), got))) {
+                               return self->fail("cancelled");
+                             }
+                             if (self->done_) return;
+                             if (self->parser_->is_done()) return self->complete();
+                             self->read_body();
+                           }));
+  }
+
+  void complete() {
+    disarm();
+    bool reusable = parser_->keep_alive() && buffer_.size() == 0 && !core_->stopping.load();
+    if (reusable) {
+      core_->give_idle(key_, std::move(*socket_));
+      socket_.reset();
+    } else {
+      close_socket();
+    }
+    finish(Status::Ok());
+  }
+
+  void close_socket() {
+    error_code ignored;
+    resolver_.cancel();
+    if (socket_) {
+      socket_->shutdown(tcp::socket::shutdown_both, ignored);
+      socket_->close(ignored);
+    }
+  }
+
+  void finish(Status status) {
+    done_ = true;
+    disarm();
+    total_timer_.cancel();
+    {
+      std::lock_guard lock(core_->exchanges_mu);
+      core_->exchanges.erase(id_);
+    }
+    auto on_done = std::move(on_done_);
+    on_headers_ = nullptr;
+    on_chunk_ = nullptr;
+    if (on_done) on_done(std::move(status));
+  }
+
+  std::shared_ptr<ClientCore> core_;  // first: destroyed last, after the socket and timers
+  const uint64_t id_;
+  net::strand<net::io_context::executor_type> strand_;
+  const std::string host_;
+  const uint16_t port_;
+  const std::string key_;
+  const std::string request_;
+  const bool head_;
+  Client::OnHeaders on_headers_;
+  Client::OnChunk on_chunk_;
+  Client::OnDone on_done_;
+  const std::optional<std::chrono::milliseconds> total_timeout_;
+  net::steady_timer timer_;
+  net::steady_timer total_timer_;
+  uint64_t timer_generation_ = 0;
+  tcp::resolver resolver_;
+  std::optional<tcp::socket> socket_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser_;
+  std::array<char, 16 << 10> chunk_{};
+  bool reused_ = false;
+  bool retried_ = false;
+  bool done_ = false;
+};
+
+namespace {
+
+void run_io(ClientCore* core) {
+  for (;;) {
+    try {
+      core->ioc.run();
+      break;
+    } catch (...) {
+      // a throwing callback must not stop the client's other exchanges
+    }
+  }
+  std::lock_guard lock(core->threads_mu);
+  --core->num_running;
+  core->threads_cv.notify_all();
+}
+
+void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& host, uint16_t port,
+                    std::string method, std::string target, std::string body, Headers headers,
+                    Client::OnHeaders on_headers, Client::OnChunk on_chunk, Client::OnDone on_done,
+                    std::optional<std::chrono::milliseconds> timeout) {
+  std::string bytes = serialize_request(host, port, method, target, body, headers);
+  bool head = wire::iequals(method, "HEAD");
+  std::shared_ptr<Exchange> exchange;
+  {
+    std::lock_guard lock(core->exchanges_mu);
+    uint64_t id = core->next_exchange_id++;
+    exchange = std::make_shared<Exchange>(core, id, host, port, std::move(bytes), head,
+                                          std::move(on_headers), std::move(on_chunk),
+                                          std::move(on_done), timeout);
+    core->exchanges.emplace(id, exchange);
+  }
+  net::dispatch(exchange->strand(), [exchange] { exchange->start(); });
+}
+
+}  // namespace
+
+Client::Client(ClientLimits limits) : core_(std::make_shared<ClientCore>(limits)) {
+  std::lock_guard lock(core_->threads_mu);
+  for (int i = 0; i < std::max(1, limits.io_threads); ++i) {
+    ++core_->num_running;
+    core_->threads.emplace_back(run_io, core_.get());
+    core_->thread_ids.push_back(core_->threads.back().get_id());
+  }
+}
+
+Client::~Client() {
+  auto& core = *core_;
+  assert(!core.on_io_thread());
+  core.stopping.store(true);
+  std::vector<std::shared_ptr<Exchange>> live;
+  {
+    std::lock_guard lock(core.exchanges_mu);
+    for (auto& [id, weak] : core.exchanges) {
+      if (auto e = weak.lock()) live.push_back(std::move(e));
+    }
+  }
+  for (auto& e : live)
+    net::post(e->strand(), [e] { e->fail("client shut down"); });
+  live.clear();
+  {
+    std::lock_guard lock(core.pool_mu);
+    core.pool.clear();
+  }
+  core.work.reset();
+  std::unique_lock lock(core.threads_mu);
+  if (!core.threads_cv.wait_for(lock, std::chrono::seconds(2),
+                                [&] { return core.num_running == 0; })) {
+    core.ioc.stop();
+  }
+  for (auto& t : core.threads)
+    t.join();
+  lock.unlock();
+  for (int i = 0; i < 1000; ++i) {
+    core.ioc.restart();
+    if (core.ioc.poll() == 0) break;
+  }
+}
+
+Result<ClientResponse> Client::request(const std::string& host, uint16_t port, std::string method,
+                                       std::string target, std::string body, Headers headers,
+                                       std::chrono::milliseconds timeout) {
+  if (core_->on_io_thread()) return Error{"Client::request called from the client's I/O thread"};
+  struct State {
+    ClientResponse response;
+    bool too_large = false;
+    std::promise<Status> done;
+  };
+  auto state = std::make_shared<State>();
+  size_t max_body = core_->limits.max_body_bytes;
+  if (core_->stopping.load()) return Error{"client shut down"};
+  start_exchange(
+      core_, host, port, std::move(method), std::move(target), std::move(body), std::move(headers),
+      [state](int status, const Headers& h) {
+        state->response.status = status;
+        state->response.headers = h;
+      },
+      [state, max_body](std::string_view bytes) {
+        if (state->response.body.size() + bytes.size() > max_body) {
+          state->too_large = true;
+          return false;
+        }
+        state->response.body.append(bytes);
+        return true;
+      },
+      [state](Status status) { state->done.set_value(std::move(status)); }, timeout);
+  Status status = state->done.get_future().get();
+  if (state->too_large) {
+    return Error{"response body larger than " + std::to_string(max_body) + " bytes"};
+  }
+  if (!status.ok()) return Error{status.message()};
+  return std::move(state->response);
+}
+
+void Client::stream(const std::string& host, uint16_t port, std::string method, std::string target,
+                    std::string body, Headers headers, OnHeaders on_headers, OnChunk on_chunk,
+                    OnDone on_done) {
+  if (core_->stopping.load()) {
+    if (on_done) on_done(Error{"client shut down"});
+    return;
+  }
+  start_exchange(core_, host, port, std::move(method), std::move(target), std::move(body),
+                 std::move(headers), std::move(on_headers), std::move(on_chunk), std::move(on_done),
+                 std::nullopt);
+}
+
+size_t Client::num_connects() const {
+  return core_->num_connects.load();
+}
+
+}  // namespace kvc::http

@@ -1,0 +1,71 @@
+// Upstream HTTP/1.1 client for the router (and health checks and tests): keep-alive connections
+// pooled per host:port, streamed responses delivered piece by piece as they arrive. Errors are
+// values (Status / Result), never exceptions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "http/limits.h"
+#include "http/server.h"
+#include "prefix_index/status.h"
+
+namespace kvc::http {
+
+struct ClientResponse {
+  int status = 0;
+  Headers headers;
+  std::string body;
+
+  // First header with this name, compared case-insensitively.
+  std::optional<std::string> header(std::string_view name) const;
+};
+
+struct ClientCore;
+
+// Owns an io_context and limits.io_threads threads. Thread-safe.
+class Client {
+ public:
+  using OnHeaders = std::function<void(int status, const Headers& headers)>;
+  // Return false to cancel the exchange (on_done then gets an error "cancelled").
+  using OnChunk = std::function<bool(std::string_view bytes)>;
+  using OnDone = std::function<void(Status)>;
+
+  explicit Client(ClientLimits limits = {});
+  // Exchanges still in flight end with on_done(error); then the threads are joined.
+  // Precondition: not called from a callback of this client.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Blocking convenience call (for health checks and tests). The body is buffered, at most
+  // limits.max_body_bytes. timeout bounds the whole exchange. A non-2xx status is not an error.
+  // Precondition: not called from a callback of this client (it would wait for itself).
+  Result<ClientResponse> request(const std::string& host, uint16_t port, std::string method,
+                                 std::string target, std::string body = {}, Headers headers = {},
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  // Streaming: on_headers(status, headers) once, then on_chunk(bytes) for each piece of body as it
+  // arrives (chunk framing removed), then on_done(error or ok) exactly once — also when connecting
+  // fails (then without on_headers). Callbacks run on the client's I/O thread, one exchange's
+  // callbacks never concurrently. A pooled connection that turns out closed before any response
+  // byte arrived is retried once on a fresh connection.
+  void stream(const std::string& host, uint16_t port, std::string method, std::string target,
+              std::string body, Headers headers, OnHeaders on_headers, OnChunk on_chunk,
+              OnDone on_done);
+
+  // TCP connections opened so far (tests check keep-alive reuse).
+  size_t num_connects() const;
+
+ private:
+  std::shared_ptr<ClientCore> core_;
+};
+
+}  // namespace kvc::http

@@ -1,0 +1,26 @@
+#include "http/errors.h"
+
+#include <nlohmann/json.hpp>
+
+#include "http/server.h"
+
+namespace kvc::http {
+
+std::string error_body(std::string_view message, std::string_view type,
+                       std::optional<std::string_view> param,
+                       std::optional<std::string_view> code) {
+  nlohmann::json error = {
+      {"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (param) error["param"] = *param;
+  if (code) error["code"] = *code;
+  // replace: a message echoing invalid UTF-8 from a peer must not make dump() throw
+  return nlohmann::json{{"error", std::move(error)}}.dump(-1, ' ', false,
+                                                          nlohmann::json::error_handler_t::replace);
+}
+
+void send_error(Responder& responder, int status, std::string_view message, std::string_view type,
+                std::optional<std::string_view> param) {
+  responder.send(status, "application/json", error_body(message, type, param));
+}
+
+}  // namespace kvc::http

@@ -1,0 +1,34 @@
+// Named network limits for the HTTP server and the upstream client (STYLE 8: every limit has a name
+// and a flag). Defaults suit a replica or router facing ordinary clients; tests shrink them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+namespace kvc::http {
+
+struct ServerLimits {
+  size_t max_body_bytes = 8 << 20;                  // larger body -> 413 JSON error
+  size_t max_header_bytes = 16 << 10;               // larger headers -> 431 JSON error
+  std::chrono::milliseconds header_timeout{10000};  // request line + headers must arrive within
+  std::chrono::milliseconds read_timeout{30000};    // whole body must arrive within
+  std::chrono::milliseconds idle_timeout{60000};    // keep-alive connection idle -> closed
+  std::chrono::milliseconds write_timeout{30000};   // a client that does not read is cut
+  size_t max_connections = 1024;                    // beyond: accept then 503 JSON error and close
+};
+
+struct ClientLimits {
+  std::chrono::milliseconds connect_timeout{3000};  // resolve + TCP connect
+  // From the request written until the response's status line and headers are read.
+  std::chrono::milliseconds response_header_timeout{30000};
+  // Longest silence between two pieces of a response body (a stalled upstream is cut).
+  std::chrono::milliseconds body_idle_timeout{60000};
+  std::chrono::milliseconds pool_idle_timeout{
+      30000};                          // pooled connections older than this are dropped
+  size_t max_idle_per_host = 32;       // pooled keep-alive connections per host:port
+  size_t max_header_bytes = 64 << 10;  // response headers larger -> error
+  size_t max_body_bytes = 64 << 20;    // request(): buffered body larger -> error
+  int io_threads = 1;                  // threads running the client's io_context
+};
+
+}  // namespace kvc::http

@@ -1,0 +1,87 @@
+// HTTP/1.1 server used by the replica and the router: keep-alive sessions with the named limits of
+// ServerLimits, requests of one connection handled strictly in order, responses whole or streamed
+// (chunked). The handler never sees malformed HTTP or limit violations: the session answers those
+// itself with an OpenAI-style JSON error and closes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "http/limits.h"
+#include "prefix_index/status.h"
+
+namespace kvc::http {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct Request {
+  std::string method;  // as sent, e.g. "POST"
+  std::string target;  // origin form, e.g. "/v1/completions?x=1"
+  Headers headers;     // in arrival order, names as sent
+  std::string body;    // whole body (at most max_body_bytes)
+  std::string remote;  // peer "ip:port"
+
+  // First header with this name, compared case-insensitively.
+  std::optional<std::string> header(std::string_view name) const;
+};
+
+// One response to one request. Thread-safe: may be used from any thread (the engine thread), also
+// after the handler returned. Exactly one of send() or start_stream()...end() takes effect; later
+// calls are ignored. Dropping the last reference without responding gets the client a 500 (or, mid
+// stream, a closed connection).
+class Responder {
+ public:
+  virtual ~Responder() = default;
+  // One whole response. extra_headers e.g. {"x-kvcascade-replica","r0"}.
+  virtual void send(int status, std::string content_type, std::string body,
+                    Headers extra_headers = {}) = 0;
+  // Streaming: headers now (chunked transfer encoding), then chunks, then end(). Server-sent events
+  // are written by the caller as "data: ...\n\n" chunks via write() (see sse_event() in sse.h).
+  virtual void start_stream(int status, std::string content_type, Headers extra_headers = {}) = 0;
+  virtual void write(std::string chunk) = 0;  // queued; written in order; empty chunks are skipped
+  virtual void end() = 0;
+  // True once the client went away (connection closed, write failed or timed out). Cheap,
+  // thread-safe; the engine polls it to abort work.
+  virtual bool client_gone() const = 0;
+  // Called once, from an I/O thread, when the client goes away (at once if it already has). Not
+  // called when the response completes normally.
+  virtual void on_client_gone(std::function<void()> callback) = 0;
+};
+
+// Runs on an I/O thread; must not block for long (hand work to another thread with the responder).
+// An exception escaping it becomes a 500 reply (or a closed connection if the reply had started).
+using Handler = std::function<void(Request, std::shared_ptr<Responder>)>;
+
+struct ServerCore;
+
+// Owns an io_context and its threads.
+class Server {
+ public:
+  Server(ServerLimits limits, Handler handler, int threads = 2);
+  ~Server();  // stops and joins
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and listens; port 0 picks a free port. Returns the bound port or an error message.
+  // Precondition: called once.
+  Result<uint16_t> listen(const std::string& host, uint16_t port);
+  // Closes the listener and every connection (in-flight responders then see client_gone()), and
+  // joins the threads unless called from one of them. Idempotent.
+  void stop();
+  // Connections being served now (not counting those refused with 503).
+  size_t num_connections() const;
+  // Connections accepted since start, refused ones included (tests check connection reuse).
+  size_t num_accepted() const;
+
+ private:
+  std::shared_ptr<ServerCore> core_;
+};
+
+}  // namespace kvc::http

@@ -1,0 +1,164 @@
+#include "replica/engine_loop.h"
+
+namespace kvc {
+
+EngineLoop::EngineLoop(Engine& engine, std::string replica_id)
+    : engine_(engine),
+      replica_id_(std::move(replica_id)),
+      load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0},
+      thread_([this] { run(); }) {}
+
+EngineLoop::~EngineLoop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::future<Result<uint64_t>> EngineLoop::submit(GenerationRequest request, GroupSink sink) {
+  auto promise = std::make_shared<std::promise<Result<uint64_t>>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      promise->set_value(Error{"the engine is shutting down"});
+      return future;
+    }
+    commands_.push_back(
+        [this, promise, request = std::move(request), sink = std::move(sink)]() mutable {
+          Result<uint64_t> id = engine_.submit(std::move(request));
+          if (id.ok()) sinks_.emplace(*id, std::move(sink));
+          promise->set_value(std::move(id));
+        });
+  }
+  wake_.notify_one();
+  return future;
+}
+
+void EngineLoop::abort(uint64_t group_id) {
+  {
+    std::lock_guard lock(mu_);
+    commands_.push_back([this, group_id] { engine_.abort(group_id); });
+  }
+  wake_.notify_one();
+}
+
+uint64_t EngineLoop::subscribe_kv_events(KvSubscriber subscriber) {
+  std::promise<uint64_t> done;
+  auto id = done.get_future();
+  run_on_engine_thread([&](Engine& engine) {
+    // Changes not yet published belong before the snapshot for everyone else.
+    publish_kv_events();
+    const uint64_t sid = next_subscriber_++;
+    Subscriber& s = subscribers_[sid];
+    s.fn = std::move(subscriber);
+    KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
+    for (KvEvent& e : engine.pool().snapshot())
+      snapshot.events.push_back(std::move(e));
+    s.fn(snapshot);
+    done.set_value(sid);
+  });
+  return id.get();
+}
+
+void EngineLoop::unsubscribe_kv_events(uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    commands_.push_back([this, id] { subscribers_.erase(id); });
+  }
+  wake_.notify_one();
+}
+
+LoadSnapshot EngineLoop::load() const {
+  std::lock_guard lock(mu_);
+  return load_;
+}
+
+void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
+  std::promise<void> done;
+  auto finished = done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    commands_.push_back([&] {
+      fn(engine_);
+      done.set_value();
+    });
+  }
+  wake_.notify_one();
+  finished.wait();
+}
+
+void EngineLoop::publish_kv_events() {
+  std::vector<KvEvent> events = engine_.pool().take_events();
+  if (events.empty()) return;
+  for (auto& [id, s] : subscribers_) {
+    s.fn(KvEventBatch{replica_id_, s.next_seq++, false, events});
+  }
+}
+
+void EngineLoop::dispatch(StepResult& result) {
+  for (const SequenceOutput& o : result.outputs) {
+    auto it = sinks_.find(o.group);
+    if (it != sinks_.end() && it->second.on_output) it->second.on_output(o);
+  }
+  for (const auto& g : result.finished) {
+    auto it = sinks_.find(g->id);
+    if (it == sinks_.end()) continue;
+    if (it->second.on_finished) it->second.on_finished(*g, result.error);
+    sinks_.erase(it);
+  }
+}
+
+void EngineLoop::run() {
+  auto last_publish = std::chrono::steady_clock::now();
+  while (true) {
+    std::deque<std::function<void()>> commands;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, kHeartbeat,
+                     [&] { return stopping_ || !commands_.empty() || engine_.has_work(); });
+      if (stopping_) break;
+      commands.swap(commands_);
+    }
+    // Idle streams get an empty batch now and then, so proxies and clients do not cut them.
+    if (std::chrono::steady_clock::now() - last_publish >= kHeartbeat) {
+      for (auto& [id, s] : subscribers_)
+        s.fn(KvEventBatch{replica_id_, s.next_seq++, false, {}});
+      last_publish = std::chrono::steady_clock::now();
+    }
+    for (auto& c : commands)
+      c();
+    if (engine_.has_work()) {
+      StepResult result = engine_.step();
+      ++num_steps_;
+      dispatch(result);
+    }
+    publish_kv_events();
+    LoadSnapshot snap{engine_.scheduler().counts(), engine_.pool().counts(), num_steps_,
+                      engine_.scheduler().num_preemptions()};
+    std::lock_guard lock(mu_);
+    load_ = snap;
+  }
+  // Shutting down: end every group still queued or running, so no caller waits forever.
+  std::deque<std::function<void()>> commands;
+  {
+    std::lock_guard lock(mu_);
+    commands.swap(commands_);
+  }
+  for (auto& c : commands)
+    c();
+  std::vector<uint64_t> ids;
+  for (const auto& [id, _] : sinks_)
+    ids.push_back(id);
+  for (uint64_t id : ids)
+    engine_.abort(id);
+  StepResult result;
+  result.finished = engine_.step().finished;
+  result.error = "the engine is shutting down";
+  dispatch(result);
+}
+
+}  // namespace kvc

@@ -1,0 +1,84 @@
+// Runs an Engine on its own thread; HTTP sessions talk to it through a command queue. Outputs go
+// back through per-group callbacks, called on the engine thread (keep them short: hand the data
+// to the I/O side). KV events are fanned out to subscribers in batches with per-subscriber
+// sequence numbers; a new subscriber's first batch is a snapshot of every held block.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "prefix_index/kv_event.h"
+#include "replica/engine.h"
+
+namespace kvc {
+
+struct GroupSink {
+  // Each sibling's new text, in order; the last call for a sibling has its finish reason.
+  std::function<void(const SequenceOutput&)> on_output;
+  // The group ended (finished, aborted or failed): its final state. Called once, last.
+  std::function<void(const SequenceGroup&, const std::string& error)> on_finished;
+};
+
+// What routers and load balancers see (GET /v1/load).
+struct LoadSnapshot {
+  SchedulerCounts scheduler;
+  BlockPoolCounts blocks;
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+};
+
+class EngineLoop {
+ public:
+  using KvSubscriber = std::function<void(const KvEventBatch&)>;
+
+  EngineLoop(Engine& engine, std::string replica_id);
+  ~EngineLoop();  // stops the thread; groups still running are aborted
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Queues a group; the future resolves once the engine accepted or refused it.
+  std::future<Result<uint64_t>> submit(GenerationRequest request, GroupSink sink);
+  void abort(uint64_t group_id);
+  // The subscriber gets a snapshot batch first, then every change; returns an id to unsubscribe.
+  uint64_t subscribe_kv_events(KvSubscriber subscriber);
+  void unsubscribe_kv_events(uint64_t id);
+
+  LoadSnapshot load() const;
+  // Runs `fn` on the engine thread between steps (metrics, tests); returns when it ran.
+  void run_on_engine_thread(std::function<void(Engine&)> fn);
+
+ private:
+  static constexpr std::chrono::seconds kHeartbeat{15};
+  void run();
+  void dispatch(StepResult& result);
+  void publish_kv_events();
+
+  Engine& engine_;
+  std::string replica_id_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> commands_;  // run on the engine thread
+  bool stopping_ = false;
+  LoadSnapshot load_;  // guarded by mu_
+
+  // Engine-thread state.
+  std::map<uint64_t, GroupSink> sinks_;
+  struct Subscriber {
+    KvSubscriber fn;
+    uint64_t next_seq = 0;
+  };
+  std::map<uint64_t, Subscriber> subscribers_;
+  uint64_t next_subscriber_ = 1;
+  int64_t num_steps_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace kvc

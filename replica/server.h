@@ -1,0 +1,44 @@
+// The replica's OpenAI-compatible HTTP server, on http/ and the EngineLoop:
+//   POST /v1/completions, POST /v1/chat/completions (streaming or not), GET /v1/models,
+//   GET /health, GET /v1/info (model, block size, replica id), GET /v1/load (queue and KV
+//   occupancy), GET /v1/kv_events (SSE of KV events in router key space, snapshot first).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "http/server.h"
+#include "prefix_index/openai_request.h"
+#include "replica/engine_loop.h"
+
+namespace kvc {
+
+struct ReplicaServerConfig {
+  std::string replica_id = "replica-0";
+  std::string served_model_name;  // defaults to the model's name
+  ApiLimits api;
+};
+
+class ReplicaServer {
+ public:
+  ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServerConfig config);
+  // The handler to give an http::Server.
+  void handle(http::Request request, std::shared_ptr<http::Responder> responder);
+  const ReplicaServerConfig& config() const { return config_; }
+
+ private:
+  void generate(Endpoint endpoint, const http::Request& request,
+                std::shared_ptr<http::Responder> responder);
+  void kv_events(std::shared_ptr<http::Responder> responder);
+  std::string info_json() const;
+  std::string load_json() const;
+  std::string models_json() const;
+
+  EngineLoop& loop_;
+  const Engine& engine_;
+  ReplicaServerConfig config_;
+  std::atomic<uint64_t> next_request_{1};
+};
+
+}  // namespace kvc

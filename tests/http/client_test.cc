@@ -1,0 +1,243 @@
+#include "http/client.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "http/server.h"
+
+namespace kvc::http {
+namespace {
+
+using namespace std::chrono_literals;
+
+ServerLimits test_limits() {
+  ServerLimits l;
+  l.header_timeout = 500ms;
+  l.read_timeout = 500ms;
+  l.idle_timeout = 2s;
+  l.write_timeout = 500ms;
+  return l;
+}
+
+uint16_t listen_or_die(Server& server) {
+  auto port = server.listen("127.0.0.1", 0);
+  EXPECT_TRUE(port.ok());
+  return port.ok() ? *port : 0;
+}
+
+// A port nobody listens on: bound, then closed.
+uint16_t closed_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(ClientTest, RequestRoundTripReusesOneConnection) {
+  Server server(test_limits(), [](Request req, std::shared_ptr<Responder> r) {
+    r->send(201, "application/json", "{\"got\":\"" + req.body + "\"}",
+            {{"x-target", req.target}, {"x-auth", req.header("AUTHORIZATION").value_or("")}});
+  });
+  uint16_t port = listen_or_die(server);
+  Client client;
+  for (int i = 0; i < 5; ++i) {
+    auto r = client.request("127.0.0.1", port, "POST", "/v1/x?i=" + std::to_string(i), "b",
+                            {{"Authorization", "Bearer t"}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->status, 201);
+    EXPECT_EQ(r->body, "{\"got\":\"b\"}");
+    EXPECT_EQ(r->header("X-Target"), "/v1/x?i=" + std::to_string(i));
+    EXPECT_EQ(r->header("x-auth"), "Bearer t");
+  }
+  EXPECT_EQ(client.num_connects(), 1u);
+  EXPECT_EQ(server.num_accepted(), 1u);
+}
+
+TEST(ClientTest, ConnectErrorIsAResult) {
+  Client client;
+  uint16_t port = closed_port();
+  auto r = client.request("127.0.0.1", port, "GET", "/", {}, {}, 2s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("connect"), std::string::npos) << r.error().message;
+
+  std::promise<Status> done;
+  bool saw_headers = false;
+  client.stream(
+      "127.0.0.1", port, "GET", "/", {}, {}, [&](int, const Headers&) { saw_headers = true; },
+      [](std::string_view) { return true; }, [&](Status s) { done.set_value(s); });
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(2s), std::future_status::ready);
+  EXPECT_FALSE(f.get().ok());
+  EXPECT_FALSE(saw_headers);
+}
+
+TEST(ClientTest, StreamDeliversChunksIncrementallyAndInOrder) {
+  // The server writes chunk i+1 only after the client has seen chunk i: if the client buffered
+  // the body, this would stall and fail on the timeouts.
+  std::mutex mu;
+  std::condition_variable cv;
+  int seen = 0;
+  std::thread worker;
+  Server server(test_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    r->start_stream(200, "text/event-stream", {{"x-kvcascade-replica", "r1"}});
+    worker = std::thread([&, r] {
+      for (int i = 0; i < 5; ++i) {
+        r->write("data: " + std::to_string(i) + "\n\n");
+        std::unique_lock lock(mu);
+        if (!cv.wait_for(lock, 2s, [&] { return seen > i; })) break;
+      }
+      r->end();
+    });
+  });
+  uint16_t port = listen_or_die(server);
+  Client client;
+  std::promise<Status> done;
+  int status = 0;
+  std::string got;
+  client.stream(
+      "127.0.0.1", port, "POST", "/v1/completions", "{}", {},
+      [&](int s, const Headers& h) {
+        status = s;
+        bool found = false;
+        for (auto& [n, v] : h)
+          found |= n == "x-kvcascade-replica" && v == "r1";
+        EXPECT_TRUE(found);
+      },
+      [&](std::string_view bytes) {
+        got.append(bytes);
+        std::lock_guard lock(mu);
+        // count whole events seen so far
+        int events = 0;
+        for (size_t p = got.find("\n\n"); p != std::string::npos; p = got.find("\n\n", p + 2)) {
+          ++events;
+        }
+        seen = events;
+        cv.notify_all();
+        return true;
+      },
+      [&](Status s) { done.set_value(s); });
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(f.get().ok());
+  worker.join();
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(got, "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\n");
+}
+
+TEST(ClientTest, CancelFromOnChunkEndsExchangeAndServerSeesGone) {
+  std::promise<void> server_saw_gone;
+  std::thread worker;
+  Server server(test_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    r->on_client_gone([&] { server_saw_gone.set_value(); });
+    r->start_stream(200, "text/event-stream");
+    worker = std::thread([r] {
+      for (int i = 0; i < 2000 && !r->client_gone(); ++i) {
+        r->write("data: x\n\n");
+        std::this_thread::sleep_for(1ms);
+      }
+      r->end();
+    });
+  });
+  uint16_t port = listen_or_die(server);
+  Client client;
+  std::promise<Status> done;
+  client.stream(
+      "127.0.0.1", port, "GET", "/s", {}, {}, nullptr, [](std::string_view) { return false; },
+      [&](Status s) { done.set_value(s); });
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(2s), std::future_status::ready);
+  Status s = f.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "cancelled");
+  EXPECT_EQ(server_saw_gone.get_future().wait_for(2s), std::future_status::ready);
+  worker.join();
+}
+
+TEST(ClientTest, RequestTimeoutIsAnError) {
+  std::shared_ptr<Responder> held;
+  std::mutex mu;
+  Server server(test_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    std::lock_guard lock(mu);
+    held = std::move(r);  // never answers
+  });
+  uint16_t port = listen_or_die(server);
+  Client client;
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.request("127.0.0.1", port, "GET", "/", {}, {}, 200ms);
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  std::lock_guard lock(mu);
+  held.reset();
+}
+
+TEST(ClientTest, PooledConnectionClosedByServerIsReplaced) {
+  ServerLimits limits = test_limits();
+  limits.idle_timeout = 50ms;
+  Server server(limits,
+                [](Request, std::shared_ptr<Responder> r) { r->send(200, "text/plain", "ok"); });
+  uint16_t port = listen_or_die(server);
+  Client client;
+  ASSERT_TRUE(client.request("127.0.0.1", port, "GET", "/").ok());
+  std::this_thread::sleep_for(200ms);  // the server closes the idle connection
+  auto r = client.request("127.0.0.1", port, "GET", "/");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->body, "ok");
+  EXPECT_EQ(client.num_connects(), 2u);
+}
+
+TEST(ClientTest, ResponseBodyOverLimitIsAnError) {
+  Server server(test_limits(), [](Request, std::shared_ptr<Responder> r) {
+    r->send(200, "text/plain", std::string(10000, 'z'));
+  });
+  uint16_t port = listen_or_die(server);
+  ClientLimits limits;
+  limits.max_body_bytes = 1000;
+  Client client(limits);
+  auto r = client.request("127.0.0.1", port, "GET", "/");
+  EXPECT_FALSE(r.ok());
+}
+
+TEST(ClientTest, DestroyingClientEndsInFlightStreams) {
+  std::shared_ptr<Responder> held;
+  std::mutex mu;
+  Server server(test_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    std::lock_guard lock(mu);
+    held = std::move(r);
+  });
+  uint16_t port = listen_or_die(server);
+  std::promise<Status> done;
+  {
+    Client client;
+    client.stream("127.0.0.1", port, "GET", "/", {}, {}, nullptr, nullptr,
+                  [&](Status s) { done.set_value(s); });
+    for (int i = 0; i < 200; ++i) {
+      {
+        std::lock_guard lock(mu);
+        if (held) break;
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(0s), std::future_status::ready);
+  EXPECT_FALSE(f.get().ok());
+  std::lock_guard lock(mu);
+  held.reset();
+}
+
+}  // namespace
+}  // namespace kvc::http

@@ -1,0 +1,384 @@
+#include "http/server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
+
+#include "http/client.h"
+#include "http/errors.h"
+#include "tests/http/raw_conn.h"
+
+namespace kvc::http {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RawConn;
+
+ServerLimits short_limits() {
+  ServerLimits l;
+  l.max_body_bytes = 1024;
+  l.max_header_bytes = 1024;
+  l.header_timeout = 200ms;
+  l.read_timeout = 200ms;
+  l.idle_timeout = 200ms;
+  l.write_timeout = 200ms;
+  l.max_connections = 64;
+  return l;
+}
+
+void echo(Request req, std::shared_ptr<Responder> r) {
+  if (req.target == "/throw") throw std::runtime_error("boom");
+  if (req.method != "GET" && req.method != "POST") {
+    send_error(*r, 405, "method not allowed");
+    return;
+  }
+  r->send(200, "text/plain", req.method + " " + req.target + " " + req.body,
+          {{"x-kvcascade-replica", "r0"}});
+}
+
+uint16_t listen_or_die(Server& server) {
+  auto port = server.listen("127.0.0.1", 0);
+  EXPECT_TRUE(port.ok()) << (port.ok() ? "" : port.error().message);
+  return port.ok() ? *port : 0;
+}
+
+// The error body is OpenAI-shaped: error.{message,type,param,code}.
+void expect_error_body(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << body;
+  ASSERT_TRUE(j.contains("error")) << body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  EXPECT_TRUE(j["error"].contains("param"));
+  EXPECT_TRUE(j["error"].contains("code"));
+}
+
+TEST(ServerTest, EchoKeepAliveSequentialAndPipelined) {
+  Server server(short_limits(), echo);
+  uint16_t port = listen_or_die(server);
+  RawConn c(port);
+  ASSERT_TRUE(c.connected());
+  for (int i = 0; i < 3; ++i) {
+    std::string body = "hello" + std::to_string(i);
+    ASSERT_TRUE(c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body));
+    auto r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "POST /echo " + body);
+    EXPECT_EQ(r->header("x-kvcascade-replica"), "r0");
+  }
+  // pipelined: three requests in one write, answered in order
+  ASSERT_TRUE(
+      c.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: "
+             "2\r\n\r\nbbGET /c HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (const char* expected : {"GET /a ", "POST /b bb", "GET /c "}) {
+    auto r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, expected);
+  }
+  // Connection: close is honoured
+  ASSERT_TRUE(c.send("GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("connection"), "close");
+  EXPECT_TRUE(c.wait_closed(1s));
+  EXPECT_EQ(server.num_accepted(), 1u);
+}
+
+TEST(ServerTest, UnknownMethodReachesHandler) {
+  Server server(short_limits(), echo);
+  RawConn c(listen_or_die(server));
+  ASSERT_TRUE(c.send("BREW /pot HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  expect_error_body(r->body);
+}
+
+TEST(ServerTest, BodyOverLimitIs413) {
+  Server server(short_limits(), echo);
+  uint16_t port = listen_or_die(server);
+  {
+    RawConn c(port);
+    ASSERT_TRUE(c.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n"));
+    auto r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+    expect_error_body(r->body);
+    EXPECT_TRUE(c.wait_closed(2s));
+  }
+  {  // chunked body with no declared length, caught while reading
+    RawConn c(port);
+    std::string chunk(600, 'x');
+    ASSERT_TRUE(c.send("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n" +
+                       chunk + "\r\n258\r\n" + chunk + "\r\n0\r\n\r\n"));
+    auto r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+  }
+}
+
+TEST(ServerTest, HeadersOverLimitIs431) {
+  Server server(short_limits(), echo);
+  RawConn c(listen_or_die(server));
+  ASSERT_TRUE(c.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(4000, 'a') + "\r\n\r\n"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 431);
+  expect_error_body(r->body);
+}
+
+TEST(ServerTest, MalformedRequestLineIs400AndCloses) {
+  Server server(short_limits(), echo);
+  uint16_t port = listen_or_die(server);
+  for (const char* bad : {"GARBAGE\r\n\r\n", "GET / HTTP/9.x\r\n\r\n", "GET  HTTP/1.1\r\n\r\n",
+                          "GET / HTTP/1.1\r\nBad Header\r\n\r\n"}) {
+    RawConn c(port);
+    ASSERT_TRUE(c.send(bad));
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << bad;
+    EXPECT_EQ(r->status, 400) << bad;
+    expect_error_body(r->body);
+    EXPECT_TRUE(c.wait_closed(2s));
+  }
+}
+
+TEST(ServerTest, SlowHeadersAreCutByHeaderTimeout) {
+  Server server(short_limits(), echo);
+  RawConn c(listen_or_die(server));
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c.send("GET / HTTP/1.1\r\nHost: x\r\n"));  // never finishes the headers
+  auto r = c.read_response(2s);
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 408);
+  EXPECT_GE(elapsed, 150ms);
+  EXPECT_LT(elapsed, 1500ms);
+  EXPECT_TRUE(c.wait_closed(2s));
+}
+
+TEST(ServerTest, SlowBodyIsCutByReadTimeout) {
+  Server server(short_limits(), echo);
+  RawConn c(listen_or_die(server));
+  ASSERT_TRUE(c.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"));
+  auto r = c.read_response(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 408);
+}
+
+TEST(ServerTest, IdleKeepAliveConnectionIsClosed) {
+  Server server(short_limits(), echo);
+  RawConn c(listen_or_die(server));
+  ASSERT_TRUE(c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(c.read_response());
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(c.wait_closed(2s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+}
+
+// A handler that streams from its own thread until the client is gone (the engine's shape).
+struct Streamer {
+  std::atomic<bool> gone_fired{false};
+  std::atomic<bool> saw_gone{false};
+  std::atomic<int> chunks_written{0};
+  std::promise<void> finished;
+  std::thread worker;
+  size_t chunk_bytes = 64 << 10;
+  int max_chunks = 400;
+
+  ~Streamer() {
+    if (worker.joinable()) worker.join();
+  }
+
+  Handler handler() {
+    return [this](Request, std::shared_ptr<Responder> r) {
+      r->on_client_gone([this] { gone_fired = true; });
+      r->start_stream(200, "text/event-stream");
+      worker = std::thread([this, r] {
+        for (int i = 0; i < max_chunks && !r->client_gone(); ++i) {
+          r->write("data: " + std::string(chunk_bytes, 'x') + "\n\n");
+          ++chunks_written;
+          std::this_thread::sleep_for(1ms);
+        }
+        saw_gone = r->client_gone();
+        r->end();
+        finished.set_value();
+      });
+    };
+  }
+};
+
+TEST(ServerTest, ClientThatStopsReadingIsCutByWriteTimeout) {
+  Streamer streamer;
+  Server server(short_limits(), streamer.handler());
+  RawConn c(listen_or_die(server), /*rcvbuf=*/4096);
+  ASSERT_TRUE(c.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"));
+  // never read: the server's writes stall and write_timeout cuts the connection
+  auto done = streamer.finished.get_future();
+  ASSERT_EQ(done.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(streamer.saw_gone);
+  EXPECT_TRUE(streamer.gone_fired);
+  EXPECT_LT(streamer.chunks_written.load(), streamer.max_chunks);
+}
+
+TEST(ServerTest, ClientDisconnectMidStreamMarksGone) {
+  Streamer streamer;
+  streamer.chunk_bytes = 16;
+  streamer.max_chunks = 5000;
+  Server server(short_limits(), streamer.handler());
+  {
+    RawConn c(listen_or_die(server));
+    ASSERT_TRUE(c.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_NE(c.read_some(1s).find("200"), std::string::npos);
+  }  // closes mid-stream
+  auto done = streamer.finished.get_future();
+  ASSERT_EQ(done.wait_for(3s), std::future_status::ready);
+  EXPECT_TRUE(streamer.saw_gone);
+  EXPECT_TRUE(streamer.gone_fired);
+  EXPECT_LT(streamer.chunks_written.load(), streamer.max_chunks);
+}
+
+TEST(ServerTest, DisconnectWhileHandlerHoldsResponderIsNoticed) {
+  // no writes at all: the pending watch read notices the close
+  std::promise<void> fired;
+  std::shared_ptr<Responder> held;
+  std::mutex mu;
+  Server server(short_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    r->on_client_gone([&] { fired.set_value(); });
+    std::lock_guard lock(mu);
+    held = r;
+  });
+  {
+    RawConn c(listen_or_die(server));
+    ASSERT_TRUE(c.send("POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"));
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(fired.get_future().wait_for(2s), std::future_status::ready);
+  std::lock_guard lock(mu);
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(held->client_gone());
+  held->send(200, "text/plain", "too late");  // harmless
+}
+
+TEST(ServerTest, ThrowingHandlerGets500AndServerKeepsServing) {
+  Server server(short_limits(), echo);
+  uint16_t port = listen_or_die(server);
+  RawConn c(port);
+  ASSERT_TRUE(c.send("GET /throw HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  expect_error_body(r->body);
+  ASSERT_TRUE(c.send("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"));  // same connection still works
+  r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  RawConn other(port);
+  ASSERT_TRUE(other.send("GET /other HTTP/1.1\r\nHost: x\r\n\r\n"));
+  r = other.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "GET /other ");
+}
+
+TEST(ServerTest, DroppedResponderGets500) {
+  Server server(short_limits(), [](Request, std::shared_ptr<Responder>) {});
+  RawConn c(listen_or_die(server));
+  ASSERT_TRUE(c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+}
+
+TEST(ServerTest, MaxConnectionsExceededIs503) {
+  ServerLimits limits = short_limits();
+  limits.max_connections = 2;
+  limits.idle_timeout = 5s;
+  Server server(limits, echo);
+  uint16_t port = listen_or_die(server);
+  RawConn a(port), b(port);
+  for (RawConn* c : {&a, &b}) {
+    ASSERT_TRUE(c->send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+    auto r = c->read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  EXPECT_EQ(server.num_connections(), 2u);
+  RawConn third(port);
+  ASSERT_TRUE(third.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto r = third.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  expect_error_body(r->body);
+  EXPECT_TRUE(third.wait_closed(2s));
+  // a slot frees when a connection closes
+  a.close();
+  for (int i = 0; i < 100 && server.num_connections() > 1; ++i)
+    std::this_thread::sleep_for(5ms);
+  RawConn fourth(port);
+  ASSERT_TRUE(fourth.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  r = fourth.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(ServerTest, ConcurrentClientsAllGetTheirAnswers) {
+  ServerLimits limits = short_limits();
+  limits.idle_timeout = 5s;
+  Server server(limits, echo, 4);
+  uint16_t port = listen_or_die(server);
+  ClientLimits client_limits;
+  client_limits.io_threads = 2;
+  Client client(client_limits);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        std::string body = std::to_string(t) + "-" + std::to_string(i);
+        auto r = client.request("127.0.0.1", port, "POST", "/c", body, {}, 5s);
+        if (!r.ok() || r->status != 200 || r->body != "POST /c " + body) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(server.num_accepted(), 16u + 4u);  // keep-alive: about one connection per thread
+}
+
+TEST(ServerTest, StopClosesEverythingPromptly) {
+  Streamer streamer;
+  streamer.chunk_bytes = 16;
+  streamer.max_chunks = 100000;
+  auto server = std::make_unique<Server>(short_limits(), streamer.handler());
+  RawConn c(listen_or_die(*server));
+  ASSERT_TRUE(c.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_NE(c.read_some(1s).find("200"), std::string::npos);
+  auto start = std::chrono::steady_clock::now();
+  server->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_TRUE(c.wait_closed(2s));
+  auto done = streamer.finished.get_future();
+  ASSERT_EQ(done.wait_for(2s), std::future_status::ready);
+  EXPECT_TRUE(streamer.saw_gone);
+  server.reset();  // the streamer's responder may outlive the server harmlessly
+}
+
+TEST(ServerTest, ListenOnBusyPortIsAnError) {
+  Server a(short_limits(), echo);
+  uint16_t port = listen_or_die(a);
+  Server b(short_limits(), echo);
+  auto r = b.listen("127.0.0.1", port);
+  EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace kvc::http

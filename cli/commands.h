@@ -15,5 +15,6 @@ Run add_demo_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
 Run add_bench_command(CLI::App& app);
 Run add_replica_command(CLI::App& app);
+Run add_router_command(CLI::App& app);
 
 }  // namespace kvc::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   runs["generate"] = kvc::cli::add_generate_command(app);
   runs["bench"] = kvc::cli::add_bench_command(app);
   runs["replica"] = kvc::cli::add_replica_command(app);
+  runs["router"] = kvc::cli::add_router_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -300,6 +300,8 @@ std::string ReplicaServer::info_json() const {
   return dump({{"replica_id", config_.replica_id},
                {"model", config_.served_model_name},
                {"block_size", engine_.pool().block_size()},
+               // Block hashes chain from chain_seed(hash_model, cache_salt): routers must agree.
+               {"hash_model", engine_.model().name},
                {"tokenizer", engine_.tokenizer().name()},
                {"num_kv_blocks", engine_.pool().num_blocks()},
                {"max_model_len", engine_.config().scheduler.max_model_len},

@@ -121,10 +121,11 @@ class KvCascade final : public Policy {
     int64_t total = 0;
     for (const Candidate* c : cs)
       total += decode_load(*c);
-    // Bounded load: nobody takes more than factor x its fair share of the load after this request.
-    const double cap = std::max<double>(
-        c_.bounded_load_factor * static_cast<double>(total + r.n) / static_cast<double>(cs.size()),
-        static_cast<double>(r.n));
+    // Bounded load: nobody takes more than factor x its fair share after this request, plus a
+    // little slack so small or stale loads do not push a prefix away from its holder.
+    const double cap =
+        c_.bounded_load_factor * static_cast<double>(total + r.n) / static_cast<double>(cs.size()) +
+        static_cast<double>(r.n + c_.bounded_load_slack);
     std::vector<const Candidate*> allowed;
     for (const Candidate* c : cs) {
       if (static_cast<double>(decode_load(*c) + r.n) <= cap) allowed.push_back(c);

@@ -58,7 +58,8 @@ struct KvCascadePolicyConfig {
   // A prefix is hot when more than this share of its cost-equal replicas would be overloaded:
   // bounded-load rendezvous spreads it over up to `hot_spread` replicas.
   int32_t hot_spread = 2;
-  double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load
+  double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load...
+  int32_t bounded_load_slack = 8;     // ...plus this many sequences
   int32_t cold_hash_blocks = 4;       // cold prompts: rendezvous hash of the first blocks
 };
 

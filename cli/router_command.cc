@@ -1,0 +1,122 @@
+// `kvcascade router`: the prefix-aware router in front of replicas (static list or DNS).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/server_flags.h"
+#include "http/client.h"
+#include "http/server.h"
+#include "router/dns_discovery.h"
+#include "router/replica_pool.h"
+#include "router/server.h"
+
+namespace kvc::cli {
+namespace {
+
+struct RouterFlags {
+  ServerFlags server;
+  RouterConfig router;
+  PoolConfig pool;
+  std::vector<std::string> replicas;
+  std::string replica_dns;
+  int64_t dns_interval_ms = 5000;
+  std::string api_key;
+  size_t approx_capacity_blocks = 1 << 20;
+  int64_t approx_ttl_s = 600;
+  bool check_config = false;
+};
+
+int run_router(RouterFlags f) {
+  if (f.replicas.empty() == f.replica_dns.empty()) {
+    std::fprintf(stderr,
+                 "kvcascade router: give either --replica URL... or --replica-dns NAME:PORT\n");
+    return 2;
+  }
+  if (!f.api_key.empty()) f.router.api_key = f.api_key;
+  if (f.check_config) {
+    std::printf("kvcascade router: configuration ok\n");
+    return 0;
+  }
+  block_shutdown_signals();
+  const Clock& clock = SteadyClock::instance();
+  RadixIndex index(clock);
+  RadixIndexConfig approx_config;
+  approx_config.capacity_blocks_per_replica = f.approx_capacity_blocks;
+  approx_config.ttl = std::chrono::seconds(f.approx_ttl_s);
+  RadixIndex approx(clock, approx_config);
+  std::mutex index_mu;
+  http::ClientLimits client_limits;
+  client_limits.body_idle_timeout = std::chrono::hours(24);  // KV-event streams are long-lived
+  http::Client client(client_limits);
+  ReplicaPool pool(client, index, index_mu, clock, f.pool);
+  for (const std::string& r : f.replicas) {
+    if (auto added = pool.add(r); !added.ok()) {
+      std::fprintf(stderr, "kvcascade router: %s\n", added.error().message.c_str());
+      return 2;
+    }
+  }
+  std::unique_ptr<DnsDiscovery> dns;
+  if (!f.replica_dns.empty()) {
+    dns = std::make_unique<DnsDiscovery>(pool, f.replica_dns,
+                                         std::chrono::milliseconds(f.dns_interval_ms));
+    if (Status s = dns->start(); !s.ok()) {
+      std::fprintf(stderr, "kvcascade router: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  pool.start();
+  RouterServer router(pool, index, approx, index_mu, client, clock, f.router);
+  http::Server http(
+      f.server.limits,
+      [&](http::Request r, std::shared_ptr<http::Responder> w) {
+        router.handle(std::move(r), std::move(w));
+      },
+      f.server.threads);
+  auto port = http.listen(f.server.host, f.server.port);
+  if (!port.ok()) {
+    std::fprintf(stderr, "kvcascade router: %s\n", port.error().message.c_str());
+    return 2;
+  }
+  std::printf("kvcascade router (%s policy) on http://%s:%u\n", f.router.policy.c_str(),
+              f.server.host.c_str(), *port);
+  std::fflush(stdout);
+  wait_for_shutdown_signal();
+  std::printf("kvcascade router: shutting down\n");
+  http.stop();
+  return 0;
+}
+
+}  // namespace
+
+Run add_router_command(CLI::App& app) {
+  auto f = std::make_shared<RouterFlags>();
+  CLI::App* cmd = app.add_subcommand("router", "route OpenAI requests to replicas by prefix");
+  add_server_flags(*cmd, f->server, 8080);
+  cmd->add_option("--replica", f->replicas, "replica address host:port (repeatable)");
+  cmd->add_option("--replica-dns", f->replica_dns,
+                  "discover replicas by resolving NAME:PORT (a headless Service)");
+  cmd->add_option("--dns-interval-ms", f->dns_interval_ms, "re-resolve period")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  cmd->add_option("--policy", f->router.policy, "routing policy")
+      ->check(CLI::IsMember(policy_names()));
+  cmd->add_option("--api-key", f->api_key, "require Authorization: Bearer KEY from clients");
+  cmd->add_option("--max-attempts", f->router.max_attempts,
+                  "replicas tried before the first byte reached the client")
+      ->check(CLI::Range(1, 16));
+  cmd->add_option("--approx-capacity-blocks", f->approx_capacity_blocks,
+                  "approximate mode: blocks remembered per replica")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  cmd->add_option("--approx-ttl-s", f->approx_ttl_s, "approximate mode: entry lifetime")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  cmd->add_option_function<int64_t>(
+         "--sibling-window-ms",
+         [f](int64_t ms) { f->router.siblings.window = std::chrono::milliseconds(ms); },
+         "identical prompts within this window go to the same replica")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
+  return [f] { return run_router(*f); };
+}
+
+}  // namespace kvc::cli

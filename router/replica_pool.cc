@@ -1,0 +1,261 @@
+#include "router/replica_pool.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "http/sse.h"
+
+namespace kvc {
+
+struct ReplicaPool::Replica {
+  ReplicaView view;
+  int32_t consecutive_failures = 0;
+  Clock::TimePoint open_until{};
+  // KV-event subscription.
+  bool subscribing = false;
+  Clock::TimePoint next_subscribe{};
+  std::chrono::milliseconds backoff{100};
+  uint64_t expected_seq = 0;
+  std::unique_ptr<http::SseParser> parser;
+  std::atomic<bool> removed{false};
+};
+
+namespace {
+
+bool parse_address(std::string address, std::string& host, uint16_t& port) {
+  if (address.rfind("http://", 0) == 0) address = address.substr(7);
+  while (!address.empty() && address.back() == '/')
+    address.pop_back();
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  try {
+    const int p = std::stoi(address.substr(colon + 1));
+    if (p <= 0 || p > 65535) return false;
+    port = static_cast<uint16_t>(p);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ReplicaPool::ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu,
+                         const Clock& clock, PoolConfig config)
+    : client_(client), index_(index), index_mu_(index_mu), clock_(clock), config_(config) {}
+
+ReplicaPool::~ReplicaPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto& r : replicas_)
+      if (r) r->removed = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<uint32_t> ReplicaPool::add(const std::string& address) {
+  auto r = std::make_shared<Replica>();
+  if (!parse_address(address, r->view.host, r->view.port)) {
+    return Error{"replica address '" + address + "' is not host:port"};
+  }
+  r->view.replica_id = r->view.host + ":" + std::to_string(r->view.port);
+  r->view.block_size = config_.default_block_size;
+  std::lock_guard lock(mu_);
+  for (const auto& other : replicas_) {
+    if (other && other->view.host == r->view.host && other->view.port == r->view.port) {
+      return other->view.index;
+    }
+  }
+  r->view.index = static_cast<uint32_t>(replicas_.size());
+  replicas_.push_back(r);
+  return r->view.index;
+}
+
+void ReplicaPool::remove(uint32_t index) {
+  {
+    std::lock_guard lock(mu_);
+    if (index >= replicas_.size() || !replicas_[index]) return;
+    replicas_[index]->removed = true;
+    replicas_[index].reset();
+  }
+  std::lock_guard lock(index_mu_);
+  index_.clear(index);
+}
+
+void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
+  std::vector<uint32_t> keep;
+  for (const std::string& a : addresses) {
+    if (auto i = add(a); i.ok()) keep.push_back(*i);
+  }
+  std::vector<uint32_t> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& r : replicas_) {
+      if (r && std::find(keep.begin(), keep.end(), r->view.index) == keep.end()) {
+        gone.push_back(r->view.index);
+      }
+    }
+  }
+  for (uint32_t i : gone)
+    remove(i);
+}
+
+std::vector<ReplicaView> ReplicaPool::snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<ReplicaView> out;
+  const Clock::TimePoint now = clock_.now();
+  for (const auto& r : replicas_) {
+    if (!r) continue;
+    ReplicaView v = r->view;
+    v.healthy = v.healthy && now >= r->open_until;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
+  return replicas_[index]->view;
+}
+
+void ReplicaPool::begin_request(uint32_t index) {
+  std::lock_guard lock(mu_);
+  if (index < replicas_.size() && replicas_[index]) ++replicas_[index]->view.in_flight;
+}
+
+void ReplicaPool::end_request(uint32_t index, bool ok) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  Replica& r = *replicas_[index];
+  --r.view.in_flight;
+  if (ok) {
+    r.consecutive_failures = 0;
+    return;
+  }
+  if (++r.consecutive_failures >= config_.failures_to_open) {
+    r.open_until = clock_.now() + config_.open_for;
+    r.view.healthy = false;  // until a poll succeeds
+  }
+}
+
+void ReplicaPool::poll(Replica& r) {
+  const std::string host = r.view.host;
+  const uint16_t port = r.view.port;
+  const bool need_info = r.view.hash_model.empty();
+  std::optional<nlohmann::json> info, load;
+  if (need_info) {
+    auto resp = client_.request(host, port, "GET", "/v1/info", "", {}, std::chrono::seconds(2));
+    if (resp.ok() && resp->status == 200) {
+      info = nlohmann::json::parse(resp->body, nullptr, false);
+      if (info->is_discarded()) info.reset();
+    }
+  }
+  auto resp = client_.request(host, port, "GET", "/v1/load", "", {}, std::chrono::seconds(2));
+  if (resp.ok() && resp->status == 200) {
+    load = nlohmann::json::parse(resp->body, nullptr, false);
+    if (load->is_discarded()) load.reset();
+  }
+  std::lock_guard lock(mu_);
+  if (info) {
+    r.view.replica_id = info->value("replica_id", r.view.replica_id);
+    r.view.hash_model = info->value("hash_model", info->value("model", std::string()));
+    r.view.block_size = info->value("block_size", config_.default_block_size);
+    r.view.models = {info->value("model", std::string())};
+  }
+  const bool ok = load.has_value() && !r.view.hash_model.empty();
+  if (ok) {
+    r.view.queued_prefill_tokens = load->value("queued_prefill_tokens", int64_t{0});
+    r.view.running_sequences = load->value("running_sequences", int64_t{0});
+    r.view.waiting_sequences = load->value("waiting_sequences", int64_t{0});
+    if (clock_.now() >= r.open_until) r.view.healthy = true;
+  } else {
+    r.view.healthy = false;
+  }
+}
+
+void ReplicaPool::poll_now() {
+  std::vector<std::shared_ptr<Replica>> rs;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& r : replicas_)
+      if (r) rs.push_back(r);
+  }
+  for (auto& r : rs)
+    poll(*r);
+  for (auto& r : rs) {
+    bool want = false;
+    {
+      std::lock_guard lock(mu_);
+      want = r->view.healthy && !r->subscribing && clock_.now() >= r->next_subscribe && !r->removed;
+      if (want) r->subscribing = true;
+    }
+    if (want) subscribe(r->view.index);
+  }
+}
+
+// Streams /v1/kv_events into the index. The first batch is a snapshot: it replaces whatever the
+// index held for the replica. A gap in sequence numbers or a broken stream resubscribes (with
+// backoff), which brings a fresh snapshot.
+void ReplicaPool::subscribe(uint32_t index) {
+  std::shared_ptr<Replica> r;
+  {
+    std::lock_guard lock(mu_);
+    if (index >= replicas_.size() || !replicas_[index]) return;
+    r = replicas_[index];
+    r->parser = std::make_unique<http::SseParser>(8 << 20);
+    r->expected_seq = 0;
+  }
+  auto status = std::make_shared<int>(0);
+  client_.stream(
+      r->view.host, r->view.port, "GET", "/v1/kv_events", "", {},
+      [status](int s, const http::Headers&) { *status = s; },
+      [this, r, index, status](std::string_view bytes) {
+        if (*status != 200 || r->removed) return false;
+        auto events = r->parser->feed(bytes);
+        if (!events.ok()) return false;
+        for (const http::SseEvent& e : *events) {
+          auto batch = decode_kv_event_batch(e.data);
+          if (!batch.ok()) return false;
+          {
+            std::lock_guard lock(mu_);
+            if (batch->seq != r->expected_seq) return false;  // missed events: resubscribe
+            ++r->expected_seq;
+            r->view.exact = true;
+            r->backoff = std::chrono::milliseconds(100);
+          }
+          std::lock_guard lock(index_mu_);
+          if (batch->snapshot) index_.clear(index);
+          for (const KvEvent& ev : batch->events)
+            (void)index_.apply(index, ev);
+        }
+        return true;
+      },
+      [this, r](Status) {
+        std::lock_guard lock(mu_);
+        r->subscribing = false;
+        r->view.exact = false;
+        r->next_subscribe = clock_.now() + r->backoff;
+        r->backoff = std::min(r->backoff * 2, config_.resubscribe_backoff_max);
+      });
+}
+
+void ReplicaPool::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void ReplicaPool::run() {
+  while (true) {
+    poll_now();
+    std::unique_lock lock(mu_);
+    if (wake_.wait_for(lock, config_.poll_interval, [&] { return stopping_; })) return;
+  }
+}
+
+}  // namespace kvc

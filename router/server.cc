@@ -1,0 +1,325 @@
+#include "router/server.h"
+
+#include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "http/errors.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvc {
+
+using json = nlohmann::json;
+
+// One client request on its way to a replica, possibly over several tries.
+struct RouterServer::Attempt {
+  http::Request request;
+  std::shared_ptr<http::Responder> responder;
+  bool stream = false;
+  std::vector<BlockHash> hashes;
+  std::string sibling_key;
+  std::vector<uint32_t> tried;
+  uint32_t replica = 0;
+  std::string replica_id, reason;
+  size_t matched_bytes = 0;
+  bool sent_anything = false;  // bytes reached the client: no more retries
+  int status = 0;
+};
+
+RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& approx,
+                           std::mutex& index_mu, http::Client& client, const Clock& clock,
+                           RouterConfig config)
+    : pool_(pool),
+      index_(index),
+      approx_(approx),
+      index_mu_(index_mu),
+      client_(client),
+      config_(std::move(config)),
+      policy_(make_policy(config_.policy)),
+      siblings_(clock, config_.siblings) {}
+
+void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (config_.api_key && path != "/health") {
+    const auto auth = request.header("authorization");
+    if (!auth || *auth != "Bearer " + *config_.api_key) {
+      http::send_error(*responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
+                       "authentication_error");
+      return;
+    }
+  }
+  auto only = [&](const char* method) {
+    if (request.method == method) return true;
+    http::send_error(*responder, 405, "method " + request.method + " is not allowed on " + path);
+    return false;
+  };
+  if (path == "/v1/completions") {
+    if (only("POST")) route(Endpoint::kCompletions, std::move(request), responder);
+  } else if (path == "/v1/chat/completions") {
+    if (only("POST")) route(Endpoint::kChatCompletions, std::move(request), responder);
+  } else if (path == "/health") {
+    if (!only("GET")) return;
+    size_t healthy = 0;
+    for (const ReplicaView& r : pool_.snapshot())
+      healthy += r.healthy;
+    responder->send(
+        healthy ? 200 : 503, "application/json",
+        json{{"status", healthy ? "ok" : "no healthy replica"}, {"healthy_replicas", healthy}}
+            .dump());
+  } else if (path == "/v1/models") {
+    if (!only("GET")) return;
+    std::set<std::string> names;
+    for (const ReplicaView& r : pool_.snapshot())
+      if (r.healthy) names.insert(r.models.begin(), r.models.end());
+    json data = json::array();
+    for (const std::string& n : names) {
+      data.push_back({{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "kvcascade"}});
+    }
+    responder->send(200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
+  } else if (path == "/router/state") {
+    if (only("GET")) responder->send(200, "application/json", state_json());
+  } else {
+    http::send_error(*responder, 404, "no such path: " + path, "not_found_error");
+  }
+}
+
+void RouterServer::route(Endpoint endpoint, http::Request request,
+                         std::shared_ptr<http::Responder> responder) {
+  ++stats_.requests;
+  auto parsed = parse_openai_request(endpoint, request.body, config_.api);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    http::send_error(*responder, e->status, e->message, "invalid_request_error",
+                     e->param.empty() ? std::nullopt : std::optional<std::string_view>(e->param));
+    return;
+  }
+  const OpenAiRequest& req = std::get<OpenAiRequest>(parsed);
+  std::vector<ReplicaView> replicas;
+  for (ReplicaView& r : pool_.snapshot()) {
+    if (std::find(r.models.begin(), r.models.end(), req.model) != r.models.end()) {
+      replicas.push_back(std::move(r));
+    }
+  }
+  if (replicas.empty()) {
+    http::send_error(*responder, 404, "model '" + req.model + "' is not served by any replica",
+                     "invalid_request_error", "model");
+    return;
+  }
+  auto attempt = std::make_shared<Attempt>();
+  attempt->stream = req.stream;
+  // Route by the first prompt: a batch's prompts usually share their prefix.
+  const std::string& prompt = req.prompts.front();
+  const ReplicaView& any = replicas.front();
+  attempt->hashes = hash_blocks(chain_seed(any.hash_model, req.cache_salt), prompt, any.block_size);
+  const uint64_t prompt_hash = XXH3_64bits_withSeed(
+      prompt.data(), prompt.size(), XXH3_64bits(req.cache_salt.data(), req.cache_salt.size()));
+  attempt->sibling_key = SiblingTracker::key_for(req.group, prompt_hash);
+  attempt->request = std::move(request);
+  attempt->responder = responder;
+
+  MatchResult exact, guessed;
+  {
+    std::lock_guard lock(index_mu_);
+    exact = index_.match(attempt->hashes);
+    guessed = approx_.match(attempt->hashes);
+  }
+  if (exact.near_miss() || guessed.near_miss()) ++stats_.near_misses;
+
+  std::vector<Candidate> candidates;
+  for (const ReplicaView& r : replicas) {
+    Candidate c;
+    c.replica = r.index;
+    c.id = r.replica_id;
+    c.healthy = r.healthy;
+    c.matched_blocks = std::max(exact.blocks_for(r.index), guessed.blocks_for(r.index));
+    c.queued_prefill_tokens = r.queued_prefill_tokens;
+    c.running_sequences = r.running_sequences;
+    c.waiting_sequences = r.waiting_sequences;
+    c.in_flight_requests = r.in_flight;
+    {
+      std::lock_guard lock(index_mu_);
+      c.index_blocks = index_.num_blocks(r.index) + approx_.num_blocks(r.index);
+    }
+    candidates.push_back(std::move(c));
+  }
+  RouteRequest rr;
+  rr.blocks = attempt->hashes;
+  rr.prompt_tokens = static_cast<int64_t>(prompt.size());
+  rr.block_size = any.block_size;
+  rr.n = req.n * static_cast<int32_t>(req.prompts.size());
+  rr.group = req.group;
+  rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
+
+  // Everything below chooses among the candidates still untried; forward() calls back here.
+  auto choose = [this, attempt, candidates, rr]() mutable -> bool {
+    for (Candidate& c : candidates) {
+      if (std::find(attempt->tried.begin(), attempt->tried.end(), c.replica) !=
+          attempt->tried.end()) {
+        c.healthy = false;
+      }
+    }
+    if (std::none_of(candidates.begin(), candidates.end(), [](auto& c) { return c.healthy; })) {
+      return false;
+    }
+    RouteDecision d;
+    bool pinned = false;
+    if (config_.policy == "kvcascade") {
+      std::lock_guard lock(policy_mu_);
+      if (auto p = siblings_.lookup(attempt->sibling_key)) {
+        for (const Candidate& c : candidates) {
+          if (c.replica == *p && c.healthy) {
+            d = {c.replica, "sibling_pinned"};
+            pinned = true;
+          }
+        }
+      }
+    }
+    if (!pinned) {
+      std::lock_guard lock(policy_mu_);
+      d = policy_->choose(rr, candidates);
+      if (config_.policy == "kvcascade") siblings_.record(attempt->sibling_key, d.replica);
+    }
+    if (!attempt->tried.empty()) d.reason = "retry";
+    attempt->replica = d.replica;
+    attempt->reason = d.reason;
+    for (const Candidate& c : candidates) {
+      if (c.replica == d.replica) {
+        attempt->replica_id = c.id;
+        attempt->matched_bytes = c.matched_blocks * static_cast<size_t>(rr.block_size);
+      }
+    }
+    attempt->tried.push_back(d.replica);
+    return true;
+  };
+  if (!choose()) {
+    http::send_error(*responder, 503, "no healthy replica serves model '" + req.model + "'",
+                     "server_error");
+    return;
+  }
+  // Keep the chooser for retries.
+  auto chooser = std::make_shared<std::function<bool()>>(std::move(choose));
+  auto run = std::make_shared<std::function<void()>>();
+  // The function holds itself weakly (no cycle); each in-flight callback holds it strongly.
+  std::weak_ptr<std::function<void()>> weak_run = run;
+  *run = [this, attempt, chooser, weak_run] {
+    auto run = weak_run.lock();
+    auto view = pool_.get(attempt->replica);
+    if (view && !view->exact) {
+      // Approximate mode: this replica publishes no KV events; remember what we sent it.
+      std::lock_guard lock(index_mu_);
+      (void)approx_.insert(attempt->replica, attempt->hashes);
+    }
+    {
+      std::lock_guard lock(stats_.mu);
+      ++stats_.routed[{attempt->replica_id, attempt->reason}];
+    }
+    pool_.begin_request(attempt->replica);
+    http::Headers headers;
+    for (const auto& [k, v] : attempt->request.headers) {
+      std::string lower = k;
+      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+      if (lower == "content-type" || lower == "accept") headers.emplace_back(k, v);
+    }
+    if (!view) {
+      pool_.end_request(attempt->replica, false);
+      if (!(*chooser)()) {
+        http::send_error(*attempt->responder, 503, "no healthy replica left", "server_error");
+      } else {
+        ++stats_.retries;
+        (*run)();
+      }
+      return;
+    }
+    client_.stream(
+        view->host, view->port, attempt->request.method, attempt->request.target,
+        attempt->request.body, headers,
+        [attempt](int status, const http::Headers& upstream) {
+          attempt->status = status;
+          if (status >= 500) return;  // may be retried: nothing sent yet
+          std::string type = "application/json";
+          for (const auto& [k, v] : upstream) {
+            std::string lower = k;
+            std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+            if (lower == "content-type") type = v;
+          }
+          attempt->responder->start_stream(
+              status, type,
+              {{"x-kvcascade-replica", attempt->replica_id},
+               {"x-kvcascade-route-reason", attempt->reason},
+               {"x-kvcascade-matched-bytes", std::to_string(attempt->matched_bytes)}});
+          attempt->sent_anything = true;
+        },
+        [attempt](std::string_view bytes) {
+          if (attempt->status >= 500) return true;  // drain the error body, then retry
+          attempt->responder->write(std::string(bytes));
+          return !attempt->responder->client_gone();
+        },
+        [this, attempt, chooser, run](Status s) {
+          const bool failed = !s.ok() || attempt->status >= 500;
+          pool_.end_request(attempt->replica, !failed || attempt->responder->client_gone());
+          if (!failed) {
+            attempt->responder->end();
+            return;
+          }
+          ++stats_.upstream_errors;
+          if (attempt->responder->client_gone()) return;
+          if (!attempt->sent_anything) {
+            if (static_cast<int32_t>(attempt->tried.size()) < config_.max_attempts &&
+                (*chooser)()) {
+              ++stats_.retries;
+              (*run)();
+              return;
+            }
+            http::send_error(
+                *attempt->responder, 502,
+                "upstream replica failed: " +
+                    (s.ok() ? "status " + std::to_string(attempt->status) : s.message()),
+                "server_error");
+            return;
+          }
+          // Mid-stream: end cleanly with an error event the client can see.
+          if (attempt->stream) {
+            attempt->responder->write(
+                "data: " + http::error_body("upstream replica failed mid-stream", "server_error") +
+                "\n\n");
+          }
+          attempt->responder->end();
+        });
+  };
+  (*run)();
+}
+
+std::string RouterServer::state_json() {
+  json replicas = json::array();
+  std::lock_guard index_lock(index_mu_);
+  for (const ReplicaView& r : pool_.snapshot()) {
+    replicas.push_back({{"index", r.index},
+                        {"replica_id", r.replica_id},
+                        {"address", r.host + ":" + std::to_string(r.port)},
+                        {"healthy", r.healthy},
+                        {"exact", r.exact},
+                        {"block_size", r.block_size},
+                        {"in_flight", r.in_flight},
+                        {"index_blocks", index_.num_blocks(r.index)},
+                        {"approx_blocks", approx_.num_blocks(r.index)}});
+  }
+  json routed = json::array();
+  {
+    std::lock_guard lock(stats_.mu);
+    for (const auto& [key, n] : stats_.routed) {
+      routed.push_back({{"replica", key.first}, {"reason", key.second}, {"count", n}});
+    }
+  }
+  return json{{"policy", config_.policy},
+              {"replicas", replicas},
+              {"requests", stats_.requests.load()},
+              {"retries", stats_.retries.load()},
+              {"upstream_errors", stats_.upstream_errors.load()},
+              {"near_misses", stats_.near_misses.load()},
+              {"routed", routed}}
+      .dump();
+}
+
+}  // namespace kvc

@@ -1,0 +1,67 @@
+// The router's HTTP front: the replicas' OpenAI-compatible API, routed by prefix. For each
+// request it renders and hashes the prompt, asks the index which replica holds how much of it,
+// pins sibling bursts, lets the policy choose, and proxies the request there unchanged, streaming
+// the answer back byte for byte. A replica that fails before the first byte reached the client
+// is retried on another; after that the client gets a clean error event.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "http/client.h"
+#include "http/server.h"
+#include "prefix_index/openai_request.h"
+#include "prefix_index/radix_index.h"
+#include "router/policy.h"
+#include "router/replica_pool.h"
+#include "router/sibling_tracker.h"
+
+namespace kvc {
+
+struct RouterConfig {
+  std::string policy = "kvcascade";
+  std::optional<std::string> api_key;  // clients must send "Authorization: Bearer <key>"
+  int32_t max_attempts = 3;            // replicas tried before the first byte was sent
+  SiblingTrackerConfig siblings;
+  ApiLimits api;
+};
+
+struct RouterStats {
+  std::atomic<int64_t> requests{0}, retries{0}, near_misses{0}, upstream_errors{0};
+  std::mutex mu;
+  std::map<std::pair<std::string, std::string>, int64_t> routed;  // (replica id, reason) -> count
+};
+
+class RouterServer {
+ public:
+  // `index` holds exact-mode entries (fed by the pool's KV-event subscriptions) and `approx`
+  // the entries the router inserts itself for replicas without KV events (TTL + LRU).
+  RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& approx, std::mutex& index_mu,
+               http::Client& client, const Clock& clock, RouterConfig config);
+
+  void handle(http::Request request, std::shared_ptr<http::Responder> responder);
+  RouterStats& stats() { return stats_; }
+
+ private:
+  struct Attempt;
+  void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
+  void forward(std::shared_ptr<Attempt> attempt);
+  std::string state_json();
+
+  ReplicaPool& pool_;
+  RadixIndex& index_;
+  RadixIndex& approx_;
+  std::mutex& index_mu_;
+  http::Client& client_;
+  RouterConfig config_;
+  std::unique_ptr<Policy> policy_;
+  std::mutex policy_mu_;
+  SiblingTracker siblings_;
+  RouterStats stats_;
+};
+
+}  // namespace kvc

@@ -1,0 +1,243 @@
+// Router + 3 tiny CPU replicas, all on 127.0.0.1 with real sockets.
+#include <chrono>
+#include <future>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "http/client.h"
+#include "http/server.h"
+#include "router/replica_pool.h"
+#include "router/server.h"
+#include "tests/testing/replica_fixture.h"
+
+namespace kvc {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+class RouterTest : public ::testing::Test {
+ protected:
+  void start(const std::string& policy = "kvcascade", std::optional<std::string> key = {}) {
+    for (int i = 0; i < 3; ++i) {
+      replicas_.push_back(std::make_unique<testing::LocalReplica>("r" + std::to_string(i)));
+    }
+    index_ = std::make_unique<RadixIndex>(clock_);
+    RadixIndexConfig ac;
+    ac.ttl = std::chrono::seconds(600);
+    approx_ = std::make_unique<RadixIndex>(clock_, ac);
+    http::ClientLimits cl;
+    cl.body_idle_timeout = std::chrono::hours(1);
+    client_ = std::make_unique<http::Client>(cl);
+    PoolConfig pc;
+    pc.poll_interval = 100ms;
+    pool_ = std::make_unique<ReplicaPool>(*client_, *index_, index_mu_, clock_, pc);
+    for (auto& r : replicas_)
+      ASSERT_TRUE(pool_->add(r->address()).ok());
+    pool_->poll_now();
+    pool_->start();
+    RouterConfig rc;
+    rc.policy = policy;
+    rc.api_key = key;
+    router_ =
+        std::make_unique<RouterServer>(*pool_, *index_, *approx_, index_mu_, *client_, clock_, rc);
+    http_ = std::make_unique<http::Server>(
+        http::ServerLimits{}, [this](http::Request r, std::shared_ptr<http::Responder> w) {
+          router_->handle(std::move(r), std::move(w));
+        });
+    auto port = http_->listen("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    port_ = *port;
+    // Wait (bounded) for every replica to be healthy and subscribed.
+    for (int i = 0; i < 100 && !all_exact(); ++i)
+      std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(all_exact());
+  }
+  void TearDown() override {
+    if (http_) http_->stop();
+    router_.reset();
+    pool_.reset();
+    replicas_.clear();
+  }
+  bool all_exact() {
+    auto s = pool_->snapshot();
+    return s.size() == 3 &&
+           std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy && r.exact; });
+  }
+  http::ClientResponse post(const json& body, const http::Headers& extra = {}) {
+    http::Client c;
+    http::Headers h{{"content-type", "application/json"}};
+    h.insert(h.end(), extra.begin(), extra.end());
+    auto r = c.request("127.0.0.1", port_, "POST", "/v1/completions", body.dump(), h, 60s);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+    return r.ok() ? *r : http::ClientResponse{};
+  }
+  std::string replica_of(const http::ClientResponse& r) {
+    return r.header("x-kvcascade-replica").value_or("?");
+  }
+  // Waits until the router's index holds `blocks` blocks of some replica (bounded).
+  void wait_for_index(size_t blocks) {
+    for (int i = 0; i < 200; ++i) {
+      {
+        std::lock_guard lock(index_mu_);
+        for (uint32_t r = 0; r < 3; ++r)
+          if (index_->num_blocks(r) >= blocks) return;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    FAIL() << "index never reached " << blocks << " blocks";
+  }
+
+  SteadyClock& clock_ = SteadyClock::instance();
+  std::vector<std::unique_ptr<testing::LocalReplica>> replicas_;
+  std::unique_ptr<RadixIndex> index_, approx_;
+  std::mutex index_mu_;
+  std::unique_ptr<http::Client> client_;
+  std::unique_ptr<ReplicaPool> pool_;
+  std::unique_ptr<RouterServer> router_;
+  std::unique_ptr<http::Server> http_;
+  uint16_t port_ = 0;
+};
+
+std::string long_prompt(const std::string& tenant) {
+  std::string s = "System prompt of tenant " + tenant + ". ";
+  while (s.size() < 600)
+    s += "Rules for " + tenant + ": be precise, cite, and be brief. ";
+  return s;
+}
+
+TEST_F(RouterTest, SharedPrefixGoesToTheReplicaThatHoldsIt) {
+  start();
+  const std::string base = long_prompt("acme");
+  const auto first = post({{"model", "tiny"}, {"prompt", base + "Q1?"}, {"max_tokens", 2}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  wait_for_index(base.size() / 16);
+  const auto second =
+      post({{"model", "tiny"}, {"prompt", base + "Q2, longer?"}, {"max_tokens", 2}});
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(replica_of(first), replica_of(second));
+  EXPECT_EQ(second.header("x-kvcascade-route-reason"), "prefix_match");
+  EXPECT_GE(std::stoul(second.header("x-kvcascade-matched-bytes").value_or("0")), 576u);
+  const json body = json::parse(second.body);
+  EXPECT_GE(body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 576);
+}
+
+TEST_F(RouterTest, SiblingBurstsStayTogetherAndTenantsSpread) {
+  start();
+  // A GRPO-style burst: 8 identical requests at once.
+  std::vector<std::future<http::ClientResponse>> burst;
+  const json req = {{"model", "tiny"}, {"prompt", long_prompt("grpo")}, {"max_tokens", 3}};
+  for (int i = 0; i < 8; ++i)
+    burst.push_back(std::async(std::launch::async, [&] { return post(req); }));
+  std::set<std::string> where;
+  for (auto& f : burst)
+    where.insert(replica_of(f.get()));
+  EXPECT_EQ(where.size(), 1u);
+  // One n=8 request is one unit on one replica.
+  const auto n8 =
+      post({{"model", "tiny"}, {"prompt", long_prompt("n8")}, {"n", 8}, {"max_tokens", 2}});
+  EXPECT_EQ(json::parse(n8.body)["choices"].size(), 8u);
+  // Different tenants (cold prefixes) spread over the replicas.
+  std::set<std::string> tenants;
+  for (int t = 0; t < 12; ++t) {
+    tenants.insert(replica_of(post(
+        {{"model", "tiny"}, {"prompt", long_prompt("t" + std::to_string(t))}, {"max_tokens", 1}})));
+  }
+  EXPECT_GE(tenants.size(), 2u);
+}
+
+// Removes what differs between two generations of the same text: ids and timestamps.
+std::string normalise(std::string s) {
+  s = std::regex_replace(s, std::regex("\"id\":\"[^\"]*\""), "\"id\":\"\"");
+  return std::regex_replace(s, std::regex("\"created\":[0-9]+"), "\"created\":0");
+}
+
+TEST_F(RouterTest, StreamingThroughTheRouterIsByteIdentical) {
+  start();
+  const json req = {{"model", "tiny"},  {"prompt", long_prompt("stream")},
+                    {"max_tokens", 12}, {"seed", 5},
+                    {"stream", true},   {"ignore_eos", true}};
+  const auto routed = post(req);
+  ASSERT_EQ(routed.status, 200);
+  const std::string id = replica_of(routed);
+  const int which = id.back() - '0';
+  http::Client direct;
+  auto r = direct.request("127.0.0.1", replicas_[which]->port(), "POST", "/v1/completions",
+                          req.dump(), {{"content-type", "application/json"}}, 60s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(normalise(routed.body), normalise(r->body));
+  EXPECT_NE(routed.body.find("data: [DONE]"), std::string::npos);
+}
+
+TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
+  start();
+  const json req = {{"model", "tiny"}, {"prompt", long_prompt("dies")}, {"max_tokens", 2}};
+  const auto first = post(req);
+  const int which = replica_of(first).back() - '0';
+  wait_for_index(30);
+  replicas_[which]->stop();  // its prefix is still in the index: the router will try it first
+  for (int i = 0; i < 5; ++i) {
+    const auto again = post(req);
+    ASSERT_EQ(again.status, 200) << again.body;
+    EXPECT_NE(replica_of(again), "r" + std::to_string(which));
+  }
+  json state =
+      json::parse(http::Client().request("127.0.0.1", port_, "GET", "/router/state")->body);
+  EXPECT_GE(state["requests"].get<int>(), 6);
+}
+
+TEST_F(RouterTest, ReplicaDyingMidStreamEndsWithAnErrorEvent) {
+  start();
+  std::promise<void> first_chunk;
+  std::atomic<bool> got{false};
+  std::string body;
+  std::promise<Status> done;
+  std::string replica;
+  http::Client c;
+  c.stream(
+      "127.0.0.1", port_, "POST", "/v1/completions",
+      json{{"model", "tiny"},
+           {"prompt", long_prompt("midstream")},
+           {"max_tokens", 1500},
+           {"stream", true},
+           {"ignore_eos", true}}
+          .dump(),
+      {{"content-type", "application/json"}},
+      [&](int, const http::Headers& h) {
+        for (auto& [k, v] : h)
+          if (k == "x-kvcascade-replica") replica = v;
+      },
+      [&](std::string_view b) {
+        body += b;
+        if (!got.exchange(true)) first_chunk.set_value();
+        return true;
+      },
+      [&](Status s) { done.set_value(s); });
+  ASSERT_EQ(first_chunk.get_future().wait_for(30s), std::future_status::ready);
+  replicas_[replica.back() - '0']->stop();
+  ASSERT_EQ(done.get_future().wait_for(30s), std::future_status::ready);
+  EXPECT_NE(body.find("\"error\""), std::string::npos)
+      << body.substr(body.size() > 300 ? body.size() - 300 : 0);
+  // The router keeps serving.
+  const auto after = post({{"model", "tiny"}, {"prompt", "still there?"}, {"max_tokens", 1}});
+  EXPECT_EQ(after.status, 200);
+}
+
+TEST_F(RouterTest, BadInputAndAuth) {
+  start("kvcascade", std::string("sekret"));
+  const http::Headers auth{{"authorization", "Bearer sekret"}};
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}}).status, 401);
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}, {"n", 0}}, auth).status, 400);
+  EXPECT_EQ(post({{"model", "nope"}, {"prompt", "x"}}, auth).status, 404);
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 1}}, auth).status, 200);
+  http::Client c;
+  EXPECT_EQ(c.request("127.0.0.1", port_, "GET", "/health")->status, 200);
+  EXPECT_EQ(c.request("127.0.0.1", port_, "GET", "/nope", "", auth)->status, 404);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -170,6 +170,11 @@ void ReplicaPool::poll(Replica& r) {
     r.view.models = {info->value("model", std::string())};
   }
   const bool ok = load.has_value() && !r.view.hash_model.empty();
+  if (!ok && r.view.healthy) {
+    // It went away: what it held is gone from routing until its next snapshot.
+    std::lock_guard index_lock(index_mu_);
+    index_.clear(r.view.index);
+  }
   if (ok) {
     r.view.queued_prefill_tokens = load->value("queued_prefill_tokens", int64_t{0});
     r.view.running_sequences = load->value("running_sequences", int64_t{0});

@@ -293,8 +293,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
 
 std::string RouterServer::state_json() {
   json replicas = json::array();
+  const std::vector<ReplicaView> views = pool_.snapshot();  // before the index lock (lock order)
   std::lock_guard index_lock(index_mu_);
-  for (const ReplicaView& r : pool_.snapshot()) {
+  for (const ReplicaView& r : views) {
     replicas.push_back({{"index", r.index},
                         {"replica_id", r.replica_id},
                         {"address", r.host + ":" + std::to_string(r.port)},

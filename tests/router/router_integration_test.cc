@@ -22,9 +22,11 @@ using namespace std::chrono_literals;
 
 class RouterTest : public ::testing::Test {
  protected:
-  void start(const std::string& policy = "kvcascade", std::optional<std::string> key = {}) {
+  void start_with_blocks(int32_t blocks) { start("kvcascade", {}, blocks); }
+  void start(const std::string& policy = "kvcascade", std::optional<std::string> key = {},
+             int32_t blocks = 256) {
     for (int i = 0; i < 3; ++i) {
-      replicas_.push_back(std::make_unique<testing::LocalReplica>("r" + std::to_string(i)));
+      replicas_.push_back(std::make_unique<testing::LocalReplica>("r" + std::to_string(i), blocks));
     }
     index_ = std::make_unique<RadixIndex>(clock_);
     RadixIndexConfig ac;
@@ -225,6 +227,39 @@ TEST_F(RouterTest, ReplicaDyingMidStreamEndsWithAnErrorEvent) {
   // The router keeps serving.
   const auto after = post({{"model", "tiny"}, {"prompt", "still there?"}, {"max_tokens", 1}});
   EXPECT_EQ(after.status, 200);
+}
+
+TEST_F(RouterTest, ExactIndexFollowsEvictionsOnSmallPools) {
+  start_with_blocks(64);  // a prompt is ~38 blocks: every second prompt evicts earlier ones
+  for (int t = 0; t < 10; ++t) {
+    const auto r = post({{"model", "tiny"},
+                         {"prompt", long_prompt("evict" + std::to_string(t))},
+                         {"max_tokens", 1}});
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  // Once the event streams are drained, the router's index holds exactly each replica's
+  // prefix-cache content (bounded wait).
+  bool agreed = false;
+  for (int i = 0; i < 100 && !agreed; ++i) {
+    std::this_thread::sleep_for(30ms);
+    agreed = true;
+    for (uint32_t k = 0; k < 3; ++k) {
+      size_t hashed = 0;
+      const BlockPool& pool = replicas_[k]->engine().pool();
+      for (int32_t b = 0; b < pool.num_blocks(); ++b)
+        hashed += pool.hash_of(b).has_value();
+      std::lock_guard lock(index_mu_);
+      agreed = agreed && index_->num_blocks(k) == hashed;
+    }
+  }
+  EXPECT_TRUE(agreed);
+  std::lock_guard lock(index_mu_);
+  size_t total = 0;
+  for (uint32_t k = 0; k < 3; ++k) {
+    EXPECT_LE(index_->num_blocks(k), 64u);
+    total += index_->num_blocks(k);
+  }
+  EXPECT_LT(total, 10u * 36u);  // evictions happened (and were followed)
 }
 
 TEST_F(RouterTest, BadInputAndAuth) {

@@ -52,6 +52,7 @@ Result<uint64_t> Engine::submit(GenerationRequest request) {
   g->prompt = std::move(request.prompt);
   g->params = std::move(request.params);
   g->chain_seed = chain_seed(request.cache_salt);
+  g->affinity = std::move(request.group);
   if (Status s = scheduler_.check_fits(*g); !s.ok()) return Error{s.message()};
   const uint64_t id = g->id;
   scheduler_.add(std::move(g));

@@ -33,6 +33,7 @@ struct GenerationRequest {
   int32_t n = 1;
   SamplingParams params;
   std::string cache_salt;  // requests with different salts never share KV
+  std::string group;       // requests naming the same group are scheduled as one unit
 };
 
 // New text of one sibling this step.

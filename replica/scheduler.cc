@@ -150,10 +150,14 @@ void Scheduler::preempt(SequenceGroup& g, StepState& step) {
 bool Scheduler::prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end,
                                    StepState& step) {
   while (!kv_.prepare_write(seq, end, step.out.block_copies)) {
-    // Out of blocks: preempt the most recently admitted group, which may be the owner itself.
-    SequenceGroup* victim = running_.back().get();
-    preempt(*victim, step);
-    if (victim == &owner) return false;
+    // Out of blocks: preempt the most recently admitted group with every group sharing its
+    // affinity; that may include the owner itself.
+    bool owner_preempted = false;
+    for (SequenceGroup* victim : affinity_set(*running_.back())) {
+      owner_preempted = owner_preempted || victim == &owner;
+      preempt(*victim, step);
+    }
+    if (owner_preempted) return false;
   }
   return true;
 }
@@ -192,37 +196,112 @@ bool Scheduler::schedule_prompt_chunk(SequenceGroup& g, StepState& step) {
   return true;
 }
 
-bool Scheduler::try_admit(SequenceGroup& g, StepState& step) {
-  int32_t seqs = g.num_samples;
-  if (!g.seqs.empty()) {
-    seqs = 0;
-    for (const Sequence& s : g.seqs)
-      seqs += s.finished() ? 0 : 1;
+std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
+  std::vector<SequenceGroup*> set{&g};
+  if (g.affinity.empty()) return set;
+  const bool running = g.state == GroupState::kPrompt || g.state == GroupState::kRunning;
+  auto add_partners = [&](const auto& groups) {
+    for (const auto& other : groups) {
+      if (other.get() != &g && other->affinity == g.affinity) set.push_back(other.get());
+    }
+  };
+  if (running) {
+    add_partners(running_);
+  } else {
+    add_partners(waiting_);
   }
-  if (step.num_seqs + seqs > config_.max_num_seqs) return false;
+  // Only a set that could run to completion on its own is a unit: otherwise its members would
+  // preempt each other forever. Larger sets are scheduled member by member.
+  int64_t blocks = 0, seqs = 0;
+  auto count = [&](const auto& groups) {
+    for (const auto& other : groups) {
+      if (other->affinity != g.affinity) continue;
+      blocks += worst_case_blocks(*other);
+      seqs += other->num_samples;
+    }
+  };
+  count(running_);
+  count(waiting_);
+  if (blocks > kv_.pool().num_blocks() || seqs > config_.max_num_seqs) return {&g};
+  return set;
+}
 
+Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g) const {
+  AdmissionNeeds needs;
+  needs.seqs = g.num_samples;
+  if (!g.seqs.empty()) {
+    needs.seqs = 0;
+    for (const Sequence& s : g.seqs)
+      needs.seqs += s.finished() ? 0 : 1;
+  }
+  Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+  for (int32_t t : g.prompt)
+    prompt.hasher.append_byte(static_cast<uint8_t>(t));
+  // Leave at least one prompt token to compute: its logits give the first tokens.
+  const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
+  needs.blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks +
+                 cached.blocks_in_lru + needs.seqs * config_.reserve_blocks_per_sibling;
+  return needs;
+}
+
+// Precondition: admission_needs(g) fits.
+void Scheduler::admit(SequenceGroup& g, StepState& step) {
   Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
   prompt.tokens = g.prompt;
   for (int32_t t : g.prompt)
     prompt.hasher.append_byte(static_cast<uint8_t>(t));
-  // Leave at least one prompt token to compute: its logits give the first tokens.
-  const int32_t max_cached = prompt.length() - 1;
-  const auto cached = kv_.find_cached_prefix(prompt, max_cached);
-  const int32_t needed = kv_.blocks_for(prompt.length()) - cached.blocks + cached.blocks_in_lru +
-                         seqs * config_.reserve_blocks_per_sibling;
-  if (needed > kv_.pool().num_allocatable()) return false;
-
-  const int32_t hit = kv_.attach_cached_prefix(prompt, max_cached);
+  const int32_t hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1);
   const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
-  assert(ok);  // checked above
+  assert(ok);  // checked by the caller
   (void)ok;
   step.out.prefix_cache_query_tokens += prompt.length();
   step.out.prefix_cache_hit_tokens += hit;
   if (!g.preempted) g.num_cached_prompt_tokens = hit;
   g.prompt_seq.emplace(std::move(prompt));
   g.state = GroupState::kPrompt;
-  step.num_seqs += seqs;
+  step.num_seqs +=
+      g.seqs.empty()
+          ? g.num_samples
+          : static_cast<int32_t>(std::count_if(g.seqs.begin(), g.seqs.end(),
+                                               [](const Sequence& s) { return !s.finished(); }));
   step.out.admitted.push_back(g.id);
+  auto it =
+      std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w.get() == &g; });
+  std::unique_ptr<SequenceGroup> owned = std::move(*it);
+  waiting_.erase(it);
+  auto pos = std::upper_bound(running_.begin(), running_.end(), owned->arrival,
+                              [](uint64_t a, const auto& r) { return a < r->arrival; });
+  running_.insert(pos, std::move(owned));
+  schedule_prompt_chunk(g, step);
+}
+
+// Admits the group at the head of the queue together with the waiting groups sharing its
+// affinity, all or none.
+bool Scheduler::try_admit_with_partners(StepState& step) {
+  std::vector<SequenceGroup*> set = affinity_set(*waiting_.front());
+  AdmissionNeeds total;
+  for (SequenceGroup* g : set) {
+    const AdmissionNeeds n = admission_needs(*g);
+    total.seqs += n.seqs;
+    total.blocks += n.blocks;
+  }
+  if (step.num_seqs + total.seqs <= config_.max_num_seqs &&
+      total.blocks <= kv_.pool().num_allocatable()) {
+    for (SequenceGroup* g : set)
+      admit(*g, step);
+    return true;
+  }
+  // Together they do not fit now. Wait for running groups to finish, unless waiting cannot help
+  // (nothing runs, or the set could never fit at once): then the head goes alone.
+  const bool never_together = total.seqs > config_.max_num_seqs ||
+                              total.blocks > kv_.pool().num_blocks() || running_.empty();
+  if (set.size() == 1 || !never_together) return false;
+  const AdmissionNeeds head = admission_needs(*set.front());
+  if (step.num_seqs + head.seqs > config_.max_num_seqs ||
+      head.blocks > kv_.pool().num_allocatable()) {
+    return false;
+  }
+  admit(*set.front(), step);
   return true;
 }
 
@@ -234,26 +313,25 @@ SchedulerOutput Scheduler::schedule() {
       step.num_seqs += s.finished() ? 0 : 1;
     if (g->seqs.empty()) step.num_seqs += g->num_samples;
   }
-  // 1. Decodes first, oldest groups first. Preemption only ever removes groups behind us.
-  for (size_t i = 0; i < running_.size(); ++i) {
-    SequenceGroup& g = *running_[i];
-    if (g.state == GroupState::kRunning) schedule_running(g, step);
+  // 1. Decodes first, oldest groups first. Preemption can remove groups (and their affinity
+  // partners) anywhere in the list, so walk a snapshot and skip those no longer running.
+  std::vector<SequenceGroup*> order;
+  for (const auto& g : running_)
+    order.push_back(g.get());
+  auto still_running = [&](SequenceGroup* g) {
+    return g->state == GroupState::kPrompt || g->state == GroupState::kRunning;
+  };
+  for (SequenceGroup* g : order) {
+    if (still_running(g) && g->state == GroupState::kRunning) schedule_running(*g, step);
   }
   // 2. Prompt and recompute chunks with the budget left.
-  for (size_t i = 0; i < running_.size() && step.budget > 0; ++i) {
-    schedule_prompt_chunk(*running_[i], step);
+  for (SequenceGroup* g : order) {
+    if (step.budget <= 0) break;
+    if (still_running(g)) schedule_prompt_chunk(*g, step);
   }
   // 3. Admissions, strictly first come first served (preempted groups are at the front).
   while (!waiting_.empty() && step.budget > 0) {
-    SequenceGroup& g = *waiting_.front();
-    if (!try_admit(g, step)) break;
-    std::unique_ptr<SequenceGroup> owned = std::move(waiting_.front());
-    waiting_.pop_front();
-    auto pos = std::upper_bound(running_.begin(), running_.end(), owned->arrival,
-                                [](uint64_t a, const auto& r) { return a < r->arrival; });
-    SequenceGroup* admitted = owned.get();
-    running_.insert(pos, std::move(owned));
-    schedule_prompt_chunk(*admitted, step);
+    if (!try_admit_with_partners(step)) break;
   }
   // Copies into blocks of groups preempted later in the step are moot.
   std::unordered_set<int32_t> live;

@@ -102,7 +102,14 @@ class Scheduler {
  private:
   struct StepState;
   bool schedule_running(SequenceGroup& group, StepState& step);
-  bool try_admit(SequenceGroup& group, StepState& step);
+  struct AdmissionNeeds {
+    int32_t seqs = 0;
+    int32_t blocks = 0;
+  };
+  AdmissionNeeds admission_needs(const SequenceGroup& group) const;
+  void admit(SequenceGroup& group, StepState& step);
+  bool try_admit_with_partners(StepState& step);
+  std::vector<SequenceGroup*> affinity_set(SequenceGroup& group) const;
   bool schedule_prompt_chunk(SequenceGroup& group, StepState& step);
   bool prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end, StepState& step);
   void preempt(SequenceGroup& group, StepState& step);

@@ -52,6 +52,10 @@ struct SequenceGroup {
   std::vector<int32_t> prompt;
   SamplingParams params;
   BlockHash chain_seed;  // model + cache_salt
+  // Requests naming the same `group` id (e.g. a GRPO client sending its rollouts one request at
+  // a time) are one unit for the scheduler: admitted together when waiting together, preempted
+  // together. Empty: the group stands alone.
+  std::string affinity;
   GroupState state = GroupState::kWaiting;
   bool preempted = false;  // waiting to be recomputed: goes before every new group
   int32_t num_preemptions = 0;

@@ -60,7 +60,10 @@ Workload random_workload(std::mt19937_64& rng) {
     r.params.seed = rng();
     if (rng() % 5 == 0) r.params.stop = {std::string(1, static_cast<char>('a' + rng() % 26))};
     if (rng() % 7 == 0) r.cache_salt = "tenant-b";
-    r.params.ignore_eos = rng() % 6 == 0;  // EOS then becomes a token that ends the hash chain
+    r.params.ignore_eos = rng() % 6 == 0;
+    if (rng() % 3 == 0)
+      r.group = "affinity-" +
+                std::to_string(rng() % 2);  // EOS then becomes a token that ends the hash chain
     const int32_t p = static_cast<int32_t>(r.prompt.size());
     const int32_t shared = (p + w.block_size - 1) / w.block_size;
     const int32_t own =
@@ -107,6 +110,30 @@ void check_invariants(const Engine& engine) {
         count(s);
       }
     }
+  }
+  // Groups sharing an affinity are never partly running and partly preempted.
+  std::map<std::string, int> running_affinity;
+  for (const auto& g : engine.scheduler().running())
+    if (!g->affinity.empty()) ++running_affinity[g->affinity];
+  // (Only for sets that fit the pool and the sequence limit together; larger ones are admitted
+  // one by one, as nothing else could ever run them.)
+  std::map<std::string, std::pair<int64_t, int64_t>> demand;  // affinity -> (seqs, blocks)
+  auto add_demand = [&](const SequenceGroup& g) {
+    if (g.affinity.empty()) return;
+    const int64_t p = static_cast<int64_t>(g.prompt.size()), bs = pool.block_size();
+    demand[g.affinity].first += g.num_samples;
+    demand[g.affinity].second +=
+        (p + bs - 1) / bs + g.num_samples * ((p + g.params.max_tokens + bs - 1) / bs - p / bs);
+  };
+  for (const auto& g : engine.scheduler().running())
+    add_demand(*g);
+  for (const auto& g : engine.scheduler().waiting())
+    add_demand(*g);
+  for (const auto& g : engine.scheduler().waiting()) {
+    if (!g->preempted || g->affinity.empty()) continue;
+    const auto [seqs, blocks] = demand[g->affinity];
+    if (seqs > engine.config().scheduler.max_num_seqs || blocks > pool.num_blocks()) continue;
+    ASSERT_EQ(running_affinity.count(g->affinity), 0u) << "affinity set split by preemption";
   }
   BlockPoolCounts c = pool.counts();
   int32_t used = 0;

@@ -35,8 +35,10 @@ int run_replica(const ReplicaFlags& f) {
   }
   ByteTokenizer tokenizer;
   Engine engine(**backend, tokenizer, engine_config(f.engine, **backend), SteadyClock::instance());
-  EngineLoop loop(engine, f.replica.replica_id);
-  ReplicaServer server(loop, engine, f.replica);
+  prometheus::Registry registry;
+  metrics::ReplicaMetrics metrics(registry);
+  EngineLoop loop(engine, f.replica.replica_id, &metrics);
+  ReplicaServer server(loop, engine, f.replica, &registry, &metrics);
   http::Server http(
       f.server.limits,
       [&](http::Request r, std::shared_ptr<http::Responder> w) {

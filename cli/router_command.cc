@@ -67,7 +67,9 @@ int run_router(RouterFlags f) {
     }
   }
   pool.start();
-  RouterServer router(pool, index, approx, index_mu, client, clock, f.router);
+  prometheus::Registry registry;
+  metrics::RouterMetrics metrics(registry);
+  RouterServer router(pool, index, approx, index_mu, client, clock, f.router, &registry, &metrics);
   http::Server http(
       f.server.limits,
       [&](http::Request r, std::shared_ptr<http::Responder> w) {

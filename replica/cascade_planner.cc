@@ -121,6 +121,7 @@ kernels::CascadePlan CascadePlanner::plan(std::span<const PlannerSeq> seqs, Casc
     for (int32_t n = 0; n < b.plan.num_nodes(); ++n) {
       const int32_t blocks = b.plan.node_block_indptr[n + 1] - b.plan.node_block_indptr[n];
       stats->kv_bytes_cascade += int64_t{blocks} * block_size_ * kv_bytes_per_token_;
+      stats->kv_bytes_shared += int64_t{blocks} * block_size_ * kv_bytes_per_token_;
     }
     for (int32_t len : b.plan.suffix_len)
       stats->kv_bytes_cascade += len * kv_bytes_per_token_;

@@ -49,6 +49,7 @@ struct CascadeStats {
   std::vector<LevelDecision> decisions;  // every candidate level, kept or not
   int64_t kv_bytes_flat = 0;             // what flat attention reads this step
   int64_t kv_bytes_cascade = 0;          // what the emitted plan reads
+  int64_t kv_bytes_shared = 0;           // of which in shared levels (read once for all members)
   int32_t num_levels_kept() const;
 };
 

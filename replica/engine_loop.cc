@@ -2,9 +2,10 @@
 
 namespace kvc {
 
-EngineLoop::EngineLoop(Engine& engine, std::string replica_id)
+EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics)
     : engine_(engine),
       replica_id_(std::move(replica_id)),
+      metrics_(metrics),
       load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0},
       thread_([this] { run(); }) {}
 
@@ -99,6 +100,47 @@ void EngineLoop::publish_kv_events() {
   }
 }
 
+void EngineLoop::observe(const StepResult& result) {
+  if (!metrics_) return;
+  metrics::ReplicaMetrics& m = *metrics_;
+  const StepStats& s = result.stats;
+  const std::string attention = engine_.config().cascade.enabled ? "cascade" : "flat";
+  if (s.num_decode_seqs > 0) {
+    m.decode_batch_size.Add({}, metrics::count_buckets()).Observe(s.num_decode_seqs);
+    m.decode_step_seconds.Add({{"attention", attention}}, metrics::seconds_buckets())
+        .Observe(std::chrono::duration<double>(s.duration).count());
+    for (const LevelDecision& d : s.cascade.decisions) {
+      m.decode_batch_shared_prefix_tokens.Add({}, metrics::token_buckets())
+          .Observe(d.shared_tokens);
+      m.decode_batch_sibling_count.Add({}, metrics::count_buckets()).Observe(d.members);
+      m.cascade_decisions_total
+          .Add({{"decision", d.kept ? "cascade" : "flat"},
+                {"reason", cascade_reason_name(d.reason)}})
+          .Increment();
+    }
+    m.kv_bytes_read_total.Add({{"kind", "prefix"}})
+        .Increment(static_cast<double>(s.cascade.kv_bytes_shared));
+    m.kv_bytes_read_total.Add({{"kind", "suffix"}})
+        .Increment(static_cast<double>(s.cascade.kv_bytes_cascade - s.cascade.kv_bytes_shared));
+    m.kv_bytes_saved_total.Add({}).Increment(
+        static_cast<double>(s.cascade.kv_bytes_flat - s.cascade.kv_bytes_cascade));
+  }
+  m.prefix_cache_query_tokens_total.Add({}).Increment(s.prefix_cache_query_tokens);
+  m.prefix_cache_hit_tokens_total.Add({}).Increment(s.prefix_cache_hit_tokens);
+  m.preemptions_total.Add({}).Increment(static_cast<double>(s.preempted.size()));
+  int64_t generated = 0;
+  for (const SequenceOutput& o : result.outputs)
+    generated += o.num_new_tokens;
+  m.generation_tokens_total.Add({}).Increment(static_cast<double>(generated));
+  const BlockPoolCounts b = engine_.pool().counts();
+  m.kv_blocks.Add({{"state", "used"}}).Set(b.num_blocks_used);
+  m.kv_blocks.Add({{"state", "cached"}}).Set(b.num_blocks_cached);
+  m.kv_blocks.Add({{"state", "free"}}).Set(b.num_blocks_free);
+  const SchedulerCounts c = engine_.scheduler().counts();
+  m.groups.Add({{"state", "waiting"}}).Set(c.num_groups_waiting);
+  m.groups.Add({{"state", "running"}}).Set(c.num_groups_running);
+}
+
 void EngineLoop::dispatch(StepResult& result) {
   for (const SequenceOutput& o : result.outputs) {
     auto it = sinks_.find(o.group);
@@ -134,6 +176,7 @@ void EngineLoop::run() {
     if (engine_.has_work()) {
       StepResult result = engine_.step();
       ++num_steps_;
+      observe(result);
       dispatch(result);
     }
     publish_kv_events();

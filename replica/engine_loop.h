@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "metrics/metrics.h"
 #include "prefix_index/kv_event.h"
 #include "replica/engine.h"
 
@@ -39,7 +40,8 @@ class EngineLoop {
  public:
   using KvSubscriber = std::function<void(const KvEventBatch&)>;
 
-  EngineLoop(Engine& engine, std::string replica_id);
+  // metrics: observed after every step on the engine thread; may be null.
+  EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics = nullptr);
   ~EngineLoop();  // stops the thread; groups still running are aborted
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -60,9 +62,12 @@ class EngineLoop {
   void run();
   void dispatch(StepResult& result);
   void publish_kv_events();
+  void observe(const StepResult& result);
 
   Engine& engine_;
   std::string replica_id_;
+  metrics::ReplicaMetrics* metrics_;
+  int64_t preemptions_seen_ = 0;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> commands_;  // run on the engine thread

@@ -33,8 +33,10 @@ std::string dump(const json& j) {
 class RequestState : public std::enable_shared_from_this<RequestState> {
  public:
   RequestState(OpenAiRequest req, std::string id, std::string model,
-               std::shared_ptr<http::Responder> responder)
-      : req_(std::move(req)),
+               std::shared_ptr<http::Responder> responder, metrics::ReplicaMetrics* metrics)
+      : metrics_(metrics),
+        start_(std::chrono::steady_clock::now()),
+        req_(std::move(req)),
         id_(std::move(id)),
         model_(std::move(model)),
         created_(unix_seconds()),
@@ -59,6 +61,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
 
   void on_output(size_t prompt_index, const SequenceOutput& o) {
     std::lock_guard lock(mu_);
+    if (!first_token_ && o.num_new_tokens > 0) first_token_ = std::chrono::steady_clock::now();
     Choice& c = choices_[prompt_index * req_.n + o.sibling];
     c.text += o.text_delta;
     c.tokens += o.num_new_tokens;
@@ -141,9 +144,29 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     responder_->start_stream(200, "text/event-stream", {{"cache-control", "no-cache"}});
   }
 
+  void observe_locked() {
+    if (!metrics_) return;
+    int64_t completion = 0;
+    for (const Choice& c : choices_)
+      completion += c.tokens;
+    metrics_->prompt_tokens_total.Add({}).Increment(static_cast<double>(prompt_tokens_));
+    if (!first_token_) return;
+    const auto now = std::chrono::steady_clock::now();
+    metrics_->request_ttft_seconds.Add({}, metrics::seconds_buckets())
+        .Observe(std::chrono::duration<double>(*first_token_ - start_).count());
+    // Tokens after the first, over all choices decoded side by side: per step of one sequence.
+    const int64_t per_choice =
+        choices_.empty() ? 0 : completion / static_cast<int64_t>(choices_.size());
+    if (per_choice > 1) {
+      metrics_->request_tpot_seconds.Add({}, metrics::seconds_buckets())
+          .Observe(std::chrono::duration<double>(now - *first_token_).count() / (per_choice - 1));
+    }
+  }
+
   void finish_locked() {
     if (responded_) return;
     responded_ = true;
+    observe_locked();
     if (req_.stream) {
       if (!started_) start_stream_locked();
       if (!error_.empty()) {
@@ -184,6 +207,9 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     responder_->send(200, "application/json", dump(body));
   }
 
+  metrics::ReplicaMetrics* metrics_;
+  std::chrono::steady_clock::time_point start_;
+  std::optional<std::chrono::steady_clock::time_point> first_token_;
   OpenAiRequest req_;
   std::string id_, model_;
   int64_t created_;
@@ -199,8 +225,13 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
 
 }  // namespace
 
-ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServerConfig config)
-    : loop_(loop), engine_(engine), config_(std::move(config)) {
+ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServerConfig config,
+                             prometheus::Registry* registry, metrics::ReplicaMetrics* metrics)
+    : loop_(loop),
+      engine_(engine),
+      registry_(registry),
+      metrics_(metrics),
+      config_(std::move(config)) {
   if (config_.served_model_name.empty()) config_.served_model_name = engine_.model().name;
 }
 
@@ -225,6 +256,8 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
     if (only("GET")) responder->send(200, "application/json", load_json());
   } else if (path == "/v1/kv_events") {
     if (only("GET")) kv_events(responder);
+  } else if (path == "/metrics" && registry_) {
+    if (only("GET")) responder->send(200, metrics::kContentType, metrics::expose(*registry_));
   } else {
     http::send_error(*responder, 404, "no such path: " + path, "not_found_error");
   }
@@ -250,7 +283,8 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   const std::string id = (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") +
                          config_.replica_id + "-" + std::to_string(number);
   const uint64_t seed = req.seed.value_or(std::random_device{}() ^ (number << 32));
-  auto state = std::make_shared<RequestState>(req, id, config_.served_model_name, responder);
+  auto state =
+      std::make_shared<RequestState>(req, id, config_.served_model_name, responder, metrics_);
 
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     GenerationRequest g;

@@ -22,7 +22,10 @@ struct ReplicaServerConfig {
 
 class ReplicaServer {
  public:
-  ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServerConfig config);
+  // registry/metrics: what /metrics exposes and where request timings go; may be null.
+  ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServerConfig config,
+                prometheus::Registry* registry = nullptr,
+                metrics::ReplicaMetrics* metrics = nullptr);
   // The handler to give an http::Server.
   void handle(http::Request request, std::shared_ptr<http::Responder> responder);
   const ReplicaServerConfig& config() const { return config_; }
@@ -37,6 +40,8 @@ class ReplicaServer {
 
   EngineLoop& loop_;
   const Engine& engine_;
+  prometheus::Registry* registry_;
+  metrics::ReplicaMetrics* metrics_;
   ReplicaServerConfig config_;
   std::atomic<uint64_t> next_request_{1};
 };

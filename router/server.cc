@@ -27,11 +27,14 @@ struct RouterServer::Attempt {
   size_t matched_bytes = 0;
   bool sent_anything = false;  // bytes reached the client: no more retries
   int status = 0;
+  Clock::TimePoint start{};
+  size_t prompt_bytes = 0;
 };
 
 RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& approx,
                            std::mutex& index_mu, http::Client& client, const Clock& clock,
-                           RouterConfig config)
+                           RouterConfig config, prometheus::Registry* registry,
+                           metrics::RouterMetrics* metrics)
     : pool_(pool),
       index_(index),
       approx_(approx),
@@ -39,7 +42,10 @@ RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& app
       client_(client),
       config_(std::move(config)),
       policy_(make_policy(config_.policy)),
-      siblings_(clock, config_.siblings) {}
+      siblings_(clock, config_.siblings),
+      registry_(registry),
+      metrics_(metrics),
+      clock_(clock) {}
 
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
@@ -79,6 +85,17 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
       data.push_back({{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "kvcascade"}});
     }
     responder->send(200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
+  } else if (path == "/metrics" && registry_) {
+    if (!only("GET")) return;
+    if (metrics_) {
+      const std::vector<ReplicaView> views = pool_.snapshot();
+      std::lock_guard lock(index_mu_);
+      for (const ReplicaView& r : views) {
+        metrics_->router_index_blocks.Add({{"replica", r.replica_id}})
+            .Set(static_cast<double>(index_.num_blocks(r.index) + approx_.num_blocks(r.index)));
+      }
+    }
+    responder->send(200, metrics::kContentType, metrics::expose(*registry_));
   } else if (path == "/router/state") {
     if (only("GET")) responder->send(200, "application/json", state_json());
   } else {
@@ -109,6 +126,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   }
   auto attempt = std::make_shared<Attempt>();
   attempt->stream = req.stream;
+  attempt->start = clock_.now();
+  attempt->prompt_bytes = req.prompts.front().size();
   // Route by the first prompt: a batch's prompts usually share their prefix.
   const std::string& prompt = req.prompts.front();
   const ReplicaView& any = replicas.front();
@@ -125,7 +144,10 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     exact = index_.match(attempt->hashes);
     guessed = approx_.match(attempt->hashes);
   }
-  if (exact.near_miss() || guessed.near_miss()) ++stats_.near_misses;
+  if (exact.near_miss() || guessed.near_miss()) {
+    ++stats_.near_misses;
+    if (metrics_) metrics_->router_near_miss_prefixes_total.Add({}).Increment();
+  }
 
   std::vector<Candidate> candidates;
   for (const ReplicaView& r : replicas) {
@@ -215,6 +237,16 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       std::lock_guard lock(stats_.mu);
       ++stats_.routed[{attempt->replica_id, attempt->reason}];
     }
+    if (metrics_) {
+      metrics_->router_requests_total
+          .Add({{"replica", attempt->replica_id}, {"reason", attempt->reason}})
+          .Increment();
+      if (attempt->tried.size() == 1 && attempt->prompt_bytes > 0) {
+        metrics_->router_prefix_match_ratio.Add({}, metrics::ratio_buckets())
+            .Observe(std::min(1.0, static_cast<double>(attempt->matched_bytes) /
+                                       static_cast<double>(attempt->prompt_bytes)));
+      }
+    }
     pool_.begin_request(attempt->replica);
     http::Headers headers;
     for (const auto& [k, v] : attempt->request.headers) {
@@ -261,9 +293,21 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           pool_.end_request(attempt->replica, !failed || attempt->responder->client_gone());
           if (!failed) {
             attempt->responder->end();
+            if (metrics_) {
+              metrics_->router_request_seconds.Add({}, metrics::seconds_buckets())
+                  .Observe(std::chrono::duration<double>(clock_.now() - attempt->start).count());
+            }
             return;
           }
           ++stats_.upstream_errors;
+          if (metrics_) {
+            const char* kind = attempt->sent_anything   ? "midstream"
+                               : attempt->status >= 500 ? "status"
+                                                        : "connect";
+            metrics_->router_upstream_errors_total
+                .Add({{"replica", attempt->replica_id}, {"kind", kind}})
+                .Increment();
+          }
           if (attempt->responder->client_gone()) return;
           if (!attempt->sent_anything) {
             if (static_cast<int32_t>(attempt->tried.size()) < config_.max_attempts &&

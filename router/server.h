@@ -14,6 +14,7 @@
 
 #include "http/client.h"
 #include "http/server.h"
+#include "metrics/metrics.h"
 #include "prefix_index/openai_request.h"
 #include "prefix_index/radix_index.h"
 #include "router/policy.h"
@@ -40,8 +41,10 @@ class RouterServer {
  public:
   // `index` holds exact-mode entries (fed by the pool's KV-event subscriptions) and `approx`
   // the entries the router inserts itself for replicas without KV events (TTL + LRU).
+  // registry/metrics: /metrics and its counters; may be null.
   RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& approx, std::mutex& index_mu,
-               http::Client& client, const Clock& clock, RouterConfig config);
+               http::Client& client, const Clock& clock, RouterConfig config,
+               prometheus::Registry* registry = nullptr, metrics::RouterMetrics* metrics = nullptr);
 
   void handle(http::Request request, std::shared_ptr<http::Responder> responder);
   RouterStats& stats() { return stats_; }
@@ -62,6 +65,9 @@ class RouterServer {
   std::mutex policy_mu_;
   SiblingTracker siblings_;
   RouterStats stats_;
+  prometheus::Registry* registry_;
+  metrics::RouterMetrics* metrics_;
+  const Clock& clock_;
 };
 
 }  // namespace kvc

@@ -100,6 +100,8 @@ class RouterTest : public ::testing::Test {
   std::mutex index_mu_;
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<ReplicaPool> pool_;
+  prometheus::Registry registry_;
+  std::unique_ptr<metrics::RouterMetrics> router_metrics_;
   std::unique_ptr<RouterServer> router_;
   std::unique_ptr<http::Server> http_;
   uint16_t port_ = 0;

@@ -21,8 +21,10 @@ class LocalReplica {
     EngineConfig config;
     config.scheduler.max_model_len = 4096;
     engine_ = std::make_unique<Engine>(*backend_, tokenizer_, config, SteadyClock::instance());
-    loop_ = std::make_unique<EngineLoop>(*engine_, id);
-    server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, ReplicaServerConfig{id, "", {}});
+    metrics_ = std::make_unique<metrics::ReplicaMetrics>(registry_);
+    loop_ = std::make_unique<EngineLoop>(*engine_, id, metrics_.get());
+    server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, ReplicaServerConfig{id, "", {}},
+                                              &registry_, metrics_.get());
     start();
   }
   ~LocalReplica() { stop(); }
@@ -46,6 +48,8 @@ class LocalReplica {
     port_ = port.ok() ? *port : 0;
   }
 
+  prometheus::Registry registry_;
+  std::unique_ptr<metrics::ReplicaMetrics> metrics_;
   ByteTokenizer tokenizer_;
   std::unique_ptr<CpuBackend> backend_;
   std::unique_ptr<Engine> engine_;

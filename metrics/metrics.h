@@ -1,0 +1,61 @@
+// Every Prometheus metric of kvcascade, declared once (DESIGN.md "Metrics"; all names start with
+// kvcascade_). Registration and exposition use the same structs, so a metric cannot be exposed
+// without being declared or declared twice. Depends on prometheus-cpp core only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace kvc::metrics {
+
+// The text exposition (format 0.0.4) of everything registered.
+std::string expose(const prometheus::Registry& registry);
+inline constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+struct ReplicaMetrics {
+  explicit ReplicaMetrics(prometheus::Registry& registry);
+
+  // Per decode step, per cascade level kept (and per group when flat): shared tokens, siblings.
+  prometheus::Family<prometheus::Histogram>& decode_batch_shared_prefix_tokens;
+  prometheus::Family<prometheus::Histogram>& decode_batch_sibling_count;
+  prometheus::Family<prometheus::Histogram>& decode_batch_size;
+  prometheus::Family<prometheus::Histogram>& decode_step_seconds;    // {attention}
+  prometheus::Family<prometheus::Counter>& cascade_decisions_total;  // {decision, reason}
+  prometheus::Family<prometheus::Counter>& kv_bytes_read_total;      // {kind: prefix|suffix}
+  prometheus::Family<prometheus::Counter>& kv_bytes_saved_total;
+  prometheus::Family<prometheus::Counter>& prefix_cache_query_tokens_total;
+  prometheus::Family<prometheus::Counter>& prefix_cache_hit_tokens_total;
+  prometheus::Family<prometheus::Gauge>& kv_blocks;  // {state: used|cached|free}
+  prometheus::Family<prometheus::Counter>& preemptions_total;
+  prometheus::Family<prometheus::Gauge>& groups;  // {state: waiting|running}
+  prometheus::Family<prometheus::Histogram>& request_ttft_seconds;
+  prometheus::Family<prometheus::Histogram>& request_tpot_seconds;
+  prometheus::Family<prometheus::Counter>& prompt_tokens_total;
+  prometheus::Family<prometheus::Counter>& generation_tokens_total;
+};
+
+struct RouterMetrics {
+  explicit RouterMetrics(prometheus::Registry& registry);
+
+  prometheus::Family<prometheus::Counter>& router_requests_total;  // {replica, reason}
+  prometheus::Family<prometheus::Histogram>& router_prefix_match_ratio;
+  prometheus::Family<prometheus::Gauge>& router_index_blocks;             // {replica}
+  prometheus::Family<prometheus::Counter>& router_upstream_errors_total;  // {replica, kind}
+  prometheus::Family<prometheus::Counter>& router_retries_total;
+  prometheus::Family<prometheus::Histogram>& router_request_seconds;
+  prometheus::Family<prometheus::Counter>& router_near_miss_prefixes_total;
+};
+
+// Bucket layouts shared by the declarations above.
+prometheus::Histogram::BucketBoundaries token_buckets();    // 0, 16, 32, ... 128K
+prometheus::Histogram::BucketBoundaries count_buckets();    // 1, 2, 4, ... 4096
+prometheus::Histogram::BucketBoundaries seconds_buckets();  // 100 us ... 60 s
+prometheus::Histogram::BucketBoundaries ratio_buckets();    // 0, 0.1, ... 1
+
+}  // namespace kvc::metrics

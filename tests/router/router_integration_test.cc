@@ -194,6 +194,26 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
   EXPECT_GE(state["requests"].get<int>(), 6);
 }
 
+TEST_F(RouterTest, KillingAReplicaUnderLoadLosesNoNonStreamingRequest) {
+  start();
+  std::vector<std::future<http::ClientResponse>> load;
+  for (int i = 0; i < 12; ++i) {
+    load.push_back(std::async(std::launch::async, [&, i] {
+      return post({{"model", "tiny"},
+                   {"prompt", long_prompt("load" + std::to_string(i))},
+                   {"max_tokens", 40},
+                   {"ignore_eos", true}});
+    }));
+  }
+  std::this_thread::sleep_for(100ms);
+  replicas_[0]->stop();
+  for (auto& f : load) {
+    const auto r = f.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(replica_of(r), "r0");
+  }
+}
+
 TEST_F(RouterTest, ReplicaDyingMidStreamEndsWithAnErrorEvent) {
   start();
   std::promise<void> first_chunk;

@@ -30,11 +30,11 @@ std::optional<ApiError> number(const json& j, const char* key, T& out, double lo
 
 std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits,
                                      std::vector<std::string>& out) {
-  auto tokens_to_prompt = [&](const json& arr, const std::string& where) -> std::optional<ApiError> {
+  auto tokens_to_prompt = [&](const json& arr,
+                              const std::string& where) -> std::optional<ApiError> {
     std::string bytes;
     for (size_t i = 0; i < arr.size(); ++i) {
-      if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 ||
-          arr[i].get<int64_t>() > 255) {
+      if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 || arr[i].get<int64_t>() > 255) {
         return bad(where + "[" + std::to_string(i) + "]",
                    "token ids must be integers 0-255 (the byte tokenizer)");
       }
@@ -83,22 +83,25 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     if (r.prompts[i].empty()) return bad("prompt", "must not be empty");
   }
-  if (auto e = number(j, "n", r.n, 1, limits.max_n, ("1 to " + std::to_string(limits.max_n)).c_str()))
+  if (auto e =
+          number(j, "n", r.n, 1, limits.max_n, ("1 to " + std::to_string(limits.max_n)).c_str()))
     return e;
-  const char* max_key = endpoint == Endpoint::kChatCompletions && j.contains("max_completion_tokens")
-                            ? "max_completion_tokens"
-                            : "max_tokens";
+  const char* max_key =
+      endpoint == Endpoint::kChatCompletions && j.contains("max_completion_tokens")
+          ? "max_completion_tokens"
+          : "max_tokens";
   if (auto e = number(j, max_key, r.max_tokens, 1, limits.max_tokens,
                       ("1 to " + std::to_string(limits.max_tokens)).c_str()))
     return e;
   if (auto e = number(j, "temperature", r.temperature, 0, 2, "between 0 and 2")) return e;
   if (auto e = number(j, "top_p", r.top_p, 1e-9, 1, "in (0, 1]")) return e;
-  if (auto e = number(j, "top_k", r.top_k, -1, 1 << 20, "-1, 0 (off) or a positive count")) return e;
+  if (auto e = number(j, "top_k", r.top_k, -1, 1 << 20, "-1, 0 (off) or a positive count"))
+    return e;
   if (r.top_k < 0) r.top_k = 0;
   if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) return bad("seed", "must be an integer");
-    r.seed = it->is_number_unsigned() ? it->get<uint64_t>()
-                                      : static_cast<uint64_t>(it->get<int64_t>());
+    r.seed =
+        it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
   }
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
@@ -114,8 +117,8 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
     }
     for (const std::string& s : r.stop) {
       if (s.empty() || s.size() > limits.max_stop_bytes) {
-        return bad("stop", "stop strings must be 1 to " + std::to_string(limits.max_stop_bytes) +
-                               " bytes");
+        return bad("stop",
+                   "stop strings must be 1 to " + std::to_string(limits.max_stop_bytes) + " bytes");
       }
     }
   }
@@ -161,8 +164,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
 
 }  // namespace
 
-std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint,
-                                                           std::string_view body,
+std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
                                                            const ApiLimits& limits) {
   json j;
   try {

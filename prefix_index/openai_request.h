@@ -19,10 +19,10 @@ namespace kvc {
 enum class Endpoint { kCompletions, kChatCompletions };
 
 struct ApiLimits {
-  int32_t max_n = 256;            // samples per prompt
-  int32_t max_tokens = 1 << 16;   // per sample
-  size_t max_prompts = 64;        // prompts in one /v1/completions batch
-  size_t max_stop = 4;            // stop strings (OpenAI's limit)
+  int32_t max_n = 256;           // samples per prompt
+  int32_t max_tokens = 1 << 16;  // per sample
+  size_t max_prompts = 64;       // prompts in one /v1/completions batch
+  size_t max_stop = 4;           // stop strings (OpenAI's limit)
   size_t max_stop_bytes = 256;
 };
 
@@ -39,9 +39,9 @@ struct OpenAiRequest {
   std::vector<std::string> stop;
   bool ignore_eos = false;  // extension (vLLM)
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
+  bool include_usage = false;        // stream_options.include_usage
   std::optional<std::string> group;  // extension: requests sharing a group id are siblings
-  std::string cache_salt;           // extension: requests with different salts never share KV
+  std::string cache_salt;            // extension: requests with different salts never share KV
   std::string user;
 };
 
@@ -52,8 +52,7 @@ struct ApiError {
 };
 
 // Never throws. Unknown fields are ignored, as OpenAI-compatible servers do.
-std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint,
-                                                           std::string_view body,
+std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
                                                            const ApiLimits& limits = {});
 
 }  // namespace kvc

@@ -349,20 +349,6 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
 namespace {
 
-void run_io(ClientCore* core) {
-  for (;;) {
-    try {
-      core->ioc.run();
-      break;
-    } catch (...) {
-      // a throwing callback must not stop the client's other exchanges
-    }
-  }
-  std::lock_guard lock(core->threads_mu);
-  --core->num_running;
-  core->threads_cv.notify_all();
-}
-
 void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& host, uint16_t port,
                     std::string method, std::string target, std::string body, Headers headers,
                     Client::OnHeaders on_headers, Client::OnChunk on_chunk, Client::OnDone on_done,
@@ -387,7 +373,7 @@ Client::Client(ClientLimits limits) : core_(std::make_shared<ClientCore>(limits)
   std::lock_guard lock(core_->threads_mu);
   for (int i = 0; i < std::max(1, limits.io_threads); ++i) {
     ++core_->num_running;
-    core_->threads.emplace_back(run_io, core_.get());
+    core_->threads.emplace_back(wire::run_io<ClientCore>, core_.get());
     core_->thread_ids.push_back(core_->threads.back().get_id());
   }
 }

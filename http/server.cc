@@ -604,20 +604,6 @@ void Session::dispatch() {
 
 namespace {
 
-void run_io(ServerCore* core) {
-  for (;;) {
-    try {
-      core->ioc.run();
-      break;
-    } catch (...) {
-      // a handler that throws must not take the server down; keep serving
-    }
-  }
-  std::lock_guard lock(core->threads_mu);
-  --core->num_running;
-  core->threads_cv.notify_all();
-}
-
 void do_accept(const std::shared_ptr<ServerCore>& core);
 
 void on_accept(const std::shared_ptr<ServerCore>& core, error_code ec, tcp::socket socket) {
@@ -668,7 +654,7 @@ Server::Server(ServerLimits limits, Handler handler, int threads)
   std::lock_guard lock(core_->threads_mu);
   for (int i = 0; i < std::max(1, threads); ++i) {
     ++core_->num_running;
-    core_->threads.emplace_back(run_io, core_.get());
+    core_->threads.emplace_back(wire::run_io<ServerCore>, core_.get());
     core_->thread_ids.push_back(core_->threads.back().get_id());
   }
 }

@@ -2,6 +2,7 @@
 // http/ (not part of the public API).
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -24,5 +25,22 @@ bool status_has_no_body(int status);
 // One chunk of chunked transfer encoding; precondition: !data.empty().
 std::string chunk(std::string_view data);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+// The body of an I/O thread of a server or client core: runs the io_context until it stops,
+// surviving callbacks that throw (one bad exchange must not take the others down), then tells
+// the core one thread fewer is running. Core: ioc, threads_mu, num_running, threads_cv.
+template <typename Core>
+void run_io(Core* core) {
+  for (;;) {
+    try {
+      core->ioc.run();
+      break;
+    } catch (...) {
+    }
+  }
+  std::lock_guard lock(core->threads_mu);
+  --core->num_running;
+  core->threads_cv.notify_all();
+}
 
 }  // namespace kvc::http::wire

@@ -1,152 +1,268 @@
-// `kvcascade demo` (what `make demo` runs).
-//
-// Today it shows the two foundations the serving stack stands on, with real code paths:
-//  1. the seed's worked example through the bandwidth model (`kvcascade plan`);
-//  2. prefix routing on the shared block-hash core: chat turns rendered to bytes, hashed into
-//     chained blocks, looked up in the radix index of two replicas, including a near-miss prompt
-//     whose system prompt carries a timestamp.
-// The router + CPU replicas demo replaces part 2 once the servers exist (issues 3, 5, 6).
+// `kvcascade demo` (what `make demo` runs): the seed's arithmetic, then the serving stack on
+// loopback - 2 replicas (tiny random-weight model, CPU) behind the router - driven by a built-in
+// workload (a system prompt shared by all, documents, n=8 sampling groups, a GRPO-style burst,
+// a multi-turn chat, one near-miss prompt with a timestamp inside its system prompt), then a
+// summary read back from the servers' /metrics and /router/state. --keep-running leaves it up.
+#include <algorithm>
 #include <cstdio>
+#include <future>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/engine_flags.h"
-#include "prefix_index/block_hash.h"
-#include "prefix_index/chat_render.h"
-#include "prefix_index/radix_index.h"
+#include "cli/server_flags.h"
+#include "http/client.h"
 #include "replica/bandwidth_model.h"
-#include "replica/engine.h"
-#include "replica/tokenizer.h"
+#include "replica/local_replica.h"
+#include "router/router_stack.h"
 
 namespace kvc::cli {
 namespace {
 
+using json = nlohmann::json;
+
 struct DemoFlags {
-  size_t block_size = kDefaultBlockSize;
+  bool keep_running = false;
+  int32_t replicas = 2;
+  std::string host = "127.0.0.1";
 };
 
+struct Sample {
+  std::string name, labels;
+  double value;
+};
+
+// Sample lines of a Prometheus text exposition.
+std::vector<Sample> parse_metrics(const std::string& text) {
+  std::vector<Sample> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    const size_t brace = line.find('{');
+    Sample s;
+    s.name = line.substr(0, std::min(brace, sp));
+    s.labels = brace < sp ? line.substr(brace, sp - brace) : "";
+    s.value = std::strtod(line.c_str() + sp + 1, nullptr);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double total(const std::vector<Sample>& samples, const std::string& name,
+             const std::string& label_part = "") {
+  double sum = 0;
+  for (const Sample& s : samples) {
+    if (s.name == name && s.labels.find(label_part) != std::string::npos) sum += s.value;
+  }
+  return sum;
+}
+
 std::string system_prompt(const std::string& date) {
-  std::string s = "You are a careful assistant for the finance team. Today is " + date + ". ";
-  for (int i = 0; i < 24; ++i)
-    s += "Policy " + std::to_string(i) + ": cite sources; be precise. ";
+  std::string s = "You are the finance team's assistant. Today is " + date + ". ";
+  for (int i = 0; i < 16; ++i)
+    s += "Rule " + std::to_string(i) + ": cite sources, be precise. ";
   return s;
 }
 
-nlohmann::json conversation(const std::string& date, int turns) {
-  nlohmann::json m = nlohmann::json::array();
-  m.push_back({{"role", "system"}, {"content", system_prompt(date)}});
-  for (int t = 0; t < turns; ++t) {
-    m.push_back({{"role", "user"}, {"content", "Question " + std::to_string(t) + " about Q3?"}});
-    if (t + 1 < turns)
-      m.push_back({{"role", "assistant"}, {"content", "Answer " + std::to_string(t)}});
-  }
-  return m;
+json completion(const std::string& prompt, int n, int max_tokens, uint64_t seed) {
+  return {{"model", "tiny"},          {"prompt", prompt}, {"n", n},
+          {"max_tokens", max_tokens}, {"seed", seed},     {"ignore_eos", true}};
 }
 
-// Part 3: the replica engine in-process (tiny random-weight model on the CPU backend): two
-// documents behind one system prompt, 8 samples each, decoded with a two-level cascade.
-int run_engine_part(const DemoFlags& f) {
-  std::cout << "\n== 3. the replica engine: 2 prompts x 8 samples sharing a system prompt "
-               "(tiny model, CPU)\n";
-  EngineFlags ef;
-  ef.kv_blocks = 1024;
-  ef.block_size = static_cast<int32_t>(f.block_size);
-  auto backend = make_backend(ef);
-  if (!backend.ok()) {
-    std::fprintf(stderr, "demo: %s\n", backend.error().message.c_str());
-    return 1;
+class Workload {
+ public:
+  Workload(std::string host, uint16_t port) : host_(std::move(host)), port_(port) {}
+
+  std::string post(const std::string& path, const json& body) {
+    auto r = client_.request(host_, port_, "POST", path, body.dump(),
+                             {{"content-type", "application/json"}}, std::chrono::seconds(120));
+    if (!r.ok() || r->status != 200) {
+      ++failures_;
+      return r.ok() ? "HTTP " + std::to_string(r->status) : r.error().message;
+    }
+    return r->header("x-kvcascade-replica").value_or("?") + " (" +
+           r->header("x-kvcascade-route-reason").value_or("?") + ", " +
+           r->header("x-kvcascade-matched-bytes").value_or("0") + " bytes cached)";
   }
-  ByteTokenizer tokenizer;
-  Engine engine(**backend, tokenizer, engine_config(ef, **backend), SteadyClock::instance());
+  int failures() const { return failures_; }
+
+ private:
+  http::Client client_;
+  std::string host_;
+  uint16_t port_;
+  int failures_ = 0;
+};
+
+void run_workload(Workload& w) {
   const std::string system = system_prompt("2026-11-29");
-  for (const char* doc : {"Document: quarterly revenue rose 4%.", "Document: costs fell 2%."}) {
-    GenerationRequest r;
-    r.prompt = tokenizer.encode(system + doc + " Summarise.");
-    r.n = 8;
-    r.params.max_tokens = 16;
-    r.params.temperature = 0.8f;
-    r.params.seed = 7;
-    r.params.ignore_eos = true;
-    if (auto id = engine.submit(std::move(r)); !id.ok()) {
-      std::fprintf(stderr, "demo: %s\n", id.error().message.c_str());
-      return 1;
-    }
+  const char* docs[] = {"Document A: Q3 revenue rose 4% on services. ",
+                        "Document B: operating costs fell 2% after the move. ",
+                        "Document C: the audit found no material weakness. "};
+  std::printf("  [1/5] warm the shared system prompt ........ %s\n",
+              w.post("/v1/completions", completion(system + "Hello.", 1, 4, 1)).c_str());
+  for (int d = 0; d < 3; ++d) {
+    std::printf("  [2/5] document %c, n=8 samples .............. %s\n", 'A' + d,
+                w.post("/v1/completions",
+                       completion(system + docs[d] + "Summarise the document.", 8, 16, 10 + d))
+                    .c_str());
   }
-  int64_t steps = 0, kv_read = 0, kv_flat = 0;
-  std::string levels;
-  int32_t most_levels = 0;
-  while (engine.has_work()) {
-    const StepResult r = engine.step();
-    kv_read += r.stats.cascade.kv_bytes_cascade;
-    kv_flat += r.stats.cascade.kv_bytes_flat;
-    if (r.stats.cascade.num_levels_kept() > most_levels) {
-      most_levels = r.stats.cascade.num_levels_kept();
-      levels.clear();
-      for (const LevelDecision& d : r.stats.cascade.decisions) {
-        if (!d.kept) continue;
-        levels += "    level " + std::to_string(d.level) + ": " + std::to_string(d.shared_tokens) +
-                  " shared tokens x " + std::to_string(d.members) + " sequences\n";
-      }
-    }
-    ++steps;
+  // A GRPO-style client sends its 8 rollouts as 8 identical requests at once.
+  const json rollout =
+      completion(system + docs[0] + "Solve: what grew, and by how much?", 1, 16, 7);
+  std::vector<std::future<std::string>> burst;
+  for (int i = 0; i < 8; ++i) {
+    burst.push_back(std::async(std::launch::async,
+                               [&w, rollout] { return w.post("/v1/completions", rollout); }));
   }
-  std::printf("  %lld steps; cascade levels of a decode step:\n%s", static_cast<long long>(steps),
-              levels.c_str());
-  std::printf("  KV read over the run: %.1f MiB with cascade, %.1f MiB flat (%.1fx less)\n",
-              kv_read / 1048576.0, kv_flat / 1048576.0,
-              kv_read > 0 ? static_cast<double>(kv_flat) / kv_read : 0.0);
-  std::cout << "\nNext: router + CPU replicas serving these requests (see README.md, Status).\n";
-  return 0;
+  std::map<std::string, int> where;
+  for (auto& f : burst) {
+    const std::string reply = f.get();
+    ++where[reply.substr(0, reply.find(' '))];
+  }
+  std::printf("  [3/5] GRPO burst of 8 identical requests ... ");
+  for (const auto& [replica, n] : where)
+    std::printf("%s x%d ", replica.c_str(), n);
+  std::printf("\n");
+  json chat = {{"model", "tiny"}, {"max_tokens", 8}, {"seed", 3}, {"ignore_eos", true}};
+  chat["messages"] = json::array({{{"role", "system"}, {"content", system}},
+                                  {{"role", "user"}, {"content", "What changed in Q3?"}}});
+  std::printf("  [4/5] chat turn 1 ........................... %s\n",
+              w.post("/v1/chat/completions", chat).c_str());
+  chat["messages"].push_back({{"role", "assistant"}, {"content", "Revenue rose."}});
+  chat["messages"].push_back({{"role", "user"}, {"content", "And costs?"}});
+  std::printf("  [4/5] chat turn 2 (extends turn 1) .......... %s\n",
+              w.post("/v1/chat/completions", chat).c_str());
+  std::printf("  [5/5] near miss: timestamp in the system prompt %s\n",
+              w.post("/v1/completions",
+                     completion(system_prompt("2026-11-30") + docs[1] + "Summarise.", 1, 4, 5))
+                  .c_str());
+}
+
+void print_histogram(const std::vector<Sample>& all, const std::string& name) {
+  std::map<double, double> cumulative;  // le -> count, summed over replicas
+  for (const Sample& s : all) {
+    if (s.name != name + "_bucket") continue;
+    const size_t q = s.labels.find("le=\"");
+    const std::string le = s.labels.substr(q + 4, s.labels.find('"', q + 4) - q - 4);
+    cumulative[le == "+Inf" ? 1e300 : std::stod(le)] += s.value;
+  }
+  double prev = 0;
+  for (const auto& [le, count] : cumulative) {
+    if (count - prev > 0 && le < 1e300) std::printf("      <= %-8.0f %6.0f\n", le, count - prev);
+    prev = count;
+  }
+}
+
+void print_summary(const std::string& host, uint16_t router_port,
+                   const std::vector<std::unique_ptr<LocalReplica>>& replicas) {
+  http::Client client;
+  auto state = client.request(host, router_port, "GET", "/router/state");
+  if (state.ok()) {
+    const json s = json::parse(state->body, nullptr, false);
+    std::printf("\n  requests by replica and route reason (router):\n");
+    for (const auto& r : s["routed"]) {
+      std::printf("    %-10s %-16s %3d\n", r["replica"].get<std::string>().c_str(),
+                  r["reason"].get<std::string>().c_str(), r["count"].get<int>());
+    }
+    std::printf("  near-miss prefixes: %d\n", s["near_misses"].get<int>());
+  }
+  std::vector<Sample> all;
+  for (const auto& r : replicas) {
+    auto m = client.request(host, r->port(), "GET", "/metrics");
+    if (!m.ok()) continue;
+    const auto samples = parse_metrics(m->body);
+    const double q = total(samples, "kvcascade_prefix_cache_query_tokens_total");
+    const double h = total(samples, "kvcascade_prefix_cache_hit_tokens_total");
+    std::printf("  %s: prefix-cache hit rate %.0f%% (%.0f of %.0f prompt tokens)\n",
+                r->address().c_str(), q > 0 ? 100 * h / q : 0.0, h, q);
+    all.insert(all.end(), samples.begin(), samples.end());
+  }
+  std::printf("  shared-prefix tokens per cascade level and decode step:\n");
+  print_histogram(all, "kvcascade_decode_batch_shared_prefix_tokens");
+  std::printf("  siblings per cascade level and decode step:\n");
+  print_histogram(all, "kvcascade_decode_batch_sibling_count");
+  const double kept = total(all, "kvcascade_cascade_decisions_total", "decision=\"cascade\"");
+  const double flat = total(all, "kvcascade_cascade_decisions_total", "decision=\"flat\"");
+  std::printf("  cascade share of level decisions: %.0f%% (%.0f cascade, %.0f flat)\n",
+              kept + flat > 0 ? 100 * kept / (kept + flat) : 0.0, kept, flat);
+  const double read = total(all, "kvcascade_kv_bytes_read_total");
+  const double saved = total(all, "kvcascade_kv_bytes_saved_total");
+  std::printf(
+      "  KV bytes read by decode attention: %.1f MiB; saved versus flat: %.1f MiB (%.1fx)\n",
+      read / 1048576, saved / 1048576, read > 0 ? (read + saved) / read : 0.0);
 }
 
 int run_demo(const DemoFlags& f) {
-  std::cout << "== 1. the seed's worked example: 2 prompts x 64 rollouts, 4096-token prefix, "
+  std::cout << "== the seed's worked example: 2 prompts x 64 rollouts, 4096-token prefix, "
                "1024-token completions, Llama-3-8B shape\n";
   const ModelConfig model = *preset_config("llama3-8b");
   const DecodeWorkload work{2, 64, 4096, 1024};
   std::cout << format_report(model, work, Hardware{}, plan_decode_step(model, work, Hardware{}));
 
-  std::cout << "\n== 2. prefix routing on chained block hashes (block " << f.block_size
-            << " bytes)\n";
-  const BlockHash seed = chain_seed("tiny");
-  RadixIndex index(SteadyClock::instance());
-  const char* names[] = {"replica-0", "replica-1"};
-  auto route = [&](const char* label, const nlohmann::json& messages, ReplicaId fallback) {
-    const Result<std::string> prompt = render_chat(messages);
-    const auto hashes = hash_blocks(seed, prompt.value(), f.block_size);
-    const MatchResult m = index.match(hashes);
-    ReplicaId chosen = fallback;
-    size_t best = 0;
-    for (const ReplicaMatch& rm : m.replicas) {
-      if (rm.blocks > best) best = rm.blocks, chosen = rm.replica;
+  if (f.keep_running) block_shutdown_signals();
+  std::cout << "\n== router + " << f.replicas << " CPU replicas (tiny model) on " << f.host << "\n";
+  std::vector<std::unique_ptr<LocalReplica>> replicas;
+  RouterStackConfig rc;
+  for (int i = 0; i < f.replicas; ++i) {
+    replicas.push_back(
+        std::make_unique<LocalReplica>("replica-" + std::to_string(i), 2048, 3, f.host));
+    if (replicas.back()->port() == 0) {
+      std::fprintf(stderr, "demo: replica %d could not listen\n", i);
+      return 1;
     }
-    std::printf("  %-34s %5zu bytes %4zu blocks -> %s (cached %zu blocks = %zu bytes)%s\n", label,
-                prompt->size(), hashes.size(), names[chosen], best, best * f.block_size,
-                m.near_miss() ? "  [near miss: diverges early inside a known prefix]" : "");
-    (void)index.insert(chosen, hashes);  // the replica now holds the prompt's blocks
-  };
-  route("alice turn 1", conversation("2026-11-29", 1), 0);
-  route("alice turn 2 (extends turn 1)", conversation("2026-11-29", 2), 1);
-  route("alice turn 3", conversation("2026-11-29", 3), 1);
-  nlohmann::json other = conversation("2026-11-29", 1);
-  other[1]["content"] = "A different first question";
-  route("bob, same system prompt", other, 1);
-  route("carol, timestamp in system prompt", conversation("2026-11-30", 1), 1);
-  std::printf("  index: %zu blocks in %zu nodes, %zu bytes\n", index.num_blocks(),
-              index.num_nodes(), index.memory_bytes());
-  return run_engine_part(f);
+    rc.replicas.push_back(replicas.back()->address());
+    std::printf("  replica-%d  http://%s\n", i, replicas.back()->address().c_str());
+  }
+  rc.pool.poll_interval = std::chrono::milliseconds(200);
+  RouterStack router(rc);
+  auto port = router.start(f.host, 0);
+  if (!port.ok()) {
+    std::fprintf(stderr, "demo: router: %s\n", port.error().message.c_str());
+    return 1;
+  }
+  std::printf("  router     http://%s:%u\n\n", f.host.c_str(), *port);
+  // Let the router see every replica and subscribe to its KV events (bounded wait).
+  for (int i = 0; i < 100; ++i) {
+    auto s = router.pool().snapshot();
+    if (std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy && r.exact; })) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Workload w(f.host, *port);
+  run_workload(w);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last KV events and metrics
+  print_summary(f.host, *port, replicas);
+  if (w.failures() > 0) {
+    std::fprintf(stderr, "demo: %d requests failed\n", w.failures());
+    return 1;
+  }
+  if (f.keep_running) {
+    std::printf(
+        "\nrunning; try: curl -s http://%s:%u/v1/completions -d "
+        "'{\"model\":\"tiny\",\"prompt\":\"Hello\",\"n\":4,\"max_tokens\":16}'\n"
+        "metrics: http://%s:%u/metrics   (Ctrl-C stops everything)\n",
+        f.host.c_str(), *port, f.host.c_str(), *port);
+    std::fflush(stdout);
+    wait_for_shutdown_signal();
+  }
+  router.stop();
+  return 0;
 }
 
 }  // namespace
 
 Run add_demo_command(CLI::App& app) {
   auto flags = std::make_shared<DemoFlags>();
-  CLI::App* cmd = app.add_subcommand("demo", "run the built-in demonstration");
-  cmd->add_option("--block-size", flags->block_size, "bytes per hashed block")
-      ->check(CLI::Range(1, 4096));
+  CLI::App* cmd = app.add_subcommand("demo", "run the router + CPU replicas demo");
+  cmd->add_flag("--keep-running", flags->keep_running, "leave the servers up and print the URLs");
+  cmd->add_option("--replicas", flags->replicas, "CPU replicas to start")->check(CLI::Range(1, 8));
   return [flags] { return run_demo(*flags); };
 }
 

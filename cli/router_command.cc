@@ -6,11 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/server_flags.h"
-#include "http/client.h"
-#include "http/server.h"
-#include "router/dns_discovery.h"
-#include "router/replica_pool.h"
-#include "router/server.h"
+#include "router/router_stack.h"
 
 namespace kvc::cli {
 namespace {
@@ -40,43 +36,18 @@ int run_router(RouterFlags f) {
     return 0;
   }
   block_shutdown_signals();
-  const Clock& clock = SteadyClock::instance();
-  RadixIndex index(clock);
-  RadixIndexConfig approx_config;
-  approx_config.capacity_blocks_per_replica = f.approx_capacity_blocks;
-  approx_config.ttl = std::chrono::seconds(f.approx_ttl_s);
-  RadixIndex approx(clock, approx_config);
-  std::mutex index_mu;
-  http::ClientLimits client_limits;
-  client_limits.body_idle_timeout = std::chrono::hours(24);  // KV-event streams are long-lived
-  http::Client client(client_limits);
-  ReplicaPool pool(client, index, index_mu, clock, f.pool);
-  for (const std::string& r : f.replicas) {
-    if (auto added = pool.add(r); !added.ok()) {
-      std::fprintf(stderr, "kvcascade router: %s\n", added.error().message.c_str());
-      return 2;
-    }
-  }
-  std::unique_ptr<DnsDiscovery> dns;
-  if (!f.replica_dns.empty()) {
-    dns = std::make_unique<DnsDiscovery>(pool, f.replica_dns,
-                                         std::chrono::milliseconds(f.dns_interval_ms));
-    if (Status s = dns->start(); !s.ok()) {
-      std::fprintf(stderr, "kvcascade router: %s\n", s.message().c_str());
-      return 2;
-    }
-  }
-  pool.start();
-  prometheus::Registry registry;
-  metrics::RouterMetrics metrics(registry);
-  RouterServer router(pool, index, approx, index_mu, client, clock, f.router, &registry, &metrics);
-  http::Server http(
-      f.server.limits,
-      [&](http::Request r, std::shared_ptr<http::Responder> w) {
-        router.handle(std::move(r), std::move(w));
-      },
-      f.server.threads);
-  auto port = http.listen(f.server.host, f.server.port);
+  RouterStackConfig c;
+  c.router = f.router;
+  c.pool = f.pool;
+  c.limits = f.server.limits;
+  c.http_threads = f.server.threads;
+  c.replicas = f.replicas;
+  c.replica_dns = f.replica_dns;
+  c.dns_interval = std::chrono::milliseconds(f.dns_interval_ms);
+  c.approx_capacity_blocks = f.approx_capacity_blocks;
+  c.approx_ttl = std::chrono::seconds(f.approx_ttl_s);
+  RouterStack stack(std::move(c));
+  auto port = stack.start(f.server.host, f.server.port);
   if (!port.ok()) {
     std::fprintf(stderr, "kvcascade router: %s\n", port.error().message.c_str());
     return 2;
@@ -86,7 +57,7 @@ int run_router(RouterFlags f) {
   std::fflush(stdout);
   wait_for_shutdown_signal();
   std::printf("kvcascade router: shutting down\n");
-  http.stop();
+  stack.stop();
   return 0;
 }
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/client.h"
-#include "tests/testing/replica_fixture.h"
+#include "replica/local_replica.h"
 
 namespace kvc {
 namespace {
@@ -27,7 +27,7 @@ double sample(const std::string& text, const std::string& series) {
 }
 
 TEST(ReplicaMetrics, SiblingsAndSharedPrefixOfOneNEightRequest) {
-  testing::LocalReplica replica("m0", 512);
+  LocalReplica replica("m0", 512);
   http::Client client;
   const std::string prompt(512, 'p');
   auto r = client.request(

@@ -10,9 +10,9 @@
 
 #include "http/client.h"
 #include "http/server.h"
+#include "replica/local_replica.h"
 #include "router/replica_pool.h"
 #include "router/server.h"
-#include "tests/testing/replica_fixture.h"
 
 namespace kvc {
 namespace {
@@ -26,7 +26,7 @@ class RouterTest : public ::testing::Test {
   void start(const std::string& policy = "kvcascade", std::optional<std::string> key = {},
              int32_t blocks = 256) {
     for (int i = 0; i < 3; ++i) {
-      replicas_.push_back(std::make_unique<testing::LocalReplica>("r" + std::to_string(i), blocks));
+      replicas_.push_back(std::make_unique<LocalReplica>("r" + std::to_string(i), blocks));
     }
     index_ = std::make_unique<RadixIndex>(clock_);
     RadixIndexConfig ac;
@@ -95,7 +95,7 @@ class RouterTest : public ::testing::Test {
   }
 
   SteadyClock& clock_ = SteadyClock::instance();
-  std::vector<std::unique_ptr<testing::LocalReplica>> replicas_;
+  std::vector<std::unique_ptr<LocalReplica>> replicas_;
   std::unique_ptr<RadixIndex> index_, approx_;
   std::mutex index_mu_;
   std::unique_ptr<http::Client> client_;

@@ -1,21 +1,24 @@
-// An in-process replica on 127.0.0.1:<port 0>: the tiny model on the CPU backend, its engine
-// thread and its OpenAI-compatible HTTP server. For router and end-to-end tests.
+// An in-process replica on 127.0.0.1:<port 0>: the tiny model (random weights) on the CPU backend,
+// its engine thread, metrics and OpenAI-compatible HTTP server. Used by `kvcascade demo` and by
+// the router and end-to-end tests.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "http/server.h"
+#include "metrics/metrics.h"
 #include "replica/cpu_backend.h"
 #include "replica/engine_loop.h"
 #include "replica/server.h"
 #include "replica/weights.h"
 
-namespace kvc::testing {
+namespace kvc {
 
 class LocalReplica {
  public:
-  LocalReplica(std::string id, int32_t kv_blocks = 256, uint64_t weights_seed = 3) {
+  LocalReplica(std::string id, int32_t kv_blocks = 256, uint64_t weights_seed = 3,
+               const std::string& host = "127.0.0.1") {
     static const ModelWeights weights = random_weights(*preset_config("tiny"), weights_seed);
     backend_ = std::make_unique<CpuBackend>(weights, kv_blocks, 16);
     EngineConfig config;
@@ -25,6 +28,7 @@ class LocalReplica {
     loop_ = std::make_unique<EngineLoop>(*engine_, id, metrics_.get());
     server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, ReplicaServerConfig{id, "", {}},
                                               &registry_, metrics_.get());
+    host_ = host;
     start();
   }
   ~LocalReplica() { stop(); }
@@ -35,7 +39,7 @@ class LocalReplica {
     http_.reset();
   }
   uint16_t port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string address() const { return host_ + ":" + std::to_string(port_); }
   const Engine& engine() const { return *engine_; }
 
  private:
@@ -44,7 +48,7 @@ class LocalReplica {
         http::ServerLimits{}, [this](http::Request r, std::shared_ptr<http::Responder> w) {
           server_->handle(std::move(r), std::move(w));
         });
-    auto port = http_->listen("127.0.0.1", 0);
+    auto port = http_->listen(host_, 0);
     port_ = port.ok() ? *port : 0;
   }
 
@@ -56,7 +60,8 @@ class LocalReplica {
   std::unique_ptr<EngineLoop> loop_;
   std::unique_ptr<ReplicaServer> server_;
   std::unique_ptr<http::Server> http_;
+  std::string host_;
   uint16_t port_ = 0;
 };
 
-}  // namespace kvc::testing
+}  // namespace kvc

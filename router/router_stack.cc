@@ -1,0 +1,63 @@
+#include "router/router_stack.h"
+
+namespace kvc {
+namespace {
+
+RadixIndexConfig approx_config(const RouterStackConfig& c) {
+  RadixIndexConfig r;
+  r.capacity_blocks_per_replica = c.approx_capacity_blocks;
+  r.ttl = c.approx_ttl;
+  return r;
+}
+
+http::ClientLimits client_limits() {
+  http::ClientLimits l;
+  l.body_idle_timeout = std::chrono::hours(24);  // KV-event streams are long-lived
+  return l;
+}
+
+}  // namespace
+
+RouterStack::RouterStack(RouterStackConfig config)
+    : config_(std::move(config)),
+      index_(SteadyClock::instance()),
+      approx_(SteadyClock::instance(), approx_config(config_)),
+      client_(client_limits()),
+      metrics_(registry_) {
+  pool_ = std::make_unique<ReplicaPool>(client_, index_, index_mu_, SteadyClock::instance(),
+                                        config_.pool);
+  server_ = std::make_unique<RouterServer>(*pool_, index_, approx_, index_mu_, client_,
+                                           SteadyClock::instance(), config_.router, &registry_,
+                                           &metrics_);
+}
+
+RouterStack::~RouterStack() {
+  stop();
+}
+
+Result<uint16_t> RouterStack::start(const std::string& host, uint16_t port) {
+  for (const std::string& r : config_.replicas) {
+    if (auto added = pool_->add(r); !added.ok()) return Error{added.error().message};
+  }
+  if (!config_.replica_dns.empty()) {
+    dns_ = std::make_unique<DnsDiscovery>(*pool_, config_.replica_dns, config_.dns_interval);
+    if (Status s = dns_->start(); !s.ok()) return Error{s.message()};
+  }
+  pool_->poll_now();
+  pool_->start();
+  http_ = std::make_unique<http::Server>(
+      config_.limits,
+      [this](http::Request r, std::shared_ptr<http::Responder> w) {
+        server_->handle(std::move(r), std::move(w));
+      },
+      config_.http_threads);
+  return http_->listen(host, port);
+}
+
+void RouterStack::stop() {
+  if (http_) http_->stop();
+  http_.reset();
+  dns_.reset();
+}
+
+}  // namespace kvc

@@ -1,0 +1,60 @@
+// A whole router in one object: indexes, upstream client, replica pool (with optional DNS
+// discovery), metrics and the HTTP server. `kvcascade router`, `kvcascade demo` and the router
+// tests build it the same way.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "http/client.h"
+#include "http/server.h"
+#include "metrics/metrics.h"
+#include "router/dns_discovery.h"
+#include "router/replica_pool.h"
+#include "router/server.h"
+
+namespace kvc {
+
+struct RouterStackConfig {
+  RouterConfig router;
+  PoolConfig pool;
+  http::ServerLimits limits;
+  int http_threads = 2;
+  std::vector<std::string> replicas;  // host:port
+  std::string replica_dns;            // NAME:PORT, instead of `replicas`
+  std::chrono::milliseconds dns_interval{5000};
+  size_t approx_capacity_blocks = 1 << 20;
+  std::chrono::seconds approx_ttl{600};
+};
+
+class RouterStack {
+ public:
+  explicit RouterStack(RouterStackConfig config);
+  ~RouterStack();
+
+  // Adds the replicas, starts polling/subscriptions and listens. Returns the bound port.
+  Result<uint16_t> start(const std::string& host, uint16_t port);
+  void stop();
+
+  ReplicaPool& pool() { return *pool_; }
+  RouterServer& server() { return *server_; }
+  RadixIndex& index() { return index_; }
+  std::mutex& index_mutex() { return index_mu_; }
+
+ private:
+  RouterStackConfig config_;
+  RadixIndex index_;
+  RadixIndex approx_;
+  std::mutex index_mu_;
+  http::Client client_;
+  prometheus::Registry registry_;
+  metrics::RouterMetrics metrics_;
+  std::unique_ptr<ReplicaPool> pool_;
+  std::unique_ptr<DnsDiscovery> dns_;
+  std::unique_ptr<RouterServer> server_;
+  std::unique_ptr<http::Server> http_;
+};
+
+}  // namespace kvc

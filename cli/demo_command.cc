@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/prometheus_process.h"
 #include "cli/server_flags.h"
 #include "http/client.h"
 #include "replica/bandwidth_model.h"
@@ -31,6 +32,8 @@ struct DemoFlags {
   bool keep_running = false;
   int32_t replicas = 2;
   std::string host = "127.0.0.1";
+  std::string prometheus = "/usr/bin/prometheus";
+  std::string prometheus_config = "deploy/prometheus/prometheus.yml";
 };
 
 struct Sample {
@@ -200,6 +203,65 @@ void print_summary(const std::string& host, uint16_t router_port,
       read / 1048576, saved / 1048576, read > 0 ? (read + saved) / read : 0.0);
 }
 
+double scalar(const PrometheusProcess& prom, const std::string& q) {
+  auto r = prom.query(q);
+  if (!r.ok() || r->empty()) return 0;
+  return std::stod((*r)[0]["value"][1].get<std::string>());
+}
+
+void print_prometheus_histogram(const PrometheusProcess& prom, const std::string& name) {
+  auto r = prom.query("sum by (le) (" + name + "_bucket)");
+  if (!r.ok()) return;
+  std::map<double, double> cumulative;
+  for (const auto& row : *r) {
+    const std::string le = row["metric"].value("le", "+Inf");
+    cumulative[le == "+Inf" ? 1e300 : std::stod(le)] =
+        std::stod(row["value"][1].get<std::string>());
+  }
+  double prev = 0;
+  for (const auto& [le, count] : cumulative) {
+    if (count - prev > 0 && le < 1e300) std::printf("      <= %-8.0f %6.0f\n", le, count - prev);
+    prev = count;
+  }
+}
+
+// The same summary, read back from Prometheus (what the Grafana dashboard shows).
+void print_prometheus_summary(const PrometheusProcess& prom) {
+  std::printf("\n  (read back from Prometheus at http://127.0.0.1:%u)\n", prom.port());
+  std::printf("  requests by replica and route reason:\n");
+  if (auto r = prom.query("sum by (replica, reason) (kvcascade_router_requests_total)"); r.ok()) {
+    for (const auto& row : *r) {
+      std::printf("    %-10s %-16s %3.0f\n", row["metric"].value("replica", "").c_str(),
+                  row["metric"].value("reason", "").c_str(),
+                  std::stod(row["value"][1].get<std::string>()));
+    }
+  }
+  std::printf("  near-miss prefixes: %.0f\n",
+              scalar(prom, "sum(kvcascade_router_near_miss_prefixes_total)"));
+  if (auto r = prom.query("sum by (instance) (kvcascade_prefix_cache_hit_tokens_total) / "
+                          "sum by (instance) (kvcascade_prefix_cache_query_tokens_total)");
+      r.ok()) {
+    for (const auto& row : *r) {
+      std::printf("  %s: prefix-cache hit rate %.0f%%\n",
+                  row["metric"].value("instance", "").c_str(),
+                  100 * std::stod(row["value"][1].get<std::string>()));
+    }
+  }
+  std::printf("  shared-prefix tokens per cascade level and decode step:\n");
+  print_prometheus_histogram(prom, "kvcascade_decode_batch_shared_prefix_tokens");
+  std::printf("  siblings per cascade level and decode step:\n");
+  print_prometheus_histogram(prom, "kvcascade_decode_batch_sibling_count");
+  const double kept = scalar(prom, "sum(kvcascade_cascade_decisions_total{decision=\"cascade\"})");
+  const double flat = scalar(prom, "sum(kvcascade_cascade_decisions_total{decision=\"flat\"})");
+  std::printf("  cascade share of level decisions: %.0f%% (%.0f cascade, %.0f flat)\n",
+              kept + flat > 0 ? 100 * kept / (kept + flat) : 0.0, kept, flat);
+  const double read = scalar(prom, "sum(kvcascade_kv_bytes_read_total)");
+  const double saved = scalar(prom, "sum(kvcascade_kv_bytes_saved_total)");
+  std::printf(
+      "  KV bytes read by decode attention: %.1f MiB; saved versus flat: %.1f MiB (%.1fx)\n",
+      read / 1048576, saved / 1048576, read > 0 ? (read + saved) / read : 0.0);
+}
+
 int run_demo(const DemoFlags& f) {
   std::cout << "== the seed's worked example: 2 prompts x 64 rollouts, 4096-token prefix, "
                "1024-token completions, Llama-3-8B shape\n";
@@ -228,17 +290,32 @@ int run_demo(const DemoFlags& f) {
     std::fprintf(stderr, "demo: router: %s\n", port.error().message.c_str());
     return 1;
   }
-  std::printf("  router     http://%s:%u\n\n", f.host.c_str(), *port);
+  std::printf("  router     http://%s:%u\n", f.host.c_str(), *port);
   // Let the router see every replica and subscribe to its KV events (bounded wait).
   for (int i = 0; i < 100; ++i) {
     auto s = router.pool().snapshot();
     if (std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy && r.exact; })) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  std::vector<ScrapeTarget> targets{{f.host + ":" + std::to_string(*port), "router"}};
+  for (const auto& r : replicas)
+    targets.push_back({r->address(), "replica"});
+  auto prom = PrometheusProcess::start(f.prometheus, f.prometheus_config, targets);
+  if (prom.ok()) {
+    std::printf("  prometheus http://127.0.0.1:%u\n\n", (*prom)->port());
+  } else {
+    std::printf("  prometheus: not started (%s); the summary reads /metrics directly\n\n",
+                prom.error().message.c_str());
+  }
   Workload w(f.host, *port);
   run_workload(w);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last KV events and metrics
-  print_summary(f.host, *port, replicas);
+  if (prom.ok()) {
+    (*prom)->wait_for_scrapes(2);
+    print_prometheus_summary(**prom);
+  } else {
+    print_summary(f.host, *port, replicas);
+  }
   if (w.failures() > 0) {
     std::fprintf(stderr, "demo: %d requests failed\n", w.failures());
     return 1;
@@ -263,6 +340,10 @@ Run add_demo_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("demo", "run the router + CPU replicas demo");
   cmd->add_flag("--keep-running", flags->keep_running, "leave the servers up and print the URLs");
   cmd->add_option("--replicas", flags->replicas, "CPU replicas to start")->check(CLI::Range(1, 8));
+  cmd->add_option("--prometheus", flags->prometheus,
+                  "Prometheus server binary (skipped if absent)");
+  cmd->add_option("--prometheus-config", flags->prometheus_config,
+                  "scrape configuration (its targets are written for the ports in use)");
   return [flags] { return run_demo(*flags); };
 }
 

@@ -1,0 +1,149 @@
+#include "cli/prometheus_process.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "http/client.h"
+
+namespace kvc::cli {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+uint16_t free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::string url_encode(const std::string& s) {
+  std::string out;
+  char buf[4];
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PrometheusProcess::~PrometheusProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (waitpid(pid_, &status, WNOHANG) == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+  }
+  std::error_code ec;
+  if (!dir_.empty()) fs::remove_all(dir_, ec);
+}
+
+Result<std::unique_ptr<PrometheusProcess>> PrometheusProcess::start(
+    const std::string& binary, const std::string& config_file,
+    const std::vector<ScrapeTarget>& targets) {
+  if (access(binary.c_str(), X_OK) != 0) return Error{binary + " is not installed"};
+  if (!fs::exists(config_file)) return Error{config_file + " not found"};
+  std::unique_ptr<PrometheusProcess> p(new PrometheusProcess());
+  char tmpl[] = "/tmp/kvcascade-prometheus-XXXXXX";
+  if (!mkdtemp(tmpl)) return Error{"cannot create a temporary folder"};
+  p->dir_ = tmpl;
+  std::error_code ec;
+  fs::copy_file(config_file, p->dir_ + "/prometheus.yml", ec);
+  if (ec) return Error{"cannot copy " + config_file + ": " + ec.message()};
+  json groups = json::array();
+  for (const ScrapeTarget& t : targets) {
+    groups.push_back({{"targets", {t.address}}, {"labels", {{"component", t.component}}}});
+  }
+  std::ofstream(p->dir_ + "/targets.json") << groups.dump(2) << "\n";
+  p->port_ = free_port();
+  if (p->port_ == 0) return Error{"no free port"};
+  const std::string config = "--config.file=" + p->dir_ + "/prometheus.yml";
+  const std::string storage = "--storage.tsdb.path=" + p->dir_ + "/data";
+  const std::string listen = "--web.listen-address=127.0.0.1:" + std::to_string(p->port_);
+  const std::string log = p->dir_ + "/prometheus.log";
+  p->pid_ = fork();
+  if (p->pid_ < 0) return Error{"fork failed"};
+  if (p->pid_ == 0) {
+    if (FILE* f = std::freopen(log.c_str(), "w", stdout)) (void)f;
+    dup2(fileno(stdout), STDERR_FILENO);
+    execl(binary.c_str(), binary.c_str(), config.c_str(), storage.c_str(), listen.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  http::Client client;
+  for (int i = 0; i < 150; ++i) {
+    auto r =
+        client.request("127.0.0.1", p->port_, "GET", "/-/ready", "", {}, std::chrono::seconds(1));
+    if (r.ok() && r->status == 200) return p;
+    int status = 0;
+    if (waitpid(p->pid_, &status, WNOHANG) == p->pid_) {
+      p->pid_ = -1;
+      return Error{"prometheus exited at start (see its log in " + log + ")"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return Error{"prometheus did not become ready within 15 s"};
+}
+
+Result<json> PrometheusProcess::query(const std::string& promql) const {
+  http::Client client;
+  auto r = client.request("127.0.0.1", port_, "GET", "/api/v1/query?query=" + url_encode(promql),
+                          "", {}, std::chrono::seconds(5));
+  if (!r.ok()) return Error{r.error().message};
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded() || j.value("status", "") != "success") {
+    return Error{"query failed: " + r->body.substr(0, 200)};
+  }
+  return j["data"]["result"];
+}
+
+void PrometheusProcess::wait_for_scrapes(int scrapes) const {
+  // prometheus_target_interval_length_seconds_count counts scrapes per interval; simpler and
+  // robust: the per-target sample count of `up` grows by one per scrape.
+  auto count = [&]() -> double {
+    auto r = query("sum(count_over_time(up[10m]))");
+    if (!r.ok() || r->empty()) return 0;
+    return std::stod((*r)[0]["value"][1].get<std::string>());
+  };
+  const double start = count();
+  auto targets = query("count(up)");
+  const double n = (targets.ok() && !targets->empty())
+                       ? std::stod((*targets)[0]["value"][1].get<std::string>())
+                       : 1;
+  for (int i = 0; i < 100 && count() < start + scrapes * n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace kvc::cli

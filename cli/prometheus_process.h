@@ -1,0 +1,46 @@
+// Debian's Prometheus server, started by the demo on loopback with the project's own config
+// (deploy/prometheus/prometheus.yml) and scrape targets written for the ports actually in use,
+// then queried over its HTTP API. Stopped (and its temporary folder removed) on destruction.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "prefix_index/status.h"
+
+namespace kvc::cli {
+
+struct ScrapeTarget {
+  std::string address;    // host:port
+  std::string component;  // router | replica
+};
+
+class PrometheusProcess {
+ public:
+  ~PrometheusProcess();
+  // Starts `binary` with a copy of `config_file` and a targets.json for `targets` in a fresh
+  // temporary folder; waits (bounded) until it is ready. Fails when the binary or config is
+  // missing or it does not come up.
+  static Result<std::unique_ptr<PrometheusProcess>> start(const std::string& binary,
+                                                          const std::string& config_file,
+                                                          const std::vector<ScrapeTarget>& targets);
+  uint16_t port() const { return port_; }
+  // An instant query; returns data.result (a JSON array of {metric, value}).
+  Result<nlohmann::json> query(const std::string& promql) const;
+  // Waits until every target has been scraped at least `scrapes` more times (bounded).
+  void wait_for_scrapes(int scrapes) const;
+
+ private:
+  PrometheusProcess() = default;
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+  std::string dir_;
+};
+
+}  // namespace kvc::cli

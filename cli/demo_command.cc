@@ -311,7 +311,7 @@ int run_demo(const DemoFlags& f) {
   run_workload(w);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last KV events and metrics
   if (prom.ok()) {
-    (*prom)->wait_for_scrapes(2);
+    (*prom)->wait_for_fresh_scrapes(targets.size());
     print_prometheus_summary(**prom);
   } else {
     print_summary(f.host, *port, replicas);

@@ -128,20 +128,19 @@ Result<json> PrometheusProcess::query(const std::string& promql) const {
   return j["data"]["result"];
 }
 
-void PrometheusProcess::wait_for_scrapes(int scrapes) const {
-  // prometheus_target_interval_length_seconds_count counts scrapes per interval; simpler and
-  // robust: the per-target sample count of `up` grows by one per scrape.
-  auto count = [&]() -> double {
-    auto r = query("sum(count_over_time(up[10m]))");
-    if (!r.ok() || r->empty()) return 0;
+void PrometheusProcess::wait_for_fresh_scrapes(size_t targets) const {
+  const double since =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto value = [&](const std::string& q) -> double {
+    auto r = query(q);
+    if (!r.ok() || r->empty()) return -1;
     return std::stod((*r)[0]["value"][1].get<std::string>());
   };
-  const double start = count();
-  auto targets = query("count(up)");
-  const double n = (targets.ok() && !targets->empty())
-                       ? std::stod((*targets)[0]["value"][1].get<std::string>())
-                       : 1;
-  for (int i = 0; i < 100 && count() < start + scrapes * n; ++i) {
+  for (int i = 0; i < 100; ++i) {
+    if (value("count(up == 1)") == static_cast<double>(targets) &&
+        value("min(timestamp(up))") > since) {
+      return;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }

@@ -33,8 +33,8 @@ class PrometheusProcess {
   uint16_t port() const { return port_; }
   // An instant query; returns data.result (a JSON array of {metric, value}).
   Result<nlohmann::json> query(const std::string& promql) const;
-  // Waits until every target has been scraped at least `scrapes` more times (bounded).
-  void wait_for_scrapes(int scrapes) const;
+  // Waits (bounded, 20 s) until all `targets` are up and each was last scraped after now.
+  void wait_for_fresh_scrapes(size_t targets) const;
 
  private:
   PrometheusProcess() = default;

@@ -7,7 +7,40 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
       replica_id_(std::move(replica_id)),
       metrics_(metrics),
       load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0},
-      thread_([this] { run(); }) {}
+      thread_([this] { run(); }) {
+  // Every series a dashboard plots exists from the start (at zero), not only after its first
+  // event: "no data" and "zero" look different on a graph.
+  if (!metrics_) return;
+  metrics::ReplicaMetrics& m = *metrics_;
+  run_on_engine_thread([&m](Engine& engine) {
+    m.decode_batch_shared_prefix_tokens.Add({}, metrics::token_buckets());
+    m.decode_batch_sibling_count.Add({}, metrics::count_buckets());
+    m.decode_batch_size.Add({}, metrics::count_buckets());
+    m.decode_step_seconds.Add({{"attention", engine.config().cascade.enabled ? "cascade" : "flat"}},
+                              metrics::seconds_buckets());
+    m.cascade_decisions_total.Add({{"decision", "cascade"}, {"reason", "pays"}});
+    for (CascadeReason r : {CascadeReason::kDisabled, CascadeReason::kPrefixTooShort,
+                            CascadeReason::kTooFewSiblings, CascadeReason::kCostModel}) {
+      m.cascade_decisions_total.Add({{"decision", "flat"}, {"reason", cascade_reason_name(r)}});
+    }
+    m.kv_bytes_read_total.Add({{"kind", "prefix"}});
+    m.kv_bytes_read_total.Add({{"kind", "suffix"}});
+    m.kv_bytes_saved_total.Add({});
+    m.prefix_cache_query_tokens_total.Add({});
+    m.prefix_cache_hit_tokens_total.Add({});
+    m.preemptions_total.Add({});
+    m.request_ttft_seconds.Add({}, metrics::seconds_buckets());
+    m.request_tpot_seconds.Add({}, metrics::seconds_buckets());
+    m.prompt_tokens_total.Add({});
+    m.generation_tokens_total.Add({});
+    const BlockPoolCounts b = engine.pool().counts();
+    m.kv_blocks.Add({{"state", "used"}}).Set(b.num_blocks_used);
+    m.kv_blocks.Add({{"state", "cached"}}).Set(b.num_blocks_cached);
+    m.kv_blocks.Add({{"state", "free"}}).Set(b.num_blocks_free);
+    m.groups.Add({{"state", "waiting"}});
+    m.groups.Add({{"state", "running"}});
+  });
+}
 
 EngineLoop::~EngineLoop() {
   {

@@ -1,0 +1,102 @@
+// Every metric the Grafana dashboard and the Prometheus config use exists in the live /metrics
+// output of a replica and a router after a short workload (including a failed upstream, so the
+// error and retry series exist too).
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "http/client.h"
+#include "replica/local_replica.h"
+#include "router/router_stack.h"
+
+namespace kvc {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// kvcascade_* names in a text, histogram suffixes stripped.
+std::set<std::string> metric_names(const std::string& text) {
+  std::set<std::string> out;
+  const std::regex name("kvcascade_[a-z0-9_]+");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), name); it != std::sregex_iterator();
+       ++it) {
+    std::string n = it->str();
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s(suffix);
+      if (n.size() > s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0) {
+        n.resize(n.size() - s.size());
+      }
+    }
+    out.insert(n);
+  }
+  return out;
+}
+
+TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
+  const std::string dashboard = read_file(KVC_SOURCE_DIR "/deploy/grafana/kvcascade.json");
+  ASSERT_FALSE(dashboard.empty());
+  ASSERT_FALSE(json::parse(dashboard, nullptr, false).is_discarded());
+  std::set<std::string> wanted = metric_names(dashboard);
+  const std::set<std::string> from_config =
+      metric_names(read_file(KVC_SOURCE_DIR "/deploy/prometheus/prometheus.yml"));
+  wanted.insert(from_config.begin(), from_config.end());
+  wanted.erase("kvcascade_");  // the keep-regex prefix in prometheus.yml
+  ASSERT_GT(wanted.size(), 15u);
+
+  LocalReplica a("a", 512), b("b", 512);
+  RouterStackConfig rc;
+  rc.replicas = {a.address(), b.address()};
+  rc.pool.poll_interval = 100ms;
+  RouterStack router(rc);
+  auto port = router.start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  for (int i = 0; i < 100; ++i) {
+    auto s = router.pool().snapshot();
+    if (std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy && r.exact; })) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  http::Client client;
+  auto post = [&](const std::string& prompt, int n) {
+    return client.request("127.0.0.1", *port, "POST", "/v1/completions",
+                          json{{"model", "tiny"},
+                               {"prompt", prompt},
+                               {"n", n},
+                               {"max_tokens", 4},
+                               {"ignore_eos", true}}
+                              .dump(),
+                          {{"content-type", "application/json"}}, 60s);
+  };
+  const std::string shared(400, 's');
+  ASSERT_EQ(post(shared + "one", 4)->status, 200);
+  ASSERT_EQ(post(shared + "two", 4)->status, 200);
+  // A replica that dies under the router: its next request fails over (error + retry series).
+  const std::string target = post(shared + "three", 1)->header("x-kvcascade-replica").value_or("");
+  (target == "a" ? a : b).stop();
+  ASSERT_EQ(post(shared + "four", 1)->status, 200);
+
+  std::string live = client.request("127.0.0.1", *port, "GET", "/metrics")->body;
+  for (LocalReplica* r : {&a, &b}) {
+    if (r->port() == 0) continue;
+    if (auto m = client.request("127.0.0.1", r->port(), "GET", "/metrics"); m.ok()) live += m->body;
+  }
+  const std::set<std::string> exposed = metric_names(live);
+  for (const std::string& name : wanted) {
+    EXPECT_TRUE(exposed.contains(name)) << name << " is used by deploy/ but not exposed";
+  }
+}
+
+}  // namespace
+}  // namespace kvc

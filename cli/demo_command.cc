@@ -149,19 +149,37 @@ void run_workload(Workload& w) {
                   .c_str());
 }
 
-void print_histogram(const std::vector<Sample>& all, const std::string& name) {
-  std::map<double, double> cumulative;  // le -> count, summed over replicas
+using Cumulative = std::map<double, double>;  // le -> cumulative count (+Inf as 1e300)
+
+Cumulative histogram_from_samples(const std::vector<Sample>& all, const std::string& name) {
+  Cumulative cumulative;  // summed over replicas
   for (const Sample& s : all) {
     if (s.name != name + "_bucket") continue;
     const size_t q = s.labels.find("le=\"");
     const std::string le = s.labels.substr(q + 4, s.labels.find('"', q + 4) - q - 4);
     cumulative[le == "+Inf" ? 1e300 : std::stod(le)] += s.value;
   }
-  double prev = 0;
-  for (const auto& [le, count] : cumulative) {
-    if (count - prev > 0 && le < 1e300) std::printf("      <= %-8.0f %6.0f\n", le, count - prev);
-    prev = count;
-  }
+  return cumulative;
+}
+
+// The part of the summary both sources share: the two distributions, cascade share, bytes.
+void print_sharing(const Cumulative& shared, const Cumulative& siblings, double kept, double flat,
+                   double read, double saved) {
+  auto print = [](const char* title, const Cumulative& c) {
+    std::printf("  %s:\n", title);
+    double prev = 0;
+    for (const auto& [le, count] : c) {
+      if (count - prev > 0 && le < 1e300) std::printf("      <= %-8.0f %6.0f\n", le, count - prev);
+      prev = count;
+    }
+  };
+  print("shared-prefix tokens per cascade level and decode step", shared);
+  print("siblings per cascade level and decode step", siblings);
+  std::printf("  cascade share of level decisions: %.0f%% (%.0f cascade, %.0f flat)\n",
+              kept + flat > 0 ? 100 * kept / (kept + flat) : 0.0, kept, flat);
+  std::printf(
+      "  KV bytes read by decode attention: %.1f MiB; saved versus flat: %.1f MiB (%.1fx)\n",
+      read / 1048576, saved / 1048576, read > 0 ? (read + saved) / read : 0.0);
 }
 
 void print_summary(const std::string& host, uint16_t router_port,
@@ -188,19 +206,12 @@ void print_summary(const std::string& host, uint16_t router_port,
                 r->address().c_str(), q > 0 ? 100 * h / q : 0.0, h, q);
     all.insert(all.end(), samples.begin(), samples.end());
   }
-  std::printf("  shared-prefix tokens per cascade level and decode step:\n");
-  print_histogram(all, "kvcascade_decode_batch_shared_prefix_tokens");
-  std::printf("  siblings per cascade level and decode step:\n");
-  print_histogram(all, "kvcascade_decode_batch_sibling_count");
-  const double kept = total(all, "kvcascade_cascade_decisions_total", "decision=\"cascade\"");
-  const double flat = total(all, "kvcascade_cascade_decisions_total", "decision=\"flat\"");
-  std::printf("  cascade share of level decisions: %.0f%% (%.0f cascade, %.0f flat)\n",
-              kept + flat > 0 ? 100 * kept / (kept + flat) : 0.0, kept, flat);
-  const double read = total(all, "kvcascade_kv_bytes_read_total");
-  const double saved = total(all, "kvcascade_kv_bytes_saved_total");
-  std::printf(
-      "  KV bytes read by decode attention: %.1f MiB; saved versus flat: %.1f MiB (%.1fx)\n",
-      read / 1048576, saved / 1048576, read > 0 ? (read + saved) / read : 0.0);
+  print_sharing(histogram_from_samples(all, "kvcascade_decode_batch_shared_prefix_tokens"),
+                histogram_from_samples(all, "kvcascade_decode_batch_sibling_count"),
+                total(all, "kvcascade_cascade_decisions_total", "decision=\"cascade\""),
+                total(all, "kvcascade_cascade_decisions_total", "decision=\"flat\""),
+                total(all, "kvcascade_kv_bytes_read_total"),
+                total(all, "kvcascade_kv_bytes_saved_total"));
 }
 
 double scalar(const PrometheusProcess& prom, const std::string& q) {
@@ -209,20 +220,16 @@ double scalar(const PrometheusProcess& prom, const std::string& q) {
   return std::stod((*r)[0]["value"][1].get<std::string>());
 }
 
-void print_prometheus_histogram(const PrometheusProcess& prom, const std::string& name) {
+Cumulative histogram_from_prometheus(const PrometheusProcess& prom, const std::string& name) {
+  Cumulative cumulative;
   auto r = prom.query("sum by (le) (" + name + "_bucket)");
-  if (!r.ok()) return;
-  std::map<double, double> cumulative;
+  if (!r.ok()) return cumulative;
   for (const auto& row : *r) {
     const std::string le = row["metric"].value("le", "+Inf");
     cumulative[le == "+Inf" ? 1e300 : std::stod(le)] =
         std::stod(row["value"][1].get<std::string>());
   }
-  double prev = 0;
-  for (const auto& [le, count] : cumulative) {
-    if (count - prev > 0 && le < 1e300) std::printf("      <= %-8.0f %6.0f\n", le, count - prev);
-    prev = count;
-  }
+  return cumulative;
 }
 
 // The same summary, read back from Prometheus (what the Grafana dashboard shows).
@@ -247,19 +254,12 @@ void print_prometheus_summary(const PrometheusProcess& prom) {
                   100 * std::stod(row["value"][1].get<std::string>()));
     }
   }
-  std::printf("  shared-prefix tokens per cascade level and decode step:\n");
-  print_prometheus_histogram(prom, "kvcascade_decode_batch_shared_prefix_tokens");
-  std::printf("  siblings per cascade level and decode step:\n");
-  print_prometheus_histogram(prom, "kvcascade_decode_batch_sibling_count");
-  const double kept = scalar(prom, "sum(kvcascade_cascade_decisions_total{decision=\"cascade\"})");
-  const double flat = scalar(prom, "sum(kvcascade_cascade_decisions_total{decision=\"flat\"})");
-  std::printf("  cascade share of level decisions: %.0f%% (%.0f cascade, %.0f flat)\n",
-              kept + flat > 0 ? 100 * kept / (kept + flat) : 0.0, kept, flat);
-  const double read = scalar(prom, "sum(kvcascade_kv_bytes_read_total)");
-  const double saved = scalar(prom, "sum(kvcascade_kv_bytes_saved_total)");
-  std::printf(
-      "  KV bytes read by decode attention: %.1f MiB; saved versus flat: %.1f MiB (%.1fx)\n",
-      read / 1048576, saved / 1048576, read > 0 ? (read + saved) / read : 0.0);
+  print_sharing(histogram_from_prometheus(prom, "kvcascade_decode_batch_shared_prefix_tokens"),
+                histogram_from_prometheus(prom, "kvcascade_decode_batch_sibling_count"),
+                scalar(prom, "sum(kvcascade_cascade_decisions_total{decision=\"cascade\"})"),
+                scalar(prom, "sum(kvcascade_cascade_decisions_total{decision=\"flat\"})"),
+                scalar(prom, "sum(kvcascade_kv_bytes_read_total)"),
+                scalar(prom, "sum(kvcascade_kv_bytes_saved_total)"));
 }
 
 int run_demo(const DemoFlags& f) {

@@ -21,6 +21,7 @@ struct RouterFlags {
   std::string api_key;
   size_t approx_capacity_blocks = 1 << 20;
   int64_t approx_ttl_s = 600;
+  int64_t upstream_timeout_ms = 600000;
   bool check_config = false;
 };
 
@@ -46,6 +47,7 @@ int run_router(RouterFlags f) {
   c.dns_interval = std::chrono::milliseconds(f.dns_interval_ms);
   c.approx_capacity_blocks = f.approx_capacity_blocks;
   c.approx_ttl = std::chrono::seconds(f.approx_ttl_s);
+  c.upstream_timeout = std::chrono::milliseconds(f.upstream_timeout_ms);
   RouterStack stack(std::move(c));
   auto port = stack.start(f.server.host, f.server.port);
   if (!port.ok()) {
@@ -88,6 +90,9 @@ Run add_router_command(CLI::App& app) {
          [f](int64_t ms) { f->router.siblings.window = std::chrono::milliseconds(ms); },
          "identical prompts within this window go to the same replica")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  cmd->add_option("--upstream-timeout-ms", f->upstream_timeout_ms,
+                  "longest wait for a replica's response headers (a whole non-streamed generation)")
+      ->check(CLI::Range(int64_t{100}, int64_t{24} * 3600 * 1000));
   cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
   return [f] { return run_router(*f); };
 }

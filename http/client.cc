@@ -402,9 +402,10 @@ Client::~Client() {
                                 [&] { return core.num_running == 0; })) {
     core.ioc.stop();
   }
+  // Join without the lock: an exiting I/O thread takes it to count itself out (run_io).
+  lock.unlock();
   for (auto& t : core.threads)
     t.join();
-  lock.unlock();
   for (int i = 0; i < 1000; ++i) {
     core.ioc.restart();
     if (core.ioc.poll() == 0) break;

@@ -715,10 +715,11 @@ void Server::stop() {
                                  [&] { return core->num_running == 0; })) {
     core->ioc.stop();
   }
+  // Join without the lock: an exiting I/O thread takes it to count itself out (run_io).
+  lock.unlock();
   for (auto& t : core->threads) {
     if (t.joinable()) t.join();
   }
-  lock.unlock();
   // Run what is left (completions of closed sockets) so no handler keeps a session alive; a
   // responder still held by the engine keeps its session, which no longer posts anything.
   for (int i = 0; i < 1000; ++i) {

@@ -10,9 +10,10 @@ RadixIndexConfig approx_config(const RouterStackConfig& c) {
   return r;
 }
 
-http::ClientLimits client_limits() {
+http::ClientLimits client_limits(const RouterStackConfig& c) {
   http::ClientLimits l;
   l.body_idle_timeout = std::chrono::hours(24);  // KV-event streams are long-lived
+  l.response_header_timeout = c.upstream_timeout;
   return l;
 }
 
@@ -22,7 +23,7 @@ RouterStack::RouterStack(RouterStackConfig config)
     : config_(std::move(config)),
       index_(SteadyClock::instance()),
       approx_(SteadyClock::instance(), approx_config(config_)),
-      client_(client_limits()),
+      client_(client_limits(config_)),
       metrics_(registry_) {
   pool_ = std::make_unique<ReplicaPool>(client_, index_, index_mu_, SteadyClock::instance(),
                                         config_.pool);

@@ -34,6 +34,7 @@ class RouterTest : public ::testing::Test {
     approx_ = std::make_unique<RadixIndex>(clock_, ac);
     http::ClientLimits cl;
     cl.body_idle_timeout = std::chrono::hours(1);
+    cl.response_header_timeout = std::chrono::minutes(10);  // as RouterStack: whole generations
     client_ = std::make_unique<http::Client>(cl);
     PoolConfig pc;
     pc.poll_interval = 100ms;
@@ -71,10 +72,12 @@ class RouterTest : public ::testing::Test {
            std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy && r.exact; });
   }
   http::ClientResponse post(const json& body, const http::Headers& extra = {}) {
-    http::Client c;
+    http::ClientLimits limits;
+    limits.response_header_timeout = std::chrono::minutes(5);  // loaded CI machines are slow
+    http::Client c(limits);
     http::Headers h{{"content-type", "application/json"}};
     h.insert(h.end(), extra.begin(), extra.end());
-    auto r = c.request("127.0.0.1", port_, "POST", "/v1/completions", body.dump(), h, 60s);
+    auto r = c.request("127.0.0.1", port_, "POST", "/v1/completions", body.dump(), h, 300s);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
     return r.ok() ? *r : http::ClientResponse{};
   }
@@ -197,11 +200,11 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
 TEST_F(RouterTest, KillingAReplicaUnderLoadLosesNoNonStreamingRequest) {
   start();
   std::vector<std::future<http::ClientResponse>> load;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < 8; ++i) {
     load.push_back(std::async(std::launch::async, [&, i] {
       return post({{"model", "tiny"},
                    {"prompt", long_prompt("load" + std::to_string(i))},
-                   {"max_tokens", 40},
+                   {"max_tokens", 12},
                    {"ignore_eos", true}});
     }));
   }

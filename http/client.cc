@@ -53,16 +53,8 @@ struct ClientCore {
   std::unordered_map<uint64_t, std::weak_ptr<Exchange>> exchanges;
   uint64_t next_exchange_id = 0;
 
-  std::mutex threads_mu;
-  std::condition_variable threads_cv;
-  std::vector<std::thread> threads;
-  std::vector<std::thread::id> thread_ids;
-  int num_running = 0;
-
-  bool on_io_thread() const {
-    auto self = std::this_thread::get_id();
-    return std::find(thread_ids.begin(), thread_ids.end(), self) != thread_ids.end();
-  }
+  wire::IoThreads io_threads;
+  bool on_io_thread() const { return io_threads.on_io_thread(); }
 
   // A pooled connection that is still open and has nothing unread, or nullopt.
   std::optional<tcp::socket> take_idle(const std::string& key) {
@@ -370,12 +362,7 @@ void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& 
 }  // namespace
 
 Client::Client(ClientLimits limits) : core_(std::make_shared<ClientCore>(limits)) {
-  std::lock_guard lock(core_->threads_mu);
-  for (int i = 0; i < std::max(1, limits.io_threads); ++i) {
-    ++core_->num_running;
-    core_->threads.emplace_back(wire::run_io<ClientCore>, core_.get());
-    core_->thread_ids.push_back(core_->threads.back().get_id());
-  }
+  core_->io_threads.start(core_->ioc, limits.io_threads);
 }
 
 Client::~Client() {
@@ -397,15 +384,7 @@ Client::~Client() {
     core.pool.clear();
   }
   core.work.reset();
-  std::unique_lock lock(core.threads_mu);
-  if (!core.threads_cv.wait_for(lock, std::chrono::seconds(2),
-                                [&] { return core.num_running == 0; })) {
-    core.ioc.stop();
-  }
-  // Join without the lock: an exiting I/O thread takes it to count itself out (run_io).
-  lock.unlock();
-  for (auto& t : core.threads)
-    t.join();
+  core.io_threads.stop_and_join(core.ioc, std::chrono::seconds(2));
   for (int i = 0; i < 1000; ++i) {
     core.ioc.restart();
     if (core.ioc.poll() == 0) break;

@@ -51,16 +51,8 @@ struct ServerCore {
   std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;
   uint64_t next_session_id = 0;
 
-  std::mutex threads_mu;
-  std::condition_variable threads_cv;
-  std::vector<std::thread> threads;
-  std::vector<std::thread::id> thread_ids;
-  int num_running = 0;
-
-  bool on_io_thread() const {
-    auto self = std::this_thread::get_id();
-    return std::find(thread_ids.begin(), thread_ids.end(), self) != thread_ids.end();
-  }
+  wire::IoThreads io_threads;
+  bool on_io_thread() const { return io_threads.on_io_thread(); }
 };
 
 namespace {
@@ -651,12 +643,7 @@ void do_accept(const std::shared_ptr<ServerCore>& core) {
 Server::Server(ServerLimits limits, Handler handler, int threads)
     : core_(std::make_shared<ServerCore>(limits, std::move(handler))) {
   assert(core_->handler);
-  std::lock_guard lock(core_->threads_mu);
-  for (int i = 0; i < std::max(1, threads); ++i) {
-    ++core_->num_running;
-    core_->threads.emplace_back(wire::run_io<ServerCore>, core_.get());
-    core_->thread_ids.push_back(core_->threads.back().get_id());
-  }
+  core_->io_threads.start(core_->ioc, threads);
 }
 
 Server::~Server() {
@@ -709,17 +696,8 @@ void Server::stop() {
   }
   if (core->on_io_thread()) return;  // ~Server joins
 
-  std::unique_lock lock(core->threads_mu);
-  // closed sessions leave no work behind, so run() returns; a stuck handler must not hang stop()
-  if (!core->threads_cv.wait_for(lock, std::chrono::seconds(2),
-                                 [&] { return core->num_running == 0; })) {
-    core->ioc.stop();
-  }
-  // Join without the lock: an exiting I/O thread takes it to count itself out (run_io).
-  lock.unlock();
-  for (auto& t : core->threads) {
-    if (t.joinable()) t.join();
-  }
+  // Closed sessions leave no work behind, so run() returns; a stuck handler must not hang stop().
+  core->io_threads.stop_and_join(core->ioc, std::chrono::seconds(2));
   // Run what is left (completions of closed sockets) so no handler keeps a session alive; a
   // responder still held by the engine keeps its session, which no longer posts anything.
   for (int i = 0; i < 1000; ++i) {

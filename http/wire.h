@@ -2,9 +2,16 @@
 // http/ (not part of the public API).
 #pragma once
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
 
 #include "http/server.h"
 
@@ -26,21 +33,53 @@ bool status_has_no_body(int status);
 std::string chunk(std::string_view data);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
-// The body of an I/O thread of a server or client core: runs the io_context until it stops,
-// surviving callbacks that throw (one bad exchange must not take the others down), then tells
-// the core one thread fewer is running. Core: ioc, threads_mu, num_running, threads_cv.
-template <typename Core>
-void run_io(Core* core) {
-  for (;;) {
-    try {
-      core->ioc.run();
-      break;
-    } catch (...) {
+// The I/O threads of a server or client core: each runs the io_context until it stops,
+// surviving callbacks that throw (one bad exchange must not take the others down).
+class IoThreads {
+ public:
+  void start(boost::asio::io_context& ioc, int count) {
+    std::lock_guard lock(mu_);
+    for (int i = 0; i < std::max(1, count); ++i) {
+      ++running_;
+      threads_.emplace_back([this, &ioc] { run(ioc); });
+      ids_.push_back(threads_.back().get_id());
     }
   }
-  std::lock_guard lock(core->threads_mu);
-  --core->num_running;
-  core->threads_cv.notify_all();
-}
+  bool on_io_thread() const {
+    const auto self = std::this_thread::get_id();
+    return std::find(ids_.begin(), ids_.end(), self) != ids_.end();
+  }
+  // Waits up to `grace` for the threads to run out of work, then stops the io_context, and
+  // joins them. Joins without the lock: an exiting thread takes it to count itself out.
+  void stop_and_join(boost::asio::io_context& ioc, std::chrono::milliseconds grace) {
+    {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, grace, [&] { return running_ == 0; })) ioc.stop();
+    }
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void run(boost::asio::io_context& ioc) {
+    for (;;) {
+      try {
+        ioc.run();
+        break;
+      } catch (...) {
+      }
+    }
+    std::lock_guard lock(mu_);
+    --running_;
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::thread> threads_;
+  std::vector<std::thread::id> ids_;
+  int running_ = 0;
+};
 
 }  // namespace kvc::http::wire

@@ -275,7 +275,7 @@ int run_demo(const DemoFlags& f) {
   RouterStackConfig rc;
   for (int i = 0; i < f.replicas; ++i) {
     replicas.push_back(
-        std::make_unique<LocalReplica>("replica-" + std::to_string(i), 2048, 3, f.host));
+        std::make_unique<LocalReplica>("replica-" + std::to_string(i), 2048, f.host));
     if (replicas.back()->port() == 0) {
       std::fprintf(stderr, "demo: replica %d could not listen\n", i);
       return 1;

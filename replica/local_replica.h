@@ -17,9 +17,11 @@ namespace kvc {
 
 class LocalReplica {
  public:
-  LocalReplica(std::string id, int32_t kv_blocks = 256, uint64_t weights_seed = 3,
-               const std::string& host = "127.0.0.1") {
-    static const ModelWeights weights = random_weights(*preset_config("tiny"), weights_seed);
+  // Every local replica serves the same random model (weights seed 3), so their outputs agree.
+  LocalReplica(std::string id, int32_t kv_blocks = 256, const std::string& host = "127.0.0.1",
+               http::ServerLimits limits = {})
+      : limits_(limits) {
+    static const ModelWeights weights = random_weights(*preset_config("tiny"), 3);
     backend_ = std::make_unique<CpuBackend>(weights, kv_blocks, 16);
     EngineConfig config;
     config.scheduler.max_model_len = 4096;
@@ -45,7 +47,7 @@ class LocalReplica {
  private:
   void start() {
     http_ = std::make_unique<http::Server>(
-        http::ServerLimits{}, [this](http::Request r, std::shared_ptr<http::Responder> w) {
+        limits_, [this](http::Request r, std::shared_ptr<http::Responder> w) {
           server_->handle(std::move(r), std::move(w));
         });
     auto port = http_->listen(host_, 0);
@@ -60,6 +62,7 @@ class LocalReplica {
   std::unique_ptr<EngineLoop> loop_;
   std::unique_ptr<ReplicaServer> server_;
   std::unique_ptr<http::Server> http_;
+  http::ServerLimits limits_;
   std::string host_;
   uint16_t port_ = 0;
 };

@@ -12,8 +12,7 @@
 
 #include "http/client.h"
 #include "http/sse.h"
-#include "replica/cpu_backend.h"
-#include "replica/weights.h"
+#include "replica/local_replica.h"
 
 namespace kvc {
 namespace {
@@ -24,26 +23,11 @@ using namespace std::chrono_literals;
 class ReplicaServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    backend_ = std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16);
-    EngineConfig config;
-    config.scheduler.max_model_len = 4096;
-    engine_ = std::make_unique<Engine>(*backend_, tokenizer_, config, SteadyClock::instance());
-    loop_ = std::make_unique<EngineLoop>(*engine_, "r0");
-    server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, ReplicaServerConfig{"r0", "", {}});
     http::ServerLimits limits;
     limits.max_body_bytes = 64 << 10;
-    http_ = std::make_unique<http::Server>(
-        limits, [this](http::Request r, std::shared_ptr<http::Responder> w) {
-          server_->handle(std::move(r), std::move(w));
-        });
-    auto port = http_->listen("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok()) << port.error().message;
-    port_ = *port;
-  }
-  void TearDown() override {
-    if (http_) http_->stop();
-    http_.reset();
-    loop_.reset();
+    replica_ = std::make_unique<LocalReplica>("r0", 64, "127.0.0.1", limits);
+    port_ = replica_->port();
+    ASSERT_NE(port_, 0);
   }
 
   http::ClientResponse post(const std::string& path, const std::string& body) {
@@ -71,12 +55,7 @@ class ReplicaServerTest : public ::testing::Test {
     return false;
   }
 
-  ByteTokenizer tokenizer_;
-  std::unique_ptr<CpuBackend> backend_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<EngineLoop> loop_;
-  std::unique_ptr<ReplicaServer> server_;
-  std::unique_ptr<http::Server> http_;
+  std::unique_ptr<LocalReplica> replica_;
   http::Client client_;
   uint16_t port_ = 0;
 };

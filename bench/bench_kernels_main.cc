@@ -1,4 +1,5 @@
-// bench_kernels --out FILE [--quick] [--iters N]: the kernel benchmark without the kvcascade CLI.
+// bench_kernels --out FILE [--quick] [--iters N] [--only CASE]: the kernel benchmark without the
+// kvcascade CLI.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,8 +16,10 @@ int main(int argc, char** argv) {
       opt.quick = true;
     } else if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       opt.iters = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      opt.only = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s --out FILE [--quick] [--iters N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --out FILE [--quick] [--iters N] [--only CASE]\n", argv[0]);
       return 2;
     }
   }

@@ -192,6 +192,26 @@ struct Row {
   nlohmann::json j;
 };
 
+// Median ms of cascade decode over `l`'s plan for 32 layers (rotated over slots of its blocks).
+float time_cascade(const Layout& l, const Pool& pool, const void* q, void* out, int iters,
+                   cudaStream_t stream) {
+  kc::DeviceCascadePlan plan = kc::make_device_plan(l.plan, kShape);
+  kc::DeviceBuffer d_plan(std::max<size_t>(plan.device_bytes(), 16));
+  BENCH_CHECK(kc::upload_plan(plan, d_plan.data(), d_plan.bytes(), stream));
+  const size_t ws_bytes = kc::cascade_workspace_bytes(plan, kShape);
+  kc::DeviceBuffer ws(ws_bytes);
+  const int slots =
+      std::max<int64_t>(1, std::min<int64_t>(slots_for(l.compact_blocks),
+                                             pool.blocks / std::max<int64_t>(l.compact_blocks, 1)));
+  return time_layers(
+      [&](int layer, cudaStream_t s) {
+        const int64_t base = int64_t(layer % slots) * l.compact_blocks;
+        return kc::cascade_decode(kShape, kc::KvDtype::kF16, plan, q, pool.k(base), pool.v(base),
+                                  out, nullptr, ws.data(), ws_bytes, s);
+      },
+      stream, iters);
+}
+
 // Times flat (copied prefixes), flat over shared blocks (optional) and cascade for one tree.
 nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iters, bool with_shared,
                         cudaStream_t stream) {
@@ -243,6 +263,17 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     r["flat_shared_ms"] = time_layers(layer, stream, iters);
     BENCH_CHECK(layer(0, stream));
   }
+  // The two passes alone (the worked example and the tree): the tree with no private tokens
+  // (prefix pass + merge), and the private tokens with no tree (suffix pass + merge).
+  if (with_shared) {
+    TreeSpec nodes_only = t, suffix_only = t;
+    nodes_only.suffix = 0;
+    suffix_only.nodes.clear();
+    r["prefix_pass_ms"] =
+        time_cascade(lay_out(nodes_only), pool, q.data(), out.data(), iters, stream);
+    r["suffix_pass_ms"] =
+        time_cascade(lay_out(suffix_only), pool, q.data(), out.data(), iters, stream);
+  }
   // Cascade.
   {
     kc::DeviceCascadePlan plan = kc::make_device_plan(l.plan, kShape);
@@ -259,6 +290,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     r["cascade_slots"] = compact_slots;
     r["node_items"] = plan.num_node_items;
     r["node_chunk_tokens"] = plan.node_chunk_tokens;
+    r["prefix_ctas"] = plan.num_prefix_ctas;
     r["suffix_splits"] = plan.suffix.num_splits;
     if (with_shared) {
       BENCH_CHECK(layer(0, stream));
@@ -305,6 +337,9 @@ void print_row(const nlohmann::json& r) {
               r["batch"].get<int>(), r["groups"].get<int>(), get("flat_ms"), get("flat_shared_ms"),
               get("cascade_ms"), get("floor_ms"), get("ratio"), 100 * get("flat_bw_fraction"),
               100 * get("cascade_bw_fraction"));
+  if (r.contains("prefix_pass_ms"))
+    std::printf("%-22s   passes alone: prefix %.3f ms, suffix %.3f ms\n", "", get("prefix_pass_ms"),
+                get("suffix_pass_ms"));
   std::fflush(stdout);
 }
 
@@ -395,6 +430,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
               "cascBW");
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < cases.size(); ++i) {
+    if (opt.only >= 0 && static_cast<size_t>(opt.only) != i) continue;
     nlohmann::json r = run_case(cases[i], pool, bw, iters, i < num_main, stream);
     print_row(r);
     rows.push_back(r);

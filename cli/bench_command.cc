@@ -14,11 +14,12 @@ struct BenchFlags {
   std::string out;
   bool quick = false;
   int iters = 20;
+  int only = -1;
 };
 
 int run_bench_kernels(const BenchFlags& f) {
 #if KVCASCADE_HAVE_CUDA
-  return bench::run_kernel_bench({f.out, f.quick, f.iters});
+  return bench::run_kernel_bench({f.out, f.quick, f.iters, f.only});
 #else
   (void)f;
   std::fprintf(stderr,
@@ -40,6 +41,8 @@ Run add_bench_command(CLI::App& app) {
   kernels->add_flag("--quick", f->quick, "the worked example and the tree only");
   kernels->add_option("--iters", f->iters, "timed runs per measurement (median reported)")
       ->check(CLI::Range(3, 1000));
+  kernels->add_option("--only", f->only, "run only this case (its row number in the table, from 0)")
+      ->check(CLI::Range(0, 1000));
   return [f] { return run_bench_kernels(*f); };
 }
 

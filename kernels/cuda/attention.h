@@ -36,22 +36,22 @@ struct DecodeSplit {
   int32_t split_tokens = kKvTileTokens;
 };
 
-// The split that minimises waves x split length for num_seqs x num_kv_heads sequences of
-// max_seq_len tokens on num_sms multiprocessors (deterministic: host arithmetic only). This is the
-// split of the per-head decode path.
-DecodeSplit choose_decode_split(int num_seqs, int num_kv_heads, int max_seq_len, int num_sms);
+// The split (a multiple of kKvTileTokens) that minimises waves x split length for `rows` CTA rows
+// (sequences x head groups) of max_seq_len tokens over `slots` resident CTAs (deterministic: host
+// arithmetic only).
+DecodeSplit choose_decode_split(int64_t rows, int max_seq_len, int slots);
 
-// KV heads one CTA of the all-heads decode path covers.
+// KV heads of one decode CTA. The cascade kernel's decode CTAs (4 warps, the same shared memory
+// as a prefix CTA, two per SM) cover 4 consecutive KV heads; flat decode uses 8-warp CTAs over 8
+// heads (one per SM at head_dim 128) when num_kv_heads % 8 == 0. Each warp owns one KV head and a
+// token's heads of the CTA are one contiguous run in the NHD layout.
+inline constexpr int kCascadeHeadsPerCta = 4;
 inline constexpr int kDecodeHeadsPerCta = 8;
-// Whether decode takes the all-heads path: one CTA per (sequence, split, 8 consecutive KV heads),
-// reading each token's 8 heads as one contiguous run. Otherwise one CTA per (sequence, split, KV
-// head). Flat paged_decode takes it whenever the shape allows; the cascade's suffix pass only for
-// a plan without nodes (DeviceCascadePlan::heads_path), since with a prefix pass the per-head
-// suffix CTAs share its launch and fill its last wave.
-inline bool decode_heads_path(const AttentionShape& shape) {
+// Whether flat decode takes the 8-head CTAs (else the cascade kernel's 4-head decode CTAs).
+inline bool decode_wide_path(const AttentionShape& shape) {
   return shape.num_kv_heads % kDecodeHeadsPerCta == 0;
 }
-// The split paged_decode and make_device_plan use for this shape (either path).
+// The split paged_decode uses for this shape.
 DecodeSplit choose_decode_split(const AttentionShape& shape, int num_seqs, int max_seq_len,
                                 int num_sms);
 
@@ -66,8 +66,9 @@ struct DeviceCascadePlan {
   int32_t num_nodes = 0;
   int32_t num_node_items = 0;     // (node, kv_head, chunk, row tile) work items
   int32_t node_chunk_tokens = 0;  // every node's KV is cut into chunks of this many tokens
+  int32_t num_prefix_ctas = 0;    // persistent CTAs that run the node items
   DecodeSplit suffix;             // the suffix pass's split
-  bool heads_path = false;        // the suffix pass takes the all-heads decode path
+  bool heads_path = false;        // no nodes: the suffix pass runs as flat decode (8-head CTAs)
   int32_t max_suffix_len = 0;
   int64_t num_node_units = 0;  // partial units of the node passes (chunk x member)
 
@@ -99,11 +100,13 @@ cudaError_t upload_plan(DeviceCascadePlan& plan, void* device_buffer, size_t dev
 // Bytes of workspace cascade_decode needs for this plan (fp32 partials of every unit).
 size_t cascade_workspace_bytes(const DeviceCascadePlan& plan, const AttentionShape& shape);
 
-// Cascade decode: one launch runs every prefix-pass item (tensor cores; node first in the grid)
-// and every suffix split; one merge launch then folds, per (sequence, query head), its nodes'
-// chunks in plan order, then its suffix splits in order (deterministic for a fixed plan).
-// q, out: [num_seqs, num_q_heads, head_dim] in `dtype`; lse: [num_seqs, num_q_heads] fp32 or
-// null. k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] in `dtype`.
+// Cascade decode: one launch runs every prefix-pass item (tensor cores, on num_prefix_ctas
+// persistent CTAs first in the grid) and every suffix split (4-head decode CTAs after them, which
+// share the SMs with the prefix CTAs when the plan chose one prefix CTA per SM); one merge launch
+// then folds, per (sequence, query head), its nodes' chunks in plan order, then its suffix splits
+// in order (deterministic for a fixed plan). q, out: [num_seqs, num_q_heads, head_dim] in `dtype`;
+// lse: [num_seqs, num_q_heads] fp32 or null. k_cache, v_cache: [num_blocks, block_size,
+// num_kv_heads, head_dim] in `dtype`.
 cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
                            const DeviceCascadePlan& plan, const void* q, const void* k_cache,
                            const void* v_cache, void* out, float* lse, void* workspace,

@@ -13,9 +13,21 @@ namespace {
 constexpr int kCtasPerSm = 2;
 // Extra cost of one CTA (index loads, pipeline fill, partial writes) in tiles of KV.
 constexpr double kCtaOverheadTiles = 1.0;
+// Longest suffix split (in tiles) when the suffix pass shares the grid with a prefix pass.
+constexpr int kMaxSharedSplitTiles = 8;
+// Cost model of the cascade kernel's grid, measured on the H200 (docs/kernels-cuda.md): time of
+// one prefix tile (64 rows x 64 tokens x d 128) on a prefix CTA when one [1] or two [2] prefix CTAs
+// share an SM, and the suffix pass's KV bytes per microsecond.
+constexpr double kPrefixTileUs[3] = {0.0, 1.4, 2.0};
+constexpr double kDecodeBytesPerUs = 3.5e6;
 
 int ceil_div(int64_t a, int64_t b) {
   return static_cast<int>((a + b - 1) / b);
+}
+
+// 4-head decode CTAs per (sequence, split).
+int head_groups(const AttentionShape& shape) {
+  return ceil_div(shape.num_kv_heads, kCascadeHeadsPerCta);
 }
 
 // Tiles per piece that minimise (waves of pieces) x (tiles per piece + overhead); `pieces(c)`
@@ -51,25 +63,23 @@ int current_device_sms() {
   return sms;
 }
 
-DecodeSplit choose_decode_split(int num_seqs, int num_kv_heads, int max_seq_len, int num_sms) {
+DecodeSplit choose_decode_split(int64_t rows, int max_seq_len, int slots) {
   const int tiles = std::max(1, ceil_div(max_seq_len, kKvTileTokens));
-  const int64_t rows = int64_t{std::max(num_seqs, 1)} * num_kv_heads;
-  const int c = choose_piece_tiles(tiles, num_sms * kCtasPerSm,
+  rows = std::max<int64_t>(rows, 1);
+  const int c = choose_piece_tiles(tiles, std::max(slots, 1),
                                    [&](int c) { return rows * ceil_div(tiles, c); });
   return {ceil_div(tiles, c), c * kKvTileTokens};
 }
 
 DecodeSplit choose_decode_split(const AttentionShape& shape, int num_seqs, int max_seq_len,
                                 int num_sms) {
-  if (!decode_heads_path(shape))
-    return choose_decode_split(num_seqs, shape.num_kv_heads, max_seq_len, num_sms);
-  // All-heads path: one CTA per (sequence, split, 8 KV heads); 192 KB of shared memory at
-  // head_dim 128 (one CTA per SM), 96 KB at 64 (two).
-  const int tiles = std::max(1, ceil_div(max_seq_len, kKvTileTokens));
-  const int64_t rows = int64_t{std::max(num_seqs, 1)} * (shape.num_kv_heads / kDecodeHeadsPerCta);
-  const int slots = num_sms * (shape.head_dim == 128 ? 1 : 2);
-  const int c = choose_piece_tiles(tiles, slots, [&](int c) { return rows * ceil_div(tiles, c); });
-  return {ceil_div(tiles, c), c * kKvTileTokens};
+  if (decode_wide_path(shape)) {
+    // 8-head CTAs: 192 KB of shared memory at head_dim 128 (one per SM), 96 KB at 64 (two).
+    return choose_decode_split(int64_t{num_seqs} * (shape.num_kv_heads / kDecodeHeadsPerCta),
+                               max_seq_len, num_sms * (shape.head_dim == 128 ? 1 : 2));
+  }
+  return choose_decode_split(int64_t{num_seqs} * head_groups(shape), max_seq_len,
+                             num_sms * kCtasPerSm);
 }
 
 DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape& shape,
@@ -86,16 +96,25 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   d.max_suffix_len = 0;
   for (int32_t len : plan.suffix_len)
     d.max_suffix_len = std::max(d.max_suffix_len, len);
-  // The suffix pass takes the all-heads decode path only when there is no prefix pass: otherwise
-  // its per-head CTAs share one launch with the prefix items and fill the SMs the prefix pass's
-  // last wave leaves idle (measured on the H200: with a separate all-heads launch after the
-  // prefix pass, cascade S=256 and the 1K+4x8K tree were 1-10% slower, S=1024 3% faster).
-  d.heads_path = decode_heads_path(shape) && num_nodes == 0;
-  d.suffix = d.heads_path
-                 ? choose_decode_split(shape, num_seqs, d.max_suffix_len, num_sms)
-                 : choose_decode_split(num_seqs, shape.num_kv_heads, d.max_suffix_len, num_sms);
+  // A plan without nodes is flat decode: 8-head CTAs when the shape allows. Otherwise the suffix
+  // pass runs as 4-head decode CTAs in the cascade kernel's grid, after the prefix CTAs; with a
+  // prefix pass its splits are at most kMaxSharedSplitTiles long, so that the decode CTAs that
+  // share SMs with prefix CTAs come in pieces small enough to even out the finish.
+  d.heads_path = decode_wide_path(shape) && num_nodes == 0;
+  const int64_t decode_rows = int64_t{num_seqs} * head_groups(shape);
+  if (d.heads_path) {
+    d.suffix = choose_decode_split(shape, num_seqs, d.max_suffix_len, num_sms);
+  } else {
+    d.suffix = choose_decode_split(decode_rows, d.max_suffix_len, num_sms * kCtasPerSm);
+    const int max_tokens = kMaxSharedSplitTiles * kKvTileTokens;
+    if (num_nodes > 0 && d.suffix.split_tokens > max_tokens)
+      d.suffix = {ceil_div(d.max_suffix_len, max_tokens), max_tokens};
+  }
 
-  // Node chunks: one chunk length for every node, chosen by the same wave model.
+  // Node chunks: one chunk length for every node, chosen by the same wave model for the number of
+  // prefix CTAs (one or two per SM) whose estimated finish is earlier: one per SM leaves the
+  // other slot to the suffix pass's CTAs, so the two passes overlap; two per SM run the prefix
+  // pass faster and the suffix after it.
   std::vector<int> node_tiles(num_nodes), node_row_tiles(num_nodes), members(num_nodes);
   int max_tiles = 1;
   for (int n = 0; n < num_nodes; ++n) {
@@ -106,19 +125,37 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
     node_row_tiles[n] = ceil_div(int64_t{members[n]} * g, kNodeRowTile);
     max_tiles = std::max(max_tiles, node_tiles[n]);
   }
-  const int chunk_tiles = choose_piece_tiles(max_tiles, num_sms * kCtasPerSm, [&](int c) {
+  auto items_for = [&](int c) {
     int64_t items = 0;
     for (int n = 0; n < num_nodes; ++n)
       items += int64_t{shape.num_kv_heads} * node_row_tiles[n] * ceil_div(node_tiles[n], c);
     return items;
-  });
-  d.node_chunk_tokens = chunk_tiles * kKvTileTokens;
+  };
+  double suffix_tokens = 0;
+  for (int32_t len : plan.suffix_len)
+    suffix_tokens += len;
+  const double suffix_us =
+      suffix_tokens * shape.num_kv_heads * shape.head_dim * 2 * 2 / kDecodeBytesPerUs;
+  int chunk_tiles[3] = {0, 0, 0};
+  double prefix_us[3] = {0, 0, 0};
+  for (int k = 1; k <= 2; ++k) {
+    const int slots = num_sms * k;
+    chunk_tiles[k] = choose_piece_tiles(max_tiles, slots, items_for);
+    const int64_t waves = (items_for(chunk_tiles[k]) + slots - 1) / slots;
+    prefix_us[k] = waves * (chunk_tiles[k] + kCtaOverheadTiles) * kPrefixTileUs[k];
+  }
+  const int k = prefix_us[1] <= prefix_us[2] + suffix_us ? 1 : 2;
+  d.node_chunk_tokens = chunk_tiles[k] * kKvTileTokens;
+  d.num_prefix_ctas = num_nodes == 0 ? 0
+                                     : static_cast<int32_t>(std::min<int64_t>(
+                                           items_for(chunk_tiles[k]), int64_t{num_sms} * k));
+  const int chunk_tiles_chosen = chunk_tiles[k];
 
   std::vector<int32_t> unit_base(num_nodes), items;
   int64_t units = 0;
   for (int n = 0; n < num_nodes; ++n) {
     unit_base[n] = static_cast<int32_t>(units);
-    const int chunks = ceil_div(node_tiles[n], chunk_tiles);
+    const int chunks = ceil_div(node_tiles[n], chunk_tiles_chosen);
     units += int64_t{chunks} * members[n];
     // Row tiles of one chunk are adjacent in the grid: they read the same KV at the same time,
     // so the second to last find it in L2.
@@ -136,7 +173,7 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   // Per sequence, its node units in merge order: nodes in plan order, chunks in order.
   std::vector<int32_t> seq_count(num_seqs + 1, 0);
   for (int n = 0; n < num_nodes; ++n) {
-    const int chunks = ceil_div(node_tiles[n], chunk_tiles);
+    const int chunks = ceil_div(node_tiles[n], chunk_tiles_chosen);
     for (int i = plan.node_seq_indptr[n]; i < plan.node_seq_indptr[n + 1]; ++i)
       seq_count[plan.node_seq_indices[i] + 1] += chunks;
   }
@@ -146,7 +183,7 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   std::vector<int32_t> seq_units(seq_unit_indptr[num_seqs]);
   std::vector<int32_t> next(seq_unit_indptr.begin(), seq_unit_indptr.end() - 1);
   for (int n = 0; n < num_nodes; ++n) {
-    const int chunks = ceil_div(node_tiles[n], chunk_tiles);
+    const int chunks = ceil_div(node_tiles[n], chunk_tiles_chosen);
     for (int m = 0; m < members[n]; ++m) {
       const int32_t seq = plan.node_seq_indices[plan.node_seq_indptr[n] + m];
       for (int c = 0; c < chunks; ++c)

@@ -363,7 +363,7 @@ TEST_F(CudaAttentionTest, AllHeadsFlatDecodeMatchesCpuTwin) {
         for (int block_size : {16, 5}) {
           if ((block_size == 5 || kv_heads == 16) && c.group != 4) continue;
           const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, kv_heads, block_size);
-          ASSERT_TRUE(cuda::decode_heads_path(sh));
+          ASSERT_TRUE(cuda::decode_wide_path(sh));
           const std::vector<int32_t> lens = {0, 1, 17, 64, 203, 1000, 3001};
           int blocks = 8;
           for (int32_t l : lens)
@@ -420,12 +420,12 @@ TEST_F(CudaAttentionTest, AllHeadsCascadeMatchesCpuTwin) {
 
 TEST(CudaAttentionPlanTest, SplitFillsTheGpuAtSmallBatch) {
   // 16 sequences x 8 KV heads of 32K tokens: far fewer rows than 264 CTA slots, so split.
-  const cuda::DecodeSplit s = cuda::choose_decode_split(16, 8, 32768, 132);
+  const cuda::DecodeSplit s = cuda::choose_decode_split(int64_t{16} * 8, 32768, 264);
   EXPECT_GE(16 * 8 * s.num_splits, 132);  // every SM has work
   EXPECT_EQ(s.split_tokens % cuda::kKvTileTokens, 0);
   EXPECT_GE(s.num_splits * s.split_tokens, 32768);
   // Many rows: no split.
-  EXPECT_EQ(cuda::choose_decode_split(1024, 8, 1024, 132).num_splits, 1);
+  EXPECT_EQ(cuda::choose_decode_split(int64_t{1024} * 8, 1024, 264).num_splits, 1);
   // All-heads path: 16 sequences x 1 head group of 32K tokens split across the SMs.
   const AttentionShape sh{32, 8, 128, 16, 0.088f};
   const cuda::DecodeSplit h = cuda::choose_decode_split(sh, 16, 32768, 132);

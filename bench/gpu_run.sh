@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One device call: the CUDA tests, the kernel benchmark and (optionally) the PyTorch anchor and
+# Nsight Compute, on a build-gpu/ made on the development machine (docs/kernels-cuda.md). Writes
+# everything under $OUT (or ./gpu-out).
+#   bash bench/gpu_run.sh quick      tests + bench --quick + ncu of the prefix pass
+#   bash bench/gpu_run.sh full       tests + full bench + PyTorch anchor (anchor/ carried)
+#   bash bench/gpu_run.sh sanitize   compute-sanitizer memcheck + racecheck on a subset
+set -u -o pipefail
+mode=${1:-quick}
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+test_bin=build-gpu/tests/kernels/cuda/kernels_cuda_test
+bench_bin=build-gpu/bench/bench_kernels
+
+case "$mode" in
+  quick)
+    $test_bin --gtest_brief=1 2>&1 | tee "$out/tests.txt" | tail -15
+    $bench_bin --quick --out "$out/quick.json" 2>&1 | tee "$out/quick.txt"
+    ncu --clock-control none -k regex:cascade_kernel --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section SchedulerStats \
+      --section WarpStateStats --section LaunchStats --section SourceCounters \
+      -o "$out/prefix" $bench_bin --only 0 --iters 3 >"$out/ncu_log.txt" 2>&1
+    ncu --import "$out/prefix.ncu-rep" --page details >"$out/prefix_details.txt" 2>&1
+    ncu --import "$out/prefix.ncu-rep" --page source --csv --print-source sass \
+      >"$out/prefix_source.csv" 2>&1
+    rm -f "$out/prefix.ncu-rep"
+    grep -E 'Duration|Issued Warp|No Eligible|Registers Per|Achieved Active' \
+      "$out/prefix_details.txt"
+    ;;
+  full)
+    $test_bin --gtest_brief=1 2>&1 | tee "$out/tests.txt" | tail -15
+    $bench_bin --out "$out/kernels.json" 2>&1 | tee "$out/kernels.txt"
+    if [ -f anchor/torch_cascade_anchor.py ]; then
+      OUT="$out" PYTHONUNBUFFERED=1 python3 anchor/torch_cascade_anchor.py 2>&1 |
+        tee "$out/anchor.txt" | tail -30
+    fi
+    ;;
+  sanitize)
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool \
+        $test_bin --gtest_filter='*RoutesAgree*:*AllHeadsCascade*:*MergeState*' 2>&1 |
+        tee "$out/sanitize-$tool.txt" | tail -5
+    done
+    ;;
+esac

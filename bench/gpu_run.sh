@@ -16,6 +16,8 @@ bench_bin=build-gpu/bench/bench_kernels
 
 case "$mode" in
   quick)
+    cuobjdump -sass build-gpu/kernels/cuda/CMakeFiles/kvc_kernels_cuda.dir/attention.cu.o \
+      >"$out/attention.sass" 2>&1
     $test_bin --gtest_brief=1 2>&1 | tee "$out/tests.txt" | tail -15
     $bench_bin --quick --out "$out/quick.json" 2>&1 | tee "$out/quick.txt"
     ncu --clock-control none -k regex:cascade_kernel --launch-count 1 \

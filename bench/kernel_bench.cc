@@ -194,8 +194,8 @@ struct Row {
 
 // Median ms of cascade decode over `l`'s plan for 32 layers (rotated over slots of its blocks).
 float time_cascade(const Layout& l, const Pool& pool, const void* q, void* out, int iters,
-                   cudaStream_t stream) {
-  kc::DeviceCascadePlan plan = kc::make_device_plan(l.plan, kShape);
+                   cudaStream_t stream, const kc::PlanOptions& options = {}) {
+  kc::DeviceCascadePlan plan = kc::make_device_plan(l.plan, kShape, 0, options);
   kc::DeviceBuffer d_plan(std::max<size_t>(plan.device_bytes(), 16));
   BENCH_CHECK(kc::upload_plan(plan, d_plan.data(), d_plan.bytes(), stream));
   const size_t ws_bytes = kc::cascade_workspace_bytes(plan, kShape);
@@ -273,6 +273,10 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
         time_cascade(lay_out(nodes_only), pool, q.data(), out.data(), iters, stream);
     r["suffix_pass_ms"] =
         time_cascade(lay_out(suffix_only), pool, q.data(), out.data(), iters, stream);
+    // The cost model's choice against both: one or two prefix CTAs per SM.
+    for (int k : {1, 2})
+      r["cascade_prefix_ctas_per_sm_" + std::to_string(k) + "_ms"] =
+          time_cascade(l, pool, q.data(), out.data(), iters, stream, {k});
   }
   // Cascade.
   {
@@ -338,8 +342,11 @@ void print_row(const nlohmann::json& r) {
               get("cascade_ms"), get("floor_ms"), get("ratio"), 100 * get("flat_bw_fraction"),
               100 * get("cascade_bw_fraction"));
   if (r.contains("prefix_pass_ms"))
-    std::printf("%-22s   passes alone: prefix %.3f ms, suffix %.3f ms\n", "", get("prefix_pass_ms"),
-                get("suffix_pass_ms"));
+    std::printf(
+        "%-22s   passes alone: prefix %.3f ms, suffix %.3f ms; cascade with 1 / 2 prefix "
+        "CTAs per SM: %.3f / %.3f ms\n",
+        "", get("prefix_pass_ms"), get("suffix_pass_ms"), get("cascade_prefix_ctas_per_sm_1_ms"),
+        get("cascade_prefix_ctas_per_sm_2_ms"));
   std::fflush(stdout);
 }
 

@@ -181,9 +181,15 @@ struct StageLoader {
   const int32_t* __restrict__ blocks;
   int64_t block_stride;
   int token_stride, col, tok0, t_begin, t_end, stage_tokens, block_size;
-  FastDiv div;            // by block_size
-  uint32_t sm_off[kPer];  // byte offset of row i within a K (or V) stage
-  int32_t ids[kPer];      // block of row i in the tile fetched last; -1 past t_end
+  FastDiv div;  // by block_size
+  // Byte offset of row i within a K (or V) stage: sm_row + i * sm_step, 16-byte chunk sm_chunk
+  // XOR-swizzled by the row's token & 7.
+  uint32_t sm_row, sm_step, sm_chunk;
+  int32_t ids[kPer];  // block of row i in the tile fetched last; -1 past t_end
+
+  __device__ __forceinline__ uint32_t sm_off(int i) const {
+    return sm_row + i * sm_step + ((sm_chunk ^ ((tok0 + i * kStep) & 7)) << 4);
+  }
 
   __device__ __forceinline__ int token(int tile, int i) const {
     return t_begin + tile * stage_tokens + tok0 + i * kStep;
@@ -203,8 +209,8 @@ struct StageLoader {
       const int in_block = (t - div(t) * block_size) * token_stride + col;
       const bool ok = ids[i] >= 0;
       const int64_t off = int64_t{ok ? ids[i] : 0} * block_stride + in_block;
-      cp_async16(ks + sm_off[i], kc + off, ok);
-      cp_async16(vs + sm_off[i], vc + off, ok);
+      cp_async16(ks + sm_off(i), kc + off, ok);
+      cp_async16(vs + sm_off(i), vc + off, ok);
     }
   }
 };
@@ -372,11 +378,9 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   ld.stage_tokens = kTile;
   ld.block_size = p.block_size;
   ld.div = {p.block_mul, p.block_shr};
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int row = ld.tok0 + i * kStep;
-    ld.sm_off[i] = row * kPitch + (((tid % kCpr) ^ (row & 7)) << 4);
-  }
+  ld.sm_row = ld.tok0 * kPitch;
+  ld.sm_step = kStep * kPitch;
+  ld.sm_chunk = tid % kCpr;
 
   const int num_tiles = (t_end - t_begin + kTile - 1) / kTile;
   ld.fetch(0);
@@ -522,15 +526,13 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
   ld.stage_tokens = kHeadsTile;
   ld.block_size = p.block_size;
   ld.div = {p.block_mul, p.block_shr};
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int tk = ld.tok0 + i * kStep;
-    ld.sm_off[i] = tk * kPitch + ld_head * D * sizeof(T) + (((within % kCpr) ^ (tk & 7)) << 4);
-  }
+  ld.sm_row = ld.tok0 * kPitch + ld_head * D * sizeof(T);
+  ld.sm_step = kStep * kPitch;
+  ld.sm_chunk = within % kCpr;
 
   const int num_tiles = (t_end - t_begin + kHeadsTile - 1) / kHeadsTile;
   ld.fetch(0);
-#pragma unroll
+#pragma unroll 1
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) {
       ld.issue(s, smem_base + s * 2 * kStageBytes, smem_base + s * 2 * kStageBytes + kStageBytes);

@@ -87,10 +87,15 @@ struct DeviceCascadePlan {
   int64_t num_units() const { return num_node_units + int64_t{num_seqs} * suffix.num_splits; }
 };
 
+// Planning knobs for experiments and tests; the defaults are what cascade decode should use.
+struct PlanOptions {
+  int prefix_ctas_per_sm = 0;  // 1 or 2 forces that many prefix CTAs per SM; 0: cost model
+};
+
 // Precondition: the CascadePlan's own (every node's span ends before each member's position;
 // blocks in range of the cache). num_sms 0: the current device's.
 DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape& shape,
-                                   int num_sms = 0);
+                                   int num_sms = 0, const PlanOptions& options = {});
 
 // Copies plan.host into device_buffer (at least plan.device_bytes(), 16-byte aligned) and points
 // plan.device at it. The copy is asynchronous on `stream`.

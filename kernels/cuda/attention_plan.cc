@@ -18,7 +18,7 @@ constexpr int kMaxSharedSplitTiles = 8;
 // Cost model of the cascade kernel's grid, measured on the H200 (docs/kernels-cuda.md): time of
 // one prefix tile (64 rows x 64 tokens x d 128) on a prefix CTA when one [1] or two [2] prefix CTAs
 // share an SM, and the suffix pass's KV bytes per microsecond.
-constexpr double kPrefixTileUs[3] = {0.0, 1.4, 2.0};
+constexpr double kPrefixTileUs[3] = {0.0, 2.0, 2.6};
 constexpr double kDecodeBytesPerUs = 3.5e6;
 
 int ceil_div(int64_t a, int64_t b) {
@@ -83,7 +83,7 @@ DecodeSplit choose_decode_split(const AttentionShape& shape, int num_seqs, int m
 }
 
 DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape& shape,
-                                   int num_sms) {
+                                   int num_sms, const PlanOptions& options) {
   if (num_sms <= 0) num_sms = current_device_sms();
   const int num_nodes = plan.num_nodes();
   const int num_seqs = plan.num_seqs;
@@ -144,7 +144,9 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
     const int64_t waves = (items_for(chunk_tiles[k]) + slots - 1) / slots;
     prefix_us[k] = waves * (chunk_tiles[k] + kCtaOverheadTiles) * kPrefixTileUs[k];
   }
-  const int k = prefix_us[1] <= prefix_us[2] + suffix_us ? 1 : 2;
+  const int k = options.prefix_ctas_per_sm == 1 || options.prefix_ctas_per_sm == 2
+                    ? options.prefix_ctas_per_sm
+                    : (prefix_us[1] <= prefix_us[2] + suffix_us ? 1 : 2);
   d.node_chunk_tokens = chunk_tiles[k] * kKvTileTokens;
   d.num_prefix_ctas = num_nodes == 0 ? 0
                                      : static_cast<int32_t>(std::min<int64_t>(

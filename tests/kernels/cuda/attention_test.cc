@@ -110,8 +110,8 @@ struct Problem {
     return o;
   }
 
-  Output run_cascade(const CascadePlan& plan) const {
-    cuda::DeviceCascadePlan dp = cuda::make_device_plan(plan, shape);
+  Output run_cascade(const CascadePlan& plan, const cuda::PlanOptions& options = {}) const {
+    cuda::DeviceCascadePlan dp = cuda::make_device_plan(plan, shape, 0, options);
     cuda::DeviceBuffer d_plan(std::max<size_t>(dp.device_bytes(), 16));
     EXPECT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
     const size_t ws_bytes = cuda::cascade_workspace_bytes(dp, shape);
@@ -416,6 +416,87 @@ TEST_F(CudaAttentionTest, AllHeadsCascadeMatchesCpuTwin) {
     expect_close(pr.run_cascade(batch.flat_plan()), cascade, tolerance(dt),
                  label(dt, sh, "all-heads no-node plan==cascade"));
   }
+}
+
+// Decode CTAs cover 4 KV heads: 6 KV heads leave the second group half empty (idle warps, no
+// loads past the last head); block sizes 1 and 3 take the multiply-high block division's d == 1
+// and general paths. The cascade runs with one and with two prefix CTAs per SM (the two grid
+// shapes the cost model chooses between) and must agree with the twin either way.
+TEST_F(CudaAttentionTest, PartialHeadGroupsBlockSizesAndPrefixCtas) {
+  for (KvDtype dt : kDtypes) {
+    for (Case c : {Case{64, 2}, Case{128, 3}}) {
+      for (int block_size : {1, 3, 16}) {
+        const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, 6, block_size);
+        ASSERT_FALSE(cuda::decode_wide_path(sh));
+        const std::vector<int32_t> lens = {0, 1, 17, 130, 333};
+        int blocks = 8;
+        for (int32_t l : lens)
+          blocks += (l + block_size - 1) / block_size;
+        Problem flat(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
+        TreeBatch fb(flat.kv, static_cast<int>(lens.size()));
+        fb.add_suffixes(lens);
+        flat.upload_kv();
+        expect_close(flat.run_flat(fb), testutil::run_flat(flat.kv, flat.q, fb), tolerance(dt),
+                     label(dt, sh, "flat 6 kv heads"));
+
+        const int n = 24;
+        Problem pr(sh, dt, 79 * 16 / block_size + n * (90 / block_size + 3) + 8, n, rng_);
+        TreeBatch batch(pr.kv, n);
+        std::vector<int32_t> all(n), half(n / 2);
+        for (int s = 0; s < n; ++s)
+          all[s] = s;
+        for (int s = 0; s < n / 2; ++s)
+          half[s] = s;
+        batch.share(all, 70 * 16 / block_size);
+        batch.share(half, 9 * 16 / block_size);
+        batch.add_suffixes(random_lens(rng_, n, 0, 90), std::min(2, block_size - 1));
+        pr.upload_kv();
+        const CascadePlan plan = batch.plan();
+        const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
+        for (int per_sm : {1, 2}) {
+          expect_close(
+              pr.run_cascade(plan, {per_sm}), want, tolerance(dt),
+              label(dt, sh,
+                    per_sm == 1 ? "cascade, 1 prefix CTA/SM" : "cascade, 2 prefix CTAs/SM"));
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {
+  const AttentionShape sh{32, 8, 128, 16, 0.088f};
+  auto seed_example = [&](int suffix) {
+    CascadePlan p;
+    int32_t next = 0;
+    for (int g = 0; g < 2; ++g) {
+      std::vector<int32_t> blocks, members;
+      for (int b = 0; b < 256; ++b)
+        blocks.push_back(next++);
+      for (int m = 0; m < 64; ++m)
+        members.push_back(g * 64 + m);
+      p.add_node(blocks, members);
+    }
+    for (int s = 0; s < 128; ++s) {
+      std::vector<int32_t> blocks;
+      for (int b = 0; b < (suffix + 15) / 16; ++b)
+        blocks.push_back(next++);
+      p.add_suffix(blocks, suffix);
+    }
+    return p;
+  };
+  // A short suffix: the prefix pass dominates, two prefix CTAs per SM (264 slots).
+  const cuda::DeviceCascadePlan short_suffix = cuda::make_device_plan(seed_example(16), sh, 132);
+  EXPECT_GT(short_suffix.num_prefix_ctas, 132);
+  EXPECT_LE(short_suffix.num_prefix_ctas, 264);
+  // A long suffix: one prefix CTA per SM beside the suffix pass's CTAs, whose splits are capped.
+  const cuda::DeviceCascadePlan long_suffix = cuda::make_device_plan(seed_example(1024), sh, 132);
+  EXPECT_LE(long_suffix.num_prefix_ctas, 132);
+  EXPECT_GE(long_suffix.suffix.num_splits, 2);
+  EXPECT_FALSE(long_suffix.heads_path);
+  // Forced either way.
+  EXPECT_LE(cuda::make_device_plan(seed_example(16), sh, 132, {1}).num_prefix_ctas, 132);
+  EXPECT_GT(cuda::make_device_plan(seed_example(1024), sh, 132, {2}).num_prefix_ctas, 132);
 }
 
 TEST(CudaAttentionPlanTest, SplitFillsTheGpuAtSmallBatch) {

@@ -37,7 +37,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads).
 template <int D, typename T>
 constexpr int smem_bytes() {
-  return kStages * 2 * kTile * D * static_cast<int>(sizeof(T));
+  return kStages * 2 * kTile * D * static_cast<int>(sizeof(T)) + 1024;  // + alignment slack
 }
 template <int D, typename T, int HW>
 constexpr int decode_smem_bytes() {
@@ -107,6 +107,96 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ---- wgmma (sm_90a) --------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor of a 128-byte-swizzled operand (PTX ISA, "matrix descriptor"):
+// start address, leading and stride byte offsets (each >> 4), layout type 1 (128B swizzle). The
+// operand's 1024-byte swizzle atoms must start 1024-byte aligned.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t{(saddr & 0x3FFFF) >> 4} | (uint64_t{(lbo >> 4) & 0x3FFF} << 16) |
+         (uint64_t{(sbo >> 4) & 0x3FFF} << 32) | (uint64_t{1} << 62);
+}
+// Device code for sm_90a uses wgmma for the prefix pass; other targets (sm_80, plain sm_90) the
+// mma.sync path. The wgmma helpers are declared everywhere and empty off sm_90a.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KVC_WGMMA 1
+#else
+#define KVC_WGMMA 0
+#endif
+constexpr bool kWgmmaPrefix = KVC_WGMMA;
+
+__device__ __forceinline__ void wgmma_fence() {
+#if KVC_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if KVC_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+#if KVC_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Orders this thread's generic-proxy shared-memory writes (cp.async) before async-proxy reads.
+__device__ __forceinline__ void fence_proxy_async() {
+#if KVC_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Pins accumulator registers in program order around the asynchronous products.
+__device__ __forceinline__ void fence_regs(float (&c)[8][4]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      asm volatile("" : "+f"(c[j][x])::"memory");
+}
+
+// D[64 x 64] (+)= A[64 x 16] x B[16 x 64] for the warpgroup (the CTA's 4 warps). This thread's
+// share of D and of A has the mma.sync m16n8k16 layouts of its warp's 16 rows (d[j] = n-tile j);
+// B is a shared-memory descriptor, stored K-major (kTransB = 0) or N-major (kTransB = 1).
+template <typename T, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4],
+                                                uint64_t b, int accumulate) {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>);
+#if KVC_WGMMA
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+        "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+        "%27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, "
+        "p, 1, 1, %37;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB), "r"(accumulate));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+        "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+        "%27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, "
+        "p, 1, 1, %37;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB), "r"(accumulate));
+  }
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+#endif
 }
 
 // ---- parameters -----------------------------------------------------------------------------
@@ -342,13 +432,19 @@ struct RowState {
 // CTA row r is stacked row R = row0 + r of the node: member R / group, query head
 // kv_head * group + R % group; rows at or past members x group are padding. Warp w owns rows
 // [16w, 16w + 16) and sees every token of the chunk.
+// On sm_90a the 4 warps are one warpgroup: S = Q K^T and O += P V are wgmma m64n64k16 products (Q
+// and P from registers, K and V from shared memory), and a stage holds K and V as D / 64 column
+// blocks of [64 tokens x 128 bytes] in the 128-byte-swizzle canonical layout (16-byte chunk c of
+// token t at t * 128 + ((c ^ (t & 7)) << 4)): K-major for the scores, N-major (transposed) for
+// P V. Elsewhere each warp runs mma.sync m16n8k16 over [64 tokens x D] rows swizzled the same way.
 template <int D, typename T>
 __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uint32_t smem_base) {
-  constexpr int kCpr = D / 8;                  // 16-byte chunks per token row
-  constexpr int kStep = kThreads / kCpr;       // rows between a thread's copies (8 or 16)
-  constexpr int kPer = kTile / kStep;          // copies per thread per tensor per stage
-  constexpr int kPitch = D * sizeof(T);        // bytes per staged token row
-  constexpr int kStageBytes = kTile * kPitch;  // one of K or V
+  constexpr int kCpr = D / 8;                         // 16-byte chunks per token row
+  constexpr int kStep = kThreads / kCpr;              // rows between a thread's copies (8 or 16)
+  constexpr int kPer = kTile / kStep;                 // copies per thread per tensor per stage
+  constexpr int kPitch = D * sizeof(T);               // bytes per token row (mma.sync layout)
+  constexpr int kStageBytes = kTile * D * sizeof(T);  // one of K or V
+  constexpr int kBlockBytes = kTile * 128;            // one 64-column block (wgmma layout)
   static_assert(kStep % 8 == 0, "a thread's rows share one swizzle");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qr = lane >> 2, qc = lane & 3;
@@ -378,9 +474,15 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   ld.stage_tokens = kTile;
   ld.block_size = p.block_size;
   ld.div = {p.block_mul, p.block_shr};
-  ld.sm_row = ld.tok0 * kPitch;
-  ld.sm_step = kStep * kPitch;
-  ld.sm_chunk = tid % kCpr;
+  if constexpr (kWgmmaPrefix) {
+    ld.sm_row = (tid % kCpr) / 8 * kBlockBytes + ld.tok0 * 128;
+    ld.sm_step = kStep * 128;
+    ld.sm_chunk = tid % 8;
+  } else {
+    ld.sm_row = ld.tok0 * kPitch;
+    ld.sm_step = kStep * kPitch;
+    ld.sm_chunk = tid % kCpr;
+  }
 
   const int num_tiles = (t_end - t_begin + kTile - 1) / kTile;
   ld.fetch(0);
@@ -403,7 +505,8 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     q_row[h] = ok ? int64_t{__ldg(seqs + member)} * p.num_q_heads + head : -1;
     part_row[h] = ok ? (unit + member) * p.num_q_heads + head : -1;
   }
-  const bool warp_active = row0 + warp * 16 < end;
+  // wgmma needs all 4 warps; mma.sync skips warps whose 16 rows are all padding.
+  const bool warp_active = kWgmmaPrefix || row0 + warp * 16 < end;
   uint32_t qf[D / 16][4];
   load_q<D>(qf, p.q, q_row[0], q_row[1], qc);
   const LaneOffsets lo(lane, kPitch);
@@ -411,6 +514,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     cp_async_wait<kStages - 2>();
+    fence_proxy_async();
     __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
     if (tile + kStages - 1 < num_tiles) {
       const uint32_t nb = smem_base + ((tile + kStages - 1) % kStages) * 2 * kStageBytes;
@@ -423,20 +527,33 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     const uint32_t ks = smem_base + (tile % kStages) * 2 * kStageBytes;
     const uint32_t vs = ks + kStageBytes;
 
-    // S = Q K^T: 16 rows x 64 tokens.
+    // S = Q K^T: 16 rows (a warp's share of 64) x 64 tokens.
     float s[kTile / 8][4];
+    if constexpr (kWgmmaPrefix) {
+      // k-steps of 16 columns (32 bytes) within a 64-column block.
+      wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < kTile / 8; ++j)
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      for (int k = 0; k < D / 16; ++k) {
+        const uint64_t b = sw128_desc(ks + (k / 4) * kBlockBytes + (k % 4) * 32, 16, 1024);
+        wgmma_m64n64k16<T, 0>(s, qf[k], b, k > 0);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_regs(s);
+    } else {
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
-      const uint32_t a = ks + LaneOffsets::at(lo.k_off, k);
+      for (int j = 0; j < kTile / 8; ++j)
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-      for (int j = 0; j < kTile / 8; j += 2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, a + j * 8 * kPitch);
-        mma16816<T>(s[j], qf[k], b[0], b[1]);
-        mma16816<T>(s[j + 1], qf[k], b[2], b[3]);
+      for (int k = 0; k < D / 16; ++k) {
+        const uint32_t a = ks + LaneOffsets::at(lo.k_off, k);
+#pragma unroll
+        for (int j = 0; j < kTile / 8; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, a + j * 8 * kPitch);
+          mma16816<T>(s[j], qf[k], b[0], b[1]);
+          mma16816<T>(s[j + 1], qf[k], b[2], b[3]);
+        }
       }
     }
 
@@ -444,6 +561,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
 
     // O += P V: P's accumulator layout is the A fragment of the next product.
+    if constexpr (kWgmmaPrefix) wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {
       uint32_t a[4];
@@ -451,13 +569,29 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
       a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
       a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      if constexpr (kWgmmaPrefix) {
+        // V's 16-token k-steps are 2048 bytes apart, its 64-column blocks kBlockBytes.
 #pragma unroll
-      for (int m = 0; m < D / 16; ++m) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
-        mma16816<T>(st.o[2 * m], a, b[0], b[1]);
-        mma16816<T>(st.o[2 * m + 1], a, b[2], b[3]);
+        for (int h = 0; h < D / 64; ++h) {
+          const uint64_t b = sw128_desc(vs + h * kBlockBytes + kk * 2048, kBlockBytes, 1024);
+          wgmma_m64n64k16<T, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a, b, 1);
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < D / 16; ++m) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
+          mma16816<T>(st.o[2 * m], a, b[0], b[1]);
+          mma16816<T>(st.o[2 * m + 1], a, b[2], b[3]);
+        }
       }
+    }
+    if constexpr (kWgmmaPrefix) {
+      wgmma_commit();
+      wgmma_wait_all();
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h)
+        fence_regs(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]));
     }
   }
   cp_async_wait<0>();
@@ -609,7 +743,9 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
 template <int D, typename T>
 __global__ void __launch_bounds__(kThreads, 2) cascade_kernel(const AttendParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  // wgmma's 128-byte swizzle is a function of the address: stages start 1024-byte aligned.
+  const uint32_t smem_base =
+      (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const int bid = static_cast<int>(blockIdx.x);
   if (bid < p.num_prefix_ctas) {
     for (int item = bid; item < p.num_node_items; item += p.num_prefix_ctas)

@@ -28,7 +28,11 @@ namespace {
 constexpr int kTile = kKvTileTokens;  // tokens of a prefix stage
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kStages = 3;
+// Pipeline stages of the cascade kernel (prefix and 4-head decode CTAs: 2 x 32 KB + 1 KB at
+// d = 128, so three CTAs share an SM) and of the 8-head flat decode CTAs (3 x 64 KB, one per SM).
+constexpr int kStages = 2;
+constexpr int kWideStages = 3;
+constexpr int kCascadeCtasPerSm = 3;
 constexpr int kHeadsTile = 16;  // tokens of a decode stage
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -41,7 +45,7 @@ constexpr int smem_bytes() {
 }
 template <int D, typename T, int HW>
 constexpr int decode_smem_bytes() {
-  return kStages * 2 * kHeadsTile * HW * D * static_cast<int>(sizeof(T));
+  return kWideStages * 2 * kHeadsTile * HW * D * static_cast<int>(sizeof(T));
 }
 static_assert(kHeadsTile * kCascadeHeadsPerCta == kTile);
 
@@ -608,7 +612,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
 // One (sequence, split, group of HW KV heads): warp w owns KV head HW * g + w (idle past
 // num_kv_heads) with its query heads as rows (padded to 16; group <= 16). A stage is 16 tokens x
 // HW heads x D of K and of V, token-major, 16-byte chunks XOR-swizzled by token.
-template <int D, typename T, int HW>
+template <int D, typename T, int HW, int STG>
 __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index,
                                             uint32_t smem_base) {
   constexpr int kCpr = D / 8;
@@ -667,7 +671,7 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
   const int num_tiles = (t_end - t_begin + kHeadsTile - 1) / kHeadsTile;
   ld.fetch(0);
 #pragma unroll 1
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < STG - 1; ++s) {
     if (s < num_tiles) {
       ld.issue(s, smem_base + s * 2 * kStageBytes, smem_base + s * 2 * kStageBytes + kStageBytes);
       ld.fetch(s + 1);
@@ -685,17 +689,17 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
   RowState<D> st;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<STG - 2>();
     __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
-    if (tile + kStages - 1 < num_tiles) {
-      const uint32_t nb = smem_base + ((tile + kStages - 1) % kStages) * 2 * kStageBytes;
-      ld.issue(tile + kStages - 1, nb, nb + kStageBytes);
-      ld.fetch(tile + kStages);
+    if (tile + STG - 1 < num_tiles) {
+      const uint32_t nb = smem_base + ((tile + STG - 1) % STG) * 2 * kStageBytes;
+      ld.issue(tile + STG - 1, nb, nb + kStageBytes);
+      ld.fetch(tile + STG);
     }
     cp_async_commit();
     if (!active) continue;
 
-    const uint32_t ks = smem_base + (tile % kStages) * 2 * kStageBytes + head_byte;
+    const uint32_t ks = smem_base + (tile % STG) * 2 * kStageBytes + head_byte;
     const uint32_t vs = ks + kStageBytes;
 
     // S = Q K^T: 16 rows x 16 tokens.
@@ -741,7 +745,8 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
 // The cascade's one attention launch (and flat decode when num_kv_heads % 8 != 0): CTAs
 // [0, num_prefix_ctas) loop over the prefix items, the others are 4-head decode items.
 template <int D, typename T>
-__global__ void __launch_bounds__(kThreads, 2) cascade_kernel(const AttendParams p) {
+__global__ void __launch_bounds__(kThreads, kCascadeCtasPerSm)
+    cascade_kernel(const AttendParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // wgmma's 128-byte swizzle is a function of the address: stages start 1024-byte aligned.
   const uint32_t smem_base =
@@ -752,7 +757,7 @@ __global__ void __launch_bounds__(kThreads, 2) cascade_kernel(const AttendParams
       prefix_item<D, T>(p, item, smem_base);
     return;
   }
-  decode_item<D, T, kCascadeHeadsPerCta>(p, bid - p.num_prefix_ctas, smem_base);
+  decode_item<D, T, kCascadeHeadsPerCta, kStages>(p, bid - p.num_prefix_ctas, smem_base);
 }
 
 // Flat decode over 8 KV heads per CTA (num_kv_heads % 8 == 0).
@@ -761,7 +766,7 @@ __global__ void __launch_bounds__(32 * kDecodeHeadsPerCta)
     decode_wide_kernel(const AttendParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  decode_item<D, T, kDecodeHeadsPerCta>(p, blockIdx.x, smem_base);
+  decode_item<D, T, kDecodeHeadsPerCta, kWideStages>(p, blockIdx.x, smem_base);
 }
 
 // One warp per (sequence, query head) row: its node units in plan order, then its splits in

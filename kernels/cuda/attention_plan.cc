@@ -8,17 +8,17 @@
 namespace kvc::kernels::cuda {
 namespace {
 
-// Attention CTAs resident per SM that the wave model assumes (96 KB of shared memory each at
-// head_dim 128: two fit in 227 KB).
-constexpr int kCtasPerSm = 2;
+// CTAs of the cascade kernel resident per SM (2 x 32 KB + 1 KB of shared memory and at most 170
+// registers each at head_dim 128: three per SM), which the wave model assumes.
+constexpr int kCtasPerSm = 3;
 // Extra cost of one CTA (index loads, pipeline fill, partial writes) in tiles of KV.
 constexpr double kCtaOverheadTiles = 1.0;
 // Longest suffix split (in tiles) when the suffix pass shares the grid with a prefix pass.
 constexpr int kMaxSharedSplitTiles = 8;
 // Cost model of the cascade kernel's grid, measured on the H200 (docs/kernels-cuda.md): time of
-// one prefix tile (64 rows x 64 tokens x d 128) on a prefix CTA when one [1] or two [2] prefix CTAs
-// share an SM, and the suffix pass's KV bytes per microsecond.
-constexpr double kPrefixTileUs[3] = {0.0, 2.0, 2.6};
+// one prefix tile (64 rows x 64 tokens x d 128) on a prefix CTA when k prefix CTAs share an SM
+// (index k), and the suffix pass's KV bytes per microsecond.
+constexpr double kPrefixTileUs[kCtasPerSm + 1] = {0.0, 1.6, 2.0, 2.3};
 constexpr double kDecodeBytesPerUs = 3.5e6;
 
 int ceil_div(int64_t a, int64_t b) {
@@ -136,17 +136,19 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
     suffix_tokens += len;
   const double suffix_us =
       suffix_tokens * shape.num_kv_heads * shape.head_dim * 2 * 2 / kDecodeBytesPerUs;
-  int chunk_tiles[3] = {0, 0, 0};
-  double prefix_us[3] = {0, 0, 0};
-  for (int k = 1; k <= 2; ++k) {
+  // k = 1: one prefix CTA per SM, the other slots run suffix CTAs beside it (the passes overlap);
+  // k = kCtasPerSm: the prefix pass on every slot, the suffix after it.
+  int chunk_tiles[kCtasPerSm + 1] = {};
+  double prefix_us[kCtasPerSm + 1] = {};
+  for (int k = 1; k <= kCtasPerSm; ++k) {
     const int slots = num_sms * k;
     chunk_tiles[k] = choose_piece_tiles(max_tiles, slots, items_for);
     const int64_t waves = (items_for(chunk_tiles[k]) + slots - 1) / slots;
     prefix_us[k] = waves * (chunk_tiles[k] + kCtaOverheadTiles) * kPrefixTileUs[k];
   }
-  const int k = options.prefix_ctas_per_sm == 1 || options.prefix_ctas_per_sm == 2
+  const int k = options.prefix_ctas_per_sm >= 1 && options.prefix_ctas_per_sm <= kCtasPerSm
                     ? options.prefix_ctas_per_sm
-                    : (prefix_us[1] <= prefix_us[2] + suffix_us ? 1 : 2);
+                    : (prefix_us[1] <= prefix_us[kCtasPerSm] + suffix_us ? 1 : kCtasPerSm);
   d.node_chunk_tokens = chunk_tiles[k] * kKvTileTokens;
   d.num_prefix_ctas = num_nodes == 0 ? 0
                                      : static_cast<int32_t>(std::min<int64_t>(

@@ -280,6 +280,9 @@ struct StageLoader {
   // XOR-swizzled by the row's token & 7.
   uint32_t sm_row, sm_step, sm_chunk;
   int32_t ids[kPer];  // block of row i in the tile fetched last; -1 past t_end
+  // kStep == 1 and block_size % kPer == 0: a thread's kPer consecutive rows (starting at a
+  // multiple of kPer) lie in one block, so one id and one address per stage serve them all.
+  bool one_block = false;
 
   __device__ __forceinline__ uint32_t sm_off(int i) const {
     return sm_row + i * sm_step + ((sm_chunk ^ ((tok0 + i * kStep) & 7)) << 4);
@@ -289,6 +292,11 @@ struct StageLoader {
     return t_begin + tile * stage_tokens + tok0 + i * kStep;
   }
   __device__ __forceinline__ void fetch(int tile) {
+    if (kStep == 1 && one_block) {
+      const int t = token(tile, 0);
+      ids[0] = t < t_end ? __ldg(blocks + div(t)) : -1;
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int t = token(tile, i);
@@ -297,6 +305,18 @@ struct StageLoader {
   }
   // Copies tile `tile` (whose ids were fetched last) into the stage at ks / vs.
   __device__ __forceinline__ void issue(int tile, uint32_t ks, uint32_t vs) const {
+    if (kStep == 1 && one_block) {
+      const int t = token(tile, 0);
+      const int64_t off =
+          int64_t{max(ids[0], 0)} * block_stride + (t - div(t) * block_size) * token_stride + col;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const bool ok = ids[0] >= 0 && t + i < t_end;
+        cp_async16(ks + sm_off(i), kc + off + i * token_stride, ok);
+        cp_async16(vs + sm_off(i), vc + off + i * token_stride, ok);
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int t = token(tile, i);
@@ -444,12 +464,10 @@ struct RowState {
 template <int D, typename T>
 __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uint32_t smem_base) {
   constexpr int kCpr = D / 8;                         // 16-byte chunks per token row
-  constexpr int kStep = kThreads / kCpr;              // rows between a thread's copies (8 or 16)
-  constexpr int kPer = kTile / kStep;                 // copies per thread per tensor per stage
+  constexpr int kPer = kTile * kCpr / kThreads;       // consecutive rows per thread (8 or 4)
   constexpr int kPitch = D * sizeof(T);               // bytes per token row (mma.sync layout)
   constexpr int kStageBytes = kTile * D * sizeof(T);  // one of K or V
   constexpr int kBlockBytes = kTile * 128;            // one 64-column block (wgmma layout)
-  static_assert(kStep % 8 == 0, "a thread's rows share one swizzle");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qr = lane >> 2, qc = lane & 3;
 
@@ -465,14 +483,15 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   const int32_t* seqs = p.node_seq_indices + seq_begin;
   const int64_t unit = p.node_unit_base[node] + int64_t{it.z} * members;
 
-  StageLoader<kPer, kStep, T> ld;
+  StageLoader<kPer, 1, T> ld;
   ld.kc = static_cast<const T*>(p.k_cache);
   ld.vc = static_cast<const T*>(p.v_cache);
   ld.blocks = p.node_block_indices + p.node_block_indptr[node];
   ld.token_stride = p.num_kv_heads * D;
   ld.block_stride = int64_t{ld.token_stride} * p.block_size;
   ld.col = kv_head * D + (tid % kCpr) * 8;
-  ld.tok0 = tid / kCpr;
+  ld.tok0 = tid / kCpr * kPer;
+  ld.one_block = p.block_size % kPer == 0;
   ld.t_begin = t_begin;
   ld.t_end = t_end;
   ld.stage_tokens = kTile;
@@ -480,11 +499,11 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   ld.div = {p.block_mul, p.block_shr};
   if constexpr (kWgmmaPrefix) {
     ld.sm_row = (tid % kCpr) / 8 * kBlockBytes + ld.tok0 * 128;
-    ld.sm_step = kStep * 128;
+    ld.sm_step = 128;
     ld.sm_chunk = tid % 8;
   } else {
     ld.sm_row = ld.tok0 * kPitch;
-    ld.sm_step = kStep * kPitch;
+    ld.sm_step = kPitch;
     ld.sm_chunk = tid % kCpr;
   }
 

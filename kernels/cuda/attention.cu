@@ -542,7 +542,9 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     if (tile + kStages - 1 < num_tiles) {
       const uint32_t nb = smem_base + ((tile + kStages - 1) % kStages) * 2 * kStageBytes;
       ld.issue(tile + kStages - 1, nb, nb + kStageBytes);
-      ld.fetch(tile + kStages);
+      // wgmma.fence waits for every outstanding register write, the page-table load included:
+      // with wgmma it is issued after the P V products instead (below).
+      if constexpr (!kWgmmaPrefix) ld.fetch(tile + kStages);
     }
     cp_async_commit();
     if (!warp_active) continue;
@@ -611,6 +613,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     }
     if constexpr (kWgmmaPrefix) {
       wgmma_commit();
+      if (tile + kStages - 1 < num_tiles) ld.fetch(tile + kStages);
       wgmma_wait_all();
 #pragma unroll
       for (int h = 0; h < D / 64; ++h)

@@ -5,6 +5,7 @@
 #   bash bench/gpu_run.sh quick      tests + bench --quick + ncu of the prefix pass
 #   bash bench/gpu_run.sh full       tests + full bench + PyTorch anchor (anchor/ carried)
 #   bash bench/gpu_run.sh sanitize   compute-sanitizer memcheck + racecheck on a subset
+#   bash bench/gpu_run.sh final      full, then sanitize (one device call)
 set -u -o pipefail
 mode=${1:-quick}
 out=${OUT:-gpu-out}
@@ -41,9 +42,13 @@ case "$mode" in
     ;;
   sanitize)
     for tool in memcheck racecheck; do
-      compute-sanitizer --tool $tool \
-        $test_bin --gtest_filter='*RoutesAgree*:*AllHeadsCascade*:*MergeState*' 2>&1 |
-        tee "$out/sanitize-$tool.txt" | tail -5
+      timeout 240 compute-sanitizer --tool $tool \
+        $test_bin --gtest_filter='*RoutesAgree*:*AllHeadsCascade*:*MergeState*:*PartialHeadGroups*' \
+        2>&1 | tee "$out/sanitize-$tool.txt" | tail -5
     done
+    ;;
+  final)
+    bash "$0" full
+    bash "$0" sanitize
     ;;
 esac

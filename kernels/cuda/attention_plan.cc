@@ -136,19 +136,30 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
     suffix_tokens += len;
   const double suffix_us =
       suffix_tokens * shape.num_kv_heads * shape.head_dim * 2 * 2 / kDecodeBytesPerUs;
-  // k = 1: one prefix CTA per SM, the other slots run suffix CTAs beside it (the passes overlap);
-  // k = kCtasPerSm: the prefix pass on every slot, the suffix after it.
+  // k prefix CTAs per SM (k = 1..kCtasPerSm); the suffix CTAs take the other slots while the
+  // prefix pass runs (k / kCtasPerSm of the GPU goes to the prefix pass) and all of them after it.
+  // Prefix time P_k: waves x chunk tiles at the measured per-tile time, but no less than reading
+  // the nodes' KV once; suffix time S: its KV bytes. Estimated finish: max(P_k, S + P_k k / K).
+  double prefix_tokens = 0;
+  for (int n = 0; n < num_nodes; ++n)
+    prefix_tokens += node_tiles[n] * double{kKvTileTokens};
+  const double kv_bytes_per_token =
+      static_cast<double>(shape.num_kv_heads) * shape.head_dim * 2 * 2;
+  const double prefix_bytes_us = prefix_tokens * kv_bytes_per_token / kDecodeBytesPerUs;
   int chunk_tiles[kCtasPerSm + 1] = {};
-  double prefix_us[kCtasPerSm + 1] = {};
-  for (int k = 1; k <= kCtasPerSm; ++k) {
-    const int slots = num_sms * k;
-    chunk_tiles[k] = choose_piece_tiles(max_tiles, slots, items_for);
-    const int64_t waves = (items_for(chunk_tiles[k]) + slots - 1) / slots;
-    prefix_us[k] = waves * (chunk_tiles[k] + kCtaOverheadTiles) * kPrefixTileUs[k];
+  double finish_us[kCtasPerSm + 1] = {};
+  int k = 1;
+  for (int kk = 1; kk <= kCtasPerSm; ++kk) {
+    const int slots = num_sms * kk;
+    chunk_tiles[kk] = choose_piece_tiles(max_tiles, slots, items_for);
+    const int64_t waves = (items_for(chunk_tiles[kk]) + slots - 1) / slots;
+    const double prefix_us = std::max(
+        waves * (chunk_tiles[kk] + kCtaOverheadTiles) * kPrefixTileUs[kk], prefix_bytes_us);
+    finish_us[kk] = std::max(prefix_us, suffix_us + prefix_us * kk / kCtasPerSm);
+    if (finish_us[kk] < finish_us[k]) k = kk;
   }
-  const int k = options.prefix_ctas_per_sm >= 1 && options.prefix_ctas_per_sm <= kCtasPerSm
-                    ? options.prefix_ctas_per_sm
-                    : (prefix_us[1] <= prefix_us[kCtasPerSm] + suffix_us ? 1 : kCtasPerSm);
+  if (options.prefix_ctas_per_sm >= 1 && options.prefix_ctas_per_sm <= kCtasPerSm)
+    k = options.prefix_ctas_per_sm;
   d.node_chunk_tokens = chunk_tiles[k] * kKvTileTokens;
   d.num_prefix_ctas = num_nodes == 0 ? 0
                                      : static_cast<int32_t>(std::min<int64_t>(

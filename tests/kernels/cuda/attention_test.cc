@@ -494,6 +494,33 @@ TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {
   EXPECT_LE(long_suffix.num_prefix_ctas, 132);
   EXPECT_GE(long_suffix.suffix.num_splits, 2);
   EXPECT_FALSE(long_suffix.heads_path);
+  // A 1K root shared by 64 and four 8K documents of 16 each, S=256: the documents' KV is read by
+  // one row tile each (byte-bound), so two prefix CTAs per SM with suffix CTAs in the third slot.
+  {
+    CascadePlan p;
+    int32_t next = 0;
+    auto blocks = [&](int n) {
+      std::vector<int32_t> b;
+      for (int i = 0; i < n; ++i)
+        b.push_back(next++);
+      return b;
+    };
+    std::vector<int32_t> all;
+    for (int s = 0; s < 64; ++s)
+      all.push_back(s);
+    p.add_node(blocks(64), all);
+    for (int doc = 0; doc < 4; ++doc) {
+      std::vector<int32_t> members;
+      for (int i = 0; i < 16; ++i)
+        members.push_back(doc * 16 + i);
+      p.add_node(blocks(512), members);
+    }
+    for (int s = 0; s < 64; ++s)
+      p.add_suffix(blocks(16), 256);
+    const cuda::DeviceCascadePlan tree = cuda::make_device_plan(p, sh, 132);
+    EXPECT_GT(tree.num_prefix_ctas, 132);
+    EXPECT_LE(tree.num_prefix_ctas, 264);
+  }
   // Forced either way.
   EXPECT_LE(cuda::make_device_plan(seed_example(16), sh, 132, {1}).num_prefix_ctas, 132);
   EXPECT_GT(cuda::make_device_plan(seed_example(1024), sh, 132, {2}).num_prefix_ctas, 132);

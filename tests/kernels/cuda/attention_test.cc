@@ -352,8 +352,8 @@ TEST_F(CudaAttentionTest, RoutesAgree) {
   }
 }
 
-// The all-heads decode path (num_kv_heads a multiple of 8) for flat decode and the cascade's
-// suffix pass; the sweeps above use 2 KV heads, i.e. the per-head path.
+// 8 and 16 KV heads: flat decode (and a plan without nodes) on the 8-head CTAs, the cascade's
+// suffix pass on full 4-head CTAs; the sweeps above use 2 KV heads (one half-empty 4-head CTA).
 constexpr Case kHeadsSweep[] = {{64, 1}, {64, 4}, {128, 1}, {128, 2}, {128, 4}, {128, 16}};
 
 TEST_F(CudaAttentionTest, AllHeadsFlatDecodeMatchesCpuTwin) {

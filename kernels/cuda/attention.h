@@ -42,7 +42,7 @@ struct DecodeSplit {
 DecodeSplit choose_decode_split(int64_t rows, int max_seq_len, int slots);
 
 // KV heads of one decode CTA. The cascade kernel's decode CTAs (4 warps, the same shared memory
-// as a prefix CTA, two per SM) cover 4 consecutive KV heads; flat decode uses 8-warp CTAs over 8
+// as a prefix CTA, three per SM) cover 4 consecutive KV heads; flat decode uses 8-warp CTAs over 8
 // heads (one per SM at head_dim 128) when num_kv_heads % 8 == 0. Each warp owns one KV head and a
 // token's heads of the CTA are one contiguous run in the NHD layout.
 inline constexpr int kCascadeHeadsPerCta = 4;
@@ -68,7 +68,8 @@ struct DeviceCascadePlan {
   int32_t node_chunk_tokens = 0;  // every node's KV is cut into chunks of this many tokens
   int32_t num_prefix_ctas = 0;    // persistent CTAs that run the node items
   DecodeSplit suffix;             // the suffix pass's split
-  bool heads_path = false;        // no nodes: the suffix pass runs as flat decode (8-head CTAs)
+  bool heads_path = false;        // no nodes and num_kv_heads % 8 == 0: the suffix pass runs on the
+                                  // 8-head flat-decode CTAs
   int32_t max_suffix_len = 0;
   int64_t num_node_units = 0;  // partial units of the node passes (chunk x member)
 

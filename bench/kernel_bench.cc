@@ -192,24 +192,41 @@ struct Row {
   nlohmann::json j;
 };
 
-// Median ms of cascade decode over `l`'s plan for 32 layers (rotated over slots of its blocks).
+// A layout's cascade plan uploaded with its workspace; layer i runs over slot i % slots of the
+// layout's blocks (rotated so that L2 does not hold them).
+struct CascadeRun {
+  const Layout& l;
+  const Pool& pool;
+  kc::DeviceCascadePlan plan;
+  kc::DeviceBuffer d_plan, ws;
+  int slots;
+
+  CascadeRun(const Layout& layout, const Pool& p, cudaStream_t stream,
+             const kc::PlanOptions& options = {})
+      : l(layout),
+        pool(p),
+        plan(kc::make_device_plan(layout.plan, kShape, 0, options)),
+        d_plan(std::max<size_t>(plan.device_bytes(), 16)),
+        ws(kc::cascade_workspace_bytes(plan, kShape)),
+        slots(static_cast<int>(std::max<int64_t>(
+            1, std::min<int64_t>(slots_for(layout.compact_blocks),
+                                 p.blocks / std::max<int64_t>(layout.compact_blocks, 1))))) {
+    BENCH_CHECK(kc::upload_plan(plan, d_plan.data(), d_plan.bytes(), stream));
+  }
+  cudaError_t layer(int i, const void* q, void* out, float* lse, cudaStream_t s) const {
+    const int64_t base = int64_t(i % slots) * l.compact_blocks;
+    return kc::cascade_decode(kShape, kc::KvDtype::kF16, plan, q, pool.k(base), pool.v(base), out,
+                              lse, ws.data(), ws.bytes(), s);
+  }
+};
+
+// Median ms of cascade decode over `l`'s plan for 32 layers.
 float time_cascade(const Layout& l, const Pool& pool, const void* q, void* out, int iters,
                    cudaStream_t stream, const kc::PlanOptions& options = {}) {
-  kc::DeviceCascadePlan plan = kc::make_device_plan(l.plan, kShape, 0, options);
-  kc::DeviceBuffer d_plan(std::max<size_t>(plan.device_bytes(), 16));
-  BENCH_CHECK(kc::upload_plan(plan, d_plan.data(), d_plan.bytes(), stream));
-  const size_t ws_bytes = kc::cascade_workspace_bytes(plan, kShape);
-  kc::DeviceBuffer ws(ws_bytes);
-  const int slots =
-      std::max<int64_t>(1, std::min<int64_t>(slots_for(l.compact_blocks),
-                                             pool.blocks / std::max<int64_t>(l.compact_blocks, 1)));
+  const CascadeRun run(l, pool, stream, options);
   return time_layers(
-      [&](int layer, cudaStream_t s) {
-        const int64_t base = int64_t(layer % slots) * l.compact_blocks;
-        return kc::cascade_decode(kShape, kc::KvDtype::kF16, plan, q, pool.k(base), pool.v(base),
-                                  out, nullptr, ws.data(), ws_bytes, s);
-      },
-      stream, iters);
+      [&](int layer, cudaStream_t s) { return run.layer(layer, q, out, nullptr, s); }, stream,
+      iters);
 }
 
 // Times flat (copied prefixes), flat over shared blocks (optional) and cascade for one tree.
@@ -280,18 +297,13 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
   }
   // Cascade.
   {
-    kc::DeviceCascadePlan plan = kc::make_device_plan(l.plan, kShape);
-    kc::DeviceBuffer d_plan(std::max<size_t>(plan.device_bytes(), 16));
-    BENCH_CHECK(kc::upload_plan(plan, d_plan.data(), d_plan.bytes(), stream));
-    const size_t ws_bytes = kc::cascade_workspace_bytes(plan, kShape);
-    kc::DeviceBuffer ws(ws_bytes);
-    auto layer = [&](int layer, cudaStream_t s) {
-      const int64_t base = int64_t(layer % compact_slots) * l.compact_blocks;
-      return kc::cascade_decode(kShape, kc::KvDtype::kF16, plan, q.data(), pool.k(base),
-                                pool.v(base), out.data(), lse.as<float>(), ws.data(), ws_bytes, s);
+    const CascadeRun run(l, pool, stream);
+    const kc::DeviceCascadePlan& plan = run.plan;
+    auto layer = [&](int i, cudaStream_t s) {
+      return run.layer(i, q.data(), out.data(), lse.as<float>(), s);
     };
     r["cascade_ms"] = time_layers(layer, stream, iters);
-    r["cascade_slots"] = compact_slots;
+    r["cascade_slots"] = run.slots;
     r["node_items"] = plan.num_node_items;
     r["node_chunk_tokens"] = plan.node_chunk_tokens;
     r["prefix_ctas"] = plan.num_prefix_ctas;

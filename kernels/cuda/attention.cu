@@ -275,6 +275,25 @@ struct StageLoader {
   // multiple of kPer) lie in one block, so one id and one address per stage serve them all.
   bool one_block = false;
 
+  // Cache geometry of `p` (head_dim D), this thread's column (element offset within a token) and
+  // first row, the token range [begin, end) and the tokens of one stage.
+  template <int D>
+  __device__ __forceinline__ void init(const AttendParams& p, const int32_t* table, int column,
+                                       int first_row, int begin, int end, int tokens_per_stage) {
+    kc = static_cast<const T*>(p.k_cache);
+    vc = static_cast<const T*>(p.v_cache);
+    blocks = table;
+    token_stride = p.num_kv_heads * D;
+    block_stride = int64_t{token_stride} * p.block_size;
+    col = column;
+    tok0 = first_row;
+    t_begin = begin;
+    t_end = end;
+    stage_tokens = tokens_per_stage;
+    block_size = p.block_size;
+    div = {p.block_mul, p.block_shr};
+  }
+
   __device__ __forceinline__ uint32_t sm_off(int i) const {
     return sm_row + i * sm_step + ((sm_chunk ^ ((tok0 + i * kStep) & 7)) << 4);
   }
@@ -475,19 +494,9 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   const int64_t unit = p.node_unit_base[node] + int64_t{it.z} * members;
 
   StageLoader<kPer, 1, T> ld;
-  ld.kc = static_cast<const T*>(p.k_cache);
-  ld.vc = static_cast<const T*>(p.v_cache);
-  ld.blocks = p.node_block_indices + p.node_block_indptr[node];
-  ld.token_stride = p.num_kv_heads * D;
-  ld.block_stride = int64_t{ld.token_stride} * p.block_size;
-  ld.col = kv_head * D + (tid % kCpr) * 8;
-  ld.tok0 = tid / kCpr * kPer;
+  ld.template init<D>(p, p.node_block_indices + p.node_block_indptr[node],
+                      kv_head * D + (tid % kCpr) * 8, tid / kCpr * kPer, t_begin, t_end, kTile);
   ld.one_block = p.block_size % kPer == 0;
-  ld.t_begin = t_begin;
-  ld.t_end = t_end;
-  ld.stage_tokens = kTile;
-  ld.block_size = p.block_size;
-  ld.div = {p.block_mul, p.block_shr};
   if constexpr (kWgmmaPrefix) {
     ld.sm_row = (tid % kCpr) / 8 * kBlockBytes + ld.tok0 * 128;
     ld.sm_step = 128;
@@ -664,19 +673,10 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
   const int within = tid % kTokChunks;  // chunk within the token's HW heads
   const int ld_head = within / kCpr;
   StageLoader<kPer, kStep, T> ld;
-  ld.kc = static_cast<const T*>(p.k_cache);
-  ld.vc = static_cast<const T*>(p.v_cache);
-  ld.blocks = p.block_indices + p.block_indptr[seq];
-  ld.token_stride = p.num_kv_heads * D;
-  ld.block_stride = int64_t{ld.token_stride} * p.block_size;
-  ld.col = hg * HW * D + within * 8;
-  ld.tok0 = tid / kTokChunks;
-  ld.t_begin = t_begin;
   // A thread whose head is past num_kv_heads copies nothing (its rows stay unused).
-  ld.t_end = ld_head < heads_here ? t_end : t_begin;
-  ld.stage_tokens = kHeadsTile;
-  ld.block_size = p.block_size;
-  ld.div = {p.block_mul, p.block_shr};
+  ld.template init<D>(p, p.block_indices + p.block_indptr[seq], hg * HW * D + within * 8,
+                      tid / kTokChunks, t_begin, ld_head < heads_here ? t_end : t_begin,
+                      kHeadsTile);
   ld.sm_row = ld.tok0 * kPitch + ld_head * D * sizeof(T);
   ld.sm_step = kStep * kPitch;
   ld.sm_chunk = within % kCpr;
@@ -941,11 +941,11 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   ap.num_splits = plan.suffix.num_splits;
   ap.split_tokens = plan.suffix.split_tokens;
   ap.decode_unit_base = plan.num_node_units;
-  const int per_cta = plan.heads_path ? kDecodeHeadsPerCta : kCascadeHeadsPerCta;
+  const int per_cta = plan.wide_path ? kDecodeHeadsPerCta : kCascadeHeadsPerCta;
   const int64_t decode_ctas = int64_t{plan.num_seqs} * plan.suffix.num_splits *
                               ((shape.num_kv_heads + per_cta - 1) / per_cta);
-  const int64_t grid = plan.num_prefix_ctas + (plan.heads_path ? 0 : decode_ctas);
-  const int64_t wide_grid = plan.heads_path ? decode_ctas : 0;
+  const int64_t grid = plan.num_prefix_ctas + (plan.wide_path ? 0 : decode_ctas);
+  const int64_t wide_grid = plan.wide_path ? decode_ctas : 0;
 
   MergeParams mp{};
   mp.part_o = part_o;

@@ -68,7 +68,7 @@ struct DeviceCascadePlan {
   int32_t node_chunk_tokens = 0;  // every node's KV is cut into chunks of this many tokens
   int32_t num_prefix_ctas = 0;    // persistent CTAs that run the node items
   DecodeSplit suffix;             // the suffix pass's split
-  bool heads_path = false;        // no nodes and num_kv_heads % 8 == 0: the suffix pass runs on the
+  bool wide_path = false;         // no nodes and num_kv_heads % 8 == 0: the suffix pass runs on the
                                   // 8-head flat-decode CTAs
   int32_t max_suffix_len = 0;
   int64_t num_node_units = 0;  // partial units of the node passes (chunk x member)

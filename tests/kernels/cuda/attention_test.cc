@@ -179,12 +179,31 @@ void expect_close(const Output& got, const Output& want, double tol, const std::
   EXPECT_LT(testutil::rel_l2(lg, lw), tol * 0.1) << what << " (lse)";
 }
 
+std::string label(KvDtype dt, const AttentionShape& sh, const char* what) {
+  return std::string(what) + " " + name(dt) + " d=" + std::to_string(sh.head_dim) +
+         " group=" + std::to_string(sh.group()) + " bs=" + std::to_string(sh.block_size);
+}
+
 class CudaAttentionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cuda::device_available()) GTEST_SKIP() << cuda::device_description();
   }
   std::mt19937 rng_{20261129};
+
+  // Flat decode of one sequence per length (fresh random cache and queries) against the twin.
+  void check_flat(const AttentionShape& sh, KvDtype dt, const std::vector<int32_t>& lens,
+                  const char* what) {
+    int blocks = 8;
+    for (int32_t l : lens)
+      blocks += (l + sh.block_size - 1) / sh.block_size;
+    Problem pr(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
+    TreeBatch batch(pr.kv, static_cast<int>(lens.size()));
+    batch.add_suffixes(lens);
+    pr.upload_kv();
+    expect_close(pr.run_flat(batch), testutil::run_flat(pr.kv, pr.q, batch), tolerance(dt),
+                 label(dt, sh, what));
+  }
 };
 
 struct Case {
@@ -193,11 +212,6 @@ struct Case {
 constexpr Case kSweep[] = {{64, 1}, {64, 4}, {64, 8}, {128, 1}, {128, 2}, {128, 4}, {128, 8}};
 constexpr KvDtype kDtypes[] = {KvDtype::kF16, KvDtype::kBF16};
 
-std::string label(KvDtype dt, const AttentionShape& sh, const char* what) {
-  return std::string(what) + " " + name(dt) + " d=" + std::to_string(sh.head_dim) +
-         " group=" + std::to_string(sh.group()) + " bs=" + std::to_string(sh.block_size);
-}
-
 TEST_F(CudaAttentionTest, FlatDecodeMatchesCpuTwin) {
   for (KvDtype dt : kDtypes) {
     for (Case c : kSweep) {
@@ -205,16 +219,7 @@ TEST_F(CudaAttentionTest, FlatDecodeMatchesCpuTwin) {
         if (block_size == 5 && c.group != 4) continue;
         const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, 2, block_size);
         // Lengths 0, 1, odd, one tile, several splits.
-        const std::vector<int32_t> lens = {0, 1, 17, 64, 203, 1000, 3001};
-        int blocks = 8;
-        for (int32_t l : lens)
-          blocks += (l + block_size - 1) / block_size;
-        Problem pr(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
-        TreeBatch batch(pr.kv, static_cast<int>(lens.size()));
-        batch.add_suffixes(lens);
-        pr.upload_kv();
-        const Output want = testutil::run_flat(pr.kv, pr.q, batch);
-        expect_close(pr.run_flat(batch), want, tolerance(dt), label(dt, sh, "flat"));
+        check_flat(sh, dt, {0, 1, 17, 64, 203, 1000, 3001}, "flat");
       }
     }
   }
@@ -364,16 +369,7 @@ TEST_F(CudaAttentionTest, AllHeadsFlatDecodeMatchesCpuTwin) {
           if ((block_size == 5 || kv_heads == 16) && c.group != 4) continue;
           const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, kv_heads, block_size);
           ASSERT_TRUE(cuda::decode_wide_path(sh));
-          const std::vector<int32_t> lens = {0, 1, 17, 64, 203, 1000, 3001};
-          int blocks = 8;
-          for (int32_t l : lens)
-            blocks += (l + block_size - 1) / block_size;
-          Problem pr(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
-          TreeBatch batch(pr.kv, static_cast<int>(lens.size()));
-          batch.add_suffixes(lens);
-          pr.upload_kv();
-          const Output want = testutil::run_flat(pr.kv, pr.q, batch);
-          expect_close(pr.run_flat(batch), want, tolerance(dt), label(dt, sh, "flat all-heads"));
+          check_flat(sh, dt, {0, 1, 17, 64, 203, 1000, 3001}, "flat all-heads");
         }
       }
     }
@@ -411,8 +407,8 @@ TEST_F(CudaAttentionTest, AllHeadsCascadeMatchesCpuTwin) {
     const Output again = pr.run_cascade(batch.plan());
     EXPECT_EQ(again.out, cascade.out) << label(dt, sh, "all-heads deterministic");
     // A plan without nodes: the suffix pass takes the all-heads path.
-    ASSERT_TRUE(cuda::make_device_plan(batch.flat_plan(), sh).heads_path);
-    ASSERT_FALSE(cuda::make_device_plan(batch.plan(), sh).heads_path);
+    ASSERT_TRUE(cuda::make_device_plan(batch.flat_plan(), sh).wide_path);
+    ASSERT_FALSE(cuda::make_device_plan(batch.plan(), sh).wide_path);
     expect_close(pr.run_cascade(batch.flat_plan()), cascade, tolerance(dt),
                  label(dt, sh, "all-heads no-node plan==cascade"));
   }
@@ -428,16 +424,7 @@ TEST_F(CudaAttentionTest, PartialHeadGroupsBlockSizesAndPrefixCtas) {
       for (int block_size : {1, 3, 16}) {
         const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, 6, block_size);
         ASSERT_FALSE(cuda::decode_wide_path(sh));
-        const std::vector<int32_t> lens = {0, 1, 17, 130, 333};
-        int blocks = 8;
-        for (int32_t l : lens)
-          blocks += (l + block_size - 1) / block_size;
-        Problem flat(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
-        TreeBatch fb(flat.kv, static_cast<int>(lens.size()));
-        fb.add_suffixes(lens);
-        flat.upload_kv();
-        expect_close(flat.run_flat(fb), testutil::run_flat(flat.kv, flat.q, fb), tolerance(dt),
-                     label(dt, sh, "flat 6 kv heads"));
+        check_flat(sh, dt, {0, 1, 17, 130, 333}, "flat 6 kv heads");
 
         const int n = 24;
         Problem pr(sh, dt, 79 * 16 / block_size + n * (90 / block_size + 3) + 8, n, rng_);
@@ -493,7 +480,7 @@ TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {
   const cuda::DeviceCascadePlan long_suffix = cuda::make_device_plan(seed_example(1024), sh, 132);
   EXPECT_LE(long_suffix.num_prefix_ctas, 132);
   EXPECT_GE(long_suffix.suffix.num_splits, 2);
-  EXPECT_FALSE(long_suffix.heads_path);
+  EXPECT_FALSE(long_suffix.wide_path);
   // A 1K root shared by 64 and four 8K documents of 16 each, S=256: the documents' KV is read by
   // one row tile each (byte-bound), so two prefix CTAs per SM with suffix CTAs in the third slot.
   {

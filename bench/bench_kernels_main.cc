@@ -1,5 +1,5 @@
-// bench_kernels --out FILE [--quick] [--iters N] [--only CASE]: the kernel benchmark without the
-// kvcascade CLI.
+// bench_kernels --out FILE [--quick] [--iters N] [--only CASE] [--cascade-only]: the kernel
+// benchmark without the kvcascade CLI (--cascade-only: just the cascade, e.g. under a profiler).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,8 +18,12 @@ int main(int argc, char** argv) {
       opt.iters = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       opt.only = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--cascade-only") == 0) {
+      opt.cascade_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s --out FILE [--quick] [--iters N] [--only CASE]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s --out FILE [--quick] [--iters N] [--only CASE] [--cascade-only]\n",
+                   argv[0]);
       return 2;
     }
   }

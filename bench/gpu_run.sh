@@ -6,6 +6,10 @@
 #   bash bench/gpu_run.sh full       tests + full bench + PyTorch anchor (anchor/ carried)
 #   bash bench/gpu_run.sh sanitize   compute-sanitizer memcheck + racecheck on a subset
 #   bash bench/gpu_run.sh final      full, then sanitize (one device call)
+#   bash bench/gpu_run.sh ab BASE... the four main rows with each BASE (older bench_kernels
+#                                    binaries) and this build, alternately, twice: a same-machine A/B
+#   bash bench/gpu_run.sh profile    Nsight Compute on the cascade and merge launches of the
+#                                    worked example at S=16 and S=1024 (durations, DRAM, stalls)
 set -u -o pipefail
 mode=${1:-quick}
 out=${OUT:-gpu-out}
@@ -50,5 +54,27 @@ case "$mode" in
   final)
     bash "$0" full
     bash "$0" sanitize
+    ;;
+  ab)
+    [ $# -ge 2 ] || { echo "usage: gpu_run.sh ab BASE_BENCH_BINARY..." >&2; exit 2; }
+    shift
+    for round in 1 2; do
+      for bin in "$@" "$bench_bin"; do
+        echo "== $bin (round $round)"
+        for c in 0 1 2 3; do
+          $bin --only $c --iters 30 2>&1 | grep -A1 -E '^(seed|tree)'
+        done
+      done
+    done 2>&1 | tee "$out/ab.txt"
+    ;;
+  profile)
+    for c in 0 2; do
+      ncu --clock-control none --cache-control none -k 'regex:cascade_kernel|merge_kernel' \
+        --launch-count 2 --section SpeedOfLight --section SchedulerStats \
+        --section WarpStateStats --section LaunchStats \
+        $bench_bin --only $c --cascade-only --iters 1 >"$out/profile-$c.txt" 2>&1
+      grep -E '^  [a-z].*(cascade|merge)_kernel|Duration|DRAM Throughput|Issued Warp|Grid Size' \
+        "$out/profile-$c.txt"
+    done
     ;;
 esac

@@ -231,7 +231,7 @@ float time_cascade(const Layout& l, const Pool& pool, const void* q, void* out, 
 
 // Times flat (copied prefixes), flat over shared blocks (optional) and cascade for one tree.
 nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iters, bool with_shared,
-                        cudaStream_t stream) {
+                        bool cascade_only, cudaStream_t stream) {
   const Layout l = lay_out(t);
   const int hq = kShape.num_q_heads, d = kShape.head_dim;
   const size_t rows = size_t(t.num_seqs) * hq;
@@ -253,7 +253,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
 
   nlohmann::json r;
   // Flat, every sequence's prefix in its own blocks: the bytes a per-sequence kernel must move.
-  {
+  if (!cascade_only) {
     kc::DeviceBuffer ip = upload(l.flat_indptr), ix = upload(l.flat_indices);
     const float ms = time_layers(
         [&](int layer, cudaStream_t s) {
@@ -269,7 +269,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
   }
   // Flat over shared prefix blocks (what vLLM-style paged decode does with prefix caching): the
   // re-reads may hit L2. Its output on slot 0 is the reference for the cascade check.
-  if (with_shared) {
+  if (with_shared && !cascade_only) {
     kc::DeviceBuffer ip = upload(l.shared_indptr), ix = upload(l.shared_indices);
     auto layer = [&](int layer, cudaStream_t s) {
       const int64_t base = int64_t(layer % compact_slots) * l.compact_blocks;
@@ -282,7 +282,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
   }
   // The two passes alone (the worked example and the tree): the tree with no private tokens
   // (prefix pass + merge), and the private tokens with no tree (suffix pass + merge).
-  if (with_shared) {
+  if (with_shared && !cascade_only) {
     TreeSpec nodes_only = t, suffix_only = t;
     nodes_only.suffix = 0;
     suffix_only.nodes.clear();
@@ -308,7 +308,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     r["node_chunk_tokens"] = plan.node_chunk_tokens;
     r["prefix_ctas"] = plan.num_prefix_ctas;
     r["suffix_splits"] = plan.suffix.num_splits;
-    if (with_shared) {
+    if (with_shared && !cascade_only) {
       BENCH_CHECK(layer(0, stream));
       BENCH_CHECK(cudaStreamSynchronize(stream));
       std::vector<uint16_t> a(rows * d), b(rows * d);
@@ -329,7 +329,8 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
   r["flat_floor_ms"] = flat_bytes / bw * 1e3;
   r["floor_ms"] = cascade_bytes / bw * 1e3;
   r["ratio"] = r["cascade_ms"].get<double>() / r["floor_ms"].get<double>();
-  r["flat_bw_fraction"] = flat_bytes / (r["flat_ms"].get<double>() * 1e-3) / bw;
+  if (r.contains("flat_ms"))
+    r["flat_bw_fraction"] = flat_bytes / (r["flat_ms"].get<double>() * 1e-3) / bw;
   r["cascade_bw_fraction"] = cascade_bytes / (r["cascade_ms"].get<double>() * 1e-3) / bw;
   return r;
 }
@@ -450,7 +451,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < cases.size(); ++i) {
     if (opt.only >= 0 && static_cast<size_t>(opt.only) != i) continue;
-    nlohmann::json r = run_case(cases[i], pool, bw, iters, i < num_main, stream);
+    nlohmann::json r = run_case(cases[i], pool, bw, iters, i < num_main, opt.cascade_only, stream);
     print_row(r);
     rows.push_back(r);
   }

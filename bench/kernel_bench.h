@@ -8,10 +8,11 @@
 namespace kvc::bench {
 
 struct KernelBenchOptions {
-  std::string out_json;  // empty: no file
-  bool quick = false;    // the worked example, the tree and one sweep point
-  int iters = 20;        // timed runs per measurement (median reported)
-  int only = -1;         // >= 0: run only this case (index in the printed order)
+  std::string out_json;       // empty: no file
+  bool quick = false;         // the worked example, the tree and one sweep point
+  int iters = 20;             // timed runs per measurement (median reported)
+  int only = -1;              // >= 0: run only this case (index in the printed order)
+  bool cascade_only = false;  // time only the cascade (no flat, passes or forced grids): profiling
 };
 
 // Returns 0 on success; non-zero (with a message on stderr) without a CUDA device.

@@ -108,6 +108,19 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
+// Programmatic dependent launch (sm_90): the attention kernels let the merge launch early; the
+// merge waits for their completion (and memory) before it reads a partial. No-ops elsewhere and
+// when the merge is launched without the attribute.
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_primary() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -585,15 +598,20 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     const int t0 = t_begin + tile * kTile;
     st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
 
-    // O += P V: P's accumulator layout is the A fragment of the next product.
+    // O += P V: P's accumulator layout is the A fragment of the next product. All of P is packed
+    // before wgmma.fence (a register written after it makes ptxas insert another fence).
+    uint32_t pa[kTile / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
     if constexpr (kWgmmaPrefix) wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const uint32_t(&a)[4] = pa[kk];
       if constexpr (kWgmmaPrefix) {
         // V's 16-token k-steps are 2048 bytes apart, its 64-column blocks kBlockBytes.
 #pragma unroll
@@ -764,6 +782,7 @@ __global__ void __launch_bounds__(kThreads, kCascadeCtasPerSm)
   // wgmma's 128-byte swizzle is a function of the address: stages start 1024-byte aligned.
   const uint32_t smem_base =
       (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  launch_dependents();
   const int bid = static_cast<int>(blockIdx.x);
   if (bid < p.num_prefix_ctas) {
     for (int item = bid; item < p.num_node_items; item += p.num_prefix_ctas)
@@ -779,54 +798,87 @@ __global__ void __launch_bounds__(32 * kDecodeHeadsPerCta)
     decode_wide_kernel(const AttendParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  launch_dependents();
   decode_item<D, T, kDecodeHeadsPerCta, kWideStages>(p, blockIdx.x, smem_base);
 }
 
 // One warp per (sequence, query head) row: its node units in plan order, then its splits in
-// order, folded with a running maximum (identity: LSE -inf).
+// order. Launched as a programmatic dependent of the attention launch: the unit list (plan data)
+// is read before griddepcontrol.wait, the partials after it. The units' LSEs are loaded one per
+// lane (32 at a time), so the row's maximum is known before any O is read; the O rows are then
+// loaded four at a time with no dependence on the running sum, and folded in the fixed order
+// (weights exp(lse - max); identity: LSE -inf).
 template <int D, typename T>
 __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
   constexpr int kPer = D / 32;
+  constexpr int kUnroll = 4;
   const int row = blockIdx.x * 4 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (row >= p.num_rows) return;
+  if (row >= p.num_rows) {
+    wait_for_primary();
+    return;
+  }
   const int64_t seq = row / p.num_q_heads;
   const int head = row % p.num_q_heads;
-  float acc[kPer] = {};
-  float m = -CUDART_INF_F, sum = 0.f;
-  auto add = [&](int64_t unit) {
-    const int64_t pr = unit * p.num_q_heads + head;
-    const float l = p.part_lse[pr];
-    if (l == -CUDART_INF_F) return;
-    float v[kPer];
-    const float* src = p.part_o + pr * D + lane * kPer;
-    if constexpr (kPer == 4) {
-      const float4 x = *reinterpret_cast<const float4*>(src);
-      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-    } else {
-      const float2 x = *reinterpret_cast<const float2*>(src);
-      v[0] = x.x, v[1] = x.y;
-    }
-    if (l > m) {
-      const float a = m == -CUDART_INF_F ? 0.f : __expf(m - l);
-      sum *= a;
-#pragma unroll
-      for (int i = 0; i < kPer; ++i)
-        acc[i] *= a;
-      m = l;
-    }
-    const float w = __expf(l - m);
-    sum += w;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      acc[i] += w * v[i];
+  const int node_begin = p.seq_unit_indptr != nullptr ? p.seq_unit_indptr[seq] : 0;
+  const int num_node = p.seq_unit_indptr != nullptr ? p.seq_unit_indptr[seq + 1] - node_begin : 0;
+  const int total = num_node + p.num_splits;
+  // Partial row of unit i (merge order); past `total`: -1.
+  auto part_row = [&](int i) -> int64_t {
+    if (i >= total) return -1;
+    const int64_t unit = i < num_node ? int64_t{p.seq_units[node_begin + i]}
+                                      : p.decode_unit_base + seq * p.num_splits + (i - num_node);
+    return unit * p.num_q_heads + head;
   };
-  if (p.seq_unit_indptr != nullptr) {
-    for (int i = p.seq_unit_indptr[seq]; i < p.seq_unit_indptr[seq + 1]; ++i)
-      add(p.seq_units[i]);
+  auto lse_of = [&](int64_t pr) { return pr < 0 ? -CUDART_INF_F : p.part_lse[pr]; };
+
+  const int64_t pr0 = part_row(lane);  // this lane's unit of the first 32 (kept for both passes)
+  wait_for_primary();
+  const float l0 = lse_of(pr0);
+  float m = l0;
+  for (int base = 32; base < total; base += 32)
+    m = fmaxf(m, lse_of(part_row(base + lane)));
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1)
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+
+  float acc[kPer] = {};
+  float sum = 0.f;
+  for (int base = 0; base < total; base += 32) {
+    const int64_t pr = base == 0 ? pr0 : part_row(base + lane);
+    const float l = base == 0 ? l0 : lse_of(pr);
+    const float w = l == -CUDART_INF_F ? 0.f : __expf(l - m);
+    const int n = min(32, total - base);
+    for (int j = 0; j < n; j += kUnroll) {
+      float wj[kUnroll], v[kUnroll][kPer];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        wj[u] = __shfl_sync(0xffffffffu, w, j + u);  // 0 past n (lanes past total)
+        const int64_t prj = __shfl_sync(0xffffffffu, pr, j + u);
+        const float* src = p.part_o + prj * D + lane * kPer;
+        if (wj[u] != 0.f) {
+          if constexpr (kPer == 4) {
+            const float4 x = *reinterpret_cast<const float4*>(src);
+            v[u][0] = x.x, v[u][1] = x.y, v[u][2] = x.z, v[u][3] = x.w;
+          } else {
+            const float2 x = *reinterpret_cast<const float2*>(src);
+            v[u][0] = x.x, v[u][1] = x.y;
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kPer; ++i)
+            v[u][i] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        sum += wj[u];
+#pragma unroll
+        for (int i = 0; i < kPer; ++i)
+          acc[i] = fmaf(wj[u], v[u][i], acc[i]);
+      }
+    }
   }
-  for (int j = 0; j < p.num_splits; ++j)
-    add(p.decode_unit_base + seq * p.num_splits + j);
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
   T* out = static_cast<T*>(p.out) + int64_t{row} * D + lane * kPer;
 #pragma unroll
@@ -860,8 +912,18 @@ cudaError_t launch_typed(const AttendParams& ap, int64_t grid, int64_t wide_grid
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   if (mp.num_rows > 0) {
-    merge_kernel<D, T><<<(mp.num_rows + 3) / 4, 128, 0, stream>>>(mp);
-    return cudaGetLastError();
+    // A programmatic dependent launch: its CTAs may start (and read the plan) while the attention
+    // launch drains; griddepcontrol.wait in the kernel orders the partials.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>((mp.num_rows + 3) / 4));
+    cfg.blockDim = dim3(128);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, merge_kernel<D, T>, mp);
   }
   return cudaSuccess;
 }

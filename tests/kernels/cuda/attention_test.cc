@@ -110,8 +110,8 @@ struct Problem {
     return o;
   }
 
-  // `launches` > 1 replays the same uploaded plan (outputs poisoned before each launch): the
-  // fused merge's counters must come back to zero after every launch.
+  // `launches` > 1 replays the same uploaded plan (outputs poisoned before each launch), as a
+  // captured decode step does: nothing a launch leaves behind may change the next one.
   Output run_cascade(const CascadePlan& plan, const cuda::PlanOptions& options = {},
                      int launches = 1) const {
     cuda::DeviceCascadePlan dp = cuda::make_device_plan(plan, shape, 0, options);
@@ -332,7 +332,7 @@ TEST_F(CudaAttentionTest, ThousandSiblings) {
 
 // Routes that must agree on the device itself: cascade == flat over the same batch, and a
 // two-level tree == the same batch as one level. Also: a fixed plan gives the same bits twice,
-// the second time on the third launch of one uploaded plan (the fused merge's counters reset).
+// the second time on the third launch of one uploaded plan.
 TEST_F(CudaAttentionTest, RoutesAgree) {
   for (KvDtype dt : kDtypes) {
     for (Case c : {Case{64, 2}, Case{128, 4}, Case{128, 8}}) {

@@ -91,6 +91,7 @@ struct DeviceCascadePlan {
 // Planning knobs for experiments and tests; the defaults are what cascade decode should use.
 struct PlanOptions {
   int prefix_ctas_per_sm = 0;  // 1..3 forces that many prefix CTAs per SM; 0: cost model
+  bool no_wide_path = false;   // a plan without nodes still runs on the cascade kernel's CTAs
 };
 
 // Precondition: the CascadePlan's own (every node's span ends before each member's position;

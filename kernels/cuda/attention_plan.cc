@@ -100,7 +100,7 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   // pass runs as 4-head decode CTAs in the cascade kernel's grid, after the prefix CTAs; with a
   // prefix pass its splits are at most kMaxSharedSplitTiles long, so that the decode CTAs that
   // share SMs with prefix CTAs come in pieces small enough to even out the finish.
-  d.wide_path = decode_wide_path(shape) && num_nodes == 0;
+  d.wide_path = decode_wide_path(shape) && num_nodes == 0 && !options.no_wide_path;
   const int64_t decode_rows = int64_t{num_seqs} * head_groups(shape);
   if (d.wide_path) {
     d.suffix = choose_decode_split(shape, num_seqs, d.max_suffix_len, num_sms);

@@ -38,7 +38,12 @@ case "$mode" in
     ;;
   full)
     $test_bin --gtest_brief=1 2>&1 | tee "$out/tests.txt" | tail -15
+    # Clocks, power and throttle reasons every second while the benchmark runs.
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+      --format=csv -l 1 >"$out/clocks.csv" 2>&1 &
+    smi=$!
     $bench_bin --out "$out/kernels.json" 2>&1 | tee "$out/kernels.txt"
+    kill $smi
     if [ -f anchor/torch_cascade_anchor.py ]; then
       OUT="$out" PYTHONUNBUFFERED=1 python3 anchor/torch_cascade_anchor.py 2>&1 |
         tee "$out/anchor.txt" | tail -30

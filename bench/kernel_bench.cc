@@ -280,27 +280,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     r["flat_shared_ms"] = time_layers(layer, stream, iters);
     BENCH_CHECK(layer(0, stream));
   }
-  // The two passes alone (the worked example and the tree): the tree with no private tokens
-  // (prefix pass + merge), and the private tokens with no tree (suffix pass + merge).
-  if (with_shared && !cascade_only) {
-    TreeSpec nodes_only = t, suffix_only = t;
-    nodes_only.suffix = 0;
-    suffix_only.nodes.clear();
-    r["prefix_pass_ms"] =
-        time_cascade(lay_out(nodes_only), pool, q.data(), out.data(), iters, stream);
-    r["suffix_pass_ms"] =
-        time_cascade(lay_out(suffix_only), pool, q.data(), out.data(), iters, stream);
-    // The suffix pass as the cascade runs it (4-head CTAs; no wide path).
-    kc::PlanOptions four_head;
-    four_head.no_wide_path = true;
-    r["suffix_pass_4head_ms"] =
-        time_cascade(lay_out(suffix_only), pool, q.data(), out.data(), iters, stream, four_head);
-    // The cost model's choice against the three grid shapes: one, two or three prefix CTAs per SM.
-    for (int k : {1, 2, 3})
-      r["cascade_prefix_ctas_per_sm_" + std::to_string(k) + "_ms"] =
-          time_cascade(l, pool, q.data(), out.data(), iters, stream, {k});
-  }
-  // Cascade.
+  // Cascade (timed before the diagnostic runs below, right after flat: the headline pair).
   {
     const CascadeRun run(l, pool, stream);
     const kc::DeviceCascadePlan& plan = run.plan;
@@ -321,6 +301,26 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
       out_ref.download(b.data(), b.size() * 2);
       r["cascade_vs_flat_rel_l2"] = rel_l2_f16(a, b);
     }
+  }
+  // The two passes alone (the worked example and the tree): the tree with no private tokens
+  // (prefix pass + merge), and the private tokens with no tree (suffix pass + merge).
+  if (with_shared && !cascade_only) {
+    TreeSpec nodes_only = t, suffix_only = t;
+    nodes_only.suffix = 0;
+    suffix_only.nodes.clear();
+    r["prefix_pass_ms"] =
+        time_cascade(lay_out(nodes_only), pool, q.data(), out.data(), iters, stream);
+    r["suffix_pass_ms"] =
+        time_cascade(lay_out(suffix_only), pool, q.data(), out.data(), iters, stream);
+    // The suffix pass as the cascade runs it (4-head CTAs; no wide path).
+    kc::PlanOptions four_head;
+    four_head.no_wide_path = true;
+    r["suffix_pass_4head_ms"] =
+        time_cascade(lay_out(suffix_only), pool, q.data(), out.data(), iters, stream, four_head);
+    // The cost model's choice against the three grid shapes: one, two or three prefix CTAs per SM.
+    for (int k : {1, 2, 3})
+      r["cascade_prefix_ctas_per_sm_" + std::to_string(k) + "_ms"] =
+          time_cascade(l, pool, q.data(), out.data(), iters, stream, {k});
   }
   const double flat_bytes = l.flat_tokens * kTokenBytes * kLayers;
   const double cascade_bytes = l.cascade_tokens * kTokenBytes * kLayers;

@@ -814,10 +814,7 @@ __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
   constexpr int kUnroll = 4;
   const int row = blockIdx.x * 4 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (row >= p.num_rows) {
-    wait_for_primary();
-    return;
-  }
+  if (row >= p.num_rows) return;
   const int64_t seq = row / p.num_q_heads;
   const int head = row % p.num_q_heads;
   const int node_begin = p.seq_unit_indptr != nullptr ? p.seq_unit_indptr[seq] : 0;

@@ -209,6 +209,9 @@ class CudaAttentionTest : public ::testing::Test {
     expect_close(pr.run_flat(batch), testutil::run_flat(pr.kv, pr.q, batch), tolerance(dt),
                  label(dt, sh, what));
   }
+  // Cascade decode of every tree of kTrees (fresh random cache and queries) against the twin;
+  // `tag` is appended to each tree's name in failure messages.
+  void check_trees(const AttentionShape& sh, KvDtype dt, const std::string& tag);
 };
 
 struct Case {
@@ -295,20 +298,22 @@ const Tree kTrees[] = {
      }},
 };
 
+void CudaAttentionTest::check_trees(const AttentionShape& sh, KvDtype dt, const std::string& tag) {
+  for (const Tree& t : kTrees) {
+    Problem pr(sh, dt, t.num_blocks, t.num_seqs, rng_);
+    TreeBatch batch(pr.kv, t.num_seqs);
+    t.build(batch, rng_);
+    pr.upload_kv();
+    const CascadePlan plan = batch.plan();
+    const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
+    expect_close(pr.run_cascade(plan), want, tolerance(dt), label(dt, sh, (t.name + tag).c_str()));
+  }
+}
+
 TEST_F(CudaAttentionTest, CascadeMatchesCpuTwin) {
   for (KvDtype dt : kDtypes) {
-    for (Case c : kSweep) {
-      const AttentionShape sh = testutil::make_shape(c.head_dim, c.group);
-      for (const Tree& t : kTrees) {
-        Problem pr(sh, dt, t.num_blocks, t.num_seqs, rng_);
-        TreeBatch batch(pr.kv, t.num_seqs);
-        t.build(batch, rng_);
-        pr.upload_kv();
-        const CascadePlan plan = batch.plan();
-        const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
-        expect_close(pr.run_cascade(plan), want, tolerance(dt), label(dt, sh, t.name));
-      }
-    }
+    for (Case c : kSweep)
+      check_trees(testutil::make_shape(c.head_dim, c.group), dt, "");
   }
 }
 
@@ -385,17 +390,7 @@ TEST_F(CudaAttentionTest, AllHeadsFlatDecodeMatchesCpuTwin) {
 TEST_F(CudaAttentionTest, AllHeadsCascadeMatchesCpuTwin) {
   for (KvDtype dt : kDtypes) {
     for (Case c : {Case{64, 4}, Case{128, 1}, Case{128, 4}}) {
-      const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, 8);
-      for (const Tree& t : kTrees) {
-        Problem pr(sh, dt, t.num_blocks, t.num_seqs, rng_);
-        TreeBatch batch(pr.kv, t.num_seqs);
-        t.build(batch, rng_);
-        pr.upload_kv();
-        const CascadePlan plan = batch.plan();
-        const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
-        expect_close(pr.run_cascade(plan), want, tolerance(dt),
-                     label(dt, sh, (std::string(t.name) + " all-heads").c_str()));
-      }
+      check_trees(testutil::make_shape(c.head_dim, c.group, 8), dt, " all-heads");
     }
     // Routes and determinism on the all-heads path.
     const AttentionShape sh = testutil::make_shape(128, 4, 8);

@@ -36,6 +36,7 @@ constexpr int kCascadeCtasPerSm = 3;
 constexpr int kHeadsTile = 16;  // tokens of a decode stage
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kRescaleLog2 = 8.f;
 
 // Shared memory of a cascade_kernel CTA: 3 stages of K and V, 64 x D elements each (a prefix
 // stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads).
@@ -423,23 +424,33 @@ struct RowState {
       mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
       mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
     }
-    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-    // A row that has seen only masked tokens keeps reference 0 so that no -inf - -inf appears.
-    const float ref_lo = mn_lo == -CUDART_INF_F ? 0.f : mn_lo * scale_log2;
-    const float ref_hi = mn_hi == -CUDART_INF_F ? 0.f : mn_hi * scale_log2;
-    const float a_lo = ex2(fmaf(m_lo, scale_log2, -ref_lo));
-    const float a_hi = ex2(fmaf(m_hi, scale_log2, -ref_hi));
-    m_lo = mn_lo;
-    m_hi = mn_hi;
-    l_lo *= a_lo;
-    l_hi *= a_hi;
+    // Lazy rescaling: a row's reference maximum moves only when the tile's maximum exceeds it by
+    // more than 2^kRescaleLog2 after scaling, so probabilities stay below 2^kRescaleLog2 (l and O
+    // are fp32) and most tiles skip the O rescale. The quad shares mx (reduced above), so its
+    // threads agree; the branch is taken when any row of the warp moves. First tile: m is -inf.
+    const bool up_lo = (mx_lo - m_lo) * scale_log2 > kRescaleLog2;  // false for -inf - -inf
+    const bool up_hi = (mx_hi - m_hi) * scale_log2 > kRescaleLog2;
+    if (__any_sync(0xffffffffu, up_lo || up_hi)) {
+      const float mn_lo = up_lo ? mx_lo : m_lo, mn_hi = up_hi ? mx_hi : m_hi;
+      // A row that has seen only masked tokens keeps reference 0 so that no -inf - -inf appears.
+      const float a_lo =
+          ex2(fmaf(m_lo, scale_log2, mn_lo == -CUDART_INF_F ? 0.f : -mn_lo * scale_log2));
+      const float a_hi =
+          ex2(fmaf(m_hi, scale_log2, mn_hi == -CUDART_INF_F ? 0.f : -mn_hi * scale_log2));
+      m_lo = mn_lo;
+      m_hi = mn_hi;
+      l_lo *= a_lo;
+      l_hi *= a_hi;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= a_lo;
-      o[n][1] *= a_lo;
-      o[n][2] *= a_hi;
-      o[n][3] *= a_hi;
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= a_lo;
+        o[n][1] *= a_lo;
+        o[n][2] *= a_hi;
+        o[n][3] *= a_hi;
+      }
     }
+    const float ref_lo = m_lo == -CUDART_INF_F ? 0.f : m_lo * scale_log2;
+    const float ref_hi = m_hi == -CUDART_INF_F ? 0.f : m_hi * scale_log2;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       s[j][0] = ex2(fmaf(s[j][0], scale_log2, -ref_lo));

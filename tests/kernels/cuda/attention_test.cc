@@ -290,6 +290,14 @@ const Tree kTrees[] = {
        b.share({0, 1, 2}, 3);
        b.add_suffixes(random_lens(rng, 12, 1, 70), 9);
      }},
+    // Short suffixes, each at most two blocks: 0, 1, odd, a block and one token past it; two
+    // levels.
+    {"short-suffixes", 10, 120,
+     [](TreeBatch& b, std::mt19937&) {
+       b.share({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 20);
+       b.share({0, 1, 2, 3, 4}, 3);
+       b.add_suffixes({0, 1, 2, 7, 15, 16, 17, 31, 32, 32});
+     }},
     // A long prefix: several chunks per node.
     {"long-prefix", 8, 450,
      [](TreeBatch& b, std::mt19937& rng) {
@@ -332,6 +340,39 @@ TEST_F(CudaAttentionTest, ThousandSiblings) {
     const CascadePlan plan = batch.plan();
     const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
     expect_close(pr.run_cascade(plan), want, tolerance(dt), label(dt, sh, "1000-siblings"));
+  }
+}
+
+// Keys that grow along the cache (block b scaled by 1 + b / 4): every sequence's maximum score
+// rises tile after tile, far past the lazy rescaling threshold, so the softmax reference moves
+// many times mid-sequence, in the prefix pass (node blocks first), the suffix pass and flat
+// decode, on the 4-head (2 KV heads) and 8-head (8 KV heads) decode CTAs.
+TEST_F(CudaAttentionTest, RisingScoresMoveTheSoftmaxReference) {
+  for (KvDtype dt : kDtypes) {
+    for (int kv_heads : {2, 8}) {
+      const AttentionShape sh = testutil::make_shape(128, 4, kv_heads);
+      const int n = 8, blocks = 8 * 20 + 40 + 8;
+      Problem pr(sh, dt, blocks, n, rng_);
+      TreeBatch batch(pr.kv, n);
+      std::vector<int32_t> all(n);
+      for (int s = 0; s < n; ++s)
+        all[s] = s;
+      batch.share(all, 40);
+      batch.add_suffixes(random_lens(rng_, n, 100, 300));
+      float* k = const_cast<float*>(pr.kv.k());
+      const size_t per_block = size_t{16} * kv_heads * 128;
+      for (int b = 0; b < blocks; ++b)
+        for (size_t i = 0; i < per_block; ++i) {
+          float& x = k[b * per_block + i];
+          x = from_bits(to_bits(x * (1.f + 0.25f * b), dt), dt);
+        }
+      pr.upload_kv();
+      const CascadePlan plan = batch.plan();
+      expect_close(pr.run_cascade(plan), testutil::run_cascade(pr.kv, pr.q, plan), tolerance(dt),
+                   label(dt, sh, "rising scores, cascade"));
+      expect_close(pr.run_flat(batch), testutil::run_flat(pr.kv, pr.q, batch), tolerance(dt),
+                   label(dt, sh, "rising scores, flat"));
+    }
   }
 }
 

@@ -13,8 +13,10 @@ namespace {
 constexpr int kCtasPerSm = 3;
 // Extra cost of one CTA (index loads, pipeline fill, partial writes) in tiles of KV.
 constexpr double kCtaOverheadTiles = 1.0;
-// Longest suffix split (in tiles) when the suffix pass shares the grid with a prefix pass.
-constexpr int kMaxSharedSplitTiles = 8;
+// Longest suffix split (in tiles) when the suffix pass shares the grid with a prefix pass:
+// at S=1024 on the H200 (docs/kernels-cuda.md, round 6) 3 to 6 tiles are within 1% of each
+// other and ~2% faster than 8 or 16; 2 is slower.
+constexpr int kMaxSharedSplitTiles = 4;
 // Cost model of the cascade kernel's grid, measured on the H200 (docs/kernels-cuda.md): time of
 // one prefix tile (64 rows x 64 tokens x d 128) on a prefix CTA when k prefix CTAs share an SM
 // (index k), and the suffix pass's KV bytes per microsecond.

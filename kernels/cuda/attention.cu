@@ -823,6 +823,7 @@ template <int D, typename T>
 __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
   constexpr int kPer = D / 32;
   constexpr int kUnroll = 4;
+  constexpr int kFewUnits = 8;
   const int row = blockIdx.x * 4 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= p.num_rows) return;
@@ -841,49 +842,83 @@ __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
   auto lse_of = [&](int64_t pr) { return pr < 0 ? -CUDART_INF_F : p.part_lse[pr]; };
 
   const int64_t pr0 = part_row(lane);  // this lane's unit of the first 32 (kept for both passes)
-  wait_for_primary();
-  const float l0 = lse_of(pr0);
-  float m = l0;
-  for (int base = 32; base < total; base += 32)
-    m = fmaxf(m, lse_of(part_row(base + lane)));
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1)
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-
+  auto load_row = [&](int64_t pr, float(&v)[kPer]) {
+    const float* src = p.part_o + pr * D + lane * kPer;
+    if constexpr (kPer == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(src);
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else {
+      const float2 x = *reinterpret_cast<const float2*>(src);
+      v[0] = x.x, v[1] = x.y;
+    }
+  };
   float acc[kPer] = {};
-  float sum = 0.f;
-  for (int base = 0; base < total; base += 32) {
-    const int64_t pr = base == 0 ? pr0 : part_row(base + lane);
-    const float l = base == 0 ? l0 : lse_of(pr);
-    const float w = l == -CUDART_INF_F ? 0.f : __expf(l - m);
-    const int n = min(32, total - base);
-    for (int j = 0; j < n; j += kUnroll) {
-      float wj[kUnroll], v[kUnroll][kPer];
+  float sum = 0.f, m;
+  wait_for_primary();
+  if (total <= kFewUnits) {
+    // Few units (the common case): every O row is loaded with the LSEs, one round trip; every
+    // unit row is written by the attention launch, so reading one of weight 0 is harmless.
+    float v[kFewUnits][kPer];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        wj[u] = __shfl_sync(0xffffffffu, w, j + u);  // 0 past n (lanes past total)
-        const int64_t prj = __shfl_sync(0xffffffffu, pr, j + u);
-        const float* src = p.part_o + prj * D + lane * kPer;
-        if (wj[u] != 0.f) {
-          if constexpr (kPer == 4) {
-            const float4 x = *reinterpret_cast<const float4*>(src);
-            v[u][0] = x.x, v[u][1] = x.y, v[u][2] = x.z, v[u][3] = x.w;
-          } else {
-            const float2 x = *reinterpret_cast<const float2*>(src);
-            v[u][0] = x.x, v[u][1] = x.y;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kPer; ++i)
-            v[u][i] = 0.f;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        sum += wj[u];
+    for (int u = 0; u < kFewUnits; ++u) {
+      const int64_t prj = __shfl_sync(0xffffffffu, pr0, u);
+      if (u < total) {
+        load_row(prj, v[u]);
+      } else {
 #pragma unroll
         for (int i = 0; i < kPer; ++i)
-          acc[i] = fmaf(wj[u], v[u][i], acc[i]);
+          v[u][i] = 0.f;
+      }
+    }
+    const float l0 = lse_of(pr0);
+    m = l0;
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    const float w = l0 == -CUDART_INF_F ? 0.f : __expf(l0 - m);
+#pragma unroll
+    for (int u = 0; u < kFewUnits; ++u) {
+      const float wu = __shfl_sync(0xffffffffu, w, u);  // 0 past total
+      sum += wu;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i)
+        acc[i] = fmaf(wu, v[u][i], acc[i]);
+    }
+  } else {
+    const float l0 = lse_of(pr0);
+    m = l0;
+    for (int base = 32; base < total; base += 32)
+      m = fmaxf(m, lse_of(part_row(base + lane)));
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+
+    for (int base = 0; base < total; base += 32) {
+      const int64_t pr = base == 0 ? pr0 : part_row(base + lane);
+      const float l = base == 0 ? l0 : lse_of(pr);
+      const float w = l == -CUDART_INF_F ? 0.f : __expf(l - m);
+      const int n = min(32, total - base);
+      for (int j = 0; j < n; j += kUnroll) {
+        float wj[kUnroll], v[kUnroll][kPer];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          wj[u] = __shfl_sync(0xffffffffu, w, j + u);  // 0 past n (lanes past total)
+          const int64_t prj = __shfl_sync(0xffffffffu, pr, j + u);
+          if (wj[u] != 0.f) {
+            load_row(prj, v[u]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kPer; ++i)
+              v[u][i] = 0.f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          sum += wj[u];
+#pragma unroll
+          for (int i = 0; i < kPer; ++i)
+            acc[i] = fmaf(wj[u], v[u][i], acc[i]);
+        }
       }
     }
   }

@@ -285,8 +285,9 @@ struct StageLoader {
   // XOR-swizzled by the row's token & 7.
   uint32_t sm_row, sm_step, sm_chunk;
   int32_t ids[kPer];  // block of row i in the tile fetched last; -1 past t_end
-  // kStep == 1 and block_size % kPer == 0: a thread's kPer consecutive rows (starting at a
-  // multiple of kPer) lie in one block, so one id and one address per stage serve them all.
+  // A thread's kPer rows of a stage lie in one block (the caller checks: prefix stages, kStep 1,
+  // rows from a multiple of kPer and block_size % kPer == 0; decode stages start at a multiple of
+  // kPer * kStep and block_size % (kPer * kStep) == 0): one id and one address per stage.
   bool one_block = false;
 
   // Cache geometry of `p` (head_dim D), this thread's column (element offset within a token) and
@@ -316,7 +317,7 @@ struct StageLoader {
     return t_begin + tile * stage_tokens + tok0 + i * kStep;
   }
   __device__ __forceinline__ void fetch(int tile) {
-    if (kStep == 1 && one_block) {
+    if (one_block) {
       const int t = token(tile, 0);
       ids[0] = t < t_end ? __ldg(blocks + div(t)) : -1;
       return;
@@ -329,15 +330,15 @@ struct StageLoader {
   }
   // Copies tile `tile` (whose ids were fetched last) into the stage at ks / vs.
   __device__ __forceinline__ void issue(int tile, uint32_t ks, uint32_t vs) const {
-    if (kStep == 1 && one_block) {
+    if (one_block) {
       const int t = token(tile, 0);
       const int64_t off =
           int64_t{max(ids[0], 0)} * block_stride + (t - div(t) * block_size) * token_stride + col;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        const bool ok = ids[0] >= 0 && t + i < t_end;
-        cp_async16(ks + sm_off(i), kc + off + i * token_stride, ok);
-        cp_async16(vs + sm_off(i), vc + off + i * token_stride, ok);
+        const bool ok = ids[0] >= 0 && t + i * kStep < t_end;
+        cp_async16(ks + sm_off(i), kc + off + i * kStep * token_stride, ok);
+        cp_async16(vs + sm_off(i), vc + off + i * kStep * token_stride, ok);
       }
       return;
     }
@@ -709,6 +710,10 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
   ld.sm_row = ld.tok0 * kPitch + ld_head * D * sizeof(T);
   ld.sm_step = kStep * kPitch;
   ld.sm_chunk = within % kCpr;
+  // Splits start at multiples of kKvTileTokens, so a stage is one block when block_size is a
+  // multiple of the stage.
+  static_assert(kKvTileTokens % kHeadsTile == 0);
+  ld.one_block = p.block_size % kHeadsTile == 0;
 
   const int num_tiles = (t_end - t_begin + kHeadsTile - 1) / kHeadsTile;
   ld.fetch(0);

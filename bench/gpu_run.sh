@@ -52,7 +52,7 @@ case "$mode" in
   sanitize)
     for tool in memcheck racecheck; do
       timeout 240 compute-sanitizer --tool $tool \
-        $test_bin --gtest_filter='*RoutesAgree*:*AllHeadsCascade*:*MergeState*:*PartialHeadGroups*' \
+        $test_bin --gtest_filter='*RoutesAgree*:*AllHeadsCascade*:*MergeState*:*PartialHeadGroups*:*RisingScores*' \
         2>&1 | tee "$out/sanitize-$tool.txt" | tail -5
     done
     ;;

@@ -1,8 +1,10 @@
 // `kvcascade bench kernels`: the device benchmark of flat vs cascade decode (bench/kernel_bench.h).
+// `kvcascade bench router`: the router against direct access and nginx (cli/router_bench.h).
 #include <cstdio>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/router_bench.h"
 #if KVCASCADE_HAVE_CUDA
 #include "bench/kernel_bench.h"
 #endif
@@ -43,7 +45,26 @@ Run add_bench_command(CLI::App& app) {
       ->check(CLI::Range(3, 1000));
   kernels->add_option("--only", f->only, "run only this case (its row number in the table, from 0)")
       ->check(CLI::Range(0, 1000));
-  return [f] { return run_bench_kernels(*f); };
+  auto r = std::make_shared<RouterBenchOptions>();
+  CLI::App* router = bench->add_subcommand(
+      "router", "the router's added latency and throughput against direct access and nginx");
+  router->add_option("--out", r->out, "write the results as JSON to this file");
+  router->add_option("--seconds", r->seconds, "measured seconds per run")
+      ->check(CLI::Range(0.2, 600.0));
+  router->add_option("--concurrency", r->concurrency, "connections of the throughput runs")
+      ->check(CLI::Range(1, 512));
+  router->add_option("--replicas", r->replicas, "instant fake replicas")->check(CLI::Range(1, 64));
+  router->add_option("--prompt-bytes", r->prompt_bytes, "shared prompt prefix per tenant")
+      ->check(CLI::Range(16, 1 << 20));
+  router->add_option("--tenants", r->tenants, "distinct prompt prefixes")
+      ->check(CLI::Range(1, 4096));
+  router->add_option("--router-threads", r->router_threads, "the router's HTTP server threads")
+      ->check(CLI::Range(1, 64));
+  router->add_option("--nginx", r->nginx, "nginx binary");
+  return [f, r, router] {
+    if (router->parsed()) return run_router_bench(*r);
+    return run_bench_kernels(*f);
+  };
 }
 
 }  // namespace kvc::cli

@@ -1,10 +1,5 @@
 #include "cli/prometheus_process.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,21 +16,6 @@ namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 std::string url_encode(const std::string& s) {
   std::string out;
@@ -54,17 +34,7 @@ std::string url_encode(const std::string& s) {
 }  // namespace
 
 PrometheusProcess::~PrometheusProcess() {
-  if (pid_ > 0) {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (waitpid(pid_, &status, WNOHANG) == 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &status, 0);
-    }
-  }
+  if (process_) process_->stop();
   std::error_code ec;
   if (!dir_.empty()) fs::remove_all(dir_, ec);
 }
@@ -86,29 +56,21 @@ Result<std::unique_ptr<PrometheusProcess>> PrometheusProcess::start(
     groups.push_back({{"targets", {t.address}}, {"labels", {{"component", t.component}}}});
   }
   std::ofstream(p->dir_ + "/targets.json") << groups.dump(2) << "\n";
-  p->port_ = free_port();
+  p->port_ = free_loopback_port();
   if (p->port_ == 0) return Error{"no free port"};
-  const std::string config = "--config.file=" + p->dir_ + "/prometheus.yml";
-  const std::string storage = "--storage.tsdb.path=" + p->dir_ + "/data";
-  const std::string listen = "--web.listen-address=127.0.0.1:" + std::to_string(p->port_);
   const std::string log = p->dir_ + "/prometheus.log";
-  p->pid_ = fork();
-  if (p->pid_ < 0) return Error{"fork failed"};
-  if (p->pid_ == 0) {
-    if (FILE* f = std::freopen(log.c_str(), "w", stdout)) (void)f;
-    dup2(fileno(stdout), STDERR_FILENO);
-    execl(binary.c_str(), binary.c_str(), config.c_str(), storage.c_str(), listen.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  auto process = ChildProcess::start({binary, "--config.file=" + p->dir_ + "/prometheus.yml",
+                                      "--storage.tsdb.path=" + p->dir_ + "/data",
+                                      "--web.listen-address=127.0.0.1:" + std::to_string(p->port_)},
+                                     log);
+  if (!process.ok()) return Error{process.error().message};
+  p->process_ = std::move(*process);
   http::Client client;
   for (int i = 0; i < 150; ++i) {
     auto r =
         client.request("127.0.0.1", p->port_, "GET", "/-/ready", "", {}, std::chrono::seconds(1));
     if (r.ok() && r->status == 200) return p;
-    int status = 0;
-    if (waitpid(p->pid_, &status, WNOHANG) == p->pid_) {
-      p->pid_ = -1;
+    if (p->process_->exited()) {
       return Error{"prometheus exited at start (see its log in " + log + ")"};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

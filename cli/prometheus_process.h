@@ -3,8 +3,7 @@
 // then queried over its HTTP API. Stopped (and its temporary folder removed) on destruction.
 #pragma once
 
-#include <sys/types.h>
-
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/child_process.h"
 #include "prefix_index/status.h"
 
 namespace kvc::cli {
@@ -38,7 +38,7 @@ class PrometheusProcess {
 
  private:
   PrometheusProcess() = default;
-  pid_t pid_ = -1;
+  std::unique_ptr<ChildProcess> process_;
   uint16_t port_ = 0;
   std::string dir_;
 };

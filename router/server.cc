@@ -14,6 +14,8 @@ namespace kvc {
 
 using json = nlohmann::json;
 
+constexpr size_t kMaxBufferedBody = size_t{8} << 20;
+
 // One client request on its way to a replica, possibly over several tries.
 struct RouterServer::Attempt {
   http::Request request;
@@ -27,9 +29,31 @@ struct RouterServer::Attempt {
   size_t matched_bytes = 0;
   bool sent_anything = false;  // bytes reached the client: no more retries
   int status = 0;
+  // A non-streaming request's response is buffered and sent whole (one hand-off to the client's
+  // session instead of one per piece, and a replica failing mid-body can still be retried); past
+  // kMaxBufferedBody it is streamed through.
+  std::string content_type;
+  std::string body;
   Clock::TimePoint start{};
   size_t prompt_bytes = 0;
 };
+
+namespace {
+
+// What the router tells the client about the route it took.
+http::Headers client_headers(const RouterServer::Attempt& a) {
+  return {{"x-kvcascade-replica", a.replica_id},
+          {"x-kvcascade-route-reason", a.reason},
+          {"x-kvcascade-matched-bytes", std::to_string(a.matched_bytes)}};
+}
+
+// Starts the client's response as a stream (a streaming request, or a body too large to buffer).
+void start_client_stream(RouterServer::Attempt& a) {
+  a.responder->start_stream(a.status, a.content_type, client_headers(a));
+  a.sent_anything = true;
+}
+
+}  // namespace
 
 RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& approx,
                            std::mutex& index_mu, http::Client& client, const Clock& clock,
@@ -269,22 +293,27 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
         attempt->request.body, headers,
         [attempt](int status, const http::Headers& upstream) {
           attempt->status = status;
+          attempt->body.clear();
           if (status >= 500) return;  // may be retried: nothing sent yet
-          std::string type = "application/json";
+          attempt->content_type = "application/json";
           for (const auto& [k, v] : upstream) {
             std::string lower = k;
             std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-            if (lower == "content-type") type = v;
+            if (lower == "content-type") attempt->content_type = v;
           }
-          attempt->responder->start_stream(
-              status, type,
-              {{"x-kvcascade-replica", attempt->replica_id},
-               {"x-kvcascade-route-reason", attempt->reason},
-               {"x-kvcascade-matched-bytes", std::to_string(attempt->matched_bytes)}});
-          attempt->sent_anything = true;
+          if (attempt->stream) start_client_stream(*attempt);
         },
         [attempt](std::string_view bytes) {
           if (attempt->status >= 500) return true;  // drain the error body, then retry
+          if (!attempt->sent_anything) {
+            if (attempt->body.size() + bytes.size() <= kMaxBufferedBody) {
+              attempt->body.append(bytes);
+              return !attempt->responder->client_gone();
+            }
+            start_client_stream(*attempt);  // too large to buffer: stream it through
+            attempt->responder->write(std::move(attempt->body));
+            attempt->body.clear();
+          }
           attempt->responder->write(std::string(bytes));
           return !attempt->responder->client_gone();
         },
@@ -292,7 +321,12 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           const bool failed = !s.ok() || attempt->status >= 500;
           pool_.end_request(attempt->replica, !failed || attempt->responder->client_gone());
           if (!failed) {
-            attempt->responder->end();
+            if (attempt->sent_anything) {
+              attempt->responder->end();
+            } else {
+              attempt->responder->send(attempt->status, attempt->content_type,
+                                       std::move(attempt->body), client_headers(*attempt));
+            }
             if (metrics_) {
               metrics_->router_request_seconds.Add({}, metrics::seconds_buckets())
                   .Observe(std::chrono::duration<double>(clock_.now() - attempt->start).count());

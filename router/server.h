@@ -49,8 +49,9 @@ class RouterServer {
   void handle(http::Request request, std::shared_ptr<http::Responder> responder);
   RouterStats& stats() { return stats_; }
 
+  struct Attempt;  // one client request on its way to a replica (server.cc)
+
  private:
-  struct Attempt;
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
   void forward(std::shared_ptr<Attempt> attempt);
   std::string state_json();

@@ -16,6 +16,7 @@ packages=(
   prometheus-cpp-dev      # prometheus-cpp::core
   prometheus              # the demo's local Prometheus server (started by the demo, not by systemd)
   curl
+  nginx                   # `kvcascade bench router` compares the router with nginx's proxy_pass
 )
 
 missing=()

@@ -1,0 +1,40 @@
+// A helper program run by a command (Debian's Prometheus for the demo, nginx for the router
+// benchmark): started with its output in a log file, stopped with SIGTERM (then SIGKILL) on
+// destruction.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prefix_index/status.h"
+
+namespace kvc::cli {
+
+// A loopback TCP port that was free a moment ago (0 when none could be bound).
+uint16_t free_loopback_port();
+
+class ChildProcess {
+ public:
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Runs argv[0] (a path) with argv, stdout and stderr appended to `log_file`. Fails when the
+  // binary is not executable or fork fails.
+  static Result<std::unique_ptr<ChildProcess>> start(const std::vector<std::string>& argv,
+                                                     const std::string& log_file);
+  // True once the process has exited (reaped here).
+  bool exited();
+  // SIGTERM, up to 5 s for it to exit, then SIGKILL. Idempotent.
+  void stop();
+
+ private:
+  ChildProcess() = default;
+  pid_t pid_ = -1;
+};
+
+}  // namespace kvc::cli

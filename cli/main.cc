@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   runs["bench"] = kvc::cli::add_bench_command(app);
   runs["replica"] = kvc::cli::add_replica_command(app);
   runs["router"] = kvc::cli::add_router_command(app);
+  runs["loadgen"] = kvc::cli::add_loadgen_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,125 @@
+// `kvcascade loadgen`: closed-loop load against a router or a replica (cli/loadgen.h).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/loadgen.h"
+
+namespace kvc::cli {
+namespace {
+
+struct LoadgenFlags {
+  std::string url = "http://127.0.0.1:8080";
+  bool chat = false;
+  Workload workload;
+  int concurrency = 8;
+  double seconds = 10.0;
+  std::string out;
+};
+
+// "http://host:port" (an optional trailing "/"); false for anything else.
+bool parse_url(const std::string& url, Endpoint& e) {
+  const std::string scheme = "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0) return false;
+  std::string rest = url.substr(scheme.size());
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0 || rest.find('/') != std::string::npos) return false;
+  const std::string port = rest.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  const int p = std::stoi(port);
+  if (p < 1 || p > 65535) return false;
+  e.host = rest.substr(0, colon);
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
+    e.host = e.host.substr(1, e.host.size() - 2);  // [::1]
+  }
+  e.port = static_cast<uint16_t>(p);
+  return true;
+}
+
+int run_loadgen(LoadgenFlags f) {
+  Endpoint e;
+  if (!parse_url(f.url, e)) {
+    std::fprintf(stderr, "kvcascade loadgen: --url must be http://HOST:PORT, got '%s'\n",
+                 f.url.c_str());
+    return 2;
+  }
+  if (!can_connect(e)) {
+    std::fprintf(stderr, "kvcascade loadgen: cannot connect to %s:%u\n", e.host.c_str(), e.port);
+    return 1;
+  }
+  Workload& w = f.workload;
+  w.host = e.host + ":" + std::to_string(e.port);
+  w.path = f.chat ? "/v1/chat/completions" : "/v1/completions";
+  const auto requests = prepare_requests(w);
+  std::printf(
+      "kvcascade loadgen: %s%s, model %s, %d tenants x %d-byte prompt prefixes, n=%d, "
+      "max_tokens %d%s, %d connections, %.1f s\n",
+      f.url.c_str(), w.path.c_str(), w.model.c_str(), w.tenants, w.prompt_bytes, w.n, w.max_tokens,
+      w.stream ? ", streaming" : "", f.concurrency, f.seconds);
+  std::fflush(stdout);
+  const LoadStats s = run_closed_loop(f.url, {e}, f.concurrency, f.seconds, requests, true);
+  std::printf("requests: %lld ok (%.1f/s), %lld errors; statuses:", static_cast<long long>(s.ok),
+              s.rps(), static_cast<long long>(s.errors));
+  for (const auto& [status, n] : s.statuses)
+    std::printf(" %d x %lld", status, static_cast<long long>(n));
+  std::printf(" (0: no response)\n");
+  std::printf("latency ms: p50 %.1f, p90 %.1f, p99 %.1f; first body byte ms: p50 %.1f, p99 %.1f\n",
+              LoadStats::percentile(s.latency_ms, 0.5), LoadStats::percentile(s.latency_ms, 0.9),
+              LoadStats::percentile(s.latency_ms, 0.99),
+              LoadStats::percentile(s.first_byte_ms, 0.5),
+              LoadStats::percentile(s.first_byte_ms, 0.99));
+  if (w.stream) {
+    std::printf("stream events: %lld (%.1f/s)\n", static_cast<long long>(s.stream_events),
+                s.stream_events / f.seconds);
+  } else {
+    std::printf("completion tokens: %lld (%.1f/s)\n", static_cast<long long>(s.completion_tokens),
+                s.completion_tokens / f.seconds);
+  }
+  if (!f.out.empty()) {
+    std::ofstream file(f.out);
+    file << s.to_json().dump(1) << "\n";
+    if (!file) {
+      std::fprintf(stderr, "kvcascade loadgen: cannot write %s\n", f.out.c_str());
+      return 2;
+    }
+  }
+  if (s.ok == 0 && s.errors == 0) {
+    std::printf(
+        "no request both started and finished within the measured window: raise --seconds "
+        "well above one request's latency\n");
+  }
+  return s.ok > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Run add_loadgen_command(CLI::App& app) {
+  auto f = std::make_shared<LoadgenFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "loadgen", "closed-loop load with shared prompt prefixes against a router or replica");
+  cmd->add_option("--url", f->url, "http://HOST:PORT of the router or replica");
+  cmd->add_flag("--chat", f->chat, "use /v1/chat/completions (system prompt = the prefix)");
+  cmd->add_option("--model", f->workload.model, "model name to request");
+  cmd->add_option("--tenants", f->workload.tenants, "distinct shared prompt prefixes")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--prompt-bytes", f->workload.prompt_bytes, "bytes of each shared prefix")
+      ->check(CLI::Range(0, 1 << 22));
+  cmd->add_option("-n", f->workload.n, "samples per request (siblings)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-tokens", f->workload.max_tokens, "max_tokens of each request")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--stream", f->workload.stream, "stream the responses (SSE)");
+  cmd->add_option("--api-key", f->workload.api_key, "send Authorization: Bearer KEY");
+  cmd->add_option("--concurrency", f->concurrency, "connections, each one request at a time")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--seconds", f->seconds, "measured seconds (after a tenth of it as warm-up)")
+      ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--out", f->out, "write the results as JSON to this file");
+  return [f] { return run_loadgen(*f); };
+}
+
+}  // namespace kvc::cli

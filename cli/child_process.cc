@@ -9,6 +9,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
 
 namespace kvc::cli {
@@ -27,6 +30,37 @@ uint16_t free_loopback_port() {
   }
   close(fd);
   return port;
+}
+
+namespace {
+
+// utime + stime of one process, in clock ticks (fields 14 and 15 of /proc/PID/stat, counted
+// after the parenthesised command name, which may contain spaces).
+long long cpu_ticks(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close_paren + 2));
+  std::string field;
+  long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return utime + stime;
+}
+
+}  // namespace
+
+double process_cpu_seconds(pid_t pid) {
+  if (pid <= 0) return 0.0;
+  long long ticks = cpu_ticks(pid);
+  std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
+                         "/children");
+  for (pid_t child; children >> child;)
+    ticks += cpu_ticks(child);
+  return static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 ChildProcess::~ChildProcess() {

@@ -17,6 +17,10 @@ namespace kvc::cli {
 // A loopback TCP port that was free a moment ago (0 when none could be bound).
 uint16_t free_loopback_port();
 
+// CPU seconds (user + system) used so far by process `pid` and its direct children (Linux /proc;
+// 0 when unreadable).
+double process_cpu_seconds(pid_t pid);
+
 class ChildProcess {
  public:
   ~ChildProcess();
@@ -29,6 +33,7 @@ class ChildProcess {
                                                      const std::string& log_file);
   // True once the process has exited (reaped here).
   bool exited();
+  pid_t pid() const { return pid_; }
   // SIGTERM, up to 5 s for it to exit, then SIGKILL. Idempotent.
   void stop();
 

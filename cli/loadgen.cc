@@ -245,6 +245,7 @@ LoadStats run_closed_loop(const std::string& target, const std::vector<Endpoint>
         const RawConnection::Response r =
             conn.exchange(requests[next++ % requests.size()], inspect_bodies);
         const Clock::time_point done = Clock::now();
+        if (r.status != 0) ++mine.exchanges;
         if (start < begin || done > end) continue;
         ++mine.statuses[r.status];
         if (r.status >= 200 && r.status < 300) {
@@ -264,6 +265,7 @@ LoadStats run_closed_loop(const std::string& target, const std::vector<Endpoint>
     t.join();
   for (LoadStats& r : per) {
     result.ok += r.ok;
+    result.exchanges += r.exchanges;
     result.errors += r.errors;
     for (const auto& [status, n] : r.statuses)
       result.statuses[status] += n;

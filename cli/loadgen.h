@@ -40,6 +40,7 @@ struct LoadStats {
   int concurrency = 0;
   double seconds = 0;                 // measured window
   int64_t ok = 0;                     // 2xx responses
+  int64_t exchanges = 0;              // every response read, warm-up included (for per-request CPU)
   int64_t errors = 0;                 // connection failures, timeouts and non-2xx statuses
   std::map<int, int64_t> statuses;    // by HTTP status (0: no response)
   std::vector<double> latency_ms;     // whole response, of the 2xx ones

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,9 +20,9 @@
 
 #include "cli/child_process.h"
 #include "cli/loadgen.h"
+#include "http/client.h"
 #include "http/errors.h"
 #include "http/server.h"
-#include "router/router_stack.h"
 
 namespace kvc::cli {
 namespace {
@@ -55,6 +56,7 @@ class FakeReplica {
   }
   uint16_t port() const { return port_; }
   int64_t completions() const { return completions_.load(); }
+  size_t connections_accepted() const { return server_->num_accepted(); }
 
  private:
   void handle(const http::Request& r, http::Responder& w) {
@@ -133,12 +135,81 @@ class Nginx {
   std::string dir_;
   uint16_t port_ = 0;
   std::unique_ptr<ChildProcess> process_;
+
+ public:
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
 };
 
-void print_run(const LoadStats& r) {
-  std::printf("%-8s %5d %9.0f %8.3f %8.3f %8.3f %7lld\n", r.target.c_str(), r.concurrency, r.rps(),
+struct RouterProcess {
+  std::unique_ptr<ChildProcess> process;
+  uint16_t port = 0;
+  std::string log;
+};
+
+// `kvcascade router` (this binary) in front of `replicas`; waits (bounded) until it reports every
+// replica healthy in /router/state.
+Result<RouterProcess> start_router(const std::vector<std::string>& replicas, int threads) {
+  RouterProcess r;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return Error{"cannot find this binary (/proc/self/exe)"};
+  self[n] = '\0';
+  r.port = free_loopback_port();
+  if (r.port == 0) return Error{"no free port"};
+  std::vector<std::string> argv = {self,
+                                   "router",
+                                   "--host",
+                                   "127.0.0.1",
+                                   "--port",
+                                   std::to_string(r.port),
+                                   "--http-threads",
+                                   std::to_string(threads)};
+  for (const std::string& a : replicas) {
+    argv.push_back("--replica");
+    argv.push_back(a);
+  }
+  r.log =
+      fs::temp_directory_path() / ("kvcascade-bench-router-" + std::to_string(getpid()) + ".log");
+  auto process = ChildProcess::start(argv, r.log);
+  if (!process.ok()) return Error{process.error().message};
+  r.process = std::move(*process);
+  http::Client client;
+  for (int i = 0; i < 200; ++i) {
+    auto state = client.request("127.0.0.1", r.port, "GET", "/router/state", "", {},
+                                std::chrono::seconds(1));
+    if (state.ok() && state->status == 200) {
+      const json j = json::parse(state->body, nullptr, false);
+      size_t healthy = 0;
+      if (j.is_object() && j.contains("replicas")) {
+        for (const json& rep : j["replicas"])
+          healthy += rep.value("healthy", false) ? 1 : 0;
+      }
+      if (healthy == replicas.size()) return r;
+    }
+    if (r.process->exited()) return Error{"the router exited at start (log: " + r.log + ")"};
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Error{"the router did not report its replicas healthy within 10 s (log: " + r.log + ")"};
+}
+
+// One closed-loop run, with the CPU seconds the process (tree) `pid` used during it, per request.
+LoadStats measured(const std::string& target, const std::vector<Endpoint>& endpoints, int conc,
+                   double seconds, const std::vector<std::string>& requests, pid_t pid,
+                   double& cpu_us_per_request) {
+  const double before = process_cpu_seconds(pid);
+  LoadStats s = run_closed_loop(target, endpoints, conc, seconds, requests, false);
+  const double used = process_cpu_seconds(pid) - before;
+  cpu_us_per_request =
+      pid > 0 && s.exchanges > 0 ? used * 1e6 / static_cast<double>(s.exchanges) : 0.0;
+  return s;
+}
+
+void print_run(const LoadStats& r, double cpu_us) {
+  std::printf("%-8s %5d %9.0f %8.3f %8.3f %8.3f %7lld", r.target.c_str(), r.concurrency, r.rps(),
               LoadStats::percentile(r.latency_ms, 0.5), LoadStats::percentile(r.latency_ms, 0.9),
               LoadStats::percentile(r.latency_ms, 0.99), static_cast<long long>(r.errors));
+  if (cpu_us > 0) std::printf(" %10.1f", cpu_us);
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -161,23 +232,14 @@ int run_router_bench(const RouterBenchOptions& o) {
     addresses.push_back("127.0.0.1:" + std::to_string(*p));
   }
 
-  RouterStackConfig rc;
-  rc.replicas = addresses;
-  rc.http_threads = o.router_threads;
-  rc.router.policy = "kvcascade";
-  RouterStack router(rc);
-  auto router_port = router.start("127.0.0.1", 0);
-  if (!router_port.ok()) {
-    std::fprintf(stderr, "kvcascade bench router: %s\n", router_port.error().message.c_str());
+  // The router as its own process (as nginx is), so that its CPU time per request is measured
+  // the same way.
+  auto router = start_router(addresses, o.router_threads);
+  if (!router.ok()) {
+    std::fprintf(stderr, "kvcascade bench router: %s\n", router.error().message.c_str());
     return 2;
   }
-  for (int i = 0; i < 200; ++i) {
-    auto s = router.pool().snapshot();
-    if (std::count_if(s.begin(), s.end(), [](const ReplicaView& r) { return r.healthy; }) ==
-        o.replicas)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const uint16_t router_port = router->port;
 
   Nginx nginx;
   const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -197,24 +259,26 @@ int run_router_bench(const RouterBenchOptions& o) {
       "%.1f s per run (closed loop, keep-alive), %u cores, nginx %d workers\n\n",
       o.replicas, o.tenants, o.prompt_bytes, o.seconds, std::thread::hardware_concurrency(),
       workers);
-  std::printf("%-8s %5s %9s %8s %8s %8s %7s\n", "target", "conns", "req/s", "p50 ms", "p90 ms",
-              "p99 ms", "errors");
+  std::printf("%-8s %5s %9s %8s %8s %8s %7s %10s\n", "target", "conns", "req/s", "p50 ms", "p90 ms",
+              "p99 ms", "errors", "cpu us/req");
   std::vector<LoadStats> runs;
+  std::map<std::pair<std::string, int>, double> cpu;  // proxy CPU us per request
   std::vector<int64_t> router_share(fakes.size(), 0);
   for (int conc : {1, o.concurrency}) {
-    runs.push_back(run_closed_loop("direct", fake_endpoints, conc, o.seconds, requests, false));
-    print_run(runs.back());
+    double unused = 0;
+    runs.push_back(measured("direct", fake_endpoints, conc, o.seconds, requests, -1, unused));
+    print_run(runs.back(), 0.0);
     for (size_t i = 0; i < fakes.size(); ++i)
       router_share[i] -= fakes[i]->completions();
-    runs.push_back(
-        run_closed_loop("router", {{"127.0.0.1", *router_port}}, conc, o.seconds, requests, false));
-    print_run(runs.back());
+    runs.push_back(measured("router", {{"127.0.0.1", router_port}}, conc, o.seconds, requests,
+                            router->process->pid(), cpu[{"router", conc}]));
+    print_run(runs.back(), cpu[{"router", conc}]);
     for (size_t i = 0; i < fakes.size(); ++i)
       router_share[i] += fakes[i]->completions();
     if (nginx_port.ok()) {
-      runs.push_back(
-          run_closed_loop("nginx", {{"127.0.0.1", *nginx_port}}, conc, o.seconds, requests, false));
-      print_run(runs.back());
+      runs.push_back(measured("nginx", {{"127.0.0.1", *nginx_port}}, conc, o.seconds, requests,
+                              nginx.pid(), cpu[{"nginx", conc}]));
+      print_run(runs.back(), cpu[{"nginx", conc}]);
     }
   }
 
@@ -229,8 +293,13 @@ int run_router_bench(const RouterBenchOptions& o) {
                   {"tenants", o.tenants},    {"cores", std::thread::hardware_concurrency()},
                   {"nginx_workers", workers}};
   j["runs"] = json::array();
-  for (const LoadStats& r : runs)
-    j["runs"].push_back(r.to_json());
+  for (const LoadStats& r : runs) {
+    json run = r.to_json();
+    if (auto it = cpu.find({r.target, r.concurrency}); it != cpu.end()) {
+      run["proxy_cpu_us_per_request"] = it->second;
+    }
+    j["runs"].push_back(run);
+  }
   j["router_requests_per_replica"] = router_share;
   auto p99 = [&](const char* target) {
     return LoadStats::percentile(find(target, 1)->latency_ms, 0.99);
@@ -241,6 +310,10 @@ int run_router_bench(const RouterBenchOptions& o) {
   for (int64_t n : router_share)
     std::printf(" %lld", static_cast<long long>(n));
   std::printf(" (kvcascade policy: a tenant's prefix stays on one replica)\n");
+  size_t accepted = 0;
+  for (const auto& f : fakes)
+    accepted += f->connections_accepted();
+  std::printf("connections the fake replicas accepted in all runs: %zu\n", accepted);
   std::printf("router added p99 latency at 1 connection: %.3f ms (target <= 1 ms)", added);
   if (find("nginx", 1) != nullptr) {
     const double nginx_added = p99("nginx") - p99("direct");
@@ -255,6 +328,8 @@ int run_router_bench(const RouterBenchOptions& o) {
         "router throughput at %d connections: %.0f req/s = %.2fx nginx's %.0f (target >= "
         "0.7x)\n",
         o.concurrency, find("router", o.concurrency)->rps(), ratio, n->rps());
+    std::printf("proxy CPU per request at %d connections: router %.1f us, nginx %.1f us\n",
+                o.concurrency, cpu[{"router", o.concurrency}], cpu[{"nginx", o.concurrency}]);
   }
   if (!o.out.empty()) {
     std::ofstream f(o.out);
@@ -265,7 +340,9 @@ int run_router_bench(const RouterBenchOptions& o) {
     }
     std::printf("wrote %s\n", o.out.c_str());
   }
-  router.stop();
+  router->process->stop();
+  std::error_code ec;
+  fs::remove(router->log, ec);
   return 0;
 }
 

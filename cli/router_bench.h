@@ -16,7 +16,7 @@ struct RouterBenchOptions {
   int replicas = 3;         // fake replicas
   int prompt_bytes = 2048;  // shared prefix per tenant (+ a unique question)
   int tenants = 8;          // distinct prefixes
-  int router_threads = 2;   // the router's HTTP server threads (its upstream client has one)
+  int router_threads = 1;   // the router's --http-threads (its upstream client shares them)
   std::string nginx = "/usr/sbin/nginx";
 };
 

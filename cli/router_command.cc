@@ -67,6 +67,7 @@ int run_router(RouterFlags f) {
 
 Run add_router_command(CLI::App& app) {
   auto f = std::make_shared<RouterFlags>();
+  f->server.threads = RouterStackConfig{}.http_threads;  // one: see RouterStackConfig
   CLI::App* cmd = app.add_subcommand("router", "route OpenAI requests to replicas by prefix");
   add_server_flags(*cmd, f->server, 8080);
   cmd->add_option("--replica", f->replicas, "replica address host:port (repeatable)");

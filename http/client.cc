@@ -34,10 +34,14 @@ std::optional<std::string> ClientResponse::header(std::string_view name) const {
 class Exchange;
 
 struct ClientCore {
-  explicit ClientCore(ClientLimits l) : limits(l) {}
+  explicit ClientCore(ClientLimits l)
+      : limits(l), own(std::make_unique<net::io_context>()), ioc(*own) {}
+  ClientCore(ClientLimits l, net::io_context& external) : limits(l), ioc(external), shared(true) {}
 
   const ClientLimits limits;
-  net::io_context ioc;
+  std::unique_ptr<net::io_context> own;  // null when the exchanges run on another's io_context
+  net::io_context& ioc;
+  const bool shared = false;
   net::executor_work_guard<net::io_context::executor_type> work = net::make_work_guard(ioc);
   std::atomic<bool> stopping{false};
   std::atomic<size_t> num_connects{0};
@@ -365,10 +369,12 @@ Client::Client(ClientLimits limits) : core_(std::make_shared<ClientCore>(limits)
   core_->io_threads.start(core_->ioc, limits.io_threads);
 }
 
-Client::~Client() {
+Client::Client(ClientLimits limits, boost::asio::io_context& shared)
+    : core_(std::make_shared<ClientCore>(limits, shared)) {}
+
+void Client::shutdown() {
   auto& core = *core_;
-  assert(!core.on_io_thread());
-  core.stopping.store(true);
+  if (core.stopping.exchange(true)) return;
   std::vector<std::shared_ptr<Exchange>> live;
   {
     std::lock_guard lock(core.exchanges_mu);
@@ -384,6 +390,13 @@ Client::~Client() {
     core.pool.clear();
   }
   core.work.reset();
+}
+
+Client::~Client() {
+  auto& core = *core_;
+  assert(!core.on_io_thread());
+  shutdown();
+  if (core.shared) return;  // the io_context's owner runs (or drops) what shutdown() posted
   core.io_threads.stop_and_join(core.ioc, std::chrono::seconds(2));
   for (int i = 0; i < 1000; ++i) {
     core.ioc.restart();

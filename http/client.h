@@ -17,6 +17,10 @@
 #include "http/server.h"
 #include "prefix_index/status.h"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace kvc::http {
 
 struct ClientResponse {
@@ -39,9 +43,19 @@ class Client {
   using OnDone = std::function<void(Status)>;
 
   explicit Client(ClientLimits limits = {});
+  // Runs every exchange on `io`, another component's io_context (the http::Server's of a proxy:
+  // the upstream exchange then stays on the thread that read the request, with no hand-off
+  // between thread pools). Starts no threads; limits.io_threads is unused. The owner keeps `io`
+  // running until shutdown() has returned and outliving the client; request() must not be called
+  // from `io`'s threads (it would wait for itself).
+  Client(ClientLimits limits, boost::asio::io_context& io);
   // Exchanges still in flight end with on_done(error); then the threads are joined.
   // Precondition: not called from a callback of this client.
   ~Client();
+  // Refuses new exchanges, ends those in flight with on_done(error) (run on the I/O threads) and
+  // drops pooled connections. Idempotent; the destructor calls it. With an external io_context,
+  // call it while that io_context still runs.
+  void shutdown();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 

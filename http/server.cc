@@ -711,6 +711,10 @@ void Server::stop() {
   }
 }
 
+boost::asio::io_context& Server::io_context() {
+  return core_->ioc;
+}
+
 size_t Server::num_connections() const {
   return core_->num_serving.load();
 }

@@ -17,6 +17,10 @@
 #include "http/limits.h"
 #include "prefix_index/status.h"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace kvc::http {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
@@ -75,6 +79,9 @@ class Server {
   // Closes the listener and every connection (in-flight responders then see client_gone()), and
   // joins the threads unless called from one of them. Idempotent.
   void stop();
+  // The io_context the server's threads run: an http::Client built on it (a proxy's upstream
+  // client) runs its exchanges on those threads. Valid for the server's lifetime.
+  boost::asio::io_context& io_context();
   // Connections being served now (not counting those refused with 503).
   size_t num_connections() const;
   // Connections accepted since start, refused ones included (tests check connection reuse).

@@ -23,11 +23,17 @@ RouterStack::RouterStack(RouterStackConfig config)
     : config_(std::move(config)),
       index_(SteadyClock::instance()),
       approx_(SteadyClock::instance(), approx_config(config_)),
-      client_(client_limits(config_)),
       metrics_(registry_) {
-  pool_ = std::make_unique<ReplicaPool>(client_, index_, index_mu_, SteadyClock::instance(),
+  http_ = std::make_unique<http::Server>(
+      config_.limits,
+      [this](http::Request r, std::shared_ptr<http::Responder> w) {
+        server_->handle(std::move(r), std::move(w));
+      },
+      config_.http_threads);
+  client_ = std::make_unique<http::Client>(client_limits(config_), http_->io_context());
+  pool_ = std::make_unique<ReplicaPool>(*client_, index_, index_mu_, SteadyClock::instance(),
                                         config_.pool);
-  server_ = std::make_unique<RouterServer>(*pool_, index_, approx_, index_mu_, client_,
+  server_ = std::make_unique<RouterServer>(*pool_, index_, approx_, index_mu_, *client_,
                                            SteadyClock::instance(), config_.router, &registry_,
                                            &metrics_);
 }
@@ -46,18 +52,15 @@ Result<uint16_t> RouterStack::start(const std::string& host, uint16_t port) {
   }
   pool_->poll_now();
   pool_->start();
-  http_ = std::make_unique<http::Server>(
-      config_.limits,
-      [this](http::Request r, std::shared_ptr<http::Responder> w) {
-        server_->handle(std::move(r), std::move(w));
-      },
-      config_.http_threads);
   return http_->listen(host, port);
 }
 
 void RouterStack::stop() {
+  // The client's exchanges (KV-event subscriptions, requests in flight) end while the server's
+  // threads still run them; then the server stops and joins its threads. The server object
+  // stays: the client's io_context is its.
+  if (client_) client_->shutdown();
   if (http_) http_->stop();
-  http_.reset();
   dns_.reset();
 }
 

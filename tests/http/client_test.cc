@@ -239,5 +239,73 @@ TEST(ClientTest, DestroyingClientEndsInFlightStreams) {
   held.reset();
 }
 
+// A proxy: the front server's handler forwards through a client built on the front server's own
+// io_context (its callbacks run on the thread that read the request, as in RouterStack), one
+// thread. Then shutdown() ends an exchange in flight while that io_context still runs, refuses new
+// ones, and the front server stops cleanly afterwards.
+TEST(ClientTest, ClientOnAServersIoContextProxiesAndShutsDown) {
+  std::shared_ptr<Responder> held;
+  std::mutex mu;
+  Server upstream(test_limits(), [&](Request req, std::shared_ptr<Responder> r) {
+    if (req.target == "/hold") {
+      std::lock_guard lock(mu);
+      held = std::move(r);
+      return;
+    }
+    r->send(200, "text/plain", "upstream saw " + req.target);
+  });
+  const uint16_t up = listen_or_die(upstream);
+  std::unique_ptr<Client> client;
+  Server front(
+      test_limits(),
+      [&](Request req, std::shared_ptr<Responder> r) {
+        auto body = std::make_shared<std::string>();
+        client->stream(
+            "127.0.0.1", up, "GET", req.target, {}, {}, nullptr,
+            [body](std::string_view b) {
+              body->append(b);
+              return true;
+            },
+            [r, body](Status s) {
+              if (s.ok())
+                r->send(200, "text/plain", *body);
+              else
+                r->send(502, "text/plain", s.message());
+            });
+      },
+      1);
+  client = std::make_unique<Client>(ClientLimits{}, front.io_context());
+  const uint16_t port = listen_or_die(front);
+  Client outside;
+  for (int i = 0; i < 3; ++i) {
+    auto r = outside.request("127.0.0.1", port, "GET", "/p" + std::to_string(i));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "upstream saw /p" + std::to_string(i));
+  }
+  std::promise<Status> done;
+  client->stream("127.0.0.1", up, "GET", "/hold", {}, {}, nullptr, nullptr,
+                 [&](Status s) { done.set_value(s); });
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (held) break;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  client->shutdown();
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(2s), std::future_status::ready);
+  EXPECT_FALSE(f.get().ok());
+  bool refused = false;
+  client->stream("127.0.0.1", up, "GET", "/late", {}, {}, nullptr, nullptr,
+                 [&](Status s) { refused = !s.ok(); });
+  EXPECT_TRUE(refused);  // at once, on this thread
+  front.stop();
+  client.reset();
+  std::lock_guard lock(mu);
+  held.reset();
+}
+
 }  // namespace
 }  // namespace kvc::http

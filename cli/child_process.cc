@@ -1,8 +1,10 @@
 #include "cli/child_process.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,11 +79,21 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const std::vector<std:
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::unique_ptr<ChildProcess> p(new ChildProcess());
+  std::fflush(nullptr);  // or the child's stdio would write the parent's pending output again
+  const pid_t parent = getpid();
   p->pid_ = fork();
   if (p->pid_ < 0) return Error{"fork failed"};
   if (p->pid_ == 0) {
-    if (FILE* f = std::freopen(log_file.c_str(), "a", stdout)) (void)f;
-    dup2(fileno(stdout), STDERR_FILENO);
+    // Only async-signal-safe calls from here: the parent has other threads.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // a killed parent takes its helpers along
+    if (getppid() != parent) _exit(127);
+    const int log = open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log >= 0) {
+      dup2(log, STDOUT_FILENO);
+      dup2(log, STDERR_FILENO);
+    }
+    // The parent's sockets (listeners included) and files stay with the parent.
+    close_range(3, ~0U, 0);
     execv(args[0], args.data());
     _exit(127);
   }

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 class RawConnection {
  public:
   ~RawConnection() { close_fd(); }
-  bool connect_to(const Endpoint& e) {
+  bool connect_to(const Endpoint& e, int timeout_s) {
     close_fd();
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -40,7 +40,7 @@ class RawConnection {
       if (fd_ < 0) continue;
       const int one = 1;
       setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      timeval tv{30, 0};  // a generation may take a while; a dead peer must not hang the run
+      timeval tv{timeout_s, 0};  // a dead peer must not hang the run
       setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
       setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
       if (connect(fd_, a->ai_addr, a->ai_addrlen) != 0) close_fd();
@@ -79,13 +79,9 @@ class RawConnection {
       if (keep_body) r.body.append(buf_, 0, n);
       buf_.erase(0, n);
     };
-    if (const size_t cl = head.find("\r\ncontent-length:"); cl != std::string::npos) {
-      const size_t len = std::strtoull(head.c_str() + cl + 17, nullptr, 10);
-      while (buf_.size() < len) {
-        if (!buf_.empty() && r.first_byte == Clock::time_point{}) r.first_byte = Clock::now();
-        if (!fill()) return fail();
-      }
-      body_bytes(len);
+    // Transfer-Encoding wins over Content-Length (RFC 9112 6.3); 1xx, 204 and 304 have no body.
+    if ((r.status >= 100 && r.status < 200) || r.status == 204 || r.status == 304) {
+      // nothing to read
     } else if (head.find("\r\ntransfer-encoding: chunked") != std::string::npos) {
       for (;;) {
         size_t eol;
@@ -93,6 +89,7 @@ class RawConnection {
           if (!fill()) return fail();
         }
         const size_t size = std::strtoull(buf_.c_str(), nullptr, 16);
+        if (size > 0 && r.first_byte == Clock::time_point{}) r.first_byte = Clock::now();
         while (buf_.size() < eol + 2 + size + 2) {
           if (!fill()) return fail();
         }
@@ -101,6 +98,13 @@ class RawConnection {
         buf_.erase(0, 2);
         if (size == 0) break;  // trailers are not used by kvcascade or nginx here
       }
+    } else if (const size_t cl = head.find("\r\ncontent-length:"); cl != std::string::npos) {
+      const size_t len = std::strtoull(head.c_str() + cl + 17, nullptr, 10);
+      while (buf_.size() < len) {
+        if (!buf_.empty() && r.first_byte == Clock::time_point{}) r.first_byte = Clock::now();
+        if (!fill()) return fail();
+      }
+      body_bytes(len);
     } else {
       return fail();  // every server here frames its bodies
     }
@@ -205,12 +209,12 @@ json LoadStats::to_json() const {
 
 bool can_connect(const Endpoint& e) {
   RawConnection c;
-  return c.connect_to(e);
+  return c.connect_to(e, 5);
 }
 
 LoadStats run_closed_loop(const std::string& target, const std::vector<Endpoint>& endpoints,
                           int concurrency, double seconds, const std::vector<std::string>& requests,
-                          bool inspect_bodies) {
+                          bool inspect_bodies, int timeout_s) {
   LoadStats result;
   result.target = target;
   result.concurrency = concurrency;
@@ -237,7 +241,7 @@ LoadStats run_closed_loop(const std::string& target, const std::vector<Endpoint>
       for (;;) {
         const Clock::time_point start = Clock::now();
         if (start >= end) break;
-        if (!conn.connected() && !conn.connect_to(endpoint)) {
+        if (!conn.connected() && !conn.connect_to(endpoint, timeout_s)) {
           if (start >= begin) ++mine.errors, ++mine.statuses[0];
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
           continue;

@@ -55,10 +55,13 @@ struct LoadStats {
 
 // `concurrency` connections, connection i to endpoints[i % size], requests taken round-robin
 // (connection i starts at a different one); a warm-up of a tenth of `seconds`, then `seconds`
-// measured. `inspect_bodies`: parse usage / count SSE events (costs the client some CPU).
+// measured (a request counts when it both started and finished in the window; req/s is over the
+// whole window, so it reads low unless the window spans many request latencies).
+// `inspect_bodies`: parse usage / count SSE events (costs the client some CPU). `timeout_s`:
+// longest wait for any one read or write of a response (then the request is an error).
 LoadStats run_closed_loop(const std::string& target, const std::vector<Endpoint>& endpoints,
                           int concurrency, double seconds, const std::vector<std::string>& requests,
-                          bool inspect_bodies);
+                          bool inspect_bodies, int timeout_s = 30);
 
 // True when a TCP connection to `e` can be opened now.
 bool can_connect(const Endpoint& e);

@@ -16,6 +16,7 @@ struct LoadgenFlags {
   Workload workload;
   int concurrency = 8;
   double seconds = 10.0;
+  int timeout_s = 600;
   std::string out;
 };
 
@@ -52,7 +53,8 @@ int run_loadgen(LoadgenFlags f) {
     return 1;
   }
   Workload& w = f.workload;
-  w.host = e.host + ":" + std::to_string(e.port);
+  const bool ipv6 = e.host.find(':') != std::string::npos;
+  w.host = (ipv6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port);
   w.path = f.chat ? "/v1/chat/completions" : "/v1/completions";
   const auto requests = prepare_requests(w);
   std::printf(
@@ -61,7 +63,8 @@ int run_loadgen(LoadgenFlags f) {
       f.url.c_str(), w.path.c_str(), w.model.c_str(), w.tenants, w.prompt_bytes, w.n, w.max_tokens,
       w.stream ? ", streaming" : "", f.concurrency, f.seconds);
   std::fflush(stdout);
-  const LoadStats s = run_closed_loop(f.url, {e}, f.concurrency, f.seconds, requests, true);
+  const LoadStats s =
+      run_closed_loop(f.url, {e}, f.concurrency, f.seconds, requests, true, f.timeout_s);
   std::printf("requests: %lld ok (%.1f/s), %lld errors; statuses:", static_cast<long long>(s.ok),
               s.rps(), static_cast<long long>(s.errors));
   for (const auto& [status, n] : s.statuses)
@@ -118,6 +121,8 @@ Run add_loadgen_command(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--seconds", f->seconds, "measured seconds (after a tenth of it as warm-up)")
       ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--timeout", f->timeout_s, "seconds a response may stall before it is an error")
+      ->check(CLI::Range(1, 86400));
   cmd->add_option("--out", f->out, "write the results as JSON to this file");
   return [f] { return run_loadgen(*f); };
 }

@@ -104,7 +104,8 @@ class Nginx {
     std::ofstream(dir_ + "/nginx.conf")
         << "worker_processes " << workers << ";\ndaemon off;\npid " << dir_ << "/nginx.pid;\n"
         << "error_log " << dir_ << "/error.log warn;\nevents { worker_connections 1024; }\n"
-        << "http {\n  access_log off;\n  client_body_temp_path " << dir_ << "/body;\n"
+        << "http {\n  access_log off;\n  client_body_buffer_size 1m;\n"
+        << "  client_body_temp_path " << dir_ << "/body;\n"
         << "  proxy_temp_path " << dir_ << "/proxy;\n  fastcgi_temp_path " << dir_ << "/fcgi;\n"
         << "  uwsgi_temp_path " << dir_ << "/uwsgi;\n  scgi_temp_path " << dir_ << "/scgi;\n"
         << "  upstream replicas {\n"
@@ -264,7 +265,9 @@ int run_router_bench(const RouterBenchOptions& o) {
   std::vector<LoadStats> runs;
   std::map<std::pair<std::string, int>, double> cpu;  // proxy CPU us per request
   std::vector<int64_t> router_share(fakes.size(), 0);
-  for (int conc : {1, o.concurrency}) {
+  std::vector<int> concurrencies = {1};
+  if (o.concurrency != 1) concurrencies.push_back(o.concurrency);
+  for (int conc : concurrencies) {
     double unused = 0;
     runs.push_back(measured("direct", fake_endpoints, conc, o.seconds, requests, -1, unused));
     print_run(runs.back(), 0.0);
@@ -321,7 +324,7 @@ int run_router_bench(const RouterBenchOptions& o) {
     std::printf("; nginx adds %.3f ms", nginx_added);
   }
   std::printf("\n");
-  if (const LoadStats* n = find("nginx", o.concurrency)) {
+  if (const LoadStats* n = find("nginx", o.concurrency); n != nullptr && n->rps() > 0) {
     const double ratio = find("router", o.concurrency)->rps() / n->rps();
     j["router_vs_nginx_throughput"] = ratio;
     std::printf(
@@ -331,19 +334,29 @@ int run_router_bench(const RouterBenchOptions& o) {
     std::printf("proxy CPU per request at %d connections: router %.1f us, nginx %.1f us\n",
                 o.concurrency, cpu[{"router", o.concurrency}], cpu[{"nginx", o.concurrency}]);
   }
+  int rc = 0;
   if (!o.out.empty()) {
     std::ofstream f(o.out);
     f << j.dump(1) << "\n";
     if (!f) {
       std::fprintf(stderr, "kvcascade bench router: cannot write %s\n", o.out.c_str());
-      return 2;
+      rc = 2;
+    } else {
+      std::printf("wrote %s\n", o.out.c_str());
     }
-    std::printf("wrote %s\n", o.out.c_str());
   }
   router->process->stop();
   std::error_code ec;
   fs::remove(router->log, ec);
-  return 0;
+  int64_t errors = 0;
+  for (const LoadStats& r : runs)
+    errors += r.errors;
+  if (errors > 0) {
+    std::fprintf(stderr, "kvcascade bench router: %lld requests failed\n",
+                 static_cast<long long>(errors));
+    return 1;
+  }
+  return rc;
 }
 
 }  // namespace kvc::cli

@@ -58,7 +58,8 @@ struct ClientCore {
   uint64_t next_exchange_id = 0;
 
   wire::IoThreads io_threads;
-  bool on_io_thread() const { return io_threads.on_io_thread(); }
+  // One of the threads running ioc (its own, or those of the io_context's owner).
+  bool on_io_thread() const { return ioc.get_executor().running_in_this_thread(); }
 
   // A pooled connection that is still open and has nothing unread, or nullopt.
   std::optional<tcp::socket> take_idle(const std::string& key) {
@@ -353,7 +354,14 @@ void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& 
   bool head = wire::iequals(method, "HEAD");
   std::shared_ptr<Exchange> exchange;
   {
-    std::lock_guard lock(core->exchanges_mu);
+    // Checked under the lock shutdown() sets it under: an exchange is either registered before
+    // shutdown (which then fails it) or refused here, never started on a stopped client.
+    std::unique_lock lock(core->exchanges_mu);
+    if (core->stopping.load()) {
+      lock.unlock();
+      if (on_done) on_done(Error{"client shut down"});
+      return;
+    }
     uint64_t id = core->next_exchange_id++;
     exchange = std::make_shared<Exchange>(core, id, host, port, std::move(bytes), head,
                                           std::move(on_headers), std::move(on_chunk),
@@ -374,10 +382,10 @@ Client::Client(ClientLimits limits, boost::asio::io_context& shared)
 
 void Client::shutdown() {
   auto& core = *core_;
-  if (core.stopping.exchange(true)) return;
   std::vector<std::shared_ptr<Exchange>> live;
   {
     std::lock_guard lock(core.exchanges_mu);
+    if (core.stopping.exchange(true)) return;
     for (auto& [id, weak] : core.exchanges) {
       if (auto e = weak.lock()) live.push_back(std::move(e));
     }

@@ -288,6 +288,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       }
       return;
     }
+    attempt->status = 0;  // this try's (a retry must not see the last one's)
+    attempt->body.clear();
     client_.stream(
         view->host, view->port, attempt->request.method, attempt->request.target,
         attempt->request.body, headers,
@@ -335,9 +337,12 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           }
           ++stats_.upstream_errors;
           if (metrics_) {
-            const char* kind = attempt->sent_anything   ? "midstream"
-                               : attempt->status >= 500 ? "status"
-                                                        : "connect";
+            // Headers below 500 arrived (the reply may still be buffered here): mid-stream.
+            const char* kind =
+                attempt->sent_anything || (attempt->status > 0 && attempt->status < 500)
+                    ? "midstream"
+                : attempt->status >= 500 ? "status"
+                                         : "connect";
             metrics_->router_upstream_errors_total
                 .Add({{"replica", attempt->replica_id}, {"kind", kind}})
                 .Increment();

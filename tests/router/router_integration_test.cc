@@ -12,6 +12,7 @@
 #include "http/server.h"
 #include "replica/local_replica.h"
 #include "router/replica_pool.h"
+#include "router/router_stack.h"
 #include "router/server.h"
 
 namespace kvc {
@@ -195,6 +196,72 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
   json state =
       json::parse(http::Client().request("127.0.0.1", port_, "GET", "/router/state")->body);
   EXPECT_GE(state["requests"].get<int>(), 6);
+}
+
+// A replica that sends the headers and part of a non-streaming reply, then drops the connection:
+// the router buffers non-streaming replies, so nothing reached the client yet and the request is
+// retried on the healthy replica; the client gets one whole 200.
+TEST(RouterStackTest, ReplicaFailingMidBodyIsRetried) {
+  std::atomic<int> broken_completions{0};
+  std::mutex mu;
+  std::vector<std::thread> droppers;  // drop a half-sent reply once its bytes are on the wire
+  http::Server broken(
+      http::ServerLimits{}, [&](http::Request r, std::shared_ptr<http::Responder> w) {
+        const std::string path = r.target.substr(0, r.target.find('?'));
+        if (path == "/v1/info") {
+          w->send(200, "application/json",
+                  json{{"replica_id", "broken"}, {"model", "tiny"}, {"block_size", 16}}.dump());
+        } else if (path == "/v1/load") {
+          w->send(200, "application/json", R"({"running_sequences":0})");
+        } else if (path == "/v1/completions") {
+          ++broken_completions;
+          w->start_stream(200, "application/json");
+          w->write(R"({"id":"cmpl-half","choices":[{"te)");
+          std::lock_guard lock(mu);
+          droppers.emplace_back([w = std::move(w)]() mutable {
+            std::this_thread::sleep_for(100ms);
+            w.reset();  // mid-body: the connection is closed
+          });
+        } else {
+          w->send(404, "application/json", "{}");
+        }
+      });
+  auto broken_port = broken.listen("127.0.0.1", 0);
+  ASSERT_TRUE(broken_port.ok());
+  LocalReplica healthy("good");
+  RouterStackConfig c;
+  c.replicas = {"127.0.0.1:" + std::to_string(*broken_port), healthy.address()};
+  c.router.policy = "round_robin";
+  RouterStack stack(c);
+  auto port = stack.start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  for (int i = 0; i < 100; ++i) {
+    auto s = stack.pool().snapshot();
+    if (std::count_if(s.begin(), s.end(), [](auto& r) { return r.healthy; }) == 2) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  http::Client client;
+  for (int i = 0; i < 4; ++i) {
+    const json req = {
+        {"model", "tiny"}, {"prompt", "mid-body " + std::to_string(i)}, {"max_tokens", 2}};
+    auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", req.dump(),
+                            {{"content-type", "application/json"}}, 120s);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+    const json body = json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(body.is_discarded()) << r->body;  // whole, not the broken replica's half
+    EXPECT_EQ(body["choices"].size(), 1u);
+  }
+  EXPECT_GE(broken_completions.load(), 1);  // round robin sent it requests, which were retried
+  EXPECT_GE(stack.server().stats().retries.load(), broken_completions.load());
+  stack.stop();
+  {
+    std::lock_guard lock(mu);
+    for (std::thread& t : droppers)
+      t.join();
+  }
+  broken.stop();
 }
 
 TEST_F(RouterTest, KillingAReplicaUnderLoadLosesNoNonStreamingRequest) {

@@ -127,11 +127,11 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r)
           BuildCounter()
               .Name("kvcascade_router_near_miss_prefixes_total")
               .Help("Requests that left a known prefix early (e.g. a timestamp in a system prompt)")
-              .Register(r)) {
-  // Unlabelled series exist from the start at zero (labelled ones appear with their replica).
-  router_prefix_match_ratio.Add({}, ratio_buckets());
+              .Register(r)),
+      // Unlabelled series exist from the start at zero (labelled ones appear with their replica).
+      router_prefix_match_ratio_all(router_prefix_match_ratio.Add({}, ratio_buckets())),
+      router_request_seconds_all(router_request_seconds.Add({}, seconds_buckets())) {
   router_retries_total.Add({});
-  router_request_seconds.Add({}, seconds_buckets());
   router_near_miss_prefixes_total.Add({});
 }
 

@@ -50,6 +50,10 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Counter>& router_retries_total;
   prometheus::Family<prometheus::Histogram>& router_request_seconds;
   prometheus::Family<prometheus::Counter>& router_near_miss_prefixes_total;
+  // The unlabelled series of the two histograms above, looked up once (the proxy observes them
+  // on every request).
+  prometheus::Histogram& router_prefix_match_ratio_all;
+  prometheus::Histogram& router_request_seconds_all;
 };
 
 // Bucket layouts shared by the declarations above.

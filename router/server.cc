@@ -257,19 +257,26 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       std::lock_guard lock(index_mu_);
       (void)approx_.insert(attempt->replica, attempt->hashes);
     }
+    prometheus::Counter* routed_counter = nullptr;
     {
       std::lock_guard lock(stats_.mu);
-      ++stats_.routed[{attempt->replica_id, attempt->reason}];
-    }
-    if (metrics_) {
-      metrics_->router_requests_total
-          .Add({{"replica", attempt->replica_id}, {"reason", attempt->reason}})
-          .Increment();
-      if (attempt->tried.size() == 1 && attempt->prompt_bytes > 0) {
-        metrics_->router_prefix_match_ratio.Add({}, metrics::ratio_buckets())
-            .Observe(std::min(1.0, static_cast<double>(attempt->matched_bytes) /
-                                       static_cast<double>(attempt->prompt_bytes)));
+      const std::pair<std::string, std::string> key{attempt->replica_id, attempt->reason};
+      ++stats_.routed[key];
+      if (metrics_) {
+        // Looked up once per (replica, reason): Family::Add builds and hashes a label map.
+        prometheus::Counter*& c = routed_counters_[key];
+        if (c == nullptr) {
+          c = &metrics_->router_requests_total.Add(
+              {{"replica", attempt->replica_id}, {"reason", attempt->reason}});
+        }
+        routed_counter = c;
       }
+    }
+    if (routed_counter != nullptr) routed_counter->Increment();
+    if (metrics_ && attempt->tried.size() == 1 && attempt->prompt_bytes > 0) {
+      metrics_->router_prefix_match_ratio_all.Observe(
+          std::min(1.0, static_cast<double>(attempt->matched_bytes) /
+                            static_cast<double>(attempt->prompt_bytes)));
     }
     pool_.begin_request(attempt->replica);
     http::Headers headers;
@@ -330,8 +337,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
                                        std::move(attempt->body), client_headers(*attempt));
             }
             if (metrics_) {
-              metrics_->router_request_seconds.Add({}, metrics::seconds_buckets())
-                  .Observe(std::chrono::duration<double>(clock_.now() - attempt->start).count());
+              metrics_->router_request_seconds_all.Observe(
+                  std::chrono::duration<double>(clock_.now() - attempt->start).count());
             }
             return;
           }

@@ -66,6 +66,8 @@ class RouterServer {
   std::mutex policy_mu_;
   SiblingTracker siblings_;
   RouterStats stats_;
+  // (replica id, reason) -> its router_requests_total series; guarded by stats_.mu.
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> routed_counters_;
   prometheus::Registry* registry_;
   metrics::RouterMetrics* metrics_;
   const Clock& clock_;

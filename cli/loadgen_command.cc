@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/loadgen.h"
+#include "http/client.h"
 
 namespace kvc::cli {
 namespace {
@@ -20,30 +21,9 @@ struct LoadgenFlags {
   std::string out;
 };
 
-// "http://host:port" (an optional trailing "/"); false for anything else.
-bool parse_url(const std::string& url, Endpoint& e) {
-  const std::string scheme = "http://";
-  if (url.compare(0, scheme.size(), scheme) != 0) return false;
-  std::string rest = url.substr(scheme.size());
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0 || rest.find('/') != std::string::npos) return false;
-  const std::string port = rest.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  const int p = std::stoi(port);
-  if (p < 1 || p > 65535) return false;
-  e.host = rest.substr(0, colon);
-  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
-    e.host = e.host.substr(1, e.host.size() - 2);  // [::1]
-  }
-  e.port = static_cast<uint16_t>(p);
-  return true;
-}
-
 int run_loadgen(LoadgenFlags f) {
   Endpoint e;
-  if (!parse_url(f.url, e)) {
+  if (f.url.rfind("http://", 0) != 0 || !http::parse_host_port(f.url, e.host, e.port)) {
     std::fprintf(stderr, "kvcascade loadgen: --url must be http://HOST:PORT, got '%s'\n",
                  f.url.c_str());
     return 2;

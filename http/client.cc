@@ -373,6 +373,30 @@ void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& 
 
 }  // namespace
 
+bool parse_host_port(std::string_view address, std::string& host, uint16_t& port) {
+  constexpr std::string_view kScheme = "http://";
+  if (address.substr(0, kScheme.size()) == kScheme) address.remove_prefix(kScheme.size());
+  while (!address.empty() && address.back() == '/')
+    address.remove_suffix(1);
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 ||
+      address.find('/') != std::string_view::npos) {
+    return false;  // no port, no host, or another scheme or a path
+  }
+  const std::string_view digits = address.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5 ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    return false;
+  }
+  const int p = std::stoi(std::string(digits));
+  if (p < 1 || p > 65535) return false;
+  std::string_view h = address.substr(0, colon);
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  host = std::string(h);
+  port = static_cast<uint16_t>(p);
+  return true;
+}
+
 Client::Client(ClientLimits limits) : core_(std::make_shared<ClientCore>(limits)) {
   core_->io_threads.start(core_->ioc, limits.io_threads);
 }

@@ -32,6 +32,11 @@ struct ClientResponse {
   std::optional<std::string> header(std::string_view name) const;
 };
 
+// An upstream address: "host:port", optionally "http://" before it and "/" after it, an IPv6 host
+// in brackets. Sets host (brackets removed) and port; false for anything else (another scheme, a
+// path, a port that is not 1..65535).
+bool parse_host_port(std::string_view address, std::string& host, uint16_t& port);
+
 struct ClientCore;
 
 // Owns an io_context and limits.io_threads threads. Thread-safe.

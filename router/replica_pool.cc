@@ -21,29 +21,6 @@ struct ReplicaPool::Replica {
   std::atomic<bool> removed{false};
 };
 
-namespace {
-
-bool parse_address(std::string address, std::string& host, uint16_t& port) {
-  if (address.rfind("http://", 0) == 0) address = address.substr(7);
-  while (!address.empty() && address.back() == '/')
-    address.pop_back();
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  try {
-    const int p = std::stoi(address.substr(colon + 1));
-    if (p <= 0 || p > 65535) return false;
-    port = static_cast<uint16_t>(p);
-  } catch (...) {
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 ReplicaPool::ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu,
                          const Clock& clock, PoolConfig config)
     : client_(client), index_(index), index_mu_(index_mu), clock_(clock), config_(config) {}
@@ -61,7 +38,7 @@ ReplicaPool::~ReplicaPool() {
 
 Result<uint32_t> ReplicaPool::add(const std::string& address) {
   auto r = std::make_shared<Replica>();
-  if (!parse_address(address, r->view.host, r->view.port)) {
+  if (!http::parse_host_port(address, r->view.host, r->view.port)) {
     return Error{"replica address '" + address + "' is not host:port"};
   }
   r->view.replica_id = r->view.host + ":" + std::to_string(r->view.port);

@@ -47,6 +47,24 @@ uint16_t closed_port() {
   return ntohs(addr.sin_port);
 }
 
+TEST(ClientTest, HostPortAddresses) {
+  std::string host;
+  uint16_t port = 0;
+  ASSERT_TRUE(parse_host_port("127.0.0.1:8001", host, port));
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 8001);
+  ASSERT_TRUE(parse_host_port("http://replica-0.svc:80/", host, port));
+  EXPECT_EQ(host, "replica-0.svc");
+  EXPECT_EQ(port, 80);
+  ASSERT_TRUE(parse_host_port("[::1]:65535", host, port));
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 65535);
+  for (const char* bad : {"", "host", ":80", "host:", "host:0", "host:65536", "host:8x",
+                          "ftp://host:21", "http://host:80/v1", "host:123456"}) {
+    EXPECT_FALSE(parse_host_port(bad, host, port)) << bad;
+  }
+}
+
 TEST(ClientTest, RequestRoundTripReusesOneConnection) {
   Server server(test_limits(), [](Request req, std::shared_ptr<Responder> r) {
     r->send(201, "application/json", "{\"got\":\"" + req.body + "\"}",

@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -63,6 +65,33 @@ double process_cpu_seconds(pid_t pid) {
   for (pid_t child; children >> child;)
     ticks += cpu_ticks(child);
   return static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+Result<TempDir> TempDir::create(const std::string& name) {
+  std::string tmpl = "/tmp/kvcascade-" + name + "-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) return Error{"cannot create a temporary folder"};
+  TempDir d;
+  d.path_ = tmpl;
+  return d;
+}
+
+TempDir& TempDir::operator=(TempDir&& other) noexcept {
+  if (this != &other) {
+    TempDir gone(std::move(*this));
+    path_ = std::exchange(other.path_, {});
+  }
+  return *this;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string file_tail(const std::string& path, size_t bytes) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
 }
 
 ChildProcess::~ChildProcess() {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prefix_index/status.h"
@@ -20,6 +21,28 @@ uint16_t free_loopback_port();
 // CPU seconds (user + system) used so far by process `pid` and its direct children (Linux /proc;
 // 0 when unreadable).
 double process_cpu_seconds(pid_t pid);
+
+// A fresh folder /tmp/kvcascade-NAME-XXXXXX for a helper's config and log, removed with its
+// contents on destruction.
+class TempDir {
+ public:
+  TempDir() = default;
+  static Result<TempDir> create(const std::string& name);
+  TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  TempDir& operator=(TempDir&& other) noexcept;
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+  // PATH/name.
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The last `bytes` of a file: a helper's log, for an error message (the folder may be gone after).
+std::string file_tail(const std::string& path, size_t bytes = 400);
 
 class ChildProcess {
  public:

@@ -33,34 +33,28 @@ std::string url_encode(const std::string& s) {
 
 }  // namespace
 
-PrometheusProcess::~PrometheusProcess() {
-  if (process_) process_->stop();
-  std::error_code ec;
-  if (!dir_.empty()) fs::remove_all(dir_, ec);
-}
-
 Result<std::unique_ptr<PrometheusProcess>> PrometheusProcess::start(
     const std::string& binary, const std::string& config_file,
     const std::vector<ScrapeTarget>& targets) {
   if (access(binary.c_str(), X_OK) != 0) return Error{binary + " is not installed"};
   if (!fs::exists(config_file)) return Error{config_file + " not found"};
   std::unique_ptr<PrometheusProcess> p(new PrometheusProcess());
-  char tmpl[] = "/tmp/kvcascade-prometheus-XXXXXX";
-  if (!mkdtemp(tmpl)) return Error{"cannot create a temporary folder"};
-  p->dir_ = tmpl;
+  auto dir = TempDir::create("prometheus");
+  if (!dir.ok()) return Error{dir.error().message};
+  p->dir_ = std::move(*dir);
   std::error_code ec;
-  fs::copy_file(config_file, p->dir_ + "/prometheus.yml", ec);
+  fs::copy_file(config_file, p->dir_.file("prometheus.yml"), ec);
   if (ec) return Error{"cannot copy " + config_file + ": " + ec.message()};
   json groups = json::array();
   for (const ScrapeTarget& t : targets) {
     groups.push_back({{"targets", {t.address}}, {"labels", {{"component", t.component}}}});
   }
-  std::ofstream(p->dir_ + "/targets.json") << groups.dump(2) << "\n";
+  std::ofstream(p->dir_.file("targets.json")) << groups.dump(2) << "\n";
   p->port_ = free_loopback_port();
   if (p->port_ == 0) return Error{"no free port"};
-  const std::string log = p->dir_ + "/prometheus.log";
-  auto process = ChildProcess::start({binary, "--config.file=" + p->dir_ + "/prometheus.yml",
-                                      "--storage.tsdb.path=" + p->dir_ + "/data",
+  const std::string log = p->dir_.file("prometheus.log");
+  auto process = ChildProcess::start({binary, "--config.file=" + p->dir_.file("prometheus.yml"),
+                                      "--storage.tsdb.path=" + p->dir_.file("data"),
                                       "--web.listen-address=127.0.0.1:" + std::to_string(p->port_)},
                                      log);
   if (!process.ok()) return Error{process.error().message};
@@ -71,7 +65,7 @@ Result<std::unique_ptr<PrometheusProcess>> PrometheusProcess::start(
         client.request("127.0.0.1", p->port_, "GET", "/-/ready", "", {}, std::chrono::seconds(1));
     if (r.ok() && r->status == 200) return p;
     if (p->process_->exited()) {
-      return Error{"prometheus exited at start (see its log in " + log + ")"};
+      return Error{"prometheus exited at start: " + file_tail(log)};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -23,7 +23,6 @@ struct ScrapeTarget {
 
 class PrometheusProcess {
  public:
-  ~PrometheusProcess();
   // Starts `binary` with a copy of `config_file` and a targets.json for `targets` in a fresh
   // temporary folder; waits (bounded) until it is ready. Fails when the binary or config is
   // missing or it does not come up.
@@ -38,9 +37,9 @@ class PrometheusProcess {
 
  private:
   PrometheusProcess() = default;
+  TempDir dir_;  // first: removed after the process has stopped
   std::unique_ptr<ChildProcess> process_;
   uint16_t port_ = 0;
-  std::string dir_;
 };
 
 }  // namespace kvc::cli

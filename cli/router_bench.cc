@@ -1,17 +1,15 @@
 #include "cli/router_bench.h"
 
-#include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,7 +26,6 @@ namespace kvc::cli {
 namespace {
 
 using json = nlohmann::json;
-namespace fs = std::filesystem;
 
 constexpr const char* kModel = "bench";
 
@@ -49,12 +46,7 @@ class FakeReplica {
         http::ServerLimits{},
         [this](http::Request r, std::shared_ptr<http::Responder> w) { handle(r, *w); }, 1);
   }
-  Result<uint16_t> listen() {
-    auto p = server_->listen("127.0.0.1", 0);
-    if (p.ok()) port_ = *p;
-    return p;
-  }
-  uint16_t port() const { return port_; }
+  Result<uint16_t> listen() { return server_->listen("127.0.0.1", 0); }
   int64_t completions() const { return completions_.load(); }
   size_t connections_accepted() const { return server_->num_accepted(); }
 
@@ -78,7 +70,6 @@ class FakeReplica {
   std::string id_;
   std::string completion_;
   std::unique_ptr<http::Server> server_;
-  uint16_t port_ = 0;
   std::atomic<int64_t> completions_{0};
 };
 
@@ -86,28 +77,24 @@ class FakeReplica {
 // its own), in a temporary folder that is removed afterwards.
 class Nginx {
  public:
-  ~Nginx() {
-    if (process_) process_->stop();
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
   Result<uint16_t> start(const std::string& binary, const std::vector<uint16_t>& upstreams,
                          int workers) {
-    char tmpl[] = "/tmp/kvcascade-nginx-XXXXXX";
-    if (!mkdtemp(tmpl)) return Error{"cannot create a temporary folder"};
-    dir_ = tmpl;
+    auto dir = TempDir::create("nginx");
+    if (!dir.ok()) return Error{dir.error().message};
+    dir_ = std::move(*dir);
     port_ = free_loopback_port();
     if (port_ == 0) return Error{"no free port"};
+    const std::string d = dir_.path();
     std::string servers;
     for (uint16_t p : upstreams)
       servers += "    server 127.0.0.1:" + std::to_string(p) + ";\n";
-    std::ofstream(dir_ + "/nginx.conf")
-        << "worker_processes " << workers << ";\ndaemon off;\npid " << dir_ << "/nginx.pid;\n"
-        << "error_log " << dir_ << "/error.log warn;\nevents { worker_connections 1024; }\n"
+    std::ofstream(dir_.file("nginx.conf"))
+        << "worker_processes " << workers << ";\ndaemon off;\npid " << d << "/nginx.pid;\n"
+        << "error_log " << d << "/error.log warn;\nevents { worker_connections 1024; }\n"
         << "http {\n  access_log off;\n  client_body_buffer_size 1m;\n"
-        << "  client_body_temp_path " << dir_ << "/body;\n"
-        << "  proxy_temp_path " << dir_ << "/proxy;\n  fastcgi_temp_path " << dir_ << "/fcgi;\n"
-        << "  uwsgi_temp_path " << dir_ << "/uwsgi;\n  scgi_temp_path " << dir_ << "/scgi;\n"
+        << "  client_body_temp_path " << d << "/body;\n"
+        << "  proxy_temp_path " << d << "/proxy;\n  fastcgi_temp_path " << d << "/fcgi;\n"
+        << "  uwsgi_temp_path " << d << "/uwsgi;\n  scgi_temp_path " << d << "/scgi;\n"
         << "  upstream replicas {\n"
         << servers << "    keepalive 64;\n  }\n"
         << "  server {\n    listen 127.0.0.1:" << port_ << ";\n"
@@ -115,36 +102,30 @@ class Nginx {
         << "      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }\n"
         << "  }\n}\n";
     auto process = ChildProcess::start(
-        {binary, "-p", dir_, "-c", dir_ + "/nginx.conf", "-e", dir_ + "/error.log"},
-        dir_ + "/nginx.log");
+        {binary, "-p", d, "-c", dir_.file("nginx.conf"), "-e", dir_.file("error.log")},
+        dir_.file("nginx.log"));
     if (!process.ok()) return Error{process.error().message};
     process_ = std::move(*process);
     for (int i = 0; i < 100; ++i) {
       if (can_connect({"127.0.0.1", port_})) return port_;
-      if (process_->exited()) return Error{"nginx exited at start: " + log_tail()};
+      if (process_->exited()) return Error{"nginx exited at start: " + file_tail(error_log())};
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    return Error{"nginx did not listen within 5 s: " + log_tail()};
+    return Error{"nginx did not listen within 5 s: " + file_tail(error_log())};
   }
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
 
  private:
-  std::string log_tail() const {
-    std::ifstream f(dir_ + "/error.log");
-    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return s.size() > 400 ? s.substr(s.size() - 400) : s;
-  }
-  std::string dir_;
+  std::string error_log() const { return dir_.file("error.log"); }
+  TempDir dir_;  // first: removed after the process has stopped
   uint16_t port_ = 0;
   std::unique_ptr<ChildProcess> process_;
-
- public:
-  pid_t pid() const { return process_ ? process_->pid() : -1; }
 };
 
 struct RouterProcess {
+  TempDir dir;  // its log; first: removed after the process has stopped
   std::unique_ptr<ChildProcess> process;
   uint16_t port = 0;
-  std::string log;
 };
 
 // `kvcascade router` (this binary) in front of `replicas`; waits (bounded) until it reports every
@@ -169,9 +150,11 @@ Result<RouterProcess> start_router(const std::vector<std::string>& replicas, int
     argv.push_back("--replica");
     argv.push_back(a);
   }
-  r.log =
-      fs::temp_directory_path() / ("kvcascade-bench-router-" + std::to_string(getpid()) + ".log");
-  auto process = ChildProcess::start(argv, r.log);
+  auto dir = TempDir::create("bench-router");
+  if (!dir.ok()) return Error{dir.error().message};
+  r.dir = std::move(*dir);
+  const std::string log = r.dir.file("router.log");
+  auto process = ChildProcess::start(argv, log);
   if (!process.ok()) return Error{process.error().message};
   r.process = std::move(*process);
   http::Client client;
@@ -187,10 +170,10 @@ Result<RouterProcess> start_router(const std::vector<std::string>& replicas, int
       }
       if (healthy == replicas.size()) return r;
     }
-    if (r.process->exited()) return Error{"the router exited at start (log: " + r.log + ")"};
+    if (r.process->exited()) return Error{"the router exited at start: " + file_tail(log)};
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return Error{"the router did not report its replicas healthy within 10 s (log: " + r.log + ")"};
+  return Error{"the router did not report its replicas healthy within 10 s: " + file_tail(log)};
 }
 
 // One closed-loop run, with the CPU seconds the process (tree) `pid` used during it, per request.
@@ -346,8 +329,6 @@ int run_router_bench(const RouterBenchOptions& o) {
     }
   }
   router->process->stop();
-  std::error_code ec;
-  fs::remove(router->log, ec);
   int64_t errors = 0;
   for (const LoadStats& r : runs)
     errors += r.errors;

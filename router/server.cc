@@ -302,7 +302,6 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
         attempt->request.body, headers,
         [attempt](int status, const http::Headers& upstream) {
           attempt->status = status;
-          attempt->body.clear();
           if (status >= 500) return;  // may be retried: nothing sent yet
           attempt->content_type = "application/json";
           for (const auto& [k, v] : upstream) {

@@ -1,9 +1,11 @@
 // `kvcascade bench kernels`: the device benchmark of flat vs cascade decode (bench/kernel_bench.h).
 // `kvcascade bench router`: the router against direct access and nginx (cli/router_bench.h).
+// `kvcascade bench pressure`: progress under KV memory pressure (cli/pressure_bench.h).
 #include <cstdio>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/pressure_bench.h"
 #include "cli/router_bench.h"
 #if KVCASCADE_HAVE_CUDA
 #include "bench/kernel_bench.h"
@@ -61,8 +63,19 @@ Run add_bench_command(CLI::App& app) {
   router->add_option("--router-threads", r->router_threads, "the router's HTTP server threads")
       ->check(CLI::Range(1, 64));
   router->add_option("--nginx", r->nginx, "nginx binary");
-  return [f, r, router] {
+  auto p = std::make_shared<PressureBenchOptions>();
+  CLI::App* pressure = bench->add_subcommand(
+      "pressure", "long sibling groups at once on a small KV pool vs one at a time (CPU replica)");
+  pressure->add_option("--out", p->out, "write the results as JSON to this file");
+  pressure->add_option("--kv-blocks", p->kv_blocks, "KV blocks of the replica's pool")
+      ->check(CLI::Range(8, 1 << 20));
+  pressure->add_option("--groups", p->groups, "requests sent at once")->check(CLI::Range(1, 64));
+  pressure->add_option("-n", p->n, "samples per request")->check(CLI::Range(1, 64));
+  pressure->add_option("--max-tokens", p->max_tokens, "tokens per sample (ignore_eos)")
+      ->check(CLI::Range(1, 4000));
+  return [f, r, router, p, pressure] {
     if (router->parsed()) return run_router_bench(*r);
+    if (pressure->parsed()) return run_pressure_bench(*p);
     return run_bench_kernels(*f);
   };
 }

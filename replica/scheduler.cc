@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <climits>
+#include <cmath>
 #include <unordered_set>
 
 namespace kvc {
@@ -40,9 +42,42 @@ struct Scheduler::StepState {
   int32_t num_seqs = 0;  // sequences of groups running after this step's admissions
 };
 
-Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv) : config_(config), kv_(kv) {
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv)
+    : config_(config), kv_(kv), growth_ratio_(config.growth_ratio_max) {
   // Every running sequence must be able to decode in every step.
   config_.max_tokens_per_step = std::max(config_.max_tokens_per_step, config_.max_num_seqs);
+}
+
+// The length a sibling now `length` tokens long is projected to reach.
+int32_t Scheduler::projected_length(const SequenceGroup& g, int32_t length) const {
+  if (!config_.project_growth) return length;
+  const int32_t end = static_cast<int32_t>(g.prompt.size()) + g.params.max_tokens;
+  const int32_t left = std::max(0, end - length);
+  const bool certain = g.params.ignore_eos && g.params.stop.empty();
+  if (certain) return length + left;
+  return length + static_cast<int32_t>(std::ceil(growth_ratio_ * left));
+}
+
+// Blocks the running groups are projected to need beyond those they hold: each live sibling up
+// to its projected length (recompute included), counting the prompt's full blocks as shared.
+int32_t Scheduler::projected_growth_of_running() const {
+  if (!config_.project_growth) return 0;
+  int64_t blocks = 0;
+  for (const auto& g : running_) {
+    const int32_t shared_full = static_cast<int32_t>(g->prompt.size()) / kv_.block_size();
+    const int32_t prompt_len = static_cast<int32_t>(g->prompt.size());
+    if (g->seqs.empty()) {
+      const int32_t own = kv_.blocks_for(projected_length(*g, prompt_len)) - shared_full;
+      blocks += static_cast<int64_t>(g->num_samples) * std::max(0, own);
+      continue;
+    }
+    for (const Sequence& s : g->seqs) {
+      if (s.finished()) continue;
+      const int32_t held = std::max(shared_full, static_cast<int32_t>(s.block_table.size()));
+      blocks += std::max(0, kv_.blocks_for(projected_length(*g, s.length())) - held);
+    }
+  }
+  return static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
 }
 
 int32_t Scheduler::worst_case_blocks(const SequenceGroup& g) const {
@@ -122,6 +157,7 @@ void Scheduler::preempt(SequenceGroup& g, StepState& step) {
   g.preempted = true;
   ++g.num_preemptions;
   ++num_preemptions_;
+  growth_ratio_ = config_.growth_ratio_max;  // outputs run longer than projected
   step.out.preempted.push_back(g.id);
   // Take back whatever was scheduled for it this step.
   std::erase_if(step.out.decode, [&](const ScheduledDecode& d) {
@@ -153,13 +189,28 @@ bool Scheduler::prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t 
     // Out of blocks: preempt the most recently admitted group with every group sharing its
     // affinity; that may include the owner itself.
     bool owner_preempted = false;
-    for (SequenceGroup* victim : affinity_set(*running_.back())) {
+    for (SequenceGroup* victim : affinity_set(*preemption_victim())) {
       owner_preempted = owner_preempted || victim == &owner;
       preempt(*victim, step);
     }
     if (owner_preempted) return false;
   }
   return true;
+}
+
+// The most recently admitted group whose affinity set spares the oldest running group: the
+// oldest is never preempted for a younger one, so it always runs to its end (check_fits
+// guarantees it fits alone). Only when every running group belongs to the oldest's set (which fits
+// the pool by construction) is that set the victim.
+SequenceGroup* Scheduler::preemption_victim() const {
+  const SequenceGroup* oldest = running_.front().get();
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    SequenceGroup& g = **it;
+    if (&g == oldest) break;
+    const auto set = affinity_set(g);
+    if (std::find(set.begin(), set.end(), oldest) == set.end()) return &g;
+  }
+  return running_.back().get();
 }
 
 // Decodes and recompute chunks of a running group; false if the group was preempted.
@@ -239,8 +290,21 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g) con
     prompt.hasher.append_byte(static_cast<uint8_t>(t));
   // Leave at least one prompt token to compute: its logits give the first tokens.
   const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
-  needs.blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks +
-                 cached.blocks_in_lru + needs.seqs * config_.reserve_blocks_per_sibling;
+  needs.blocks =
+      kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks + cached.blocks_in_lru;
+  // Each sibling's private blocks up to its projected length: a preempted group's whole
+  // recompute footprint plus its growth, so it is not re-admitted only to be preempted again.
+  const int32_t shared_full = static_cast<int32_t>(g.prompt.size()) / kv_.block_size();
+  auto own = [&](int32_t length) {
+    return std::max(config_.reserve_blocks_per_sibling,
+                    kv_.blocks_for(projected_length(g, length)) - shared_full);
+  };
+  if (g.seqs.empty()) {
+    needs.blocks += g.num_samples * own(static_cast<int32_t>(g.prompt.size()));
+  } else {
+    for (const Sequence& s : g.seqs)
+      needs.blocks += s.finished() ? 0 : own(s.length());
+  }
   return needs;
 }
 
@@ -279,14 +343,15 @@ void Scheduler::admit(SequenceGroup& g, StepState& step) {
 // affinity, all or none.
 bool Scheduler::try_admit_with_partners(StepState& step) {
   std::vector<SequenceGroup*> set = affinity_set(*waiting_.front());
+  // Blocks free for newcomers once the running groups have grown as projected.
+  const int32_t room = kv_.pool().num_allocatable() - projected_growth_of_running();
   AdmissionNeeds total;
   for (SequenceGroup* g : set) {
     const AdmissionNeeds n = admission_needs(*g);
     total.seqs += n.seqs;
     total.blocks += n.blocks;
   }
-  if (step.num_seqs + total.seqs <= config_.max_num_seqs &&
-      total.blocks <= kv_.pool().num_allocatable()) {
+  if (step.num_seqs + total.seqs <= config_.max_num_seqs && total.blocks <= room) {
     for (SequenceGroup* g : set)
       admit(*g, step);
     return true;
@@ -297,15 +362,13 @@ bool Scheduler::try_admit_with_partners(StepState& step) {
                               total.blocks > kv_.pool().num_blocks() || running_.empty();
   if (set.size() == 1 || !never_together) return false;
   const AdmissionNeeds head = admission_needs(*set.front());
-  if (step.num_seqs + head.seqs > config_.max_num_seqs ||
-      head.blocks > kv_.pool().num_allocatable()) {
-    return false;
-  }
+  if (step.num_seqs + head.seqs > config_.max_num_seqs || head.blocks > room) return false;
   admit(*set.front(), step);
   return true;
 }
 
 SchedulerOutput Scheduler::schedule() {
+  growth_ratio_ = std::max(config_.growth_ratio_min, growth_ratio_ - config_.growth_ratio_decay);
   StepState step;
   step.budget = config_.max_tokens_per_step;
   for (const auto& g : running_) {

@@ -1,11 +1,18 @@
 // Continuous batching of sibling groups under a per-step token budget, with chunked prefill.
 //
-// Rules (DESIGN.md "Replica engine"):
-//  - a group is admitted only when the whole group fits: its prompt blocks not already cached
-//    plus a reserve of blocks for each sibling's growth;
+// Rules (DESIGN.md "Replica engine", docs/architecture.md "Admission"):
+//  - a group is admitted only when the whole group fits, growth included: its prompt blocks not
+//    already cached, plus each sibling's blocks up to its projected length (its recompute
+//    footprint too, after a preemption), plus the growth the running groups are projected to
+//    need. A sibling whose end is certain (ignore_eos, no stop strings) is projected to run to
+//    max_tokens; any other to generate a fraction (the growth ratio) of what it has left. The
+//    ratio decays step by step while nothing is preempted and jumps back after a preemption
+//    (SGLang's new_token_ratio habit), so admission learns how long outputs really are;
 //  - a group that could never fit the pool, even alone, is refused at submission with a reason;
-//  - preemption (by recompute) always takes a whole group, the most recently admitted first;
-//    its committed prompt blocks stay in the prefix cache, so re-admission is cheap;
+//  - preemption (by recompute) always takes a whole group, the most recently admitted first, and
+//    never the oldest running group for a younger one, so the oldest always runs to its end;
+//    committed prompt blocks stay in the prefix cache and generated tokens are kept, so a
+//    preempted group loses only the KV it recomputes;
 //  - preempted groups are re-admitted before any new group, in their original order, and the
 //    waiting queue is strictly first-come-first-served, so no group starves.
 // No backend and no CUDA here: the engine turns a SchedulerOutput into a ForwardBatch.
@@ -24,10 +31,17 @@
 namespace kvc {
 
 struct SchedulerConfig {
-  int32_t max_num_seqs = 256;         // sequences running at once (siblings count one each)
-  int32_t max_tokens_per_step = 512;  // decode tokens + prefill tokens in one forward pass
-  int32_t reserve_blocks_per_sibling = 1;
-  int32_t max_model_len = 16384;  // prompt + max_tokens
+  int32_t max_num_seqs = 256;              // sequences running at once (siblings count one each)
+  int32_t max_tokens_per_step = 512;       // decode tokens + prefill tokens in one forward pass
+  int32_t reserve_blocks_per_sibling = 1;  // at least this many private blocks per sibling
+  // Admission projects each group's growth (above). Off: a group is admitted when its prompt
+  // and the reserve fit now, the pre-2026-12 rule that thrashes under memory pressure (kept for
+  // tests that want preemptions).
+  bool project_growth = true;
+  double growth_ratio_max = 0.7;      // the ratio at start and after every preemption
+  double growth_ratio_min = 0.1;      // the floor it decays to
+  double growth_ratio_decay = 0.001;  // per step without a preemption
+  int32_t max_model_len = 16384;      // prompt + max_tokens
 };
 
 // One prefill chunk: tokens [start, start + length) of a group's prompt sequence
@@ -98,6 +112,7 @@ class Scheduler {
   KvCacheManager& kv() { return kv_; }
   const SchedulerConfig& config() const { return config_; }
   int64_t num_preemptions() const { return num_preemptions_; }
+  double growth_ratio() const { return growth_ratio_; }
 
  private:
   struct StepState;
@@ -107,6 +122,9 @@ class Scheduler {
     int32_t blocks = 0;
   };
   AdmissionNeeds admission_needs(const SequenceGroup& group) const;
+  int32_t projected_length(const SequenceGroup& group, int32_t length) const;
+  int32_t projected_growth_of_running() const;
+  SequenceGroup* preemption_victim() const;
   void admit(SequenceGroup& group, StepState& step);
   bool try_admit_with_partners(StepState& step);
   std::vector<SequenceGroup*> affinity_set(SequenceGroup& group) const;
@@ -123,6 +141,7 @@ class Scheduler {
   std::vector<std::unique_ptr<SequenceGroup>> finished_;
   uint64_t next_arrival_ = 1;
   int64_t num_preemptions_ = 0;
+  double growth_ratio_ = 0;
 };
 
 }  // namespace kvc

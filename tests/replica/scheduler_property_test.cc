@@ -6,6 +6,8 @@
 // at the end: every request finished, no block leaked (all free or cached), and each sibling's
 // text equals a reference run with an unlimited pool and flat attention, so preemption,
 // recompute, prefix caching, copy-on-write and cascade plans never changed a result.
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <string>
@@ -34,7 +36,16 @@ ModelConfig fake_model() {
   return c;
 }
 
-Workload random_workload(std::mt19937_64& rng) {
+// Worst-case blocks of one request: its prompt plus every sibling's private blocks at max_tokens.
+int32_t worst_case_blocks(const GenerationRequest& r, int32_t block_size) {
+  const int32_t p = static_cast<int32_t>(r.prompt.size());
+  const int32_t shared = (p + block_size - 1) / block_size;
+  const int32_t own = (p + r.params.max_tokens + block_size - 1) / block_size - p / block_size;
+  return shared + r.n * own;
+}
+
+Workload random_workload(std::mt19937_64& rng, int min_requests = 1, int max_requests = 6,
+                         int max_tokens = 24) {
   Workload w;
   w.block_size = 2 + rng() % 4;
   w.max_num_seqs = 4 + rng() % 12;
@@ -46,7 +57,7 @@ Workload random_workload(std::mt19937_64& rng) {
       t = 'a' + rng() % 26;
     bases.push_back(base);
   }
-  const int num_requests = 1 + rng() % 6;
+  const int num_requests = min_requests + rng() % (max_requests - min_requests + 1);
   int32_t worst = 0;
   for (int i = 0; i < num_requests; ++i) {
     GenerationRequest r;
@@ -55,7 +66,7 @@ Workload random_workload(std::mt19937_64& rng) {
     for (int k = 0; k < extra; ++k)
       r.prompt.push_back('a' + rng() % 26);
     r.n = 1 + rng() % std::min<int32_t>(6, w.max_num_seqs);
-    r.params.max_tokens = 1 + rng() % 24;
+    r.params.max_tokens = 1 + rng() % max_tokens;
     r.params.temperature = (rng() % 4 == 0) ? 0.0f : 1.0f;
     r.params.seed = rng();
     if (rng() % 5 == 0) r.params.stop = {std::string(1, static_cast<char>('a' + rng() % 26))};
@@ -64,11 +75,7 @@ Workload random_workload(std::mt19937_64& rng) {
     if (rng() % 3 == 0)
       r.group = "affinity-" +
                 std::to_string(rng() % 2);  // EOS then becomes a token that ends the hash chain
-    const int32_t p = static_cast<int32_t>(r.prompt.size());
-    const int32_t shared = (p + w.block_size - 1) / w.block_size;
-    const int32_t own =
-        (p + r.params.max_tokens + w.block_size - 1) / w.block_size - p / w.block_size;
-    worst = std::max(worst, shared + r.n * own);
+    worst = std::max(worst, worst_case_blocks(r, w.block_size));
     w.requests.push_back(std::move(r));
   }
   // Small pools: from just enough for the largest group alone to a little more.
@@ -152,9 +159,11 @@ struct RunResult {
   int64_t preemptions = 0;
   int64_t node_reads = 0;
   int64_t steps = 0;
+  int64_t tokens = 0;  // prefill (recompute included) and decode tokens the backend computed
 };
 
-RunResult run(const Workload& w, int32_t num_blocks, bool cascade, bool check) {
+RunResult run(const Workload& w, int32_t num_blocks, bool cascade, bool check,
+              bool project_growth = true) {
   testing::FakeClock clock;
   testing::FakeBackend backend(fake_model(), num_blocks, w.block_size);
   ByteTokenizer tokenizer;
@@ -164,6 +173,7 @@ RunResult run(const Workload& w, int32_t num_blocks, bool cascade, bool check) {
   config.cascade.enabled = cascade;
   config.cascade.min_shared_tokens = 1;  // make every shared span a level: exercise the plans
   config.cascade.pass_overhead_bytes = 0;
+  config.scheduler.project_growth = project_growth;
   Engine engine(backend, tokenizer, config, clock);
   std::map<uint64_t, size_t> request_of;
   for (size_t i = 0; i < w.requests.size(); ++i) {
@@ -174,6 +184,7 @@ RunResult run(const Workload& w, int32_t num_blocks, bool cascade, bool check) {
   RunResult out;
   while (engine.has_work()) {
     StepResult step = engine.step();
+    out.tokens += step.stats.num_prefill_tokens + step.stats.num_decode_seqs;
     for (const SequenceOutput& o : step.outputs) {
       out.texts[{request_of.at(o.group), o.sibling}] += o.text_delta;
     }
@@ -203,9 +214,15 @@ TEST(SchedulerProperty, RandomWorkloadsKeepGroupsWholeAndOutputsUnchanged) {
     SCOPED_TRACE(::testing::Message() << "workload " << i << " blocks " << w.num_blocks
                                       << " block_size " << w.block_size);
     const RunResult reference = run(w, 4096, /*cascade=*/false, /*check=*/false);
-    const RunResult small = run(w, w.num_blocks, /*cascade=*/true, /*check=*/true);
+    // Without growth projection (admission checks the prompt and a reserve only), preemptions
+    // are frequent: the recompute machinery is exercised hard.
+    const RunResult small = run(w, w.num_blocks, /*cascade=*/true, /*check=*/true,
+                                /*project_growth=*/false);
     ASSERT_FALSE(::testing::Test::HasFailure());
     ASSERT_EQ(small.texts, reference.texts);
+    const RunResult projected = run(w, w.num_blocks, /*cascade=*/true, /*check=*/true);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    ASSERT_EQ(projected.texts, reference.texts);
     // Every sibling of every request reported (at least its finish).
     size_t siblings = 0;
     for (const auto& r : w.requests)
@@ -219,6 +236,61 @@ TEST(SchedulerProperty, RandomWorkloadsKeepGroupsWholeAndOutputsUnchanged) {
   EXPECT_GT(workloads_with_preemption, 50);
   EXPECT_GT(node_reads, 1000);
   RecordProperty("preemptions", static_cast<int>(preemptions));
+}
+
+// Liveness and throughput under memory pressure: random workloads whose total worst-case demand
+// is 2-10x the pool (which still fits the largest group alone). Every group finishes with the
+// reference output, and the engine takes at most 1.5x the steps of running the requests one
+// after another, each alone on the same pool. Before growth projection, a preempted group was
+// re-admitted at once and preempted again: steps grew without bound.
+TEST(SchedulerProperty, MemoryPressureEveryGroupFinishesWithoutThrashing) {
+  std::mt19937_64 rng(1207);
+  int64_t steps = 0, sequential_steps = 0, tokens = 0, sequential_tokens = 0, preemptions = 0;
+  double worst_ratio = 0;
+  for (int i = 0; i < 300; ++i) {
+    Workload w = random_workload(rng, 4, 12, /*max_tokens=*/96);
+    int64_t demand = 0;
+    int32_t largest = 0;
+    for (const auto& r : w.requests) {
+      demand += worst_case_blocks(r, w.block_size);
+      largest = std::max(largest, worst_case_blocks(r, w.block_size));
+    }
+    const double pressure = 2.0 + static_cast<double>(rng() % 800) / 100.0;  // 2x .. 10x
+    w.num_blocks = std::max(largest, static_cast<int32_t>(demand / pressure));
+    SCOPED_TRACE(::testing::Message() << "workload " << i << " blocks " << w.num_blocks
+                                      << " demand " << demand << " requests " << w.requests.size());
+    const RunResult reference = run(w, 1 << 16, /*cascade=*/false, /*check=*/false);
+    const RunResult pressured = run(w, w.num_blocks, /*cascade=*/true, /*check=*/true);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    ASSERT_EQ(pressured.texts, reference.texts);
+    int64_t alone = 0, alone_tokens = 0;
+    for (const auto& r : w.requests) {
+      Workload one = w;
+      one.requests = {r};
+      const RunResult single = run(one, w.num_blocks, /*cascade=*/true, /*check=*/false);
+      alone += single.steps;
+      alone_tokens += single.tokens;
+    }
+    ASSERT_LE(pressured.steps, alone * 3 / 2) << "preemptions " << pressured.preemptions;
+    // Recompute is bounded too: the backend computes at most 1.5x the tokens of the sequential
+    // runs (a thrashing scheduler spends its steps recomputing groups it then preempts again).
+    ASSERT_LE(pressured.tokens, alone_tokens * 3 / 2) << "preemptions " << pressured.preemptions;
+    tokens += pressured.tokens;
+    sequential_tokens += alone_tokens;
+    steps += pressured.steps;
+    sequential_steps += alone;
+    preemptions += pressured.preemptions;
+    worst_ratio = std::max(worst_ratio, static_cast<double>(pressured.steps) / alone);
+  }
+  RecordProperty("steps", static_cast<int>(steps));
+  RecordProperty("sequential_steps", static_cast<int>(sequential_steps));
+  RecordProperty("preemptions", static_cast<int>(preemptions));
+  std::printf(
+      "memory pressure: %lld steps vs %lld one after another (worst workload %.2fx), "
+      "%lld tokens computed vs %lld, %lld preemptions\n",
+      static_cast<long long>(steps), static_cast<long long>(sequential_steps), worst_ratio,
+      static_cast<long long>(tokens), static_cast<long long>(sequential_tokens),
+      static_cast<long long>(preemptions));
 }
 
 }  // namespace

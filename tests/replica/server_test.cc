@@ -207,5 +207,45 @@ TEST_F(ReplicaServerTest, ClientThatLeavesMidStreamFreesItsGroup) {
   EXPECT_LT(load()["steps"].get<int>(), 300);
 }
 
+// Memory pressure through HTTP (issue: five long n=4 groups sent at once to a pool that holds
+// one of them thrashed: each preempted group was re-admitted at once, recomputed and preempted
+// again, and none finished). Admission now projects growth: the groups run one after another
+// (each certain to run to max_tokens), none is preempted, and every sibling gets all its tokens.
+TEST(ReplicaMemoryPressure, FiveLongGroupsSentAtOnceAllFinishWithoutPreemption) {
+  // A group: 38-byte prompt (3 blocks) + 4 siblings x 120 tokens = 35 blocks; two need 70.
+  LocalReplica replica("r0", /*kv_blocks=*/48);
+  const uint16_t port = replica.port();
+  ASSERT_NE(port, 0);
+  std::vector<std::future<http::ClientResponse>> replies;
+  for (int g = 0; g < 5; ++g) {
+    replies.push_back(std::async(std::launch::async, [port, g] {
+      http::Client client;
+      const std::string body = json{
+          {"model", "tiny"},
+          {"prompt", "group " + std::to_string(g) + " " + std::string(30, 'a' + g)},
+          {"n", 4},
+          {"max_tokens", 120},
+          {"ignore_eos", true},
+          {"seed", g}}.dump();
+      auto r = client.request("127.0.0.1", port, "POST", "/v1/completions", body,
+                              {{"content-type", "application/json"}}, 120s);
+      return r.ok() ? *r : http::ClientResponse{};
+    }));
+  }
+  for (auto& f : replies) {
+    const http::ClientResponse r = f.get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    ASSERT_EQ(j["choices"].size(), 4u);
+    for (const json& c : j["choices"])
+      EXPECT_EQ(c["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 480);
+  }
+  http::Client client;
+  auto load = client.request("127.0.0.1", port, "GET", "/v1/load", "", {}, 10s);
+  ASSERT_TRUE(load.ok());
+  EXPECT_EQ(json::parse(load->body)["preemptions"], 0) << load->body;
+}
+
 }  // namespace
 }  // namespace kvc

@@ -57,7 +57,6 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f) {
 EngineConfig engine_config(const EngineFlags& f, const Backend& backend) {
   EngineConfig c = f.engine;
   c.cascade.enabled = f.attention == "cascade";
-  c.kv_bytes_per_element = sizeof(float);  // the CPU backend's KV
   c.scheduler.max_model_len = backend.config().max_position_embeddings;
   // A member's partial (O in fp32 + LSE) is written, read back and merged: per layer.
   const ModelConfig& m = backend.config();

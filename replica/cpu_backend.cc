@@ -31,14 +31,20 @@ void CpuBackend::check_batch(const ForwardBatch& batch) const {
   for (const auto& [src, dst] : batch.block_copies) {
     assert(valid_block(src) && valid_block(dst));
   }
-  for (const PrefillChunk& c : batch.prefill) {
-    const int64_t end = c.start_pos + static_cast<int64_t>(c.tokens.size());
-    assert(!c.tokens.empty() && c.start_pos >= 0);
-    assert(static_cast<int64_t>(c.block_table.size()) * bs >= end);
+  const PrefillBatch& p = batch.prefill;
+  assert(static_cast<int32_t>(p.token_indptr.size()) == p.num_chunks() + 1);
+  assert(static_cast<int32_t>(p.block_indptr.size()) == p.num_chunks() + 1);
+  assert(static_cast<int32_t>(p.want_logits.size()) == p.num_chunks());
+  for (int32_t c = 0; c < p.num_chunks(); ++c) {
+    const int64_t end = p.start_pos[c] + int64_t{p.chunk_tokens(c)};
+    assert(p.chunk_tokens(c) > 0 && p.start_pos[c] >= 0);
+    assert(int64_t{p.chunk_num_blocks(c)} * bs >= end);
     for (int64_t i = 0; i < (end + bs - 1) / bs; ++i)
-      assert(valid_block(c.block_table[i]));
-    assert(std::all_of(c.tokens.begin(), c.tokens.end(), valid_token));
+      assert(valid_block(p.chunk_blocks(c)[i]));
   }
+  assert(std::all_of(p.tokens.begin(), p.tokens.end(), valid_token));
+  for (const SampleRequest& r : batch.samples)
+    assert(r.logits_row >= 0 && r.logits_row < batch.num_logit_rows());
   const DecodeBatch& d = batch.decode;
   const kernels::CascadePlan& plan = d.plan;
   assert(d.positions.size() == d.tokens.size() && d.slots.size() == d.tokens.size());
@@ -92,14 +98,16 @@ void CpuBackend::gather_rows(const ForwardBatch& batch) {
   positions_.clear();
   kv_dst_.clear();
   logit_rows_.clear();
-  for (const PrefillChunk& c : batch.prefill) {
-    for (size_t i = 0; i < c.tokens.size(); ++i) {
-      const int32_t p = c.start_pos + static_cast<int32_t>(i);
-      tokens_.push_back(c.tokens[i]);
+  const PrefillBatch& pb = batch.prefill;
+  for (int32_t c = 0; c < pb.num_chunks(); ++c) {
+    const int32_t* table = pb.chunk_blocks(c);
+    for (int32_t i = 0; i < pb.chunk_tokens(c); ++i) {
+      const int32_t p = pb.start_pos[c] + i;
+      tokens_.push_back(pb.tokens[pb.token_indptr[c] + i]);
       positions_.push_back(p);
-      kv_dst_.push_back(int64_t{c.block_table[p / block_size_]} * block_size_ + p % block_size_);
+      kv_dst_.push_back(int64_t{table[p / block_size_]} * block_size_ + p % block_size_);
     }
-    if (c.want_logits) logit_rows_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
+    if (pb.want_logits[c]) logit_rows_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
   }
   const DecodeBatch& d = batch.decode;
   for (int32_t i = 0; i < d.size(); ++i) {
@@ -113,10 +121,11 @@ void CpuBackend::gather_rows(const ForwardBatch& batch) {
 void CpuBackend::attention(int layer, const ForwardBatch& batch) {
   const int64_t qd = int64_t{shape_.num_q_heads} * shape_.head_dim;
   int64_t row = 0;
-  for (const PrefillChunk& c : batch.prefill) {
-    const int n = static_cast<int>(c.tokens.size());
+  const PrefillBatch& pb = batch.prefill;
+  for (int32_t c = 0; c < pb.num_chunks(); ++c) {
+    const int n = pb.chunk_tokens(c);
     cpu::paged_prefill(shape_, q_.data() + row * qd, k_cache(layer), v_cache(layer),
-                       c.block_table.data(), c.start_pos, n, attn_.data() + row * qd);
+                       pb.chunk_blocks(c), pb.start_pos[c], n, attn_.data() + row * qd);
     row += n;
   }
   if (batch.decode.size() > 0) {
@@ -137,7 +146,18 @@ void CpuBackend::mlp(const LayerWeights& l, int rows) {
   cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
 }
 
-Status CpuBackend::forward(const ForwardBatch& batch, std::vector<float>& logits) {
+Status CpuBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
+  if (Status s = compute_logits(batch, logits_); !s.ok()) return s;
+  sample_on_host(batch, logits_, config().vocab_size, sampler_, out.samples);
+  if (batch.return_logits) {
+    out.logits = logits_;
+  } else {
+    out.logits.clear();
+  }
+  return Status::Ok();
+}
+
+Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>& logits) {
   check_batch(batch);
   copy_blocks(batch);
   gather_rows(batch);

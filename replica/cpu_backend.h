@@ -29,9 +29,12 @@ class CpuBackend final : public Backend {
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
   std::string name() const override { return "cpu"; }
+  int32_t kv_bytes_per_element() const override { return sizeof(float); }
 
   // Not thread-safe: one forward at a time (the kernels inside are threaded).
-  Status forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
+  // The model alone: logits resized to [batch.num_logit_rows(), vocab_size], float32.
+  Status compute_logits(const ForwardBatch& batch, std::vector<float>& logits);
 
  private:
   // Asserts that every block id, slot, position and plan index is in range and consistent.
@@ -67,6 +70,8 @@ class CpuBackend final : public Backend {
   std::vector<float> gate_up_;       // [rows, 2 * ff]
   std::vector<float> act_;           // [rows, ff]
   kernels::cpu::CascadeWorkspace cascade_ws_;
+  std::vector<float> logits_;
+  Sampler sampler_;
 };
 
 }  // namespace kvc

@@ -32,8 +32,7 @@ Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config
       pool_(backend.num_blocks(), backend.block_size()),
       kv_(pool_),
       scheduler_(config.scheduler, kv_),
-      planner_(config.cascade, backend.block_size(),
-               backend.config().kv_bytes_per_token(config.kv_bytes_per_element)) {}
+      planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()) {}
 
 BlockHash Engine::chain_seed(const std::string& cache_salt) const {
   return kvc::chain_seed(backend_.config().name, cache_salt);
@@ -75,8 +74,26 @@ ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) 
                              s.block_table.begin() + kv_.blocks_for(c.start + c.length));
     chunk.want_logits = c.want_logits;
     stats.num_prefill_tokens += c.length;
-    batch.prefill.push_back(std::move(chunk));
+    batch.prefill.add(chunk);
   }
+  // Tokens to draw, in the order step() consumes them: each new group's n first tokens from its
+  // prompt's last logits row, then one per decode.
+  auto request = [](int32_t row, const SequenceGroup& g, int32_t sibling, int32_t position) {
+    const SamplingParams& p = g.params;
+    return SampleRequest{row, sibling, position, p.temperature, p.top_k, p.top_p, p.seed};
+  };
+  int32_t row = 0;
+  for (const ScheduledChunk& c : work.prefill) {
+    if (!c.want_logits) continue;
+    const int32_t pos = static_cast<int32_t>(c.group->prompt.size());
+    for (int32_t i = 0; i < c.group->num_samples; ++i)
+      batch.samples.push_back(request(row, *c.group, i, pos));
+    ++row;
+  }
+  for (const ScheduledDecode& d : work.decode)
+    batch.samples.push_back(request(row++, *d.group, d.sibling, d.seq().length()));
+  batch.sample_vocab = std::min(backend_.config().vocab_size, tokenizer_.vocab_size());
+  batch.return_logits = static_cast<bool>(observer_);
   std::vector<PlannerSeq> planner_seqs;
   const int32_t bs = backend_.block_size();
   for (const ScheduledDecode& d : work.decode) {
@@ -155,18 +172,20 @@ StepResult Engine::step() {
   stats.prefix_cache_hit_tokens = work.prefix_cache_hit_tokens;
   if (!work.empty()) {
     const ForwardBatch batch = build_batch(work, stats);
-    if (Status s = backend_.forward(batch, logits_); !s.ok()) {
+    if (Status s = backend_.forward(batch, out_); !s.ok()) {
       fail_batch(work, s, result);
       result.finished = scheduler_.take_finished();
       return result;
     }
+    assert(out_.samples.size() == batch.samples.size());
     const int32_t vocab = backend_.config().vocab_size;
-    // Only tokens the tokenizer can produce are sampled (the model's vocabulary may be padded).
-    const int32_t sample_vocab = std::min(vocab, tokenizer_.vocab_size());
-    auto row = [&](int32_t r) {
-      return std::span<const float>(logits_.data() + static_cast<size_t>(r) * vocab, sample_vocab);
+    auto observe = [&](uint64_t group, int32_t sibling, int32_t position, int32_t r) {
+      if (!observer_) return;
+      observer_(group, sibling, position,
+                std::span<const float>(out_.logits.data() + static_cast<size_t>(r) * vocab,
+                                       batch.sample_vocab));
     };
-    int32_t r = 0;
+    size_t k = 0;  // next sampled token
     for (const ScheduledChunk& c : work.prefill) {
       scheduler_.complete_chunk(c);
       SequenceGroup& g = *c.group;
@@ -175,12 +194,11 @@ StepResult Engine::step() {
       if (!prompt_done) continue;
       std::vector<int32_t> first;
       if (c.want_logits) {
-        const int32_t pos = static_cast<int32_t>(g.prompt.size());
-        for (int32_t i = 0; i < g.num_samples; ++i) {
-          if (observer_) observer_(g.id, i, pos, row(r));
-          first.push_back(sampler_.sample(row(r), g.params, i, pos));
+        for (int32_t i = 0; i < g.num_samples; ++i, ++k) {
+          const SampleRequest& req = batch.samples[k];
+          observe(g.id, i, req.position, req.logits_row);
+          first.push_back(out_.samples[k].token);
         }
-        ++r;
       }
       scheduler_.fork_siblings(g, first);
       for (size_t i = 0; i < first.size(); ++i)
@@ -189,11 +207,11 @@ StepResult Engine::step() {
     for (const ScheduledDecode& d : work.decode) {
       scheduler_.complete_decode(d);
       Sequence& s = d.seq();
-      if (observer_) observer_(d.group->id, s.sibling, s.length(), row(r));
-      const int32_t token = sampler_.sample(row(r++), d.group->params, s.sibling, s.length());
-      append_token(*d.group, s, token, result);
+      const SampleRequest& req = batch.samples[k];
+      observe(d.group->id, s.sibling, req.position, req.logits_row);
+      append_token(*d.group, s, out_.samples[k++].token, result);
     }
-    assert(r == batch.num_logit_rows());
+    assert(k == batch.samples.size());
   }
   result.finished = scheduler_.take_finished();
   stats.duration = clock_.now() - start;

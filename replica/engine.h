@@ -1,6 +1,6 @@
-// The replica engine's step loop: schedule -> build the ForwardBatch (with the cascade plan) ->
-// backend forward -> sample -> append tokens, stop, finish. Single-threaded: the server runs it on
-// its own thread and talks to it through a channel.
+// The replica engine's step loop: schedule -> build the ForwardBatch (with the cascade plan and
+// the tokens to draw) -> backend forward (model and sampling) -> append tokens, stop, finish.
+// Single-threaded: the server runs it on its own thread and talks to it through a channel.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,6 @@ namespace kvc {
 struct EngineConfig {
   SchedulerConfig scheduler;
   CascadeConfig cascade;
-  int32_t kv_bytes_per_element = 4;  // of the backend's KV cache, for the planner's cost model
 };
 
 struct GenerationRequest {
@@ -101,8 +100,7 @@ class Engine {
   KvCacheManager kv_;
   Scheduler scheduler_;
   CascadePlanner planner_;
-  Sampler sampler_;
-  std::vector<float> logits_;
+  ForwardOutput out_;
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;
 };

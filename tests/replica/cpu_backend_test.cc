@@ -73,8 +73,8 @@ std::vector<float> prefill(CpuBackend& b, const std::vector<int32_t>& tokens,
   for (size_t i = 0; i < sizes.size(); ++i) {
     const bool last = i + 1 == sizes.size();
     ForwardBatch batch;
-    batch.prefill.push_back(chunk(tokens, start, start + sizes[i], table, last));
-    EXPECT_TRUE(b.forward(batch, logits).ok());
+    batch.prefill.add(chunk(tokens, start, start + sizes[i], table, last));
+    EXPECT_TRUE(b.compute_logits(batch, logits).ok());
     EXPECT_EQ(logits.size(), last ? size_t(b.config().vocab_size) : 0u);
     start += sizes[i];
   }
@@ -104,7 +104,7 @@ std::vector<float> decode_one(CpuBackend& b, int32_t token, int32_t pos,
   ForwardBatch batch;
   add_decode(batch.decode, token, pos, table);
   std::vector<float> logits;
-  EXPECT_TRUE(b.forward(batch, logits).ok());
+  EXPECT_TRUE(b.compute_logits(batch, logits).ok());
   return logits;
 }
 
@@ -244,9 +244,9 @@ TEST(CpuBackend, CascadeOverSharedBlocksMatchesFlat) {
   CpuBackend b = make_backend();
   const int32_t token_a = argmax(prefill(b, a, table_a));
   ForwardBatch rest;  // the second sequence reuses the shared blocks' KV
-  rest.prefill.push_back(chunk(c, 32, 45, table_c, true));
+  rest.prefill.add(chunk(c, 32, 45, table_c, true));
   std::vector<float> logits;
-  EXPECT_TRUE(b.forward(rest, logits).ok());
+  EXPECT_TRUE(b.compute_logits(rest, logits).ok());
   const int32_t token_c = argmax(logits);
 
   ForwardBatch flat;
@@ -259,8 +259,8 @@ TEST(CpuBackend, CascadeOverSharedBlocksMatchesFlat) {
   ASSERT_EQ(cascade.decode.plan.suffix_len, (std::vector<int32_t>{10, 14}));
 
   std::vector<float> by_cascade, by_flat;
-  EXPECT_TRUE(b.forward(cascade, by_cascade).ok());
-  EXPECT_TRUE(b.forward(flat, by_flat).ok());  // rewrites the same KV into the same slots
+  EXPECT_TRUE(b.compute_logits(cascade, by_cascade).ok());
+  EXPECT_TRUE(b.compute_logits(flat, by_flat).ok());  // rewrites the same KV into the same slots
   ASSERT_EQ(by_cascade.size(), 2u * 320);
   EXPECT_LT(rel_l2(by_cascade, by_flat), 1e-5);
 
@@ -290,7 +290,7 @@ TEST(CpuBackend, BlockCopiesCarryKv) {
   add_decode(step.decode, t, 40, table);
   add_decode(step.decode, u, 40, copied);
   std::vector<float> logits;
-  EXPECT_TRUE(b.forward(step, logits).ok());
+  EXPECT_TRUE(b.compute_logits(step, logits).ok());
   EXPECT_LT(rel_l2(row(logits, 0), want_t), 1e-5);
   EXPECT_LT(rel_l2(row(logits, 1), want_u), 1e-5);
 
@@ -306,26 +306,26 @@ TEST(CpuBackend, MixedBatchRowsInDocumentedOrder) {
   const std::vector<int32_t> tx = {1, 2}, ty = {3, 4}, tz = {5, 6}, tw = {7, 8};
   CpuBackend b = make_backend();
   ForwardBatch first;  // z and w prefilled, both with logits
-  first.prefill.push_back(chunk(z, 0, 25, tz, true));
-  first.prefill.push_back(chunk(w, 0, 17, tw, true));
+  first.prefill.add(chunk(z, 0, 25, tz, true));
+  first.prefill.add(chunk(w, 0, 17, tw, true));
   std::vector<float> logits;
-  EXPECT_TRUE(b.forward(first, logits).ok());
+  EXPECT_TRUE(b.compute_logits(first, logits).ok());
   ASSERT_EQ(logits.size(), 2u * 320);
   const int32_t next_z = argmax(row(logits, 0)), next_w = argmax(row(logits, 1));
 
   // x whole (logits), y's first chunk (no logits), then z and w decode: rows x, z, w.
   ForwardBatch mixed;
-  mixed.prefill.push_back(chunk(x, 0, 20, tx, true));
-  mixed.prefill.push_back(chunk(y, 0, 16, ty, false));
+  mixed.prefill.add(chunk(x, 0, 20, tx, true));
+  mixed.prefill.add(chunk(y, 0, 16, ty, false));
   add_decode(mixed.decode, next_z, 25, tz);
   add_decode(mixed.decode, next_w, 17, tw);
   ASSERT_EQ(mixed.num_logit_rows(), 3);
-  EXPECT_TRUE(b.forward(mixed, logits).ok());
+  EXPECT_TRUE(b.compute_logits(mixed, logits).ok());
   ASSERT_EQ(logits.size(), 3u * 320);
   ForwardBatch last;  // y's second chunk
-  last.prefill.push_back(chunk(y, 16, 30, ty, true));
+  last.prefill.add(chunk(y, 16, 30, ty, true));
   std::vector<float> logits_y;
-  EXPECT_TRUE(b.forward(last, logits_y).ok());
+  EXPECT_TRUE(b.compute_logits(last, logits_y).ok());
 
   auto alone = [](const std::vector<int32_t>& tokens) {
     CpuBackend r = make_backend();
@@ -360,10 +360,10 @@ TEST(CpuBackend, RandomModelIsNotDegenerate) {
   CpuBackend b = make_backend();
   ForwardBatch batch;
   for (int s = 0; s < 12; ++s) {
-    batch.prefill.push_back(chunk(random_tokens(8, 100 + s), 0, 8, {s}, true));
+    batch.prefill.add(chunk(random_tokens(8, 100 + s), 0, 8, {s}, true));
   }
   std::vector<float> logits;
-  EXPECT_TRUE(b.forward(batch, logits).ok());
+  EXPECT_TRUE(b.compute_logits(batch, logits).ok());
   ASSERT_EQ(logits.size(), 12u * 320);
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
   std::set<int32_t> next;

@@ -28,11 +28,13 @@ class FakeBackend final : public Backend {
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
   std::string name() const override { return "fake"; }
+  int32_t kv_bytes_per_element() const override { return 4; }
 
   int64_t num_forward_calls() const { return calls_; }
   int64_t num_node_reads() const { return node_reads_; }  // sequences served by cascade nodes
 
-  Status forward(const ForwardBatch& batch, std::vector<float>& logits) override {
+  Status forward(const ForwardBatch& batch, ForwardOutput& out) override {
+    std::vector<float>& logits = out.logits;
     ++calls_;
     for (auto [src, dst] : batch.block_copies) {
       check_block(src);
@@ -44,17 +46,21 @@ class FakeBackend final : public Backend {
     }
     logits.assign(static_cast<size_t>(batch.num_logit_rows()) * config_.vocab_size, 0.0f);
     int32_t row = 0;
-    for (const PrefillChunk& c : batch.prefill) {
-      for (size_t i = 0; i < c.tokens.size(); ++i) {
-        const int32_t p = c.start_pos + static_cast<int32_t>(i);
-        write(c.block_table.at(p / block_size_) * block_size_ + p % block_size_, c.tokens[i], p);
+    const PrefillBatch& pb = batch.prefill;
+    for (int32_t c = 0; c < pb.num_chunks(); ++c) {
+      auto slot = [&](int32_t p) {
+        if (p / block_size_ >= pb.chunk_num_blocks(c)) fail("block table too short");
+        return pb.chunk_blocks(c)[p / block_size_] * block_size_ + p % block_size_;
+      };
+      for (int32_t i = 0; i < pb.chunk_tokens(c); ++i) {
+        const int32_t p = pb.start_pos[c] + i;
+        write(slot(p), pb.tokens[pb.token_indptr[c] + i], p);
       }
-      if (!c.want_logits) continue;
+      if (!pb.want_logits[c]) continue;
       uint64_t h = kSeed;
-      const int32_t end = c.start_pos + static_cast<int32_t>(c.tokens.size());
-      for (int32_t p = 0; p < end; ++p) {
-        h = read(c.block_table.at(p / block_size_) * block_size_ + p % block_size_, p, h);
-      }
+      const int32_t end = pb.start_pos[c] + pb.chunk_tokens(c);
+      for (int32_t p = 0; p < end; ++p)
+        h = read(slot(p), p, h);
       fill(h, logits.data() + static_cast<size_t>(row++) * config_.vocab_size);
     }
     const DecodeBatch& d = batch.decode;
@@ -84,6 +90,7 @@ class FakeBackend final : public Backend {
       if (next[s] != d.positions[s] + 1) fail("plan does not cover the context");
       fill(h[s], logits.data() + static_cast<size_t>(row++) * config_.vocab_size);
     }
+    sample_on_host(batch, logits, config_.vocab_size, sampler_, out.samples);
     return Status::Ok();
   }
 
@@ -128,6 +135,7 @@ class FakeBackend final : public Backend {
   int32_t num_blocks_, block_size_;
   std::vector<int32_t> token_, pos_;
   int64_t calls_ = 0, node_reads_ = 0;
+  Sampler sampler_;
 };
 
 }  // namespace kvc::testing

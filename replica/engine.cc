@@ -21,6 +21,23 @@ size_t stop_holdback(const std::string& text, const std::vector<std::string>& st
   return hold;
 }
 
+// Bytes at the end of text[0, end) that begin a UTF-8 sequence still missing its continuation
+// bytes: held back from streaming, so a character split over two tokens is sent whole (a client
+// decoding each delta would otherwise see two replacement characters where the whole text has
+// one character).
+size_t utf8_holdback(const std::string& text, size_t end) {
+  for (size_t k = 1; k <= 3 && k <= end; ++k) {
+    const auto c = static_cast<unsigned char>(text[end - k]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = (c & 0xE0) == 0xC0   ? 2
+                        : (c & 0xF0) == 0xE0 ? 3
+                        : (c & 0xF8) == 0xF0 ? 4
+                                             : 1;
+    return need > k ? k : 0;
+  }
+  return 0;  // only continuation bytes (or none): nothing a later byte could complete
+}
+
 }  // namespace
 
 Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config,
@@ -125,8 +142,11 @@ void Engine::fail_batch(const SchedulerOutput& work, const Status& status, StepR
 }
 
 void Engine::emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result) {
-  const size_t safe =
-      s.finished() ? s.text.size() : s.text.size() - stop_holdback(s.text, g.params.stop);
+  size_t safe = s.text.size();
+  if (!s.finished()) {
+    safe -= stop_holdback(s.text, g.params.stop);
+    safe -= utf8_holdback(s.text, safe);
+  }
   std::string delta;
   if (safe > s.num_text_emitted) {
     delta = s.text.substr(s.num_text_emitted, safe - s.num_text_emitted);

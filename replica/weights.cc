@@ -137,7 +137,7 @@ ModelWeights random_weights(const ModelConfig& config, uint64_t seed) {
   return w;
 }
 
-Result<ModelWeights> load_hf_weights(const std::string& folder) {
+Result<HfFolder> HfFolder::open(const std::string& folder) {
   std::error_code ec;
   const fs::path dir(folder);
   const fs::path config_path = dir / "config.json";
@@ -161,29 +161,51 @@ Result<ModelWeights> load_hf_weights(const std::string& folder) {
   if (shard_paths.empty()) return Error{folder + ": no *.safetensors files"};
   std::sort(shard_paths.begin(), shard_paths.end());
 
-  std::vector<SafetensorsFile> shards;
-  std::map<std::string, size_t> shard_of;  // tensor name -> index in shards
+  HfFolder f;
+  f.folder_ = folder;
+  f.config_ = std::move(config).value();
   for (const std::string& path : shard_paths) {
     Result<SafetensorsFile> file = SafetensorsFile::open(path);
     if (!file.ok()) return Error{file.error().message};
     for (const std::string& name : file->tensor_names()) {
-      auto [it, added] = shard_of.emplace(name, shards.size());
+      auto [it, added] = f.shard_of_.emplace(name, f.shards_.size());
       if (!added) {
-        return Error{folder + ": tensor '" + name + "' is in both " + shards[it->second].path() +
+        return Error{folder + ": tensor '" + name + "' is in both " + f.shards_[it->second].path() +
                      " and " + path};
       }
     }
-    shards.push_back(std::move(file).value());
+    f.shards_.push_back(std::move(file).value());
   }
+  return f;
+}
 
+Result<TensorView> HfFolder::tensor(const std::string& name,
+                                    const std::vector<int64_t>& shape) const {
+  const auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) return Error{folder_ + ": missing tensor '" + name + "'"};
+  Result<TensorView> t = shards_[it->second].tensor(name);
+  if (!t.ok()) return t;
+  if (t->shape != shape) {
+    return Error{shards_[it->second].path() + ": tensor '" + name + "' has shape " +
+                 shape_string(t->shape) + ", the config implies " + shape_string(shape)};
+  }
+  return t;
+}
+
+Status HfFolder::read_f32(const std::string& name, const std::vector<int64_t>& shape,
+                          float* out) const {
+  const auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) return Error{folder_ + ": missing tensor '" + name + "'"};
+  return shards_[it->second].read_f32(name, shape, out);
+}
+
+Result<ModelWeights> load_hf_weights(const std::string& folder) {
+  Result<HfFolder> f = HfFolder::open(folder);
+  if (!f.ok()) return Error{f.error().message};
   ModelWeights w;
-  w.config = std::move(config).value();
+  w.config = f->config();
   for (const Slot& s : allocate(w)) {
-    const auto it = shard_of.find(s.hf_name);
-    if (it == shard_of.end()) return Error{folder + ": missing tensor '" + s.hf_name + "'"};
-    if (Status st = shards[it->second].read_f32(s.hf_name, s.shape, s.dst); !st.ok()) {
-      return Error{st.message()};
-    }
+    if (Status st = f->read_f32(s.hf_name, s.shape, s.dst); !st.ok()) return Error{st.message()};
   }
   return w;
 }

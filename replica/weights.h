@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "prefix_index/status.h"
 #include "replica/model_config.h"
+#include "replica/safetensors.h"
 
 namespace kvc {
 
@@ -46,6 +48,23 @@ Status check_weight_shapes(const ModelWeights& weights);
 // tokens depend on the context (tests/replica/cpu_backend_test.cc checks this).
 // Precondition: config.validate() is ok.
 ModelWeights random_weights(const ModelConfig& config, uint64_t seed);
+
+// A Hugging Face model folder, opened: config.json parsed (the model is named after the folder)
+// and every *.safetensors file mapped (tensors may be spread over shards). Nothing is read yet.
+class HfFolder {
+ public:
+  static Result<HfFolder> open(const std::string& folder);
+  const ModelConfig& config() const { return config_; }
+  // Tensor `name`, which must have exactly `shape` and dtype F32, F16 or BF16; errors name it.
+  Result<TensorView> tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+
+ private:
+  std::string folder_;
+  ModelConfig config_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, size_t> shard_of_;  // tensor name -> index in shards_
+};
 
 // Reads config.json (the model is named after the folder) and every *.safetensors file in
 // `folder` (tensors may be spread over shards), converting F32/F16/BF16 to float32. Errors name

@@ -1,12 +1,16 @@
 // Token sampling: greedy, temperature, top-k, top-p. Randomness is a pure function of
 // (seed, sibling index, position), so a sibling draws the same tokens however batches are formed
-// and after a preemption is recomputed: same seed, same output.
+// and after a preemption is recomputed: same seed, same output. The rule is
+// kernels/sampling_rule.h (Gumbel-max over the top-k / top-p candidates), the same on the CPU
+// (kernels/cpu/sampling.h, used here) and on the device (kernels/cuda/sampling.h).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "kernels/cpu/sampling.h"
 
 namespace kvc {
 
@@ -20,17 +24,18 @@ struct SamplingParams {
   bool ignore_eos = false;
 };
 
-// A uniform draw in [0, 1) for sibling `sibling` at token position `position`.
+// A uniform draw in [0, 1) for sibling `sibling` at token position `position` (from the same
+// per-row key as the sampler's noise; the sampler itself draws one value per token).
 double sample_uniform(uint64_t seed, int32_t sibling, int32_t position);
 
 class Sampler {
  public:
-  // logits: [vocab], float32. Returns the chosen token id.
+  // logits: [vocab], float32, vocab >= 1. Returns the chosen token id.
   int32_t sample(std::span<const float> logits, const SamplingParams& params, int32_t sibling,
                  int32_t position);
 
  private:
-  std::vector<std::pair<float, int32_t>> scratch_;  // (probability, token), reused
+  kernels::cpu::SampleScratch scratch_;
 };
 
 }  // namespace kvc

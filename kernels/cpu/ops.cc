@@ -1,8 +1,11 @@
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numbers>
 
 #include "kernels/cpu/parallel.h"
@@ -60,28 +63,6 @@ float dot1(const float* x, const float* w, int k) {
   return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + t;
 }
 
-// HF's inverse frequencies, in double. inv_freq: [head_dim / 2].
-void rope_inv_freq(int head_dim, const RopeConfig& cfg, double* inv_freq) {
-  for (int i = 0; i < head_dim / 2; ++i) {
-    double f = 1.0 / std::pow(static_cast<double>(cfg.theta), 2.0 * i / head_dim);
-    if (cfg.llama3_scaling) {
-      // Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
-      const double old_len = cfg.original_max_position;
-      const double low_freq_wavelen = old_len / cfg.low_freq_factor;
-      const double high_freq_wavelen = old_len / cfg.high_freq_factor;
-      const double wavelen = 2 * std::numbers::pi / f;
-      if (wavelen > low_freq_wavelen) {
-        f /= cfg.factor;
-      } else if (wavelen >= high_freq_wavelen) {
-        const double smooth = (old_len / wavelen - cfg.low_freq_factor) /
-                              (cfg.high_freq_factor - cfg.low_freq_factor);
-        f = (1 - smooth) * f / cfg.factor + smooth * f;
-      }
-    }
-    inv_freq[i] = f;
-  }
-}
-
 }  // namespace
 
 void matmul(const float* x, const float* w, float* y, int m, int n, int k) {
@@ -128,6 +109,27 @@ void rms_norm(const float* x, const float* w, float* y, int rows, int dim, float
         }
       },
       std::max<int64_t>(1, kElemsPerChunk / std::max(dim, 1)));
+}
+
+void rope_inv_freq(int head_dim, const RopeConfig& cfg, double* inv_freq) {
+  for (int i = 0; i < head_dim / 2; ++i) {
+    double f = 1.0 / std::pow(static_cast<double>(cfg.theta), 2.0 * i / head_dim);
+    if (cfg.llama3_scaling) {
+      // Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
+      const double old_len = cfg.original_max_position;
+      const double low_freq_wavelen = old_len / cfg.low_freq_factor;
+      const double high_freq_wavelen = old_len / cfg.high_freq_factor;
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen > low_freq_wavelen) {
+        f /= cfg.factor;
+      } else if (wavelen >= high_freq_wavelen) {
+        const double smooth = (old_len / wavelen - cfg.low_freq_factor) /
+                              (cfg.high_freq_factor - cfg.low_freq_factor);
+        f = (1 - smooth) * f / cfg.factor + smooth * f;
+      }
+    }
+    inv_freq[i] = f;
+  }
 }
 
 void rope(float* x, const int32_t* positions, int tokens, int heads, int head_dim,
@@ -183,6 +185,86 @@ void add_inplace(float* y, const float* x, int64_t n) {
                    y[i] += x[i];
                },
                4);
+}
+
+float round_to(float x, StorageType t) {
+  if (t == StorageType::kF32 || !std::isfinite(x)) return x;
+  if (t == StorageType::kBF16) {
+    const uint32_t u = std::bit_cast<uint32_t>(x);
+    return std::bit_cast<float>((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+  }
+  // fp16: 11 significant bits down to 2^-14, then a fixed step of 2^-24; 65520 and up round to inf.
+  const float a = std::fabs(x);
+  if (a >= 65520.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
+  int e = 0;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  const float step = std::ldexp(1.0f, std::max(e - 1, -14) - 10);
+  return std::copysign(std::nearbyint(a / step) * step, x);  // both scalings are exact
+}
+
+void round_to(float* x, int64_t n, StorageType t) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = round_to(x[i], t);
+}
+
+void embedding_gather(const float* table, int vocab, int hidden, const int32_t* tokens,
+                      int num_tokens, float* out) {
+  for (int t = 0; t < num_tokens; ++t) {
+    float* o = out + int64_t{t} * hidden;
+    if (tokens[t] < 0 || tokens[t] >= vocab) {
+      std::fill_n(o, hidden, 0.0f);
+    } else {
+      std::copy_n(table + int64_t{tokens[t]} * hidden, hidden, o);
+    }
+  }
+}
+
+void add_rms_norm(const float* x, float* residual, bool accumulate, const float* w, float* y,
+                  int rows, int dim, float eps) {
+  parallel_for(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          float* res = residual + r * dim;
+          const float* xr = x != nullptr ? x + r * dim : nullptr;
+          double sum_sq = 0;
+          for (int i = 0; i < dim; ++i) {
+            if (xr != nullptr) res[i] = (accumulate ? res[i] : 0.0f) + xr[i];
+            sum_sq += static_cast<double>(res[i]) * res[i];
+          }
+          const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / dim + eps));
+          for (int i = 0; i < dim; ++i)
+            y[r * dim + i] = w[i] * (res[i] * inv);
+        }
+      },
+      std::max<int64_t>(1, kElemsPerChunk / std::max(dim, 1)));
+}
+
+void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+               const int32_t* slots, int tokens, int kv_row, StorageType cache_type, float* k_cache,
+               float* v_cache) {
+  for (int t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    const int64_t dst = int64_t{slots[t]} * kv_row;
+    for (int i = 0; i < kv_row; ++i) {
+      k_cache[dst + i] = round_to(k[t * k_stride + i], cache_type);
+      v_cache[dst + i] = round_to(v[t * v_stride + i], cache_type);
+    }
+  }
+}
+
+void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_elems,
+                 const int32_t* pairs, int num_pairs) {
+  for (int p = 0; p < num_pairs; ++p) {
+    const int32_t src = pairs[2 * p], dst = pairs[2 * p + 1];
+    assert(src >= 0 && src < num_blocks && dst >= 0 && dst < num_blocks);
+    if (src == dst) continue;
+    for (int64_t cache = 0; cache < 2 * int64_t{num_layers}; ++cache) {
+      float* base = caches + cache * num_blocks * block_elems;
+      std::memcpy(base + dst * block_elems, base + src * block_elems,
+                  static_cast<size_t>(block_elems) * sizeof(float));
+    }
+  }
 }
 
 }  // namespace kvc::kernels::cpu

@@ -1,10 +1,19 @@
 // CPU model math for the Llama architecture (float32, row-major): the linear layers, RMSNorm,
-// rotary embeddings and the SwiGLU activation. Attention lives in kernels/cpu/attention.h.
+// rotary embeddings and the SwiGLU activation, plus the twins of the device-only steps
+// (kernels/cuda/ops.h: embedding gather, fused residual add + RMSNorm, KV append with the cache's
+// rounding, block copies). Attention lives in kernels/cpu/attention.h.
 #pragma once
 
 #include <cstdint>
 
 namespace kvc::kernels::cpu {
+
+// How a value is stored on the device; the twins round to it (nearest, ties to even).
+enum class StorageType { kF32, kF16, kBF16 };
+
+// x rounded to t and back to float (fp16: overflow gives inf, subnormals kept; inf and NaN pass).
+float round_to(float x, StorageType t);
+void round_to(float* x, int64_t n, StorageType t);
 
 // y = x · wᵀ (a Hugging Face Linear without bias). Threaded over n; blocked so a tile of w is
 // reused from cache for every row of x.
@@ -25,6 +34,10 @@ struct RopeConfig {
   int original_max_position = 8192;
 };
 
+// HF's inverse frequencies theta^(-2i / head_dim), rescaled by the llama3 formula when enabled,
+// in double. inv_freq: [head_dim / 2].
+void rope_inv_freq(int head_dim, const RopeConfig& cfg, double* inv_freq);
+
 // In place, HF Llama convention (rotate_half): for i < head_dim / 2, the pair
 // (x[i], x[i + head_dim / 2]) is rotated by the angle positions[t] * inv_freq[i], where
 // inv_freq[i] = theta^(-2i / head_dim), rescaled by HF's llama3 formula when enabled. Angles and
@@ -39,5 +52,31 @@ void silu_mul(const float* gate_up, float* out, int rows, int inter);
 
 // y += x (the residual connection). x, y: [n], float32.
 void add_inplace(float* y, const float* x, int64_t n);
+
+// out[t] = table[tokens[t]]; a token outside [0, vocab) gives a zero row.
+// table: [vocab, hidden]; tokens: [num_tokens]; out: [num_tokens, hidden]; float32.
+void embedding_gather(const float* table, int vocab, int hidden, const int32_t* tokens,
+                      int num_tokens, float* out);
+
+// residual = (accumulate ? residual : 0) + x (x null: residual unchanged), then
+// y = w * residual / sqrt(mean(residual²) + eps) per row (the sum of squares in double).
+// x, residual, y: [rows, dim]; w: [dim]; float32. The first layer passes accumulate = false.
+void add_rms_norm(const float* x, float* residual, bool accumulate, const float* w, float* y,
+                  int rows, int dim, float eps);
+
+// Writes token t's K and V rows (kv_row = num_kv_heads * head_dim values) into the paged caches
+// at row slots[t] (block_id * block_size + offset), rounded to cache_type; a negative slot skips
+// the token. k, v: [tokens] rows of kv_row values, k_stride / v_stride apart;
+// k_cache, v_cache: [num_blocks * block_size, kv_row] (the NHD layout of attention_shape.h).
+void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+               const int32_t* slots, int tokens, int kv_row, StorageType cache_type, float* k_cache,
+               float* v_cache);
+
+// Copy-on-write: for each pair (pairs[2p], pairs[2p + 1]) = (src, dst), copies block src over
+// block dst in every layer's K and V cache (src == dst: nothing). caches: [num_layers, 2 (K, V),
+// num_blocks, block_elems] (block_elems = block_size * num_kv_heads * head_dim). Precondition: no
+// dst is also a src.
+void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_elems,
+                 const int32_t* pairs, int num_pairs);
 
 }  // namespace kvc::kernels::cpu

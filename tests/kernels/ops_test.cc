@@ -1,11 +1,14 @@
 // CPU model math (matmul, rms_norm, rope, silu_mul, add_inplace) against naive float64 references,
-// and the thread pool under it.
+// the twins of the device-only steps (rounding, embedding gather, add + RMSNorm, KV append, block
+// copies), and the thread pool under it.
 #include "kernels/cpu/ops.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <thread>
 
@@ -162,6 +165,115 @@ TEST(AddInplace, AddsEveryElement) {
     add_inplace(y.data(), x.data(), n);
     EXPECT_EQ(y, want);
   }
+}
+
+// ------------------------------------------------------------- twins of the device-only steps
+
+TEST(RoundTo, MatchesTheHardwareFormats) {
+  std::mt19937 rng(55);
+  std::vector<float> v = random_vector(rng, 20000, 3.0f);
+  // Subnormal and overflow ranges of fp16, exact halfway cases, signed zeros, inf.
+  for (float x : {6e-8f, 3e-8f, 2.98023224e-8f, 1e-5f, 65504.0f, 65519.0f, 65520.0f, 1e6f, 0.0f,
+                  -0.0f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 3e38f, 1e-39f})
+    v.insert(v.end(), {x, -x});
+  v.push_back(std::numeric_limits<float>::infinity());
+  for (float x : v) {
+    const float h = static_cast<float>(static_cast<_Float16>(x));  // the compiler's conversion
+    EXPECT_EQ(std::bit_cast<uint32_t>(round_to(x, StorageType::kF16)), std::bit_cast<uint32_t>(h))
+        << x;
+    const float b = round_to(x, StorageType::kBF16);
+    EXPECT_EQ(std::bit_cast<uint32_t>(b) & 0xFFFFu, 0u) << x;
+    if (std::isfinite(b) && std::fabs(x) >= std::numeric_limits<float>::min()) {
+      EXPECT_LE(std::fabs(b - x), std::ldexp(std::fabs(x), -8)) << x;
+    }
+    EXPECT_EQ(round_to(x, StorageType::kF32), x);
+  }
+  EXPECT_EQ(round_to(1.0f + 0x1p-8f, StorageType::kBF16), 1.0f);  // halfway: to even
+  EXPECT_EQ(round_to(1.0f + 3 * 0x1p-8f, StorageType::kBF16), 1.0f + 0x1p-6f);
+  EXPECT_TRUE(std::isnan(round_to(kNaN, StorageType::kBF16)));
+}
+
+TEST(EmbeddingGather, CopiesRowsAndZeroesOutOfRangeIds) {
+  std::mt19937 rng(56);
+  const int vocab = 50, hidden = 24;
+  const std::vector<float> table = random_vector(rng, vocab * hidden);
+  const std::vector<int32_t> tokens{3, 0, 49, -1, 50, 3};
+  std::vector<float> out(tokens.size() * hidden, kNaN);
+  embedding_gather(table.data(), vocab, hidden, tokens.data(), static_cast<int>(tokens.size()),
+                   out.data());
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    for (int i = 0; i < hidden; ++i) {
+      const bool valid = tokens[t] >= 0 && tokens[t] < vocab;
+      EXPECT_EQ(out[t * hidden + i], valid ? table[tokens[t] * hidden + i] : 0.0f);
+    }
+  }
+}
+
+TEST(AddRmsNorm, AddsTheResidualThenNormalises) {
+  std::mt19937 rng(57);
+  const int rows = 4, dim = 129;
+  const float eps = 1e-5f;
+  const std::vector<float> x = random_vector(rng, rows * dim);
+  const std::vector<float> w = random_vector(rng, dim);
+  const std::vector<float> res0 = random_vector(rng, rows * dim);
+  for (bool accumulate : {true, false}) {
+    std::vector<float> res = res0, y(rows * dim, kNaN);
+    add_rms_norm(x.data(), res.data(), accumulate, w.data(), y.data(), rows, dim, eps);
+    std::vector<float> want_res(rows * dim), want_y(rows * dim, kNaN);
+    for (int i = 0; i < rows * dim; ++i)
+      want_res[i] = (accumulate ? res0[i] : 0.0f) + x[i];
+    EXPECT_EQ(res, want_res);
+    rms_norm(want_res.data(), w.data(), want_y.data(), rows, dim, eps);
+    EXPECT_EQ(y, want_y);
+  }
+  // x null: a plain norm of the residual, which stays as it was.
+  std::vector<float> res = res0, y(rows * dim, kNaN), want_y(rows * dim, kNaN);
+  add_rms_norm(nullptr, res.data(), true, w.data(), y.data(), rows, dim, eps);
+  EXPECT_EQ(res, res0);
+  rms_norm(res0.data(), w.data(), want_y.data(), rows, dim, eps);
+  EXPECT_EQ(y, want_y);
+}
+
+TEST(KvAppend, WritesRoundedRowsAtTheirSlots) {
+  std::mt19937 rng(58);
+  const int kv_row = 16, slots_total = 40, tokens = 5;
+  const int64_t stride = 3 * kv_row;  // rows of a fused [q | k | v]-like buffer
+  const std::vector<float> buf = random_vector(rng, tokens * stride, 100.0f);
+  const std::vector<int32_t> slots{7, -1, 0, 39, 12};
+  for (StorageType t : {StorageType::kF32, StorageType::kF16, StorageType::kBF16}) {
+    const std::vector<float> k0 = random_vector(rng, slots_total * kv_row);
+    const std::vector<float> v0 = random_vector(rng, slots_total * kv_row);
+    std::vector<float> k = k0, v = v0;
+    kv_append(buf.data(), stride, buf.data() + kv_row, stride, slots.data(), tokens, kv_row, t,
+              k.data(), v.data());
+    std::vector<float> want_k = k0, want_v = v0;
+    for (int i = 0; i < tokens; ++i) {
+      if (slots[i] < 0) continue;
+      for (int j = 0; j < kv_row; ++j) {
+        want_k[slots[i] * kv_row + j] = round_to(buf[i * stride + j], t);
+        want_v[slots[i] * kv_row + j] = round_to(buf[i * stride + kv_row + j], t);
+      }
+    }
+    EXPECT_EQ(k, want_k);
+    EXPECT_EQ(v, want_v);
+  }
+}
+
+TEST(CopyBlocks, CopiesEveryLayersKAndV) {
+  std::mt19937 rng(59);
+  const int layers = 3, blocks = 6;
+  const int64_t block_elems = 10;
+  const std::vector<float> c0 = random_vector(rng, layers * 2 * blocks * block_elems);
+  const std::vector<int32_t> pairs{1, 4, 2, 2, 0, 5};
+  std::vector<float> c = c0;
+  copy_blocks(c.data(), layers, blocks, block_elems, pairs.data(), 3);
+  std::vector<float> want = c0;
+  for (int cache = 0; cache < 2 * layers; ++cache) {
+    float* base = want.data() + cache * blocks * block_elems;
+    std::copy_n(base + 1 * block_elems, block_elems, base + 4 * block_elems);
+    std::copy_n(base + 0 * block_elems, block_elems, base + 5 * block_elems);
+  }
+  EXPECT_EQ(c, want);
 }
 
 // ----------------------------------------------------------------------------------- parallel_for

@@ -1,0 +1,37 @@
+// Token sampling on the CPU: the reference twin of kernels/cuda/sampling.h. The rule (greedy,
+// temperature, top-k, top-p, Gumbel-max noise from (seed, sibling, position, token)) is
+// kernels/sampling_rule.h; both samplers pick the same token from the same logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/sampling_rule.h"
+
+namespace kvc::kernels::cpu {
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0;  // log_softmax(logits)[token] of the raw logits (no temperature, no cut)
+};
+
+// Buffers sample() reuses between calls (top-k / top-p candidates).
+struct SampleScratch {
+  std::vector<int32_t> ids;
+};
+
+// One row. logits: [vocab], float32; vocab >= 1.
+SampleResult sample(const float* logits, int vocab, const sampling::SampleParams& params,
+                    SampleScratch& scratch);
+
+// The last token the rule keeps as a candidate, in the token order (the default Cutoff when
+// neither top-k nor top-p cuts). For tests: every sampled token must lie within it.
+sampling::Cutoff candidate_cutoff(const float* logits, int vocab,
+                                  const sampling::SampleParams& params, SampleScratch& scratch);
+
+// Every row, threaded over rows. logits: [rows, vocab_stride], the first vocab of each row
+// sampleable; params, tokens: [rows]; logprobs: [rows] or null.
+void sample_rows(const float* logits, int rows, int vocab, int64_t vocab_stride,
+                 const sampling::SampleParams* params, int32_t* tokens, float* logprobs);
+
+}  // namespace kvc::kernels::cpu

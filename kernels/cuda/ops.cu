@@ -1,0 +1,400 @@
+#include "kernels/cuda/ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+namespace kvc::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Threads for a CTA that walks `units` items once: a multiple of 32 in [32, 1024].
+int threads_for(int64_t units) {
+  return static_cast<int>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 1024));
+}
+
+// kVec consecutive values in fp32 (kVec = 8: one 16-byte load of bf16, two of fp32).
+template <int kVec>
+__device__ __forceinline__ void load(const bf16* p, float* v) {
+  if constexpr (kVec == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      v[2 * j] = f.x;
+      v[2 * j + 1] = f.y;
+    }
+  } else {
+    v[0] = __bfloat162float(*p);
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void load(const float* p, float* v) {
+  if constexpr (kVec == 8) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0],
+                 b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    v[0] = *p;
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void store(bf16* p, const float* v) {
+  if constexpr (kVec == 8) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+    *p = __float2bfloat16_rn(v[0]);
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void store(float* p, const float* v) {
+  if constexpr (kVec == 8) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    *p = v[0];
+  }
+}
+
+// ---- embedding gather -----------------------------------------------------------------------
+
+// One CTA per token; kVec: hidden % 8 == 0 and 16-byte aligned rows.
+template <bool kVec>
+__global__ void embedding_gather_kernel(const bf16* table, int vocab, int hidden,
+                                        const int32_t* tokens, bf16* out) {
+  const int32_t id = tokens[blockIdx.x];
+  const bool valid = id >= 0 && id < vocab;
+  const bf16* src = table + int64_t{valid ? id : 0} * hidden;
+  bf16* dst = out + int64_t{blockIdx.x} * hidden;
+  if constexpr (kVec) {
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    for (int i = threadIdx.x; i < hidden / 8; i += blockDim.x)
+      d[i] = valid ? s[i] : make_uint4(0, 0, 0, 0);
+  } else {
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+      dst[i] = valid ? src[i] : __float2bfloat16_rn(0.0f);
+  }
+}
+
+// ---- add + RMSNorm --------------------------------------------------------------------------
+
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float sum = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
+    sum += partial[w];
+  return sum;  // the same value in every thread (fixed order)
+}
+
+// One CTA per row; kVec = 8: hidden % 8 == 0 and 16-byte aligned pointers. Each thread rereads
+// only the residual values it wrote itself, so no barrier is needed between the two loops.
+template <int kVec>
+__global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate,
+                                    const bf16* weight, bf16* y, int hidden, float eps) {
+  const int64_t row = blockIdx.x;
+  float* res = residual + row * hidden;
+  const bf16* xr = x != nullptr ? x + row * hidden : nullptr;
+  bf16* yr = y + row * hidden;
+  float sum_sq = 0;
+  for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
+    float v[kVec];
+    if (xr == nullptr || accumulate) {
+      load<kVec>(res + i, v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        v[j] = 0.0f;
+    }
+    if (xr != nullptr) {
+      float xv[kVec];
+      load<kVec>(xr + i, xv);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        v[j] += xv[j];
+      store<kVec>(res + i, v);
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      sum_sq += v[j] * v[j];
+  }
+  const float inv = 1.0f / sqrtf(block_sum(sum_sq) / hidden + eps);
+  for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
+    float v[kVec], w[kVec];
+    load<kVec>(res + i, v);
+    load<kVec>(weight + i, w);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      v[j] = w[j] * (v[j] * inv);
+    store<kVec>(yr + i, v);
+  }
+}
+
+// ---- rope -----------------------------------------------------------------------------------
+
+struct RopeArgs {
+  bf16* q;
+  bf16* k;
+  int64_t q_stride, k_stride;
+  int num_q_heads, num_kv_heads;
+  const int32_t* positions;
+  RopeTable table;
+};
+
+// One CTA per token: cos/sin of its angles in double into shared memory, then every head's pairs
+// (two adjacent i at a time, as bf16x2).
+__global__ void rope_kernel(const RopeArgs a) {
+  __shared__ float cos_t[kMaxRopeHeadDim / 2], sin_t[kMaxRopeHeadDim / 2];
+  const int64_t t = blockIdx.x;
+  const int head_dim = a.table.head_dim, half = head_dim / 2;
+  const double pos = a.positions[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos(pos * a.table.inv_freq[i], &s, &c);
+    cos_t[i] = static_cast<float>(c);
+    sin_t[i] = static_cast<float>(s);
+  }
+  __syncthreads();
+  const int pairs = half / 2;
+  const int heads = a.num_q_heads + (a.k != nullptr ? a.num_kv_heads : 0);
+  for (int idx = threadIdx.x; idx < heads * pairs; idx += blockDim.x) {
+    const int h = idx / pairs, i = (idx % pairs) * 2;
+    bf16* base = h < a.num_q_heads ? a.q + t * a.q_stride + int64_t{h} * head_dim
+                                   : a.k + t * a.k_stride + int64_t{h - a.num_q_heads} * head_dim;
+    __nv_bfloat162* lo = reinterpret_cast<__nv_bfloat162*>(base + i);
+    __nv_bfloat162* hi = reinterpret_cast<__nv_bfloat162*>(base + half + i);
+    const float2 x = __bfloat1622float2(*lo), y = __bfloat1622float2(*hi);
+    const float c0 = cos_t[i], c1 = cos_t[i + 1], s0 = sin_t[i], s1 = sin_t[i + 1];
+    *lo = __floats2bfloat162_rn(x.x * c0 - y.x * s0, x.y * c1 - y.y * s1);
+    *hi = __floats2bfloat162_rn(y.x * c0 + x.x * s0, y.y * c1 + x.y * s1);
+  }
+}
+
+// ---- SwiGLU ---------------------------------------------------------------------------------
+
+template <int kVec>
+__global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int rows, int inter) {
+  const int64_t per_row = inter / kVec, total = per_row * rows;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = idx / per_row, c = idx % per_row * kVec;
+    float g[kVec], u[kVec];
+    load<kVec>(gate_up + r * 2 * inter + c, g);
+    load<kVec>(gate_up + r * 2 * inter + inter + c, u);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    store<kVec>(out + r * inter + c, g);
+  }
+}
+
+// ---- KV append ------------------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ T from_bf16(bf16 x);
+template <>
+__device__ __forceinline__ bf16 from_bf16<bf16>(bf16 x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_bf16<__half>(bf16 x) {
+  return __float2half_rn(__bfloat162float(x));
+}
+
+// Converts n (8 when vectorised) bf16 values to T.
+template <typename T, int kVec>
+__device__ __forceinline__ void convert_row(const bf16* src, T* dst) {
+  if constexpr (kVec == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(src);
+    const bf16* s = reinterpret_cast<const bf16*>(&u);
+    uint4 o;
+    T* d = reinterpret_cast<T*>(&o);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      d[j] = from_bf16<T>(s[j]);
+    *reinterpret_cast<uint4*>(dst) = o;
+  } else {
+    *dst = from_bf16<T>(*src);
+  }
+}
+
+// One CTA per token.
+template <typename T, int kVec>
+__global__ void kv_append_kernel(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                                 const int32_t* slots, int kv_row, T* k_cache, T* v_cache) {
+  const int64_t t = blockIdx.x;
+  const int32_t slot = slots[t];
+  if (slot < 0) return;
+  const int64_t dst = int64_t{slot} * kv_row;
+  for (int i = threadIdx.x * kVec; i < kv_row; i += blockDim.x * kVec) {
+    convert_row<T, kVec>(k + t * k_stride + i, k_cache + dst + i);
+    convert_row<T, kVec>(v + t * v_stride + i, v_cache + dst + i);
+  }
+}
+
+// ---- block copies ---------------------------------------------------------------------------
+
+// blockIdx.x: the pair; blockIdx.y: the cache (2 * layer + {0: K, 1: V}). Elements are 2 bytes.
+template <bool kVec>
+__global__ void copy_blocks_kernel(uint16_t* caches, int64_t cache_elements, int64_t block_elements,
+                                   const int32_t* pairs) {
+  const int32_t src = pairs[2 * blockIdx.x], dst = pairs[2 * blockIdx.x + 1];
+  if (src == dst) return;
+  uint16_t* base = caches + blockIdx.y * cache_elements;
+  const uint16_t* s = base + src * block_elements;
+  uint16_t* d = base + dst * block_elements;
+  if constexpr (kVec) {
+    for (int64_t i = threadIdx.x; i < block_elements / 8; i += blockDim.x)
+      reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(s)[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < block_elements; i += blockDim.x)
+      d[i] = s[i];
+  }
+}
+
+}  // namespace
+
+cudaError_t embedding_gather(const void* table, int vocab, int hidden, const int32_t* tokens,
+                             int num_tokens, void* out, cudaStream_t stream) {
+  if (num_tokens == 0 || hidden == 0) return cudaSuccess;
+  if (num_tokens < 0 || hidden < 0) return cudaErrorInvalidValue;
+  const bf16* t = static_cast<const bf16*>(table);
+  bf16* o = static_cast<bf16*>(out);
+  if (hidden % 8 == 0 && aligned16(table) && aligned16(out)) {
+    embedding_gather_kernel<true>
+        <<<num_tokens, threads_for(hidden / 8), 0, stream>>>(t, vocab, hidden, tokens, o);
+  } else {
+    embedding_gather_kernel<false>
+        <<<num_tokens, threads_for(hidden), 0, stream>>>(t, vocab, hidden, tokens, o);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t add_rms_norm(const void* x, float* residual, bool accumulate, const void* weight,
+                         void* y, int rows, int hidden, float eps, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (rows < 0 || hidden <= 0) return cudaErrorInvalidValue;
+  const bf16* xb = static_cast<const bf16*>(x);
+  const bf16* w = static_cast<const bf16*>(weight);
+  bf16* yb = static_cast<bf16*>(y);
+  const bool vec = hidden % 8 == 0 && (x == nullptr || aligned16(x)) && aligned16(residual) &&
+                   aligned16(weight) && aligned16(y);
+  if (vec) {
+    add_rms_norm_kernel<8><<<rows, threads_for(hidden / 8), 0, stream>>>(xb, residual, accumulate,
+                                                                         w, yb, hidden, eps);
+  } else {
+    add_rms_norm_kernel<1>
+        <<<rows, threads_for(hidden), 0, stream>>>(xb, residual, accumulate, w, yb, hidden, eps);
+  }
+  return cudaGetLastError();
+}
+
+RopeTable make_rope_table(int head_dim, const cpu::RopeConfig& cfg) {
+  RopeTable t;
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim) return t;  // head_dim 0
+  t.head_dim = head_dim;
+  cpu::rope_inv_freq(head_dim, cfg, t.inv_freq);
+  return t;
+}
+
+cudaError_t rope(void* q, int64_t q_stride, int num_q_heads, void* k, int64_t k_stride,
+                 int num_kv_heads, const int32_t* positions, int tokens, const RopeTable& table,
+                 cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  const int d = table.head_dim;
+  if (tokens < 0 || d <= 0 || d % 4 != 0 || d > kMaxRopeHeadDim || q_stride % 2 != 0 ||
+      (k != nullptr && k_stride % 2 != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  const RopeArgs a{static_cast<bf16*>(q), static_cast<bf16*>(k), q_stride,  k_stride,
+                   num_q_heads,           num_kv_heads,          positions, table};
+  const int units = (num_q_heads + (k != nullptr ? num_kv_heads : 0)) * (d / 4);
+  rope_kernel<<<tokens, std::min(threads_for(units), 256), 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t silu_mul(const void* gate_up, void* out, int rows, int inter, cudaStream_t stream) {
+  if (rows == 0 || inter == 0) return cudaSuccess;
+  if (rows < 0 || inter < 0) return cudaErrorInvalidValue;
+  const bf16* gu = static_cast<const bf16*>(gate_up);
+  bf16* o = static_cast<bf16*>(out);
+  const bool vec = inter % 8 == 0 && aligned16(gate_up) && aligned16(out);
+  const int64_t units = int64_t{rows} * (vec ? inter / 8 : inter);
+  const int threads = 256;
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((units + threads - 1) / threads, int64_t{1} << 16));
+  if (vec) {
+    silu_mul_kernel<8><<<blocks, threads, 0, stream>>>(gu, o, rows, inter);
+  } else {
+    silu_mul_kernel<1><<<blocks, threads, 0, stream>>>(gu, o, rows, inter);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t kv_append(const void* k, int64_t k_stride, const void* v, int64_t v_stride,
+                      const int32_t* slots, int tokens, int num_kv_heads, int head_dim,
+                      KvDtype cache_dtype, void* k_cache, void* v_cache, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  if (tokens < 0 || num_kv_heads <= 0 || head_dim <= 0) return cudaErrorInvalidValue;
+  const int kv_row = num_kv_heads * head_dim;
+  const bool vec = kv_row % 8 == 0 && k_stride % 8 == 0 && v_stride % 8 == 0 && aligned16(k) &&
+                   aligned16(v) && aligned16(k_cache) && aligned16(v_cache);
+  const bf16* kb = static_cast<const bf16*>(k);
+  const bf16* vb = static_cast<const bf16*>(v);
+  const int threads = threads_for(vec ? kv_row / 8 : kv_row);
+  auto launch = [&](auto* kc, auto* vc) {
+    using T = std::remove_pointer_t<decltype(kc)>;
+    if (vec) {
+      kv_append_kernel<T, 8>
+          <<<tokens, threads, 0, stream>>>(kb, k_stride, vb, v_stride, slots, kv_row, kc, vc);
+    } else {
+      kv_append_kernel<T, 1>
+          <<<tokens, threads, 0, stream>>>(kb, k_stride, vb, v_stride, slots, kv_row, kc, vc);
+    }
+  };
+  if (cache_dtype == KvDtype::kF16) {
+    launch(static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
+  } else {
+    launch(static_cast<bf16*>(k_cache), static_cast<bf16*>(v_cache));
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t* pairs,
+                        int num_pairs, cudaStream_t stream) {
+  if (num_pairs == 0 || layout.num_layers == 0) return cudaSuccess;
+  if (num_pairs < 0 || layout.num_layers < 0 || 2 * layout.num_layers > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t block = layout.block_elements();
+  const dim3 grid(static_cast<unsigned>(num_pairs), static_cast<unsigned>(2 * layout.num_layers));
+  uint16_t* base = static_cast<uint16_t*>(caches);
+  if (block % 8 == 0 && aligned16(caches)) {
+    copy_blocks_kernel<true>
+        <<<grid, threads_for(block / 8), 0, stream>>>(base, layout.cache_elements(), block, pairs);
+  } else {
+    copy_blocks_kernel<false>
+        <<<grid, threads_for(block), 0, stream>>>(base, layout.cache_elements(), block, pairs);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kvc::kernels::cuda

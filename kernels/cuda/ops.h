@@ -1,0 +1,107 @@
+// Model ops on the device for the Llama forward: embedding gather, fused residual add + RMSNorm,
+// rotary embedding, SwiGLU, KV-cache append and copy-on-write block copies. The CUDA twins of
+// kernels/cpu/ops.h: same math in fp32, one rounding to the output dtype at the end.
+//
+// Dtypes: activations and weights are bf16 (`void*` here: this header carries no CUDA types); the
+// residual stream is fp32 (it accumulates every layer's output: bf16 would round it 2 x 32 times);
+// KV caches are fp16 or bf16 (KvDtype). Every launcher returns the launch error (cudaSuccess, or
+// cudaErrorInvalidValue for a precondition it checks) and allocates nothing, so a forward step can
+// be captured in a CUDA graph.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/attention.h"
+
+namespace kvc::kernels::cuda {
+
+// out[t] = table[tokens[t]]; a token outside [0, vocab) gives a zero row (padding).
+// table: [vocab, hidden] bf16; tokens: [num_tokens] int32 (device); out: [num_tokens, hidden] bf16.
+cudaError_t embedding_gather(const void* table, int vocab, int hidden, const int32_t* tokens,
+                             int num_tokens, void* out, cudaStream_t stream = nullptr);
+
+// Per row: residual = (accumulate ? residual : 0) + x (x null: residual unchanged), then
+// y = bf16(residual / sqrt(mean(residual²) + eps) * weight), all in fp32 (HF LlamaRMSNorm, with
+// one rounding at the end: HF rounds the normalised value to the input dtype before the weight).
+// The first layer passes the gathered embeddings with accumulate = false; later norms pass the
+// previous sublayer's output with accumulate = true; the final norm likewise.
+// x: [rows, hidden] bf16 or null; residual: [rows, hidden] fp32, in/out; weight: [hidden] bf16;
+// y: [rows, hidden] bf16 (must not alias x).
+cudaError_t add_rms_norm(const void* x, float* residual, bool accumulate, const void* weight,
+                         void* y, int rows, int hidden, float eps, cudaStream_t stream = nullptr);
+
+// Largest head_dim rope() supports.
+inline constexpr int kMaxRopeHeadDim = 256;
+
+// The rotary inverse frequencies of one model, computed once on the host in double
+// (cpu::rope_inv_freq). Passed to the kernel by value: no device table to allocate.
+struct RopeTable {
+  int head_dim = 0;
+  double inv_freq[kMaxRopeHeadDim / 2] = {};
+};
+// Precondition: head_dim even and <= kMaxRopeHeadDim.
+RopeTable make_rope_table(int head_dim, const cpu::RopeConfig& cfg);
+
+// In place, HF rotate_half convention (cpu::rope): for i < head_dim / 2 the pair
+// (x[i], x[i + head_dim / 2]) is rotated by positions[t] * inv_freq[i]. The angle and its sine and
+// cosine are computed in double per (token, i), then rounded to fp32: exact to fp32 at any
+// position (fp32 sincosf of an fp32 angle is ~1e-3 off at position 131072), and cheap since
+// every head of the token reuses them. The rotation is fp32, rounded once to bf16.
+// q: [tokens] rows of num_q_heads * head_dim bf16, q_stride elements apart (a fused QKV output:
+// its row length); k likewise with num_kv_heads (k may be null); positions: [tokens] int32
+// (device). Precondition: head_dim % 4 == 0, strides even.
+cudaError_t rope(void* q, int64_t q_stride, int num_q_heads, void* k, int64_t k_stride,
+                 int num_kv_heads, const int32_t* positions, int tokens, const RopeTable& table,
+                 cudaStream_t stream = nullptr);
+
+// out = bf16(silu(gate) * up) in fp32, silu(g) = g / (1 + exp(-g)) (HF rounds silu(gate) to bf16
+// first). gate_up: [rows, 2 * inter] bf16, each row gate then up; out: [rows, inter] bf16.
+cudaError_t silu_mul(const void* gate_up, void* out, int rows, int inter,
+                     cudaStream_t stream = nullptr);
+
+// Writes token t's K and V rows (num_kv_heads * head_dim bf16 values, e.g. straight from the QKV
+// projection after rope) into one layer's paged caches at row slots[t] = block_id * block_size +
+// offset, converted to cache_dtype (bf16 -> fp16 rounds to nearest; beyond 65504 it is inf); a
+// negative slot skips the token (padding). k, v: [tokens] rows, k_stride / v_stride elements
+// apart; slots: [tokens] int32 (device); k_cache, v_cache: [num_blocks, block_size, num_kv_heads,
+// head_dim] in cache_dtype (kernels/attention_shape.h). Precondition: slots distinct.
+cudaError_t kv_append(const void* k, int64_t k_stride, const void* v, int64_t v_stride,
+                      const int32_t* slots, int tokens, int num_kv_heads, int head_dim,
+                      KvDtype cache_dtype, void* k_cache, void* v_cache,
+                      cudaStream_t stream = nullptr);
+
+// Every layer's KV cache in one allocation: [num_layers, 2 (K then V), num_blocks, block_size,
+// num_kv_heads, head_dim] in `dtype`. Layer l's K and V are each the paged NHD cache that
+// attention.h and kv_append take; a block copy is then one strided copy over 2 * num_layers caches.
+struct KvCacheLayout {
+  int num_layers = 0;
+  int num_blocks = 0;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  KvDtype dtype = KvDtype::kBF16;
+
+  int64_t block_elements() const { return int64_t{block_size} * num_kv_heads * head_dim; }
+  int64_t cache_elements() const { return block_elements() * num_blocks; }  // one K or V
+  size_t bytes() const { return static_cast<size_t>(cache_elements()) * 2 * num_layers * 2; }
+  void* k(void* base, int layer) const { return at(base, 2 * int64_t{layer}); }
+  void* v(void* base, int layer) const { return at(base, 2 * int64_t{layer} + 1); }
+
+ private:
+  void* at(void* base, int64_t cache) const {
+    return static_cast<char*>(base) + cache * cache_elements() * 2;
+  }
+};
+
+// Copy-on-write before a step: for each pair p, copies block pairs[2p] (src) over block
+// pairs[2p + 1] (dst) in every layer's K and V (src == dst: nothing). pairs: [num_pairs, 2] int32
+// (device); caches: the KvCacheLayout allocation. The copies run in parallel, so the order of the
+// pairs does not matter. Precondition: no dst is also a src, dsts distinct, blocks in range.
+cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t* pairs,
+                        int num_pairs, cudaStream_t stream = nullptr);
+
+}  // namespace kvc::kernels::cuda

@@ -1,0 +1,651 @@
+// Chunked causal prefill attention (see prefill_attention.h), FlashAttention-2 style on mma.sync
+// m16n8k16 (sm_80 and up; no wgmma, so plain sm_90 and sm_80 builds run the same code).
+//
+// One CTA of 4 warps per plan item (chunk, KV head, tile of 64 stacked query rows): row r of the
+// tile is token (row0 + r) / group, query head kv_head * group + (row0 + r) % group, so a K/V tile
+// is staged once for the whole GQA group. Warp w owns rows [16w, 16w + 16) and keeps their Q
+// fragments, the online softmax state (fp32, base 2) and the O accumulators in registers. K and V
+// stream through shared memory in 64-token tiles of one KV head (positions 0, 64, ... of the
+// sequence), double-buffered with cp.async; each token row's 16-byte chunks are XOR-swizzled by
+// token & 7 so that ldmatrix reads are conflict-free. Each warp folds a stage in two 32-token
+// online-softmax steps (S = Q K^T, softmax, O += P V); a step past every row of the warp is skipped
+// (the CTA stops loading at its last row's position) and the causal mask is applied only on steps
+// that reach past the warp's first row's position. Items are ordered longest first by the plan.
+#include "kernels/cuda/prefill_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace kvc::kernels::cuda {
+namespace {
+
+constexpr int kRows = kPrefillRowTile;  // stacked query rows of a CTA
+constexpr int kTile = 64;               // KV tokens of a pipeline stage
+// KV tokens of one online-softmax step: a stage is two of them. With 32 tokens the scores (16
+// fp32 registers) fit beside O and Q under the 168-register cap of three CTAs per SM at head
+// dim 128 (64 tokens spilled), and a warp skips the masked half of a diagonal stage.
+constexpr int kSub = 32;
+constexpr int kWarps = kRows / 16;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kStages = 2;
+// CTAs per SM the register budget is set for: 2 stages x (K + V) x 64 tokens x 128 dims x 2 bytes
+// = 64 KB and at most 168 registers at head_dim 128 (three per SM); 32 KB and 128 registers at 64
+// (four).
+constexpr int ctas_per_sm(int head_dim) {
+  return head_dim == 64 ? 4 : 3;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+// Lazy rescaling threshold (log2 units): a row's reference maximum moves only when a step's
+// maximum exceeds it by more than this, so probabilities stay below 2^8 and most steps skip the
+// O rescale.
+constexpr float kRescaleLog2 = 8.f;
+
+template <int D, typename T>
+constexpr int smem_bytes() {
+  return kStages * 2 * kTile * D * static_cast<int>(sizeof(T)) + 256;  // + alignment slack
+}
+
+// ---- index arithmetic (host and device: tests/emulation can check it on the CPU) -------------
+
+// Byte offset in a stage of 16-byte chunk `chunk` of token row `tok` (rows `pitch` bytes apart):
+// the chunk index is XOR-swizzled by tok & 7, so the 8 rows of an ldmatrix 8x8 matrix (8
+// consecutive tokens, one chunk column) fall in 8 different 16-byte bank groups.
+__host__ __device__ constexpr uint32_t stage_offset(int tok, int chunk, int pitch) {
+  return static_cast<uint32_t>(tok * pitch + ((chunk ^ (tok & 7)) << 4));
+}
+
+// ldmatrix.x4 row address of `lane` for the K fragments of chunk pair (2k, 2k + 1) and tokens
+// [0, 16) of a stage: matrices 0..3 = (tokens 0-7, chunk 2k), (0-7, 2k+1), (8-15, 2k), (8-15,
+// 2k+1), i.e. B fragments {b0, b1} of n-tile 0 and of n-tile 1 (scores S = Q K^T, K row-major = B
+// col-major).
+__host__ __device__ constexpr uint32_t k_lane_offset(int lane, int k, int pitch) {
+  const int mi = lane >> 3, l = lane & 7;
+  return stage_offset((mi >> 1) * 8 + l, 2 * k + (mi & 1), pitch);
+}
+// ldmatrix.x4.trans row address of `lane` for the V fragments of tokens [0, 16) and chunk pair
+// (2m, 2m + 1): matrices 0..3 = (tokens 0-7, chunk 2m), (8-15, 2m), (0-7, 2m+1), (8-15, 2m+1),
+// transposed: B fragments {b0, b1} of output n-tiles 2m and 2m + 1 (O += P V).
+__host__ __device__ constexpr uint32_t v_lane_offset(int lane, int m, int pitch) {
+  const int mi = lane >> 3, l = lane & 7;
+  return stage_offset((mi & 1) * 8 + l, 2 * m + (mi >> 1), pitch);
+}
+// Both offsets for chunk pair k are the pair-0 offset XOR (k << 5): the row's token & 7 is the
+// lane's l, (2k + lo) ^ l = (lo ^ l) ^ 2k, and a token row starts on a multiple of 128 bytes
+// (256 at head_dim 128, where k < 8 reaches bit 7) so the XOR stays inside the row. A stage
+// starts 256-byte aligned, so the XOR can be applied to the shared-memory address itself: one
+// register per operand instead of one per chunk pair.
+__host__ __device__ constexpr uint32_t pair_offset(uint32_t pair0, int k) {
+  return pair0 ^ static_cast<uint32_t>(k << 5);
+}
+
+// t / d for 0 <= t < 2^31 by a multiply-high and a shift (mul == 0 encodes d == 1): with
+// p = 31 + ceil(log2 d) and mul = ceil(2^p / d) < 2^32 the error t (mul - 2^p / d) / 2^p stays
+// below 2^-ceil(log2 d) <= 1 / d, so the floor is exact.
+struct FastDiv {
+  uint32_t mul, shr;
+  static FastDiv make(int d) {
+    if (d == 1) return {0, 0};
+    int log2_up = 0;
+    while ((1 << log2_up) < d)
+      ++log2_up;
+    const int p = 31 + log2_up;
+    return {static_cast<uint32_t>(((uint64_t{1} << p) + d - 1) / d), static_cast<uint32_t>(p - 32)};
+  }
+  __host__ __device__ int operator()(int t) const {
+#ifdef __CUDA_ARCH__
+    const uint32_t hi = __umulhi(static_cast<uint32_t>(t), mul);
+#else
+    const uint32_t hi = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(t)} * mul) >> 32);
+#endif
+    return mul == 0 ? t : static_cast<int>(hi >> shr);
+  }
+};
+
+// ---- device helpers -----------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// c += a b for one m16n8k16 tile: a row-major 16 x 16, b col-major 16 x 8, fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 2^x, flushing denormals (one MUFU.EX2); ex2(-inf) = 0.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 16 bytes global -> shared; zero-filled (no global read) when !valid.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+// ---- parameters ---------------------------------------------------------------------------
+
+struct PrefillParams {
+  const void* q;
+  const void* k_cache;
+  const void* v_cache;
+  void* out;
+  float* lse;         // null: not written
+  const int4* items;  // {chunk, kv_head, row tile, KV tiles}
+  const int32_t* q_indptr;
+  const int32_t* block_indptr;
+  const int32_t* block_indices;
+  const int32_t* start_pos;
+  int num_q_heads, num_kv_heads, group, block_size;
+  int token_stride;   // cache elements per token: num_kv_heads * head_dim
+  int block_stride;   // cache elements per block: block_size * token_stride
+  FastDiv block_div;  // by block_size
+  float scale_log2;   // shape.scale * log2(e): the softmax runs in base 2
+};
+
+// ---- K/V tile loader ----------------------------------------------------------------------
+
+// Streams 64-token tiles of one KV head of a paged sequence into shared memory. Thread `tid`
+// copies 16-byte chunk tid % (D / 8) of kPer consecutive tokens, tokens tid / (D / 8) * kPer + i
+// of a tile, from K and from V. Tokens at or past kv_end are zero-filled (no global read), so a
+// masked probability never meets a NaN from an unwritten row. Strides and base pointers stay in
+// the kernel parameters (constant bank): the loader keeps few registers beside the softmax state.
+// With kOneBlock the tile's one page-table id is fetched a tile ahead; otherwise the kPer ids are
+// fetched right before the copies (held across the math they would spill).
+template <int D, typename T, bool kOneBlock>
+struct TileLoader {
+  static constexpr int kCpr = D / 8;                    // 16-byte chunks per token row
+  static constexpr int kPer = kTile * kCpr / kThreads;  // tokens per thread per tile (8 or 4)
+  static constexpr int kPitch = D * static_cast<int>(sizeof(T));
+  static_assert(kPer * kThreads == kTile * kCpr && (kPer == 4 || kPer == 8));
+
+  const PrefillParams& p;
+  const int32_t* table;  // the chunk's block table
+  int col;               // element offset of this thread's chunk in a token row (KV head included)
+  int tok0;              // the first of this thread's tokens in a tile (a multiple of kPer)
+  uint32_t so0;          // stage_offset(tok0, chunk)
+  int kv_end;
+  // kOneBlock (block_size % kPer == 0): a thread's kPer rows of a tile lie in one block (tok0
+  // and tiles are multiples of kPer), so one id and one address serve the whole tile.
+  int32_t ids[kOneBlock ? 1 : kPer];  // block of row i of the tile fetched last; -1 past kv_end
+
+  // Copies tile `tile` into the stage at ks (K) / vs (V). Tiles are loaded in order from 0 on.
+  __device__ __forceinline__ void load(int tile, uint32_t ks, uint32_t vs) {
+    if constexpr (kOneBlock) {
+      if (tile == 0) fetch(0);
+      issue(tile, ks, vs);
+      fetch(tile + 1);
+    } else {
+      fetch(tile);
+      issue(tile, ks, vs);
+    }
+  }
+
+  __device__ __forceinline__ TileLoader(const PrefillParams& params, const int32_t* blocks,
+                                        int kv_head, int tid, int end)
+      : p(params), table(blocks), kv_end(end) {
+    const int chunk = tid % kCpr;
+    col = kv_head * D + chunk * 8;
+    tok0 = tid / kCpr * kPer;
+    so0 = stage_offset(tok0, chunk, kPitch);
+  }
+
+  // Stage offset of row tok0 + i: (tok0 + i) & 7 = (tok0 & 7) ^ i for i < kPer (tok0 is a
+  // multiple of kPer), so the swizzle is so0's XOR i << 4 (bits 4..6, inside the row).
+  __host__ __device__ static constexpr uint32_t row_offset(uint32_t so0, int i) {
+    return (so0 ^ static_cast<uint32_t>(i << 4)) + i * kPitch;
+  }
+
+  __device__ __forceinline__ void fetch(int tile) {
+    const int t0 = tile * kTile + tok0;
+    if constexpr (kOneBlock) {
+      ids[0] = t0 < kv_end ? __ldg(table + p.block_div(t0)) : -1;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i)
+        ids[i] = t0 + i < kv_end ? __ldg(table + p.block_div(t0 + i)) : -1;
+    }
+  }
+
+  // Copies tile `tile` (whose ids were fetched last) into the stage whose K half starts at ks and
+  // V half at vs.
+  __device__ __forceinline__ void issue(int tile, uint32_t ks, uint32_t vs) const {
+    const T* kc = static_cast<const T*>(p.k_cache) + col;
+    const T* vc = static_cast<const T*>(p.v_cache) + col;
+    const int t0 = tile * kTile + tok0;
+    if constexpr (kOneBlock) {
+      // Past kv_end the address stays inside block 0 (nothing is read).
+      const int64_t off = int64_t{max(ids[0], 0)} * p.block_stride +
+                          (t0 - p.block_div(t0) * p.block_size) * p.token_stride;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const bool ok = ids[0] >= 0 && t0 + i < kv_end;
+        const uint32_t so = row_offset(so0, i);
+        cp_async16(ks + so, kc + off + i * p.token_stride, ok);
+        cp_async16(vs + so, vc + off + i * p.token_stride, ok);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int t = t0 + i;
+        const bool ok = ids[i] >= 0;
+        const int64_t off = int64_t{ok ? ids[i] : 0} * p.block_stride +
+                            (t - p.block_div(t) * p.block_size) * p.token_stride;
+        const uint32_t so = row_offset(so0, i);
+        cp_async16(ks + so, kc + off, ok);
+        cp_async16(vs + so, vc + off, ok);
+      }
+    }
+  }
+};
+
+// ---- online softmax -----------------------------------------------------------------------
+
+// This thread's share of its warp's 16 rows: rows qr (h = 0) and qr + 8 (h = 1), with raw-score
+// reference maxima m, sums l of 2^(s * scale_log2 - m * scale_log2) over this thread's columns,
+// and O accumulators (D / 8 n-tiles of the m16n8 layout: o[n][2h], o[n][2h + 1] are row h,
+// columns 8n + 2 qc and + 1).
+template <int D>
+struct RowState {
+  float o[D / 8][4];
+  float m[2], l[2];
+
+  __device__ __forceinline__ RowState() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[h] = -CUDART_INF_F;
+      l[h] = 0.f;
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  }
+
+  // Folds NJ n-tiles of raw scores into the state and turns s into their probabilities. Element
+  // c of s[j] is row c / 2, token tbase + 8j + (c & 1); when `masked`, tokens at or past the
+  // row's limit lim[c / 2] get probability 0.
+  template <int NJ>
+  __device__ __forceinline__ void softmax(float (&s)[NJ][4], float scale_log2, bool masked,
+                                          int tbase, const int (&lim)[2]) {
+    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      if (masked) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (tbase + j * 8 + (c & 1) >= lim[c >> 1]) s[j][c] = -CUDART_INF_F;
+      }
+      mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1)
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], off));
+    }
+    // The quad shares mx (reduced above), so its four threads agree on every decision. A row
+    // with no key yet has m = -inf: any finite maximum moves it; -inf - -inf is NaN, not > 8.
+    bool up[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      up[h] = (mx[h] - m[h]) * scale_log2 > kRescaleLog2;
+    if (__any_sync(0xffffffffu, up[0] || up[1])) {
+      float a[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float mn = up[h] ? mx[h] : m[h];
+        // A row that has seen only masked keys keeps reference 0: no -inf - -inf.
+        a[h] = ex2(fmaf(m[h], scale_log2, mn == -CUDART_INF_F ? 0.f : -mn * scale_log2));
+        m[h] = mn;
+        l[h] *= a[h];
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= a[0];
+        o[n][1] *= a[0];
+        o[n][2] *= a[1];
+        o[n][3] *= a[1];
+      }
+    }
+    float ref[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      ref[h] = m[h] == -CUDART_INF_F ? 0.f : m[h] * scale_log2;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        s[j][c] = ex2(fmaf(s[j][c], scale_log2, -ref[c >> 1]));
+      l[0] += s[j][0] + s[j][1];
+      l[1] += s[j][2] + s[j][3];
+    }
+  }
+};
+
+// ---- the kernel -----------------------------------------------------------------------------
+
+// A work item's geometry, read from the plan and the CSR arrays.
+struct Item {
+  int kv_head;
+  int q0;      // first row of the chunk in q / out (tokens)
+  int rows;    // stacked rows of the chunk: tokens x group
+  int row0;    // first stacked row of the tile
+  int start;   // position of the chunk's first token
+  int blocks;  // offset of the chunk's block table in block_indices
+
+  __device__ __forceinline__ static Item load(const PrefillParams& p) {
+    const int4 it = p.items[blockIdx.x];  // {chunk, kv_head, row tile, KV tiles}
+    Item r;
+    r.kv_head = it.y;
+    r.q0 = p.q_indptr[it.x];
+    r.rows = (p.q_indptr[it.x + 1] - r.q0) * p.group;
+    r.row0 = it.z * kRows;
+    r.start = p.start_pos[it.x];
+    r.blocks = p.block_indptr[it.x];
+    return r;
+  }
+  // Row of q / out / lse of stacked row r (< rows): token r / group, head kv_head * group +
+  // r % group.
+  __device__ __forceinline__ int q_row(const PrefillParams& p, int r) const {
+    return (q0 + r / p.group) * p.num_q_heads + kv_head * p.group + r % p.group;
+  }
+};
+
+template <int D, typename T, bool kOneBlock>
+__global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const PrefillParams p) {
+  using Loader = TileLoader<D, T, kOneBlock>;
+  constexpr int kPitch = Loader::kPitch;
+  constexpr int kStageBytes = kTile * kPitch;  // K (or V) of one stage
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // Stages start 256-byte aligned (pair_offset XORs address bits 5..7).
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 255u) & ~255u;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qr = lane >> 2, qc = lane & 3;
+
+  int kv_end, lim[2], lo_lim, hi_lim, kv_head, table;
+  uint32_t qf[D / 16][4];  // Q fragments (A operand, row-major 16 x D), see below
+  {
+    const Item it = Item::load(p);
+    if (it.row0 >= it.rows) return;  // a plan made from other arrays: this tile does not exist
+    kv_head = it.kv_head;
+    table = it.blocks;
+    // Keys the CTA needs: up to its last row's position.
+    kv_end = it.start + (min(it.rows, it.row0 + kRows) - 1) / p.group + 1;
+    // This thread's rows are r = row0 + 16 warp + qr + 8h (h = 0, 1); lim[h]: the row attends
+    // keys at positions < lim[h] (0 for padding, which then sees no key and is never stored).
+    // The warp's rows [wr0, wr1]: tiles reaching lo_lim need the mask, tiles from hi_lim on are
+    // skipped (hi_lim 0: a warp of padding rows, which only helps with the copies).
+    const int wr0 = it.row0 + warp * 16;
+    lo_lim = it.start + wr0 / p.group + 1;
+    hi_lim = wr0 < it.rows ? it.start + (min(wr0 + 15, it.rows - 1)) / p.group + 1 : 0;
+    const uint32_t* q32 = static_cast<const uint32_t*>(p.q);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wr0 + qr + 8 * h;
+      const bool ok = r < it.rows;
+      lim[h] = ok ? it.start + r / p.group + 1 : 0;
+      // qf[k][h], qf[k][2 + h]: columns 16k + 2qc (+1) and 16k + 2qc + 8 (+9) of row h.
+      const uint32_t* src = q32 + int64_t{ok ? it.q_row(p, r) : 0} * (D / 2) + qc;
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        qf[k][h] = ok ? __ldg(src + k * 8) : 0u;
+        qf[k][2 + h] = ok ? __ldg(src + k * 8 + 4) : 0u;
+      }
+    }
+  }
+
+  Loader ld(p, p.block_indices + table, kv_head, tid, kv_end);
+  ld.load(0, smem, smem + kStageBytes);
+  cp_async_commit();
+
+  const uint32_t k_off = k_lane_offset(lane, 0, kPitch), v_off = v_lane_offset(lane, 0, kPitch);
+  RowState<D> st;
+
+  for (int t0 = 0, stage = 0; t0 < kv_end; t0 += kTile, stage ^= 1) {
+    cp_async_wait_all();
+    __syncthreads();  // this tile landed for all; the other stage (last tile's) is free
+    if (t0 + kTile < kv_end) {
+      const uint32_t nb = smem + (stage ^ 1) * 2 * kStageBytes;
+      ld.load(t0 / kTile + 1, nb, nb + kStageBytes);
+    }
+    cp_async_commit();
+#pragma unroll
+    for (int half = 0; half < kTile / kSub; ++half) {
+      const int t = t0 + half * kSub;  // position of the step's first key
+      if (t >= hi_lim) break;          // past every row of the warp
+      const uint32_t ks = smem + stage * 2 * kStageBytes + half * kSub * kPitch + k_off;
+      const uint32_t vs = ks - k_off + kStageBytes + v_off;
+
+      // S = Q K^T: the warp's 16 rows x 32 keys (n-tile j = keys 8j .. 8j + 7).
+      float s[kSub / 8][4];
+#pragma unroll
+      for (int j = 0; j < kSub / 8; ++j)
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        const uint32_t a = pair_offset(ks, k);
+#pragma unroll
+        for (int j = 0; j < kSub / 8; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, a + j * 8 * kPitch);
+          mma16816<T>(s[j], qf[k], b[0], b[1]);
+          mma16816<T>(s[j + 1], qf[k], b[2], b[3]);
+        }
+      }
+
+      st.softmax(s, p.scale_log2, t + kSub > lo_lim, t + 2 * qc, lim);
+
+      // O += P V: P's accumulator layout is the A fragment of the next product (k-step kk =
+      // keys 16kk .. 16kk + 15).
+#pragma unroll
+      for (int kk = 0; kk < kSub / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int m = 0; m < D / 16; ++m) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, pair_offset(vs, m) + kk * 16 * kPitch);
+          mma16816<T>(st.o[2 * m], pa, b[0], b[1]);
+          mma16816<T>(st.o[2 * m + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait_all();  // only empty groups can be left; no copy outlives the CTA
+
+  // Each thread summed its own columns: the row sums are the quad's.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1)
+      st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], off);
+  }
+  // The item is read again rather than held in registers through the loop.
+  const Item it = Item::load(p);
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = it.row0 + warp * 16 + qr + 8 * h;
+    if (r >= it.rows) continue;
+    const int row = it.q_row(p, r);
+    const float l = st.l[h];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    // Columns 2 qc and 2 qc + 1 of each n-tile.
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + int64_t{row} * D) + qc;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      dst[n * 4] = pack2<T>(st.o[n][2 * h] * inv, st.o[n][2 * h + 1] * inv);
+    if (p.lse != nullptr && qc == 0) {
+      p.lse[row] = l > 0.f ? (st.m[h] * p.scale_log2 + log2f(l)) * kLn2 : -CUDART_INF_F;
+    }
+  }
+}
+
+// ---- launch ---------------------------------------------------------------------------------
+
+template <int D, typename T, bool kOneBlock>
+cudaError_t launch_kernel(const PrefillParams& params, int num_items, cudaStream_t stream) {
+  constexpr int kSmem = smem_bytes<D, T>();
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      prefill_kernel<D, T, kOneBlock>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  prefill_kernel<D, T, kOneBlock>
+      <<<static_cast<unsigned>(num_items), kThreads, kSmem, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <int D, typename T>
+cudaError_t launch_typed(const PrefillParams& params, int num_items, cudaStream_t stream) {
+  return params.block_size % TileLoader<D, T, true>::kPer == 0
+             ? launch_kernel<D, T, true>(params, num_items, stream)
+             : launch_kernel<D, T, false>(params, num_items, stream);
+}
+
+bool shape_supported(const AttentionShape& shape) {
+  return (shape.head_dim == 64 || shape.head_dim == 128) && shape.num_kv_heads > 0 &&
+         shape.num_q_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 &&
+         shape.block_size > 0;
+}
+
+int ceil_div(int64_t a, int64_t b) {
+  return static_cast<int>((a + b - 1) / b);
+}
+
+}  // namespace
+
+PrefillPlan make_prefill_plan(const AttentionShape& shape, const int32_t* q_indptr,
+                              const int32_t* start_pos, int num_chunks) {
+  struct Item {
+    int32_t chunk, kv_head, row_tile, kv_tiles;
+  };
+  PrefillPlan plan;
+  plan.num_chunks = num_chunks;
+  plan.num_tokens = num_chunks > 0 ? q_indptr[num_chunks] : 0;
+  const int g = shape.group();
+  std::vector<Item> items;
+  for (int c = 0; c < num_chunks; ++c) {
+    const int64_t rows = int64_t{q_indptr[c + 1] - q_indptr[c]} * g;
+    for (int r = 0; r < ceil_div(rows, kRows); ++r) {
+      const int64_t last_row = std::min<int64_t>(rows, int64_t{r + 1} * kRows) - 1;
+      const int64_t kv_end = start_pos[c] + last_row / g + 1;
+      for (int h = 0; h < shape.num_kv_heads; ++h)
+        items.push_back({c, h, r, ceil_div(kv_end, kTile)});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.kv_tiles > b.kv_tiles; });
+  plan.num_items = static_cast<int32_t>(items.size());
+  plan.host.reserve(items.size() * 4);
+  for (const Item& it : items) {
+    plan.host.insert(plan.host.end(), {it.chunk, it.kv_head, it.row_tile, it.kv_tiles});
+    plan.num_kv_tiles += it.kv_tiles;
+  }
+  return plan;
+}
+
+size_t prefill_workspace_bytes(const PrefillPlan& plan) {
+  return plan.device_bytes();
+}
+
+cudaError_t upload_prefill_plan(PrefillPlan& plan, void* workspace, size_t workspace_bytes,
+                                cudaStream_t stream) {
+  if (workspace_bytes < prefill_workspace_bytes(plan) ||
+      reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  plan.device = static_cast<const int32_t*>(workspace);
+  if (plan.host.empty()) return cudaSuccess;
+  return cudaMemcpyAsync(workspace, plan.host.data(), plan.device_bytes(), cudaMemcpyHostToDevice,
+                         stream);
+}
+
+cudaError_t paged_prefill(const AttentionShape& shape, KvDtype dtype, const PrefillPlan& plan,
+                          const void* q, const void* k_cache, const void* v_cache,
+                          const int32_t* q_indptr, const int32_t* block_indptr,
+                          const int32_t* block_indices, const int32_t* start_pos, void* out,
+                          float* lse, cudaStream_t stream) {
+  if (!shape_supported(shape) || (plan.num_items > 0 && plan.device == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if (plan.num_items == 0) return cudaSuccess;
+  PrefillParams p{};
+  p.q = q;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.out = out;
+  p.lse = lse;
+  p.items = reinterpret_cast<const int4*>(plan.device);
+  p.q_indptr = q_indptr;
+  p.block_indptr = block_indptr;
+  p.block_indices = block_indices;
+  p.start_pos = start_pos;
+  p.num_q_heads = shape.num_q_heads;
+  p.num_kv_heads = shape.num_kv_heads;
+  p.group = shape.group();
+  p.block_size = shape.block_size;
+  p.token_stride = shape.num_kv_heads * shape.head_dim;
+  p.block_stride = shape.block_size * p.token_stride;
+  p.block_div = FastDiv::make(shape.block_size);
+  p.scale_log2 = shape.scale * kLog2e;
+  const bool f16 = dtype == KvDtype::kF16;
+  if (shape.head_dim == 64) {
+    return f16 ? launch_typed<64, __half>(p, plan.num_items, stream)
+               : launch_typed<64, __nv_bfloat16>(p, plan.num_items, stream);
+  }
+  return f16 ? launch_typed<128, __half>(p, plan.num_items, stream)
+             : launch_typed<128, __nv_bfloat16>(p, plan.num_items, stream);
+}
+
+}  // namespace kvc::kernels::cuda

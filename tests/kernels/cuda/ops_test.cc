@@ -1,0 +1,307 @@
+// Device model ops (kernels/cuda/ops.h) against their CPU twins (kernels/cpu/ops.h) run in
+// float32 on the same bf16 inputs: gathers, KV appends and block copies bit-exact; the math ops by
+// relative L2 (<= 1e-2) and a bit-equal share (the twin rounds the same float to bf16 except when
+// the last fp32 bit differs). Outputs are poisoned first (0xFF: NaN in bf16, fp16 and fp32) and
+// every case draws fresh random inputs.
+#include "kernels/cuda/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/device.h"
+#include "tests/kernels/cuda/device_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace kvc::kernels {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::KvDtype;
+using testutil::download;
+using testutil::fraction_equal;
+using testutil::random_bf16;
+using testutil::random_vector;
+using testutil::rel_l2;
+using testutil::to_bits;
+using testutil::to_floats;
+using testutil::upload;
+
+constexpr double kBf16Tol = 1e-2;
+constexpr double kMinEqual = 0.99;
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << cuda::device_description();
+  }
+  std::mt19937 rng_{20261201};
+};
+
+// Compares bf16 bits from the device with the twin's float output rounded to bf16.
+void expect_bf16_close(const std::vector<uint16_t>& got, std::vector<float> want,
+                       const std::string& what) {
+  cpu::round_to(want.data(), static_cast<int64_t>(want.size()), cpu::StorageType::kBF16);
+  const std::vector<float> got_f = to_floats(got);
+  for (size_t i = 0; i < got_f.size(); ++i)
+    ASSERT_FALSE(std::isnan(got_f[i])) << what << " index " << i;
+  EXPECT_LT(rel_l2(got_f, want), kBf16Tol) << what;
+  EXPECT_GE(fraction_equal(got, to_bits(want)), kMinEqual) << what;
+}
+
+TEST_F(CudaOpsTest, EmbeddingGatherIsExact) {
+  const int vocab = 1000;
+  for (int hidden : {64, 100, 1000, 4096}) {  // 100: not a multiple of 8 (scalar path)
+    for (int tokens : {1, 37, 300}) {
+      const std::string what =
+          "hidden " + std::to_string(hidden) + " tokens " + std::to_string(tokens);
+      const std::vector<float> table = random_bf16(rng_, static_cast<size_t>(vocab) * hidden);
+      std::vector<int32_t> ids(tokens);
+      for (int32_t& id : ids)
+        id = static_cast<int32_t>(rng_() % vocab);
+      if (tokens > 2) ids[1] = -1, ids[2] = vocab;  // padding: zero rows
+      DeviceBuffer d_table = upload(to_bits(table)), d_ids = upload(ids),
+                   d_out(static_cast<size_t>(2) * tokens * hidden);
+      d_out.fill_bytes(0xFF);
+      ASSERT_EQ(cuda::embedding_gather(d_table.data(), vocab, hidden, d_ids.as<int32_t>(), tokens,
+                                       d_out.data()),
+                cudaSuccess);
+      cuda::synchronize_or_die("embedding_gather");
+      std::vector<float> want(static_cast<size_t>(tokens) * hidden);
+      cpu::embedding_gather(table.data(), vocab, hidden, ids.data(), tokens, want.data());
+      EXPECT_EQ(download<uint16_t>(d_out, want.size()), to_bits(want)) << what;
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, AddRmsNormMatchesTwin) {
+  const float eps = 1e-5f;
+  enum Mode { kAccumulate, kFirstLayer, kNormOnly };
+  for (int hidden : {64, 100, 1000, 4096}) {
+    for (int rows : {1, 37, 300}) {
+      for (Mode mode : {kAccumulate, kFirstLayer, kNormOnly}) {
+        const std::string what = "hidden " + std::to_string(hidden) + " rows " +
+                                 std::to_string(rows) + " mode " + std::to_string(mode);
+        const size_t n = static_cast<size_t>(rows) * hidden;
+        const std::vector<float> x = random_bf16(rng_, n);
+        std::vector<float> w = random_bf16(rng_, hidden, 0.1f);
+        for (float& v : w)
+          v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
+        std::vector<float> residual = random_vector(rng_, n, 3.0f);
+        DeviceBuffer d_x = upload(to_bits(x)), d_w = upload(to_bits(w)), d_res = upload(residual),
+                     d_y(2 * n);
+        d_y.fill_bytes(0xFF);
+        if (mode == kFirstLayer) d_res.fill_bytes(0xFF);  // must be overwritten, not read
+        const bool with_x = mode != kNormOnly;
+        ASSERT_EQ(
+            cuda::add_rms_norm(with_x ? d_x.data() : nullptr, d_res.as<float>(),
+                               mode == kAccumulate, d_w.data(), d_y.data(), rows, hidden, eps),
+            cudaSuccess);
+        cuda::synchronize_or_die("add_rms_norm");
+        std::vector<float> want_y(n);
+        cpu::add_rms_norm(with_x ? x.data() : nullptr, residual.data(), mode == kAccumulate,
+                          w.data(), want_y.data(), rows, hidden, eps);
+        EXPECT_EQ(download<float>(d_res, n), residual) << what << " (residual)";
+        expect_bf16_close(download<uint16_t>(d_y, n), want_y, what);
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, RopeMatchesTwinOnAFusedQkvBuffer) {
+  const cpu::RopeConfig configs[] = {{.theta = 500000, .llama3_scaling = true}, {.theta = 10000}};
+  for (const cpu::RopeConfig& cfg : configs) {
+    for (int head_dim : {64, 128}) {
+      for (int group : {1, 4, 8}) {
+        for (int tokens : {1, 77, 300}) {
+          const int kv_heads = 2, q_heads = kv_heads * group;
+          const int qd = q_heads * head_dim, kvd = kv_heads * head_dim, row = qd + 2 * kvd;
+          const std::string what = "llama3 " + std::to_string(cfg.llama3_scaling) + " d " +
+                                   std::to_string(head_dim) + " group " + std::to_string(group) +
+                                   " tokens " + std::to_string(tokens);
+          const std::vector<float> qkv = random_bf16(rng_, static_cast<size_t>(tokens) * row);
+          std::vector<int32_t> pos(tokens);
+          for (int32_t& p : pos)
+            p = static_cast<int32_t>(rng_() % 131072);
+          pos[0] = tokens > 1 ? 0 : 131071;
+          if (tokens > 3) pos[1] = 8191, pos[2] = 8192, pos[3] = 131071;
+          DeviceBuffer d_qkv = upload(to_bits(qkv)), d_pos = upload(pos);
+          const cuda::RopeTable table = cuda::make_rope_table(head_dim, cfg);
+          ASSERT_EQ(
+              cuda::rope(d_qkv.data(), row, q_heads, static_cast<uint16_t*>(d_qkv.data()) + qd, row,
+                         kv_heads, d_pos.as<int32_t>(), tokens, table),
+              cudaSuccess);
+          cuda::synchronize_or_die("rope");
+          const std::vector<uint16_t> got = download<uint16_t>(d_qkv, qkv.size());
+          // The twin on contiguous copies of q and k.
+          std::vector<float> q(static_cast<size_t>(tokens) * qd),
+              k(static_cast<size_t>(tokens) * kvd);
+          for (int t = 0; t < tokens; ++t) {
+            std::copy_n(qkv.begin() + static_cast<size_t>(t) * row, qd,
+                        q.begin() + static_cast<size_t>(t) * qd);
+            std::copy_n(qkv.begin() + static_cast<size_t>(t) * row + qd, kvd,
+                        k.begin() + static_cast<size_t>(t) * kvd);
+          }
+          cpu::rope(q.data(), pos.data(), tokens, q_heads, head_dim, cfg);
+          cpu::rope(k.data(), pos.data(), tokens, kv_heads, head_dim, cfg);
+          std::vector<uint16_t> got_q, got_k, got_v, want_v;
+          for (int t = 0; t < tokens; ++t) {
+            const auto r = got.begin() + static_cast<size_t>(t) * row;
+            got_q.insert(got_q.end(), r, r + qd);
+            got_k.insert(got_k.end(), r + qd, r + qd + kvd);
+            got_v.insert(got_v.end(), r + qd + kvd, r + row);
+            const auto in = qkv.begin() + static_cast<size_t>(t) * row + qd + kvd;
+            const std::vector<float> v(in, in + kvd);
+            const std::vector<uint16_t> vb = to_bits(v);
+            want_v.insert(want_v.end(), vb.begin(), vb.end());
+          }
+          expect_bf16_close(got_q, q, what + " q");
+          expect_bf16_close(got_k, k, what + " k");
+          EXPECT_EQ(got_v, want_v) << what << " v must stay untouched";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, RopeWithoutKRotatesOnlyQ) {
+  const int tokens = 5, heads = 3, d = 64;
+  const std::vector<float> q = random_bf16(rng_, static_cast<size_t>(tokens) * heads * d);
+  const std::vector<int32_t> pos{0, 1, 100, 5000, 120000};
+  DeviceBuffer d_q = upload(to_bits(q)), d_pos = upload(pos);
+  const cpu::RopeConfig cfg{.theta = 500000, .llama3_scaling = true};
+  ASSERT_EQ(cuda::rope(d_q.data(), heads * d, heads, nullptr, 0, 0, d_pos.as<int32_t>(), tokens,
+                       cuda::make_rope_table(d, cfg)),
+            cudaSuccess);
+  cuda::synchronize_or_die("rope");
+  std::vector<float> want = q;
+  cpu::rope(want.data(), pos.data(), tokens, heads, d, cfg);
+  expect_bf16_close(download<uint16_t>(d_q, q.size()), want, "q only");
+}
+
+TEST_F(CudaOpsTest, SiluMulMatchesTwin) {
+  for (int inter : {64, 100, 1408, 4096}) {
+    for (int rows : {1, 37, 300}) {
+      const std::string what = "inter " + std::to_string(inter) + " rows " + std::to_string(rows);
+      const size_t n = static_cast<size_t>(rows) * inter;
+      std::vector<float> gate_up = random_bf16(rng_, 2 * n, 3.0f);
+      gate_up[0] = -100.0f;  // exp(100) overflows: silu must be -0, not NaN
+      DeviceBuffer d_in = upload(to_bits(gate_up)), d_out(2 * n);
+      d_out.fill_bytes(0xFF);
+      ASSERT_EQ(cuda::silu_mul(d_in.data(), d_out.data(), rows, inter), cudaSuccess);
+      cuda::synchronize_or_die("silu_mul");
+      std::vector<float> want(n);
+      cpu::silu_mul(gate_up.data(), want.data(), rows, inter);
+      expect_bf16_close(download<uint16_t>(d_out, n), want, what);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, KvAppendIsExactInBothCacheDtypes) {
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16}) {
+    for (int kv_heads : {1, 2, 8}) {
+      for (int head_dim : {64, 128}) {
+        for (int block_size : {8, 16, 32}) {
+          for (int tokens : {1, 37, 300}) {
+            const std::string what =
+                std::string(dt == KvDtype::kF16 ? "fp16" : "bf16") + " kv_heads " +
+                std::to_string(kv_heads) + " d " + std::to_string(head_dim) + " bs " +
+                std::to_string(block_size) + " tokens " + std::to_string(tokens);
+            const int kvd = kv_heads * head_dim, row = 2 * kvd;  // [k | v] per token
+            const int num_blocks = tokens / block_size + 8;
+            const int num_slots = num_blocks * block_size;
+            // Distinct slots in shuffled blocks; about one token in ten is padding (-1).
+            std::vector<int32_t> all(num_slots);
+            std::iota(all.begin(), all.end(), 0);
+            std::shuffle(all.begin(), all.end(), rng_);
+            std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
+            for (int32_t& s : slots) {
+              if (rng_() % 10 == 0) s = -1;
+            }
+            std::vector<float> kv = random_bf16(rng_, static_cast<size_t>(tokens) * row, 2.0f);
+            kv[0] = 1e5f;  // beyond fp16: inf there
+            kv[kvd] = -7e4f;
+            cpu::round_to(kv.data(), 2, cpu::StorageType::kBF16);
+            cpu::round_to(kv.data() + kvd, 1, cpu::StorageType::kBF16);
+            // The caches start as other random values of the dtype (every untouched row is
+            // checked too).
+            const size_t cache_n = static_cast<size_t>(num_slots) * kvd;
+            std::vector<float> k_cache = random_vector(rng_, cache_n);
+            std::vector<float> v_cache = random_vector(rng_, cache_n);
+            cpu::round_to(k_cache.data(), cache_n, testutil::storage(dt));
+            cpu::round_to(v_cache.data(), cache_n, testutil::storage(dt));
+            DeviceBuffer d_kv = upload(to_bits(kv)), d_slots = upload(slots),
+                         d_k = upload(to_bits(k_cache, dt)), d_v = upload(to_bits(v_cache, dt));
+            ASSERT_EQ(cuda::kv_append(d_kv.data(), row, static_cast<uint16_t*>(d_kv.data()) + kvd,
+                                      row, d_slots.as<int32_t>(), tokens, kv_heads, head_dim, dt,
+                                      d_k.data(), d_v.data()),
+                      cudaSuccess);
+            cuda::synchronize_or_die("kv_append");
+            cpu::kv_append(kv.data(), row, kv.data() + kvd, row, slots.data(), tokens, kvd,
+                           testutil::storage(dt), k_cache.data(), v_cache.data());
+            EXPECT_EQ(download<uint16_t>(d_k, cache_n), to_bits(k_cache, dt)) << what << " K";
+            EXPECT_EQ(download<uint16_t>(d_v, cache_n), to_bits(v_cache, dt)) << what << " V";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, CopyBlocksIsExact) {
+  struct Case {
+    int layers, block_size, kv_heads, head_dim;
+  };
+  // The last case has 18-element blocks (not a multiple of 8: the 2-byte path).
+  const Case cases[] = {
+      {1, 16, 2, 64}, {4, 8, 8, 128}, {4, 32, 2, 128}, {3, 16, 8, 64}, {2, 3, 1, 6}};
+  for (const Case& c : cases) {
+    for (int num_pairs : {1, 5, 11}) {
+      const std::string what = "layers " + std::to_string(c.layers) + " bs " +
+                               std::to_string(c.block_size) + " pairs " + std::to_string(num_pairs);
+      const cuda::KvCacheLayout layout{c.layers,   24,         c.block_size,
+                                       c.kv_heads, c.head_dim, KvDtype::kBF16};
+      // Sources and destinations from disjoint halves of a shuffled pool; one pair is src == dst.
+      std::vector<int32_t> pool(layout.num_blocks);
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng_);
+      std::vector<int32_t> pairs;
+      for (int p = 0; p < num_pairs; ++p) {
+        pairs.push_back(pool[p]);
+        pairs.push_back(p == num_pairs - 1 ? pool[p] : pool[12 + p]);
+      }
+      const size_t n = layout.bytes() / 2;
+      std::vector<uint16_t> bits(n);
+      for (uint16_t& b : bits)
+        b = static_cast<uint16_t>(rng_());
+      DeviceBuffer d_caches = upload(bits), d_pairs = upload(pairs);
+      ASSERT_EQ(cuda::copy_blocks(d_caches.data(), layout, d_pairs.as<int32_t>(), num_pairs),
+                cudaSuccess);
+      cuda::synchronize_or_die("copy_blocks");
+      // The twin copies floats whose upper halves are the bits (memcpy: NaN payloads survive).
+      std::vector<float> f = to_floats(bits);
+      cpu::copy_blocks(f.data(), c.layers, layout.num_blocks, layout.block_elements(), pairs.data(),
+                       num_pairs);
+      EXPECT_EQ(download<uint16_t>(d_caches, n), to_bits(f)) << what;
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, LayoutPointsAtEachLayersCaches) {
+  const cuda::KvCacheLayout layout{3, 10, 16, 2, 64, KvDtype::kF16};
+  char* base = reinterpret_cast<char*>(0x10000);
+  const int64_t cache_bytes = 10 * 16 * 2 * 64 * 2;
+  EXPECT_EQ(static_cast<char*>(layout.k(base, 0)), base);
+  EXPECT_EQ(static_cast<char*>(layout.v(base, 0)), base + cache_bytes);
+  EXPECT_EQ(static_cast<char*>(layout.k(base, 2)), base + 4 * cache_bytes);
+  EXPECT_EQ(layout.bytes(), size_t(6 * cache_bytes));
+}
+
+}  // namespace
+}  // namespace kvc::kernels

@@ -1,7 +1,12 @@
 #include "cli/engine_flags.h"
 
+#include <cstdio>
+
 #include "replica/cpu_backend.h"
 #include "replica/weights.h"
+#if KVCASCADE_HAVE_CUDA
+#include "replica/cuda/cuda_backend.h"
+#endif
 
 namespace kvc::cli {
 
@@ -11,8 +16,15 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_option("--model", f.model_dir, "Hugging Face model folder (config.json + *.safetensors)")
       ->check(CLI::ExistingDirectory);
   cmd.add_option("--weights-seed", f.weights_seed, "seed of the random-initialised weights");
-  cmd.add_option("--kv-blocks", f.kv_blocks, "KV cache blocks in the pool")
-      ->check(CLI::Range(1, 1 << 24));
+  cmd.add_option("--backend", f.backend, "cpu (float32 reference) or cuda (bf16 on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--kv-blocks", f.kv_blocks,
+                 "KV cache blocks in the pool (0, the default: 4096 on the CPU; on the GPU, as "
+                 "many as --gpu-memory-utilization leaves room for)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                 "share of the GPU's memory for weights, workspace and KV cache")
+      ->check(CLI::Range(0.05, 0.99));
   cmd.add_option("--block-size", f.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   cmd.add_option("--attention", f.attention, "cascade, or flat (bit-reproducible)")
       ->check(CLI::IsMember({"cascade", "flat"}));
@@ -36,7 +48,47 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
       ->check(CLI::Range(0.0, 1.0));
 }
 
+namespace {
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f) {
+#if KVCASCADE_HAVE_CUDA
+  CudaBackendOptions o;
+  o.num_blocks = f.kv_blocks;
+  o.block_size = f.block_size;
+  o.gpu_memory_utilization = f.gpu_memory_utilization;
+  o.max_tokens_per_step = f.engine.scheduler.max_tokens_per_step;
+  o.max_num_seqs = f.engine.scheduler.max_num_seqs;
+  o.weights_seed = f.weights_seed;
+  Result<std::unique_ptr<CudaBackend>> made = Error{""};
+  if (!f.model_dir.empty()) {
+    made = CudaBackend::load(f.model_dir, o);
+  } else {
+    auto config = preset_config(f.preset);
+    if (!config.ok()) return Error{config.error().message};
+    made = CudaBackend::create(*config, nullptr, o);
+  }
+  if (!made.ok()) return Error{made.error().message};
+  const CudaBackendMemory& m = (*made)->memory();
+  auto mib = [](size_t b) { return static_cast<double>(b) / (1 << 20); };
+  std::fprintf(stderr,
+               "cuda backend on %s: weights %.0f MiB, workspace %.0f MiB, KV cache %.0f MiB (%d "
+               "blocks of %d tokens, bf16); %.0f of %.0f MiB were free\n",
+               m.device.c_str(), mib(m.weight_bytes), mib(m.workspace_bytes), mib(m.kv_bytes),
+               (*made)->num_blocks(), (*made)->block_size(), mib(m.device_free),
+               mib(m.device_total));
+  return std::unique_ptr<Backend>(std::move(made).value());
+#else
+  (void)f;
+  return Error{
+      "--backend cuda: this binary was built without CUDA (configure with "
+      "-DKVCASCADE_CUDA=ON on a machine with nvcc)"};
+#endif
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f) {
+  if (f.backend == "cuda") return make_cuda_backend(f);
   ModelWeights weights;
   if (!f.model_dir.empty()) {
     auto loaded = load_hf_weights(f.model_dir);
@@ -46,12 +98,14 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f) {
     auto config = preset_config(f.preset);
     if (!config.ok()) return Error{config.error().message};
     if (f.preset != "tiny") {
-      return Error{"the CPU backend runs only the tiny preset (llama3-8b is for the GPU)"};
+      return Error{
+          "the CPU backend runs only the tiny preset (llama3-8b is for the GPU: "
+          "--backend cuda)"};
     }
     weights = random_weights(*config, f.weights_seed);
   }
-  return std::unique_ptr<Backend>(
-      std::make_unique<CpuBackend>(std::move(weights), f.kv_blocks, f.block_size));
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
+      std::move(weights), f.kv_blocks > 0 ? f.kv_blocks : 4096, f.block_size));
 }
 
 EngineConfig engine_config(const EngineFlags& f, const Backend& backend) {

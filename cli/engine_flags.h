@@ -18,7 +18,9 @@ struct EngineFlags {
   std::string preset = "tiny";
   std::string model_dir;  // a Hugging Face folder; overrides the preset
   uint64_t weights_seed = 1234;
-  int32_t kv_blocks = 4096;
+  std::string backend = "cpu";  // or "cuda"
+  int32_t kv_blocks = 0;        // 0: 4096 on the CPU; on the GPU as many as memory allows
+  double gpu_memory_utilization = 0.9;
   int32_t block_size = 16;
   std::string attention = "cascade";  // or "flat"
   EngineConfig engine;
@@ -26,7 +28,8 @@ struct EngineFlags {
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
 
-// The CPU backend for the flags' model (random-initialised preset or loaded weights).
+// The flags' backend (CPU or CUDA) for the flags' model (random-initialised preset or loaded
+// weights). The CUDA backend prints what it allocated (weights, workspace, KV) to stderr.
 Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& flags);
 
 // The engine config with the attention mode applied.

@@ -51,11 +51,11 @@ int run_replica(const ReplicaFlags& f) {
     return 2;
   }
   std::printf(
-      "kvcascade replica %s serving model '%s' on http://%s:%u (%s attention, %d KV "
-      "blocks of %d tokens)\n",
+      "kvcascade replica %s serving model '%s' on http://%s:%u (%s backend, %s attention, %d "
+      "KV blocks of %d tokens)\n",
       f.replica.replica_id.c_str(), server.config().served_model_name.c_str(),
-      f.server.host.c_str(), *port, f.engine.attention.c_str(), f.engine.kv_blocks,
-      f.engine.block_size);
+      f.server.host.c_str(), *port, (*backend)->name().c_str(), f.engine.attention.c_str(),
+      (*backend)->num_blocks(), (*backend)->block_size());
   std::fflush(stdout);
   wait_for_shutdown_signal();
   std::printf("kvcascade replica: shutting down\n");

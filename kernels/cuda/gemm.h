@@ -1,0 +1,44 @@
+// Dense GEMMs of the model on tensor cores through cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ (the
+// Hugging Face Linear layout: w is [out, in], row-major), bf16 x and w, fp32 accumulation, y in
+// bf16 or fp32 (the LM head's logits). Descriptors and the chosen algorithm are cached per shape,
+// so a warmed-up GEMM costs one cublasLtMatmul call and allocates nothing (CUDA-graph capturable).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include <cuda_runtime_api.h>
+
+namespace kvc::kernels::cuda {
+
+enum class GemmOut { kBF16, kF32 };
+
+class Gemm {
+ public:
+  // Creates the cuBLASLt handle and a device workspace of `workspace_bytes`.
+  explicit Gemm(size_t workspace_bytes = size_t{32} << 20);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // y = x · wᵀ (beta 0) or y += x · wᵀ (accumulate; y must be the output dtype). x: [m, k] bf16,
+  // w: [n, k] bf16, y: [m, n]. Row-major, densely packed. Returns cudaErrorNotSupported when
+  // cuBLASLt finds no algorithm, or the launch error.
+  cudaError_t run(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
+                  cudaStream_t stream, bool accumulate = false);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int, int, int, int, bool>;
+  Plan* plan_for(int m, int n, int k, GemmOut out, bool accumulate);
+
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace kvc::kernels::cuda

@@ -1,0 +1,138 @@
+// A Llama-architecture model on the device: bf16 weights, an fp32 residual stream, a paged bf16 KV
+// cache, cuBLASLt GEMMs, chunked causal prefill and flat/cascade decode attention, and sampling
+// on the device (logits never leave it unless asked). The engine's CUDA backend
+// (replica/cuda/) drives it through this header, which carries no CUDA types: replica/ never
+// includes CUDA headers.
+//
+// Memory: weights, the KV cache and every workspace are allocated by create() for the capacity
+// given; a step allocates only when a cascade plan outgrows the plan/workspace buffers sized at
+// start-up (then they grow once and stay).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cascade_plan.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/sampling_rule.h"
+
+namespace kvc::kernels::cuda {
+
+struct LlamaDims {
+  int hidden = 0;
+  int intermediate = 0;
+  int layers = 0;
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int vocab = 0;
+  float rms_eps = 1e-5f;
+  cpu::RopeConfig rope;
+  bool tied_embeddings = false;
+};
+
+struct LlamaCapacity {
+  int num_blocks = 0;  // KV cache blocks
+  int block_size = 16;
+  int max_tokens = 512;    // rows of one step: prefill tokens + decode sequences
+  int max_chunks = 256;    // prefill chunks of one step
+  int max_blocks = 65536;  // prefill block-table entries of one step
+  int max_samples = 1024;  // tokens drawn in one step
+  int max_copies = 1024;   // copy-on-write block pairs of one step
+};
+
+// The tensors of the model, as the device stores them (bf16, row-major, HF [out, in] layout).
+// kQkv is [(q_heads + 2 * kv_heads) * head_dim, hidden]: the q_proj rows, then k_proj, then
+// v_proj; kGateUp is [2 * intermediate, hidden]: gate rows, then up rows.
+enum class LlamaTensor {
+  kEmbed,
+  kAttnNorm,
+  kQkv,
+  kO,
+  kMlpNorm,
+  kGateUp,
+  kDown,
+  kFinalNorm,
+  kLmHead
+};
+
+// One step, as host arrays (views: nothing is copied until forward).
+struct LlamaStep {
+  std::span<const int32_t> copy_pairs;  // [num_copies, 2] (src, dst)
+  // Prefill chunks, CSR (replica/backend.h PrefillBatch).
+  std::span<const int32_t> prefill_tokens;
+  std::span<const int32_t> token_indptr;  // [num_chunks + 1] (empty: no prefill)
+  std::span<const int32_t> start_pos;
+  std::span<const int32_t> block_indptr;
+  std::span<const int32_t> block_indices;
+  std::span<const uint8_t> want_logits;
+  // Decode.
+  std::span<const int32_t> decode_tokens;
+  std::span<const int32_t> decode_positions;
+  std::span<const int32_t> decode_slots;
+  const CascadePlan* plan = nullptr;  // when there are decode tokens
+  // Tokens to draw: the logits row each one reads and its parameters.
+  std::span<const int32_t> sample_rows;
+  std::span<const sampling::SampleParams> sample_params;
+  int sample_vocab = 0;  // ids below it are drawn
+  bool return_logits = false;
+};
+
+struct LlamaOutput {
+  std::vector<int32_t> tokens;  // one per sample
+  std::vector<float> logprobs;  // one per sample
+  std::vector<float> logits;    // [logit rows, vocab] when asked
+};
+
+class LlamaModel {
+ public:
+  // Allocates weights (uninitialised), the KV cache and the workspaces; nullptr and `error` set
+  // when the device lacks memory or the shape is unsupported (head_dim 64/128, even heads).
+  static std::unique_ptr<LlamaModel> create(const LlamaDims& dims, const LlamaCapacity& capacity,
+                                            std::string& error);
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  // Bytes of one tensor kind (per layer for the layer tensors) and of everything.
+  static size_t weight_bytes(const LlamaDims& dims);
+  static size_t kv_bytes(const LlamaDims& dims, int num_blocks, int block_size);
+  // Device memory create() takes besides weights and KV (activations, GEMM and attention
+  // workspaces, staging).
+  static size_t workspace_bytes(const LlamaDims& dims, const LlamaCapacity& capacity);
+  // Free device memory now (for sizing the KV pool) and the device's total.
+  static std::pair<size_t, size_t> device_memory();
+
+  // Every matrix uniform with standard deviation 1 / sqrt(fan_in), norms 1 (as
+  // replica/weights.h random_weights, not bit-equal to it): deterministic for the seed.
+  std::string random_init(uint64_t seed);
+  // Writes `count` values at element `offset` of a tensor (layer ignored for model tensors),
+  // converting float32 to bf16 (round to nearest even) on the host, in pieces.
+  std::string upload(LlamaTensor t, int layer, size_t offset, const float* host, size_t count);
+  // Same for raw bf16 (or fp16, converted on the device) values.
+  std::string upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,
+                          size_t count, bool is_fp16);
+  size_t tensor_elements(LlamaTensor t) const;
+
+  // Runs the step and draws its tokens. An error string names the failed operation; the KV of the
+  // step's sequences is then undefined, and the model stays usable for other sequences.
+  std::string forward(const LlamaStep& step, LlamaOutput& out);
+
+  const LlamaDims& dims() const { return dims_; }
+  const LlamaCapacity& capacity() const { return capacity_; }
+
+  struct Impl;  // device state (llama.cu)
+
+ private:
+  LlamaModel(LlamaDims dims, LlamaCapacity capacity);
+  LlamaDims dims_;
+  LlamaCapacity capacity_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvc::kernels::cuda

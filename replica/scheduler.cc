@@ -396,7 +396,10 @@ SchedulerOutput Scheduler::schedule() {
   while (!waiting_.empty() && step.budget > 0) {
     if (!try_admit_with_partners(step)) break;
   }
-  // Copies into blocks of groups preempted later in the step are moot.
+  // Copies into blocks of groups preempted later in the step are moot. (Only a step that both
+  // copied and preempted can hold such copies: skip the set of every live block otherwise, which
+  // costs more than the rest of the schedule at 128 long sequences.)
+  if (step.out.preempted.empty() || step.out.block_copies.empty()) return std::move(step.out);
   std::unordered_set<int32_t> live;
   for (const auto& g : running_) {
     if (g->prompt_seq)

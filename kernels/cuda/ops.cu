@@ -153,7 +153,8 @@ __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumul
 struct RopeArgs {
   bf16* q;
   bf16* k;
-  int64_t q_stride, k_stride;
+  bf16* q_out;  // q's rotated rows go here (== q: in place)
+  int64_t q_stride, k_stride, q_out_stride;
   int num_q_heads, num_kv_heads;
   const int32_t* positions;
   RopeTable table;
@@ -177,14 +178,17 @@ __global__ void rope_kernel(const RopeArgs a) {
   const int heads = a.num_q_heads + (a.k != nullptr ? a.num_kv_heads : 0);
   for (int idx = threadIdx.x; idx < heads * pairs; idx += blockDim.x) {
     const int h = idx / pairs, i = (idx % pairs) * 2;
-    bf16* base = h < a.num_q_heads ? a.q + t * a.q_stride + int64_t{h} * head_dim
-                                   : a.k + t * a.k_stride + int64_t{h - a.num_q_heads} * head_dim;
-    __nv_bfloat162* lo = reinterpret_cast<__nv_bfloat162*>(base + i);
-    __nv_bfloat162* hi = reinterpret_cast<__nv_bfloat162*>(base + half + i);
-    const float2 x = __bfloat1622float2(*lo), y = __bfloat1622float2(*hi);
+    const bool is_q = h < a.num_q_heads;
+    const bf16* in = is_q ? a.q + t * a.q_stride + int64_t{h} * head_dim
+                          : a.k + t * a.k_stride + int64_t{h - a.num_q_heads} * head_dim;
+    bf16* out = is_q ? a.q_out + t * a.q_out_stride + int64_t{h} * head_dim : const_cast<bf16*>(in);
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + i));
+    const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + half + i));
     const float c0 = cos_t[i], c1 = cos_t[i + 1], s0 = sin_t[i], s1 = sin_t[i + 1];
-    *lo = __floats2bfloat162_rn(x.x * c0 - y.x * s0, x.y * c1 - y.y * s1);
-    *hi = __floats2bfloat162_rn(y.x * c0 + x.x * s0, y.y * c1 + x.y * s1);
+    *reinterpret_cast<__nv_bfloat162*>(out + i) =
+        __floats2bfloat162_rn(x.x * c0 - y.x * s0, x.y * c1 - y.y * s1);
+    *reinterpret_cast<__nv_bfloat162*>(out + half + i) =
+        __floats2bfloat162_rn(y.x * c0 + x.x * s0, y.y * c1 + x.y * s1);
   }
 }
 
@@ -317,15 +321,27 @@ RopeTable make_rope_table(int head_dim, const cpu::RopeConfig& cfg) {
 
 cudaError_t rope(void* q, int64_t q_stride, int num_q_heads, void* k, int64_t k_stride,
                  int num_kv_heads, const int32_t* positions, int tokens, const RopeTable& table,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, void* q_out, int64_t q_out_stride) {
   if (tokens == 0) return cudaSuccess;
   const int d = table.head_dim;
+  if (q_out == nullptr) {
+    q_out = q;
+    q_out_stride = q_stride;
+  }
   if (tokens < 0 || d <= 0 || d % 4 != 0 || d > kMaxRopeHeadDim || q_stride % 2 != 0 ||
-      (k != nullptr && k_stride % 2 != 0)) {
+      q_out_stride % 2 != 0 || (k != nullptr && k_stride % 2 != 0)) {
     return cudaErrorInvalidValue;
   }
-  const RopeArgs a{static_cast<bf16*>(q), static_cast<bf16*>(k), q_stride,  k_stride,
-                   num_q_heads,           num_kv_heads,          positions, table};
+  const RopeArgs a{static_cast<bf16*>(q),
+                   static_cast<bf16*>(k),
+                   static_cast<bf16*>(q_out),
+                   q_stride,
+                   k_stride,
+                   q_out_stride,
+                   num_q_heads,
+                   num_kv_heads,
+                   positions,
+                   table};
   const int units = (num_q_heads + (k != nullptr ? num_kv_heads : 0)) * (d / 4);
   rope_kernel<<<tokens, std::min(threads_for(units), 256), 0, stream>>>(a);
   return cudaGetLastError();

@@ -53,10 +53,13 @@ RopeTable make_rope_table(int head_dim, const cpu::RopeConfig& cfg);
 // every head of the token reuses them. The rotation is fp32, rounded once to bf16.
 // q: [tokens] rows of num_q_heads * head_dim bf16, q_stride elements apart (a fused QKV output:
 // its row length); k likewise with num_kv_heads (k may be null); positions: [tokens] int32
-// (device). Precondition: head_dim % 4 == 0, strides even.
+// (device). q_out (q_out_stride elements between rows) receives q's rotated rows instead of q
+// itself, e.g. a contiguous [tokens, num_q_heads, head_dim] buffer for the attention kernels
+// while q and k sit in a fused QKV output; null: q in place. k is always rotated in place.
+// Precondition: head_dim % 4 == 0, strides even; q_out does not overlap k.
 cudaError_t rope(void* q, int64_t q_stride, int num_q_heads, void* k, int64_t k_stride,
                  int num_kv_heads, const int32_t* positions, int tokens, const RopeTable& table,
-                 cudaStream_t stream = nullptr);
+                 cudaStream_t stream = nullptr, void* q_out = nullptr, int64_t q_out_stride = 0);
 
 // out = bf16(silu(gate) * up) in fp32, silu(g) = g / (1 + exp(-g)) (HF rounds silu(gate) to bf16
 // first). gate_up: [rows, 2 * inter] bf16, each row gate then up; out: [rows, inter] bf16.

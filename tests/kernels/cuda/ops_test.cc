@@ -185,6 +185,47 @@ TEST_F(CudaOpsTest, RopeWithoutKRotatesOnlyQ) {
   expect_bf16_close(download<uint16_t>(d_q, q.size()), want, "q only");
 }
 
+// The engine's path: q and k rotated out of a fused QKV row, q written to a contiguous buffer for
+// the attention kernels, k in place, q's source and v untouched.
+TEST_F(CudaOpsTest, RopeWritesQToAContiguousBuffer) {
+  const int tokens = 9, q_heads = 8, kv_heads = 2, d = 128;
+  const int qd = q_heads * d, kvd = kv_heads * d, row = qd + 2 * kvd;
+  const std::vector<float> qkv = random_bf16(rng_, static_cast<size_t>(tokens) * row);
+  std::vector<int32_t> pos(tokens);
+  for (int t = 0; t < tokens; ++t)
+    pos[t] = t * 9001;
+  DeviceBuffer d_qkv = upload(to_bits(qkv)), d_pos = upload(pos);
+  DeviceBuffer d_q(static_cast<size_t>(tokens) * qd * 2);
+  d_q.fill_bytes(0xFF);
+  const cpu::RopeConfig cfg{.theta = 500000, .llama3_scaling = true};
+  ASSERT_EQ(cuda::rope(d_qkv.data(), row, q_heads, static_cast<uint16_t*>(d_qkv.data()) + qd, row,
+                       kv_heads, d_pos.as<int32_t>(), tokens, cuda::make_rope_table(d, cfg),
+                       nullptr, d_q.data(), qd),
+            cudaSuccess);
+  cuda::synchronize_or_die("rope");
+  std::vector<float> q(static_cast<size_t>(tokens) * qd), k(static_cast<size_t>(tokens) * kvd);
+  for (int t = 0; t < tokens; ++t) {
+    std::copy_n(qkv.begin() + static_cast<size_t>(t) * row, qd, q.begin() + size_t(t) * qd);
+    std::copy_n(qkv.begin() + static_cast<size_t>(t) * row + qd, kvd, k.begin() + size_t(t) * kvd);
+  }
+  cpu::rope(q.data(), pos.data(), tokens, q_heads, d, cfg);
+  cpu::rope(k.data(), pos.data(), tokens, kv_heads, d, cfg);
+  expect_bf16_close(download<uint16_t>(d_q, q.size()), q, "q out of place");
+  const std::vector<uint16_t> got = download<uint16_t>(d_qkv, qkv.size());
+  const std::vector<uint16_t> before = to_bits(qkv);
+  std::vector<uint16_t> got_k;
+  for (int t = 0; t < tokens; ++t) {
+    const size_t r = static_cast<size_t>(t) * row;
+    EXPECT_TRUE(std::equal(got.begin() + r, got.begin() + r + qd, before.begin() + r))
+        << "q's source row " << t << " must stay as it was";
+    EXPECT_TRUE(std::equal(got.begin() + r + qd + kvd, got.begin() + r + row,
+                           before.begin() + r + qd + kvd))
+        << "v row " << t << " must stay as it was";
+    got_k.insert(got_k.end(), got.begin() + r + qd, got.begin() + r + qd + kvd);
+  }
+  expect_bf16_close(got_k, k, "k in place");
+}
+
 TEST_F(CudaOpsTest, SiluMulMatchesTwin) {
   for (int inter : {64, 100, 1408, 4096}) {
     for (int rows : {1, 37, 300}) {

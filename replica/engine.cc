@@ -186,13 +186,19 @@ StepResult Engine::step() {
   const Clock::TimePoint start = clock_.now();
   SchedulerOutput work = scheduler_.schedule();
   StepStats& stats = result.stats;
+  stats.schedule = clock_.now() - start;
   stats.admitted = work.admitted;
   stats.preempted = work.preempted;
   stats.prefix_cache_query_tokens = work.prefix_cache_query_tokens;
   stats.prefix_cache_hit_tokens = work.prefix_cache_hit_tokens;
   if (!work.empty()) {
+    const Clock::TimePoint built_from = clock_.now();
     const ForwardBatch batch = build_batch(work, stats);
-    if (Status s = backend_.forward(batch, out_); !s.ok()) {
+    const Clock::TimePoint forward_from = clock_.now();
+    stats.build = forward_from - built_from;
+    const Status forwarded = backend_.forward(batch, out_);
+    stats.forward = clock_.now() - forward_from;
+    if (Status s = forwarded; !s.ok()) {
       fail_batch(work, s, result);
       result.finished = scheduler_.take_finished();
       return result;

@@ -46,6 +46,9 @@ struct SequenceOutput {
 
 struct StepStats {
   Clock::Duration duration{};
+  // Where the step's time went: scheduling, building the batch (cascade planning included), the
+  // backend's forward (model and sampling); the rest is appending tokens and stop checks.
+  Clock::Duration schedule{}, build{}, forward{};
   int32_t num_decode_seqs = 0;
   int32_t num_prefill_tokens = 0;
   int32_t num_block_copies = 0;

@@ -2,6 +2,9 @@
 // Hugging Face Linear layout: w is [out, in], row-major), bf16 x and w, fp32 accumulation, y in
 // bf16 or fp32 (the LM head's logits). Descriptors and the chosen algorithm are cached per shape,
 // so a warmed-up GEMM costs one cublasLtMatmul call and allocates nothing (CUDA-graph capturable).
+// Tried on the H200 at the decode shapes (128 rows) and not kept: timing the heuristic's best 8
+// algorithms on first use, and those plus split-K variants (2-16 splits): no gain over the
+// heuristic's first choice (bench/results/runs/2026-12-01-engine-r2, -r4).
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -25,6 +26,13 @@ namespace {
     if (cudaError_t kvc_err_ = (expr); kvc_err_ != cudaSuccess) {     \
       return std::string(what) + ": " + cudaGetErrorString(kvc_err_); \
     }                                                                 \
+  } while (0)
+
+// An operation of the step: KVC_TRY, then a profile mark named after it.
+#define KVC_OP(expr, what)  \
+  do {                      \
+    KVC_TRY(expr, what);    \
+    I.mark(what, I.stream); \
   } while (0)
 
 uint16_t f32_to_bf16(float x) {
@@ -68,7 +76,7 @@ struct LlamaModel::Impl {
 
   // Activations [max_tokens, ...].
   float* residual = nullptr;  // fp32 [T, h]
-  void *x = nullptr, *xn = nullptr, *q = nullptr, *kvp = nullptr, *attn = nullptr, *proj = nullptr,
+  void *x = nullptr, *xn = nullptr, *q = nullptr, *qkv = nullptr, *attn = nullptr, *proj = nullptr,
        *gate_up = nullptr, *act = nullptr, *xs = nullptr;
   float* logits = nullptr;  // [max_samples, vocab]
   int32_t* tokens_out = nullptr;
@@ -91,6 +99,23 @@ struct LlamaModel::Impl {
 
   std::vector<void*> allocations;
   cudaStream_t stream = nullptr;
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  // Per-operation profile (set_profile): an event after each operation of the step.
+  bool profile = false;
+  std::vector<cudaEvent_t> marks;
+  std::vector<const char*> mark_names;
+  size_t num_marks = 0;
+  void mark(const char* what, cudaStream_t s) {
+    if (!profile) return;
+    if (num_marks == marks.size()) {
+      cudaEvent_t e;
+      cudaEventCreate(&e);
+      marks.push_back(e);
+      mark_names.push_back(nullptr);
+    }
+    mark_names[num_marks] = what;
+    cudaEventRecord(marks[num_marks++], s);
+  }
   std::unique_ptr<Gemm> gemm;
   RopeTable rope;
   AttentionShape shape;
@@ -122,6 +147,10 @@ struct LlamaModel::Impl {
     if (host_stage) cudaFreeHost(host_stage);
     if (host_tokens_out) cudaFreeHost(host_tokens_out);
     if (host_logprobs_out) cudaFreeHost(host_logprobs_out);
+    for (cudaEvent_t e : marks)
+      cudaEventDestroy(e);
+    if (step_begin) cudaEventDestroy(step_begin);
+    if (step_end) cudaEventDestroy(step_end);
     if (stream) cudaStreamDestroy(stream);
   }
 };
@@ -194,7 +223,7 @@ size_t LlamaModel::kv_bytes(const LlamaDims& d, int num_blocks, int block_size) 
 size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
   const size_t t = c.max_tokens, h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
-  size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 2 + t * 2 * kv + t * 2 * ff + t * ff);
+  size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff);
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
   return act + stage_layout(c).total + (size_t{32} << 20);
 }
@@ -227,6 +256,8 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
   };
   if (cudaError_t e = cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking); e)
     return fail("cudaStreamCreate", e);
+  if (cudaError_t e = cudaEventCreate(&I.step_begin); e) return fail("cudaEventCreate", e);
+  if (cudaError_t e = cudaEventCreate(&I.step_end); e) return fail("cudaEventCreate", e);
   const TensorSizes s = sizes_of(d);
   const size_t weights = weight_bytes(d);
   if (cudaError_t e = I.alloc(&I.weights, weights); e) {
@@ -270,7 +301,7 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
   a(&I.x, t * h * 2);
   a(&I.xn, t * h * 2);
   a(&I.q, t * q * 2);
-  a(&I.kvp, t * 2 * kv * 2);
+  a(&I.qkv, t * (q + 2 * kv) * 2);
   a(&I.attn, t * q * 2);
   a(&I.proj, t * h * 2);
   a(&I.gate_up, t * 2 * ff * 2);
@@ -392,6 +423,10 @@ std::string LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, con
   return {};
 }
 
+void LlamaModel::set_profile(bool on) {
+  impl_->profile = on;
+}
+
 std::string LlamaModel::random_init(uint64_t seed) {
   Impl& I = *impl_;
   uint64_t index = 0;
@@ -422,6 +457,8 @@ std::string LlamaModel::random_init(uint64_t seed) {
 }
 
 std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point entered = Clock::now();
   Impl& I = *impl_;
   const LlamaDims& d = dims_;
   const LlamaCapacity& c = capacity_;
@@ -480,8 +517,6 @@ std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
   }
   std::memcpy(I.host_stage + sl.params, st.sample_params.data(),
               num_samples * sizeof(sampling::SampleParams));
-  KVC_TRY(cudaMemcpyAsync(I.dev_stage, I.host_stage, sl.total, cudaMemcpyHostToDevice, I.stream),
-          "staging copy");
   const auto* dw = reinterpret_cast<const int32_t*>(I.dev_stage);
   const auto* dparams = reinterpret_cast<const sampling::SampleParams*>(I.dev_stage + sl.params);
 
@@ -491,8 +526,6 @@ std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
     pplan = make_prefill_plan(I.shape, st.token_indptr.data(), st.start_pos.data(), num_chunks);
     KVC_TRY(I.grow(&I.prefill_plan_buf, &I.prefill_plan_bytes, prefill_workspace_bytes(pplan)),
             "prefill plan buffer");
-    KVC_TRY(upload_prefill_plan(pplan, I.prefill_plan_buf, I.prefill_plan_bytes, I.stream),
-            "prefill plan upload");
   }
   DeviceCascadePlan dplan;
   size_t decode_ws_need = 0;
@@ -503,9 +536,22 @@ std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
             "decode plan buffer");
     decode_ws_need = cascade_workspace_bytes(dplan, I.shape);
     KVC_TRY(I.grow(&I.decode_ws, &I.decode_ws_bytes, decode_ws_need), "decode workspace");
+  }
+  // The host work is done: from here the device runs the step (the step_begin event).
+  const Clock::time_point launching = Clock::now();
+  I.num_marks = 0;
+  KVC_TRY(cudaEventRecord(I.step_begin, I.stream), "event");
+  KVC_TRY(cudaMemcpyAsync(I.dev_stage, I.host_stage, sl.total, cudaMemcpyHostToDevice, I.stream),
+          "staging copy");
+  if (num_chunks > 0) {
+    KVC_TRY(upload_prefill_plan(pplan, I.prefill_plan_buf, I.prefill_plan_bytes, I.stream),
+            "prefill plan upload");
+  }
+  if (decode_rows > 0) {
     KVC_TRY(upload_plan(dplan, I.decode_plan_buf, I.decode_plan_bytes, I.stream),
             "decode plan upload");
   }
+  I.mark("staging", I.stream);
 
   const int h = d.hidden, qd = d.q_heads * d.head_dim, kvd = d.kv_heads * d.head_dim,
             ff = d.intermediate;
@@ -513,73 +559,98 @@ std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
   Gemm& g = *I.gemm;
   // 2. Copy-on-write.
   if (num_copies > 0) {
-    KVC_TRY(copy_blocks(I.kv, I.kv_layout, dw + sl.copies, num_copies, s), "copy_blocks");
+    KVC_OP(copy_blocks(I.kv, I.kv_layout, dw + sl.copies, num_copies, s), "copy_blocks");
   }
   if (rows > 0) {
     // 3. Embeddings.
-    KVC_TRY(embedding_gather(I.embed, d.vocab, h, dw + sl.tokens, rows, I.x, s),
-            "embedding_gather");
+    KVC_OP(embedding_gather(I.embed, d.vocab, h, dw + sl.tokens, rows, I.x, s), "embedding_gather");
     for (int layer = 0; layer < d.layers; ++layer) {
       const Impl::Layer& L = I.layers[layer];
       void* kc = I.kv_layout.k(I.kv, layer);
       void* vc = I.kv_layout.v(I.kv, layer);
       // Attention block.
-      KVC_TRY(add_rms_norm(layer == 0 ? I.x : I.proj, I.residual, layer > 0, L.attn_norm, I.xn,
-                           rows, h, d.rms_eps, s),
-              "add_rms_norm");
-      KVC_TRY(g.run(I.xn, L.qkv, I.q, rows, qd, h, GemmOut::kBF16, s), "q_proj");
-      KVC_TRY(g.run(I.xn, static_cast<const __nv_bfloat16*>(L.qkv) + size_t(qd) * h, I.kvp, rows,
-                    2 * kvd, h, GemmOut::kBF16, s),
-              "kv_proj");
-      KVC_TRY(
-          rope(I.q, qd, d.q_heads, I.kvp, 2 * kvd, d.kv_heads, dw + sl.positions, rows, I.rope, s),
-          "rope");
-      KVC_TRY(kv_append(I.kvp, 2 * kvd, static_cast<__nv_bfloat16*>(I.kvp) + kvd, 2 * kvd,
-                        dw + sl.slots, rows, d.kv_heads, d.head_dim, KvDtype::kBF16, kc, vc, s),
-              "kv_append");
+      KVC_OP(add_rms_norm(layer == 0 ? I.x : I.proj, I.residual, layer > 0, L.attn_norm, I.xn, rows,
+                          h, d.rms_eps, s),
+             "add_rms_norm");
+      // One GEMM for q, k and v; RoPE writes q contiguous for the attention kernels and
+      // rotates k in place; k and v go to the cache straight from the QKV rows.
+      const int64_t qkv_row = qd + 2 * kvd;
+      auto* qkv = static_cast<__nv_bfloat16*>(I.qkv);
+      KVC_OP(g.run(I.xn, L.qkv, qkv, rows, static_cast<int>(qkv_row), h, GemmOut::kBF16, s),
+             "qkv_proj");
+      KVC_OP(rope(qkv, qkv_row, d.q_heads, qkv + qd, qkv_row, d.kv_heads, dw + sl.positions, rows,
+                  I.rope, s, I.q, qd),
+             "rope");
+      KVC_OP(kv_append(qkv + qd, qkv_row, qkv + qd + kvd, qkv_row, dw + sl.slots, rows, d.kv_heads,
+                       d.head_dim, KvDtype::kBF16, kc, vc, s),
+             "kv_append");
       if (num_chunks > 0) {
-        KVC_TRY(paged_prefill(I.shape, KvDtype::kBF16, pplan, I.q, kc, vc, dw + sl.q_indptr,
-                              dw + sl.block_indptr, dw + sl.block_indices, dw + sl.start_pos,
-                              I.attn, nullptr, s),
-                "paged_prefill");
+        KVC_OP(paged_prefill(I.shape, KvDtype::kBF16, pplan, I.q, kc, vc, dw + sl.q_indptr,
+                             dw + sl.block_indptr, dw + sl.block_indices, dw + sl.start_pos, I.attn,
+                             nullptr, s),
+               "paged_prefill");
       }
       if (decode_rows > 0) {
         const size_t off = size_t(prefill_rows) * qd;
-        KVC_TRY(
+        KVC_OP(
             cascade_decode(I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off,
                            kc, vc, static_cast<__nv_bfloat16*>(I.attn) + off, nullptr, I.decode_ws,
                            I.decode_ws_bytes, s),
             "cascade_decode");
       }
-      KVC_TRY(g.run(I.attn, L.o, I.proj, rows, h, qd, GemmOut::kBF16, s), "o_proj");
+      KVC_OP(g.run(I.attn, L.o, I.proj, rows, h, qd, GemmOut::kBF16, s), "o_proj");
       // MLP block.
-      KVC_TRY(add_rms_norm(I.proj, I.residual, true, L.mlp_norm, I.xn, rows, h, d.rms_eps, s),
-              "add_rms_norm");
-      KVC_TRY(g.run(I.xn, L.gate_up, I.gate_up, rows, 2 * ff, h, GemmOut::kBF16, s),
-              "gate_up_proj");
-      KVC_TRY(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
-      KVC_TRY(g.run(I.act, L.down, I.proj, rows, h, ff, GemmOut::kBF16, s), "down_proj");
+      KVC_OP(add_rms_norm(I.proj, I.residual, true, L.mlp_norm, I.xn, rows, h, d.rms_eps, s),
+             "add_rms_norm");
+      KVC_OP(g.run(I.xn, L.gate_up, I.gate_up, rows, 2 * ff, h, GemmOut::kBF16, s), "gate_up_proj");
+      KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
+      KVC_OP(g.run(I.act, L.down, I.proj, rows, h, ff, GemmOut::kBF16, s), "down_proj");
     }
     // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
     // row: it is gathered once per sample), then sampling.
-    KVC_TRY(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s),
-            "final norm");
+    KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s),
+           "final norm");
   }
   if (num_samples > 0) {
-    KVC_TRY(embedding_gather(I.xn, rows, h, dw + sl.sample_act_rows, num_samples, I.xs, s),
-            "gather sample rows");
-    KVC_TRY(g.run(I.xs, I.lm_head, I.logits, num_samples, d.vocab, h, GemmOut::kF32, s), "lm_head");
-    KVC_TRY(sample(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab, d.vocab,
-                   dparams, I.tokens_out, I.logprobs_out, s),
-            "sample");
+    KVC_OP(embedding_gather(I.xn, rows, h, dw + sl.sample_act_rows, num_samples, I.xs, s),
+           "gather sample rows");
+    KVC_OP(g.run(I.xs, I.lm_head, I.logits, num_samples, d.vocab, h, GemmOut::kF32, s), "lm_head");
+    KVC_OP(sample(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab, d.vocab,
+                  dparams, I.tokens_out, I.logprobs_out, s),
+           "sample");
     KVC_TRY(cudaMemcpyAsync(I.host_tokens_out, I.tokens_out, num_samples * 4,
                             cudaMemcpyDeviceToHost, s),
             "tokens copy");
-    KVC_TRY(cudaMemcpyAsync(I.host_logprobs_out, I.logprobs_out, num_samples * 4,
-                            cudaMemcpyDeviceToHost, s),
-            "logprobs copy");
+    KVC_OP(cudaMemcpyAsync(I.host_logprobs_out, I.logprobs_out, num_samples * 4,
+                           cudaMemcpyDeviceToHost, s),
+           "logprobs copy");
   }
+  KVC_TRY(cudaEventRecord(I.step_end, s), "event");
+  const Clock::time_point waiting = Clock::now();
   KVC_TRY(cudaStreamSynchronize(s), "step");
+  const Clock::time_point done = Clock::now();
+  out.host_us = std::chrono::duration<double, std::micro>(waiting - entered).count();
+  out.prep_us = std::chrono::duration<double, std::micro>(launching - entered).count();
+  out.profile.clear();
+  if (I.profile) {
+    cudaEvent_t prev = I.step_begin;
+    for (size_t i = 0; i < I.num_marks; ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, prev, I.marks[i]);
+      prev = I.marks[i];
+      auto it = std::find_if(out.profile.begin(), out.profile.end(),
+                             [&](const auto& p) { return p.first == I.mark_names[i]; });
+      if (it == out.profile.end()) {
+        out.profile.emplace_back(I.mark_names[i], ms * 1e3);
+      } else {
+        it->second += ms * 1e3;
+      }
+    }
+  }
+  out.wait_us = std::chrono::duration<double, std::micro>(done - waiting).count();
+  float device_ms = 0;
+  KVC_TRY(cudaEventElapsedTime(&device_ms, I.step_begin, I.step_end), "event");
+  out.device_us = device_ms * 1e3;
   std::memcpy(out.tokens.data(), I.host_tokens_out, num_samples * 4);
   std::memcpy(out.logprobs.data(), I.host_logprobs_out, num_samples * 4);
   if (st.return_logits) {

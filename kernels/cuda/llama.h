@@ -87,6 +87,13 @@ struct LlamaOutput {
   std::vector<int32_t> tokens;  // one per sample
   std::vector<float> logprobs;  // one per sample
   std::vector<float> logits;    // [logit rows, vocab] when asked
+  double host_us = 0;           // forward's host work: staging, plans, launches (until the wait)
+  double prep_us = 0;           // of which before the first launch (staging and plans on the host)
+  double wait_us = 0;           // waiting for the device at the end of the step
+  double device_us = 0;         // the step on the device, first to last operation (CUDA events)
+  // With set_profile(true): device microseconds per operation name, summed over layers, in
+  // order of first appearance (an event after every operation; slows the step a little).
+  std::vector<std::pair<std::string, double>> profile;
 };
 
 class LlamaModel {
@@ -122,6 +129,7 @@ class LlamaModel {
   // Runs the step and draws its tokens. An error string names the failed operation; the KV of the
   // step's sequences is then undefined, and the model stays usable for other sequences.
   std::string forward(const LlamaStep& step, LlamaOutput& out);
+  void set_profile(bool on);
 
   const LlamaDims& dims() const { return dims_; }
   const LlamaCapacity& capacity() const { return capacity_; }

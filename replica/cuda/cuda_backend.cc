@@ -197,6 +197,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
   return b;
 }
 
+void CudaBackend::set_profile(bool on) {
+  model_->set_profile(on);
+}
+
 Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   kc::LlamaStep st;
   copies_.clear();
@@ -239,6 +243,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   st.return_logits = batch.return_logits;
   kc::LlamaOutput result;
   if (std::string e = model_->forward(st, result); !e.empty()) return Error{e};
+  timing_ = {result.host_us, result.prep_us, result.wait_us, result.device_us,
+             std::move(result.profile)};
   out.samples.resize(result.tokens.size());
   for (size_t k = 0; k < result.tokens.size(); ++k)
     out.samples[k] = SampledToken{result.tokens[k], result.logprobs[k]};

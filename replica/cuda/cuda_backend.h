@@ -60,6 +60,14 @@ class CudaBackend final : public Backend {
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
 
   const CudaBackendMemory& memory() const { return memory_; }
+  // Where the last forward's time went (benchmarks): host work until the wait, the wait, and
+  // the step on the device (CUDA events), in microseconds.
+  struct StepTiming {
+    double host_us = 0, prep_us = 0, wait_us = 0, device_us = 0;
+    std::vector<std::pair<std::string, double>> profile;  // with set_profile: device us per op
+  };
+  const StepTiming& last_timing() const { return timing_; }
+  void set_profile(bool on);
   kernels::cuda::LlamaModel& model() { return *model_; }
 
  private:
@@ -73,6 +81,7 @@ class CudaBackend final : public Backend {
   int32_t num_blocks_;
   int32_t block_size_;
   CudaBackendMemory memory_;
+  StepTiming timing_;
   // Scratch reused across steps.
   std::vector<int32_t> copies_, sample_rows_;
   std::vector<uint8_t> params_;  // kernels::sampling::SampleParams

@@ -321,5 +321,31 @@ TEST_F(CudaBackendTest, SafetensorsFolderReproducesInMemoryWeights) {
       << broken.error().message;
 }
 
+// Start-up errors are messages, not crashes: a KV pool larger than the device, an unsupported head
+// size; the device stays usable afterwards.
+TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {
+  CudaBackendOptions o;
+  o.num_blocks = 1 << 24;  // 16M blocks x 16 KiB: far beyond any GPU
+  auto huge = CudaBackend::create(weights().config, &weights(), o);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().message.find("KV cache"), std::string::npos) << huge.error().message;
+
+  ModelConfig odd = weights().config;
+  odd.num_attention_heads = 8;
+  odd.num_key_value_heads = 2;
+  odd.head_dim = 32;
+  o.num_blocks = 64;
+  auto narrow = CudaBackend::create(odd, nullptr, o);
+  ASSERT_FALSE(narrow.ok());
+  EXPECT_NE(narrow.error().message.find("head_dim 32"), std::string::npos)
+      << narrow.error().message;
+
+  o.gpu_memory_utilization = 0.9;
+  o.num_blocks = 0;  // sized from free memory
+  auto sized = CudaBackend::create(weights().config, &weights(), o);
+  ASSERT_TRUE(sized.ok()) << sized.error().message;
+  EXPECT_GT((*sized)->num_blocks(), 1000);
+}
+
 }  // namespace
 }  // namespace kvc

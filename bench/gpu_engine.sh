@@ -6,6 +6,8 @@
 #   bash bench/gpu_engine.sh tests      kernel tests + whole-model tests
 #   bash bench/gpu_engine.sh sanitize   compute-sanitizer memcheck on the whole-model tests
 #   bash bench/gpu_engine.sh serve      llama3-8b replica + router + loadgen (2 prompts x n=64)
+#   bash bench/gpu_engine.sh bench      kvcascade bench engine (+ the PyTorch anchor if anchor/ is
+#                                       carried: ../shared/bench/torch_cascade_anchor.py)
 #   bash bench/gpu_engine.sh all        tests, serve, sanitize
 set -u -o pipefail
 mode=${1:-tests}
@@ -48,7 +50,7 @@ run_serve() {
   wait_http 127.0.0.1 $pp 30
   sleep 2
   "$bin/kvcascade" loadgen --url http://127.0.0.1:$pp --model llama3-8b --tenants 2 \
-    --prompt-bytes 4096 -n 64 --max-tokens "${MAX_TOKENS:-256}" --concurrency 2 \
+    --prompt-bytes 4096 -n 64 --max-tokens "${MAX_TOKENS:-256}" --concurrency 2 --ignore-eos \
     --seconds "${SECONDS_MEASURED:-60}" --timeout 600 --out "$out/loadgen.json" 2>&1 |
     tee "$out/loadgen.txt"
   curl -s http://127.0.0.1:$rp/metrics >"$out/replica_metrics.txt" 2>/dev/null ||
@@ -58,7 +60,26 @@ run_serve() {
   tail -5 "$out/replica.log"
 }
 
+run_bench() {
+  if [ -f anchor/torch_cascade_anchor.py ]; then
+    OUT="$out" PYTHONUNBUFFERED=1 timeout 300 python3 anchor/torch_cascade_anchor.py \
+      >"$out/anchor.txt" 2>&1
+    tail -5 "$out/anchor.txt"
+  fi
+  local anchor=()
+  [ -f "$out/anchor.json" ] && anchor=(--anchor "$out/anchor.json")
+  timeout 480 "$bin/kvcascade" bench engine --out "$out/engine.json" "${anchor[@]}" ${BENCH_ARGS:-} \
+    2>&1 | tee "$out/engine.txt"
+}
+
+run_generate() {
+  timeout 120 "$bin/kvcascade" generate --backend cuda --preset tiny --prompt "Hello" -n 4 \
+    --max-tokens 16 2>&1 | tee "$out/generate.txt" | tail -8
+}
+
 case "$mode" in
+  bench) run_bench ;;
+  generate) run_generate ;;
   tests) run_tests ;;
   sanitize) run_sanitize ;;
   serve) run_serve ;;

@@ -1,6 +1,7 @@
 // `kvcascade bench kernels`: the device benchmark of flat vs cascade decode (bench/kernel_bench.h).
 // `kvcascade bench router`: the router against direct access and nginx (cli/router_bench.h).
 // `kvcascade bench pressure`: progress under KV memory pressure (cli/pressure_bench.h).
+// `kvcascade bench engine`: the RL rollout through the engine on the GPU (bench/engine_bench.h).
 #include <cstdio>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "cli/pressure_bench.h"
 #include "cli/router_bench.h"
 #if KVCASCADE_HAVE_CUDA
+#include "bench/engine_bench.h"
 #include "bench/kernel_bench.h"
 #endif
 
@@ -28,6 +30,31 @@ int run_bench_kernels(const BenchFlags& f) {
   (void)f;
   std::fprintf(stderr,
                "kvcascade bench kernels: this binary was built without CUDA "
+               "(configure with -DKVCASCADE_CUDA=ON)\n");
+  return 2;
+#endif
+}
+
+#if KVCASCADE_HAVE_CUDA
+using EngineBenchFlags = bench::EngineBenchOptions;
+#else
+struct EngineBenchFlags {
+  std::string out_json, anchor_json, preset = "llama3-8b";
+  int groups = 2, siblings = 64, prefix = 4096, gen = 1024;
+  std::string attention = "both";
+  int window = 20, max_tokens_per_step = 4096;
+  bool check_agreement = true;
+  bool profile = true;
+};
+#endif
+
+int run_bench_engine(const EngineBenchFlags& f) {
+#if KVCASCADE_HAVE_CUDA
+  return bench::run_engine_bench(f);
+#else
+  (void)f;
+  std::fprintf(stderr,
+               "kvcascade bench engine: this binary was built without CUDA "
                "(configure with -DKVCASCADE_CUDA=ON)\n");
   return 2;
 #endif
@@ -73,8 +100,32 @@ Run add_bench_command(CLI::App& app) {
   pressure->add_option("-n", p->n, "samples per request")->check(CLI::Range(1, 64));
   pressure->add_option("--max-tokens", p->max_tokens, "tokens per sample (ignore_eos)")
       ->check(CLI::Range(1, 4000));
-  return [f, r, router, p, pressure] {
+  auto e = std::make_shared<EngineBenchFlags>();
+  CLI::App* engine = bench->add_subcommand(
+      "engine",
+      "an RL rollout through the engine on the GPU: decode steps vs their floors, "
+      "cascade vs flat, the whole rollout, prefill");
+  engine->add_option("--out", e->out_json, "write the results as JSON to this file");
+  engine->add_option("--anchor", e->anchor_json,
+                     "anchor.json of torch_cascade_anchor.py from the same run: rows side by side");
+  engine->add_option("--preset", e->preset, "model shape (random bf16 weights)")
+      ->check(CLI::IsMember({"tiny", "llama3-8b"}));
+  engine->add_option("--groups", e->groups, "prompts")->check(CLI::Range(1, 64));
+  engine->add_option("--siblings", e->siblings, "samples per prompt")->check(CLI::Range(1, 256));
+  engine->add_option("--prefix", e->prefix, "prompt tokens")->check(CLI::Range(16, 65536));
+  engine->add_option("--gen", e->gen, "tokens generated per sample")->check(CLI::Range(1, 16384));
+  engine->add_option("--attention", e->attention, "cascade, flat or both")
+      ->check(CLI::IsMember({"cascade", "flat", "both"}));
+  engine->add_option("--window", e->window, "decode steps around each S point")
+      ->check(CLI::Range(1, 1000));
+  engine->add_option("--max-tokens-per-step", e->max_tokens_per_step, "the step's token budget")
+      ->check(CLI::Range(256, 65536));
+  engine->add_flag("!--no-agreement", e->check_agreement,
+                   "skip the cascade-vs-flat token comparison");
+  engine->add_flag("!--no-profile", e->profile, "skip the per-operation device profile");
+  return [f, r, router, p, pressure, e, engine] {
     if (router->parsed()) return run_router_bench(*r);
+    if (engine->parsed()) return run_bench_engine(*e);
     if (pressure->parsed()) return run_pressure_bench(*p);
     return run_bench_kernels(*f);
   };

@@ -162,6 +162,7 @@ std::vector<std::string> prepare_requests(const Workload& w) {
           " Question " + std::to_string(q) + ": what is " + std::to_string(q * 7 + t) + "?";
       json body = {{"model", w.model}, {"max_tokens", w.max_tokens}, {"n", w.n}};
       if (w.stream) body["stream"] = true;
+      if (w.ignore_eos) body["ignore_eos"] = true;
       if (chat) {
         body["messages"] = {{{"role", "system"}, {"content", prefix}},
                             {{"role", "user"}, {"content", question}}};

@@ -23,6 +23,7 @@ struct Workload {
   int n = 1;
   int max_tokens = 16;
   bool stream = false;
+  bool ignore_eos = false;  // every sample runs to max_tokens (comparable token counts)
   std::string api_key;  // Bearer token (empty: none)
   int questions = 64;   // distinct questions per tenant
 };

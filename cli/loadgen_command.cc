@@ -96,6 +96,7 @@ Run add_loadgen_command(CLI::App& app) {
   cmd->add_option("--max-tokens", f->workload.max_tokens, "max_tokens of each request")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--stream", f->workload.stream, "stream the responses (SSE)");
+  cmd->add_flag("--ignore-eos", f->workload.ignore_eos, "ask for max_tokens tokens per sample");
   cmd->add_option("--api-key", f->workload.api_key, "send Authorization: Bearer KEY");
   cmd->add_option("--concurrency", f->concurrency, "connections, each one request at a time")
       ->check(CLI::Range(1, 4096));

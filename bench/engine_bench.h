@@ -1,0 +1,33 @@
+// `kvcascade bench engine`: the seed's RL-rollout example through the real engine on the GPU
+// (scheduler + cascade planner + CUDA backend + device sampling): G prompts x N siblings after a
+// P-token prefix, greedy, ignore_eos, `gen` tokens each. Per attention mode: decode steps at
+// S = 16 / 256 / 1024 generated tokens next to their floors (bytes / streaming-read bandwidth and
+// FLOPs / cuBLASLt bf16 peak, both measured in the same run), where the step's time goes (host
+// work, wait, device), the prefill of one prompt, the whole rollout; then cascade vs flat tokens
+// (every first difference checked to be a near-tie of the flat run's logits) and, when given, the
+// PyTorch anchor's rows from the same run.
+#pragma once
+
+#include <string>
+
+namespace kvc::bench {
+
+struct EngineBenchOptions {
+  std::string out_json;
+  std::string anchor_json;  // $OUT/anchor.json of ../shared/bench/torch_cascade_anchor.py
+  std::string preset = "llama3-8b";
+  int groups = 2;
+  int siblings = 64;
+  int prefix = 4096;
+  int gen = 1024;
+  std::string attention = "both";  // cascade | flat | both
+  int window = 20;                 // decode steps around each S point (median)
+  int max_tokens_per_step = 4096;  // one prompt's prefill fits one step
+  bool check_agreement = true;     // with both: cascade vs flat tokens, near-ties proven
+  bool profile = true;             // one more rollout per mode with per-operation device times
+};
+
+// Returns 0 on success; 1 without a device or when a run fails.
+int run_engine_bench(const EngineBenchOptions& options);
+
+}  // namespace kvc::bench

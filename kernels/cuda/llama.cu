@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -35,16 +34,17 @@ namespace {
     I.mark(what, I.stream); \
   } while (0)
 
-uint16_t f32_to_bf16(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 __global__ void fp16_to_bf16_kernel(const __half* in, __nv_bfloat16* out, size_t n) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     out[i] = __float2bfloat16_rn(__half2float(in[i]));
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = __float2bfloat16_rn(in[i]);
   }
 }
 
@@ -395,17 +395,27 @@ std::string LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const fl
                                size_t count) {
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers)) return "layer out of range";
   if (offset + count > tensor_elements(t)) return "upload past the end of the tensor";
-  auto* dst = static_cast<uint16_t*>(tensor_ptr(*impl_, t, layer)) + offset;
-  std::vector<uint16_t> piece;
-  const size_t step = size_t{1} << 22;
-  for (size_t i = 0; i < count; i += step) {
-    const size_t n = std::min(step, count - i);
-    piece.resize(n);
-    for (size_t j = 0; j < n; ++j)
-      piece[j] = f32_to_bf16(host[i + j]);
-    KVC_TRY(cudaMemcpy(dst + i, piece.data(), n * 2, cudaMemcpyHostToDevice), "upload");
+  auto* dst = static_cast<__nv_bfloat16*>(tensor_ptr(*impl_, t, layer)) + offset;
+  // float32 pieces go through one device staging buffer and are rounded to bf16 there.
+  const size_t piece = size_t{1} << 22;
+  float* staging = nullptr;
+  KVC_TRY(cudaMalloc(&staging, std::min(piece, count) * sizeof(float)), "upload staging");
+  std::string error;
+  for (size_t i = 0; i < count && error.empty(); i += piece) {
+    const size_t n = std::min(piece, count - i);
+    // On the step stream: a plain cudaMemcpy from pageable memory may return before its DMA
+    // lands, and the stream does not wait for the legacy default stream.
+    cudaError_t e = cudaMemcpyAsync(staging, host + i, n * sizeof(float), cudaMemcpyHostToDevice,
+                                    impl_->stream);
+    if (e == cudaSuccess) {
+      f32_to_bf16_kernel<<<1024, 256, 0, impl_->stream>>>(staging, dst + i, n);
+      e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(impl_->stream);
+    if (e != cudaSuccess) error = std::string("upload: ") + cudaGetErrorString(e);
   }
-  return {};
+  cudaFree(staging);
+  return error;
 }
 
 std::string LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,
@@ -413,7 +423,9 @@ std::string LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, con
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers)) return "layer out of range";
   if (offset + count > tensor_elements(t)) return "upload past the end of the tensor";
   auto* dst = static_cast<uint16_t*>(tensor_ptr(*impl_, t, layer)) + offset;
-  KVC_TRY(cudaMemcpy(dst, host, count * 2, cudaMemcpyHostToDevice), "upload");
+  KVC_TRY(cudaMemcpyAsync(dst, host, count * 2, cudaMemcpyHostToDevice, impl_->stream),
+          "upload");
+  KVC_TRY(cudaStreamSynchronize(impl_->stream), "upload");
   if (is_fp16) {
     fp16_to_bf16_kernel<<<1024, 256, 0, impl_->stream>>>(
         reinterpret_cast<const __half*>(dst), reinterpret_cast<__nv_bfloat16*>(dst), count);

@@ -119,7 +119,7 @@ class LlamaModel {
   // replica/weights.h random_weights, not bit-equal to it): deterministic for the seed.
   std::string random_init(uint64_t seed);
   // Writes `count` values at element `offset` of a tensor (layer ignored for model tensors),
-  // converting float32 to bf16 (round to nearest even) on the host, in pieces.
+  // converting float32 to bf16 (round to nearest even) on the device, in 16 MiB pieces.
   std::string upload(LlamaTensor t, int layer, size_t offset, const float* host, size_t count);
   // Same for raw bf16 (or fp16, converted on the device) values.
   std::string upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,

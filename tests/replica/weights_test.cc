@@ -218,6 +218,29 @@ TEST(LoadHfWeights, TiedEmbeddings) {
   expect_loaded(w, *loaded);
 }
 
+// HfFolder (the CUDA backend streams tensors through it): views of the mapped tensors, their
+// dtype as stored, and errors naming a missing or mis-shaped tensor.
+TEST(HfFolder, TensorsAsStoredAndShapeErrors) {
+  testing::TempDir tmp;
+  const ModelWeights w = random_weights(small_config(false), 7);
+  write_folder(tmp.path(), config_json(w.config), hf_tensors(w));
+  Result<HfFolder> f = HfFolder::open(tmp.path());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->config().hidden_size, 64);
+  const int64_t q = int64_t{w.config.num_attention_heads} * w.config.head_dim;
+  Result<TensorView> wq = f->tensor("model.layers.0.self_attn.q_proj.weight", {q, 64});
+  ASSERT_TRUE(wq.ok()) << wq.error().message;
+  EXPECT_EQ(wq->dtype, DType::kBF16);
+  EXPECT_EQ(wq->numel(), q * 64);
+  Result<TensorView> wrong = f->tensor("model.norm.weight", {65});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.error().message, HasSubstr("model.norm.weight"));
+  EXPECT_THAT(wrong.error().message, HasSubstr("[64]"));
+  Result<TensorView> missing = f->tensor("model.layers.9.mlp.down_proj.weight", {64, 96});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.error().message, HasSubstr("missing tensor"));
+}
+
 TEST(LoadHfWeights, FolderErrors) {
   testing::TempDir tmp;
   const ModelWeights w = random_weights(small_config(false), 7);

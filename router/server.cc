@@ -36,6 +36,10 @@ struct RouterServer::Attempt {
   std::string body;
   Clock::TimePoint start{};
   size_t prompt_bytes = 0;
+  // Shared with the client-gone callback, which may run on another thread.
+  std::mutex mu;
+  bool abandoned = false;                            // the client left: no more tries
+  std::shared_ptr<http::Cancellation> cancellation;  // ends the try in flight
 };
 
 namespace {
@@ -149,6 +153,20 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     return;
   }
   auto attempt = std::make_shared<Attempt>();
+  // A client that leaves ends the exchange in flight at once: the replica sees the connection
+  // close and frees the group. (A non-streaming reply sends no byte before the generation is done,
+  // so waiting for one to find the client gone would let the replica generate to the end.)
+  responder->on_client_gone([weak = std::weak_ptr<Attempt>(attempt)] {
+    auto a = weak.lock();
+    if (!a) return;
+    std::shared_ptr<http::Cancellation> in_flight;
+    {
+      std::lock_guard lock(a->mu);
+      a->abandoned = true;
+      in_flight = a->cancellation;
+    }
+    if (in_flight) in_flight->cancel("the client went away");
+  });
   attempt->stream = req.stream;
   attempt->start = clock_.now();
   attempt->prompt_bytes = req.prompts.front().size();
@@ -251,6 +269,13 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   std::weak_ptr<std::function<void()>> weak_run = run;
   *run = [this, attempt, chooser, weak_run] {
     auto run = weak_run.lock();
+    // Made before the exchange starts, so that the client leaving at any moment ends it.
+    auto cancellation = std::make_shared<http::Cancellation>();
+    {
+      std::lock_guard lock(attempt->mu);
+      if (attempt->abandoned) return;  // the client left between two tries
+      attempt->cancellation = cancellation;
+    }
     auto view = pool_.get(attempt->replica);
     if (view && !view->exact) {
       // Approximate mode: this replica publishes no KV events; remember what we sent it.
@@ -297,6 +322,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     }
     attempt->status = 0;  // this try's (a retry must not see the last one's)
     attempt->body.clear();
+    http::StreamOptions options;
+    options.cancellation = cancellation;
     client_.stream(
         view->host, view->port, attempt->request.method, attempt->request.target,
         attempt->request.body, headers,
@@ -327,7 +354,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
         },
         [this, attempt, chooser, run](Status s) {
           const bool failed = !s.ok() || attempt->status >= 500;
-          pool_.end_request(attempt->replica, !failed || attempt->responder->client_gone());
+          const bool client_gone = attempt->responder->client_gone();
+          pool_.end_request(attempt->replica, !failed || client_gone);
+          if (client_gone) return;  // nobody to answer; the replica did nothing wrong
           if (!failed) {
             if (attempt->sent_anything) {
               attempt->responder->end();
@@ -353,7 +382,6 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
                 .Add({{"replica", attempt->replica_id}, {"kind", kind}})
                 .Increment();
           }
-          if (attempt->responder->client_gone()) return;
           if (!attempt->sent_anything) {
             if (static_cast<int32_t>(attempt->tried.size()) < config_.max_attempts &&
                 (*chooser)()) {
@@ -375,7 +403,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
                 "\n\n");
           }
           attempt->responder->end();
-        });
+        },
+        std::move(options));
   };
   (*run)();
 }

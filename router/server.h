@@ -2,7 +2,8 @@
 // request it renders and hashes the prompt, asks the index which replica holds how much of it,
 // pins sibling bursts, lets the policy choose, and proxies the request there unchanged, streaming
 // the answer back byte for byte. A replica that fails before the first byte reached the client
-// is retried on another; after that the client gets a clean error event.
+// is retried on another; after that the client gets a clean error event. A client that leaves
+// ends the upstream exchange at once (the replica then frees the group).
 #pragma once
 
 #include <atomic>

@@ -323,6 +323,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     attempt->status = 0;  // this try's (a retry must not see the last one's)
     attempt->body.clear();
     http::StreamOptions options;
+    options.response_header_timeout =
+        attempt->stream ? config_.first_byte_timeout : config_.upstream_timeout;
+    options.body_idle_timeout = config_.idle_timeout;
     options.cancellation = cancellation;
     client_.stream(
         view->host, view->port, attempt->request.method, attempt->request.target,
@@ -399,7 +402,11 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           // Mid-stream: end cleanly with an error event the client can see.
           if (attempt->stream) {
             attempt->responder->write(
-                "data: " + http::error_body("upstream replica failed mid-stream", "server_error") +
+                "data: " +
+                http::error_body(
+                    "upstream replica " + attempt->replica_id + " failed mid-stream: " +
+                        (s.ok() ? "status " + std::to_string(attempt->status) : s.message()),
+                    "server_error") +
                 "\n\n");
           }
           attempt->responder->end();

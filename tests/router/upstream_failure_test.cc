@@ -1,5 +1,5 @@
-// The router when clients or replicas misbehave (issue 12): clients that leave. Real sockets on
-// 127.0.0.1; every wait is bounded.
+// The router when clients or replicas misbehave (issue 12): clients that leave, replicas that
+// stall (before the first byte, mid-stream). Real sockets on 127.0.0.1; every wait is bounded.
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -15,12 +15,14 @@
 #include "replica/local_replica.h"
 #include "router/router_stack.h"
 #include "tests/http/raw_conn.h"
+#include "tests/testing/fake_replica.h"
 
 namespace kvc {
 namespace {
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
+using testing::FakeReplica;
 
 // Polls `done` every 20 ms until it holds or `limit` passed.
 template <typename F>
@@ -95,6 +97,134 @@ TEST(RouterClientGone, AbandonedNonStreamingRequestsStopTheirSequences) {
       5s))
       << load().dump();
   stack.stop();
+}
+
+// A router (RouterStack, as `kvcascade router` builds it) in front of a FakeReplica and a real
+// one, with short timeouts and fast health checks. Bounded waits everywhere.
+class RouterWithFake : public ::testing::Test {
+ protected:
+  void start(FakeReplica::Options fake_options, RouterStackConfig c = {}) {
+    fake_ = std::make_unique<FakeReplica>(std::move(fake_options));
+    good_ = std::make_unique<LocalReplica>("good");
+    ASSERT_NE(fake_->port(), 0);
+    c.replicas = {fake_->address(), good_->address()};
+    c.pool.poll_interval = 100ms;
+    stack_ = std::make_unique<RouterStack>(std::move(c));
+    auto port = stack_->start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    port_ = *port;
+    ASSERT_TRUE(wait_healthy(*stack_, 2));
+  }
+  void TearDown() override {
+    if (stack_) stack_->stop();
+    stack_.reset();
+    fake_.reset();
+    good_.reset();
+  }
+
+  // The whole reply (a stream: every event, then the end of the body), bounded by `limit`.
+  Result<http::ClientResponse> post(const json& body, std::chrono::milliseconds limit = 20s) {
+    http::Client client;
+    return client.request("127.0.0.1", port_, "POST", "/v1/completions", body.dump(),
+                          {{"content-type", "application/json"}}, limit);
+  }
+
+  std::unique_ptr<FakeReplica> fake_;
+  std::unique_ptr<LocalReplica> good_;
+  std::unique_ptr<RouterStack> stack_;
+  uint16_t port_ = 0;
+};
+
+// A prompt the fake holds (it publishes its blocks), so the kvcascade policy sends it there.
+std::string held_prompt() {
+  std::string s = "A prompt whose prefix the fake replica holds. ";
+  while (s.size() < 600)
+    s += "Its blocks are in the router's index under the fake. ";
+  return s;
+}
+
+bool wait_exact(RouterStack& stack, const std::string& id) {
+  return eventually(
+      [&] {
+        for (const ReplicaView& r : stack.pool().snapshot())
+          if (r.replica_id == id && r.exact) return true;
+        return false;
+      },
+      10s);
+}
+
+// Issue 12 §3: a replica that accepts a streamed request and never answers used to hold it for
+// the whole upstream timeout (10 minutes). Nothing reached the client before the first-byte
+// timeout, so the request is retried on the other replica.
+TEST_F(RouterWithFake, StreamWithoutFirstByteIsRetriedElsewhere) {
+  RouterStackConfig c;
+  c.router.first_byte_timeout = 2s;  // the CPU replica's first token (the retry) comes sooner
+  start({.replica_id = "fake", .blocks = FakeReplica::blocks_of(held_prompt())}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  const auto begin = std::chrono::steady_clock::now();
+  auto r = post({{"model", "tiny"},
+                 {"prompt", held_prompt()},
+                 {"max_tokens", 4},
+                 {"stream", true},
+                 {"ignore_eos", true}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 10s);
+  EXPECT_EQ(fake_->num_completions(), 1);
+  // The router hung up on the fake when it gave up (a real replica frees the group then).
+  EXPECT_TRUE(eventually([&] { return fake_->num_completions_abandoned() == 1; }, 5s));
+  EXPECT_EQ(stack_->server().stats().retries.load(), 1);
+}
+
+// Issue 12 §3: a stream that stops mid-way (first event sent, then silence) used to hang; after
+// the idle timeout the client's stream ends with an OpenAI-style error event (it cannot be
+// retried: bytes reached the client).
+TEST_F(RouterWithFake, StreamStallingMidwayEndsWithAnErrorEvent) {
+  RouterStackConfig c;
+  c.router.idle_timeout = 300ms;
+  start({.replica_id = "fake",
+         .completions = FakeReplica::Completions::kStreamThenStall,
+         .blocks = FakeReplica::blocks_of(held_prompt())},
+        c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto r = post({{"model", "tiny"}, {"prompt", held_prompt()}, {"stream", true}});
+  ASSERT_TRUE(r.ok()) << r.error().message;  // the stream ended, within the bound
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "fake");
+  const std::string first = "data: {\"choices\":[{\"index\":0,\"text\":\"A\"}]}\n\n";
+  ASSERT_EQ(r->body.substr(0, first.size()), first) << r->body;
+  const std::string rest = r->body.substr(first.size());
+  ASSERT_EQ(rest.substr(0, 6), "data: ") << rest;
+  ASSERT_EQ(rest.substr(rest.size() - 2), "\n\n") << rest;
+  const json error = json::parse(rest.substr(6, rest.size() - 8), nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << rest;
+  EXPECT_EQ(error["error"]["type"], "server_error");
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("stalled"), std::string::npos)
+      << rest;
+  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+  EXPECT_TRUE(eventually([&] { return fake_->num_completions_abandoned() == 1; }, 5s));
+}
+
+// Issue 12 §3: a non-streamed reply that stops mid-body is buffered by the router, so nothing
+// reached the client: after the idle timeout it is retried and the client gets one whole 200.
+TEST_F(RouterWithFake, NonStreamingReplyStallingMidBodyIsRetried) {
+  RouterStackConfig c;
+  c.router.idle_timeout = 300ms;
+  start({.replica_id = "fake",
+         .completions = FakeReplica::Completions::kPartialBodyThenStall,
+         .blocks = FakeReplica::blocks_of(held_prompt())},
+        c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto r = post({{"model", "tiny"}, {"prompt", held_prompt()}, {"max_tokens", 2}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  const json body = json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << r->body;
+  EXPECT_EQ(body["choices"].size(), 1u);
+  EXPECT_EQ(fake_->num_completions(), 1);
 }
 
 }  // namespace

@@ -95,6 +95,15 @@ Run add_router_command(CLI::App& app) {
              "streamed requests: longest wait for the replica's first byte (queue + prefill)");
   add_millis(*cmd, "--upstream-idle-timeout-ms", f->router.idle_timeout,
              "longest silence inside a replica's reply once it started");
+  add_millis(*cmd, "--health-interval-ms", f->pool.poll_interval,
+             "period of the replicas' /v1/load health checks");
+  add_millis(*cmd, "--health-timeout-ms", f->pool.poll_timeout,
+             "a health check not answered within this failed");
+  cmd->add_option("--health-failures-to-dead", f->pool.failed_polls_to_dead,
+                  "failed health checks in a row after which a replica's requests in flight end "
+                  "(and are retried elsewhere when nothing reached the client yet)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
   return [f] { return run_router(*f); };
 }

@@ -11,7 +11,10 @@ namespace kvc {
 struct ReplicaPool::Replica {
   ReplicaView view;
   int32_t consecutive_failures = 0;
+  int32_t failed_polls = 0;  // in a row
   Clock::TimePoint open_until{};
+  // Proxied exchanges in flight that asked to be ended if the replica dies.
+  std::unordered_set<std::shared_ptr<http::Cancellation>> exchanges;
   // KV-event subscription.
   bool subscribing = false;
   Clock::TimePoint next_subscribe{};
@@ -102,16 +105,21 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   return replicas_[index]->view;
 }
 
-void ReplicaPool::begin_request(uint32_t index) {
+void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation) {
   std::lock_guard lock(mu_);
-  if (index < replicas_.size() && replicas_[index]) ++replicas_[index]->view.in_flight;
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  Replica& r = *replicas_[index];
+  ++r.view.in_flight;
+  if (cancellation) r.exchanges.insert(std::move(cancellation));
 }
 
-void ReplicaPool::end_request(uint32_t index, bool ok) {
+void ReplicaPool::end_request(uint32_t index, bool ok,
+                              const std::shared_ptr<http::Cancellation>& cancellation) {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return;
   Replica& r = *replicas_[index];
   --r.view.in_flight;
+  if (cancellation) r.exchanges.erase(cancellation);
   if (ok) {
     r.consecutive_failures = 0;
     return;
@@ -128,18 +136,18 @@ void ReplicaPool::poll(Replica& r) {
   const bool need_info = r.view.hash_model.empty();
   std::optional<nlohmann::json> info, load;
   if (need_info) {
-    auto resp = client_.request(host, port, "GET", "/v1/info", "", {}, std::chrono::seconds(2));
+    auto resp = client_.request(host, port, "GET", "/v1/info", "", {}, config_.poll_timeout);
     if (resp.ok() && resp->status == 200) {
       info = nlohmann::json::parse(resp->body, nullptr, false);
       if (info->is_discarded()) info.reset();
     }
   }
-  auto resp = client_.request(host, port, "GET", "/v1/load", "", {}, std::chrono::seconds(2));
+  auto resp = client_.request(host, port, "GET", "/v1/load", "", {}, config_.poll_timeout);
   if (resp.ok() && resp->status == 200) {
     load = nlohmann::json::parse(resp->body, nullptr, false);
     if (load->is_discarded()) load.reset();
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (info) {
     r.view.replica_id = info->value("replica_id", r.view.replica_id);
     r.view.hash_model = info->value("hash_model", info->value("model", std::string()));
@@ -153,13 +161,23 @@ void ReplicaPool::poll(Replica& r) {
     index_.clear(r.view.index);
   }
   if (ok) {
+    r.failed_polls = 0;
     r.view.queued_prefill_tokens = load->value("queued_prefill_tokens", int64_t{0});
     r.view.running_sequences = load->value("running_sequences", int64_t{0});
     r.view.waiting_sequences = load->value("waiting_sequences", int64_t{0});
     if (clock_.now() >= r.open_until) r.view.healthy = true;
-  } else {
-    r.view.healthy = false;
+    return;
   }
+  r.view.healthy = false;
+  if (++r.failed_polls < config_.failed_polls_to_dead) return;
+  // Dead (stopped, or stalled like a process under SIGSTOP): its exchanges would wait for their
+  // timeouts; they end now.
+  const std::vector<std::shared_ptr<http::Cancellation>> dead_exchanges(r.exchanges.begin(),
+                                                                        r.exchanges.end());
+  const std::string why = "replica " + r.view.replica_id + " stopped answering health checks";
+  lock.unlock();
+  for (const auto& c : dead_exchanges)
+    c->cancel(why);
 }
 
 void ReplicaPool::poll_now() {

@@ -216,12 +216,19 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.group = req.group;
   rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
 
-  // Everything below chooses among the candidates still untried; forward() calls back here.
+  // Everything below chooses among the candidates still untried; a retry calls back here.
   auto choose = [this, attempt, candidates, rr]() mutable -> bool {
+    std::vector<ReplicaView> now;
+    if (!attempt->tried.empty()) now = pool_.snapshot();  // a retry: health may have changed
     for (Candidate& c : candidates) {
       if (std::find(attempt->tried.begin(), attempt->tried.end(), c.replica) !=
           attempt->tried.end()) {
         c.healthy = false;
+      }
+      if (!now.empty()) {
+        auto it =
+            std::find_if(now.begin(), now.end(), [&](auto& v) { return v.index == c.replica; });
+        c.healthy = c.healthy && it != now.end() && it->healthy;
       }
     }
     if (std::none_of(candidates.begin(), candidates.end(), [](auto& c) { return c.healthy; })) {
@@ -303,7 +310,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           std::min(1.0, static_cast<double>(attempt->matched_bytes) /
                             static_cast<double>(attempt->prompt_bytes)));
     }
-    pool_.begin_request(attempt->replica);
+    pool_.begin_request(attempt->replica, cancellation);  // ended if the replica is found dead
     http::Headers headers;
     for (const auto& [k, v] : attempt->request.headers) {
       std::string lower = k;
@@ -311,7 +318,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       if (lower == "content-type" || lower == "accept") headers.emplace_back(k, v);
     }
     if (!view) {
-      pool_.end_request(attempt->replica, false);
+      pool_.end_request(attempt->replica, false, cancellation);
       if (!(*chooser)()) {
         http::send_error(*attempt->responder, 503, "no healthy replica left", "server_error");
       } else {
@@ -355,10 +362,10 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           attempt->responder->write(std::string(bytes));
           return !attempt->responder->client_gone();
         },
-        [this, attempt, chooser, run](Status s) {
+        [this, attempt, chooser, run, cancellation](Status s) {
           const bool failed = !s.ok() || attempt->status >= 500;
           const bool client_gone = attempt->responder->client_gone();
-          pool_.end_request(attempt->replica, !failed || client_gone);
+          pool_.end_request(attempt->replica, !failed || client_gone, cancellation);
           if (client_gone) return;  // nobody to answer; the replica did nothing wrong
           if (!failed) {
             if (attempt->sent_anything) {

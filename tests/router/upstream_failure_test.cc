@@ -1,5 +1,6 @@
 // The router when clients or replicas misbehave (issue 12): clients that leave, replicas that
-// stall (before the first byte, mid-stream). Real sockets on 127.0.0.1; every wait is bounded.
+// stall (before the first byte, mid-stream, under a health check). Real sockets on 127.0.0.1;
+// every wait is bounded.
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -225,6 +226,59 @@ TEST_F(RouterWithFake, NonStreamingReplyStallingMidBodyIsRetried) {
   ASSERT_FALSE(body.is_discarded()) << r->body;
   EXPECT_EQ(body["choices"].size(), 1u);
   EXPECT_EQ(fake_->num_completions(), 1);
+}
+
+// Issue 12 §3: `kill -STOP` on a replica: the health checks find it dead, and the requests it
+// holds — which would otherwise wait for their timeouts (here the defaults: a minute for the
+// stream's first byte, ten for the non-streamed reply) — end at once. Nothing of either reached
+// the client, so both are retried on the other replica.
+TEST_F(RouterWithFake, RequestsInFlightOnADeadReplicaAreRetried) {
+  RouterStackConfig c;
+  c.pool.poll_timeout = 300ms;
+  c.pool.failed_polls_to_dead = 2;
+  start({.replica_id = "fake", .blocks = FakeReplica::blocks_of(held_prompt())}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  const json plain = {{"model", "tiny"}, {"prompt", held_prompt()}, {"max_tokens", 2}};
+  json streamed = plain;
+  streamed["stream"] = true;
+  auto a = std::async(std::launch::async, [&] { return post(plain, 30s); });
+  auto b = std::async(std::launch::async, [&] { return post(streamed, 30s); });
+  ASSERT_TRUE(eventually([&] { return fake_->num_completions() == 2; }, 10s));
+  const auto stalled_at = std::chrono::steady_clock::now();
+  fake_->stall();
+  for (auto* f : {&a, &b}) {
+    auto r = f->get();
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  }
+  // Two failed polls of 300 ms each, 100 ms apart, then a retry on the CPU replica.
+  EXPECT_LT(std::chrono::steady_clock::now() - stalled_at, 10s);
+  EXPECT_EQ(stack_->server().stats().retries.load(), 2);
+}
+
+// Issue 12 §3: a stream that already sent bytes when its replica is found dead cannot be retried:
+// it ends with an error event saying why.
+TEST_F(RouterWithFake, StartedStreamOfADeadReplicaEndsWithAnErrorEvent) {
+  RouterStackConfig c;
+  c.pool.poll_timeout = 300ms;
+  c.pool.failed_polls_to_dead = 2;
+  start({.replica_id = "fake",
+         .completions = FakeReplica::Completions::kStreamThenStall,
+         .blocks = FakeReplica::blocks_of(held_prompt())},
+        c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto f = std::async(std::launch::async, [&] {
+    return post({{"model", "tiny"}, {"prompt", held_prompt()}, {"stream", true}}, 30s);
+  });
+  ASSERT_TRUE(eventually([&] { return fake_->num_completions() == 1; }, 10s));
+  fake_->stall();
+  auto r = f.get();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "fake");
+  EXPECT_NE(r->body.find("data: {\"error\":"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("stopped answering health checks"), std::string::npos) << r->body;
+  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // health (periodic /v1/load polls and a circuit breaker fed by proxy outcomes), load, and the KV
 // events of each replica applied to the shared RadixIndex (exact mode). A replica whose
 // /v1/kv_events cannot be subscribed is routed in approximate mode: the router inserts what it
-// sends there and lets entries expire. A replica found dead has its proxied exchanges ended.
+// sends there and lets entries expire. A replica that leaves routing (a failed poll, an open
+// breaker) leaves the index too, and a replica found dead has its proxied exchanges ended.
 #pragma once
 
 #include <atomic>
@@ -52,8 +53,11 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
 
 class ReplicaPool {
  public:
+  // `index` is fed by the replicas' KV events; `approx` (optional) holds the entries the router
+  // inserts for replicas without them. Both are guarded by index_mu; a replica that leaves
+  // routing leaves both.
   ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu, const Clock& clock,
-              PoolConfig config = {});
+              PoolConfig config = {}, RadixIndex* approx = nullptr);
   ~ReplicaPool();  // stops the poller and the subscriptions
 
   // "host:port" (an http:// prefix is accepted). Returns the replica's index.
@@ -79,11 +83,13 @@ class ReplicaPool {
   struct Replica;
   void poll(Replica& r);
   void subscribe(uint32_t index);
+  void forget_blocks_locked(Replica& r);
   void run();
 
   http::Client& client_;
   RadixIndex& index_;
   std::mutex& index_mu_;
+  RadixIndex* approx_;
   const Clock& clock_;
   PoolConfig config_;
   mutable std::mutex mu_;

@@ -33,7 +33,7 @@ RouterStack::RouterStack(RouterStackConfig config)
       config_.http_threads);
   client_ = std::make_unique<http::Client>(client_limits(), http_->io_context());
   pool_ = std::make_unique<ReplicaPool>(*client_, index_, index_mu_, SteadyClock::instance(),
-                                        config_.pool);
+                                        config_.pool, &approx_);
   server_ = std::make_unique<RouterServer>(*pool_, index_, approx_, index_mu_, *client_,
                                            SteadyClock::instance(), config_.router, &registry_,
                                            &metrics_);

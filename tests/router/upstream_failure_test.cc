@@ -1,6 +1,6 @@
-// The router when clients or replicas misbehave (issue 12): clients that leave, replicas that
-// stall (before the first byte, mid-stream, under a health check). Real sockets on 127.0.0.1;
-// every wait is bounded.
+// The router when clients or replicas misbehave (issue 12, sections 2, 3 and 5): clients that
+// leave, replicas that stall (before the first byte, mid-stream, under a health check) and
+// replicas whose circuit breaker opens. Real sockets on 127.0.0.1; every wait is bounded.
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -128,6 +128,15 @@ class RouterWithFake : public ::testing::Test {
     http::Client client;
     return client.request("127.0.0.1", port_, "POST", "/v1/completions", body.dump(),
                           {{"content-type", "application/json"}}, limit);
+  }
+  json state() { return get_json(port_, "/router/state"); }
+  // The fake's entry in /router/state.
+  json fake_state() {
+    const json s = state();
+    for (const json& r : s["replicas"])
+      if (r["replica_id"] == "fake") return r;
+    ADD_FAILURE() << s.dump();
+    return json::object();
   }
 
   std::unique_ptr<FakeReplica> fake_;
@@ -279,6 +288,59 @@ TEST_F(RouterWithFake, StartedStreamOfADeadReplicaEndsWithAnErrorEvent) {
   EXPECT_NE(r->body.find("data: {\"error\":"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("stopped answering health checks"), std::string::npos) << r->body;
   EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+}
+
+// Issue 12 §5: when the circuit breaker opened, the replica's index entries used to stay (400
+// blocks for 9 s in the probe), drawing prefix matches to it the moment it closed. They go when
+// it opens, and come back with a fresh snapshot once the replica is healthy again.
+TEST_F(RouterWithFake, OpenBreakerDropsTheReplicasIndexEntriesUntilItRecovers) {
+  RouterStackConfig c;
+  c.router.policy = "round_robin";  // fake first, then (a retry) good: the fake fails every time
+  c.pool.failures_to_open = 3;
+  c.pool.open_for = 3s;
+  const std::vector<BlockHash> blocks = FakeReplica::blocks_of(held_prompt());
+  start({.replica_id = "fake", .completion_status = 500, .blocks = blocks}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  ASSERT_TRUE(
+      eventually([&] { return fake_state().value("index_blocks", 0u) == blocks.size(); }, 10s));
+  // Each request fails on the fake with a 500 and is retried on "good"; the third failure opens
+  // the breaker.
+  for (int i = 0; i < 3; ++i) {
+    auto r =
+        post({{"model", "tiny"}, {"prompt", held_prompt() + std::to_string(i)}, {"max_tokens", 1}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  }
+  ASSERT_EQ(fake_->num_completions(), 3);
+  const json open = fake_state();
+  EXPECT_FALSE(open.value("healthy", true));
+  EXPECT_EQ(open.value("index_blocks", 999u), 0u) << open.dump();
+  // Breaker closed, health checks pass: resubscribed, its snapshot is back.
+  EXPECT_TRUE(
+      eventually([&] { return fake_state().value("index_blocks", 0u) == blocks.size(); }, 15s))
+      << fake_state().dump();
+}
+
+// The same for a replica without KV events (approximate mode): the entries the router inserted
+// when it sent requests there go when its breaker opens.
+TEST_F(RouterWithFake, OpenBreakerDropsApproximateEntriesToo) {
+  RouterStackConfig c;
+  c.router.policy = "round_robin";
+  c.pool.failures_to_open = 3;
+  c.pool.open_for = 30s;
+  start({.replica_id = "fake", .completion_status = 500, .blocks = {}}, c);
+  for (int i = 0; i < 3; ++i) {
+    auto r =
+        post({{"model", "tiny"}, {"prompt", held_prompt() + std::to_string(i)}, {"max_tokens", 1}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  ASSERT_EQ(fake_->num_completions(), 3);
+  const json open = fake_state();
+  EXPECT_FALSE(open.value("exact", true));
+  EXPECT_FALSE(open.value("healthy", true));
+  EXPECT_EQ(open.value("approx_blocks", 999u), 0u) << open.dump();
 }
 
 }  // namespace

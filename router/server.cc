@@ -73,7 +73,14 @@ RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& app
       siblings_(clock, config_.siblings),
       registry_(registry),
       metrics_(metrics),
-      clock_(clock) {}
+      clock_(clock) {
+  if (metrics_) retries_counter_ = &metrics_->router_retries_total.Add({});
+}
+
+void RouterServer::note_retry() {
+  ++stats_.retries;
+  if (retries_counter_ != nullptr) retries_counter_->Increment();
+}
 
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
@@ -322,7 +329,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       if (!(*chooser)()) {
         http::send_error(*attempt->responder, 503, "no healthy replica left", "server_error");
       } else {
-        ++stats_.retries;
+        note_retry();
         (*run)();
       }
       return;
@@ -395,7 +402,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           if (!attempt->sent_anything) {
             if (static_cast<int32_t>(attempt->tried.size()) < config_.max_attempts &&
                 (*chooser)()) {
-              ++stats_.retries;
+              note_retry();
               (*run)();
               return;
             }

@@ -64,7 +64,7 @@ class RouterServer {
 
  private:
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
-  void forward(std::shared_ptr<Attempt> attempt);
+  void note_retry();
   std::string state_json();
 
   ReplicaPool& pool_;
@@ -81,6 +81,7 @@ class RouterServer {
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> routed_counters_;
   prometheus::Registry* registry_;
   metrics::RouterMetrics* metrics_;
+  prometheus::Counter* retries_counter_ = nullptr;  // router_retries_total, when metrics_
   const Clock& clock_;
 };
 

@@ -138,6 +138,18 @@ class RouterWithFake : public ::testing::Test {
     ADD_FAILURE() << s.dump();
     return json::object();
   }
+  // The value of an unlabelled counter in the router's /metrics (-1 if absent).
+  double metric(const std::string& name) {
+    http::Client client;
+    auto r = client.request("127.0.0.1", port_, "GET", "/metrics", "", {}, 10s);
+    if (!r.ok()) return -1;
+    const std::string& text = r->body;
+    for (size_t p = text.find(name + " "); p != std::string::npos;
+         p = text.find(name + " ", p + 1)) {
+      if (p == 0 || text[p - 1] == '\n') return std::stod(text.substr(p + name.size() + 1));
+    }
+    return -1;
+  }
 
   std::unique_ptr<FakeReplica> fake_;
   std::unique_ptr<LocalReplica> good_;
@@ -341,6 +353,23 @@ TEST_F(RouterWithFake, OpenBreakerDropsApproximateEntriesToo) {
   EXPECT_FALSE(open.value("exact", true));
   EXPECT_FALSE(open.value("healthy", true));
   EXPECT_EQ(open.value("approx_blocks", 999u), 0u) << open.dump();
+}
+
+// Issue 12 §5: kvcascade_router_retries_total was registered but never incremented.
+TEST_F(RouterWithFake, RetriesAreCountedInMetrics) {
+  RouterStackConfig c;
+  c.router.policy = "round_robin";  // fake first, then (a retry) good
+  start({.replica_id = "fake", .completion_status = 503, .blocks = {}}, c);
+  EXPECT_EQ(metric("kvcascade_router_retries_total"), 0);
+  for (int i = 0; i < 2; ++i) {
+    auto r =
+        post({{"model", "tiny"}, {"prompt", held_prompt() + std::to_string(i)}, {"max_tokens", 1}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(fake_->num_completions(), 2);
+  EXPECT_EQ(metric("kvcascade_router_retries_total"), 2);
+  EXPECT_EQ(state()["retries"], 2);
 }
 
 }  // namespace

@@ -21,7 +21,6 @@ struct RouterFlags {
   std::string api_key;
   size_t approx_capacity_blocks = 1 << 20;
   int64_t approx_ttl_s = 600;
-  int64_t upstream_timeout_ms = 600000;
   bool check_config = false;
 };
 
@@ -47,7 +46,6 @@ int run_router(RouterFlags f) {
   c.dns_interval = std::chrono::milliseconds(f.dns_interval_ms);
   c.approx_capacity_blocks = f.approx_capacity_blocks;
   c.approx_ttl = std::chrono::seconds(f.approx_ttl_s);
-  c.upstream_timeout = std::chrono::milliseconds(f.upstream_timeout_ms);
   RouterStack stack(std::move(c));
   auto port = stack.start(f.server.host, f.server.port);
   if (!port.ok()) {
@@ -91,9 +89,21 @@ Run add_router_command(CLI::App& app) {
          [f](int64_t ms) { f->router.siblings.window = std::chrono::milliseconds(ms); },
          "identical prompts within this window go to the same replica")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
-  cmd->add_option("--upstream-timeout-ms", f->upstream_timeout_ms,
-                  "longest wait for a replica's response headers (a whole non-streamed generation)")
-      ->check(CLI::Range(int64_t{100}, int64_t{24} * 3600 * 1000));
+  add_millis(*cmd, "--upstream-timeout-ms", f->router.upstream_timeout,
+             "non-streamed requests: longest wait for the replica's reply (a whole generation)");
+  add_millis(*cmd, "--upstream-first-byte-timeout-ms", f->router.first_byte_timeout,
+             "streamed requests: longest wait for the replica's first byte (queue + prefill)");
+  add_millis(*cmd, "--upstream-idle-timeout-ms", f->router.idle_timeout,
+             "longest silence inside a replica's reply once it started");
+  add_millis(*cmd, "--health-interval-ms", f->pool.poll_interval,
+             "period of the replicas' /v1/load health checks");
+  add_millis(*cmd, "--health-timeout-ms", f->pool.poll_timeout,
+             "a health check not answered within this failed");
+  cmd->add_option("--health-failures-to-dead", f->pool.failed_polls_to_dead,
+                  "failed health checks in a row after which a replica's requests in flight end "
+                  "(and are retried elsewhere when nothing reached the client yet)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
   return [f] { return run_router(*f); };
 }

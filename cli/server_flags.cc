@@ -6,8 +6,6 @@
 
 namespace kvc::cli {
 
-namespace {
-
 void add_millis(CLI::App& cmd, const char* name, std::chrono::milliseconds& value,
                 const char* help) {
   cmd.add_option_function<int64_t>(
@@ -15,8 +13,6 @@ void add_millis(CLI::App& cmd, const char* name, std::chrono::milliseconds& valu
       ->check(CLI::Range(int64_t{1}, int64_t{24} * 3600 * 1000))
       ->default_str(std::to_string(value.count()));
 }
-
-}  // namespace
 
 void add_server_flags(CLI::App& cmd, ServerFlags& f, uint16_t default_port) {
   f.port = default_port;

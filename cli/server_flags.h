@@ -1,6 +1,7 @@
 // Flags shared by the HTTP servers (replica, router): address and every network limit by name.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,10 @@ struct ServerFlags {
 };
 
 void add_server_flags(CLI::App& cmd, ServerFlags& flags, uint16_t default_port);
+
+// A duration flag in milliseconds (1 ms .. 24 h), its default shown in --help.
+void add_millis(CLI::App& cmd, const char* name, std::chrono::milliseconds& value,
+                const char* help);
 
 // Call before starting any thread: SIGINT and SIGTERM are then delivered only to
 // wait_for_shutdown_signal(), which blocks until one arrives.

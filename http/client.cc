@@ -31,6 +31,33 @@ std::optional<std::string> ClientResponse::header(std::string_view name) const {
   return std::nullopt;
 }
 
+void Cancellation::cancel(std::string reason) {
+  std::function<void(const std::string&)> canceller;
+  {
+    std::lock_guard lock(mu_);
+    if (reason_) return;
+    reason_ = std::move(reason);
+    canceller = std::move(canceller_);
+  }
+  if (canceller) canceller(*reason_);  // reason_ is never changed again
+}
+
+bool Cancellation::cancelled() const {
+  std::lock_guard lock(mu_);
+  return reason_.has_value();
+}
+
+void Cancellation::attach(std::function<void(const std::string&)> canceller) {
+  {
+    std::lock_guard lock(mu_);
+    if (!reason_) {
+      canceller_ = std::move(canceller);
+      return;
+    }
+  }
+  canceller(*reason_);
+}
+
 class Exchange;
 
 struct ClientCore {
@@ -122,7 +149,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   Exchange(std::shared_ptr<ClientCore> core, uint64_t id, std::string host, uint16_t port,
            std::string request_bytes, bool head, Client::OnHeaders on_headers,
            Client::OnChunk on_chunk, Client::OnDone on_done,
-           std::optional<std::chrono::milliseconds> total_timeout)
+           std::optional<std::chrono::milliseconds> total_timeout, StreamOptions options)
       : core_(std::move(core)),
         id_(id),
         strand_(net::make_strand(core_->ioc)),
@@ -135,6 +162,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         on_chunk_(std::move(on_chunk)),
         on_done_(std::move(on_done)),
         total_timeout_(total_timeout),
+        header_timeout_(
+            options.response_header_timeout.value_or(core_->limits.response_header_timeout)),
+        body_idle_timeout_(options.body_idle_timeout.value_or(core_->limits.body_idle_timeout)),
+        cancellation_(std::move(options.cancellation)),
         timer_(strand_),
         total_timer_(strand_),
         resolver_(strand_) {}
@@ -143,6 +174,15 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   // On the strand.
   void start() {
+    if (cancellation_) {
+      // Held weakly: a cancellation kept by its owner must not keep a finished exchange alive.
+      cancellation_->attach([weak = weak_from_this()](const std::string& reason) {
+        if (auto self = weak.lock()) {
+          net::post(self->strand_, [self, reason] { self->fail(reason); });
+        }
+      });
+      if (cancellation_->cancelled()) return;  // its fail() is queued on the strand
+    }
     if (total_timeout_) {
       total_timer_.expires_after(*total_timeout_);
       total_timer_.async_wait([self = shared_from_this()](error_code ec) {
@@ -211,7 +251,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   }
 
   void write_request() {
-    arm(core_->limits.response_header_timeout, "no response headers from " + key_ + " in time");
+    arm(header_timeout_,
+        "no response from " + key_ + " within " + std::to_string(header_timeout_.count()) + " ms");
     net::async_write(*socket_, net::buffer(request_),
                      on_strand([self = shared_from_this()](error_code ec, size_t) {
                        if (self->done_) return;
@@ -266,7 +307,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     auto& body = parser_->get().body();
     body.data = chunk_.data();
     body.size = chunk_.size();
-    arm(core_->limits.body_idle_timeout, "response body from " + key_ + " stalled");
+    arm(body_idle_timeout_, "response from " + key_ + " stalled: nothing for " +
+                                std::to_string(body_idle_timeout_.count()) + " ms");
     bhttp::async_read_some(*socket_, buffer_, *parser_,
                            on_strand([self = shared_from_this()](error_code ec, size_t) {
                              if (self->done_) return;
@@ -331,6 +373,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   Client::OnChunk on_chunk_;
   Client::OnDone on_done_;
   const std::optional<std::chrono::milliseconds> total_timeout_;
+  const std::chrono::milliseconds header_timeout_;
+  const std::chrono::milliseconds body_idle_timeout_;
+  const std::shared_ptr<Cancellation> cancellation_;
   net::steady_timer timer_;
   net::steady_timer total_timer_;
   uint64_t timer_generation_ = 0;
@@ -349,7 +394,7 @@ namespace {
 void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& host, uint16_t port,
                     std::string method, std::string target, std::string body, Headers headers,
                     Client::OnHeaders on_headers, Client::OnChunk on_chunk, Client::OnDone on_done,
-                    std::optional<std::chrono::milliseconds> timeout) {
+                    std::optional<std::chrono::milliseconds> timeout, StreamOptions options = {}) {
   std::string bytes = serialize_request(host, port, method, target, body, headers);
   bool head = wire::iequals(method, "HEAD");
   std::shared_ptr<Exchange> exchange;
@@ -365,7 +410,7 @@ void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& 
     uint64_t id = core->next_exchange_id++;
     exchange = std::make_shared<Exchange>(core, id, host, port, std::move(bytes), head,
                                           std::move(on_headers), std::move(on_chunk),
-                                          std::move(on_done), timeout);
+                                          std::move(on_done), timeout, std::move(options));
     core->exchanges.emplace(id, exchange);
   }
   net::dispatch(exchange->strand(), [exchange] { exchange->start(); });
@@ -473,14 +518,14 @@ Result<ClientResponse> Client::request(const std::string& host, uint16_t port, s
 
 void Client::stream(const std::string& host, uint16_t port, std::string method, std::string target,
                     std::string body, Headers headers, OnHeaders on_headers, OnChunk on_chunk,
-                    OnDone on_done) {
+                    OnDone on_done, StreamOptions options) {
   if (core_->stopping.load()) {
     if (on_done) on_done(Error{"client shut down"});
     return;
   }
   start_exchange(core_, host, port, std::move(method), std::move(target), std::move(body),
                  std::move(headers), std::move(on_headers), std::move(on_chunk), std::move(on_done),
-                 std::nullopt);
+                 std::nullopt, std::move(options));
 }
 
 size_t Client::num_connects() const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,34 @@ struct ClientResponse {
 // in brackets. Sets host (brackets removed) and port; false for anything else (another scheme, a
 // path, a port that is not 1..65535).
 bool parse_host_port(std::string_view address, std::string& host, uint16_t& port);
+
+// Ends an exchange from another thread: the caller's own client went away, or its upstream was
+// found dead. Made before the exchange starts, so a cancel that comes first is not lost.
+// Thread-safe.
+class Cancellation {
+ public:
+  // The exchange's connection is closed (its server sees the client go) and on_done(Error{reason})
+  // follows on the I/O thread; an exchange started later ends at once the same way. A no-op once
+  // the exchange finished. The first reason wins.
+  void cancel(std::string reason);
+  bool cancelled() const;
+
+  // For Client: `canceller` is what cancel() calls (at once if already cancelled).
+  void attach(std::function<void(const std::string& reason)> canceller);
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<std::string> reason_;
+  std::function<void(const std::string&)> canceller_;
+};
+
+// What one stream() may set beyond the client's limits.
+struct StreamOptions {
+  // Overrides of ClientLimits::response_header_timeout and body_idle_timeout (unset: those).
+  std::optional<std::chrono::milliseconds> response_header_timeout;
+  std::optional<std::chrono::milliseconds> body_idle_timeout;
+  std::shared_ptr<Cancellation> cancellation;  // null: only on_chunk can cancel
+};
 
 struct ClientCore;
 
@@ -75,10 +104,11 @@ class Client {
   // arrives (chunk framing removed), then on_done(error or ok) exactly once — also when connecting
   // fails (then without on_headers). Callbacks run on the client's I/O thread, one exchange's
   // callbacks never concurrently. A pooled connection that turns out closed before any response
-  // byte arrived is retried once on a fresh connection.
+  // byte arrived is retried once on a fresh connection. `options` may shorten or lengthen the
+  // timeouts of this exchange and hand it a Cancellation.
   void stream(const std::string& host, uint16_t port, std::string method, std::string target,
               std::string body, Headers headers, OnHeaders on_headers, OnChunk on_chunk,
-              OnDone on_done);
+              OnDone on_done, StreamOptions options = {});
 
   // TCP connections opened so far (tests check keep-alive reuse).
   size_t num_connects() const;

@@ -11,19 +11,31 @@ namespace kvc {
 struct ReplicaPool::Replica {
   ReplicaView view;
   int32_t consecutive_failures = 0;
+  int32_t failed_polls = 0;  // in a row
   Clock::TimePoint open_until{};
+  // Proxied exchanges in flight that asked to be ended if the replica dies.
+  std::unordered_set<std::shared_ptr<http::Cancellation>> exchanges;
   // KV-event subscription.
   bool subscribing = false;
   Clock::TimePoint next_subscribe{};
   std::chrono::milliseconds backoff{100};
   uint64_t expected_seq = 0;
   std::unique_ptr<http::SseParser> parser;
+  std::shared_ptr<http::Cancellation> subscription;  // the feed in flight
+  // Bumped (under mu_, before the index is cleared) whenever the replica's index entries are
+  // dropped: a feed of an older generation applies nothing more.
+  std::atomic<uint64_t> index_generation{0};
   std::atomic<bool> removed{false};
 };
 
 ReplicaPool::ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu,
-                         const Clock& clock, PoolConfig config)
-    : client_(client), index_(index), index_mu_(index_mu), clock_(clock), config_(config) {}
+                         const Clock& clock, PoolConfig config, RadixIndex* approx)
+    : client_(client),
+      index_(index),
+      index_mu_(index_mu),
+      approx_(approx),
+      clock_(clock),
+      config_(config) {}
 
 ReplicaPool::~ReplicaPool() {
   {
@@ -55,14 +67,23 @@ Result<uint32_t> ReplicaPool::add(const std::string& address) {
 }
 
 void ReplicaPool::remove(uint32_t index) {
-  {
-    std::lock_guard lock(mu_);
-    if (index >= replicas_.size() || !replicas_[index]) return;
-    replicas_[index]->removed = true;
-    replicas_[index].reset();
-  }
-  std::lock_guard lock(index_mu_);
-  index_.clear(index);
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  replicas_[index]->removed = true;
+  forget_blocks_locked(*replicas_[index]);
+  replicas_[index].reset();
+}
+
+// What the indexes hold for the replica goes (it may come back restarted, its cache empty), and
+// its KV-event feed is cut so that it resubscribes, with a fresh snapshot, once it is healthy
+// again: a replica that was only slow would otherwise keep its feed and never send again what
+// was dropped here.
+void ReplicaPool::forget_blocks_locked(Replica& r) {
+  ++r.index_generation;
+  if (r.subscription) r.subscription->cancel("replica " + r.view.replica_id + " left routing");
+  std::lock_guard index_lock(index_mu_);  // lock order: pool, then index
+  index_.clear(r.view.index);
+  if (approx_ != nullptr) approx_->clear(r.view.index);
 }
 
 void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
@@ -102,22 +123,30 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   return replicas_[index]->view;
 }
 
-void ReplicaPool::begin_request(uint32_t index) {
+void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation) {
   std::lock_guard lock(mu_);
-  if (index < replicas_.size() && replicas_[index]) ++replicas_[index]->view.in_flight;
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  Replica& r = *replicas_[index];
+  ++r.view.in_flight;
+  if (cancellation) r.exchanges.insert(std::move(cancellation));
 }
 
-void ReplicaPool::end_request(uint32_t index, bool ok) {
+void ReplicaPool::end_request(uint32_t index, bool ok,
+                              const std::shared_ptr<http::Cancellation>& cancellation) {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return;
   Replica& r = *replicas_[index];
   --r.view.in_flight;
+  if (cancellation) r.exchanges.erase(cancellation);
   if (ok) {
     r.consecutive_failures = 0;
     return;
   }
   if (++r.consecutive_failures >= config_.failures_to_open) {
     r.open_until = clock_.now() + config_.open_for;
+    // The breaker opened: the replica leaves routing, and the index (else its stale entries
+    // would keep drawing prefix matches to it the moment the breaker closes).
+    if (r.view.healthy) forget_blocks_locked(r);
     r.view.healthy = false;  // until a poll succeeds
   }
 }
@@ -128,18 +157,18 @@ void ReplicaPool::poll(Replica& r) {
   const bool need_info = r.view.hash_model.empty();
   std::optional<nlohmann::json> info, load;
   if (need_info) {
-    auto resp = client_.request(host, port, "GET", "/v1/info", "", {}, std::chrono::seconds(2));
+    auto resp = client_.request(host, port, "GET", "/v1/info", "", {}, config_.poll_timeout);
     if (resp.ok() && resp->status == 200) {
       info = nlohmann::json::parse(resp->body, nullptr, false);
       if (info->is_discarded()) info.reset();
     }
   }
-  auto resp = client_.request(host, port, "GET", "/v1/load", "", {}, std::chrono::seconds(2));
+  auto resp = client_.request(host, port, "GET", "/v1/load", "", {}, config_.poll_timeout);
   if (resp.ok() && resp->status == 200) {
     load = nlohmann::json::parse(resp->body, nullptr, false);
     if (load->is_discarded()) load.reset();
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (info) {
     r.view.replica_id = info->value("replica_id", r.view.replica_id);
     r.view.hash_model = info->value("hash_model", info->value("model", std::string()));
@@ -147,19 +176,26 @@ void ReplicaPool::poll(Replica& r) {
     r.view.models = {info->value("model", std::string())};
   }
   const bool ok = load.has_value() && !r.view.hash_model.empty();
-  if (!ok && r.view.healthy) {
-    // It went away: what it held is gone from routing until its next snapshot.
-    std::lock_guard index_lock(index_mu_);
-    index_.clear(r.view.index);
-  }
   if (ok) {
+    r.failed_polls = 0;
     r.view.queued_prefill_tokens = load->value("queued_prefill_tokens", int64_t{0});
     r.view.running_sequences = load->value("running_sequences", int64_t{0});
     r.view.waiting_sequences = load->value("waiting_sequences", int64_t{0});
     if (clock_.now() >= r.open_until) r.view.healthy = true;
-  } else {
-    r.view.healthy = false;
+    return;
   }
+  // It went away: what it held is gone from routing until its next snapshot.
+  if (r.view.healthy) forget_blocks_locked(r);
+  r.view.healthy = false;
+  if (++r.failed_polls < config_.failed_polls_to_dead) return;
+  // Dead (stopped, or stalled like a process under SIGSTOP): its exchanges would wait for their
+  // timeouts; they end now.
+  const std::vector<std::shared_ptr<http::Cancellation>> dead_exchanges(r.exchanges.begin(),
+                                                                        r.exchanges.end());
+  const std::string why = "replica " + r.view.replica_id + " stopped answering health checks";
+  lock.unlock();
+  for (const auto& c : dead_exchanges)
+    c->cancel(why);
 }
 
 void ReplicaPool::poll_now() {
@@ -187,18 +223,24 @@ void ReplicaPool::poll_now() {
 // backoff), which brings a fresh snapshot.
 void ReplicaPool::subscribe(uint32_t index) {
   std::shared_ptr<Replica> r;
+  auto cancellation = std::make_shared<http::Cancellation>();
+  uint64_t generation = 0;
   {
     std::lock_guard lock(mu_);
     if (index >= replicas_.size() || !replicas_[index]) return;
     r = replicas_[index];
     r->parser = std::make_unique<http::SseParser>(8 << 20);
     r->expected_seq = 0;
+    r->subscription = cancellation;
+    generation = r->index_generation.load();
   }
   auto status = std::make_shared<int>(0);
+  http::StreamOptions options;
+  options.cancellation = cancellation;
   client_.stream(
       r->view.host, r->view.port, "GET", "/v1/kv_events", "", {},
       [status](int s, const http::Headers&) { *status = s; },
-      [this, r, index, status](std::string_view bytes) {
+      [this, r, index, status, generation](std::string_view bytes) {
         if (*status != 200 || r->removed) return false;
         auto events = r->parser->feed(bytes);
         if (!events.ok()) return false;
@@ -208,24 +250,28 @@ void ReplicaPool::subscribe(uint32_t index) {
           {
             std::lock_guard lock(mu_);
             if (batch->seq != r->expected_seq) return false;  // missed events: resubscribe
+            if (r->index_generation.load() != generation) return false;
             ++r->expected_seq;
             r->view.exact = true;
             r->backoff = std::chrono::milliseconds(100);
           }
           std::lock_guard lock(index_mu_);
+          if (r->index_generation.load() != generation) return false;  // forgotten meanwhile
           if (batch->snapshot) index_.clear(index);
           for (const KvEvent& ev : batch->events)
             (void)index_.apply(index, ev);
         }
         return true;
       },
-      [this, r](Status) {
+      [this, r, cancellation](Status) {
         std::lock_guard lock(mu_);
+        if (r->subscription == cancellation) r->subscription.reset();
         r->subscribing = false;
         r->view.exact = false;
         r->next_subscribe = clock_.now() + r->backoff;
         r->backoff = std::min(r->backoff * 2, config_.resubscribe_backoff_max);
-      });
+      },
+      std::move(options));
 }
 
 void ReplicaPool::start() {

@@ -2,7 +2,8 @@
 // health (periodic /v1/load polls and a circuit breaker fed by proxy outcomes), load, and the KV
 // events of each replica applied to the shared RadixIndex (exact mode). A replica whose
 // /v1/kv_events cannot be subscribed is routed in approximate mode: the router inserts what it
-// sends there and lets entries expire.
+// sends there and lets entries expire. A replica that leaves routing (a failed poll, an open
+// breaker) leaves the index too, and a replica found dead has its proxied exchanges ended.
 #pragma once
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "http/client.h"
@@ -24,8 +26,13 @@ namespace kvc {
 
 struct PoolConfig {
   std::chrono::milliseconds poll_interval{500};  // /v1/info and /v1/load
-  int32_t failures_to_open = 3;                  // consecutive failures open the breaker
-  std::chrono::milliseconds open_for{2000};      // then no traffic for this long
+  std::chrono::milliseconds poll_timeout{2000};  // a poll not answered within it failed
+  // A failed poll takes the replica out of routing; this many in a row make it dead: the
+  // exchanges it still has in flight are ended (and retried elsewhere if nothing reached the
+  // client yet), instead of waiting for a stalled process.
+  int32_t failed_polls_to_dead = 2;
+  int32_t failures_to_open = 3;              // consecutive proxy failures open the breaker
+  std::chrono::milliseconds open_for{2000};  // then no traffic for this long
   std::chrono::milliseconds resubscribe_backoff_max{5000};
   int32_t default_block_size = 16;
 };
@@ -46,8 +53,11 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
 
 class ReplicaPool {
  public:
+  // `index` is fed by the replicas' KV events; `approx` (optional) holds the entries the router
+  // inserts for replicas without them. Both are guarded by index_mu; a replica that leaves
+  // routing leaves both.
   ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu, const Clock& clock,
-              PoolConfig config = {});
+              PoolConfig config = {}, RadixIndex* approx = nullptr);
   ~ReplicaPool();  // stops the poller and the subscriptions
 
   // "host:port" (an http:// prefix is accepted). Returns the replica's index.
@@ -62,19 +72,24 @@ class ReplicaPool {
 
   std::vector<ReplicaView> snapshot() const;
   std::optional<ReplicaView> get(uint32_t index) const;
-  // Proxy outcomes feed the circuit breaker and the in-flight counts.
-  void begin_request(uint32_t index);
-  void end_request(uint32_t index, bool ok);
+  // Proxy outcomes feed the circuit breaker and the in-flight counts. `cancellation`, when given,
+  // is cancelled if the replica is found dead while the exchange is in flight; pass the same one
+  // to end_request.
+  void begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation = nullptr);
+  void end_request(uint32_t index, bool ok,
+                   const std::shared_ptr<http::Cancellation>& cancellation = nullptr);
 
  private:
   struct Replica;
   void poll(Replica& r);
   void subscribe(uint32_t index);
+  void forget_blocks_locked(Replica& r);
   void run();
 
   http::Client& client_;
   RadixIndex& index_;
   std::mutex& index_mu_;
+  RadixIndex* approx_;
   const Clock& clock_;
   PoolConfig config_;
   mutable std::mutex mu_;

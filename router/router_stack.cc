@@ -10,10 +10,11 @@ RadixIndexConfig approx_config(const RouterStackConfig& c) {
   return r;
 }
 
-http::ClientLimits client_limits(const RouterStackConfig& c) {
+// Proxied requests set their own timeouts (RouterConfig); these are for the pool's polls and
+// KV-event feeds.
+http::ClientLimits client_limits() {
   http::ClientLimits l;
   l.body_idle_timeout = std::chrono::hours(24);  // KV-event streams are long-lived
-  l.response_header_timeout = c.upstream_timeout;
   return l;
 }
 
@@ -30,9 +31,9 @@ RouterStack::RouterStack(RouterStackConfig config)
         server_->handle(std::move(r), std::move(w));
       },
       config_.http_threads);
-  client_ = std::make_unique<http::Client>(client_limits(config_), http_->io_context());
+  client_ = std::make_unique<http::Client>(client_limits(), http_->io_context());
   pool_ = std::make_unique<ReplicaPool>(*client_, index_, index_mu_, SteadyClock::instance(),
-                                        config_.pool);
+                                        config_.pool, &approx_);
   server_ = std::make_unique<RouterServer>(*pool_, index_, approx_, index_mu_, *client_,
                                            SteadyClock::instance(), config_.router, &registry_,
                                            &metrics_);

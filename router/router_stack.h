@@ -30,9 +30,6 @@ struct RouterStackConfig {
   std::chrono::milliseconds dns_interval{5000};
   size_t approx_capacity_blocks = 1 << 20;
   std::chrono::seconds approx_ttl{600};
-  // How long a replica may take before its response headers: a non-streaming completion sends
-  // them only when it is done, so this bounds a whole generation, not a network delay.
-  std::chrono::milliseconds upstream_timeout{600000};
 };
 
 class RouterStack {

@@ -36,6 +36,10 @@ struct RouterServer::Attempt {
   std::string body;
   Clock::TimePoint start{};
   size_t prompt_bytes = 0;
+  // Shared with the client-gone callback, which may run on another thread.
+  std::mutex mu;
+  bool abandoned = false;                            // the client left: no more tries
+  std::shared_ptr<http::Cancellation> cancellation;  // ends the try in flight
 };
 
 namespace {
@@ -69,7 +73,14 @@ RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& app
       siblings_(clock, config_.siblings),
       registry_(registry),
       metrics_(metrics),
-      clock_(clock) {}
+      clock_(clock) {
+  if (metrics_) retries_counter_ = &metrics_->router_retries_total.Add({});
+}
+
+void RouterServer::note_retry() {
+  ++stats_.retries;
+  if (retries_counter_ != nullptr) retries_counter_->Increment();
+}
 
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
@@ -149,6 +160,20 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     return;
   }
   auto attempt = std::make_shared<Attempt>();
+  // A client that leaves ends the exchange in flight at once: the replica sees the connection
+  // close and frees the group. (A non-streaming reply sends no byte before the generation is done,
+  // so waiting for one to find the client gone would let the replica generate to the end.)
+  responder->on_client_gone([weak = std::weak_ptr<Attempt>(attempt)] {
+    auto a = weak.lock();
+    if (!a) return;
+    std::shared_ptr<http::Cancellation> in_flight;
+    {
+      std::lock_guard lock(a->mu);
+      a->abandoned = true;
+      in_flight = a->cancellation;
+    }
+    if (in_flight) in_flight->cancel("the client went away");
+  });
   attempt->stream = req.stream;
   attempt->start = clock_.now();
   attempt->prompt_bytes = req.prompts.front().size();
@@ -198,12 +223,19 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.group = req.group;
   rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
 
-  // Everything below chooses among the candidates still untried; forward() calls back here.
+  // Everything below chooses among the candidates still untried; a retry calls back here.
   auto choose = [this, attempt, candidates, rr]() mutable -> bool {
+    std::vector<ReplicaView> now;
+    if (!attempt->tried.empty()) now = pool_.snapshot();  // a retry: health may have changed
     for (Candidate& c : candidates) {
       if (std::find(attempt->tried.begin(), attempt->tried.end(), c.replica) !=
           attempt->tried.end()) {
         c.healthy = false;
+      }
+      if (!now.empty()) {
+        auto it =
+            std::find_if(now.begin(), now.end(), [&](auto& v) { return v.index == c.replica; });
+        c.healthy = c.healthy && it != now.end() && it->healthy;
       }
     }
     if (std::none_of(candidates.begin(), candidates.end(), [](auto& c) { return c.healthy; })) {
@@ -251,6 +283,13 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   std::weak_ptr<std::function<void()>> weak_run = run;
   *run = [this, attempt, chooser, weak_run] {
     auto run = weak_run.lock();
+    // Made before the exchange starts, so that the client leaving at any moment ends it.
+    auto cancellation = std::make_shared<http::Cancellation>();
+    {
+      std::lock_guard lock(attempt->mu);
+      if (attempt->abandoned) return;  // the client left between two tries
+      attempt->cancellation = cancellation;
+    }
     auto view = pool_.get(attempt->replica);
     if (view && !view->exact) {
       // Approximate mode: this replica publishes no KV events; remember what we sent it.
@@ -278,7 +317,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           std::min(1.0, static_cast<double>(attempt->matched_bytes) /
                             static_cast<double>(attempt->prompt_bytes)));
     }
-    pool_.begin_request(attempt->replica);
+    pool_.begin_request(attempt->replica, cancellation);  // ended if the replica is found dead
     http::Headers headers;
     for (const auto& [k, v] : attempt->request.headers) {
       std::string lower = k;
@@ -286,17 +325,22 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       if (lower == "content-type" || lower == "accept") headers.emplace_back(k, v);
     }
     if (!view) {
-      pool_.end_request(attempt->replica, false);
+      pool_.end_request(attempt->replica, false, cancellation);
       if (!(*chooser)()) {
         http::send_error(*attempt->responder, 503, "no healthy replica left", "server_error");
       } else {
-        ++stats_.retries;
+        note_retry();
         (*run)();
       }
       return;
     }
     attempt->status = 0;  // this try's (a retry must not see the last one's)
     attempt->body.clear();
+    http::StreamOptions options;
+    options.response_header_timeout =
+        attempt->stream ? config_.first_byte_timeout : config_.upstream_timeout;
+    options.body_idle_timeout = config_.idle_timeout;
+    options.cancellation = cancellation;
     client_.stream(
         view->host, view->port, attempt->request.method, attempt->request.target,
         attempt->request.body, headers,
@@ -325,9 +369,11 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           attempt->responder->write(std::string(bytes));
           return !attempt->responder->client_gone();
         },
-        [this, attempt, chooser, run](Status s) {
+        [this, attempt, chooser, run, cancellation](Status s) {
           const bool failed = !s.ok() || attempt->status >= 500;
-          pool_.end_request(attempt->replica, !failed || attempt->responder->client_gone());
+          const bool client_gone = attempt->responder->client_gone();
+          pool_.end_request(attempt->replica, !failed || client_gone, cancellation);
+          if (client_gone) return;  // nobody to answer; the replica did nothing wrong
           if (!failed) {
             if (attempt->sent_anything) {
               attempt->responder->end();
@@ -353,11 +399,10 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
                 .Add({{"replica", attempt->replica_id}, {"kind", kind}})
                 .Increment();
           }
-          if (attempt->responder->client_gone()) return;
           if (!attempt->sent_anything) {
             if (static_cast<int32_t>(attempt->tried.size()) < config_.max_attempts &&
                 (*chooser)()) {
-              ++stats_.retries;
+              note_retry();
               (*run)();
               return;
             }
@@ -371,11 +416,16 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           // Mid-stream: end cleanly with an error event the client can see.
           if (attempt->stream) {
             attempt->responder->write(
-                "data: " + http::error_body("upstream replica failed mid-stream", "server_error") +
+                "data: " +
+                http::error_body(
+                    "upstream replica " + attempt->replica_id + " failed mid-stream: " +
+                        (s.ok() ? "status " + std::to_string(attempt->status) : s.message()),
+                    "server_error") +
                 "\n\n");
           }
           attempt->responder->end();
-        });
+        },
+        std::move(options));
   };
   (*run)();
 }

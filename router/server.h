@@ -2,10 +2,13 @@
 // request it renders and hashes the prompt, asks the index which replica holds how much of it,
 // pins sibling bursts, lets the policy choose, and proxies the request there unchanged, streaming
 // the answer back byte for byte. A replica that fails before the first byte reached the client
-// is retried on another; after that the client gets a clean error event.
+// is retried on another; after that the client gets a clean error event. A replica that stalls
+// is cut by the timeouts below or by the pool's health checks; a client that leaves ends the
+// upstream exchange at once (the replica then frees the group).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +30,14 @@ struct RouterConfig {
   std::string policy = "kvcascade";
   std::optional<std::string> api_key;  // clients must send "Authorization: Bearer <key>"
   int32_t max_attempts = 3;            // replicas tried before the first byte was sent
+  // Upstream exchanges. A replica sends a streamed reply's headers with its first token, so
+  // first_byte_timeout bounds the queueing and prefill of a streamed request; a non-streamed
+  // reply comes whole when the generation is done, so upstream_timeout bounds the whole
+  // generation. idle_timeout is the longest silence once a reply started (between two SSE events;
+  // a streaming replica sends one per decode step).
+  std::chrono::milliseconds first_byte_timeout{60000};
+  std::chrono::milliseconds upstream_timeout{600000};
+  std::chrono::milliseconds idle_timeout{30000};
   SiblingTrackerConfig siblings;
   ApiLimits api;
 };
@@ -53,7 +64,7 @@ class RouterServer {
 
  private:
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
-  void forward(std::shared_ptr<Attempt> attempt);
+  void note_retry();
   std::string state_json();
 
   ReplicaPool& pool_;
@@ -70,6 +81,7 @@ class RouterServer {
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> routed_counters_;
   prometheus::Registry* registry_;
   metrics::RouterMetrics* metrics_;
+  prometheus::Counter* retries_counter_ = nullptr;  // router_retries_total, when metrics_
   const Clock& clock_;
 };
 

@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "http/server.h"
 
@@ -183,6 +185,121 @@ TEST(ClientTest, CancelFromOnChunkEndsExchangeAndServerSeesGone) {
   EXPECT_EQ(s.message(), "cancelled");
   EXPECT_EQ(server_saw_gone.get_future().wait_for(2s), std::future_status::ready);
   worker.join();
+}
+
+// A Cancellation ends an exchange from another thread (the router: its client left, or the
+// replica was found dead): on_done gets the reason at once and the server sees the client go.
+TEST(ClientTest, CancellationEndsAnExchangeFromAnotherThread) {
+  std::shared_ptr<Responder> held;
+  std::promise<void> server_saw_gone;
+  std::mutex mu;
+  Server server(test_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    r->on_client_gone([&] { server_saw_gone.set_value(); });
+    std::lock_guard lock(mu);
+    held = std::move(r);  // never answers
+  });
+  uint16_t port = listen_or_die(server);
+  Client client;
+  auto cancellation = std::make_shared<Cancellation>();
+  std::promise<Status> done;
+  StreamOptions options;
+  options.cancellation = cancellation;
+  client.stream(
+      "127.0.0.1", port, "POST", "/hold", "{}", {}, nullptr, nullptr,
+      [&](Status s) { done.set_value(s); }, options);
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (held) break;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  cancellation->cancel("the caller went away");
+  cancellation->cancel("a second reason is ignored");
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(2s), std::future_status::ready);
+  Status s = f.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "the caller went away");
+  EXPECT_EQ(server_saw_gone.get_future().wait_for(2s), std::future_status::ready);
+  std::lock_guard lock(mu);
+  held.reset();
+}
+
+// Cancelled before it starts: the exchange ends at once and never reaches the server.
+TEST(ClientTest, CancellationBeforeTheStartEndsTheExchangeAtOnce) {
+  std::atomic<int> requests{0};
+  Server server(test_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    ++requests;
+    r->send(200, "text/plain", "ok");
+  });
+  uint16_t port = listen_or_die(server);
+  Client client;
+  StreamOptions options;
+  options.cancellation = std::make_shared<Cancellation>();
+  options.cancellation->cancel("too late");
+  std::promise<Status> done;
+  client.stream(
+      "127.0.0.1", port, "GET", "/", {}, {}, nullptr, nullptr, [&](Status s) { done.set_value(s); },
+      options);
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(2s), std::future_status::ready);
+  EXPECT_EQ(f.get().message(), "too late");
+  EXPECT_EQ(client.num_connects(), 0u);
+  EXPECT_EQ(requests.load(), 0);
+  // Cancelling after the end changes nothing.
+  options.cancellation->cancel("again");
+}
+
+// StreamOptions override the client's timeouts for one exchange: a short wait for the response
+// headers (the router's first-byte timeout) and a short silence inside the body (its idle
+// timeout), on a client whose own limits are long.
+TEST(ClientTest, StreamOptionsOverrideTheTimeouts) {
+  std::vector<std::shared_ptr<Responder>> held;
+  std::mutex mu;
+  Server server(test_limits(), [&](Request req, std::shared_ptr<Responder> r) {
+    if (req.target == "/half") {
+      r->start_stream(200, "text/event-stream");
+      r->write("data: 1\n\n");  // then silence
+    }
+    std::lock_guard lock(mu);
+    held.push_back(std::move(r));
+  });
+  uint16_t port = listen_or_die(server);
+  ClientLimits limits;
+  limits.response_header_timeout = 60s;
+  limits.body_idle_timeout = 60s;
+  Client client(limits);
+  auto run = [&](const std::string& target, StreamOptions options, std::string* body) {
+    std::promise<Status> done;
+    client.stream(
+        "127.0.0.1", port, "GET", target, {}, {}, nullptr,
+        [body](std::string_view b) {
+          body->append(b);
+          return true;
+        },
+        [&](Status s) { done.set_value(s); }, options);
+    auto f = done.get_future();
+    EXPECT_EQ(f.wait_for(5s), std::future_status::ready);
+    return f.get();
+  };
+  std::string body;
+  StreamOptions first_byte;
+  first_byte.response_header_timeout = 200ms;
+  auto start = std::chrono::steady_clock::now();
+  Status s = run("/hold", first_byte, &body);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(s.message(), "no response from 127.0.0.1:" + std::to_string(port) + " within 200 ms");
+  StreamOptions idle;
+  idle.body_idle_timeout = 200ms;
+  start = std::chrono::steady_clock::now();
+  s = run("/half", idle, &body);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(body, "data: 1\n\n");
+  EXPECT_EQ(s.message(),
+            "response from 127.0.0.1:" + std::to_string(port) + " stalled: nothing for 200 ms");
+  std::lock_guard lock(mu);
+  held.clear();
 }
 
 TEST(ClientTest, RequestTimeoutIsAnError) {

@@ -1,0 +1,376 @@
+// The router when clients or replicas misbehave (issue 12, sections 2, 3 and 5): clients that
+// leave, replicas that stall (before the first byte, mid-stream, under a health check) and
+// replicas whose circuit breaker opens. Real sockets on 127.0.0.1; every wait is bounded.
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "http/client.h"
+#include "replica/local_replica.h"
+#include "router/router_stack.h"
+#include "tests/http/raw_conn.h"
+#include "tests/testing/fake_replica.h"
+
+namespace kvc {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using testing::FakeReplica;
+
+// Polls `done` every 20 ms until it holds or `limit` passed.
+template <typename F>
+bool eventually(F done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+json get_json(uint16_t port, const std::string& path) {
+  http::Client client;
+  auto r = client.request("127.0.0.1", port, "GET", path, "", {}, 10s);
+  if (!r.ok() || r->status != 200) return json();
+  return json::parse(r->body, nullptr, false);
+}
+
+// Waits (bounded) until the router sees `n` healthy replicas.
+bool wait_healthy(RouterStack& stack, size_t n) {
+  return eventually(
+      [&] {
+        auto s = stack.pool().snapshot();
+        return static_cast<size_t>(
+                   std::count_if(s.begin(), s.end(), [](auto& r) { return r.healthy; })) == n;
+      },
+      10s);
+}
+
+std::string raw_post(const std::string& body) {
+  return "POST /v1/completions HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\n"
+         "content-length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Issue 12 §2: a client that leaves a non-streaming request used to leave the replica generating
+// to the end (the router noticed only when upstream bytes arrived, and a non-streaming replica
+// sends none until it is done). The router now watches the client while it waits and closes the
+// upstream connection, which frees the group on the replica.
+TEST(RouterClientGone, AbandonedNonStreamingRequestsStopTheirSequences) {
+  LocalReplica replica("r0", /*kv_blocks=*/3072);
+  RouterStackConfig c;
+  c.replicas = {replica.address()};
+  RouterStack stack(c);
+  auto port = stack.start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  ASSERT_TRUE(wait_healthy(stack, 1));
+  constexpr int kRequests = 3, kN = 4;
+  std::vector<std::unique_ptr<http::testing::RawConn>> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.push_back(std::make_unique<http::testing::RawConn>(*port));
+    ASSERT_TRUE(clients.back()->connected());
+    const json body = {{"model", "tiny"},
+                       {"prompt", "abandoned request " + std::to_string(i)},
+                       {"n", kN},
+                       {"max_tokens", 3000},
+                       {"ignore_eos", true}};
+    ASSERT_TRUE(clients.back()->send(raw_post(body.dump())));
+  }
+  auto load = [&] { return get_json(replica.port(), "/v1/load"); };
+  ASSERT_TRUE(
+      eventually([&] { return load().value("running_sequences", 0) == kRequests * kN; }, 30s))
+      << load().dump();
+  clients.clear();  // every client hangs up
+  // 3000 tokens take the CPU replica tens of seconds; aborted, they stop within moments.
+  EXPECT_TRUE(eventually(
+      [&] {
+        const json l = load();
+        return l.value("running_sequences", -1) == 0 && l.value("waiting_sequences", -1) == 0;
+      },
+      5s))
+      << load().dump();
+  stack.stop();
+}
+
+// A router (RouterStack, as `kvcascade router` builds it) in front of a FakeReplica and a real
+// one, with short timeouts and fast health checks. Bounded waits everywhere.
+class RouterWithFake : public ::testing::Test {
+ protected:
+  void start(FakeReplica::Options fake_options, RouterStackConfig c = {}) {
+    fake_ = std::make_unique<FakeReplica>(std::move(fake_options));
+    good_ = std::make_unique<LocalReplica>("good");
+    ASSERT_NE(fake_->port(), 0);
+    c.replicas = {fake_->address(), good_->address()};
+    c.pool.poll_interval = 100ms;
+    stack_ = std::make_unique<RouterStack>(std::move(c));
+    auto port = stack_->start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    port_ = *port;
+    ASSERT_TRUE(wait_healthy(*stack_, 2));
+  }
+  void TearDown() override {
+    if (stack_) stack_->stop();
+    stack_.reset();
+    fake_.reset();
+    good_.reset();
+  }
+
+  // The whole reply (a stream: every event, then the end of the body), bounded by `limit`.
+  Result<http::ClientResponse> post(const json& body, std::chrono::milliseconds limit = 20s) {
+    http::Client client;
+    return client.request("127.0.0.1", port_, "POST", "/v1/completions", body.dump(),
+                          {{"content-type", "application/json"}}, limit);
+  }
+  json state() { return get_json(port_, "/router/state"); }
+  // The fake's entry in /router/state.
+  json fake_state() {
+    const json s = state();
+    for (const json& r : s["replicas"])
+      if (r["replica_id"] == "fake") return r;
+    ADD_FAILURE() << s.dump();
+    return json::object();
+  }
+  // The value of an unlabelled counter in the router's /metrics (-1 if absent).
+  double metric(const std::string& name) {
+    http::Client client;
+    auto r = client.request("127.0.0.1", port_, "GET", "/metrics", "", {}, 10s);
+    if (!r.ok()) return -1;
+    const std::string& text = r->body;
+    for (size_t p = text.find(name + " "); p != std::string::npos;
+         p = text.find(name + " ", p + 1)) {
+      if (p == 0 || text[p - 1] == '\n') return std::stod(text.substr(p + name.size() + 1));
+    }
+    return -1;
+  }
+
+  std::unique_ptr<FakeReplica> fake_;
+  std::unique_ptr<LocalReplica> good_;
+  std::unique_ptr<RouterStack> stack_;
+  uint16_t port_ = 0;
+};
+
+// A prompt the fake holds (it publishes its blocks), so the kvcascade policy sends it there.
+std::string held_prompt() {
+  std::string s = "A prompt whose prefix the fake replica holds. ";
+  while (s.size() < 600)
+    s += "Its blocks are in the router's index under the fake. ";
+  return s;
+}
+
+bool wait_exact(RouterStack& stack, const std::string& id) {
+  return eventually(
+      [&] {
+        for (const ReplicaView& r : stack.pool().snapshot())
+          if (r.replica_id == id && r.exact) return true;
+        return false;
+      },
+      10s);
+}
+
+// Issue 12 §3: a replica that accepts a streamed request and never answers used to hold it for
+// the whole upstream timeout (10 minutes). Nothing reached the client before the first-byte
+// timeout, so the request is retried on the other replica.
+TEST_F(RouterWithFake, StreamWithoutFirstByteIsRetriedElsewhere) {
+  RouterStackConfig c;
+  c.router.first_byte_timeout = 2s;  // the CPU replica's first token (the retry) comes sooner
+  start({.replica_id = "fake", .blocks = FakeReplica::blocks_of(held_prompt())}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  const auto begin = std::chrono::steady_clock::now();
+  auto r = post({{"model", "tiny"},
+                 {"prompt", held_prompt()},
+                 {"max_tokens", 4},
+                 {"stream", true},
+                 {"ignore_eos", true}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 10s);
+  EXPECT_EQ(fake_->num_completions(), 1);
+  // The router hung up on the fake when it gave up (a real replica frees the group then).
+  EXPECT_TRUE(eventually([&] { return fake_->num_completions_abandoned() == 1; }, 5s));
+  EXPECT_EQ(stack_->server().stats().retries.load(), 1);
+}
+
+// Issue 12 §3: a stream that stops mid-way (first event sent, then silence) used to hang; after
+// the idle timeout the client's stream ends with an OpenAI-style error event (it cannot be
+// retried: bytes reached the client).
+TEST_F(RouterWithFake, StreamStallingMidwayEndsWithAnErrorEvent) {
+  RouterStackConfig c;
+  c.router.idle_timeout = 300ms;
+  start({.replica_id = "fake",
+         .completions = FakeReplica::Completions::kStreamThenStall,
+         .blocks = FakeReplica::blocks_of(held_prompt())},
+        c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto r = post({{"model", "tiny"}, {"prompt", held_prompt()}, {"stream", true}});
+  ASSERT_TRUE(r.ok()) << r.error().message;  // the stream ended, within the bound
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "fake");
+  const std::string first = "data: {\"choices\":[{\"index\":0,\"text\":\"A\"}]}\n\n";
+  ASSERT_EQ(r->body.substr(0, first.size()), first) << r->body;
+  const std::string rest = r->body.substr(first.size());
+  ASSERT_EQ(rest.substr(0, 6), "data: ") << rest;
+  ASSERT_EQ(rest.substr(rest.size() - 2), "\n\n") << rest;
+  const json error = json::parse(rest.substr(6, rest.size() - 8), nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << rest;
+  EXPECT_EQ(error["error"]["type"], "server_error");
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("stalled"), std::string::npos)
+      << rest;
+  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+  EXPECT_TRUE(eventually([&] { return fake_->num_completions_abandoned() == 1; }, 5s));
+}
+
+// Issue 12 §3: a non-streamed reply that stops mid-body is buffered by the router, so nothing
+// reached the client: after the idle timeout it is retried and the client gets one whole 200.
+TEST_F(RouterWithFake, NonStreamingReplyStallingMidBodyIsRetried) {
+  RouterStackConfig c;
+  c.router.idle_timeout = 300ms;
+  start({.replica_id = "fake",
+         .completions = FakeReplica::Completions::kPartialBodyThenStall,
+         .blocks = FakeReplica::blocks_of(held_prompt())},
+        c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto r = post({{"model", "tiny"}, {"prompt", held_prompt()}, {"max_tokens", 2}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  const json body = json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << r->body;
+  EXPECT_EQ(body["choices"].size(), 1u);
+  EXPECT_EQ(fake_->num_completions(), 1);
+}
+
+// Issue 12 §3: `kill -STOP` on a replica: the health checks find it dead, and the requests it
+// holds — which would otherwise wait for their timeouts (here the defaults: a minute for the
+// stream's first byte, ten for the non-streamed reply) — end at once. Nothing of either reached
+// the client, so both are retried on the other replica.
+TEST_F(RouterWithFake, RequestsInFlightOnADeadReplicaAreRetried) {
+  RouterStackConfig c;
+  c.pool.poll_timeout = 300ms;
+  c.pool.failed_polls_to_dead = 2;
+  start({.replica_id = "fake", .blocks = FakeReplica::blocks_of(held_prompt())}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  const json plain = {{"model", "tiny"}, {"prompt", held_prompt()}, {"max_tokens", 2}};
+  json streamed = plain;
+  streamed["stream"] = true;
+  auto a = std::async(std::launch::async, [&] { return post(plain, 30s); });
+  auto b = std::async(std::launch::async, [&] { return post(streamed, 30s); });
+  ASSERT_TRUE(eventually([&] { return fake_->num_completions() == 2; }, 10s));
+  const auto stalled_at = std::chrono::steady_clock::now();
+  fake_->stall();
+  for (auto* f : {&a, &b}) {
+    auto r = f->get();
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  }
+  // Two failed polls of 300 ms each, 100 ms apart, then a retry on the CPU replica.
+  EXPECT_LT(std::chrono::steady_clock::now() - stalled_at, 10s);
+  EXPECT_EQ(stack_->server().stats().retries.load(), 2);
+}
+
+// Issue 12 §3: a stream that already sent bytes when its replica is found dead cannot be retried:
+// it ends with an error event saying why.
+TEST_F(RouterWithFake, StartedStreamOfADeadReplicaEndsWithAnErrorEvent) {
+  RouterStackConfig c;
+  c.pool.poll_timeout = 300ms;
+  c.pool.failed_polls_to_dead = 2;
+  start({.replica_id = "fake",
+         .completions = FakeReplica::Completions::kStreamThenStall,
+         .blocks = FakeReplica::blocks_of(held_prompt())},
+        c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto f = std::async(std::launch::async, [&] {
+    return post({{"model", "tiny"}, {"prompt", held_prompt()}, {"stream", true}}, 30s);
+  });
+  ASSERT_TRUE(eventually([&] { return fake_->num_completions() == 1; }, 10s));
+  fake_->stall();
+  auto r = f.get();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "fake");
+  EXPECT_NE(r->body.find("data: {\"error\":"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("stopped answering health checks"), std::string::npos) << r->body;
+  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+}
+
+// Issue 12 §5: when the circuit breaker opened, the replica's index entries used to stay (400
+// blocks for 9 s in the probe), drawing prefix matches to it the moment it closed. They go when
+// it opens, and come back with a fresh snapshot once the replica is healthy again.
+TEST_F(RouterWithFake, OpenBreakerDropsTheReplicasIndexEntriesUntilItRecovers) {
+  RouterStackConfig c;
+  c.router.policy = "round_robin";  // fake first, then (a retry) good: the fake fails every time
+  c.pool.failures_to_open = 3;
+  c.pool.open_for = 3s;
+  const std::vector<BlockHash> blocks = FakeReplica::blocks_of(held_prompt());
+  start({.replica_id = "fake", .completion_status = 500, .blocks = blocks}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  ASSERT_TRUE(
+      eventually([&] { return fake_state().value("index_blocks", 0u) == blocks.size(); }, 10s));
+  // Each request fails on the fake with a 500 and is retried on "good"; the third failure opens
+  // the breaker.
+  for (int i = 0; i < 3; ++i) {
+    auto r =
+        post({{"model", "tiny"}, {"prompt", held_prompt() + std::to_string(i)}, {"max_tokens", 1}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "good");
+  }
+  ASSERT_EQ(fake_->num_completions(), 3);
+  const json open = fake_state();
+  EXPECT_FALSE(open.value("healthy", true));
+  EXPECT_EQ(open.value("index_blocks", 999u), 0u) << open.dump();
+  // Breaker closed, health checks pass: resubscribed, its snapshot is back.
+  EXPECT_TRUE(
+      eventually([&] { return fake_state().value("index_blocks", 0u) == blocks.size(); }, 15s))
+      << fake_state().dump();
+}
+
+// The same for a replica without KV events (approximate mode): the entries the router inserted
+// when it sent requests there go when its breaker opens.
+TEST_F(RouterWithFake, OpenBreakerDropsApproximateEntriesToo) {
+  RouterStackConfig c;
+  c.router.policy = "round_robin";
+  c.pool.failures_to_open = 3;
+  c.pool.open_for = 30s;
+  start({.replica_id = "fake", .completion_status = 500, .blocks = {}}, c);
+  for (int i = 0; i < 3; ++i) {
+    auto r =
+        post({{"model", "tiny"}, {"prompt", held_prompt() + std::to_string(i)}, {"max_tokens", 1}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  ASSERT_EQ(fake_->num_completions(), 3);
+  const json open = fake_state();
+  EXPECT_FALSE(open.value("exact", true));
+  EXPECT_FALSE(open.value("healthy", true));
+  EXPECT_EQ(open.value("approx_blocks", 999u), 0u) << open.dump();
+}
+
+// Issue 12 §5: kvcascade_router_retries_total was registered but never incremented.
+TEST_F(RouterWithFake, RetriesAreCountedInMetrics) {
+  RouterStackConfig c;
+  c.router.policy = "round_robin";  // fake first, then (a retry) good
+  start({.replica_id = "fake", .completion_status = 503, .blocks = {}}, c);
+  EXPECT_EQ(metric("kvcascade_router_retries_total"), 0);
+  for (int i = 0; i < 2; ++i) {
+    auto r =
+        post({{"model", "tiny"}, {"prompt", held_prompt() + std::to_string(i)}, {"max_tokens", 1}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(fake_->num_completions(), 2);
+  EXPECT_EQ(metric("kvcascade_router_retries_total"), 2);
+  EXPECT_EQ(state()["retries"], 2);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,132 @@
+// A scriptable stand-in for a replica on 127.0.0.1:<port 0>, for router tests of failures that a
+// real replica does not make on demand: it answers /v1/info and /v1/load like one, can publish
+// a KV-event snapshot of given blocks, and does with completions what the test says — hold them
+// unanswered, stream a few bytes then go silent, or answer with a status. stall() makes it stop
+// answering anything (a process under `kill -STOP`). Held responders are released when it stops.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "http/server.h"
+#include "prefix_index/block_hash.h"
+#include "prefix_index/kv_event.h"
+
+namespace kvc::testing {
+
+class FakeReplica {
+ public:
+  enum class Completions {
+    kHold,                 // accept and never answer
+    kStreamThenStall,      // SSE headers and one event, then silence
+    kPartialBodyThenStall  // headers and half a JSON body, then silence
+  };
+
+  struct Options {
+    std::string replica_id = "fake";
+    std::string model = "tiny";
+    Completions completions = Completions::kHold;
+    int completion_status = 0;  // > 0: answer every completion with this status instead
+    // Published as a KV-event snapshot on /v1/kv_events (exact mode); empty: no KV events
+    // (the router then routes this replica approximately).
+    std::vector<BlockHash> blocks;
+  };
+
+  explicit FakeReplica(Options options)
+      : options_(std::move(options)),
+        server_(http::ServerLimits{}, [this](http::Request r, std::shared_ptr<http::Responder> w) {
+          handle(std::move(r), std::move(w));
+        }) {
+    auto port = server_.listen("127.0.0.1", 0);
+    port_ = port.ok() ? *port : 0;
+  }
+  ~FakeReplica() {
+    server_.stop();
+    std::lock_guard lock(mu_);
+    held_.clear();
+  }
+
+  uint16_t port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // From now on nothing is answered; what arrives is held.
+  void stall() { stalled_ = true; }
+  int num_completions() const { return completions_.load(); }
+  // Completions whose router-side connection is gone (the router gave up on them).
+  int num_completions_abandoned() const { return abandoned_.load(); }
+
+  // The blocks of `prompt` as a replica of `model` holds them after serving it.
+  static std::vector<BlockHash> blocks_of(const std::string& prompt,
+                                          const std::string& model = "tiny") {
+    return hash_blocks(chain_seed(model), prompt, 16);
+  }
+
+ private:
+  void handle(http::Request r, std::shared_ptr<http::Responder> w) {
+    const std::string path = r.target.substr(0, r.target.find('?'));
+    if (path == "/v1/completions" || path == "/v1/chat/completions") ++completions_;
+    if (stalled_) return hold(std::move(w));
+    if (path == "/v1/info") {
+      w->send(200, "application/json",
+              nlohmann::json{{"replica_id", options_.replica_id},
+                             {"model", options_.model},
+                             {"hash_model", options_.model},
+                             {"block_size", 16}}
+                  .dump());
+    } else if (path == "/v1/load") {
+      w->send(200, "application/json", R"({"running_sequences":0,"waiting_sequences":0})");
+    } else if (path == "/v1/kv_events" && !options_.blocks.empty()) {
+      KvEventBatch batch;
+      batch.replica = options_.replica_id;
+      batch.snapshot = true;
+      batch.events = {KvCleared{}, KvStored{std::nullopt, options_.blocks}};
+      w->start_stream(200, "text/event-stream");
+      w->write("data: " + encode_kv_event_batch(batch) + "\n\n");
+      hold(std::move(w));  // the feed stays open
+    } else if (path == "/v1/completions" || path == "/v1/chat/completions") {
+      w->on_client_gone([this] { ++abandoned_; });
+      if (options_.completion_status > 0) {
+        w->send(options_.completion_status, "application/json",
+                R"({"error":{"message":"fake failure","type":"server_error"}})");
+        return;
+      }
+      switch (options_.completions) {
+        case Completions::kHold:
+          break;
+        case Completions::kStreamThenStall:
+          w->start_stream(200, "text/event-stream");
+          w->write("data: {\"choices\":[{\"index\":0,\"text\":\"A\"}]}\n\n");
+          break;
+        case Completions::kPartialBodyThenStall:
+          w->start_stream(200, "application/json");
+          w->write(R"({"id":"cmpl-stalled","choices":[{"te)");
+          break;
+      }
+      hold(std::move(w));
+    } else {
+      w->send(404, "application/json", "{}");
+    }
+  }
+
+  void hold(std::shared_ptr<http::Responder> w) {
+    std::lock_guard lock(mu_);
+    held_.push_back(std::move(w));
+  }
+
+  const Options options_;
+  std::atomic<bool> stalled_{false};
+  std::atomic<int> completions_{0};
+  std::atomic<int> abandoned_{0};
+  std::mutex mu_;
+  std::vector<std::shared_ptr<http::Responder>> held_;
+  http::Server server_;  // last: stopped (and its handlers done) before the members above go
+  uint16_t port_ = 0;
+};
+
+}  // namespace kvc::testing

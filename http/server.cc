@@ -29,6 +29,10 @@ std::optional<std::string> Request::header(std::string_view name) const {
   return std::nullopt;
 }
 
+bool method_allowed(std::string_view method, std::string_view allowed) {
+  return method == allowed || (allowed == "GET" && method == "HEAD");
+}
+
 class Session;
 
 struct ServerCore {

@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "http/server.h"
 #include "metrics/metrics.h"
@@ -28,7 +30,9 @@ class LocalReplica {
     engine_ = std::make_unique<Engine>(*backend_, tokenizer_, config, SteadyClock::instance());
     metrics_ = std::make_unique<metrics::ReplicaMetrics>(registry_);
     loop_ = std::make_unique<EngineLoop>(*engine_, id, metrics_.get());
-    server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, ReplicaServerConfig{id, "", {}},
+    ReplicaServerConfig server_config;
+    server_config.replica_id = id;
+    server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, std::move(server_config),
                                               &registry_, metrics_.get());
     host_ = host;
     start();
@@ -43,6 +47,7 @@ class LocalReplica {
   uint16_t port() const { return port_; }
   std::string address() const { return host_ + ":" + std::to_string(port_); }
   const Engine& engine() const { return *engine_; }
+  EngineLoop& loop() { return *loop_; }  // tests hold the engine thread through it
 
  private:
   void start() {

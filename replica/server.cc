@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/auth.h"
 #include "http/errors.h"
 
 namespace kvc {
@@ -230,9 +231,19 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
 
 void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
-  auto only = [&](const char* method) {
-    if (request.method == method) return true;
-    http::send_error(*responder, 405, "method " + request.method + " is not allowed on " + path);
+  // Health probes (kubelet) stay open; everything else, KV events and metrics included, needs the
+  // key when one is configured.
+  if (!config_.api_keys.empty() && path != "/health") {
+    const std::optional<std::string> token = http::bearer_token(request);
+    if (!token || !http::key_matches(*token, config_.api_keys)) {
+      http::send_error(*responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
+                       "authentication_error");
+      return;
+    }
+  }
+  auto only = [&](std::string_view method) {
+    if (http::method_allowed(request.method, method)) return true;
+    http::send_method_not_allowed(*responder, request.method, path, method);
     return false;
   };
   if (path == "/v1/completions") {
@@ -248,7 +259,13 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
   } else if (path == "/v1/load") {
     if (only("GET")) responder->send(200, "application/json", load_json());
   } else if (path == "/v1/kv_events") {
-    if (only("GET")) kv_events(responder);
+    if (!only("GET")) return;
+    if (request.method == "HEAD") {
+      // No stream to follow: a subscription would outlive the reply.
+      responder->send(200, "text/event-stream", "", {{"cache-control", "no-cache"}});
+      return;
+    }
+    kv_events(responder);
   } else if (path == "/metrics" && registry_) {
     if (only("GET")) responder->send(200, metrics::kContentType, metrics::expose(*registry_));
   } else {

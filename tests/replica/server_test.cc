@@ -335,6 +335,82 @@ TEST_F(ReplicaServerTest, StreamedBatchWithAnInvalidPromptIsRefusedBeforeTheFirs
   EXPECT_EQ(load()["steps"], 0);
 }
 
+// HEAD is answered wherever GET is (it used to be 405), with GET's headers and no body.
+TEST_F(ReplicaServerTest, HeadIsAnsweredWhereGetIs) {
+  for (const char* path :
+       {"/health", "/v1/models", "/v1/info", "/v1/load", "/metrics", "/v1/kv_events"}) {
+    auto r = client_.request("127.0.0.1", port_, "HEAD", path, "", {}, 5s);
+    ASSERT_TRUE(r.ok()) << path << ": " << r.error().message;
+    EXPECT_EQ(r->status, 200) << path;
+    EXPECT_TRUE(r->body.empty()) << path;
+  }
+  auto r = client_.request("127.0.0.1", port_, "HEAD", "/v1/completions", "", {}, 5s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->header("allow"), "POST");
+  EXPECT_EQ(get("/health").status, 200);  // the connection pool still works after HEADs
+}
+
+// Issue 12: the replica had no authentication. With keys, every path but /health needs one
+// (the scheme in any case); a missing or wrong key gets an OpenAI-style 401.
+TEST(ReplicaApiKey, EveryPathButHealthNeedsAKey) {
+  LocalReplica replica("r0", 64, "127.0.0.1", {}, {"old-key", "new-key"});
+  const uint16_t port = replica.port();
+  ASSERT_NE(port, 0);
+  http::Client client;
+  auto call = [&](const std::string& method, const std::string& path, const http::Headers& h) {
+    const std::string body =
+        method == "POST"
+            ? (path == "/v1/chat/completions"
+                   ? R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":1})"
+                   : R"({"model":"tiny","prompt":"x","max_tokens":1})")
+            : "";
+    http::Headers headers = h;
+    headers.emplace_back("content-type", "application/json");
+    auto r = client.request("127.0.0.1", port, method, path, body, headers, 30s);
+    return r.ok() ? *r : http::ClientResponse{};
+  };
+  const std::vector<std::pair<std::string, std::string>> protected_paths = {
+      {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+      {"GET", "/metrics"},         {"GET", "/v1/load"},
+      {"GET", "/v1/info"},         {"GET", "/v1/models"},
+      {"GET", "/v1/nothing"}};
+  for (const auto& [method, path] : protected_paths) {
+    for (const http::Headers& wrong :
+         {http::Headers{}, http::Headers{{"authorization", "Bearer nope"}},
+          http::Headers{{"authorization", "Basic b2xkLWtleQ=="}},
+          http::Headers{{"authorization", "Bearer old-key2"}}}) {
+      const http::ClientResponse r = call(method, path, wrong);
+      EXPECT_EQ(r.status, 401) << method << " " << path;
+      const json j = json::parse(r.body, nullptr, false);
+      EXPECT_TRUE(j.is_object() && j["error"]["type"] == "authentication_error") << r.body;
+    }
+  }
+  for (const auto& [method, path] : protected_paths) {
+    if (path == "/v1/nothing") continue;
+    EXPECT_EQ(call(method, path, {{"authorization", "Bearer old-key"}}).status, 200) << path;
+    EXPECT_EQ(call(method, path, {{"authorization", "bearer new-key"}}).status, 200) << path;
+  }
+  EXPECT_EQ(call("GET", "/health", {}).status, 200);
+  // The KV-event stream too: refused without the key, a snapshot with it.
+  std::promise<int> status;
+  client.stream(
+      "127.0.0.1", port, "GET", "/v1/kv_events", "", {},
+      [&](int s, const http::Headers&) { status.set_value(s); },
+      [](std::string_view) { return false; }, [](Status) {});
+  auto f = status.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(f.get(), 401);
+  std::promise<int> keyed;
+  client.stream(
+      "127.0.0.1", port, "GET", "/v1/kv_events", "", {{"authorization", "Bearer new-key"}},
+      [&](int s, const http::Headers&) { keyed.set_value(s); },
+      [](std::string_view) { return false; }, [](Status) {});
+  auto k = keyed.get_future();
+  ASSERT_EQ(k.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(k.get(), 200);
+}
+
 // A subscription or submission that raced shutdown used to wait forever for an engine thread that
 // had gone. After stop() both are refused at once, and the HTTP replies say so.
 TEST(EngineLoopStop, LaterSubmissionsAndSubscriptionsAreRefusedAtOnce) {

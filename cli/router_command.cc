@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/server_flags.h"
+#include "http/auth.h"
 #include "router/router_stack.h"
 
 namespace kvc::cli {
@@ -18,7 +19,9 @@ struct RouterFlags {
   std::vector<std::string> replicas;
   std::string replica_dns;
   int64_t dns_interval_ms = 5000;
-  std::string api_key;
+  ApiKeyFlags api_keys;
+  std::string replica_api_key;
+  std::string replica_api_key_file;
   size_t approx_capacity_blocks = 1 << 20;
   int64_t approx_ttl_s = 600;
   int64_t upstream_timeout_ms = 600000;
@@ -31,10 +34,26 @@ int run_router(RouterFlags f) {
                  "kvcascade router: give either --replica URL... or --replica-dns NAME:PORT\n");
     return 2;
   }
-  if (!f.api_key.empty()) f.router.api_key = f.api_key;
   if (f.check_config) {
     std::printf("kvcascade router: configuration ok\n");
     return 0;
+  }
+  // Key files are read now, not by --check-config: manifests are checked without their Secrets.
+  Result<std::vector<std::string>> keys = load_api_keys(f.api_keys);
+  if (!keys.ok()) {
+    std::fprintf(stderr, "kvcascade router: %s\n", keys.error().message.c_str());
+    return 2;
+  }
+  f.router.api_keys = std::move(*keys);
+  f.router.replica_api_key = f.replica_api_key;
+  if (!f.replica_api_key_file.empty()) {
+    Result<std::vector<std::string>> replica_keys =
+        http::read_api_keys_file(f.replica_api_key_file);
+    if (!replica_keys.ok()) {
+      std::fprintf(stderr, "kvcascade router: %s\n", replica_keys.error().message.c_str());
+      return 2;
+    }
+    f.router.replica_api_key = replica_keys->front();  // the current key comes first
   }
   block_shutdown_signals();
   RouterStackConfig c;
@@ -77,7 +96,21 @@ Run add_router_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   cmd->add_option("--policy", f->router.policy, "routing policy")
       ->check(CLI::IsMember(policy_names()));
-  cmd->add_option("--api-key", f->api_key, "require Authorization: Bearer KEY from clients");
+  add_api_key_flags(*cmd, f->api_keys, "api-key",
+                    "require Authorization: Bearer KEY from clients (not on /livez, /readyz, "
+                    "/health)");
+  auto* replica_key =
+      cmd->add_option("--replica-api-key", f->replica_api_key,
+                      "send Authorization: Bearer KEY to replicas (their --api-key)")
+          ->check([](const std::string& key) {
+            const Status s = http::validate_api_key(key);
+            return s.ok() ? std::string() : s.message();
+          });
+  cmd->add_option("--replica-api-key-file", f->replica_api_key_file,
+                  "file whose first key is sent to replicas")
+      ->excludes(replica_key);
+  cmd->add_flag("--debug-headers", f->router.debug_headers,
+                "add x-kvcascade-matched-bytes to responses (tells clients what is cached)");
   cmd->add_option("--max-attempts", f->router.max_attempts,
                   "replicas tried before the first byte reached the client")
       ->check(CLI::Range(1, 16));

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "http/client.h"
 #include "http/server.h"
@@ -25,8 +26,15 @@ namespace kvc {
 
 struct RouterConfig {
   std::string policy = "kvcascade";
-  std::optional<std::string> api_key;  // clients must send "Authorization: Bearer <key>"
-  int32_t max_attempts = 3;            // replicas tried before the first byte was sent
+  // When not empty, clients must send "Authorization: Bearer <one of these>" (probes excepted).
+  std::vector<std::string> api_keys;
+  // Sent to replicas started with --api-key, on every proxied request (the pool's polls and
+  // subscriptions send PoolConfig::replica_api_key). Empty: none.
+  std::string replica_api_key;
+  int32_t max_attempts = 3;  // replicas tried before the first byte was sent
+  // Adds x-kvcascade-matched-bytes to responses: how much of the prompt the chosen replica held,
+  // which without tenant isolation tells a client what others have cached. Off by default.
+  bool debug_headers = false;
   SiblingTrackerConfig siblings;
   ApiLimits api;
 };
@@ -53,6 +61,8 @@ class RouterServer {
 
  private:
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
+  // Replies to probes: 200 while at least one replica is healthy, else 503.
+  void send_readiness(http::Responder& responder);
   void forward(std::shared_ptr<Attempt> attempt);
   std::string state_json();
 

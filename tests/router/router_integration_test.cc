@@ -1,5 +1,6 @@
 // Router + 3 tiny CPU replicas, all on 127.0.0.1 with real sockets.
 #include <chrono>
+#include <functional>
 #include <future>
 #include <regex>
 #include <set>
@@ -23,11 +24,24 @@ using namespace std::chrono_literals;
 
 class RouterTest : public ::testing::Test {
  protected:
+  using Configure = std::function<void(RouterConfig&, PoolConfig&)>;
   void start_with_blocks(int32_t blocks) { start("kvcascade", {}, blocks); }
   void start(const std::string& policy = "kvcascade", std::optional<std::string> key = {},
              int32_t blocks = 256) {
+    start_with(
+        [&](RouterConfig& rc, PoolConfig&) {
+          rc.policy = policy;
+          if (key) rc.api_keys = {*key};
+        },
+        {}, blocks);
+  }
+  // configure: adjusts the router's and the pool's config; replica_keys: the replicas' API keys;
+  // wait_healthy: wait until every replica is healthy and subscribed.
+  void start_with(const Configure& configure, std::vector<std::string> replica_keys = {},
+                  int32_t blocks = 256, bool wait_healthy = true) {
     for (int i = 0; i < 3; ++i) {
-      replicas_.push_back(std::make_unique<LocalReplica>("r" + std::to_string(i), blocks));
+      replicas_.push_back(std::make_unique<LocalReplica>(
+          "r" + std::to_string(i), blocks, "127.0.0.1", http::ServerLimits{}, replica_keys));
     }
     index_ = std::make_unique<RadixIndex>(clock_);
     RadixIndexConfig ac;
@@ -39,14 +53,13 @@ class RouterTest : public ::testing::Test {
     client_ = std::make_unique<http::Client>(cl);
     PoolConfig pc;
     pc.poll_interval = 100ms;
+    RouterConfig rc;
+    configure(rc, pc);
     pool_ = std::make_unique<ReplicaPool>(*client_, *index_, index_mu_, clock_, pc);
     for (auto& r : replicas_)
       ASSERT_TRUE(pool_->add(r->address()).ok());
     pool_->poll_now();
     pool_->start();
-    RouterConfig rc;
-    rc.policy = policy;
-    rc.api_key = key;
     router_ =
         std::make_unique<RouterServer>(*pool_, *index_, *approx_, index_mu_, *client_, clock_, rc);
     http_ = std::make_unique<http::Server>(
@@ -56,6 +69,7 @@ class RouterTest : public ::testing::Test {
     auto port = http_->listen("127.0.0.1", 0);
     ASSERT_TRUE(port.ok());
     port_ = *port;
+    if (!wait_healthy) return;
     // Wait (bounded) for every replica to be healthy and subscribed.
     for (int i = 0; i < 100 && !all_exact(); ++i)
       std::this_thread::sleep_for(50ms);
@@ -119,7 +133,7 @@ std::string long_prompt(const std::string& tenant) {
 }
 
 TEST_F(RouterTest, SharedPrefixGoesToTheReplicaThatHoldsIt) {
-  start();
+  start_with([](RouterConfig& rc, PoolConfig&) { rc.debug_headers = true; });
   const std::string base = long_prompt("acme");
   const auto first = post({{"model", "tiny"}, {"prompt", base + "Q1?"}, {"max_tokens", 2}});
   ASSERT_EQ(first.status, 200) << first.body;
@@ -361,9 +375,101 @@ TEST_F(RouterTest, BadInputAndAuth) {
   EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}, {"n", 0}}, auth).status, 400);
   EXPECT_EQ(post({{"model", "nope"}, {"prompt", "x"}}, auth).status, 404);
   EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 1}}, auth).status, 200);
+  // The scheme is case-insensitive (RFC 9110 11.1); lowercase "bearer" used to get a 401.
+  for (const char* scheme : {"bearer", "BEARER", "bEaReR"}) {
+    EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 1}},
+                   {{"authorization", std::string(scheme) + " sekret"}})
+                  .status,
+              200)
+        << scheme;
+  }
+  EXPECT_EQ(
+      post({{"model", "tiny"}, {"prompt", "x"}}, {{"authorization", "Bearer sekret2"}}).status,
+      401);
   http::Client c;
   EXPECT_EQ(c.request("127.0.0.1", port_, "GET", "/health")->status, 200);
   EXPECT_EQ(c.request("127.0.0.1", port_, "GET", "/nope", "", auth)->status, 404);
+  // Probes need no key; HEAD is answered wherever GET is (it was 405).
+  for (const char* path : {"/health", "/livez", "/readyz"}) {
+    EXPECT_EQ(c.request("127.0.0.1", port_, "GET", path)->status, 200) << path;
+    auto head = c.request("127.0.0.1", port_, "HEAD", path);
+    ASSERT_TRUE(head.ok()) << path;
+    EXPECT_EQ(head->status, 200) << path;
+    EXPECT_TRUE(head->body.empty()) << path;
+  }
+  for (const char* path : {"/v1/models", "/metrics", "/router/state"}) {
+    auto head = c.request("127.0.0.1", port_, "HEAD", path, "", auth);
+    ASSERT_TRUE(head.ok()) << path;
+    EXPECT_EQ(head->status, path == std::string("/metrics") ? 404 : 200) << path;  // no registry
+    EXPECT_TRUE(head->body.empty()) << path;
+  }
+}
+
+// Issue 12: /health answered 503 without a healthy replica and was the liveness probe, so a
+// replica outage restarted every router pod. /livez says the process serves; /readyz (and
+// /health, kept) say whether a replica can take traffic.
+TEST_F(RouterTest, LivezStaysUpWhileReadyzFollowsTheReplicas) {
+  start();
+  http::Client c;
+  auto status = [&](const char* path) {
+    auto r = c.request("127.0.0.1", port_, "GET", path, "", {}, 5s);
+    return r.ok() ? r->status : 0;
+  };
+  EXPECT_EQ(status("/livez"), 200);
+  EXPECT_EQ(status("/readyz"), 200);
+  EXPECT_EQ(status("/health"), 200);
+  for (auto& r : replicas_)
+    r->stop();
+  for (int i = 0; i < 100 && status("/readyz") != 503; ++i)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(status("/readyz"), 503);
+  EXPECT_EQ(status("/health"), 503);
+  EXPECT_EQ(status("/livez"), 200);
+  const json body = json::parse(c.request("127.0.0.1", port_, "GET", "/readyz")->body);
+  EXPECT_EQ(body.value("healthy_replicas", -1), 0);
+}
+
+// Issue 12: replicas behind the router can require a key. The router sends it on proxied
+// requests, /v1/info and /v1/load polls and KV-event subscriptions; without it they are unusable.
+TEST_F(RouterTest, RouterSendsTheReplicaKeyEverywhere) {
+  start_with(
+      [](RouterConfig& rc, PoolConfig& pc) {
+        rc.replica_api_key = "replica-secret";
+        pc.replica_api_key = "replica-secret";
+      },
+      {"replica-secret"});  // waits until every replica is healthy (polls) and exact (events)
+  const json req = {{"model", "tiny"}, {"prompt", long_prompt("keyed")}, {"max_tokens", 2}};
+  const auto first = post(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  wait_for_index(30);  // the replica's KV events reached the router's index
+  const auto again = post(req);
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(replica_of(first), replica_of(again));
+  EXPECT_GT(json::parse(again.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            0);
+  // The client's own Authorization is never forwarded: only the router's key reaches replicas.
+  EXPECT_EQ(post(req, {{"authorization", "Bearer client-key"}}).status, 200);
+}
+
+TEST_F(RouterTest, ReplicasWithAKeyTheRouterLacksAreNeverHealthy) {
+  start_with([](RouterConfig&, PoolConfig&) {}, {"replica-secret"}, 256, /*wait_healthy=*/false);
+  std::this_thread::sleep_for(300ms);  // a few polls
+  for (const ReplicaView& r : pool_->snapshot())
+    EXPECT_FALSE(r.healthy) << r.replica_id;
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}}).status, 404);  // no model known
+}
+
+// The matched-bytes header told any client how much of its prompt someone had cached (issue 12:
+// "PIN is 4711" matched 160 bytes, "4712" 48). It is off unless asked for.
+TEST_F(RouterTest, MatchedBytesHeaderIsHiddenByDefault) {
+  start();
+  const json req = {{"model", "tiny"}, {"prompt", long_prompt("quiet")}, {"max_tokens", 1}};
+  ASSERT_EQ(post(req).status, 200);
+  wait_for_index(30);
+  const auto again = post(req);
+  ASSERT_EQ(again.status, 200);
+  EXPECT_EQ(again.header("x-kvcascade-matched-bytes"), std::nullopt);
+  EXPECT_TRUE(again.header("x-kvcascade-replica").has_value());
 }
 
 }  // namespace

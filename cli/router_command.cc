@@ -1,4 +1,6 @@
 // `kvcascade router`: the prefix-aware router in front of replicas (static list or DNS).
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,6 +24,7 @@ struct RouterFlags {
   ApiKeyFlags api_keys;
   std::string replica_api_key;
   std::string replica_api_key_file;
+  std::string tenant_isolation = "off";
   size_t approx_capacity_blocks = 1 << 20;
   int64_t approx_ttl_s = 600;
   int64_t upstream_timeout_ms = 600000;
@@ -32,6 +35,12 @@ int run_router(RouterFlags f) {
   if (f.replicas.empty() == f.replica_dns.empty()) {
     std::fprintf(stderr,
                  "kvcascade router: give either --replica URL... or --replica-dns NAME:PORT\n");
+    return 2;
+  }
+  f.router.tenant_isolation = *parse_tenant_isolation(f.tenant_isolation);  // checked by CLI11
+  if (f.router.tenant_isolation == TenantIsolation::kHeader && f.router.tenant_header.empty()) {
+    std::fprintf(stderr,
+                 "kvcascade router: --tenant-isolation header needs --tenant-header NAME\n");
     return 2;
   }
   if (f.check_config) {
@@ -54,6 +63,11 @@ int run_router(RouterFlags f) {
       return 2;
     }
     f.router.replica_api_key = replica_keys->front();  // the current key comes first
+  }
+  if (f.router.tenant_isolation == TenantIsolation::kApiKey && f.router.api_keys.empty()) {
+    std::fprintf(stderr,
+                 "kvcascade router: warning: --tenant-isolation api-key without --api-key: every "
+                 "Bearer token is accepted and is a tenant of its own\n");
   }
   block_shutdown_signals();
   RouterStackConfig c;
@@ -109,6 +123,21 @@ Run add_router_command(CLI::App& app) {
   cmd->add_option("--replica-api-key-file", f->replica_api_key_file,
                   "file whose first key is sent to replicas")
       ->excludes(replica_key);
+  cmd->add_option("--tenant-isolation", f->tenant_isolation,
+                  "off: tenants may share cached prefixes; api-key / header: a salt from the "
+                  "client's Bearer key / from --tenant-header keeps each tenant's KV apart")
+      ->check(CLI::IsMember({"off", "api-key", "header"}));
+  cmd->add_option("--tenant-header", f->router.tenant_header,
+                  "--tenant-isolation header: the header naming the tenant (set by a trusted "
+                  "gateway; clients must not be able to set it)")
+      ->check([](const std::string& name) {
+        const bool token =
+            !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+              return std::isalnum(c) ||
+                     std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+            });
+        return token ? std::string() : std::string("not an HTTP header name");
+      });
   cmd->add_flag("--debug-headers", f->router.debug_headers,
                 "add x-kvcascade-matched-bytes to responses (tells clients what is cached)");
   cmd->add_option("--max-attempts", f->router.max_attempts,

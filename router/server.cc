@@ -51,6 +51,16 @@ http::Headers client_headers(const RouterServer::Attempt& a) {
   return h;
 }
 
+// The request body with its cache_salt replaced; nullopt if it is not a JSON object (it was
+// parsed once already, so this does not happen). Strings were valid UTF-8 when parsed, so the
+// prompt's bytes survive the round trip and the replica hashes what the router hashed.
+std::optional<std::string> with_cache_salt(const std::string& body, const std::string& salt) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  j["cache_salt"] = salt;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // Starts the client's response as a stream (a streaming request, or a body too large to buffer).
 void start_client_stream(RouterServer::Attempt& a) {
   a.responder->start_stream(a.status, a.content_type, client_headers(a));
@@ -148,6 +158,32 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     return;
   }
   const OpenAiRequest& req = std::get<OpenAiRequest>(parsed);
+  // The salt the prompt is hashed with here and at the replica, and the group that pins siblings.
+  std::string cache_salt = req.cache_salt;
+  std::optional<std::string> group = req.group;
+  if (config_.tenant_isolation != TenantIsolation::kOff) {
+    const bool by_key = config_.tenant_isolation == TenantIsolation::kApiKey;
+    const std::optional<std::string> tenant =
+        by_key ? http::bearer_token(request) : request.header(config_.tenant_header);
+    if (!tenant || tenant->empty()) {
+      if (by_key) {
+        http::send_error(*responder, 401,
+                         "tenant isolation needs an API key (Authorization: Bearer ...)",
+                         "authentication_error");
+      } else {
+        http::send_error(*responder, 400, "missing tenant header " + config_.tenant_header);
+      }
+      return;
+    }
+    cache_salt = tenant_cache_salt(config_.tenant_isolation, *tenant, req.cache_salt);
+    if (group) group = cache_salt + "/" + *group;  // a group id pins only within its tenant
+    std::optional<std::string> body = with_cache_salt(request.body, cache_salt);
+    if (!body) {
+      http::send_error(*responder, 400, "the body must be a JSON object");
+      return;
+    }
+    request.body = std::move(*body);
+  }
   std::vector<ReplicaView> replicas;
   for (ReplicaView& r : pool_.snapshot()) {
     if (std::find(r.models.begin(), r.models.end(), req.model) != r.models.end()) {
@@ -166,10 +202,10 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   // Route by the first prompt: a batch's prompts usually share their prefix.
   const std::string& prompt = req.prompts.front();
   const ReplicaView& any = replicas.front();
-  attempt->hashes = hash_blocks(chain_seed(any.hash_model, req.cache_salt), prompt, any.block_size);
+  attempt->hashes = hash_blocks(chain_seed(any.hash_model, cache_salt), prompt, any.block_size);
   const uint64_t prompt_hash = XXH3_64bits_withSeed(
-      prompt.data(), prompt.size(), XXH3_64bits(req.cache_salt.data(), req.cache_salt.size()));
-  attempt->sibling_key = SiblingTracker::key_for(req.group, prompt_hash);
+      prompt.data(), prompt.size(), XXH3_64bits(cache_salt.data(), cache_salt.size()));
+  attempt->sibling_key = SiblingTracker::key_for(group, prompt_hash);
   attempt->debug_headers = config_.debug_headers;
   attempt->request = std::move(request);
   attempt->responder = responder;
@@ -207,7 +243,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.prompt_tokens = static_cast<int64_t>(prompt.size());
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
-  rr.group = req.group;
+  rr.group = group;
   rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
 
   // Everything below chooses among the candidates still untried; forward() calls back here.

@@ -21,6 +21,7 @@
 #include "router/policy.h"
 #include "router/replica_pool.h"
 #include "router/sibling_tracker.h"
+#include "router/tenant.h"
 
 namespace kvc {
 
@@ -32,6 +33,10 @@ struct RouterConfig {
   // subscriptions send PoolConfig::replica_api_key). Empty: none.
   std::string replica_api_key;
   int32_t max_attempts = 3;  // replicas tried before the first byte was sent
+  // Tenant isolation (router/tenant.h): the salt derived from the client's key or from
+  // `tenant_header` is the request's cache_salt, for hashing and at the replica.
+  TenantIsolation tenant_isolation = TenantIsolation::kOff;
+  std::string tenant_header;  // kHeader: the header a trusted gateway sets, e.g. x-tenant-id
   // Adds x-kvcascade-matched-bytes to responses: how much of the prompt the chosen replica held,
   // which without tenant isolation tells a client what others have cached. Off by default.
   bool debug_headers = false;

@@ -459,6 +459,71 @@ TEST_F(RouterTest, ReplicasWithAKeyTheRouterLacksAreNeverHealthy) {
   EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}}).status, 404);  // no model known
 }
 
+// cached_tokens of a request sent by tenant `key` (Bearer) with an optional cache_salt.
+int cached_tokens(const http::ClientResponse& r) {
+  const json j = json::parse(r.body, nullptr, false);
+  if (!j.is_object() || !j.contains("usage")) return -1;
+  return j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+}
+
+// Issue 12: the prefix cache was an oracle across tenants (guessing "PIN is 4711" came back
+// cached). With isolation by API key, tenant B sees none of tenant A's cache, A still hits its
+// own, and a client's own cache_salt splits within its tenant but never escapes it.
+TEST_F(RouterTest, TenantsIsolatedByApiKeyNeverSeeEachOthersCache) {
+  start_with([](RouterConfig& rc, PoolConfig&) {
+    rc.api_keys = {"key-of-a", "key-of-b"};
+    rc.tenant_isolation = TenantIsolation::kApiKey;
+    rc.debug_headers = true;
+  });
+  const http::Headers a{{"authorization", "Bearer key-of-a"}};
+  const http::Headers b{{"authorization", "bearer key-of-b"}};
+  const std::string secret = long_prompt("shared-system") + "The PIN is 4711.";
+  const json req = {{"model", "tiny"}, {"prompt", secret}, {"max_tokens", 1}};
+  ASSERT_EQ(post(req, a).status, 200);
+  wait_for_index(secret.size() / 16);  // every full block of it
+  const auto a_again = post(req, a);
+  EXPECT_GE(cached_tokens(a_again), 576) << a_again.body;  // a tenant shares with itself
+  EXPECT_GE(std::stoul(a_again.header("x-kvcascade-matched-bytes").value_or("0")), 576u)
+      << a_again.header("x-kvcascade-route-reason").value_or("?") << " "
+      << a_again.header("x-kvcascade-matched-bytes").value_or("none");
+  const auto b_guess = post(req, b);
+  ASSERT_EQ(b_guess.status, 200) << b_guess.body;
+  EXPECT_EQ(cached_tokens(b_guess), 0) << b_guess.body;
+  EXPECT_EQ(b_guess.header("x-kvcascade-matched-bytes"), "0");
+  EXPECT_NE(b_guess.header("x-kvcascade-route-reason"), "prefix_match");
+  // A's own cache_salt gives a separate cache inside A's tenant; B cannot reach A's by naming it.
+  json salted = req;
+  salted["cache_salt"] = "experiment-1";
+  EXPECT_EQ(cached_tokens(post(salted, a)), 0);
+  EXPECT_EQ(cached_tokens(post(salted, b)), 0);
+  EXPECT_EQ(post(req).status, 401);  // no key: no tenant
+}
+
+TEST_F(RouterTest, TenantsIsolatedByHeader) {
+  start_with([](RouterConfig& rc, PoolConfig&) {
+    rc.tenant_isolation = TenantIsolation::kHeader;
+    rc.tenant_header = "x-tenant-id";
+  });
+  const json req = {{"model", "tiny"}, {"prompt", long_prompt("hdr")}, {"max_tokens", 1}};
+  ASSERT_EQ(post(req, {{"x-tenant-id", "acme"}}).status, 200);
+  wait_for_index(30);
+  EXPECT_GE(cached_tokens(post(req, {{"X-Tenant-Id", "acme"}})), 576);
+  EXPECT_EQ(cached_tokens(post(req, {{"x-tenant-id", "globex"}})), 0);
+  const auto missing = post(req);
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_NE(missing.body.find("x-tenant-id"), std::string::npos) << missing.body;
+}
+
+// Without isolation (the default) tenants share prefixes: the best hit rate, and the oracle the
+// README's trade-off section describes.
+TEST_F(RouterTest, WithoutIsolationTenantsSharePrefixes) {
+  start();
+  const json req = {{"model", "tiny"}, {"prompt", long_prompt("open")}, {"max_tokens", 1}};
+  ASSERT_EQ(post(req, {{"authorization", "Bearer a"}}).status, 200);
+  wait_for_index(30);
+  EXPECT_GE(cached_tokens(post(req, {{"authorization", "Bearer b"}})), 576);
+}
+
 // The matched-bytes header told any client how much of its prompt someone had cached (issue 12:
 // "PIN is 4711" matched 160 bytes, "4712" 48). It is off unless asked for.
 TEST_F(RouterTest, MatchedBytesHeaderIsHiddenByDefault) {

@@ -46,8 +46,9 @@ TEST(ApiKeys, MatchesOnlyAConfiguredKeyExactly) {
 
 TEST(ApiKeys, ValidKeysArePrintableWithoutSpaces) {
   EXPECT_TRUE(validate_api_key("sk-0123456789abcdef").ok());
-  for (const std::string bad : {std::string(), std::string("a b"), std::string("a\nb"),
-                                std::string("a\tb"), std::string("a\0b", 3), std::string("\x7f")}) {
+  for (const std::string& bad :
+       {std::string(), std::string("a b"), std::string("a\nb"), std::string("a\tb"),
+        std::string("a\0b", 3), std::string("\x7f")}) {
     EXPECT_FALSE(validate_api_key(bad).ok()) << bad;
   }
 }

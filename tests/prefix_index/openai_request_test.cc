@@ -88,8 +88,8 @@ TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {
   const std::string body = R"({"model":"m","prompt":"x"})";
   ok(c, body);
   ok(c, body + " \r\n\t");  // trailing whitespace is part of JSON text
-  for (const std::string tail : {std::string("\0garbage", 8), std::string(1, '\0'),
-                                 std::string(" \0", 2), std::string("x"), std::string("{}")}) {
+  for (const std::string& tail : {std::string("\0garbage", 8), std::string(1, '\0'),
+                                  std::string(" \0", 2), std::string("x"), std::string("{}")}) {
     const ApiError e = err(c, body + tail);
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.message.find("invalid JSON"), 0u) << e.message;

@@ -324,18 +324,21 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   // Every prompt is validated before any runs, so a refusal is a plain 400 before the first
   // byte. The I/O thread does not wait for the engine's answer.
   const std::string param = req.prompts.size() > 1 ? "prompt" : "";
+  // Runs on the engine thread, possibly while the loop stops after this server is gone: it
+  // holds the loop, not the server.
+  EngineLoop& loop = loop_;
   loop_.submit(std::move(groups), std::move(sinks),
-               [this, state, responder, param](Result<std::vector<uint64_t>> ids) {
+               [&loop, state, responder, param](Result<std::vector<uint64_t>> ids) {
                  if (!ids.ok()) {
                    // Refused by the engine: the request's fault; by a stopped loop: ours.
-                   state->fail(loop_.stopped() ? 503 : 400, ids.error().message, param);
+                   state->fail(loop.stopped() ? 503 : 400, ids.error().message, param);
                    return;
                  }
                  state->set_groups(std::move(*ids));
                  // A client gone before the groups were known had nothing to abort.
                  if (responder->client_gone()) {
                    for (uint64_t g : state->groups())
-                     loop_.abort(g);
+                     loop.abort(g);
                  }
                });
   // A client that goes away frees its groups' KV.

@@ -284,6 +284,7 @@ int run_demo(const DemoFlags& f) {
     std::printf("  replica-%d  http://%s\n", i, replicas.back()->address().c_str());
   }
   rc.pool.poll_interval = std::chrono::milliseconds(200);
+  rc.router.debug_headers = true;  // the walkthrough prints how many bytes each route matched
   RouterStack router(rc);
   auto port = router.start(f.host, 0);
   if (!port.ok()) {

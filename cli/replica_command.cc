@@ -19,14 +19,21 @@ struct ReplicaFlags {
   EngineFlags engine;
   ServerFlags server;
   ReplicaServerConfig replica;
+  ApiKeyFlags api_keys;
   bool check_config = false;
 };
 
-int run_replica(const ReplicaFlags& f) {
+int run_replica(ReplicaFlags f) {
   if (f.check_config) {
     std::printf("kvcascade replica: configuration ok\n");
     return 0;
   }
+  Result<std::vector<std::string>> keys = load_api_keys(f.api_keys);
+  if (!keys.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", keys.error().message.c_str());
+    return 2;
+  }
+  f.replica.api_keys = std::move(*keys);
   block_shutdown_signals();
   auto backend = make_backend(f.engine);
   if (!backend.ok()) {
@@ -56,6 +63,15 @@ int run_replica(const ReplicaFlags& f) {
       f.replica.replica_id.c_str(), server.config().served_model_name.c_str(),
       f.server.host.c_str(), *port, (*backend)->name().c_str(), f.engine.attention.c_str(),
       (*backend)->num_blocks(), (*backend)->block_size());
+  if (!f.replica.api_keys.empty()) {
+    std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",
+                f.replica.api_keys.size());
+  } else if (!is_loopback(f.server.host)) {
+    std::fprintf(stderr,
+                 "kvcascade replica: warning: no --api-key, and %s is not a loopback address: "
+                 "completions, KV events and metrics are open to anyone who can connect\n",
+                 f.server.host.c_str());
+  }
   std::fflush(stdout);
   wait_for_shutdown_signal();
   std::printf("kvcascade replica: shutting down\n");
@@ -75,6 +91,8 @@ Run add_replica_command(CLI::App& app) {
                   "model name clients use (default: the preset or the model folder's name)");
   cmd->add_option("--max-n", f->replica.api.max_n, "largest n accepted")
       ->check(CLI::Range(1, 4096));
+  add_api_key_flags(*cmd, f->api_keys, "api-key",
+                    "require Authorization: Bearer KEY on every path but /health");
   cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
   return [f] { return run_replica(*f); };
 }

@@ -1,4 +1,6 @@
 // `kvcascade router`: the prefix-aware router in front of replicas (static list or DNS).
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -6,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/server_flags.h"
+#include "http/auth.h"
 #include "router/router_stack.h"
 
 namespace kvc::cli {
@@ -18,7 +21,10 @@ struct RouterFlags {
   std::vector<std::string> replicas;
   std::string replica_dns;
   int64_t dns_interval_ms = 5000;
-  std::string api_key;
+  ApiKeyFlags api_keys;
+  std::string replica_api_key;
+  std::string replica_api_key_file;
+  std::string tenant_isolation = "off";
   size_t approx_capacity_blocks = 1 << 20;
   int64_t approx_ttl_s = 600;
   bool check_config = false;
@@ -30,10 +36,37 @@ int run_router(RouterFlags f) {
                  "kvcascade router: give either --replica URL... or --replica-dns NAME:PORT\n");
     return 2;
   }
-  if (!f.api_key.empty()) f.router.api_key = f.api_key;
+  f.router.tenant_isolation = *parse_tenant_isolation(f.tenant_isolation);  // checked by CLI11
+  if (f.router.tenant_isolation == TenantIsolation::kHeader && f.router.tenant_header.empty()) {
+    std::fprintf(stderr,
+                 "kvcascade router: --tenant-isolation header needs --tenant-header NAME\n");
+    return 2;
+  }
   if (f.check_config) {
     std::printf("kvcascade router: configuration ok\n");
     return 0;
+  }
+  // Key files are read now, not by --check-config: manifests are checked without their Secrets.
+  Result<std::vector<std::string>> keys = load_api_keys(f.api_keys);
+  if (!keys.ok()) {
+    std::fprintf(stderr, "kvcascade router: %s\n", keys.error().message.c_str());
+    return 2;
+  }
+  f.router.api_keys = std::move(*keys);
+  f.router.replica_api_key = f.replica_api_key;
+  if (!f.replica_api_key_file.empty()) {
+    Result<std::vector<std::string>> replica_keys =
+        http::read_api_keys_file(f.replica_api_key_file);
+    if (!replica_keys.ok()) {
+      std::fprintf(stderr, "kvcascade router: %s\n", replica_keys.error().message.c_str());
+      return 2;
+    }
+    f.router.replica_api_key = replica_keys->front();  // the current key comes first
+  }
+  if (f.router.tenant_isolation == TenantIsolation::kApiKey && f.router.api_keys.empty()) {
+    std::fprintf(stderr,
+                 "kvcascade router: warning: --tenant-isolation api-key without --api-key: every "
+                 "Bearer token is accepted and is a tenant of its own\n");
   }
   block_shutdown_signals();
   RouterStackConfig c;
@@ -75,7 +108,36 @@ Run add_router_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   cmd->add_option("--policy", f->router.policy, "routing policy")
       ->check(CLI::IsMember(policy_names()));
-  cmd->add_option("--api-key", f->api_key, "require Authorization: Bearer KEY from clients");
+  add_api_key_flags(*cmd, f->api_keys, "api-key",
+                    "require Authorization: Bearer KEY from clients (not on /livez, /readyz, "
+                    "/health)");
+  auto* replica_key =
+      cmd->add_option("--replica-api-key", f->replica_api_key,
+                      "send Authorization: Bearer KEY to replicas (their --api-key)")
+          ->check([](const std::string& key) {
+            const Status s = http::validate_api_key(key);
+            return s.ok() ? std::string() : s.message();
+          });
+  cmd->add_option("--replica-api-key-file", f->replica_api_key_file,
+                  "file whose first key is sent to replicas")
+      ->excludes(replica_key);
+  cmd->add_option("--tenant-isolation", f->tenant_isolation,
+                  "off: tenants may share cached prefixes; api-key / header: a salt from the "
+                  "client's Bearer key / from --tenant-header keeps each tenant's KV apart")
+      ->check(CLI::IsMember({"off", "api-key", "header"}));
+  cmd->add_option("--tenant-header", f->router.tenant_header,
+                  "--tenant-isolation header: the header naming the tenant (set by a trusted "
+                  "gateway; clients must not be able to set it)")
+      ->check([](const std::string& name) {
+        const bool token =
+            !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+              return std::isalnum(c) ||
+                     std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+            });
+        return token ? std::string() : std::string("not an HTTP header name");
+      });
+  cmd->add_flag("--debug-headers", f->router.debug_headers,
+                "add x-kvcascade-matched-bytes to responses (tells clients what is cached)");
   cmd->add_option("--max-attempts", f->router.max_attempts,
                   "replicas tried before the first byte reached the client")
       ->check(CLI::Range(1, 16));

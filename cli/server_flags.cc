@@ -4,6 +4,8 @@
 
 #include <csignal>
 
+#include "http/auth.h"
+
 namespace kvc::cli {
 
 void add_millis(CLI::App& cmd, const char* name, std::chrono::milliseconds& value,
@@ -31,6 +33,28 @@ void add_server_flags(CLI::App& cmd, ServerFlags& f, uint16_t default_port) {
   add_millis(cmd, "--idle-timeout-ms", f.limits.idle_timeout, "idle keep-alive connections close");
   add_millis(cmd, "--write-timeout-ms", f.limits.write_timeout,
              "a client that does not read is cut");
+}
+
+void add_api_key_flags(CLI::App& cmd, ApiKeyFlags& f, const std::string& name,
+                       const std::string& what) {
+  CLI::Option* keys =
+      cmd.add_option("--" + name, f.keys, what + " (repeatable: any of them is accepted)")
+          ->check([](const std::string& key) {
+            const Status s = http::validate_api_key(key);
+            return s.ok() ? std::string() : s.message();
+          });
+  CLI::Option* file = cmd.add_option("--" + name + "-file", f.file,
+                                     "file holding the keys of --" + name + ", one per line");
+  keys->excludes(file);
+}
+
+Result<std::vector<std::string>> load_api_keys(const ApiKeyFlags& f) {
+  if (f.file.empty()) return f.keys;
+  return http::read_api_keys_file(f.file);
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
 }
 
 namespace {

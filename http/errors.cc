@@ -23,4 +23,14 @@ void send_error(Responder& responder, int status, std::string_view message, std:
   responder.send(status, "application/json", error_body(message, type, param));
 }
 
+void send_method_not_allowed(Responder& responder, std::string_view method, std::string_view path,
+                             std::string_view allowed) {
+  std::string allow(allowed);
+  if (allowed == "GET") allow += ", HEAD";
+  responder.send(405, "application/json",
+                 error_body("method " + std::string(method) + " is not allowed on " +
+                            std::string(path) + " (allowed: " + allow + ")"),
+                 {{"allow", allow}});
+}
+
 }  // namespace kvc::http

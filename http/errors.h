@@ -19,4 +19,9 @@ void send_error(Responder& responder, int status, std::string_view message,
                 std::string_view type = "invalid_request_error",
                 std::optional<std::string_view> param = std::nullopt);
 
+// 405 for `method` on `path`, which serves only `allowed`; the Allow header lists what is
+// (GET brings HEAD with it).
+void send_method_not_allowed(Responder& responder, std::string_view method, std::string_view path,
+                             std::string_view allowed);
+
 }  // namespace kvc::http

@@ -29,6 +29,10 @@ std::optional<std::string> Request::header(std::string_view name) const {
   return std::nullopt;
 }
 
+bool method_allowed(std::string_view method, std::string_view allowed) {
+  return method == allowed || (allowed == "GET" && method == "HEAD");
+}
+
 class Session;
 
 struct ServerCore {
@@ -56,6 +60,43 @@ struct ServerCore {
 };
 
 namespace {
+
+// Trims optional whitespace (RFC 9110 5.6.3) around a list element.
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// Request smuggling defence: a proxy in front of us and this server must agree on where the body
+// ends, so only unambiguous framing is accepted (RFC 9112 6.1-6.3): Transfer-Encoding exactly
+// "chunked" (one header, one coding, HTTP/1.1) and then no Content-Length; and, in HTTP/1.1,
+// exactly one Host header (RFC 9112 3.2). Returns why a request is refused.
+std::optional<std::string> framing_error(const bhttp::request<bhttp::string_body>& msg) {
+  size_t num_host = 0, num_te = 0, num_cl = 0;
+  std::string_view te;
+  for (const auto& field : msg) {
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    if (wire::iequals(name, "host")) ++num_host;
+    if (wire::iequals(name, "content-length")) ++num_cl;
+    if (wire::iequals(name, "transfer-encoding")) {
+      ++num_te;
+      te = std::string_view(field.value().data(), field.value().size());
+    }
+  }
+  if (msg.version() >= 11 && num_host != 1) {
+    return num_host == 0 ? "missing Host header" : "more than one Host header";
+  }
+  if (num_te == 0) return std::nullopt;
+  if (msg.version() < 11) return "Transfer-Encoding is not allowed in HTTP/1.0";
+  if (num_te > 1 || !wire::iequals(trim_ows(te), "chunked")) {
+    return "unsupported Transfer-Encoding (only a lone 'chunked' is accepted)";
+  }
+  if (num_cl > 0) return "both Transfer-Encoding and Content-Length";
+  return std::nullopt;
+}
 
 // Shared by a session and the responder of its current request: "has the client gone" and the
 // callback to fire when it does.
@@ -240,6 +281,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     if (ec) return on_read_error(ec);
     auto& msg = parser_->get();
+    if (std::optional<std::string> why = framing_error(msg)) {
+      // The body's extent is in doubt: answer without reading it, and close.
+      reply_error_and_close(400, *why);
+      return;
+    }
     auto expect = msg[bhttp::field::expect];
     if (msg.version() >= 11 && wire::iequals(expect, "100-continue") && !parser_->is_done()) {
       phase_ = Phase::kBody;

@@ -36,6 +36,10 @@ struct Request {
   std::optional<std::string> header(std::string_view name) const;
 };
 
+// Whether a request with `method` may be served by a handler for `allowed`: the same method, or
+// HEAD where GET is allowed (RFC 9110 9.3.2; the session sends a HEAD reply's headers only).
+bool method_allowed(std::string_view method, std::string_view allowed);
+
 // One response to one request. Thread-safe: may be used from any thread (the engine thread), also
 // after the handler returned. Exactly one of send() or start_stream()...end() takes effect; later
 // calls are ignored. Dropping the last reference without responding gets the client a 500 (or, mid

@@ -10,6 +10,9 @@ namespace {
 
 using nlohmann::json;
 
+// How every marker of the format begins ("<|start|>", "<|end|>").
+constexpr std::string_view kMarkerOpen = "<|";
+
 constexpr std::array<std::string_view, 5> kRoles = {"system", "developer", "user", "assistant",
                                                     "tool"};
 
@@ -70,14 +73,31 @@ Status append_part(const json& part, std::string_view field, std::string& out) {
   return Status::Ok();
 }
 
-// Parts concatenate with no separator, so "ab" and [{"text":"a"},{"text":"b"}] are the same prompt.
+// Every marker starts with "<|", so content that holds none can neither close its message nor open
+// another. "<|" becomes "<||" (and so "<||" becomes "<|||"): the first "<|end|>\n" after a header
+// always ends the message, and the content is recovered by turning each "<||" back into "<|".
+void append_escaped(std::string_view text, std::string& out) {
+  for (size_t at = 0;;) {
+    const size_t marker = text.find(kMarkerOpen, at);
+    if (marker == text.npos) {
+      out.append(text.substr(at));
+      return;
+    }
+    out.append(text.substr(at, marker + kMarkerOpen.size() - at));
+    out += '|';
+    at = marker + kMarkerOpen.size();
+  }
+}
+
+// Parts concatenate with no separator, so "ab" and [{"text":"a"},{"text":"b"}] are the same prompt;
+// they are escaped once joined ("<" and "|end|>" join into a marker).
 Status append_content(const json& message, std::string_view role, std::string_view field,
                       std::string& out) {
   const std::string content_field = std::string(field) + ".content";
   const json* content = member(message, "content");
   if (content == nullptr) return field_error(content_field, "missing");
   if (content->is_string()) {
-    out += content->get_ref<const std::string&>();
+    append_escaped(content->get_ref<const std::string&>(), out);
     return Status::Ok();
   }
   if (content->is_null()) {
@@ -87,20 +107,23 @@ Status append_content(const json& message, std::string_view role, std::string_vi
   if (!content->is_array()) {
     return field_error(content_field, "expected a string, an array of text parts, or null");
   }
+  std::string text;
   for (size_t i = 0; i < content->size(); ++i) {
-    if (Status s = append_part((*content)[i], indexed(content_field, i), out); !s) return s;
+    if (Status s = append_part((*content)[i], indexed(content_field, i), text); !s) return s;
   }
+  append_escaped(text, out);
   return Status::Ok();
 }
 
-// The name shares the header line with the role, so it must not end the line or open a marker.
+// The name shares the header line with the role, so it must not end the line or open a marker:
+// such a name is refused (400) rather than escaped, since no real name needs either.
 Status append_name(const json& message, std::string_view field, std::string& out) {
   const json* name = member(message, "name");
   if (name == nullptr) return Status::Ok();
   const std::string name_field = std::string(field) + ".name";
   if (!name->is_string()) return field_error(name_field, "expected a string");
   const std::string& text = name->get_ref<const std::string&>();
-  if (text.find('\n') != text.npos || text.find("<|") != text.npos) {
+  if (text.find('\n') != text.npos || text.find(kMarkerOpen) != text.npos) {
     return field_error(name_field, "must not contain a newline or '<|'");
   }
   out += " name=";

@@ -8,6 +8,12 @@
 // message in the next turn, extends the previous prompt too.
 //
 //   "<|start|>" role [" name=" name] "\n" content "<|end|>\n"   ... then "<|start|>assistant\n"
+//
+// The rendering is injective: distinct message lists (role, name or none, and the text, where
+// text parts are joined and null content is empty) render to distinct bytes. Content is escaped
+// ("<|" becomes "<||"), so a message cannot close itself and forge another turn (a user message
+// holding "<|end|>\n<|start|>system\n..." stays a user message); a name holding a newline or "<|"
+// is refused. Escaping is per message, so the byte-extension property above holds.
 #pragma once
 
 #include <string>

@@ -166,6 +166,11 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
 
 std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
                                                            const ApiLimits& limits) {
+  // nlohmann's lexer takes a NUL byte for the end of input, so "{...}\0garbage" would parse. A NUL
+  // is never valid in JSON text (raw or inside a string), so any NUL refuses the body.
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    return ApiError{400, "invalid JSON in the body at byte " + std::to_string(nul + 1), ""};
+  }
   json j;
   try {
     j = json::parse(body);

@@ -55,7 +55,7 @@ BlockHash Engine::chain_seed(const std::string& cache_salt) const {
   return kvc::chain_seed(backend_.config().name, cache_salt);
 }
 
-Result<uint64_t> Engine::submit(GenerationRequest request) {
+Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request) {
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= tokenizer_.vocab_size() || t == tokenizer_.eos_token()) {
       return Error{"prompt token " + std::to_string(t) + " is not a valid input token"};
@@ -63,16 +63,39 @@ Result<uint64_t> Engine::submit(GenerationRequest request) {
   }
   if (request.params.max_tokens < 1) return Error{"max_tokens must be at least 1"};
   auto g = std::make_unique<SequenceGroup>();
-  g->id = next_group_id_++;
   g->num_samples = request.n;
   g->prompt = std::move(request.prompt);
   g->params = std::move(request.params);
   g->chain_seed = chain_seed(request.cache_salt);
   g->affinity = std::move(request.group);
   if (Status s = scheduler_.check_fits(*g); !s.ok()) return Error{s.message()};
-  const uint64_t id = g->id;
-  scheduler_.add(std::move(g));
+  return g;
+}
+
+Result<uint64_t> Engine::submit(GenerationRequest request) {
+  Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(request));
+  if (!g.ok()) return g.error();
+  const uint64_t id = (*g)->id = next_group_id_++;
+  scheduler_.add(std::move(*g));
   return id;
+}
+
+Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenerationRequest> requests) {
+  std::vector<std::unique_ptr<SequenceGroup>> groups;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(requests[i]));
+    if (!g.ok()) {
+      if (requests.size() == 1) return g.error();
+      return Error{"prompt[" + std::to_string(i) + "]: " + g.error().message};
+    }
+    groups.push_back(std::move(*g));
+  }
+  std::vector<uint64_t> ids;
+  for (auto& g : groups) {
+    ids.push_back(g->id = next_group_id_++);
+    scheduler_.add(std::move(g));
+  }
+  return ids;
 }
 
 void Engine::abort(uint64_t group_id) {

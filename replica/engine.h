@@ -71,6 +71,10 @@ class Engine {
 
   // Validates and queues a group; the error says why it can never run here.
   Result<uint64_t> submit(GenerationRequest request);
+  // Validates every request first, then queues all of them, or none: the error of the first
+  // request that can never run, prefixed with "prompt[i]: " when there are several. Group ids in
+  // request order.
+  Result<std::vector<uint64_t>> submit_all(std::vector<GenerationRequest> requests);
   void abort(uint64_t group_id);
   // One forward pass (or nothing, when there is no work).
   StepResult step();
@@ -90,6 +94,8 @@ class Engine {
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
 
  private:
+  // The group a request describes, or why it can never run here.
+  Result<std::unique_ptr<SequenceGroup>> prepare(GenerationRequest request);
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
   void append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result);
   void fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result);

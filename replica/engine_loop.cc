@@ -1,5 +1,7 @@
 #include "replica/engine_loop.h"
 
+#include <cassert>
+
 namespace kvc {
 
 EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics)
@@ -43,66 +45,78 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
 }
 
 EngineLoop::~EngineLoop() {
+  stop();
+}
+
+void EngineLoop::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
-std::future<Result<uint64_t>> EngineLoop::submit(GenerationRequest request, GroupSink sink) {
-  auto promise = std::make_shared<std::promise<Result<uint64_t>>>();
-  auto future = promise->get_future();
+bool EngineLoop::stopped() const {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+bool EngineLoop::post(std::function<void()> fn) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_) {
-      promise->set_value(Error{"the engine is shutting down"});
-      return future;
-    }
-    commands_.push_back(
-        [this, promise, request = std::move(request), sink = std::move(sink)]() mutable {
-          Result<uint64_t> id = engine_.submit(std::move(request));
-          if (id.ok()) sinks_.emplace(*id, std::move(sink));
-          promise->set_value(std::move(id));
-        });
+    if (stopping_) return false;
+    commands_.push_back(std::move(fn));
   }
   wake_.notify_one();
-  return future;
+  return true;
+}
+
+void EngineLoop::submit(std::vector<GenerationRequest> requests, std::vector<GroupSink> sinks,
+                        OnSubmitted on_submitted) {
+  assert(requests.size() == sinks.size());
+  // Shared: if the loop refuses the command, the callback is still here to be told so.
+  auto callback = std::make_shared<OnSubmitted>(std::move(on_submitted));
+  const bool queued =
+      post([this, callback, requests = std::move(requests), sinks = std::move(sinks)]() mutable {
+        Result<std::vector<uint64_t>> ids = engine_.submit_all(std::move(requests));
+        if (ids.ok()) {
+          for (size_t i = 0; i < ids->size(); ++i)
+            sinks_.emplace((*ids)[i], std::move(sinks[i]));
+        }
+        (*callback)(std::move(ids));
+      });
+  if (!queued) (*callback)(Error{"the engine is shutting down"});
 }
 
 void EngineLoop::abort(uint64_t group_id) {
-  {
-    std::lock_guard lock(mu_);
-    commands_.push_back([this, group_id] { engine_.abort(group_id); });
-  }
-  wake_.notify_one();
+  post([this, group_id] { engine_.abort(group_id); });
 }
 
-uint64_t EngineLoop::subscribe_kv_events(KvSubscriber subscriber) {
-  std::promise<uint64_t> done;
-  auto id = done.get_future();
-  run_on_engine_thread([&](Engine& engine) {
+std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber) {
+  uint64_t sid = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return std::nullopt;
+    sid = next_subscriber_++;
+  }
+  // Commands run in order, so an unsubscribe posted after this finds the subscriber.
+  const bool queued = post([this, sid, subscriber = std::move(subscriber)]() mutable {
     // Changes not yet published belong before the snapshot for everyone else.
     publish_kv_events();
-    const uint64_t sid = next_subscriber_++;
     Subscriber& s = subscribers_[sid];
     s.fn = std::move(subscriber);
     KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
-    for (KvEvent& e : engine.pool().snapshot())
+    for (KvEvent& e : engine_.pool().snapshot())
       snapshot.events.push_back(std::move(e));
     s.fn(snapshot);
-    done.set_value(sid);
   });
-  return id.get();
+  if (!queued) return std::nullopt;
+  return sid;
 }
 
 void EngineLoop::unsubscribe_kv_events(uint64_t id) {
-  {
-    std::lock_guard lock(mu_);
-    commands_.push_back([this, id] { subscribers_.erase(id); });
-  }
-  wake_.notify_one();
+  post([this, id] { subscribers_.erase(id); });
 }
 
 LoadSnapshot EngineLoop::load() const {
@@ -113,15 +127,13 @@ LoadSnapshot EngineLoop::load() const {
 void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
   std::promise<void> done;
   auto finished = done.get_future();
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    commands_.push_back([&] {
-      fn(engine_);
-      done.set_value();
-    });
+  // Commands queued before stop() still run (run() drains them), so this never waits forever.
+  if (!post([&] {
+        fn(engine_);
+        done.set_value();
+      })) {
+    return;
   }
-  wake_.notify_one();
   finished.wait();
 }
 

@@ -1,7 +1,9 @@
-// Runs an Engine on its own thread; HTTP sessions talk to it through a command queue. Outputs go
-// back through per-group callbacks, called on the engine thread (keep them short: hand the data
-// to the I/O side). KV events are fanned out to subscribers in batches with per-subscriber
-// sequence numbers; a new subscriber's first batch is a snapshot of every held block.
+// Runs an Engine on its own thread; HTTP sessions talk to it through a command queue and never
+// wait for it (an I/O thread that waited for the engine held up every other request on it,
+// /health included). Outputs and answers go back through callbacks, called on the engine thread
+// (keep them short: hand the data to the I/O side). KV events are fanned out to subscribers in
+// batches with per-subscriber sequence numbers; a new subscriber's first batch is a snapshot of
+// every held block.
 #pragma once
 
 #include <atomic>
@@ -13,7 +15,9 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "metrics/metrics.h"
 #include "prefix_index/kv_event.h"
@@ -39,27 +43,41 @@ struct LoadSnapshot {
 class EngineLoop {
  public:
   using KvSubscriber = std::function<void(const KvEventBatch&)>;
+  // The engine's answer to a submission: the group ids in request order, or why none was queued.
+  using OnSubmitted = std::function<void(Result<std::vector<uint64_t>>)>;
 
   // metrics: observed after every step on the engine thread; may be null.
   EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics = nullptr);
-  ~EngineLoop();  // stops the thread; groups still running are aborted
+  ~EngineLoop();  // stop()
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 
-  // Queues a group; the future resolves once the engine accepted or refused it.
-  std::future<Result<uint64_t>> submit(GenerationRequest request, GroupSink sink);
+  // Returns at once. On the engine thread: the requests are validated and queued all or none
+  // (Engine::submit_all), then `on_submitted` is called, before any sink. Precondition:
+  // sinks.size() == requests.size(). After stop(), `on_submitted` gets an error at once, on the
+  // calling thread.
+  void submit(std::vector<GenerationRequest> requests, std::vector<GroupSink> sinks,
+              OnSubmitted on_submitted);
   void abort(uint64_t group_id);
-  // The subscriber gets a snapshot batch first, then every change; returns an id to unsubscribe.
-  uint64_t subscribe_kv_events(KvSubscriber subscriber);
+  // Returns at once. The subscriber gets a snapshot batch first, then every change, all on the
+  // engine thread. Returns the id to unsubscribe with, or nullopt after stop().
+  std::optional<uint64_t> subscribe_kv_events(KvSubscriber subscriber);
   void unsubscribe_kv_events(uint64_t id);
+  // Ends the engine thread: commands already queued run, groups still running are aborted (their
+  // sinks see the error), later submissions and subscriptions are refused. Idempotent.
+  void stop();
+  bool stopped() const;
 
   LoadSnapshot load() const;
-  // Runs `fn` on the engine thread between steps (metrics, tests); returns when it ran.
+  // Runs `fn` on the engine thread between steps (metrics, tests); returns when it ran, or at once
+  // (without running it) after stop(). Blocks: not for I/O threads.
   void run_on_engine_thread(std::function<void(Engine&)> fn);
 
  private:
   static constexpr std::chrono::seconds kHeartbeat{15};
   void run();
+  // Queues a command for the engine thread; false (and `fn` dropped) after stop().
+  bool post(std::function<void()> fn);
   void dispatch(StepResult& result);
   void publish_kv_events();
   void observe(const StepResult& result);
@@ -72,7 +90,8 @@ class EngineLoop {
   std::condition_variable wake_;
   std::deque<std::function<void()>> commands_;  // run on the engine thread
   bool stopping_ = false;
-  LoadSnapshot load_;  // guarded by mu_
+  LoadSnapshot load_;             // guarded by mu_
+  uint64_t next_subscriber_ = 1;  // guarded by mu_
 
   // Engine-thread state.
   std::map<uint64_t, GroupSink> sinks_;
@@ -81,7 +100,6 @@ class EngineLoop {
     uint64_t next_seq = 0;
   };
   std::map<uint64_t, Subscriber> subscribers_;
-  uint64_t next_subscriber_ = 1;
   int64_t num_steps_ = 0;
   std::thread thread_;
 };

@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "http/server.h"
 #include "metrics/metrics.h"
@@ -18,8 +20,9 @@ namespace kvc {
 class LocalReplica {
  public:
   // Every local replica serves the same random model (weights seed 3), so their outputs agree.
+  // api_keys: when not empty, every path but /health needs "Authorization: Bearer KEY".
   LocalReplica(std::string id, int32_t kv_blocks = 256, const std::string& host = "127.0.0.1",
-               http::ServerLimits limits = {})
+               http::ServerLimits limits = {}, std::vector<std::string> api_keys = {})
       : limits_(limits) {
     static const ModelWeights weights = random_weights(*preset_config("tiny"), 3);
     backend_ = std::make_unique<CpuBackend>(weights, kv_blocks, 16);
@@ -28,7 +31,10 @@ class LocalReplica {
     engine_ = std::make_unique<Engine>(*backend_, tokenizer_, config, SteadyClock::instance());
     metrics_ = std::make_unique<metrics::ReplicaMetrics>(registry_);
     loop_ = std::make_unique<EngineLoop>(*engine_, id, metrics_.get());
-    server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, ReplicaServerConfig{id, "", {}},
+    ReplicaServerConfig server_config;
+    server_config.replica_id = id;
+    server_config.api_keys = std::move(api_keys);
+    server_ = std::make_unique<ReplicaServer>(*loop_, *engine_, std::move(server_config),
                                               &registry_, metrics_.get());
     host_ = host;
     start();
@@ -43,6 +49,7 @@ class LocalReplica {
   uint16_t port() const { return port_; }
   std::string address() const { return host_ + ":" + std::to_string(port_); }
   const Engine& engine() const { return *engine_; }
+  EngineLoop& loop() { return *loop_; }  // tests hold the engine thread through it
 
  private:
   void start() {

@@ -1,11 +1,13 @@
 #include "replica/server.h"
 
+#include <cassert>
 #include <chrono>
 #include <mutex>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "http/auth.h"
 #include "http/errors.h"
 
 namespace kvc {
@@ -47,16 +49,14 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   bool chat() const { return req_.endpoint == Endpoint::kChatCompletions; }
   const OpenAiRequest& request() const { return req_; }
 
-  void set_group(size_t prompt_index, uint64_t group) {
+  // The engine queued the request's groups (on the engine thread, before any output).
+  void set_groups(std::vector<uint64_t> ids) {
     std::lock_guard lock(mu_);
-    groups_.emplace_back(group, prompt_index);
+    groups_ = std::move(ids);
   }
   std::vector<uint64_t> groups() {
     std::lock_guard lock(mu_);
-    std::vector<uint64_t> ids;
-    for (auto [g, _] : groups_)
-      ids.push_back(g);
-    return ids;
+    return groups_;
   }
 
   void on_output(size_t prompt_index, const SequenceOutput& o) {
@@ -98,19 +98,13 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     finish_locked();
   }
 
-  // The engine refused a group (after earlier ones of this request may have been queued).
+  // The engine refused the request: none of its groups was queued, nothing was sent yet.
   void fail(int status, const std::string& message, const std::string& param) {
     std::lock_guard lock(mu_);
     if (responded_) return;
     responded_ = true;
-    if (started_) {
-      responder_->write(
-          "data: " + http::error_body(message, "invalid_request_error", param_or_null(param)) +
-          "\n\n");
-      responder_->end();
-    } else {
-      http::send_error(*responder_, status, message, "invalid_request_error", param_or_null(param));
-    }
+    assert(!started_);
+    http::send_error(*responder_, status, message, "invalid_request_error", param_or_null(param));
   }
 
  private:
@@ -215,7 +209,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   int64_t created_;
   std::shared_ptr<http::Responder> responder_;
   std::mutex mu_;
-  std::vector<std::pair<uint64_t, size_t>> groups_;
+  std::vector<uint64_t> groups_;
   std::vector<Choice> choices_;
   size_t groups_done_ = 0;
   int64_t prompt_tokens_ = 0, cached_tokens_ = 0;
@@ -237,9 +231,19 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
 
 void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
-  auto only = [&](const char* method) {
-    if (request.method == method) return true;
-    http::send_error(*responder, 405, "method " + request.method + " is not allowed on " + path);
+  // Health probes (kubelet) stay open; everything else, KV events and metrics included, needs the
+  // key when one is configured.
+  if (!config_.api_keys.empty() && path != "/health") {
+    const std::optional<std::string> token = http::bearer_token(request);
+    if (!token || !http::key_matches(*token, config_.api_keys)) {
+      http::send_error(*responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
+                       "authentication_error");
+      return;
+    }
+  }
+  auto only = [&](std::string_view method) {
+    if (http::method_allowed(request.method, method)) return true;
+    http::send_method_not_allowed(*responder, request.method, path, method);
     return false;
   };
   if (path == "/v1/completions") {
@@ -255,7 +259,13 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
   } else if (path == "/v1/load") {
     if (only("GET")) responder->send(200, "application/json", load_json());
   } else if (path == "/v1/kv_events") {
-    if (only("GET")) kv_events(responder);
+    if (!only("GET")) return;
+    if (request.method == "HEAD") {
+      // No stream to follow: a subscription would outlive the reply.
+      responder->send(200, "text/event-stream", "", {{"cache-control", "no-cache"}});
+      return;
+    }
+    kv_events(responder);
   } else if (path == "/metrics" && registry_) {
     if (only("GET")) responder->send(200, metrics::kContentType, metrics::expose(*registry_));
   } else {
@@ -286,6 +296,8 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   auto state =
       std::make_shared<RequestState>(req, id, config_.served_model_name, responder, metrics_);
 
+  std::vector<GenerationRequest> groups;
+  std::vector<GroupSink> sinks;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     GenerationRequest g;
     g.prompt.assign(req.prompts[p].begin(), req.prompts[p].end());
@@ -306,28 +318,49 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     sink.on_finished = [state, p](const SequenceGroup& g, const std::string& error) {
       state->on_finished(p, g, error);
     };
-    Result<uint64_t> group = loop_.submit(std::move(g), std::move(sink)).get();
-    if (!group.ok()) {
-      for (uint64_t id : state->groups())
-        loop_.abort(id);
-      state->fail(400, group.error().message, req.prompts.size() > 1 ? "prompt" : "");
-      return;
-    }
-    state->set_group(p, *group);
+    groups.push_back(std::move(g));
+    sinks.push_back(std::move(sink));
   }
+  // Every prompt is validated before any runs, so a refusal is a plain 400 before the first
+  // byte. The I/O thread does not wait for the engine's answer.
+  const std::string param = req.prompts.size() > 1 ? "prompt" : "";
+  // Runs on the engine thread, possibly while the loop stops after this server is gone: it
+  // holds the loop, not the server.
+  EngineLoop& loop = loop_;
+  loop_.submit(std::move(groups), std::move(sinks),
+               [&loop, state, responder, param](Result<std::vector<uint64_t>> ids) {
+                 if (!ids.ok()) {
+                   // Refused by the engine: the request's fault; by a stopped loop: ours.
+                   state->fail(loop.stopped() ? 503 : 400, ids.error().message, param);
+                   return;
+                 }
+                 state->set_groups(std::move(*ids));
+                 // A client gone before the groups were known had nothing to abort.
+                 if (responder->client_gone()) {
+                   for (uint64_t g : state->groups())
+                     loop.abort(g);
+                 }
+               });
   // A client that goes away frees its groups' KV.
   responder->on_client_gone([this, state] {
-    for (uint64_t id : state->groups())
-      loop_.abort(id);
+    for (uint64_t g : state->groups())
+      loop_.abort(g);
   });
 }
 
 void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder) {
   responder->start_stream(200, "text/event-stream", {{"cache-control", "no-cache"}});
-  const uint64_t sub = loop_.subscribe_kv_events([responder](const KvEventBatch& batch) {
-    responder->write("data: " + encode_kv_event_batch(batch) + "\n\n");
-  });
-  responder->on_client_gone([this, sub] { loop_.unsubscribe_kv_events(sub); });
+  const std::optional<uint64_t> sub =
+      loop_.subscribe_kv_events([responder](const KvEventBatch& batch) {
+        responder->write("data: " + encode_kv_event_batch(batch) + "\n\n");
+      });
+  if (!sub) {
+    responder->write("data: " + http::error_body("the engine is shutting down", "server_error") +
+                     "\n\n");
+    responder->end();
+    return;
+  }
+  responder->on_client_gone([this, sub] { loop_.unsubscribe_kv_events(*sub); });
 }
 
 std::string ReplicaServer::info_json() const {

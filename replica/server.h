@@ -2,11 +2,13 @@
 //   POST /v1/completions, POST /v1/chat/completions (streaming or not), GET /v1/models,
 //   GET /health, GET /v1/info (model, block size, replica id), GET /v1/load (queue and KV
 //   occupancy), GET /v1/kv_events (SSE of KV events in router key space, snapshot first).
+// HEAD is answered wherever GET is. With API keys, every path but /health needs one.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "http/server.h"
 #include "prefix_index/openai_request.h"
@@ -18,6 +20,9 @@ struct ReplicaServerConfig {
   std::string replica_id = "replica-0";
   std::string served_model_name;  // defaults to the model's name
   ApiLimits api;
+  // When not empty, every path but /health needs "Authorization: Bearer KEY" with one of these
+  // (several: a key can be rotated without downtime).
+  std::vector<std::string> api_keys;
 };
 
 class ReplicaServer {

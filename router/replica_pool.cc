@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/sse.h"
+#include "router/replica_auth.h"
 
 namespace kvc {
 
@@ -157,13 +158,17 @@ void ReplicaPool::poll(Replica& r) {
   const bool need_info = r.view.hash_model.empty();
   std::optional<nlohmann::json> info, load;
   if (need_info) {
-    auto resp = client_.request(host, port, "GET", "/v1/info", "", {}, config_.poll_timeout);
+    auto resp =
+        client_.request(host, port, "GET", "/v1/info", "",
+                        replica_auth_headers(config_.replica_api_key), config_.poll_timeout);
     if (resp.ok() && resp->status == 200) {
       info = nlohmann::json::parse(resp->body, nullptr, false);
       if (info->is_discarded()) info.reset();
     }
   }
-  auto resp = client_.request(host, port, "GET", "/v1/load", "", {}, config_.poll_timeout);
+  auto resp =
+      client_.request(host, port, "GET", "/v1/load", "",
+                      replica_auth_headers(config_.replica_api_key), config_.poll_timeout);
   if (resp.ok() && resp->status == 200) {
     load = nlohmann::json::parse(resp->body, nullptr, false);
     if (load->is_discarded()) load.reset();
@@ -238,7 +243,8 @@ void ReplicaPool::subscribe(uint32_t index) {
   http::StreamOptions options;
   options.cancellation = cancellation;
   client_.stream(
-      r->view.host, r->view.port, "GET", "/v1/kv_events", "", {},
+      r->view.host, r->view.port, "GET", "/v1/kv_events", "",
+      replica_auth_headers(config_.replica_api_key),
       [status](int s, const http::Headers&) { *status = s; },
       [this, r, index, status, generation](std::string_view bytes) {
         if (*status != 200 || r->removed) return false;

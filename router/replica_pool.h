@@ -35,6 +35,7 @@ struct PoolConfig {
   std::chrono::milliseconds open_for{2000};  // then no traffic for this long
   std::chrono::milliseconds resubscribe_backoff_max{5000};
   int32_t default_block_size = 16;
+  std::string replica_api_key;  // sent on polls and KV-event subscriptions (replica --api-key)
 };
 
 struct ReplicaView {  // a copy, safe to use without the pool's lock

@@ -18,10 +18,16 @@ http::ClientLimits client_limits() {
   return l;
 }
 
+// One replica key for everything the router sends a replica: proxied requests and pool traffic.
+RouterStackConfig with_replica_key(RouterStackConfig c) {
+  c.pool.replica_api_key = c.router.replica_api_key;
+  return c;
+}
+
 }  // namespace
 
 RouterStack::RouterStack(RouterStackConfig config)
-    : config_(std::move(config)),
+    : config_(with_replica_key(std::move(config))),
       index_(SteadyClock::instance()),
       approx_(SteadyClock::instance(), approx_config(config_)),
       metrics_(registry_) {

@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/auth.h"
 #include "http/errors.h"
+#include "router/replica_auth.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -27,6 +29,7 @@ struct RouterServer::Attempt {
   uint32_t replica = 0;
   std::string replica_id, reason;
   size_t matched_bytes = 0;
+  bool debug_headers = false;  // RouterConfig::debug_headers
   bool sent_anything = false;  // bytes reached the client: no more retries
   int status = 0;
   // A non-streaming request's response is buffered and sent whole (one hand-off to the client's
@@ -44,11 +47,22 @@ struct RouterServer::Attempt {
 
 namespace {
 
-// What the router tells the client about the route it took.
+// What the router tells the client about the route it took. The matched length only on request:
+// without tenant isolation it says how much of this prompt somebody else has cached.
 http::Headers client_headers(const RouterServer::Attempt& a) {
-  return {{"x-kvcascade-replica", a.replica_id},
-          {"x-kvcascade-route-reason", a.reason},
-          {"x-kvcascade-matched-bytes", std::to_string(a.matched_bytes)}};
+  http::Headers h = {{"x-kvcascade-replica", a.replica_id}, {"x-kvcascade-route-reason", a.reason}};
+  if (a.debug_headers) h.emplace_back("x-kvcascade-matched-bytes", std::to_string(a.matched_bytes));
+  return h;
+}
+
+// The request body with its cache_salt replaced; nullopt if it is not a JSON object (it was
+// parsed once already, so this does not happen). Strings were valid UTF-8 when parsed, so the
+// prompt's bytes survive the round trip and the replica hashes what the router hashed.
+std::optional<std::string> with_cache_salt(const std::string& body, const std::string& salt) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  j["cache_salt"] = salt;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 // Starts the client's response as a stream (a streaming request, or a body too large to buffer).
@@ -84,32 +98,29 @@ void RouterServer::note_retry() {
 
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
-  if (config_.api_key && path != "/health") {
-    const auto auth = request.header("authorization");
-    if (!auth || *auth != "Bearer " + *config_.api_key) {
+  const bool probe = path == "/livez" || path == "/readyz" || path == "/health";
+  if (!config_.api_keys.empty() && !probe) {
+    const std::optional<std::string> token = http::bearer_token(request);
+    if (!token || !http::key_matches(*token, config_.api_keys)) {
       http::send_error(*responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
                        "authentication_error");
       return;
     }
   }
-  auto only = [&](const char* method) {
-    if (request.method == method) return true;
-    http::send_error(*responder, 405, "method " + request.method + " is not allowed on " + path);
+  auto only = [&](std::string_view method) {
+    if (http::method_allowed(request.method, method)) return true;
+    http::send_method_not_allowed(*responder, request.method, path, method);
     return false;
   };
   if (path == "/v1/completions") {
     if (only("POST")) route(Endpoint::kCompletions, std::move(request), responder);
   } else if (path == "/v1/chat/completions") {
     if (only("POST")) route(Endpoint::kChatCompletions, std::move(request), responder);
-  } else if (path == "/health") {
-    if (!only("GET")) return;
-    size_t healthy = 0;
-    for (const ReplicaView& r : pool_.snapshot())
-      healthy += r.healthy;
-    responder->send(
-        healthy ? 200 : 503, "application/json",
-        json{{"status", healthy ? "ok" : "no healthy replica"}, {"healthy_replicas", healthy}}
-            .dump());
+  } else if (path == "/livez") {
+    // The process serves: a liveness probe must not restart routers during a replica outage.
+    if (only("GET")) responder->send(200, "application/json", R"({"status":"ok"})");
+  } else if (path == "/readyz" || path == "/health") {
+    if (only("GET")) send_readiness(*responder);
   } else if (path == "/v1/models") {
     if (!only("GET")) return;
     std::set<std::string> names;
@@ -138,6 +149,16 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
   }
 }
 
+void RouterServer::send_readiness(http::Responder& responder) {
+  size_t healthy = 0;
+  for (const ReplicaView& r : pool_.snapshot())
+    healthy += r.healthy;
+  responder.send(
+      healthy ? 200 : 503, "application/json",
+      json{{"status", healthy ? "ok" : "no healthy replica"}, {"healthy_replicas", healthy}}
+          .dump());
+}
+
 void RouterServer::route(Endpoint endpoint, http::Request request,
                          std::shared_ptr<http::Responder> responder) {
   ++stats_.requests;
@@ -148,6 +169,32 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     return;
   }
   const OpenAiRequest& req = std::get<OpenAiRequest>(parsed);
+  // The salt the prompt is hashed with here and at the replica, and the group that pins siblings.
+  std::string cache_salt = req.cache_salt;
+  std::optional<std::string> group = req.group;
+  if (config_.tenant_isolation != TenantIsolation::kOff) {
+    const bool by_key = config_.tenant_isolation == TenantIsolation::kApiKey;
+    const std::optional<std::string> tenant =
+        by_key ? http::bearer_token(request) : request.header(config_.tenant_header);
+    if (!tenant || tenant->empty()) {
+      if (by_key) {
+        http::send_error(*responder, 401,
+                         "tenant isolation needs an API key (Authorization: Bearer ...)",
+                         "authentication_error");
+      } else {
+        http::send_error(*responder, 400, "missing tenant header " + config_.tenant_header);
+      }
+      return;
+    }
+    cache_salt = tenant_cache_salt(config_.tenant_isolation, *tenant, req.cache_salt);
+    if (group) group = cache_salt + "/" + *group;  // a group id pins only within its tenant
+    std::optional<std::string> body = with_cache_salt(request.body, cache_salt);
+    if (!body) {
+      http::send_error(*responder, 400, "the body must be a JSON object");
+      return;
+    }
+    request.body = std::move(*body);
+  }
   std::vector<ReplicaView> replicas;
   for (ReplicaView& r : pool_.snapshot()) {
     if (std::find(r.models.begin(), r.models.end(), req.model) != r.models.end()) {
@@ -180,10 +227,11 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   // Route by the first prompt: a batch's prompts usually share their prefix.
   const std::string& prompt = req.prompts.front();
   const ReplicaView& any = replicas.front();
-  attempt->hashes = hash_blocks(chain_seed(any.hash_model, req.cache_salt), prompt, any.block_size);
+  attempt->hashes = hash_blocks(chain_seed(any.hash_model, cache_salt), prompt, any.block_size);
   const uint64_t prompt_hash = XXH3_64bits_withSeed(
-      prompt.data(), prompt.size(), XXH3_64bits(req.cache_salt.data(), req.cache_salt.size()));
-  attempt->sibling_key = SiblingTracker::key_for(req.group, prompt_hash);
+      prompt.data(), prompt.size(), XXH3_64bits(cache_salt.data(), cache_salt.size()));
+  attempt->sibling_key = SiblingTracker::key_for(group, prompt_hash);
+  attempt->debug_headers = config_.debug_headers;
   attempt->request = std::move(request);
   attempt->responder = responder;
 
@@ -220,7 +268,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.prompt_tokens = static_cast<int64_t>(prompt.size());
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
-  rr.group = req.group;
+  rr.group = group;
   rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
 
   // Everything below chooses among the candidates still untried; a retry calls back here.
@@ -324,6 +372,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
       if (lower == "content-type" || lower == "accept") headers.emplace_back(k, v);
     }
+    for (auto& h : replica_auth_headers(config_.replica_api_key))
+      headers.push_back(std::move(h));
     if (!view) {
       pool_.end_request(attempt->replica, false, cancellation);
       if (!(*chooser)()) {

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "http/client.h"
 #include "http/server.h"
@@ -23,13 +24,18 @@
 #include "router/policy.h"
 #include "router/replica_pool.h"
 #include "router/sibling_tracker.h"
+#include "router/tenant.h"
 
 namespace kvc {
 
 struct RouterConfig {
   std::string policy = "kvcascade";
-  std::optional<std::string> api_key;  // clients must send "Authorization: Bearer <key>"
-  int32_t max_attempts = 3;            // replicas tried before the first byte was sent
+  // When not empty, clients must send "Authorization: Bearer <one of these>" (probes excepted).
+  std::vector<std::string> api_keys;
+  // Sent to replicas started with --api-key, on every proxied request (the pool's polls and
+  // subscriptions send PoolConfig::replica_api_key). Empty: none.
+  std::string replica_api_key;
+  int32_t max_attempts = 3;  // replicas tried before the first byte was sent
   // Upstream exchanges. A replica sends a streamed reply's headers with its first token, so
   // first_byte_timeout bounds the queueing and prefill of a streamed request; a non-streamed
   // reply comes whole when the generation is done, so upstream_timeout bounds the whole
@@ -38,6 +44,13 @@ struct RouterConfig {
   std::chrono::milliseconds first_byte_timeout{60000};
   std::chrono::milliseconds upstream_timeout{600000};
   std::chrono::milliseconds idle_timeout{30000};
+  // Tenant isolation (router/tenant.h): the salt derived from the client's key or from
+  // `tenant_header` is the request's cache_salt, for hashing and at the replica.
+  TenantIsolation tenant_isolation = TenantIsolation::kOff;
+  std::string tenant_header;  // kHeader: the header a trusted gateway sets, e.g. x-tenant-id
+  // Adds x-kvcascade-matched-bytes to responses: how much of the prompt the chosen replica held,
+  // which without tenant isolation tells a client what others have cached. Off by default.
+  bool debug_headers = false;
   SiblingTrackerConfig siblings;
   ApiLimits api;
 };
@@ -65,6 +78,8 @@ class RouterServer {
  private:
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
   void note_retry();
+  // Replies to probes: 200 while at least one replica is healthy, else 503.
+  void send_readiness(http::Responder& responder);
   std::string state_json();
 
   ReplicaPool& pool_;

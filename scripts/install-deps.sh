@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev
   libcli11-dev
   libspdlog-dev
+  libssl-dev              # libcrypto: SHA-256 of the router's tenant cache salts
   prometheus-cpp-dev      # prometheus-cpp::core
   prometheus              # the demo's local Prometheus server (started by the demo, not by systemd)
   curl

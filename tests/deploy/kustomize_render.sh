@@ -9,7 +9,7 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 out="$(kubectl kustomize "${overlay}")"
 status=0
-for kind in ConfigMap Service Deployment StatefulSet PodDisruptionBudget ServiceMonitor; do
+for kind in ConfigMap Service Deployment StatefulSet PodDisruptionBudget ServiceMonitor NetworkPolicy; do
   if ! grep -q "^kind: ${kind}\$" <<<"${out}"; then
     echo "FAIL: ${overlay} renders no ${kind}"
     status=1

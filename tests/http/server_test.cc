@@ -151,6 +151,92 @@ TEST(ServerTest, MalformedRequestLineIs400AndCloses) {
   }
 }
 
+// Request smuggling (issue 12): a front proxy and this server must never disagree on where a body
+// ends, so any framing other than a lone "chunked" or a lone Content-Length is refused, and the
+// connection is closed without reading a body.
+TEST(ServerTest, AmbiguousFramingIs400AndCloses) {
+  std::atomic<int> handled{0};
+  Server server(short_limits(), [&](Request req, std::shared_ptr<Responder> r) {
+    ++handled;
+    echo(std::move(req), std::move(r));
+  });
+  uint16_t port = listen_or_die(server);
+  const char* bad[] = {
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\nContent-Length: 3\r\n\r\nabc",
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: "
+      "3\r\n\r\nabc",
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+      "3\r\nabc\r\n0\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+      "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+  };
+  for (const char* request : bad) {
+    RawConn c(port);
+    ASSERT_TRUE(c.send(request));
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << request;
+    EXPECT_EQ(r->status, 400) << request;
+    expect_error_body(r->body);
+    EXPECT_TRUE(c.wait_closed(2s)) << request;
+  }
+  EXPECT_EQ(handled.load(), 0);
+  // Plain chunked and plain Content-Length still work; the coding name is case-insensitive.
+  RawConn c(port);
+  ASSERT_TRUE(c.send(
+      "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+      "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nde"));
+  auto a = c.read_response();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->body, "POST /a abc");
+  auto b = c.read_response();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->body, "POST /b de");
+}
+
+// HTTP/1.1 requires exactly one Host header (RFC 9112 3.2); HTTP/1.0 may omit it.
+TEST(ServerTest, MissingOrRepeatedHostIs400) {
+  Server server(short_limits(), echo);
+  uint16_t port = listen_or_die(server);
+  for (const char* request :
+       {"GET / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"}) {
+    RawConn c(port);
+    ASSERT_TRUE(c.send(request));
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << request;
+    EXPECT_EQ(r->status, 400) << request;
+    expect_error_body(r->body);
+    EXPECT_TRUE(c.wait_closed(2s)) << request;
+  }
+  RawConn c(port);
+  ASSERT_TRUE(c.send("GET /old HTTP/1.0\r\n\r\n"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// A HEAD reply carries GET's headers (content-length included) and no body, so the next response
+// on the connection is read from the right place.
+TEST(ServerTest, HeadResponsesHaveNoBody) {
+  Server server(short_limits(), [](Request req, std::shared_ptr<Responder> r) {
+    r->send(200, "text/plain", "twelve bytes");
+  });
+  RawConn c(listen_or_die(server));
+  ASSERT_TRUE(c.send("HEAD / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::string bytes;
+  for (int i = 0; i < 50 && bytes.find("twelve bytes") == std::string::npos; ++i)
+    bytes += c.read_some(100ms);
+  EXPECT_EQ(bytes.find("HTTP/1.1 200"), 0u) << bytes;
+  const size_t second = bytes.find("HTTP/1.1 200", 1);
+  ASSERT_NE(second, std::string::npos) << bytes;
+  const std::string head = bytes.substr(0, second);
+  EXPECT_NE(head.find("content-length: 12\r\n"), std::string::npos) << head;
+  EXPECT_TRUE(head.ends_with("\r\n\r\n")) << head;
+  EXPECT_TRUE(bytes.ends_with("\r\n\r\ntwelve bytes")) << bytes;
+}
+
 TEST(ServerTest, SlowHeadersAreCutByHeaderTimeout) {
   Server server(short_limits(), echo);
   RawConn c(listen_or_die(server));

@@ -81,5 +81,25 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
 }
 
+// nlohmann's lexer reads a NUL byte as the end of input, so a valid JSON text followed by
+// "\0garbage" used to parse (issue 12). A NUL is never valid in JSON text, raw or in a string.
+TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {
+  const Endpoint c = Endpoint::kCompletions;
+  const std::string body = R"({"model":"m","prompt":"x"})";
+  ok(c, body);
+  ok(c, body + " \r\n\t");  // trailing whitespace is part of JSON text
+  for (const std::string& tail : {std::string("\0garbage", 8), std::string(1, '\0'),
+                                  std::string(" \0", 2), std::string("x"), std::string("{}")}) {
+    const ApiError e = err(c, body + tail);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.message.find("invalid JSON"), 0u) << e.message;
+  }
+  const ApiError inside = err(c, std::string("{\"model\":\"m\",\"prompt\":\"a\0b\"}", 28));
+  EXPECT_EQ(inside.status, 400);
+  const ApiError chat = err(Endpoint::kChatCompletions,
+                            std::string(R"({"model":"m","messages":[]})") + std::string("\0x", 2));
+  EXPECT_EQ(chat.message.find("invalid JSON"), 0u) << chat.message;
+}
+
 }  // namespace
 }  // namespace kvc

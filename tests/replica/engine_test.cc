@@ -160,6 +160,23 @@ TEST_F(EngineTest, RejectsAGroupThatCouldNeverFit) {
   EXPECT_NE(id.error().message.find("KV blocks"), std::string::npos) << id.error().message;
 }
 
+// A batch of prompts is queued whole or not at all: a request whose second prompt can never run
+// must not have started its first (issue 12: a stream answered 200, then an error event).
+TEST_F(EngineTest, SubmitAllQueuesEveryRequestOrNone) {
+  CpuBackend backend(weights(), 16, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  auto refused =
+      engine.submit_all({request("fits", 1, 1.0f, 4), request(std::string(100, 'y'), 8, 1.0f, 64)});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message.find("prompt[1]: "), 0u) << refused.error().message;
+  EXPECT_FALSE(engine.has_work());
+  auto queued = engine.submit_all({request("one", 1, 1.0f, 4), request("two", 2, 1.0f, 4)});
+  ASSERT_TRUE(queued.ok()) << queued.error().message;
+  ASSERT_EQ(queued->size(), 2u);
+  EXPECT_LT((*queued)[0], (*queued)[1]);
+  EXPECT_EQ(engine.scheduler().counts().num_groups_waiting, 2);
+}
+
 TEST_F(EngineTest, StopStringsAndLengthEndSequences) {
   CpuBackend backend(weights(), 256, 16);
   Engine engine(backend, tokenizer_, EngineConfig{}, clock_);

@@ -2,6 +2,7 @@
 // the EngineLoop and ReplicaServer, driven with http::Client.
 #include "replica/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -154,6 +155,9 @@ TEST_F(ReplicaServerTest, BadInputGetsJsonErrorsAndTheServerStaysUp) {
   expect_error(get("/v1/nothing"), 404, nullptr);
   expect_error(get("/v1/completions"), 405, nullptr);
   expect_error(post("/v1/completions", std::string(100 << 10, 'x')), 413, nullptr);
+  expect_error(post("/v1/completions",
+                    std::string(R"({"model":"tiny","prompt":"x"})") + std::string("\0garbage", 8)),
+               400, nullptr);
   EXPECT_EQ(get("/health").status, 200);
 }
 
@@ -205,6 +209,240 @@ TEST_F(ReplicaServerTest, ClientThatLeavesMidStreamFreesItsGroup) {
   EXPECT_TRUE(drained()) << load().dump();
   // Aborted long before its 900 tokens.
   EXPECT_LT(load()["steps"].get<int>(), 300);
+}
+
+// Holds the engine thread (as a long step would) until released; the test thread keeps going.
+class EngineHold {
+ public:
+  explicit EngineHold(EngineLoop& loop) {
+    auto held = std::make_shared<std::promise<void>>();
+    auto held_future = held->get_future();
+    thread_ = std::thread([&loop, held, release = release_.get_future().share()] {
+      loop.run_on_engine_thread([&](Engine&) {
+        held->set_value();
+        release.wait_for(30s);
+      });
+    });
+    held_future.wait();
+  }
+  ~EngineHold() { release(); }
+  void release() {
+    if (!thread_.joinable()) return;
+    release_.set_value();
+    thread_.join();
+  }
+
+ private:
+  std::promise<void> release_;
+  std::thread thread_;
+};
+
+// Milliseconds one GET takes on a fresh connection; -1 when it fails or takes over 2 s.
+double timed_get(uint16_t port, const std::string& path) {
+  http::Client client;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client.request("127.0.0.1", port, "GET", path, "", {}, 2s);
+  if (!r.ok() || r->status != 200) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Issue 12: while requests were being submitted, /v1/load took up to 862 ms: the I/O threads
+// blocked on the engine accepting each group. Submissions are now handed over without waiting:
+// with the engine thread held (a long step) and 64 submissions in flight, /health and /v1/load
+// still answer at once, and every submission completes once the engine runs again.
+TEST_F(ReplicaServerTest, SubmissionsDoNotDelayHealthOrLoad) {
+  EngineHold hold(replica_->loop());
+  http::Client client;
+  constexpr int kSubmissions = 64;
+  std::atomic<int> ok{0}, done{0};
+  std::promise<void> all_done;
+  for (int i = 0; i < kSubmissions; ++i) {
+    client.stream(
+        "127.0.0.1", port_, "POST", "/v1/completions",
+        json{{"model", "tiny"}, {"prompt", "prompt " + std::to_string(i)}, {"max_tokens", 2}}
+            .dump(),
+        {{"content-type", "application/json"}},
+        [&](int status, const http::Headers&) { ok += status == 200; },
+        [](std::string_view) { return true; },
+        [&](Status) {
+          if (++done == kSubmissions) all_done.set_value();
+        });
+  }
+  std::this_thread::sleep_for(200ms);  // let the submissions reach the server's handlers
+  std::vector<double> ms;
+  for (int i = 0; i < 10; ++i) {
+    for (const char* path : {"/health", "/v1/load"})
+      ms.push_back(timed_get(port_, path));
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_GE(ms.front(), 0) << "a probe failed or took over 2 s";
+  // Generous bounds for a shared 2-core machine; typically well under 1 ms.
+  EXPECT_LT(ms[ms.size() / 2], 50) << "median probe latency (ms)";
+  EXPECT_LT(ms.back(), 250) << "slowest probe (ms)";
+  hold.release();
+  ASSERT_EQ(all_done.get_future().wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(ok.load(), kSubmissions);
+}
+
+// A KV-event subscription is taken on the engine thread; the I/O thread no longer waits for it.
+TEST_F(ReplicaServerTest, KvEventSubscriptionsDoNotHoldIoThreads) {
+  EngineHold hold(replica_->loop());
+  http::Client client;
+  std::atomic<int> snapshots{0};
+  std::vector<std::shared_ptr<http::SseParser>> parsers;
+  std::vector<std::promise<Status>> ends(3);
+  for (int i = 0; i < 3; ++i) {
+    auto parser = std::make_shared<http::SseParser>();
+    client.stream(
+        "127.0.0.1", port_, "GET", "/v1/kv_events", "", {}, [](int, const http::Headers&) {},
+        [&, parser](std::string_view bytes) {
+          auto events = parser->feed(bytes);
+          for (const auto& e : events.ok() ? *events : std::vector<http::SseEvent>{}) {
+            auto batch = decode_kv_event_batch(e.data);
+            if (batch.ok() && batch->snapshot) ++snapshots;
+          }
+          return false;  // one batch is enough
+        },
+        [&ends, i](Status s) { ends[i].set_value(s); });
+  }
+  std::this_thread::sleep_for(200ms);
+  const double ms = timed_get(port_, "/health");
+  EXPECT_GE(ms, 0) << "/health failed or took over 2 s";
+  EXPECT_LT(ms, 250);
+  hold.release();
+  for (auto& e : ends)
+    EXPECT_EQ(e.get_future().wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(snapshots.load(), 3);
+}
+
+// Issue 12: a streamed batch whose second prompt could never run answered 200, streamed the first
+// prompt's tokens, then an error event and no [DONE]. Every prompt is now checked before any runs.
+TEST_F(ReplicaServerTest, StreamedBatchWithAnInvalidPromptIsRefusedBeforeTheFirstByte) {
+  const json body = {{"model", "tiny"},
+                     {"prompt", {kPrompt, std::string(5000, 'y')}},  // max_model_len is 4096
+                     {"max_tokens", 50},
+                     {"ignore_eos", true},
+                     {"stream", true}};
+  const auto r = post("/v1/completions", body.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  const json j = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
+  EXPECT_EQ(j["error"]["param"], "prompt");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("prompt[1]"), std::string::npos)
+      << r.body;
+  EXPECT_TRUE(drained()) << load().dump();  // the valid first prompt never ran
+  EXPECT_EQ(load()["steps"], 0);
+}
+
+// HEAD is answered wherever GET is (it used to be 405), with GET's headers and no body.
+TEST_F(ReplicaServerTest, HeadIsAnsweredWhereGetIs) {
+  for (const char* path :
+       {"/health", "/v1/models", "/v1/info", "/v1/load", "/metrics", "/v1/kv_events"}) {
+    auto r = client_.request("127.0.0.1", port_, "HEAD", path, "", {}, 5s);
+    ASSERT_TRUE(r.ok()) << path << ": " << r.error().message;
+    EXPECT_EQ(r->status, 200) << path;
+    EXPECT_TRUE(r->body.empty()) << path;
+  }
+  auto r = client_.request("127.0.0.1", port_, "HEAD", "/v1/completions", "", {}, 5s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->header("allow"), "POST");
+  EXPECT_EQ(get("/health").status, 200);  // the connection pool still works after HEADs
+}
+
+// Issue 12: the replica had no authentication. With keys, every path but /health needs one
+// (the scheme in any case); a missing or wrong key gets an OpenAI-style 401.
+TEST(ReplicaApiKey, EveryPathButHealthNeedsAKey) {
+  LocalReplica replica("r0", 64, "127.0.0.1", {}, {"old-key", "new-key"});
+  const uint16_t port = replica.port();
+  ASSERT_NE(port, 0);
+  http::Client client;
+  auto call = [&](const std::string& method, const std::string& path, const http::Headers& h) {
+    const std::string body =
+        method == "POST"
+            ? (path == "/v1/chat/completions"
+                   ? R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":1})"
+                   : R"({"model":"tiny","prompt":"x","max_tokens":1})")
+            : "";
+    http::Headers headers = h;
+    headers.emplace_back("content-type", "application/json");
+    auto r = client.request("127.0.0.1", port, method, path, body, headers, 30s);
+    return r.ok() ? *r : http::ClientResponse{};
+  };
+  const std::vector<std::pair<std::string, std::string>> protected_paths = {
+      {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+      {"GET", "/metrics"},         {"GET", "/v1/load"},
+      {"GET", "/v1/info"},         {"GET", "/v1/models"},
+      {"GET", "/v1/nothing"}};
+  for (const auto& [method, path] : protected_paths) {
+    for (const http::Headers& wrong :
+         {http::Headers{}, http::Headers{{"authorization", "Bearer nope"}},
+          http::Headers{{"authorization", "Basic b2xkLWtleQ=="}},
+          http::Headers{{"authorization", "Bearer old-key2"}}}) {
+      const http::ClientResponse r = call(method, path, wrong);
+      EXPECT_EQ(r.status, 401) << method << " " << path;
+      const json j = json::parse(r.body, nullptr, false);
+      EXPECT_TRUE(j.is_object() && j["error"]["type"] == "authentication_error") << r.body;
+    }
+  }
+  for (const auto& [method, path] : protected_paths) {
+    if (path == "/v1/nothing") continue;
+    EXPECT_EQ(call(method, path, {{"authorization", "Bearer old-key"}}).status, 200) << path;
+    EXPECT_EQ(call(method, path, {{"authorization", "bearer new-key"}}).status, 200) << path;
+  }
+  EXPECT_EQ(call("GET", "/health", {}).status, 200);
+  // The KV-event stream too: refused without the key, a snapshot with it.
+  std::promise<int> status;
+  client.stream(
+      "127.0.0.1", port, "GET", "/v1/kv_events", "", {},
+      [&](int s, const http::Headers&) { status.set_value(s); },
+      [](std::string_view) { return false; }, [](Status) {});
+  auto f = status.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(f.get(), 401);
+  std::promise<int> keyed;
+  client.stream(
+      "127.0.0.1", port, "GET", "/v1/kv_events", "", {{"authorization", "Bearer new-key"}},
+      [&](int s, const http::Headers&) { keyed.set_value(s); },
+      [](std::string_view) { return false; }, [](Status) {});
+  auto k = keyed.get_future();
+  ASSERT_EQ(k.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(k.get(), 200);
+}
+
+// A subscription or submission that raced shutdown used to wait forever for an engine thread that
+// had gone. After stop() both are refused at once, and the HTTP replies say so.
+TEST(EngineLoopStop, LaterSubmissionsAndSubscriptionsAreRefusedAtOnce) {
+  LocalReplica replica("r0", 64);
+  const uint16_t port = replica.port();
+  ASSERT_NE(port, 0);
+  EngineLoop& loop = replica.loop();
+  loop.stop();
+  loop.stop();  // idempotent
+  EXPECT_TRUE(loop.stopped());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(loop.subscribe_kv_events([](const KvEventBatch&) {}), std::nullopt);
+  std::optional<std::string> refused;
+  GenerationRequest g;
+  g.prompt = {'x'};
+  loop.submit({g}, {GroupSink{}}, [&](Result<std::vector<uint64_t>> ids) {
+    refused = ids.ok() ? "queued" : ids.error().message;
+  });
+  EXPECT_EQ(refused, "the engine is shutting down");  // called back before submit() returned
+  bool ran = false;
+  loop.run_on_engine_thread([&](Engine&) { ran = true; });
+  EXPECT_FALSE(ran);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+
+  http::Client client;
+  auto r = client.request("127.0.0.1", port, "POST", "/v1/completions",
+                          R"({"model":"tiny","prompt":"x"})", {}, 5s);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 503) << r->body;
+  auto events = client.request("127.0.0.1", port, "GET", "/v1/kv_events", "", {}, 5s);
+  ASSERT_TRUE(events.ok()) << events.error().message;
+  EXPECT_NE(events->body.find("shutting down"), std::string::npos) << events->body;
 }
 
 // Memory pressure through HTTP (issue: five long n=4 groups sent at once to a pool that holds

@@ -21,8 +21,10 @@ enum class GemmOut { kBF16, kF32 };
 
 class Gemm {
  public:
-  // Creates the cuBLASLt handle and a device workspace of `workspace_bytes`.
+  // Creates the cuBLASLt handle and a device workspace of `workspace_bytes`; ok() says whether
+  // both succeeded (run() fails with cudaErrorInitializationError otherwise).
   explicit Gemm(size_t workspace_bytes = size_t{32} << 20);
+  bool ok() const { return handle_ != nullptr && (workspace_ != nullptr || workspace_bytes_ == 0); }
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;

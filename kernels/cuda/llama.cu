@@ -136,7 +136,11 @@ struct LlamaModel::Impl {
     }
     need = align_up(need + need / 4, 256);
     cudaError_t e = alloc(p, need);
-    if (e == cudaSuccess) *have = need;
+    if (e == cudaSuccess) {
+      *have = need;
+    } else {
+      (void)cudaGetLastError();  // not sticky: the next step must not see it
+    }
     return e;
   }
   ~Impl() {
@@ -177,10 +181,11 @@ size_t layer_elements(const TensorSizes& s) {
   return s.attn_norm + s.qkv + s.o + s.mlp_norm + s.gate_up + s.down;
 }
 
-// Staging layout of one step (int32 words, then SampleParams 32-byte aligned).
+// Staging layout of one step: int32 words, the SampleParams (32-byte aligned), and last the
+// prefill block tables, so a step copies only up to the end of the tables it uses.
 struct StageLayout {
-  size_t tokens, positions, slots, q_indptr, start_pos, block_indptr, block_indices, copies,
-      sample_act_rows, params, total;
+  size_t tokens, positions, slots, q_indptr, start_pos, block_indptr, copies, sample_act_rows,
+      params, block_indices_bytes, total;
 };
 StageLayout stage_layout(const LlamaCapacity& c) {
   StageLayout l{};
@@ -196,11 +201,11 @@ StageLayout stage_layout(const LlamaCapacity& c) {
   l.q_indptr = take(c.max_chunks + 1);
   l.start_pos = take(c.max_chunks);
   l.block_indptr = take(c.max_chunks + 1);
-  l.block_indices = take(c.max_blocks);
   l.copies = take(2 * size_t(c.max_copies));
   l.sample_act_rows = take(c.max_samples);
   l.params = w * 4;  // bytes
-  l.total = l.params + sizeof(sampling::SampleParams) * c.max_samples;
+  l.block_indices_bytes = align_up(l.params + sizeof(sampling::SampleParams) * c.max_samples, 32);
+  l.total = l.block_indices_bytes + size_t(c.max_blocks) * 4;
   return l;
 }
 
@@ -225,7 +230,8 @@ size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
   size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff);
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
-  return act + stage_layout(c).total + (size_t{32} << 20);
+  // + the GEMM workspace (32 MiB), the initial plan buffers (~22.5 MiB) and slack.
+  return act + stage_layout(c).total + (size_t{64} << 20);
 }
 
 std::pair<size_t, size_t> LlamaModel::device_memory() {
@@ -322,6 +328,10 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
   if ((e = cudaMallocHost(reinterpret_cast<void**>(&I.host_logprobs_out), c.max_samples * 4)))
     return fail("cudaMallocHost", e);
   I.gemm = std::make_unique<Gemm>();
+  if (!I.gemm->ok()) {
+    error = "cuBLASLt could not be initialised (handle or its 32 MiB workspace)";
+    return nullptr;
+  }
   I.rope = make_rope_table(d.head_dim, d.rope);
   I.shape = {d.q_heads, d.kv_heads, d.head_dim, c.block_size,
              1.0f / std::sqrt(static_cast<float>(d.head_dim))};
@@ -423,8 +433,7 @@ std::string LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, con
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers)) return "layer out of range";
   if (offset + count > tensor_elements(t)) return "upload past the end of the tensor";
   auto* dst = static_cast<uint16_t*>(tensor_ptr(*impl_, t, layer)) + offset;
-  KVC_TRY(cudaMemcpyAsync(dst, host, count * 2, cudaMemcpyHostToDevice, impl_->stream),
-          "upload");
+  KVC_TRY(cudaMemcpyAsync(dst, host, count * 2, cudaMemcpyHostToDevice, impl_->stream), "upload");
   KVC_TRY(cudaStreamSynchronize(impl_->stream), "upload");
   if (is_fp16) {
     fp16_to_bf16_kernel<<<1024, 256, 0, impl_->stream>>>(
@@ -469,6 +478,17 @@ std::string LlamaModel::random_init(uint64_t seed) {
 }
 
 std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
+  std::string error = run_step(st, out);
+  if (!error.empty()) {
+    // Operations already queued may still read the staging buffers the next step rewrites:
+    // let them drain, and clear a non-sticky error, before anything else runs.
+    cudaStreamSynchronize(impl_->stream);
+    (void)cudaGetLastError();
+  }
+  return error;
+}
+
+std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point entered = Clock::now();
   Impl& I = *impl_;
@@ -517,7 +537,8 @@ std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
     put(sl.q_indptr, st.token_indptr);
     put(sl.start_pos, st.start_pos);
     put(sl.block_indptr, st.block_indptr);
-    put(sl.block_indices, st.block_indices);
+    std::memcpy(I.host_stage + sl.block_indices_bytes, st.block_indices.data(),
+                st.block_indices.size() * 4);
   }
   put(sl.copies, st.copy_pairs);
   for (int k = 0; k < num_samples; ++k) {
@@ -553,7 +574,9 @@ std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
   const Clock::time_point launching = Clock::now();
   I.num_marks = 0;
   KVC_TRY(cudaEventRecord(I.step_begin, I.stream), "event");
-  KVC_TRY(cudaMemcpyAsync(I.dev_stage, I.host_stage, sl.total, cudaMemcpyHostToDevice, I.stream),
+  // Up to the end of the block tables this step uses (they come last).
+  const size_t stage_used = sl.block_indices_bytes + st.block_indices.size() * 4;
+  KVC_TRY(cudaMemcpyAsync(I.dev_stage, I.host_stage, stage_used, cudaMemcpyHostToDevice, I.stream),
           "staging copy");
   if (num_chunks > 0) {
     KVC_TRY(upload_prefill_plan(pplan, I.prefill_plan_buf, I.prefill_plan_bytes, I.stream),
@@ -598,8 +621,9 @@ std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
              "kv_append");
       if (num_chunks > 0) {
         KVC_OP(paged_prefill(I.shape, KvDtype::kBF16, pplan, I.q, kc, vc, dw + sl.q_indptr,
-                             dw + sl.block_indptr, dw + sl.block_indices, dw + sl.start_pos, I.attn,
-                             nullptr, s),
+                             dw + sl.block_indptr,
+                             reinterpret_cast<const int32_t*>(I.dev_stage + sl.block_indices_bytes),
+                             dw + sl.start_pos, I.attn, nullptr, s),
                "paged_prefill");
       }
       if (decode_rows > 0) {

@@ -138,6 +138,7 @@ class LlamaModel {
 
  private:
   LlamaModel(LlamaDims dims, LlamaCapacity capacity);
+  std::string run_step(const LlamaStep& step, LlamaOutput& out);
   LlamaDims dims_;
   LlamaCapacity capacity_;
   std::unique_ptr<Impl> impl_;

@@ -54,13 +54,13 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   cap.block_size = o.block_size;
   cap.max_tokens = std::max(o.max_tokens_per_step, o.max_num_seqs);
   cap.max_samples = std::max(o.max_num_seqs, 1);
-  cap.max_chunks = std::min(cap.max_tokens, 4096);
-  cap.max_copies = std::max(o.max_num_seqs, 64);
-  // Every chunk's block table from position 0: enough for max_chunks sequences of the model's
-  // whole context.
+  // A step's chunks belong to distinct sequences (a group's prompt, or a sibling recomputing),
+  // so there are at most max_num_seqs; each carries its sequence's block table from position 0.
+  cap.max_chunks = std::min(cap.max_tokens, std::max(o.max_num_seqs, 1) + 16);
+  cap.max_copies = std::max(o.max_num_seqs, 64);  // at most one per writing sequence
   const int64_t blocks_per_seq =
       (int64_t{config.max_position_embeddings} + o.block_size - 1) / o.block_size;
-  cap.max_blocks = static_cast<int>(std::min<int64_t>(blocks_per_seq * 64, 1 << 22));
+  cap.max_blocks = static_cast<int>(std::min<int64_t>(blocks_per_seq * cap.max_chunks, 1 << 26));
   CudaBackendMemory mem;
   mem.device = kc::device_description();
   std::tie(mem.device_free, mem.device_total) = kc::LlamaModel::device_memory();

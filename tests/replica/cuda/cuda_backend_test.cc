@@ -321,6 +321,43 @@ TEST_F(CudaBackendTest, SafetensorsFolderReproducesInMemoryWeights) {
       << broken.error().message;
 }
 
+// 250 requests behind one long cached prompt, admitted together: up to 256 prefill chunks in one
+// step, each with its sequence's whole block table (~630 entries), ~160,000 entries. The staging
+// area for block tables once held 64 full-length tables and such a step failed (and took every
+// group of the step with it).
+TEST_F(CudaBackendTest, ManyChunksOverALongCachedPromptInOneStep) {
+  CudaBackendOptions o;
+  o.num_blocks = 4096;
+  o.max_tokens_per_step = 8192;
+  auto made = CudaBackend::create(weights().config, &weights(), o);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  EngineConfig config;
+  config.scheduler.max_tokens_per_step = 8192;
+  Engine engine(**made, tokenizer_, config, clock_);
+  std::string prompt;
+  for (int i = 0; prompt.size() < 10000; ++i)
+    prompt += kSystem + std::to_string(i);
+  GenerationRequest first = request(prompt, 1, 0, 1);
+  ASSERT_TRUE(engine.submit(first).ok());
+  while (engine.has_work())
+    ASSERT_TRUE(engine.step().error.empty());
+  for (int i = 0; i < 250; ++i)
+    ASSERT_TRUE(engine.submit(request(prompt + "q" + std::to_string(i), 1, 0, 2)).ok());
+  int finished = 0;
+  size_t largest_admission = 0;
+  while (engine.has_work()) {
+    StepResult step = engine.step();
+    ASSERT_TRUE(step.error.empty()) << step.error;
+    largest_admission = std::max(largest_admission, step.stats.admitted.size());
+    for (const auto& g : step.finished) {
+      for (const Sequence& s : g->seqs)
+        finished += s.finish == FinishReason::kLength ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(finished, 250);
+  EXPECT_GT(largest_admission, 128u);  // one step prefilled > 128 chunks (> 80,000 table entries)
+}
+
 // Start-up errors are messages, not crashes: a KV pool larger than the device, an unsupported head
 // size; the device stays usable afterwards.
 TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {

@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "http/errors.h"
 #include "http/wire.h"
 
 namespace kvc::http {
@@ -80,6 +81,15 @@ Result<std::vector<std::string>> read_api_keys_file(const std::string& path) {
   if (in.bad()) return Error{"cannot read API key file " + path};
   if (keys.empty()) return Error{"API key file " + path + " holds no key"};
   return keys;
+}
+
+bool authorize(const Request& request, const std::vector<std::string>& keys, Responder& responder) {
+  if (keys.empty()) return true;
+  const std::optional<std::string> token = bearer_token(request);
+  if (token && key_matches(*token, keys)) return true;
+  send_error(responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
+             "authentication_error");
+  return false;
 }
 
 }  // namespace kvc::http

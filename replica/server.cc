@@ -233,14 +233,7 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
   const std::string path = request.target.substr(0, request.target.find('?'));
   // Health probes (kubelet) stay open; everything else, KV events and metrics included, needs the
   // key when one is configured.
-  if (!config_.api_keys.empty() && path != "/health") {
-    const std::optional<std::string> token = http::bearer_token(request);
-    if (!token || !http::key_matches(*token, config_.api_keys)) {
-      http::send_error(*responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
-                       "authentication_error");
-      return;
-    }
-  }
+  if (path != "/health" && !http::authorize(request, config_.api_keys, *responder)) return;
   auto only = [&](std::string_view method) {
     if (http::method_allowed(request.method, method)) return true;
     http::send_method_not_allowed(*responder, request.method, path, method);

@@ -99,14 +99,7 @@ void RouterServer::note_retry() {
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
   const bool probe = path == "/livez" || path == "/readyz" || path == "/health";
-  if (!config_.api_keys.empty() && !probe) {
-    const std::optional<std::string> token = http::bearer_token(request);
-    if (!token || !http::key_matches(*token, config_.api_keys)) {
-      http::send_error(*responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
-                       "authentication_error");
-      return;
-    }
-  }
+  if (!probe && !http::authorize(request, config_.api_keys, *responder)) return;
   auto only = [&](std::string_view method) {
     if (http::method_allowed(request.method, method)) return true;
     http::send_method_not_allowed(*responder, request.method, path, method);

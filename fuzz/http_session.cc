@@ -14,8 +14,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -75,7 +78,13 @@ int connect_to(uint16_t port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  FUZZ_CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  // Interrupted (see below), the connect goes on: retrying reports EALREADY, then EISCONN.
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  while (rc != 0 && (errno == EINTR || errno == EALREADY)) {
+    std::this_thread::sleep_for(100us);
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  }
+  FUZZ_CHECK(rc == 0 || errno == EISCONN);
   return fd;
 }
 
@@ -88,6 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // is then expected.
   for (size_t sent = 0; sent < size;) {
     const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
@@ -97,7 +107,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (;;) {
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n == 0) break;
+    // libFuzzer's SIGALRM (its -timeout watchdog) interrupts a socket call that has a timeout
+    // set, even with SA_RESTART (signal(7)): EINTR is retried, not a finding.
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
+      if (errno != ECONNRESET) std::fprintf(stderr, "recv: %s\n", std::strerror(errno));
       FUZZ_CHECK(errno == ECONNRESET);  // EAGAIN: the server kept the connection open (a hang)
       break;
     }

@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ARGS ?=
 
-.PHONY: all deps configure build test demo bench format clean
+.PHONY: all deps configure build test demo bench fuzz format clean
 
 all: build
 
@@ -26,6 +26,12 @@ demo: build
 
 bench: build
 	./$(BUILD)/bench/bench_prefix_index
+
+# The libFuzzer campaign (clang-14, ASan + UBSan, separate build dir): every fuzz/ target for
+# FUZZ_SECONDS each, then its corpus minimised back into fuzz/corpus/ (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(FUZZ_TARGETS)
 
 format:
 	git ls-files '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format -i

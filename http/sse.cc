@@ -55,13 +55,15 @@ Result<std::vector<SseEvent>> SseParser::feed(std::string_view bytes) {
   }
   while (i < bytes.size()) {
     size_t end = bytes.find_first_of("\r\n", i);
+    // One bound for everything held, checked as each line grows: the event so far plus the
+    // line being read. Where the stream is split into feeds then never changes the outcome.
     if (end == std::string_view::npos) {
-      if (line_.size() + (bytes.size() - i) > max_event_bytes_) return fail();
+      if (pending_bytes() + (bytes.size() - i) > max_event_bytes_) return fail();
       line_.append(bytes.substr(i));
       break;
     }
     std::string_view line = bytes.substr(i, end - i);
-    if (line_.size() + line.size() > max_event_bytes_) return fail();
+    if (pending_bytes() + line.size() > max_event_bytes_) return fail();
     if (!line_.empty()) {
       line_.append(line);
       line = line_;

@@ -22,8 +22,9 @@ std::string sse_event(std::string_view data, std::string_view event = {});
 
 // Incremental parser. Accepts LF, CRLF and CR line ends (also split across feeds), skips comment
 // lines (':'), ignores unknown fields and "retry", and dispatches an event on a blank line when it
-// has data (as the HTML standard says). An event, or a line, growing past max_event_bytes is an
-// error; the parser then stays failed.
+// has data (as the HTML standard says). What it holds, the event being built plus the line being
+// read, growing past max_event_bytes is an error, however the stream is split into feeds; the
+// parser then stays failed.
 class SseParser {
  public:
   explicit SseParser(size_t max_event_bytes = 1 << 20) : max_event_bytes_(max_event_bytes) {}

@@ -1,5 +1,8 @@
 #include "replica/model_config.h"
 
+#include <cmath>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 namespace kvc {
@@ -22,9 +25,30 @@ Status ModelConfig::validate() const {
   if (num_attention_heads % num_key_value_heads != 0) {
     return Error{"model config: num_attention_heads must be a multiple of num_key_value_heads"};
   }
+  if (hidden_size > kMaxHiddenSize || num_hidden_layers > kMaxLayers ||
+      num_attention_heads > kMaxHeads || head_dim > kMaxHeadDim ||
+      intermediate_size > kMaxIntermediateSize || vocab_size > kMaxVocabSize ||
+      max_position_embeddings > kMaxPositions) {
+    return Error{"model config: a size is beyond the supported maximum (hidden_size " +
+                 std::to_string(kMaxHiddenSize) + ", num_hidden_layers " +
+                 std::to_string(kMaxLayers) + ", heads " + std::to_string(kMaxHeads) +
+                 ", head_dim " + std::to_string(kMaxHeadDim) + ", intermediate_size " +
+                 std::to_string(kMaxIntermediateSize) + ", vocab_size " +
+                 std::to_string(kMaxVocabSize) + ", max_position_embeddings " +
+                 std::to_string(kMaxPositions) + ")"};
+  }
   if (head_dim % 2 != 0) return Error{"model config: head_dim must be even (RoPE pairs)"};
-  if (!(rope_theta > 0) || !(rms_norm_eps > 0)) {
-    return Error{"model config: rope_theta and rms_norm_eps must be positive"};
+  auto positive_finite = [](float v) { return v > 0 && std::isfinite(v); };
+  if (!positive_finite(rope_theta) || !positive_finite(rms_norm_eps)) {
+    return Error{"model config: rope_theta and rms_norm_eps must be positive and finite"};
+  }
+  // The llama3 ramp divides frequencies by factor: 0 gives infinite ones, a negative one flips
+  // them.
+  if (rope_llama3 && (!positive_finite(rope_factor) || !positive_finite(rope_low_freq_factor) ||
+                      !positive_finite(rope_high_freq_factor) || rope_original_max_position <= 0)) {
+    return Error{
+        "model config: rope_scaling needs factor, low_freq_factor, high_freq_factor and "
+        "original_max_position_embeddings positive (and finite)"};
   }
   return Status::Ok();
 }
@@ -81,6 +105,12 @@ Status read_field(const nlohmann::json& j, const char* key, T& out, bool require
     if (!it->is_number_integer()) {
       return Error{std::string("config.json: '") + key + "' must be an integer"};
     }
+    // get<T>() would silently truncate: 4294967552 must not become 256.
+    const bool fits = it->is_number_unsigned()
+                          ? it->template get<uint64_t>() <= uint64_t{std::numeric_limits<T>::max()}
+                          : it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                it->template get<int64_t>() <= std::numeric_limits<T>::max();
+    if (!fits) return Error{std::string("config.json: '") + key + "' is out of range"};
   } else {
     if (!it->is_number()) return Error{std::string("config.json: '") + key + "' must be a number"};
   }

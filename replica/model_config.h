@@ -10,6 +10,17 @@
 
 namespace kvc {
 
+// Upper bounds on a model's sizes, far above real models (Llama-3-405B: hidden 16384, 126 layers,
+// 128 heads, vocab 128256). They keep every derived size (num_parameters, kv_bytes_per_token)
+// inside int64 whatever a config.json says.
+inline constexpr int kMaxHiddenSize = 1 << 20;
+inline constexpr int kMaxLayers = 1 << 12;
+inline constexpr int kMaxHeads = 1 << 12;    // attention and key-value heads
+inline constexpr int kMaxHeadDim = 1 << 10;  // the CPU RoPE kernel's bound
+inline constexpr int kMaxIntermediateSize = 1 << 22;
+inline constexpr int kMaxVocabSize = 1 << 24;
+inline constexpr int kMaxPositions = 1 << 30;
+
 struct ModelConfig {
   std::string name;  // served model name: the preset's name or the model folder's name
   int hidden_size = 0;
@@ -39,7 +50,8 @@ struct ModelConfig {
   // All parameters (embeddings counted once when tied).
   int64_t num_parameters() const;
 
-  // Checks that the shape is usable: positive sizes, heads divisible, and so on.
+  // Checks that the shape is usable: positive sizes within the kMax* bounds, heads divisible,
+  // finite positive RoPE parameters, and so on.
   Status validate() const;
 };
 

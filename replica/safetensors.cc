@@ -223,15 +223,22 @@ Status SafetensorsFile::parse_header(std::string_view header, uint64_t data_size
 
     const auto shape = v.find("shape");
     if (shape == v.end() || !shape->is_array()) return Error{where + "missing shape"};
-    uint64_t numel = 1;
+    // The product of the non-zero dims must fit in int64, not just numel: a zero dim would
+    // otherwise hide [2^62, 2, 0], whose numel() (int64, in order) overflows before reaching 0.
+    uint64_t nonzero_product = 1;
+    bool has_zero_dim = false;
     for (const auto& dim : *shape) {
       uint64_t d = 0;
       if (!get_size(dim, d)) return Error{where + "shape must hold non-negative integers"};
-      if (d > uint64_t{INT64_MAX} || __builtin_mul_overflow(numel, d, &numel)) {
+      if (d == 0) {
+        has_zero_dim = true;
+      } else if (__builtin_mul_overflow(nonzero_product, d, &nonzero_product) ||
+                 nonzero_product > uint64_t{INT64_MAX}) {
         return Error{where + "shape too large"};
       }
       e.shape.push_back(static_cast<int64_t>(d));
     }
+    const uint64_t numel = has_zero_dim ? 0 : nonzero_product;
     uint64_t num_bytes = 0;
     if (__builtin_mul_overflow(numel, static_cast<uint64_t>(elem_bytes), &num_bytes)) {
       return Error{where + "shape too large"};

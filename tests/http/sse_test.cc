@@ -109,6 +109,23 @@ TEST(SseParserTest, OversizeEventIsAnErrorAndStaysFailed) {
   }
 }
 
+// A fuzz finding (fuzz/crashes/sse/): the limit used to count the event and an unfinished line
+// together, but a finished line alone, so the same stream failed or not depending on where the
+// feeds were split.
+TEST(SseParserTest, LimitDoesNotDependOnHowTheStreamIsSplit) {
+  const std::string stream =
+      "data: " + std::string(30, 'a') + "\n" + ": " + std::string(40, 'c') + "\n\n";
+  SseParser whole(64);
+  const bool whole_ok = whole.feed(stream).ok();
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    SseParser p(64);
+    const bool ok = p.feed(std::string_view(stream).substr(0, cut)).ok() &&
+                    p.feed(std::string_view(stream).substr(cut)).ok();
+    EXPECT_EQ(ok, whole_ok) << "cut at " << cut;
+  }
+  EXPECT_FALSE(whole_ok);  // 37 bytes of event + a 42-byte comment line held at once
+}
+
 TEST(SseEventTest, WriterRoundTripsThroughParser) {
   std::string wire = sse_event("multi\nline", "kv") + sse_event("{\"x\":1}");
   EXPECT_EQ(sse_event("a"), "data: a\n\n");

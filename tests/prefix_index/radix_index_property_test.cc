@@ -1,6 +1,6 @@
 // Property test: thousands of random insert / insert_after / remove / clear / match / evict /
 // expire operations over 8 replicas, each answer compared with a brute-force model that keeps, per
-// replica, a plain map of held blocks.
+// replica, a plain map of held blocks (tests/testing/radix_index_model.h).
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -14,6 +14,7 @@
 #include "prefix_index/block_hash.h"
 #include "prefix_index/radix_index.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/radix_index_model.h"
 
 namespace kvc {
 namespace {
@@ -41,8 +42,7 @@ class Corpus {
           b = static_cast<uint8_t>(rng_());
         const BlockHash parent = chain.empty() ? seed : chain.back();
         const BlockHash h = hash_block(parent, block);
-        if (!depth_.contains(h)) {
-          depth_[h] = chain.size() + 1;
+        if (!parent_.contains(h)) {
           parent_[h] = chain.empty() ? std::nullopt : std::optional(chain.back());
         }
         chain.push_back(h);
@@ -52,118 +52,12 @@ class Corpus {
   }
 
   const Chain& random_chain() { return chains_[rng_() % chains_.size()]; }
-  size_t depth(BlockHash h) const { return depth_.at(h); }
   std::optional<BlockHash> parent(BlockHash h) const { return parent_.at(h); }
 
  private:
   std::mt19937_64& rng_;
   std::vector<Chain> chains_;
-  std::unordered_map<BlockHash, size_t> depth_;
   std::unordered_map<BlockHash, std::optional<BlockHash>> parent_;
-};
-
-// The brute-force model of RadixIndex's documented semantics.
-class Model {
- public:
-  Model(const Corpus& corpus, const Clock& clock, RadixIndexConfig config)
-      : corpus_(corpus), clock_(clock), config_(config) {}
-
-  struct Held {
-    uint64_t seq;
-    Clock::TimePoint time;
-  };
-
-  void expire() {
-    if (!config_.ttl) return;
-    for (auto& [r, held] : held_) {
-      std::erase_if(held,
-                    [&](const auto& kv) { return kv.second.time + *config_.ttl <= clock_.now(); });
-    }
-  }
-
-  std::set<BlockHash> tree() const {
-    std::set<BlockHash> known;
-    for (const auto& [r, held] : held_) {
-      for (const auto& [h, _] : held) {
-        std::optional<BlockHash> cur = h;
-        while (cur && known.insert(*cur).second)
-          cur = corpus_.parent(*cur);
-      }
-    }
-    return known;
-  }
-
-  // Returns false when the index must refuse (unknown parent).
-  bool insert_after(ReplicaId r, std::optional<BlockHash> parent, const Chain& hashes) {
-    expire();
-    if (parent && !tree().contains(*parent)) return false;
-    if (hashes.empty()) return true;
-    for (const BlockHash& h : hashes)
-      held_[r][h] = Held{seq_, clock_.now()};
-    ++seq_;
-    evict(r);
-    return true;
-  }
-
-  size_t remove(ReplicaId r, const Chain& hashes) {
-    expire();
-    size_t n = 0;
-    for (const BlockHash& h : hashes)
-      n += held_[r].erase(h);
-    return n;
-  }
-
-  void clear(ReplicaId r) { held_[r].clear(); }
-
-  bool holds(ReplicaId r, BlockHash h) const {
-    auto it = held_.find(r);
-    if (it == held_.end()) return false;
-    auto b = it->second.find(h);
-    return b != it->second.end() && !(config_.ttl && b->second.time + *config_.ttl <= clock_.now());
-  }
-
-  std::vector<ReplicaMatch> match(const Chain& chain) const {
-    std::vector<ReplicaMatch> out;
-    for (const auto& [r, held] : held_) {
-      size_t n = 0;
-      while (n < chain.size() && holds(r, chain[n]))
-        ++n;
-      if (n > 0) out.push_back({r, n});
-    }
-    return out;
-  }
-
-  size_t tree_blocks(const Chain& chain) const {
-    const auto known = tree();
-    size_t n = 0;
-    while (n < chain.size() && known.contains(chain[n]))
-      ++n;
-    return n;
-  }
-
-  size_t num_blocks(ReplicaId r) const {
-    auto it = held_.find(r);
-    return it == held_.end() ? 0 : it->second.size();
-  }
-
- private:
-  void evict(ReplicaId r) {
-    const size_t cap = config_.capacity_blocks_per_replica;
-    auto& held = held_[r];
-    while (cap > 0 && held.size() > cap) {
-      auto victim = std::min_element(held.begin(), held.end(), [&](const auto& a, const auto& b) {
-        if (a.second.seq != b.second.seq) return a.second.seq < b.second.seq;
-        return corpus_.depth(a.first) > corpus_.depth(b.first);
-      });
-      held.erase(victim);
-    }
-  }
-
-  const Corpus& corpus_;
-  const Clock& clock_;
-  RadixIndexConfig config_;
-  std::map<ReplicaId, std::map<BlockHash, Held>> held_;
-  uint64_t seq_ = 0;
 };
 
 struct PropertyCase {
@@ -187,7 +81,7 @@ TEST_P(RadixIndexProperty, AgreesWithBruteForceModel) {
   config.capacity_blocks_per_replica = pc.capacity;
   if (pc.ttl) config.ttl = std::chrono::seconds(30);
   RadixIndex index(clock, config);
-  Model model(corpus, clock, config);
+  testing::RadixIndexModel model([&](BlockHash h) { return corpus.parent(h); }, clock, config);
 
   size_t matches_with_hits = 0, refused = 0;
   for (int op = 0; op < kOps; ++op) {

@@ -219,6 +219,12 @@ TEST(Safetensors, MalformedFilesAreErrors) {
        4,
        {},
        "too large"},
+      // numel() multiplies in order: 2^62 * 2 overflowed int64 before the 0 (a fuzz finding)
+      {"shape overflow before a zero dim",
+       R"({"a":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})",
+       0,
+       {},
+       "too large"},
       {"missing offsets", R"({"a":{"dtype":"F32","shape":[1]}})", 4, {}, "data_offsets"},
       {"one offset",
        R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})",

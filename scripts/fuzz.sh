@@ -24,6 +24,12 @@ targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(openai_request chat_render kv_event sse http_session
                                        safetensors model_config radix_index)
 
+# libFuzzer comes with clang; installed here (not by install-deps.sh: only the campaign needs it).
+if ! command -v clang++-14 >/dev/null; then
+  apt-get install -y -qq clang-14 >/dev/null || {
+    apt-get update -qq && apt-get install -y -qq clang-14 >/dev/null
+  }
+fi
 cmake -S . -B "$FUZZ_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++-14 -DKVCASCADE_FUZZ=ON -DKVCASCADE_CUDA=OFF -DKVCASCADE_BENCH=OFF \
   >/dev/null

@@ -24,8 +24,8 @@ struct Workload {
   int max_tokens = 16;
   bool stream = false;
   bool ignore_eos = false;  // every sample runs to max_tokens (comparable token counts)
-  std::string api_key;  // Bearer token (empty: none)
-  int questions = 64;   // distinct questions per tenant
+  std::string api_key;      // Bearer token (empty: none)
+  int questions = 64;       // distinct questions per tenant
 };
 
 // Every request of `w` as bytes on the wire (tenant fastest).

@@ -166,9 +166,8 @@ void ReplicaPool::poll(Replica& r) {
       if (info->is_discarded()) info.reset();
     }
   }
-  auto resp =
-      client_.request(host, port, "GET", "/v1/load", "",
-                      replica_auth_headers(config_.replica_api_key), config_.poll_timeout);
+  auto resp = client_.request(host, port, "GET", "/v1/load", "",
+                              replica_auth_headers(config_.replica_api_key), config_.poll_timeout);
   if (resp.ok() && resp->status == 200) {
     load = nlohmann::json::parse(resp->body, nullptr, false);
     if (load->is_discarded()) load.reset();

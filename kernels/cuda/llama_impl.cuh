@@ -1,0 +1,163 @@
+// The device Llama model's state, shared by its two translation units: llama.cu (allocation,
+// weights) and llama_step.cu (one forward step). Private to kernels/cuda.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/llama.h"
+#include "kernels/cuda/ops.h"
+
+// Returns the failed operation's name and the CUDA error from the enclosing function.
+#define KVC_TRY(expr, what)                                           \
+  do {                                                                \
+    if (cudaError_t kvc_err_ = (expr); kvc_err_ != cudaSuccess) {     \
+      return std::string(what) + ": " + cudaGetErrorString(kvc_err_); \
+    }                                                                 \
+  } while (0)
+
+// An operation of the step: KVC_TRY, then a profile mark named after it.
+#define KVC_OP(expr, what)  \
+  do {                      \
+    KVC_TRY(expr, what);    \
+    I.mark(what, I.stream); \
+  } while (0)
+
+namespace kvc::kernels::cuda {
+
+inline size_t align_up(size_t x, size_t a) {
+  return (x + a - 1) / a * a;
+}
+
+struct LlamaModel::Impl {
+  // Weights.
+  void* embed = nullptr;
+  void* final_norm = nullptr;
+  void* lm_head = nullptr;  // == embed when tied
+  struct Layer {
+    void *attn_norm, *qkv, *o, *mlp_norm, *gate_up, *down;
+  };
+  std::vector<Layer> layers;
+  void* weights = nullptr;  // one allocation
+  void* kv = nullptr;       // KvCacheLayout allocation
+  KvCacheLayout kv_layout;
+
+  // Activations [max_tokens, ...].
+  float* residual = nullptr;  // fp32 [T, h]
+  void *x = nullptr, *xn = nullptr, *q = nullptr, *qkv = nullptr, *attn = nullptr, *proj = nullptr,
+       *gate_up = nullptr, *act = nullptr, *xs = nullptr;
+  float* logits = nullptr;  // [max_samples, vocab]
+  int32_t* tokens_out = nullptr;
+  float* logprobs_out = nullptr;
+
+  // Staging: one pinned host buffer and its device twin, copied in one cudaMemcpyAsync.
+  char* host_stage = nullptr;
+  char* dev_stage = nullptr;
+  size_t stage_bytes = 0;
+  int32_t* host_tokens_out = nullptr;
+  float* host_logprobs_out = nullptr;
+
+  // Plans and their workspaces (grow on demand, then stay).
+  void* prefill_plan_buf = nullptr;
+  size_t prefill_plan_bytes = 0;
+  void* decode_plan_buf = nullptr;
+  size_t decode_plan_bytes = 0;
+  void* decode_ws = nullptr;
+  size_t decode_ws_bytes = 0;
+
+  std::vector<void*> allocations;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  // Per-operation profile (set_profile): an event after each operation of the step.
+  bool profile = false;
+  std::vector<cudaEvent_t> marks;
+  std::vector<const char*> mark_names;
+  size_t num_marks = 0;
+  void mark(const char* what, cudaStream_t s) {
+    if (!profile) return;
+    if (num_marks == marks.size()) {
+      cudaEvent_t e;
+      cudaEventCreate(&e);
+      marks.push_back(e);
+      mark_names.push_back(nullptr);
+    }
+    mark_names[num_marks] = what;
+    cudaEventRecord(marks[num_marks++], s);
+  }
+  std::unique_ptr<Gemm> gemm;
+  RopeTable rope;
+  AttentionShape shape;
+
+  cudaError_t alloc(void** p, size_t bytes) {
+    cudaError_t e = cudaMalloc(p, std::max<size_t>(bytes, 16));
+    if (e == cudaSuccess) allocations.push_back(*p);
+    return e;
+  }
+  cudaError_t grow(void** p, size_t* have, size_t need) {
+    if (need <= *have) return cudaSuccess;
+    if (*p) {
+      cudaStreamSynchronize(stream);
+      cudaFree(*p);
+      std::erase(allocations, *p);
+      *p = nullptr;
+      *have = 0;
+    }
+    need = align_up(need + need / 4, 256);
+    cudaError_t e = alloc(p, need);
+    if (e == cudaSuccess) {
+      *have = need;
+    } else {
+      (void)cudaGetLastError();  // not sticky: the next step must not see it
+    }
+    return e;
+  }
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    gemm.reset();
+    for (void* p : allocations)
+      cudaFree(p);
+    if (host_stage) cudaFreeHost(host_stage);
+    if (host_tokens_out) cudaFreeHost(host_tokens_out);
+    if (host_logprobs_out) cudaFreeHost(host_logprobs_out);
+    for (cudaEvent_t e : marks)
+      cudaEventDestroy(e);
+    if (step_begin) cudaEventDestroy(step_begin);
+    if (step_end) cudaEventDestroy(step_end);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+// Staging layout of one step: int32 words, the SampleParams (32-byte aligned), and last the
+// prefill block tables, so a step copies only up to the end of the tables it uses.
+struct StageLayout {
+  size_t tokens, positions, slots, q_indptr, start_pos, block_indptr, copies, sample_act_rows,
+      params, block_indices_bytes, total;
+};
+inline StageLayout stage_layout(const LlamaCapacity& c) {
+  StageLayout l{};
+  size_t w = 0;
+  auto take = [&](size_t words) {
+    const size_t at = w;
+    w += align_up(words, 8);
+    return at;
+  };
+  l.tokens = take(c.max_tokens);
+  l.positions = take(c.max_tokens);
+  l.slots = take(c.max_tokens);
+  l.q_indptr = take(c.max_chunks + 1);
+  l.start_pos = take(c.max_chunks);
+  l.block_indptr = take(c.max_chunks + 1);
+  l.copies = take(2 * size_t(c.max_copies));
+  l.sample_act_rows = take(c.max_samples);
+  l.params = w * 4;  // bytes
+  l.block_indices_bytes = align_up(l.params + sizeof(sampling::SampleParams) * c.max_samples, 32);
+  l.total = l.block_indices_bytes + size_t(c.max_blocks) * 4;
+  return l;
+}
+
+}  // namespace kvc::kernels::cuda

@@ -1,0 +1,245 @@
+// LlamaModel::forward: one step of the model on the device (staging, plans, the layers, the LM
+// head and sampling). The model's allocation and weights are in llama.cu.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "kernels/cuda/llama_impl.cuh"
+#include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/sampling.h"
+
+namespace kvc::kernels::cuda {
+
+std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
+  std::string error = run_step(st, out);
+  if (!error.empty()) {
+    // Operations already queued may still read the staging buffers the next step rewrites:
+    // let them drain, and clear a non-sticky error, before anything else runs.
+    cudaStreamSynchronize(impl_->stream);
+    (void)cudaGetLastError();
+  }
+  return error;
+}
+
+std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point entered = Clock::now();
+  Impl& I = *impl_;
+  const LlamaDims& d = dims_;
+  const LlamaCapacity& c = capacity_;
+  const int num_chunks = st.token_indptr.empty() ? 0 : static_cast<int>(st.token_indptr.size()) - 1;
+  const int prefill_rows = static_cast<int>(st.prefill_tokens.size());
+  const int decode_rows = static_cast<int>(st.decode_tokens.size());
+  const int rows = prefill_rows + decode_rows;
+  const int num_samples = static_cast<int>(st.sample_rows.size());
+  const int num_copies = static_cast<int>(st.copy_pairs.size() / 2);
+  if (rows > c.max_tokens || num_chunks > c.max_chunks ||
+      static_cast<int>(st.block_indices.size()) > c.max_blocks || num_samples > c.max_samples ||
+      num_copies > c.max_copies) {
+    return "step exceeds the capacity the model was created for";
+  }
+  out.tokens.assign(num_samples, 0);
+  out.logprobs.assign(num_samples, 0.0f);
+  out.logits.clear();
+
+  // 1. Host staging: every index array of the step, then one copy to the device.
+  const StageLayout sl = stage_layout(c);
+  auto* hw = reinterpret_cast<int32_t*>(I.host_stage);
+  auto put = [&](size_t at, std::span<const int32_t> v) {
+    std::memcpy(hw + at, v.data(), v.size() * 4);
+  };
+  put(sl.tokens, st.prefill_tokens);
+  std::memcpy(hw + sl.tokens + prefill_rows, st.decode_tokens.data(), decode_rows * 4);
+  // Positions and cache slots of the prefill rows, from the chunks.
+  std::vector<int32_t> act_row_of_logit_row;
+  for (int ch = 0; ch < num_chunks; ++ch) {
+    const int32_t* table = st.block_indices.data() + st.block_indptr[ch];
+    for (int32_t r = st.token_indptr[ch]; r < st.token_indptr[ch + 1]; ++r) {
+      const int32_t pos = st.start_pos[ch] + (r - st.token_indptr[ch]);
+      hw[sl.positions + r] = pos;
+      hw[sl.slots + r] = table[pos / c.block_size] * c.block_size + pos % c.block_size;
+    }
+    if (st.want_logits[ch]) act_row_of_logit_row.push_back(st.token_indptr[ch + 1] - 1);
+  }
+  for (int i = 0; i < decode_rows; ++i) {
+    hw[sl.positions + prefill_rows + i] = st.decode_positions[i];
+    hw[sl.slots + prefill_rows + i] = st.decode_slots[i];
+    act_row_of_logit_row.push_back(prefill_rows + i);
+  }
+  if (num_chunks > 0) {
+    put(sl.q_indptr, st.token_indptr);
+    put(sl.start_pos, st.start_pos);
+    put(sl.block_indptr, st.block_indptr);
+    std::memcpy(I.host_stage + sl.block_indices_bytes, st.block_indices.data(),
+                st.block_indices.size() * 4);
+  }
+  put(sl.copies, st.copy_pairs);
+  for (int k = 0; k < num_samples; ++k) {
+    const int32_t r = st.sample_rows[k];
+    if (r < 0 || r >= static_cast<int32_t>(act_row_of_logit_row.size())) {
+      return "sample reads a logits row the step does not produce";
+    }
+    hw[sl.sample_act_rows + k] = act_row_of_logit_row[r];
+  }
+  std::memcpy(I.host_stage + sl.params, st.sample_params.data(),
+              num_samples * sizeof(sampling::SampleParams));
+  const auto* dw = reinterpret_cast<const int32_t*>(I.dev_stage);
+  const auto* dparams = reinterpret_cast<const sampling::SampleParams*>(I.dev_stage + sl.params);
+
+  // Plans: prefill work list and the cascade plan, each one more async copy.
+  PrefillPlan pplan;
+  if (num_chunks > 0) {
+    pplan = make_prefill_plan(I.shape, st.token_indptr.data(), st.start_pos.data(), num_chunks);
+    KVC_TRY(I.grow(&I.prefill_plan_buf, &I.prefill_plan_bytes, prefill_workspace_bytes(pplan)),
+            "prefill plan buffer");
+  }
+  DeviceCascadePlan dplan;
+  size_t decode_ws_need = 0;
+  if (decode_rows > 0) {
+    if (st.plan == nullptr || st.plan->num_seqs != decode_rows) return "decode without a plan";
+    dplan = make_device_plan(*st.plan, I.shape);
+    KVC_TRY(I.grow(&I.decode_plan_buf, &I.decode_plan_bytes, dplan.device_bytes()),
+            "decode plan buffer");
+    decode_ws_need = cascade_workspace_bytes(dplan, I.shape);
+    KVC_TRY(I.grow(&I.decode_ws, &I.decode_ws_bytes, decode_ws_need), "decode workspace");
+  }
+  // The host work is done: from here the device runs the step (the step_begin event).
+  const Clock::time_point launching = Clock::now();
+  I.num_marks = 0;
+  KVC_TRY(cudaEventRecord(I.step_begin, I.stream), "event");
+  // Up to the end of the block tables this step uses (they come last).
+  const size_t stage_used = sl.block_indices_bytes + st.block_indices.size() * 4;
+  KVC_TRY(cudaMemcpyAsync(I.dev_stage, I.host_stage, stage_used, cudaMemcpyHostToDevice, I.stream),
+          "staging copy");
+  if (num_chunks > 0) {
+    KVC_TRY(upload_prefill_plan(pplan, I.prefill_plan_buf, I.prefill_plan_bytes, I.stream),
+            "prefill plan upload");
+  }
+  if (decode_rows > 0) {
+    KVC_TRY(upload_plan(dplan, I.decode_plan_buf, I.decode_plan_bytes, I.stream),
+            "decode plan upload");
+  }
+  I.mark("staging", I.stream);
+
+  const int h = d.hidden, qd = d.q_heads * d.head_dim, kvd = d.kv_heads * d.head_dim,
+            ff = d.intermediate;
+  cudaStream_t s = I.stream;
+  Gemm& g = *I.gemm;
+  // 2. Copy-on-write.
+  if (num_copies > 0) {
+    KVC_OP(copy_blocks(I.kv, I.kv_layout, dw + sl.copies, num_copies, s), "copy_blocks");
+  }
+  if (rows > 0) {
+    // 3. Embeddings.
+    KVC_OP(embedding_gather(I.embed, d.vocab, h, dw + sl.tokens, rows, I.x, s), "embedding_gather");
+    for (int layer = 0; layer < d.layers; ++layer) {
+      const Impl::Layer& L = I.layers[layer];
+      void* kc = I.kv_layout.k(I.kv, layer);
+      void* vc = I.kv_layout.v(I.kv, layer);
+      // Attention block.
+      KVC_OP(add_rms_norm(layer == 0 ? I.x : I.proj, I.residual, layer > 0, L.attn_norm, I.xn, rows,
+                          h, d.rms_eps, s),
+             "add_rms_norm");
+      // One GEMM for q, k and v; RoPE writes q contiguous for the attention kernels and
+      // rotates k in place; k and v go to the cache straight from the QKV rows.
+      const int64_t qkv_row = qd + 2 * kvd;
+      auto* qkv = static_cast<__nv_bfloat16*>(I.qkv);
+      KVC_OP(g.run(I.xn, L.qkv, qkv, rows, static_cast<int>(qkv_row), h, GemmOut::kBF16, s),
+             "qkv_proj");
+      KVC_OP(rope(qkv, qkv_row, d.q_heads, qkv + qd, qkv_row, d.kv_heads, dw + sl.positions, rows,
+                  I.rope, s, I.q, qd),
+             "rope");
+      KVC_OP(kv_append(qkv + qd, qkv_row, qkv + qd + kvd, qkv_row, dw + sl.slots, rows, d.kv_heads,
+                       d.head_dim, KvDtype::kBF16, kc, vc, s),
+             "kv_append");
+      if (num_chunks > 0) {
+        KVC_OP(paged_prefill(I.shape, KvDtype::kBF16, pplan, I.q, kc, vc, dw + sl.q_indptr,
+                             dw + sl.block_indptr,
+                             reinterpret_cast<const int32_t*>(I.dev_stage + sl.block_indices_bytes),
+                             dw + sl.start_pos, I.attn, nullptr, s),
+               "paged_prefill");
+      }
+      if (decode_rows > 0) {
+        const size_t off = size_t(prefill_rows) * qd;
+        KVC_OP(
+            cascade_decode(I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off,
+                           kc, vc, static_cast<__nv_bfloat16*>(I.attn) + off, nullptr, I.decode_ws,
+                           I.decode_ws_bytes, s),
+            "cascade_decode");
+      }
+      KVC_OP(g.run(I.attn, L.o, I.proj, rows, h, qd, GemmOut::kBF16, s), "o_proj");
+      // MLP block.
+      KVC_OP(add_rms_norm(I.proj, I.residual, true, L.mlp_norm, I.xn, rows, h, d.rms_eps, s),
+             "add_rms_norm");
+      KVC_OP(g.run(I.xn, L.gate_up, I.gate_up, rows, 2 * ff, h, GemmOut::kBF16, s), "gate_up_proj");
+      KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
+      KVC_OP(g.run(I.act, L.down, I.proj, rows, h, ff, GemmOut::kBF16, s), "down_proj");
+    }
+    // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
+    // row: it is gathered once per sample), then sampling.
+    KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s),
+           "final norm");
+  }
+  if (num_samples > 0) {
+    KVC_OP(embedding_gather(I.xn, rows, h, dw + sl.sample_act_rows, num_samples, I.xs, s),
+           "gather sample rows");
+    KVC_OP(g.run(I.xs, I.lm_head, I.logits, num_samples, d.vocab, h, GemmOut::kF32, s), "lm_head");
+    KVC_OP(sample(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab, d.vocab,
+                  dparams, I.tokens_out, I.logprobs_out, s),
+           "sample");
+    KVC_TRY(cudaMemcpyAsync(I.host_tokens_out, I.tokens_out, num_samples * 4,
+                            cudaMemcpyDeviceToHost, s),
+            "tokens copy");
+    KVC_OP(cudaMemcpyAsync(I.host_logprobs_out, I.logprobs_out, num_samples * 4,
+                           cudaMemcpyDeviceToHost, s),
+           "logprobs copy");
+  }
+  KVC_TRY(cudaEventRecord(I.step_end, s), "event");
+  const Clock::time_point waiting = Clock::now();
+  KVC_TRY(cudaStreamSynchronize(s), "step");
+  const Clock::time_point done = Clock::now();
+  out.host_us = std::chrono::duration<double, std::micro>(waiting - entered).count();
+  out.prep_us = std::chrono::duration<double, std::micro>(launching - entered).count();
+  out.profile.clear();
+  if (I.profile) {
+    cudaEvent_t prev = I.step_begin;
+    for (size_t i = 0; i < I.num_marks; ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, prev, I.marks[i]);
+      prev = I.marks[i];
+      auto it = std::find_if(out.profile.begin(), out.profile.end(),
+                             [&](const auto& p) { return p.first == I.mark_names[i]; });
+      if (it == out.profile.end()) {
+        out.profile.emplace_back(I.mark_names[i], ms * 1e3);
+      } else {
+        it->second += ms * 1e3;
+      }
+    }
+  }
+  out.wait_us = std::chrono::duration<double, std::micro>(done - waiting).count();
+  float device_ms = 0;
+  KVC_TRY(cudaEventElapsedTime(&device_ms, I.step_begin, I.step_end), "event");
+  out.device_us = device_ms * 1e3;
+  std::memcpy(out.tokens.data(), I.host_tokens_out, num_samples * 4);
+  std::memcpy(out.logprobs.data(), I.host_logprobs_out, num_samples * 4);
+  if (st.return_logits) {
+    // Row r of the output holds the logits of the first sample that reads row r.
+    const size_t v = d.vocab;
+    out.logits.assign(act_row_of_logit_row.size() * v, 0.0f);
+    std::vector<bool> done(act_row_of_logit_row.size(), false);
+    for (int k = 0; k < num_samples; ++k) {
+      const int32_t r = st.sample_rows[k];
+      if (done[r]) continue;
+      done[r] = true;
+      KVC_TRY(
+          cudaMemcpy(out.logits.data() + r * v, I.logits + k * v, v * 4, cudaMemcpyDeviceToHost),
+          "logits copy");
+    }
+  }
+  return {};
+}
+
+}  // namespace kvc::kernels::cuda

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/llama.h"
 #include "kernels/cuda/roofline.h"
 #include "replica/cuda/cuda_backend.h"
 #include "replica/engine.h"
@@ -52,6 +53,8 @@ struct ModeRun {
   double decode_s = 0;
   int64_t generated = 0;
   int preemptions = 0;
+  int graph_steps = 0;  // decode steps that ran as CUDA graph replays
+  int decode_steps = 0;
 };
 
 // Sizes and counts of the model a step's floor is computed from.
@@ -122,7 +125,7 @@ struct NeedGap {
 // Device time per operation over the profiled steps of one S window.
 using Profile = std::map<int, std::vector<std::pair<std::string, double>>>;  // S point -> op us
 
-bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade,
+bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade, bool graphs,
                  const std::vector<GenerationRequest>& reqs, ModeRun& out, NeedGap* need,
                  Profile* profile = nullptr) {
   ByteTokenizer tokenizer;
@@ -136,6 +139,8 @@ bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade
     }
   }
   out.mode = cascade ? "cascade" : "flat";
+  if (!graphs && o.graphs == "both") out.mode += "_eager";
+  backend.set_graphs(graphs);
   std::map<uint64_t, int> generated;                      // by group, of sibling 0
   std::set<std::pair<uint64_t, int32_t>> need_positions;  // (group, position)
   if (need) {
@@ -213,7 +218,11 @@ bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade
         out.tokens[{g->id, s.sibling}].assign(s.tokens.begin() + g->prompt.size(), s.tokens.end());
       }
     }
-    if (r.prefill == 0) out.decode_s += wall / 1e3;
+    if (r.prefill == 0) {
+      out.decode_s += wall / 1e3;
+      ++out.decode_steps;
+      out.graph_steps += backend.last_timing().graph;
+    }
   }
   if (profile) backend.set_profile(false);
   out.total_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -318,9 +327,16 @@ int run_engine_bench(const EngineBenchOptions& o) {
   std::fflush(stdout);
 
   const std::vector<GenerationRequest> reqs = rollout_requests(o);
-  std::vector<bool> modes;
-  if (o.attention != "flat") modes.push_back(true);
-  if (o.attention != "cascade") modes.push_back(false);
+  // (cascade, graphs): the main runs with the --graphs setting (on for both), then the eager
+  // runs of the with/without table.
+  const bool graphs = o.graphs != "off";
+  std::vector<std::pair<bool, bool>> modes;
+  if (o.attention != "flat") modes.emplace_back(true, graphs);
+  if (o.attention != "cascade") modes.emplace_back(false, graphs);
+  if (o.graphs == "both") {
+    if (o.attention != "flat") modes.emplace_back(true, false);
+    if (o.attention != "cascade") modes.emplace_back(false, false);
+  }
   CudaBackendOptions bo;
   bo.block_size = 16;
   bo.num_blocks = rollout_blocks(o, bo.block_size);
@@ -345,9 +361,9 @@ int run_engine_bench(const EngineBenchOptions& o) {
               {"weight_bytes_per_step", m.weight_bytes}};
   std::map<std::string, ModeRun> runs;
   std::map<std::string, std::vector<Point>> points;
-  for (bool cascade : modes) {
+  for (auto [cascade, with_graphs] : modes) {
     ModeRun run;
-    if (!run_rollout(o, backend, cascade, reqs, run, nullptr)) return 1;
+    if (!run_rollout(o, backend, cascade, with_graphs, reqs, run, nullptr)) return 1;
     const std::string name = run.mode;
     // Prefill of one prompt: the first step (the budget holds one prompt, nothing decodes yet).
     const StepRecord& first = run.steps.front();
@@ -375,8 +391,9 @@ int run_engine_bench(const EngineBenchOptions& o) {
     const double tps = run.generated / run.total_s;
     std::printf(
         "rollout: %.2f s total, %.2f s decode, %lld tokens, %.0f tokens/s, %d "
-        "preemptions\n\n",
-        run.total_s, run.decode_s, static_cast<long long>(run.generated), tps, run.preemptions);
+        "preemptions; %d of %d decode steps replayed CUDA graphs\n\n",
+        run.total_s, run.decode_s, static_cast<long long>(run.generated), tps, run.preemptions,
+        run.graph_steps, run.decode_steps);
     std::fflush(stdout);
     json pj = json::array();
     for (const Point& p : pts)
@@ -396,6 +413,8 @@ int run_engine_bench(const EngineBenchOptions& o) {
                     {"generated_tokens", run.generated},
                     {"tokens_per_s", tps},
                     {"preemptions", run.preemptions},
+                    {"graph_steps", run.graph_steps},
+                    {"decode_steps", run.decode_steps},
                     {"gpu_idle_share_median", median(host_share)}};
     runs[name] = std::move(run);
   }
@@ -433,7 +452,8 @@ int run_engine_bench(const EngineBenchOptions& o) {
             {key.first, key.second, o.prefix + static_cast<int32_t>(d.first - ft.begin())});
       }
       ModeRun again;
-      if (!need.keys.empty() && !run_rollout(o, backend, false, reqs, again, &need)) return 1;
+      if (!need.keys.empty() && !run_rollout(o, backend, false, graphs, reqs, again, &need))
+        return 1;
       float worst_gap = 0, worst_rel = 0;
       json firsts = json::array();
       for (const auto& [key, gb] : need.gaps) {
@@ -460,13 +480,53 @@ int run_engine_bench(const EngineBenchOptions& o) {
     }
   }
 
+  if (o.graphs == "both") {
+    // The same rollouts with every decode step enqueued kernel by kernel.
+    std::printf("\n== CUDA graphs: step ms with / without, and rollout decode s ==\n");
+    const auto stats = backend.model().graph_stats();
+    std::printf("graphs captured %lld, replayed steps %lld, evicted %lld%s%s\n",
+                static_cast<long long>(stats.captures), static_cast<long long>(stats.replays),
+                static_cast<long long>(stats.evictions), stats.disabled.empty() ? "" : "; ",
+                stats.disabled.c_str());
+    json gj = json::array();
+    for (const std::string mode : {"cascade", "flat"}) {
+      if (!runs.count(mode) || !runs.count(mode + "_eager")) continue;
+      const auto& pg = points[mode];
+      const auto& pe = points[mode + "_eager"];
+      for (size_t i = 0; i < pg.size() && i < pe.size(); ++i) {
+        std::printf("%-8s S=%-5d %.3f / %.3f ms (%.1f%% faster), host prep+launch %.3f / %.3f ms\n",
+                    mode.c_str(), pg[i].s, pg[i].wall_ms, pe[i].wall_ms,
+                    100 * (pe[i].wall_ms / pg[i].wall_ms - 1), pg[i].host_ms, pe[i].host_ms);
+        gj.push_back({{"mode", mode},
+                      {"S", pg[i].s},
+                      {"graphs_ms", pg[i].wall_ms},
+                      {"eager_ms", pe[i].wall_ms},
+                      {"graphs_host_ms", pg[i].host_ms},
+                      {"eager_host_ms", pe[i].host_ms}});
+      }
+      const ModeRun& rg = runs[mode];
+      const ModeRun& re = runs[mode + "_eager"];
+      std::printf("%-8s rollout decode %.2f / %.2f s (%.1f%% shorter)\n", mode.c_str(), rg.decode_s,
+                  re.decode_s, 100 * (1 - rg.decode_s / re.decode_s));
+      gj.push_back({{"mode", mode},
+                    {"rollout_decode_graphs_s", rg.decode_s},
+                    {"rollout_decode_eager_s", re.decode_s}});
+    }
+    result["graphs"] = {{"rows", gj},
+                        {"captures", stats.captures},
+                        {"replays", stats.replays},
+                        {"evictions", stats.evictions},
+                        {"disabled", stats.disabled}};
+  }
+
   if (o.profile) {
     // Where the device time of a step goes, per operation (events after every operation of
     // profiled steps: slightly slower than the timed runs above).
-    for (bool cascade : modes) {
+    for (auto [cascade, with_graphs] : modes) {
+      if (with_graphs != graphs) continue;
       Profile prof;
       ModeRun pr;
-      if (!run_rollout(o, backend, cascade, reqs, pr, nullptr, &prof)) return 1;
+      if (!run_rollout(o, backend, cascade, with_graphs, reqs, pr, nullptr, &prof)) return 1;
       std::printf("\n== device time per operation, %s (us per step, 10 profiled steps) ==\n",
                   pr.mode.c_str());
       json pj;

@@ -4,8 +4,8 @@
 // S = 16 / 256 / 1024 generated tokens next to their floors (bytes / streaming-read bandwidth and
 // FLOPs / cuBLASLt bf16 peak, both measured in the same run), where the step's time goes (host
 // work, wait, device), the prefill of one prompt, the whole rollout; then cascade vs flat tokens
-// (every first difference checked to be a near-tie of the flat run's logits) and, when given, the
-// PyTorch anchor's rows from the same run.
+// (every first difference checked to be a near-tie of the flat run's logits), the same rollouts
+// with and without CUDA graphs, and, when given, the PyTorch anchor's rows from the same run.
 #pragma once
 
 #include <string>
@@ -21,6 +21,7 @@ struct EngineBenchOptions {
   int prefix = 4096;
   int gen = 1024;
   std::string attention = "both";  // cascade | flat | both
+  std::string graphs = "both";     // on | off | both: decode steps as CUDA graph replays
   int window = 20;                 // decode steps around each S point (median)
   int max_tokens_per_step = 4096;  // one prompt's prefill fits one step
   bool check_agreement = true;     // with both: cascade vs flat tokens, near-ties proven

@@ -42,6 +42,7 @@ struct EngineBenchFlags {
   std::string out_json, anchor_json, preset = "llama3-8b";
   int groups = 2, siblings = 64, prefix = 4096, gen = 1024;
   std::string attention = "both";
+  std::string graphs = "both";
   int window = 20, max_tokens_per_step = 4096;
   bool check_agreement = true;
   bool profile = true;
@@ -116,6 +117,11 @@ Run add_bench_command(CLI::App& app) {
   engine->add_option("--gen", e->gen, "tokens generated per sample")->check(CLI::Range(1, 16384));
   engine->add_option("--attention", e->attention, "cascade, flat or both")
       ->check(CLI::IsMember({"cascade", "flat", "both"}));
+  engine
+      ->add_option("--graphs", e->graphs,
+                   "decode steps as CUDA graph replays: on, off or both (a table with and "
+                   "without)")
+      ->check(CLI::IsMember({"on", "off", "both"}));
   engine->add_option("--window", e->window, "decode steps around each S point")
       ->check(CLI::Range(1, 1000));
   engine->add_option("--max-tokens-per-step", e->max_tokens_per_step, "the step's token budget")

@@ -25,6 +25,8 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "share of the GPU's memory for weights, workspace and KV cache")
       ->check(CLI::Range(0.05, 0.99));
+  cmd.add_flag("!--no-cuda-graphs", f.cuda_graphs,
+               "enqueue every decode step's kernels instead of replaying CUDA graphs");
   cmd.add_option("--block-size", f.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   cmd.add_option("--attention", f.attention, "cascade, or flat (bit-reproducible)")
       ->check(CLI::IsMember({"cascade", "flat"}));
@@ -59,6 +61,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f) {
   o.max_tokens_per_step = f.engine.scheduler.max_tokens_per_step;
   o.max_num_seqs = f.engine.scheduler.max_num_seqs;
   o.weights_seed = f.weights_seed;
+  o.cuda_graphs = f.cuda_graphs;
   Result<std::unique_ptr<CudaBackend>> made = Error{""};
   if (!f.model_dir.empty()) {
     made = CudaBackend::load(f.model_dir, o);

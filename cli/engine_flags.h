@@ -21,6 +21,7 @@ struct EngineFlags {
   std::string backend = "cpu";  // or "cuda"
   int32_t kv_blocks = 0;        // 0: 4096 on the CPU; on the GPU as many as memory allows
   double gpu_memory_utilization = 0.9;
+  bool cuda_graphs = true;
   int32_t block_size = 16;
   std::string attention = "cascade";  // or "flat"
   EngineConfig engine;

@@ -208,7 +208,9 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
     }
   }
 
-  // Pack; every array starts on a 16-byte boundary (the items are read as int4).
+  // Pack; every array starts on a 16-byte boundary (the items are read as int4). The suffix
+  // block tables, the only array that grows while a batch decodes, come last: the other offsets
+  // (part of a CUDA graph's signature, kernels/cuda/llama.h) stay put from step to step.
   auto append = [&](const std::vector<int32_t>& v) {
     while (d.host.size() % 4 != 0)
       d.host.push_back(0);
@@ -223,10 +225,10 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   d.offsets.node_unit_base = append(unit_base);
   d.offsets.node_items = append(items);
   d.offsets.suffix_block_indptr = append(plan.suffix_block_indptr);
-  d.offsets.suffix_block_indices = append(plan.suffix_block_indices);
   d.offsets.suffix_len = append(plan.suffix_len);
   d.offsets.seq_unit_indptr = append(seq_unit_indptr);
   d.offsets.seq_units = append(seq_units);
+  d.offsets.suffix_block_indices = append(plan.suffix_block_indices);
   while (d.host.size() % 4 != 0)
     d.host.push_back(0);
   return d;

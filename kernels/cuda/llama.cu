@@ -81,7 +81,8 @@ size_t LlamaModel::kv_bytes(const LlamaDims& d, int num_blocks, int block_size) 
 size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
   const size_t t = c.max_tokens, h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
-  size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff);
+  size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff) +
+               t * d.head_dim / 2 * 8;  // RoPE's (cos, sin)
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
   // + the GEMM workspace (32 MiB), the initial plan buffers (~22.5 MiB) and slack.
   return act + stage_layout(c).total + (size_t{64} << 20);
@@ -166,6 +167,7 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
   a(&I.gate_up, t * 2 * ff * 2);
   a(&I.act, t * ff * 2);
   a(&I.xs, size_t(c.max_samples) * h * 2);
+  a(&I.rope_cs, t * d.head_dim / 2 * 8);
   a(reinterpret_cast<void**>(&I.logits), size_t(c.max_samples) * d.vocab * 4);
   a(reinterpret_cast<void**>(&I.tokens_out), size_t(c.max_samples) * 4);
   a(reinterpret_cast<void**>(&I.logprobs_out), size_t(c.max_samples) * 4);
@@ -299,6 +301,22 @@ std::string LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, con
 
 void LlamaModel::set_profile(bool on) {
   impl_->profile = on;
+}
+
+void LlamaModel::set_graphs(bool on) {
+  Impl& I = *impl_;
+  if (!on) {
+    cudaStreamSynchronize(I.stream);
+    I.drop_graphs();
+  }
+  I.graphs_on = on;
+  if (on) I.graph_stats.disabled.clear();
+}
+
+LlamaModel::GraphStats LlamaModel::graph_stats() const {
+  GraphStats s = impl_->graph_stats;
+  s.cached = static_cast<int>(impl_->graphs.size());
+  return s;
 }
 
 std::string LlamaModel::random_init(uint64_t seed) {

@@ -91,6 +91,7 @@ struct LlamaOutput {
   double prep_us = 0;           // of which before the first launch (staging and plans on the host)
   double wait_us = 0;           // waiting for the device at the end of the step
   double device_us = 0;         // the step on the device, first to last operation (CUDA events)
+  bool graph = false;           // the step ran as a CUDA graph replay (set_graphs)
   // With set_profile(true): device microseconds per operation name, summed over layers, in
   // order of first appearance (an event after every operation; slows the step a little).
   std::vector<std::pair<std::string, double>> profile;
@@ -129,7 +130,26 @@ class LlamaModel {
   // Runs the step and draws its tokens. An error string names the failed operation; the KV of the
   // step's sequences is then undefined, and the model stays usable for other sequences.
   std::string forward(const LlamaStep& step, LlamaOutput& out);
+  // Per-operation device times in LlamaOutput::profile (no graphs while on).
   void set_profile(bool on);
+
+  // CUDA graphs for decode steps (on by default). A pure decode step (no prefill chunk) is
+  // enqueued as one graph: its launch signature (rows, samples, the device plan's launch shape
+  // and array offsets, the buffers it points into) keys a small LRU cache of instantiated graphs.
+  // The step's index arrays and plan live in fixed device buffers, filled by async copies before
+  // the replay, so a batch whose composition is unchanged replays one graph every step; a
+  // signature seen on two consecutive steps is captured (one-off batches run eagerly). A capture
+  // that fails turns graphs off for the model (graph_stats().disabled says why) and the step
+  // runs eagerly.
+  void set_graphs(bool on);
+  struct GraphStats {
+    int64_t captures = 0;  // graphs captured and instantiated
+    int64_t replays = 0;   // steps that ran as a graph (captures included)
+    int64_t evictions = 0;
+    int cached = 0;
+    std::string disabled;  // why graphs were turned off after a failure (empty: they were not)
+  };
+  GraphStats graph_stats() const;
 
   const LlamaDims& dims() const { return dims_; }
   const LlamaCapacity& capacity() const { return capacity_; }

@@ -51,6 +51,7 @@ struct LlamaModel::Impl {
   float* residual = nullptr;  // fp32 [T, h]
   void *x = nullptr, *xn = nullptr, *q = nullptr, *qkv = nullptr, *attn = nullptr, *proj = nullptr,
        *gate_up = nullptr, *act = nullptr, *xs = nullptr;
+  void* rope_cs = nullptr;  // float2 [T, head_dim / 2]: the step's RoPE (cos, sin), all layers
   float* logits = nullptr;  // [max_samples, vocab]
   int32_t* tokens_out = nullptr;
   float* logprobs_out = nullptr;
@@ -89,6 +90,34 @@ struct LlamaModel::Impl {
     mark_names[num_marks] = what;
     cudaEventRecord(marks[num_marks++], s);
   }
+  // CUDA graphs of decode steps (LlamaModel::set_graphs), least recently used evicted.
+  static constexpr size_t kMaxGraphs = 16;
+  struct GraphEntry {
+    std::vector<int64_t> key;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t last_use = 0;
+  };
+  bool graphs_on = true;
+  std::vector<GraphEntry> graphs;
+  std::vector<int64_t> last_key;  // the previous decode step's signature
+  uint64_t graph_clock = 0;
+  GraphStats graph_stats;
+  GraphEntry* find_graph(const std::vector<int64_t>& key) {
+    for (GraphEntry& g : graphs) {
+      if (g.key == key) {
+        g.last_use = ++graph_clock;
+        return &g;
+      }
+    }
+    return nullptr;
+  }
+  void drop_graphs() {
+    for (GraphEntry& g : graphs)
+      cudaGraphExecDestroy(g.exec);
+    graphs.clear();
+    last_key.clear();
+  }
+
   std::unique_ptr<Gemm> gemm;
   RopeTable rope;
   AttentionShape shape;
@@ -102,6 +131,7 @@ struct LlamaModel::Impl {
     if (need <= *have) return cudaSuccess;
     if (*p) {
       cudaStreamSynchronize(stream);
+      drop_graphs();  // they point into the old buffer
       cudaFree(*p);
       std::erase(allocations, *p);
       *p = nullptr;
@@ -118,6 +148,7 @@ struct LlamaModel::Impl {
   }
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    drop_graphs();
     gemm.reset();
     for (void* p : allocations)
       cudaFree(p);

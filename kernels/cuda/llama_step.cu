@@ -132,70 +132,150 @@ std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   if (num_copies > 0) {
     KVC_OP(copy_blocks(I.kv, I.kv_layout, dw + sl.copies, num_copies, s), "copy_blocks");
   }
-  if (rows > 0) {
-    // 3. Embeddings.
-    KVC_OP(embedding_gather(I.embed, d.vocab, h, dw + sl.tokens, rows, I.x, s), "embedding_gather");
-    for (int layer = 0; layer < d.layers; ++layer) {
-      const Impl::Layer& L = I.layers[layer];
-      void* kc = I.kv_layout.k(I.kv, layer);
-      void* vc = I.kv_layout.v(I.kv, layer);
-      // Attention block.
-      KVC_OP(add_rms_norm(layer == 0 ? I.x : I.proj, I.residual, layer > 0, L.attn_norm, I.xn, rows,
-                          h, d.rms_eps, s),
-             "add_rms_norm");
-      // One GEMM for q, k and v; RoPE writes q contiguous for the attention kernels and
-      // rotates k in place; k and v go to the cache straight from the QKV rows.
-      const int64_t qkv_row = qd + 2 * kvd;
-      auto* qkv = static_cast<__nv_bfloat16*>(I.qkv);
-      KVC_OP(g.run(I.xn, L.qkv, qkv, rows, static_cast<int>(qkv_row), h, GemmOut::kBF16, s),
-             "qkv_proj");
-      KVC_OP(rope(qkv, qkv_row, d.q_heads, qkv + qd, qkv_row, d.kv_heads, dw + sl.positions, rows,
-                  I.rope, s, I.q, qd),
-             "rope");
-      KVC_OP(kv_append(qkv + qd, qkv_row, qkv + qd + kvd, qkv_row, dw + sl.slots, rows, d.kv_heads,
-                       d.head_dim, KvDtype::kBF16, kc, vc, s),
-             "kv_append");
-      if (num_chunks > 0) {
-        KVC_OP(paged_prefill(I.shape, KvDtype::kBF16, pplan, I.q, kc, vc, dw + sl.q_indptr,
-                             dw + sl.block_indptr,
-                             reinterpret_cast<const int32_t*>(I.dev_stage + sl.block_indices_bytes),
-                             dw + sl.start_pos, I.attn, nullptr, s),
-               "paged_prefill");
+  // 3-4: the layers, the LM head, sampling and the tokens' copy back: enqueued as they are, or
+  // captured into (and replayed from) a CUDA graph for a pure decode step.
+  auto body = [&]() -> std::string {
+    if (rows > 0) {
+      // 3. Embeddings.
+      KVC_OP(embedding_gather(I.embed, d.vocab, h, dw + sl.tokens, rows, I.x, s),
+             "embedding_gather");
+      KVC_OP(rope_angles(dw + sl.positions, rows, I.rope, I.rope_cs, s), "rope_angles");
+      for (int layer = 0; layer < d.layers; ++layer) {
+        const Impl::Layer& L = I.layers[layer];
+        void* kc = I.kv_layout.k(I.kv, layer);
+        void* vc = I.kv_layout.v(I.kv, layer);
+        // Attention block.
+        KVC_OP(add_rms_norm(layer == 0 ? I.x : I.proj, I.residual, layer > 0, L.attn_norm, I.xn,
+                            rows, h, d.rms_eps, s),
+               "add_rms_norm");
+        // One GEMM for q, k and v; one launch rotates q into the contiguous buffer the
+        // attention kernels read and writes rotated k and v to the cache from the QKV rows.
+        const int64_t qkv_row = qd + 2 * kvd;
+        auto* qkv = static_cast<__nv_bfloat16*>(I.qkv);
+        KVC_OP(g.run(I.xn, L.qkv, qkv, rows, static_cast<int>(qkv_row), h, GemmOut::kBF16, s),
+               "qkv_proj");
+        KVC_OP(rope_kv_append(qkv, qkv_row, d.q_heads, qkv + qd, qkv_row, qkv + qd + kvd, qkv_row,
+                              d.kv_heads, d.head_dim, I.rope_cs, rows, I.q, qd, dw + sl.slots,
+                              KvDtype::kBF16, kc, vc, s),
+               "rope_kv_append");
+        if (num_chunks > 0) {
+          KVC_OP(
+              paged_prefill(I.shape, KvDtype::kBF16, pplan, I.q, kc, vc, dw + sl.q_indptr,
+                            dw + sl.block_indptr,
+                            reinterpret_cast<const int32_t*>(I.dev_stage + sl.block_indices_bytes),
+                            dw + sl.start_pos, I.attn, nullptr, s),
+              "paged_prefill");
+        }
+        if (decode_rows > 0) {
+          const size_t off = size_t(prefill_rows) * qd;
+          KVC_OP(
+              cascade_decode(I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off,
+                             kc, vc, static_cast<__nv_bfloat16*>(I.attn) + off, nullptr,
+                             I.decode_ws, I.decode_ws_bytes, s),
+              "cascade_decode");
+        }
+        KVC_OP(g.run(I.attn, L.o, I.proj, rows, h, qd, GemmOut::kBF16, s), "o_proj");
+        // MLP block.
+        KVC_OP(add_rms_norm(I.proj, I.residual, true, L.mlp_norm, I.xn, rows, h, d.rms_eps, s),
+               "add_rms_norm");
+        KVC_OP(g.run(I.xn, L.gate_up, I.gate_up, rows, 2 * ff, h, GemmOut::kBF16, s),
+               "gate_up_proj");
+        KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
+        KVC_OP(g.run(I.act, L.down, I.proj, rows, h, ff, GemmOut::kBF16, s), "down_proj");
       }
-      if (decode_rows > 0) {
-        const size_t off = size_t(prefill_rows) * qd;
-        KVC_OP(
-            cascade_decode(I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off,
-                           kc, vc, static_cast<__nv_bfloat16*>(I.attn) + off, nullptr, I.decode_ws,
-                           I.decode_ws_bytes, s),
-            "cascade_decode");
-      }
-      KVC_OP(g.run(I.attn, L.o, I.proj, rows, h, qd, GemmOut::kBF16, s), "o_proj");
-      // MLP block.
-      KVC_OP(add_rms_norm(I.proj, I.residual, true, L.mlp_norm, I.xn, rows, h, d.rms_eps, s),
-             "add_rms_norm");
-      KVC_OP(g.run(I.xn, L.gate_up, I.gate_up, rows, 2 * ff, h, GemmOut::kBF16, s), "gate_up_proj");
-      KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
-      KVC_OP(g.run(I.act, L.down, I.proj, rows, h, ff, GemmOut::kBF16, s), "down_proj");
+      // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
+      // row: it is gathered once per sample), then sampling.
+      KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s),
+             "final norm");
     }
-    // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
-    // row: it is gathered once per sample), then sampling.
-    KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s),
-           "final norm");
+    if (num_samples > 0) {
+      KVC_OP(embedding_gather(I.xn, rows, h, dw + sl.sample_act_rows, num_samples, I.xs, s),
+             "gather sample rows");
+      KVC_OP(g.run(I.xs, I.lm_head, I.logits, num_samples, d.vocab, h, GemmOut::kF32, s),
+             "lm_head");
+      KVC_OP(sample(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab, d.vocab,
+                    dparams, I.tokens_out, I.logprobs_out, s),
+             "sample");
+      KVC_TRY(cudaMemcpyAsync(I.host_tokens_out, I.tokens_out, num_samples * 4,
+                              cudaMemcpyDeviceToHost, s),
+              "tokens copy");
+      KVC_OP(cudaMemcpyAsync(I.host_logprobs_out, I.logprobs_out, num_samples * 4,
+                             cudaMemcpyDeviceToHost, s),
+             "logprobs copy");
+    }
+    return {};
+  };
+  out.graph = false;
+  if (I.graphs_on && !I.profile && num_chunks == 0 && decode_rows > 0) {
+    // Everything the enqueued work depends on besides the contents of the staging and plan
+    // buffers: equal signatures enqueue identical launches.
+    const auto& o = dplan.offsets;
+    std::vector<int64_t> key{rows,
+                             num_samples,
+                             st.sample_vocab,
+                             dplan.num_seqs,
+                             dplan.num_nodes,
+                             dplan.num_node_items,
+                             dplan.node_chunk_tokens,
+                             dplan.num_prefix_ctas,
+                             dplan.suffix.num_splits,
+                             dplan.suffix.split_tokens,
+                             dplan.wide_path,
+                             dplan.num_node_units,
+                             o.node_block_indptr,
+                             o.node_block_indices,
+                             o.node_seq_indptr,
+                             o.node_seq_indices,
+                             o.node_unit_base,
+                             o.node_items,
+                             o.suffix_block_indptr,
+                             o.suffix_block_indices,
+                             o.suffix_len,
+                             o.seq_unit_indptr,
+                             o.seq_units,
+                             reinterpret_cast<int64_t>(I.decode_plan_buf),
+                             reinterpret_cast<int64_t>(I.decode_ws),
+                             static_cast<int64_t>(I.decode_ws_bytes)};
+    Impl::GraphEntry* entry = I.find_graph(key);
+    if (entry == nullptr && key == I.last_key) {
+      KVC_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "graph capture");
+      std::string failed = body();
+      cudaGraph_t graph = nullptr;
+      cudaError_t e = cudaStreamEndCapture(s, &graph);
+      cudaGraphExec_t exec = nullptr;
+      if (failed.empty() && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (failed.empty() && e != cudaSuccess) failed = cudaGetErrorString(e);
+      if (!failed.empty()) {
+        (void)cudaGetLastError();
+        I.graphs_on = false;
+        I.drop_graphs();
+        I.graph_stats.disabled = "CUDA graph capture failed (" + failed + "); steps run eagerly";
+      } else {
+        if (I.graphs.size() == Impl::kMaxGraphs) {
+          auto lru = std::min_element(
+              I.graphs.begin(), I.graphs.end(),
+              [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+          cudaGraphExecDestroy(lru->exec);
+          I.graphs.erase(lru);
+          ++I.graph_stats.evictions;
+        }
+        I.graphs.push_back({key, exec, ++I.graph_clock});
+        entry = &I.graphs.back();
+        ++I.graph_stats.captures;
+      }
+    }
+    I.last_key = std::move(key);
+    if (entry != nullptr) {
+      KVC_TRY(cudaGraphLaunch(entry->exec, s), "graph launch");
+      ++I.graph_stats.replays;
+      out.graph = true;
+    }
+  } else if (num_chunks > 0) {
+    I.last_key.clear();
   }
-  if (num_samples > 0) {
-    KVC_OP(embedding_gather(I.xn, rows, h, dw + sl.sample_act_rows, num_samples, I.xs, s),
-           "gather sample rows");
-    KVC_OP(g.run(I.xs, I.lm_head, I.logits, num_samples, d.vocab, h, GemmOut::kF32, s), "lm_head");
-    KVC_OP(sample(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab, d.vocab,
-                  dparams, I.tokens_out, I.logprobs_out, s),
-           "sample");
-    KVC_TRY(cudaMemcpyAsync(I.host_tokens_out, I.tokens_out, num_samples * 4,
-                            cudaMemcpyDeviceToHost, s),
-            "tokens copy");
-    KVC_OP(cudaMemcpyAsync(I.host_logprobs_out, I.logprobs_out, num_samples * 4,
-                           cudaMemcpyDeviceToHost, s),
-           "logprobs copy");
+  if (!out.graph) {
+    if (std::string e = body(); !e.empty()) return e;
   }
   KVC_TRY(cudaEventRecord(I.step_end, s), "event");
   const Clock::time_point waiting = Clock::now();

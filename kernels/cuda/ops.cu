@@ -160,6 +160,14 @@ struct RopeArgs {
   RopeTable table;
 };
 
+// Two adjacent rotary pairs: (x.x, y.x) by angle 0 and (x.y, y.y) by angle 1, each angle given
+// as (cos, sin); fp32, rounded once to bf16. Shared by both RoPE kernels (bit-equal results).
+__device__ __forceinline__ void rotate_pairs(float2 x, float2 y, float2 a0, float2 a1,
+                                             __nv_bfloat162& lo, __nv_bfloat162& hi) {
+  lo = __floats2bfloat162_rn(x.x * a0.x - y.x * a0.y, x.y * a1.x - y.y * a1.y);
+  hi = __floats2bfloat162_rn(y.x * a0.x + x.x * a0.y, y.y * a1.x + x.y * a1.y);
+}
+
 // One CTA per token: cos/sin of its angles in double into shared memory, then every head's pairs
 // (two adjacent i at a time, as bf16x2).
 __global__ void rope_kernel(const RopeArgs a) {
@@ -184,11 +192,9 @@ __global__ void rope_kernel(const RopeArgs a) {
     bf16* out = is_q ? a.q_out + t * a.q_out_stride + int64_t{h} * head_dim : const_cast<bf16*>(in);
     const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + i));
     const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + half + i));
-    const float c0 = cos_t[i], c1 = cos_t[i + 1], s0 = sin_t[i], s1 = sin_t[i + 1];
-    *reinterpret_cast<__nv_bfloat162*>(out + i) =
-        __floats2bfloat162_rn(x.x * c0 - y.x * s0, x.y * c1 - y.y * s1);
-    *reinterpret_cast<__nv_bfloat162*>(out + half + i) =
-        __floats2bfloat162_rn(y.x * c0 + x.x * s0, y.y * c1 + x.y * s1);
+    rotate_pairs(x, y, make_float2(cos_t[i], sin_t[i]), make_float2(cos_t[i + 1], sin_t[i + 1]),
+                 *reinterpret_cast<__nv_bfloat162*>(out + i),
+                 *reinterpret_cast<__nv_bfloat162*>(out + half + i));
   }
 }
 
@@ -251,6 +257,77 @@ __global__ void kv_append_kernel(const bf16* k, int64_t k_stride, const bf16* v,
   for (int i = threadIdx.x * kVec; i < kv_row; i += blockDim.x * kVec) {
     convert_row<T, kVec>(k + t * k_stride + i, k_cache + dst + i);
     convert_row<T, kVec>(v + t * v_stride + i, v_cache + dst + i);
+  }
+}
+
+// ---- RoPE and KV append in one launch ------------------------------------------------------
+
+__global__ void rope_angles_kernel(const int32_t* positions, int tokens, const RopeTable table,
+                                   float2* cs) {
+  const int half = table.head_dim / 2;
+  const int64_t n = int64_t{tokens} * half;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = idx / half;
+    const int i = static_cast<int>(idx % half);
+    double s, c;
+    sincos(static_cast<double>(positions[t]) * table.inv_freq[i], &s, &c);
+    cs[idx] = make_float2(static_cast<float>(c), static_cast<float>(s));
+  }
+}
+
+// One CTA per token; a thread rotates 4 pairs (8 values: 4 at i, 4 at i + half) of one head
+// of q or k, or copies 8 values of v. rope_kernel's arithmetic, so the results are bit-equal.
+template <typename T>
+__global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q_heads,
+                                      const bf16* k, int64_t k_stride, const bf16* v,
+                                      int64_t v_stride, int num_kv_heads, int head_dim,
+                                      const float2* cs, bf16* q_out, int64_t q_out_stride,
+                                      const int32_t* slots, T* k_cache, T* v_cache) {
+  const int64_t t = blockIdx.x;
+  const int half = head_dim / 2, quads = half / 4;
+  const int32_t slot = slots[t];
+  const int64_t kv_row = int64_t{num_kv_heads} * head_dim;
+  const int rot_units = (num_q_heads + num_kv_heads) * quads;
+  const int units = rot_units + static_cast<int>(kv_row / 8);
+  const float2* c_t = cs + t * half;
+  for (int u = threadIdx.x; u < units; u += blockDim.x) {
+    if (u >= rot_units) {  // V: 8 values
+      if (slot < 0) continue;
+      const int64_t i = int64_t{u - rot_units} * 8;
+      convert_row<T, 8>(v + t * v_stride + i, v_cache + int64_t{slot} * kv_row + i);
+      continue;
+    }
+    const int h = u / quads, i = (u % quads) * 4;
+    const bool is_q = h < num_q_heads;
+    if (!is_q && slot < 0) continue;
+    const bf16* in = is_q ? q + t * q_stride + int64_t{h} * head_dim
+                          : k + t * k_stride + int64_t{h - num_q_heads} * head_dim;
+    const uint2 xa = *reinterpret_cast<const uint2*>(in + i);
+    const uint2 ya = *reinterpret_cast<const uint2*>(in + half + i);
+    const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xa);
+    const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&ya);
+    __nv_bfloat162 lo[2], hi[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float2 x = __bfloat1622float2(x2[j]);
+      const float2 y = __bfloat1622float2(y2[j]);
+      rotate_pairs(x, y, c_t[i + 2 * j], c_t[i + 2 * j + 1], lo[j], hi[j]);
+    }
+    if (is_q) {
+      bf16* out = q_out + t * q_out_stride + int64_t{h} * head_dim;
+      *reinterpret_cast<uint2*>(out + i) = *reinterpret_cast<const uint2*>(lo);
+      *reinterpret_cast<uint2*>(out + half + i) = *reinterpret_cast<const uint2*>(hi);
+    } else {
+      T* out = k_cache + int64_t{slot} * kv_row + int64_t{h - num_q_heads} * head_dim;
+      const bf16* l = reinterpret_cast<const bf16*>(lo);
+      const bf16* r = reinterpret_cast<const bf16*>(hi);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        out[i + j] = from_bf16<T>(l[j]);
+        out[half + i + j] = from_bf16<T>(r[j]);
+      }
+    }
   }
 }
 
@@ -385,6 +462,47 @@ cudaError_t kv_append(const void* k, int64_t k_stride, const void* v, int64_t v_
       kv_append_kernel<T, 1>
           <<<tokens, threads, 0, stream>>>(kb, k_stride, vb, v_stride, slots, kv_row, kc, vc);
     }
+  };
+  if (cache_dtype == KvDtype::kF16) {
+    launch(static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
+  } else {
+    launch(static_cast<bf16*>(k_cache), static_cast<bf16*>(v_cache));
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t rope_angles(const int32_t* positions, int tokens, const RopeTable& table, void* cs,
+                        cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  if (tokens < 0 || table.head_dim <= 0 || table.head_dim % 2 != 0) return cudaErrorInvalidValue;
+  const int64_t n = int64_t{tokens} * (table.head_dim / 2);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+  rope_angles_kernel<<<blocks, 256, 0, stream>>>(positions, tokens, table,
+                                                 static_cast<float2*>(cs));
+  return cudaGetLastError();
+}
+
+cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, const void* k,
+                           int64_t k_stride, const void* v, int64_t v_stride, int num_kv_heads,
+                           int head_dim, const void* cs, int tokens, void* q_out,
+                           int64_t q_out_stride, const int32_t* slots, KvDtype cache_dtype,
+                           void* k_cache, void* v_cache, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  if (tokens < 0 || head_dim <= 0 || head_dim % 8 != 0 || head_dim > kMaxRopeHeadDim ||
+      num_q_heads < 0 || num_kv_heads <= 0 || q_stride % 4 != 0 || k_stride % 4 != 0 ||
+      v_stride % 8 != 0 || q_out_stride % 4 != 0 || !aligned16(v) || !aligned16(k_cache) ||
+      !aligned16(v_cache) || reinterpret_cast<uintptr_t>(q) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(k) % 8 != 0 || reinterpret_cast<uintptr_t>(q_out) % 8 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int units = (num_q_heads + num_kv_heads) * (head_dim / 8) + num_kv_heads * head_dim / 8;
+  const int threads = std::min(threads_for(units), 512);
+  auto launch = [&](auto* kc, auto* vc) {
+    using T = std::remove_pointer_t<decltype(kc)>;
+    rope_kv_append_kernel<T><<<tokens, threads, 0, stream>>>(
+        static_cast<const bf16*>(q), q_stride, num_q_heads, static_cast<const bf16*>(k), k_stride,
+        static_cast<const bf16*>(v), v_stride, num_kv_heads, head_dim,
+        static_cast<const float2*>(cs), static_cast<bf16*>(q_out), q_out_stride, slots, kc, vc);
   };
   if (cache_dtype == KvDtype::kF16) {
     launch(static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));

@@ -61,6 +61,23 @@ cudaError_t rope(void* q, int64_t q_stride, int num_q_heads, void* k, int64_t k_
                  int num_kv_heads, const int32_t* positions, int tokens, const RopeTable& table,
                  cudaStream_t stream = nullptr, void* q_out = nullptr, int64_t q_out_stride = 0);
 
+// The cosines and sines rope() uses, once per token for every layer of a step: cs[t * head_dim / 2
+// + i] = (cos, sin) of positions[t] * inv_freq[i], computed in double and rounded to fp32 (as
+// rope()). cs: [tokens, head_dim / 2] float2 (device).
+cudaError_t rope_angles(const int32_t* positions, int tokens, const RopeTable& table, void* cs,
+                        cudaStream_t stream = nullptr);
+
+// rope() and kv_append() of one layer in one launch, from the angles of rope_angles(): q's
+// rotated rows go to q_out, k's rotated rows and v's rows go to the caches at slots[t] (a
+// negative slot skips the token's K and V); q and k themselves are not written. Bit-equal to
+// rope(q, ..., k, ..., q_out) followed by kv_append(k, v, ...). Preconditions: those of rope()
+// and kv_append(), and head_dim % 8 == 0.
+cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, const void* k,
+                           int64_t k_stride, const void* v, int64_t v_stride, int num_kv_heads,
+                           int head_dim, const void* cs, int tokens, void* q_out,
+                           int64_t q_out_stride, const int32_t* slots, KvDtype cache_dtype,
+                           void* k_cache, void* v_cache, cudaStream_t stream = nullptr);
+
 // out = bf16(silu(gate) * up) in fp32, silu(g) = g / (1 + exp(-g)) (HF rounds silu(gate) to bf16
 // first). gate_up: [rows, 2 * inter] bf16, each row gate then up; out: [rows, inter] bf16.
 cudaError_t silu_mul(const void* gate_up, void* out, int rows, int inter,

@@ -88,6 +88,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   std::string error;
   auto model = kc::LlamaModel::create(dims, cap, error);
   if (!model) return Error{"--backend cuda: " + error};
+  model->set_graphs(o.cuda_graphs);
   return std::unique_ptr<CudaBackend>(
       new CudaBackend(config, std::move(model), cap.num_blocks, o.block_size, mem));
 }
@@ -201,6 +202,10 @@ void CudaBackend::set_profile(bool on) {
   model_->set_profile(on);
 }
 
+void CudaBackend::set_graphs(bool on) {
+  model_->set_graphs(on);
+}
+
 Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   kc::LlamaStep st;
   copies_.clear();
@@ -243,8 +248,9 @@ Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   st.return_logits = batch.return_logits;
   kc::LlamaOutput result;
   if (std::string e = model_->forward(st, result); !e.empty()) return Error{e};
-  timing_ = {result.host_us, result.prep_us, result.wait_us, result.device_us,
-             std::move(result.profile)};
+  timing_ = {
+      result.host_us, result.prep_us, result.wait_us, result.device_us, std::move(result.profile),
+      result.graph};
   out.samples.resize(result.tokens.size());
   for (size_t k = 0; k < result.tokens.size(); ++k)
     out.samples[k] = SampledToken{result.tokens[k], result.logprobs[k]};

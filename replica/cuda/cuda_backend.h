@@ -26,6 +26,7 @@ struct CudaBackendOptions {
   int32_t max_tokens_per_step = 512;    // the scheduler's budget: rows of one step
   int32_t max_num_seqs = 256;           // sequences of one step (tokens drawn)
   uint64_t weights_seed = 1234;         // for random_init
+  bool cuda_graphs = true;  // decode steps replayed as CUDA graphs (kernels/cuda/llama.h)
 };
 
 // What start-up allocated (printed in the start-up log).
@@ -65,9 +66,11 @@ class CudaBackend final : public Backend {
   struct StepTiming {
     double host_us = 0, prep_us = 0, wait_us = 0, device_us = 0;
     std::vector<std::pair<std::string, double>> profile;  // with set_profile: device us per op
+    bool graph = false;                                   // ran as a CUDA graph replay
   };
   const StepTiming& last_timing() const { return timing_; }
   void set_profile(bool on);
+  void set_graphs(bool on);
   kernels::cuda::LlamaModel& model() { return *model_; }
 
  private:

@@ -295,6 +295,72 @@ TEST_F(CudaOpsTest, KvAppendIsExactInBothCacheDtypes) {
   }
 }
 
+// rope_angles + rope_kv_append (one launch per layer) give exactly what rope followed by
+// kv_append give, from a fused QKV buffer: the rotated q rows and both caches, padding included.
+TEST_F(CudaOpsTest, RopeKvAppendEqualsRopeThenKvAppend) {
+  const cpu::RopeConfig cfg{.theta = 500000, .llama3_scaling = true};
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16}) {
+    for (int head_dim : {64, 128}) {
+      for (int group : {1, 4}) {
+        for (int tokens : {1, 77, 300}) {
+          const int kv_heads = 8 / group, q_heads = kv_heads * group;
+          const int qd = q_heads * head_dim, kvd = kv_heads * head_dim, row = qd + 2 * kvd;
+          const std::string what = std::string(dt == KvDtype::kF16 ? "fp16" : "bf16") + " d " +
+                                   std::to_string(head_dim) + " group " + std::to_string(group) +
+                                   " tokens " + std::to_string(tokens);
+          const std::vector<float> qkv = random_bf16(rng_, static_cast<size_t>(tokens) * row);
+          std::vector<int32_t> pos(tokens);
+          for (int32_t& p : pos)
+            p = static_cast<int32_t>(rng_() % 131072);
+          const int num_slots = (tokens / 16 + 4) * 16;
+          std::vector<int32_t> all(num_slots);
+          std::iota(all.begin(), all.end(), 0);
+          std::shuffle(all.begin(), all.end(), rng_);
+          std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
+          for (int32_t& sl : slots) {
+            if (rng_() % 10 == 0) sl = -1;
+          }
+          const size_t cache_n = static_cast<size_t>(num_slots) * kvd;
+          std::vector<float> cache = random_vector(rng_, cache_n);
+          cpu::round_to(cache.data(), cache_n, testutil::storage(dt));
+          const size_t q_n = static_cast<size_t>(tokens) * qd;
+          const cuda::RopeTable table = cuda::make_rope_table(head_dim, cfg);
+          DeviceBuffer d_pos = upload(pos), d_slots = upload(slots);
+          // Reference: rope (q to q_out, k in place), then kv_append.
+          DeviceBuffer a_qkv = upload(to_bits(qkv)), a_q(q_n * 2), a_k = upload(to_bits(cache, dt)),
+                       a_v = upload(to_bits(cache, dt));
+          auto* a_base = static_cast<uint16_t*>(a_qkv.data());
+          ASSERT_EQ(cuda::rope(a_base, row, q_heads, a_base + qd, row, kv_heads,
+                               d_pos.as<int32_t>(), tokens, table, nullptr, a_q.data(), qd),
+                    cudaSuccess);
+          ASSERT_EQ(cuda::kv_append(a_base + qd, row, a_base + qd + kvd, row, d_slots.as<int32_t>(),
+                                    tokens, kv_heads, head_dim, dt, a_k.data(), a_v.data()),
+                    cudaSuccess);
+          // Fused.
+          DeviceBuffer b_qkv = upload(to_bits(qkv)), b_q(q_n * 2), b_k = upload(to_bits(cache, dt)),
+                       b_v = upload(to_bits(cache, dt)),
+                       cs(static_cast<size_t>(tokens) * head_dim / 2 * 8);
+          b_q.fill_bytes(0xFF);
+          auto* b_base = static_cast<uint16_t*>(b_qkv.data());
+          ASSERT_EQ(cuda::rope_angles(d_pos.as<int32_t>(), tokens, table, cs.data()), cudaSuccess);
+          ASSERT_EQ(cuda::rope_kv_append(b_base, row, q_heads, b_base + qd, row, b_base + qd + kvd,
+                                         row, kv_heads, head_dim, cs.data(), tokens, b_q.data(), qd,
+                                         d_slots.as<int32_t>(), dt, b_k.data(), b_v.data()),
+                    cudaSuccess);
+          cuda::synchronize_or_die("rope_kv_append");
+          EXPECT_EQ(download<uint16_t>(b_q, q_n), download<uint16_t>(a_q, q_n)) << what << " q";
+          EXPECT_EQ(download<uint16_t>(b_k, cache_n), download<uint16_t>(a_k, cache_n))
+              << what << " K cache";
+          EXPECT_EQ(download<uint16_t>(b_v, cache_n), download<uint16_t>(a_v, cache_n))
+              << what << " V cache";
+          EXPECT_EQ(download<uint16_t>(b_qkv, qkv.size()), to_bits(qkv))
+              << what << " the QKV rows stay untouched";
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, CopyBlocksIsExact) {
   struct Case {
     int layers, block_size, kv_heads, head_dim;

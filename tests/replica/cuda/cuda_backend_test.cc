@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/llama.h"
 #include "replica/cpu_backend.h"
 #include "replica/engine.h"
 #include "replica/safetensors.h"
@@ -216,6 +217,37 @@ TEST_F(CudaBackendTest, GreedyCascadeEqualsFlat) {
   const RunOutput cascade = run(*g2, reqs, true);
   EXPECT_GT(cascade.levels_kept, 0);
   expect_same_or_near_tie(flat, cascade, reqs, 0.05f);
+}
+
+// Decode steps replayed from CUDA graphs give exactly the eager steps' logits and tokens (greedy
+// and sampled, cascade and flat), while the batch changes under them: groups of different lengths
+// finish, so signatures change, graphs are captured anew and old ones replayed.
+TEST_F(CudaBackendTest, CudaGraphsReplayEqualsEagerBitForBit) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    reqs.push_back(request(kSystem + "Question " + std::to_string(i) + ": why?", 4,
+                           i % 2 == 0 ? 0.0f : 0.9f, 20 + 7 * i, 100 + i));
+  }
+  for (bool cascade : {true, false}) {
+    CudaBackendOptions o;
+    o.num_blocks = 1024;
+    auto graphs = CudaBackend::create(weights().config, &weights(), o);
+    o.cuda_graphs = false;
+    auto eager = CudaBackend::create(weights().config, &weights(), o);
+    ASSERT_TRUE(graphs.ok() && eager.ok());
+    const RunOutput a = run(**eager, reqs, cascade, true);
+    const RunOutput b = run(**graphs, reqs, cascade, true);
+    const auto with = (*graphs)->model().graph_stats();
+    const auto without = (*eager)->model().graph_stats();
+    EXPECT_EQ(with.disabled, "");
+    EXPECT_GT(with.captures, 1);  // the batch shrank: more than one signature
+    EXPECT_GT(with.replays, 4 * with.captures);
+    EXPECT_EQ(without.replays, 0);
+    EXPECT_EQ(a.tokens, b.tokens);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    for (const auto& [key, la] : a.logits)
+      ASSERT_EQ(la, b.logits.at(key)) << "logits differ at position " << std::get<2>(key);
+  }
 }
 
 // A pool so small that whole groups are preempted and recomputed gives the large pool's tokens

@@ -35,6 +35,10 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
       ->check(CLI::Range(1, 1 << 16));
   cmd.add_option("--max-tokens-per-step", s.max_tokens_per_step, "token budget of one step")
       ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--group-wait-ms", f.group_wait_ms,
+                 "how long the first requests of a declared group (group_size) wait for the rest "
+                 "before starting with those present")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   auto& c = f.engine.cascade;
   cmd.add_option("--cascade-min-shared-tokens", c.min_shared_tokens,
                  "shortest shared span worth a cascade level")
@@ -114,6 +118,7 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f) {
 EngineConfig engine_config(const EngineFlags& f, const Backend& backend) {
   EngineConfig c = f.engine;
   c.cascade.enabled = f.attention == "cascade";
+  c.scheduler.group_wait = std::chrono::milliseconds(f.group_wait_ms);
   c.scheduler.max_model_len = backend.config().max_position_embeddings;
   // A member's partial (O in fp32 + LSE) is written, read back and merged: per layer.
   const ModelConfig& m = backend.config();

@@ -24,6 +24,7 @@ struct EngineFlags {
   bool cuda_graphs = true;
   int32_t block_size = 16;
   std::string attention = "cascade";  // or "flat"
+  int64_t group_wait_ms = 2000;       // SchedulerConfig::group_wait
   EngineConfig engine;
 };
 

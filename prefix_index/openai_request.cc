@@ -153,6 +153,10 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
   std::string group;
   if (auto e = text("group", group, 256)) return e;
   if (j.contains("group") && !j["group"].is_null()) r.group = group;
+  if (j.contains("group_size") && !j["group_size"].is_null()) {
+    if (auto e = number(j, "group_size", r.group_size, 1, 4096, "1 to 4096")) return e;
+    if (!r.group) return bad("group_size", "needs a group id (\"group\")");
+  }
   for (const char* unsupported : {"logprobs", "tools", "functions", "echo", "suffix", "best_of"}) {
     auto it = j.find(unsupported);
     if (it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>())) {

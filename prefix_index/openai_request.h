@@ -41,7 +41,8 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   std::optional<std::string> group;  // extension: requests sharing a group id are siblings
-  std::string cache_salt;            // extension: requests with different salts never share KV
+  int32_t group_size = 0;  // extension: requests the client sends with `group` (0: unsaid)
+  std::string cache_salt;  // extension: requests with different salts never share KV
   std::string user;
 };
 

@@ -68,6 +68,8 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
   g->params = std::move(request.params);
   g->chain_seed = chain_seed(request.cache_salt);
   g->affinity = std::move(request.group);
+  if (!g->affinity.empty()) g->declared_group_size = request.group_size;
+  g->arrived = clock_.now();
   if (Status s = scheduler_.check_fits(*g); !s.ok()) return Error{s.message()};
   return g;
 }
@@ -102,6 +104,13 @@ void Engine::abort(uint64_t group_id) {
   scheduler_.abort(group_id);
 }
 
+std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
+  std::vector<SequenceGroup*> members{&group};
+  for (SequenceGroup* f : scheduler_.prompt_followers(group))
+    members.push_back(f);
+  return members;
+}
+
 ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
   ForwardBatch batch;
   batch.block_copies = work.block_copies;
@@ -122,12 +131,17 @@ ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) 
     const SamplingParams& p = g.params;
     return SampleRequest{row, sibling, position, p.temperature, p.top_k, p.top_p, p.seed};
   };
+  // Members of the group's affinity that share its prompt computation draw theirs from the same
+  // row, each with its own parameters.
   int32_t row = 0;
   for (const ScheduledChunk& c : work.prefill) {
     if (!c.want_logits) continue;
     const int32_t pos = static_cast<int32_t>(c.group->prompt.size());
-    for (int32_t i = 0; i < c.group->num_samples; ++i)
-      batch.samples.push_back(request(row, *c.group, i, pos));
+    for (const SequenceGroup* m : prompt_members(*c.group)) {
+      if (!m->seqs.empty()) continue;
+      for (int32_t i = 0; i < m->num_samples; ++i)
+        batch.samples.push_back(request(row, *m, i, pos));
+    }
     ++row;
   }
   for (const ScheduledDecode& d : work.decode)
@@ -153,8 +167,10 @@ ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) 
 void Engine::fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result) {
   // The batch's KV is undefined now: end every group that had work in it.
   std::vector<uint64_t> ids;
-  for (const auto& c : work.prefill)
-    ids.push_back(c.group->id);
+  for (const auto& c : work.prefill) {
+    for (const SequenceGroup* m : prompt_members(*c.group))  // their prompt was in this batch
+      ids.push_back(m->id);
+  }
   for (const auto& d : work.decode)
     ids.push_back(d.group->id);
   std::sort(ids.begin(), ids.end());
@@ -207,7 +223,7 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResu
 StepResult Engine::step() {
   StepResult result;
   const Clock::TimePoint start = clock_.now();
-  SchedulerOutput work = scheduler_.schedule();
+  SchedulerOutput work = scheduler_.schedule(start);
   StepStats& stats = result.stats;
   stats.schedule = clock_.now() - start;
   stats.admitted = work.admitted;
@@ -237,21 +253,25 @@ StepResult Engine::step() {
     size_t k = 0;  // next sampled token
     for (const ScheduledChunk& c : work.prefill) {
       scheduler_.complete_chunk(c);
-      SequenceGroup& g = *c.group;
+      SequenceGroup& leader = *c.group;
       const bool prompt_done =
-          c.sibling < 0 && g.prompt_seq->num_computed == g.prompt_seq->length();
+          c.sibling < 0 && leader.prompt_seq->num_computed == leader.prompt_seq->length();
       if (!prompt_done) continue;
-      std::vector<int32_t> first;
-      if (c.want_logits) {
-        for (int32_t i = 0; i < g.num_samples; ++i, ++k) {
-          const SampleRequest& req = batch.samples[k];
-          observe(g.id, i, req.position, req.logits_row);
-          first.push_back(out_.samples[k].token);
+      // The group and every member sharing its prompt fork now, in build_batch's order.
+      for (SequenceGroup* m : prompt_members(leader)) {
+        SequenceGroup& g = *m;
+        std::vector<int32_t> first;
+        if (c.want_logits && g.seqs.empty()) {
+          for (int32_t i = 0; i < g.num_samples; ++i, ++k) {
+            const SampleRequest& req = batch.samples[k];
+            observe(g.id, i, req.position, req.logits_row);
+            first.push_back(out_.samples[k].token);
+          }
         }
+        scheduler_.fork_siblings(g, first);
+        for (size_t i = 0; i < first.size(); ++i)
+          append_token(g, g.seqs[i], first[i], result);
       }
-      scheduler_.fork_siblings(g, first);
-      for (size_t i = 0; i < first.size(); ++i)
-        append_token(g, g.seqs[i], first[i], result);
     }
     for (const ScheduledDecode& d : work.decode) {
       scheduler_.complete_decode(d);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct GenerationRequest {
   SamplingParams params;
   std::string cache_salt;  // requests with different salts never share KV
   std::string group;       // requests naming the same group are scheduled as one unit
+  int32_t group_size = 0;  // requests the client will send with this group (0: not declared)
 };
 
 // New text of one sibling this step.
@@ -79,6 +81,14 @@ class Engine {
   // One forward pass (or nothing, when there is no work).
   StepResult step();
   bool has_work() const { return scheduler_.has_work(); }
+  // Work is queued but none can start for this long (declared groups waiting for their
+  // members): an engine loop sleeps that long unless a command arrives.
+  std::optional<Clock::Duration> held_for() const {
+    const Clock::TimePoint now = clock_.now();
+    const std::optional<Clock::TimePoint> until = scheduler_.held_until(now);
+    if (!until) return std::nullopt;
+    return std::max(Clock::Duration::zero(), *until - now);
+  }
 
   const Scheduler& scheduler() const { return scheduler_; }
   const BlockPool& pool() const { return pool_; }
@@ -97,6 +107,8 @@ class Engine {
   // The group a request describes, or why it can never run here.
   Result<std::unique_ptr<SequenceGroup>> prepare(GenerationRequest request);
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
+  // The group and the members whose prompt it computes (Scheduler::prompt_followers).
+  std::vector<SequenceGroup*> prompt_members(SequenceGroup& group) const;
   void append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result);
   void fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result);
   void emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result);

@@ -204,9 +204,15 @@ void EngineLoop::run() {
   while (true) {
     std::deque<std::function<void()>> commands;
     {
+      // Queued work that cannot start yet (a declared group waiting for its members) sleeps
+      // until it can, or until a command (a new member) arrives.
+      const std::optional<Clock::Duration> held = engine_.held_for();
+      const auto timeout =
+          held ? std::min<std::chrono::nanoseconds>(kHeartbeat, *held) : kHeartbeat;
       std::unique_lock lock(mu_);
-      wake_.wait_for(lock, kHeartbeat,
-                     [&] { return stopping_ || !commands_.empty() || engine_.has_work(); });
+      wake_.wait_for(lock, timeout, [&] {
+        return stopping_ || !commands_.empty() || (engine_.has_work() && !held);
+      });
       if (stopping_) break;
       commands.swap(commands_);
     }

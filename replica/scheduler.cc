@@ -4,6 +4,7 @@
 #include <cassert>
 #include <climits>
 #include <cmath>
+#include <string_view>
 #include <unordered_set>
 
 namespace kvc {
@@ -101,6 +102,21 @@ Status Scheduler::check_fits(const SequenceGroup& g) const {
                  std::to_string(g.params.max_tokens) + ") exceeds the model length " +
                  std::to_string(config_.max_model_len)};
   }
+  if (!g.affinity.empty() && g.declared_group_size > 1) {
+    // A declared group is admitted whole: all of it must fit at once.
+    const int64_t seqs = int64_t{g.num_samples} * g.declared_group_size;
+    // The members share the prompt's blocks.
+    const int64_t prompt_blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size()));
+    const int64_t blocks =
+        prompt_blocks + (worst_case_blocks(g) - prompt_blocks) * g.declared_group_size;
+    if (seqs > config_.max_num_seqs || blocks > kv_.pool().num_blocks()) {
+      return Error{"group_size " + std::to_string(g.declared_group_size) +
+                   " x n = " + std::to_string(g.num_samples) + " needs " + std::to_string(seqs) +
+                   " sequences and up to " + std::to_string(blocks) +
+                   " KV blocks at once; this replica runs " + std::to_string(config_.max_num_seqs) +
+                   " sequences with " + std::to_string(kv_.pool().num_blocks()) + " blocks"};
+    }
+  }
   const int32_t worst = worst_case_blocks(g);
   if (worst > kv_.pool().num_blocks()) {
     return Error{"the group needs up to " + std::to_string(worst) + " KV blocks (" +
@@ -129,6 +145,7 @@ void Scheduler::release_all(SequenceGroup& g) {
 
 void Scheduler::abort(uint64_t group_id) {
   auto end_group = [&](std::unique_ptr<SequenceGroup> g) {
+    promote_followers(*g);
     release_all(*g);
     for (Sequence& s : g->seqs)
       if (!s.finished()) s.finish = FinishReason::kAbort;
@@ -152,6 +169,8 @@ void Scheduler::abort(uint64_t group_id) {
 }
 
 void Scheduler::preempt(SequenceGroup& g, StepState& step) {
+  promote_followers(g);
+  g.prompt_leader = 0;  // re-admission looks for a leader again
   release_all(g);
   g.state = GroupState::kWaiting;
   g.preempted = true;
@@ -226,6 +245,7 @@ bool Scheduler::schedule_running(SequenceGroup& g, StepState& step) {
 
 bool Scheduler::schedule_prompt_chunk(SequenceGroup& g, StepState& step) {
   if (g.state == GroupState::kPrompt) {
+    if (g.prompt_leader != 0) return true;  // the leader's chunks compute this prompt
     Sequence& p = *g.prompt_seq;
     const int32_t len = std::min(step.budget, p.length() - p.num_computed);
     if (len <= 0) return true;
@@ -263,12 +283,21 @@ std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
   }
   // Only a set that could run to completion on its own is a unit: otherwise its members would
   // preempt each other forever. Larger sets are scheduled member by member.
+  // Members with the same prompt share its blocks: counted once.
   int64_t blocks = 0, seqs = 0;
+  std::vector<const SequenceGroup*> counted;
   auto count = [&](const auto& groups) {
     for (const auto& other : groups) {
       if (other->affinity != g.affinity) continue;
       blocks += worst_case_blocks(*other);
       seqs += other->num_samples;
+      for (const SequenceGroup* c : counted) {
+        if (c->prompt == other->prompt && c->chain_seed == other->chain_seed) {
+          blocks -= kv_.blocks_for(static_cast<int64_t>(other->prompt.size()));
+          break;
+        }
+      }
+      counted.push_back(other.get());
     }
   };
   count(running_);
@@ -277,7 +306,8 @@ std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
   return set;
 }
 
-Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g) const {
+Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
+                                                     bool prompt_shared) const {
   AdmissionNeeds needs;
   needs.seqs = g.num_samples;
   if (!g.seqs.empty()) {
@@ -285,13 +315,15 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g) con
     for (const Sequence& s : g.seqs)
       needs.seqs += s.finished() ? 0 : 1;
   }
-  Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
-  for (int32_t t : g.prompt)
-    prompt.hasher.append_byte(static_cast<uint8_t>(t));
-  // Leave at least one prompt token to compute: its logits give the first tokens.
-  const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
-  needs.blocks =
-      kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks + cached.blocks_in_lru;
+  if (!prompt_shared) {
+    Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+    for (int32_t t : g.prompt)
+      prompt.hasher.append_byte(static_cast<uint8_t>(t));
+    // Leave at least one prompt token to compute: its logits give the first tokens.
+    const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
+    needs.blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks +
+                   cached.blocks_in_lru;
+  }
   // Each sibling's private blocks up to its projected length: a preempted group's whole
   // recompute footprint plus its growth, so it is not re-admitted only to be preempted again.
   const int32_t shared_full = static_cast<int32_t>(g.prompt.size()) / kv_.block_size();
@@ -310,14 +342,27 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g) con
 
 // Precondition: admission_needs(g) fits.
 void Scheduler::admit(SequenceGroup& g, StepState& step) {
-  Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
-  prompt.tokens = g.prompt;
-  for (int32_t t : g.prompt)
-    prompt.hasher.append_byte(static_cast<uint8_t>(t));
-  const int32_t hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1);
-  const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
-  assert(ok);  // checked by the caller
-  (void)ok;
+  std::optional<Sequence> shared;
+  int32_t hit = 0;
+  if (SequenceGroup* leader = prompt_leader_for(g)) {
+    // The prompt is being computed for another member: share its blocks, compute nothing.
+    shared.emplace(-1, leader->prompt_seq->hasher);
+    shared->tokens = g.prompt;
+    kv_.fork(*leader->prompt_seq, *shared);
+    g.prompt_leader = leader->id;
+    hit = shared->length();
+  }
+  Sequence prompt =
+      shared ? std::move(*shared) : Sequence(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+  if (!shared) {
+    prompt.tokens = g.prompt;
+    for (int32_t t : g.prompt)
+      prompt.hasher.append_byte(static_cast<uint8_t>(t));
+    hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1);
+    const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
+    assert(ok);  // checked by the caller
+    (void)ok;
+  }
   step.out.prefix_cache_query_tokens += prompt.length();
   step.out.prefix_cache_hit_tokens += hit;
   if (!g.preempted) g.num_cached_prompt_tokens = hit;
@@ -341,13 +386,19 @@ void Scheduler::admit(SequenceGroup& g, StepState& step) {
 
 // Admits the group at the head of the queue together with the waiting groups sharing its
 // affinity, all or none.
-bool Scheduler::try_admit_with_partners(StepState& step) {
-  std::vector<SequenceGroup*> set = affinity_set(*waiting_.front());
+bool Scheduler::try_admit_with_partners(SequenceGroup& head, StepState& step) {
+  std::vector<SequenceGroup*> set = affinity_set(head);
   // Blocks free for newcomers once the running groups have grown as projected.
   const int32_t room = kv_.pool().num_allocatable() - projected_growth_of_running();
   AdmissionNeeds total;
-  for (SequenceGroup* g : set) {
-    const AdmissionNeeds n = admission_needs(*g);
+  for (size_t i = 0; i < set.size(); ++i) {
+    const SequenceGroup& g = *set[i];
+    // A member whose prompt another member computes (running, or admitted just before it)
+    // needs no prompt blocks of its own.
+    bool shared = prompt_leader_for(g) != nullptr;
+    for (size_t j = 0; j < i && !shared; ++j)
+      shared = same_prompt(*set[j], g);
+    const AdmissionNeeds n = admission_needs(g, shared);
     total.seqs += n.seqs;
     total.blocks += n.blocks;
   }
@@ -361,13 +412,78 @@ bool Scheduler::try_admit_with_partners(StepState& step) {
   const bool never_together = total.seqs > config_.max_num_seqs ||
                               total.blocks > kv_.pool().num_blocks() || running_.empty();
   if (set.size() == 1 || !never_together) return false;
-  const AdmissionNeeds head = admission_needs(*set.front());
-  if (step.num_seqs + head.seqs > config_.max_num_seqs || head.blocks > room) return false;
-  admit(*set.front(), step);
+  const AdmissionNeeds alone = admission_needs(head, prompt_leader_for(head) != nullptr);
+  if (step.num_seqs + alone.seqs > config_.max_num_seqs || alone.blocks > room) return false;
+  admit(head, step);
   return true;
 }
 
-SchedulerOutput Scheduler::schedule() {
+// Members of one affinity whose prompt computation can be shared: same prompt and salt, and both
+// new or both recomputing (so the leader's last chunk asks for logits exactly when they need them).
+bool Scheduler::same_prompt(const SequenceGroup& a, const SequenceGroup& b) {
+  return !a.affinity.empty() && a.affinity == b.affinity && a.chain_seed == b.chain_seed &&
+         a.seqs.empty() == b.seqs.empty() && a.prompt == b.prompt;
+}
+
+SequenceGroup* Scheduler::prompt_leader_for(const SequenceGroup& g) const {
+  if (g.affinity.empty()) return nullptr;
+  for (const auto& r : running_) {
+    if (r.get() != &g && r->state == GroupState::kPrompt && r->prompt_leader == 0 &&
+        r->prompt_seq && same_prompt(*r, g)) {
+      return r.get();
+    }
+  }
+  return nullptr;
+}
+
+std::vector<SequenceGroup*> Scheduler::prompt_followers(const SequenceGroup& leader) const {
+  std::vector<SequenceGroup*> out;
+  for (const auto& r : running_) {
+    if (r->prompt_leader == leader.id && r.get() != &leader) out.push_back(r.get());
+  }
+  return out;
+}
+
+// The leader goes away (preempted, aborted) before its prompt completed: its first follower
+// computes the rest of the prompt (it holds the same blocks, computed as far as the leader got)
+// and the others follow it.
+void Scheduler::promote_followers(const SequenceGroup& leader) {
+  const std::vector<SequenceGroup*> followers = prompt_followers(leader);
+  for (SequenceGroup* f : followers)
+    f->prompt_leader = f == followers.front() ? 0 : followers.front()->id;
+}
+
+bool Scheduler::waits_for_members(const SequenceGroup& g, Clock::TimePoint now) const {
+  if (g.declared_group_size <= 1 || g.affinity.empty() || g.preempted) return false;
+  for (const auto& r : running_) {
+    if (r->affinity == g.affinity) return false;  // late member: joins at once
+  }
+  int32_t present = 0;
+  Clock::TimePoint first = g.arrived;
+  for (const auto& w : waiting_) {
+    if (w->affinity != g.affinity) continue;
+    ++present;
+    first = std::min(first, w->arrived);
+  }
+  return present < g.declared_group_size && now - first < config_.group_wait;
+}
+
+std::optional<Clock::TimePoint> Scheduler::held_until(Clock::TimePoint now) const {
+  if (!running_.empty() || waiting_.empty()) return std::nullopt;
+  std::optional<Clock::TimePoint> until;
+  for (const auto& w : waiting_) {
+    if (!waits_for_members(*w, now)) return std::nullopt;
+    Clock::TimePoint first = w->arrived;
+    for (const auto& o : waiting_) {
+      if (o->affinity == w->affinity) first = std::min(first, o->arrived);
+    }
+    const Clock::TimePoint end = first + config_.group_wait;
+    if (!until || end < *until) until = end;
+  }
+  return until;
+}
+
+SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
   growth_ratio_ = std::max(config_.growth_ratio_min, growth_ratio_ - config_.growth_ratio_decay);
   StepState step;
   step.budget = config_.max_tokens_per_step;
@@ -392,9 +508,18 @@ SchedulerOutput Scheduler::schedule() {
     if (step.budget <= 0) break;
     if (still_running(g)) schedule_prompt_chunk(*g, step);
   }
-  // 3. Admissions, strictly first come first served (preempted groups are at the front).
-  while (!waiting_.empty() && step.budget > 0) {
-    if (!try_admit_with_partners(step)) break;
+  // 3. Admissions, strictly first come first served (preempted groups are at the front), except
+  // that declared groups still waiting for their members (at most group_wait) let later groups
+  // pass.
+  while (step.budget > 0) {
+    SequenceGroup* head = nullptr;
+    for (const auto& w : waiting_) {
+      if (!waits_for_members(*w, now)) {
+        head = w.get();
+        break;
+      }
+    }
+    if (head == nullptr || !try_admit_with_partners(*head, step)) break;
   }
   // Copies into blocks of groups preempted later in the step are moot. (Only a step that both
   // copied and preempted can hold such copies: skip the set of every live block otherwise, which
@@ -416,6 +541,12 @@ void Scheduler::complete_chunk(const ScheduledChunk& chunk) {
   assert(s.num_computed == chunk.start);
   s.num_computed += chunk.length;
   kv_.commit_computed(s);
+  if (chunk.sibling >= 0) return;
+  // The followers' prompts are the same blocks: computed (and committed) as far as this one.
+  for (SequenceGroup* f : prompt_followers(*chunk.group)) {
+    f->prompt_seq->num_computed = s.num_computed;
+    f->prompt_seq->num_committed_blocks = s.num_committed_blocks;
+  }
 }
 
 void Scheduler::fork_siblings(SequenceGroup& g, const std::vector<int32_t>& first_tokens) {
@@ -439,6 +570,7 @@ void Scheduler::fork_siblings(SequenceGroup& g, const std::vector<int32_t>& firs
   g.prompt_seq.reset();
   g.state = GroupState::kRunning;
   g.preempted = false;
+  g.prompt_leader = 0;
 }
 
 void Scheduler::complete_decode(const ScheduledDecode& d) {
@@ -468,8 +600,16 @@ std::vector<std::unique_ptr<SequenceGroup>> Scheduler::take_finished() {
 
 SchedulerCounts Scheduler::counts() const {
   SchedulerCounts c;
+  // Requests sharing an affinity are one group: running if any member runs.
+  std::unordered_set<std::string_view> running_sets, waiting_sets;
+  for (const auto& g : running_) {
+    if (g->affinity.empty() || running_sets.insert(g->affinity).second) ++c.num_groups_running;
+  }
   for (const auto& g : waiting_) {
-    ++c.num_groups_waiting;
+    if (g->affinity.empty() ||
+        (!running_sets.contains(g->affinity) && waiting_sets.insert(g->affinity).second)) {
+      ++c.num_groups_waiting;
+    }
     int32_t seqs = g->num_samples;
     int64_t tokens = static_cast<int64_t>(g->prompt.size());
     if (!g->seqs.empty()) {
@@ -484,8 +624,7 @@ SchedulerCounts Scheduler::counts() const {
     c.num_prefill_tokens_queued += tokens;
   }
   for (const auto& g : running_) {
-    ++c.num_groups_running;
-    if (g->prompt_seq) {
+    if (g->prompt_seq && g->prompt_leader == 0) {
       c.num_prefill_tokens_queued += g->prompt_seq->length() - g->prompt_seq->num_computed;
     }
     if (g->seqs.empty()) c.num_seqs_running += g->num_samples;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct SchedulerConfig {
   double growth_ratio_min = 0.1;      // the floor it decays to
   double growth_ratio_decay = 0.001;  // per step without a preemption
   int32_t max_model_len = 16384;      // prompt + max_tokens
+  // How long the first members of a declared group (SequenceGroup::declared_group_size) wait for
+  // the rest before starting with those present.
+  Clock::Duration group_wait = std::chrono::seconds(2);
 };
 
 // One prefill chunk: tokens [start, start + length) of a group's prompt sequence
@@ -72,6 +76,8 @@ struct SchedulerOutput {
   bool empty() const { return prefill.empty() && decode.empty(); }
 };
 
+// Groups count sibling groups as the user sees them: the requests of one affinity (`group` id)
+// are one group (running when any member runs).
 struct SchedulerCounts {
   int32_t num_groups_waiting = 0;
   int32_t num_groups_running = 0;  // kPrompt or kRunning
@@ -91,7 +97,15 @@ class Scheduler {
   // Ends a group now (client went away): releases its blocks. Unknown ids are ignored.
   void abort(uint64_t group_id);
 
-  SchedulerOutput schedule();
+  // `now` (the engine's clock) decides which declared groups have waited long enough.
+  SchedulerOutput schedule(Clock::TimePoint now = {});
+  // When nothing can be scheduled only because declared groups wait for their members: the
+  // earliest time one stops waiting (an engine loop sleeps until then or a new command).
+  std::optional<Clock::TimePoint> held_until(Clock::TimePoint now) const;
+  // Running members that share `leader`'s prompt computation (prompt_leader == leader.id), in
+  // admission order: when its prompt completes they fork too (the engine samples their first
+  // tokens from the same logits row).
+  std::vector<SequenceGroup*> prompt_followers(const SequenceGroup& leader) const;
 
   // After the forward pass, for each scheduled chunk: the chunk's KV is computed.
   void complete_chunk(const ScheduledChunk& chunk);
@@ -121,12 +135,16 @@ class Scheduler {
     int32_t seqs = 0;
     int32_t blocks = 0;
   };
-  AdmissionNeeds admission_needs(const SequenceGroup& group) const;
+  AdmissionNeeds admission_needs(const SequenceGroup& group, bool prompt_shared) const;
+  SequenceGroup* prompt_leader_for(const SequenceGroup& group) const;
+  static bool same_prompt(const SequenceGroup& a, const SequenceGroup& b);
+  bool waits_for_members(const SequenceGroup& group, Clock::TimePoint now) const;
+  void promote_followers(const SequenceGroup& leader);
   int32_t projected_length(const SequenceGroup& group, int32_t length) const;
   int32_t projected_growth_of_running() const;
   SequenceGroup* preemption_victim() const;
   void admit(SequenceGroup& group, StepState& step);
-  bool try_admit_with_partners(StepState& step);
+  bool try_admit_with_partners(SequenceGroup& head, StepState& step);
   std::vector<SequenceGroup*> affinity_set(SequenceGroup& group) const;
   bool schedule_prompt_chunk(SequenceGroup& group, StepState& step);
   bool prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end, StepState& step);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "prefix_index/block_hash.h"
+#include "prefix_index/clock.h"
 #include "replica/sampler.h"
 
 namespace kvc {
@@ -54,8 +55,18 @@ struct SequenceGroup {
   BlockHash chain_seed;  // model + cache_salt
   // Requests naming the same `group` id (e.g. a GRPO client sending its rollouts one request at
   // a time) are one unit for the scheduler: admitted together when waiting together, preempted
-  // together. Empty: the group stands alone.
+  // together, and members with the same prompt compute it once (prompt_leader). Empty: the group
+  // stands alone.
   std::string affinity;
+  // Requests the client declared for the affinity (`group_size`; 0: not declared). Until that
+  // many have arrived, or SchedulerConfig::group_wait after this one arrived, the set waits
+  // (unless a member already runs: late members join at once).
+  int32_t declared_group_size = 0;
+  Clock::TimePoint arrived{};  // when submitted (engine clock)
+  // A member computing nothing of its own prompt: it shares the prompt blocks of the running
+  // member with this id (same affinity, prompt and salt) and forks its siblings when that
+  // member's prompt completes. 0: computes its own prompt.
+  uint64_t prompt_leader = 0;
   GroupState state = GroupState::kWaiting;
   bool preempted = false;  // waiting to be recomputed: goes before every new group
   int32_t num_preemptions = 0;

@@ -306,6 +306,7 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.seed = seed + p;
     g.cache_salt = req.cache_salt;
     if (req.group) g.group = *req.group;
+    g.group_size = req.group_size;
     GroupSink sink;
     sink.on_output = [state, p](const SequenceOutput& o) { state->on_output(p, o); };
     sink.on_finished = [state, p](const SequenceGroup& g, const std::string& error) {

@@ -75,6 +75,17 @@ Workload random_workload(std::mt19937_64& rng, int min_requests = 1, int max_req
     if (rng() % 3 == 0)
       r.group = "affinity-" +
                 std::to_string(rng() % 2);  // EOS then becomes a token that ends the hash chain
+    // Members of an affinity often send the same prompt (GRPO rollouts one request at a time):
+    // its computation is shared (Scheduler::prompt_followers).
+    if (!r.group.empty() && rng() % 2 == 0) {
+      for (auto it = w.requests.rbegin(); it != w.requests.rend(); ++it) {
+        if (it->group == r.group) {
+          r.prompt = it->prompt;
+          r.cache_salt = it->cache_salt;
+          break;
+        }
+      }
+    }
     worst = std::max(worst, worst_case_blocks(r, w.block_size));
     w.requests.push_back(std::move(r));
   }

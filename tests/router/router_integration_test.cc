@@ -172,6 +172,47 @@ TEST_F(RouterTest, SiblingBurstsStayTogetherAndTenantsSpread) {
   EXPECT_GE(tenants.size(), 2u);
 }
 
+// Issue 15, through the router: eight requests sharing a `group` id (group_size 8) land on one
+// replica and are one group there (the prompt computed once: seven of eight report it cached).
+TEST_F(RouterTest, RequestsSharingAGroupIdAreOneGroupOnOneReplica) {
+  start();
+  const std::string prompt = long_prompt("rl");
+  std::vector<std::future<http::ClientResponse>> replies;
+  for (int i = 0; i < 8; ++i) {
+    const json req = {{"model", "tiny"}, {"prompt", prompt},  {"max_tokens", 4},
+                      {"seed", i},       {"group", "step-3"}, {"group_size", 8}};
+    replies.push_back(std::async(std::launch::async, [this, req] { return post(req); }));
+  }
+  std::set<std::string> where;
+  int cached_whole = 0;
+  for (auto& f : replies) {
+    const http::ClientResponse r = f.get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    where.insert(replica_of(r));
+    cached_whole +=
+        json::parse(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt.size();
+  }
+  EXPECT_EQ(where.size(), 1u);
+  EXPECT_EQ(cached_whole, 7);
+}
+
+// A batch of prompts in one request is one exchange with one replica (its response indexes the
+// choices of every prompt), so the router places it by its first prompt; the replica then holds
+// every prompt of the batch, and the index learns all of them from its KV events: a later
+// request for the batch's second prompt follows it there.
+TEST_F(RouterTest, BatchOfPromptsIsPlacedWholeAndEveryPromptIsIndexed) {
+  start_with([](RouterConfig& rc, PoolConfig&) { rc.debug_headers = true; });
+  const std::string a = long_prompt("batch-a"), b = long_prompt("batch-b");
+  const auto batch = post({{"model", "tiny"}, {"prompt", {a, b}}, {"max_tokens", 1}});
+  ASSERT_EQ(batch.status, 200) << batch.body;
+  EXPECT_EQ(json::parse(batch.body)["choices"].size(), 2u);
+  wait_for_index(2 * (a.size() / 16) - 2);  // the two share their first blocks
+  const auto second = post({{"model", "tiny"}, {"prompt", b + "follow-up"}, {"max_tokens", 1}});
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(replica_of(second), replica_of(batch));
+  EXPECT_EQ(second.header("x-kvcascade-route-reason"), "prefix_match");
+}
+
 // Removes what differs between two generations of the same text: ids and timestamps.
 std::string normalise(std::string s) {
   s = std::regex_replace(s, std::regex("\"id\":\"[^\"]*\""), "\"id\":\"\"");

@@ -28,6 +28,8 @@ enum class KvDtype { kF16, kBF16 };
 inline constexpr int kKvTileTokens = 64;
 // Stacked query rows (members x GQA group) of one prefix-pass work item: 4 warps x 16 rows.
 inline constexpr int kNodeRowTile = 64;
+// CTAs of the cascade kernel resident on one SM (its launch bounds; the planner's slots).
+inline constexpr int kCascadeCtasPerSm = 3;
 
 // How each sequence's KV range is cut across CTAs: split j of a sequence covers tokens
 // [j * split_tokens, (j + 1) * split_tokens).

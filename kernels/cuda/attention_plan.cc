@@ -8,9 +8,8 @@
 namespace kvc::kernels::cuda {
 namespace {
 
-// CTAs of the cascade kernel resident per SM (2 x 32 KB + 1 KB of shared memory and at most 170
-// registers each at head_dim 128: three per SM), which the wave model assumes.
-constexpr int kCtasPerSm = 3;
+// The wave model assumes kCascadeCtasPerSm (attention.h) cascade CTAs per SM (2 x 32 KB + 1 KB of
+// shared memory and at most 170 registers each at head_dim 128).
 // Extra cost of one CTA (index loads, pipeline fill, partial writes) in tiles of KV.
 constexpr double kCtaOverheadTiles = 1.0;
 // Longest suffix split (in tiles) when the suffix pass shares the grid with a prefix pass:
@@ -20,7 +19,7 @@ constexpr int kMaxSharedSplitTiles = 4;
 // Cost model of the cascade kernel's grid, measured on the H200 (docs/kernels-cuda.md): time of
 // one prefix tile (64 rows x 64 tokens x d 128) on a prefix CTA when k prefix CTAs share an SM
 // (index k), and the suffix pass's KV bytes per microsecond.
-constexpr double kPrefixTileUs[kCtasPerSm + 1] = {0.0, 1.6, 2.0, 2.3};
+constexpr double kPrefixTileUs[kCascadeCtasPerSm + 1] = {0.0, 1.6, 2.0, 2.3};
 constexpr double kDecodeBytesPerUs = 3.5e6;
 
 int ceil_div(int64_t a, int64_t b) {
@@ -81,7 +80,7 @@ DecodeSplit choose_decode_split(const AttentionShape& shape, int num_seqs, int m
                                max_seq_len, num_sms * (shape.head_dim == 128 ? 1 : 2));
   }
   return choose_decode_split(int64_t{num_seqs} * head_groups(shape), max_seq_len,
-                             num_sms * kCtasPerSm);
+                             num_sms * kCascadeCtasPerSm);
 }
 
 DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape& shape,
@@ -107,7 +106,7 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   if (d.wide_path) {
     d.suffix = choose_decode_split(shape, num_seqs, d.max_suffix_len, num_sms);
   } else {
-    d.suffix = choose_decode_split(decode_rows, d.max_suffix_len, num_sms * kCtasPerSm);
+    d.suffix = choose_decode_split(decode_rows, d.max_suffix_len, num_sms * kCascadeCtasPerSm);
     const int max_tokens = kMaxSharedSplitTiles * kKvTileTokens;
     if (num_nodes > 0 && d.suffix.split_tokens > max_tokens)
       d.suffix = {ceil_div(d.max_suffix_len, max_tokens), max_tokens};
@@ -138,29 +137,30 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
     suffix_tokens += len;
   const double suffix_us =
       suffix_tokens * shape.num_kv_heads * shape.head_dim * 2 * 2 / kDecodeBytesPerUs;
-  // k prefix CTAs per SM (k = 1..kCtasPerSm); the suffix CTAs take the other slots while the
-  // prefix pass runs (k / kCtasPerSm of the GPU goes to the prefix pass) and all of them after it.
-  // Prefix time P_k: waves x chunk tiles at the measured per-tile time, but no less than reading
-  // the nodes' KV once; suffix time S: its KV bytes. Estimated finish: max(P_k, S + P_k k / K).
+  // k prefix CTAs per SM (k = 1..kCascadeCtasPerSm); the suffix CTAs take the other slots while the
+  // prefix pass runs (k / kCascadeCtasPerSm of the GPU goes to the prefix pass) and all of them
+  // after it. Prefix time P_k: waves x chunk tiles at the measured per-tile time, but no less than
+  // reading the nodes' KV once; suffix time S: its KV bytes. Estimated finish: max(P_k, S + P_k k /
+  // K).
   double prefix_tokens = 0;
   for (int n = 0; n < num_nodes; ++n)
     prefix_tokens += node_tiles[n] * double{kKvTileTokens};
   const double kv_bytes_per_token =
       static_cast<double>(shape.num_kv_heads) * shape.head_dim * 2 * 2;
   const double prefix_bytes_us = prefix_tokens * kv_bytes_per_token / kDecodeBytesPerUs;
-  int chunk_tiles[kCtasPerSm + 1] = {};
-  double finish_us[kCtasPerSm + 1] = {};
+  int chunk_tiles[kCascadeCtasPerSm + 1] = {};
+  double finish_us[kCascadeCtasPerSm + 1] = {};
   int k = 1;
-  for (int kk = 1; kk <= kCtasPerSm; ++kk) {
+  for (int kk = 1; kk <= kCascadeCtasPerSm; ++kk) {
     const int slots = num_sms * kk;
     chunk_tiles[kk] = choose_piece_tiles(max_tiles, slots, items_for);
     const int64_t waves = (items_for(chunk_tiles[kk]) + slots - 1) / slots;
     const double prefix_us = std::max(
         waves * (chunk_tiles[kk] + kCtaOverheadTiles) * kPrefixTileUs[kk], prefix_bytes_us);
-    finish_us[kk] = std::max(prefix_us, suffix_us + prefix_us * kk / kCtasPerSm);
+    finish_us[kk] = std::max(prefix_us, suffix_us + prefix_us * kk / kCascadeCtasPerSm);
     if (finish_us[kk] < finish_us[k]) k = kk;
   }
-  if (options.prefix_ctas_per_sm >= 1 && options.prefix_ctas_per_sm <= kCtasPerSm)
+  if (options.prefix_ctas_per_sm >= 1 && options.prefix_ctas_per_sm <= kCascadeCtasPerSm)
     k = options.prefix_ctas_per_sm;
   d.node_chunk_tokens = chunk_tiles[k] * kKvTileTokens;
   d.num_prefix_ctas = num_nodes == 0 ? 0

@@ -1,0 +1,185 @@
+// Decode attention, part 3: the prefix item (a cascade node's chunk for 64 stacked query rows).
+// Private to kernels/cuda/attention.cu (one translation unit: the templates live in its
+// anonymous namespace); split by section so each part reads on its own.
+#pragma once
+
+#include "kernels/cuda/attention_state.cuh"
+
+namespace kvc::kernels::cuda {
+namespace {
+
+// ---- prefix item ----------------------------------------------------------------------------
+//
+// CTA row r is stacked row R = row0 + r of the node: member R / group, query head
+// kv_head * group + R % group; rows at or past members x group are padding. Warp w owns rows
+// [16w, 16w + 16) and sees every token of the chunk.
+// On sm_90a the 4 warps are one warpgroup: S = Q K^T and O += P V are wgmma m64n64k16 products (Q
+// and P from registers, K and V from shared memory), and a stage holds K and V as D / 64 column
+// blocks of [64 tokens x 128 bytes] in the 128-byte-swizzle canonical layout (16-byte chunk c of
+// token t at t * 128 + ((c ^ (t & 7)) << 4)): K-major for the scores, N-major (transposed) for
+// P V. Elsewhere each warp runs mma.sync m16n8k16 over [64 tokens x D] rows swizzled the same way.
+template <int D, typename T>
+__device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uint32_t smem_base) {
+  constexpr int kCpr = D / 8;                         // 16-byte chunks per token row
+  constexpr int kPer = kTile * kCpr / kThreads;       // consecutive rows per thread (8 or 4)
+  constexpr int kPitch = D * sizeof(T);               // bytes per token row (mma.sync layout)
+  constexpr int kStageBytes = kTile * D * sizeof(T);  // one of K or V
+  constexpr int kBlockBytes = kTile * 128;            // one 64-column block (wgmma layout)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qr = lane >> 2, qc = lane & 3;
+
+  const int4 it = p.node_items[item];  // {node, kv_head, chunk, row tile}
+  const int node = it.x, kv_head = it.y;
+  const int seq_begin = p.node_seq_indptr[node];
+  const int members = p.node_seq_indptr[node + 1] - seq_begin;
+  const int tokens = (p.node_block_indptr[node + 1] - p.node_block_indptr[node]) * p.block_size;
+  const int t_begin = it.z * p.node_chunk_tokens;
+  const int t_end = min(tokens, t_begin + p.node_chunk_tokens);
+  const int end = members * p.group;  // stacked rows
+  const int row0 = it.w * kNodeRowTile;
+  const int32_t* seqs = p.node_seq_indices + seq_begin;
+  const int64_t unit = p.node_unit_base[node] + int64_t{it.z} * members;
+
+  StageLoader<kPer, 1, T> ld;
+  ld.template init<D>(p, p.node_block_indices + p.node_block_indptr[node],
+                      kv_head * D + (tid % kCpr) * 8, tid / kCpr * kPer, t_begin, t_end, kTile);
+  ld.one_block = p.block_size % kPer == 0;
+  if constexpr (kWgmmaPrefix) {
+    ld.sm_row = (tid % kCpr) / 8 * kBlockBytes + ld.tok0 * 128;
+    ld.sm_step = 128;
+    ld.sm_chunk = tid % 8;
+  } else {
+    ld.sm_row = ld.tok0 * kPitch;
+    ld.sm_step = kPitch;
+    ld.sm_chunk = tid % kCpr;
+  }
+
+  const int num_tiles = (t_end - t_begin + kTile - 1) / kTile;
+  ld.fetch(0);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) {
+      ld.issue(s, smem_base + s * 2 * kStageBytes, smem_base + s * 2 * kStageBytes + kStageBytes);
+      ld.fetch(s + 1);
+    }
+    cp_async_commit();
+  }
+
+  // Rows of this thread: R_lo = row0 + 16 warp + qr, R_hi = R_lo + 8.
+  int64_t q_row[2], part_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int R = row0 + warp * 16 + qr + 8 * h;
+    const bool ok = R < end;
+    const int member = ok ? R / p.group : 0, head = kv_head * p.group + (ok ? R % p.group : 0);
+    q_row[h] = ok ? int64_t{__ldg(seqs + member)} * p.num_q_heads + head : -1;
+    part_row[h] = ok ? (unit + member) * p.num_q_heads + head : -1;
+  }
+  // wgmma needs all 4 warps; mma.sync skips warps whose 16 rows are all padding.
+  const bool warp_active = kWgmmaPrefix || row0 + warp * 16 < end;
+  uint32_t qf[D / 16][4];
+  load_q<D>(qf, p.q, q_row[0], q_row[1], qc);
+  const LaneOffsets lo(lane, kPitch);
+  RowState<D> st;
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
+    if (tile + kStages - 1 < num_tiles) {
+      const uint32_t nb = smem_base + ((tile + kStages - 1) % kStages) * 2 * kStageBytes;
+      ld.issue(tile + kStages - 1, nb, nb + kStageBytes);
+      // wgmma.fence waits for every outstanding register write, the page-table load included:
+      // with wgmma it is issued after the P V products instead (below).
+      if constexpr (!kWgmmaPrefix) ld.fetch(tile + kStages);
+    }
+    cp_async_commit();
+    if (!warp_active) continue;
+
+    const uint32_t ks = smem_base + (tile % kStages) * 2 * kStageBytes;
+    const uint32_t vs = ks + kStageBytes;
+
+    // S = Q K^T: 16 rows (a warp's share of 64) x 64 tokens.
+    float s[kTile / 8][4];
+    if constexpr (kWgmmaPrefix) {
+      // k-steps of 16 columns (32 bytes) within a 64-column block.
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        const uint64_t b = sw128_desc(ks + (k / 4) * kBlockBytes + (k % 4) * 32, 16, 1024);
+        wgmma_m64n64k16<T, 0>(s, qf[k], b, k > 0);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_regs(s);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTile / 8; ++j)
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        const uint32_t a = ks + LaneOffsets::at(lo.k_off, k);
+#pragma unroll
+        for (int j = 0; j < kTile / 8; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, a + j * 8 * kPitch);
+          mma16816<T>(s[j], qf[k], b[0], b[1]);
+          mma16816<T>(s[j + 1], qf[k], b[2], b[3]);
+        }
+      }
+    }
+
+    const int t0 = t_begin + tile * kTile;
+    st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
+
+    // O += P V: P's accumulator layout is the A fragment of the next product. All of P is packed
+    // before wgmma.fence (a register written after it makes ptxas insert another fence).
+    uint32_t pa[kTile / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    if constexpr (kWgmmaPrefix) wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      const uint32_t(&a)[4] = pa[kk];
+      if constexpr (kWgmmaPrefix) {
+        // V's 16-token k-steps are 2048 bytes apart, its 64-column blocks kBlockBytes.
+#pragma unroll
+        for (int h = 0; h < D / 64; ++h) {
+          const uint64_t b = sw128_desc(vs + h * kBlockBytes + kk * 2048, kBlockBytes, 1024);
+          wgmma_m64n64k16<T, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a, b, 1);
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < D / 16; ++m) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
+          mma16816<T>(st.o[2 * m], a, b[0], b[1]);
+          mma16816<T>(st.o[2 * m + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    if constexpr (kWgmmaPrefix) {
+      wgmma_commit();
+      if (tile + kStages - 1 < num_tiles) ld.fetch(tile + kStages);
+      wgmma_wait_all();
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h)
+        fence_regs(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]));
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the stages before the next item refills them
+
+  st.reduce_sums();
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (part_row[h] >= 0) st.store(p, h, part_row[h], qc, p.scale_log2);
+}
+
+}  // namespace
+}  // namespace kvc::kernels::cuda

@@ -13,7 +13,7 @@ using Run = std::function<int()>;
 Run add_plan_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
-Run add_bench_command(CLI::App& app);
+Run add_bench_command(CLI::App& app);  // defined in bench/ (kvc_bench_command)
 Run add_replica_command(CLI::App& app);
 Run add_router_command(CLI::App& app);
 Run add_loadgen_command(CLI::App& app);

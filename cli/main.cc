@@ -12,7 +12,9 @@ int main(int argc, char** argv) {
   runs["plan"] = kvc::cli::add_plan_command(app);
   runs["demo"] = kvc::cli::add_demo_command(app);
   runs["generate"] = kvc::cli::add_generate_command(app);
-  runs["bench"] = kvc::cli::add_bench_command(app);
+#if KVCASCADE_HAVE_BENCH
+  runs["bench"] = kvc::cli::add_bench_command(app);  // bench/bench_command.cc
+#endif
   runs["replica"] = kvc::cli::add_replica_command(app);
   runs["router"] = kvc::cli::add_router_command(app);
   runs["loadgen"] = kvc::cli::add_loadgen_command(app);

@@ -202,8 +202,8 @@ void print_summary(const std::string& host, uint16_t router_port,
     const auto samples = parse_metrics(m->body);
     const double q = total(samples, "kvcascade_prefix_cache_query_tokens_total");
     const double h = total(samples, "kvcascade_prefix_cache_hit_tokens_total");
-    std::printf("  %s: prefix-cache hit rate %.0f%% (%.0f of %.0f prompt tokens)\n",
-                r->address().c_str(), q > 0 ? 100 * h / q : 0.0, h, q);
+    std::printf("  %s (%s): prefix-cache hit rate %.0f%% (%.0f of %.0f prompt tokens)\n",
+                r->id().c_str(), r->address().c_str(), q > 0 ? 100 * h / q : 0.0, h, q);
     all.insert(all.end(), samples.begin(), samples.end());
   }
   print_sharing(histogram_from_samples(all, "kvcascade_decode_batch_shared_prefix_tokens"),
@@ -233,7 +233,9 @@ Cumulative histogram_from_prometheus(const PrometheusProcess& prom, const std::s
 }
 
 // The same summary, read back from Prometheus (what the Grafana dashboard shows).
-void print_prometheus_summary(const PrometheusProcess& prom) {
+// names: scrape address -> replica id (the router's series carry the id already).
+void print_prometheus_summary(const PrometheusProcess& prom,
+                              const std::map<std::string, std::string>& names) {
   std::printf("\n  (read back from Prometheus at http://127.0.0.1:%u)\n", prom.port());
   std::printf("  requests by replica and route reason:\n");
   if (auto r = prom.query("sum by (replica, reason) (kvcascade_router_requests_total)"); r.ok()) {
@@ -249,8 +251,10 @@ void print_prometheus_summary(const PrometheusProcess& prom) {
                           "sum by (instance) (kvcascade_prefix_cache_query_tokens_total)");
       r.ok()) {
     for (const auto& row : *r) {
-      std::printf("  %s: prefix-cache hit rate %.0f%%\n",
-                  row["metric"].value("instance", "").c_str(),
+      const std::string instance = row["metric"].value("instance", "");
+      const auto name = names.find(instance);
+      std::printf("  %s (%s): prefix-cache hit rate %.0f%%\n",
+                  name != names.end() ? name->second.c_str() : "?", instance.c_str(),
                   100 * std::stod(row["value"][1].get<std::string>()));
     }
   }
@@ -313,7 +317,10 @@ int run_demo(const DemoFlags& f) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last KV events and metrics
   if (prom.ok()) {
     (*prom)->wait_for_fresh_scrapes(targets.size());
-    print_prometheus_summary(**prom);
+    std::map<std::string, std::string> names;
+    for (const auto& r : replicas)
+      names[r->address()] = r->id();
+    print_prometheus_summary(**prom, names);
   } else {
     print_summary(f.host, *port, replicas);
   }

@@ -25,10 +25,7 @@ using boost::system::error_code;
 using SteadyTime = std::chrono::steady_clock::time_point;
 
 std::optional<std::string> ClientResponse::header(std::string_view name) const {
-  for (const auto& [n, v] : headers) {
-    if (wire::iequals(n, name)) return v;
-  }
-  return std::nullopt;
+  return find_header(headers, name);
 }
 
 void Cancellation::cancel(std::string reason) {

@@ -22,11 +22,15 @@ namespace bhttp = boost::beast::http;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
 
-std::optional<std::string> Request::header(std::string_view name) const {
+std::optional<std::string> find_header(const Headers& headers, std::string_view name) {
   for (const auto& [n, v] : headers) {
     if (wire::iequals(n, name)) return v;
   }
   return std::nullopt;
+}
+
+std::optional<std::string> Request::header(std::string_view name) const {
+  return find_header(headers, name);
 }
 
 bool method_allowed(std::string_view method, std::string_view allowed) {

@@ -24,6 +24,8 @@ class io_context;
 namespace kvc::http {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
+// The first header of that name (case-insensitive), if any.
+std::optional<std::string> find_header(const Headers& headers, std::string_view name);
 
 struct Request {
   std::string method;  // as sent, e.g. "POST"

@@ -23,7 +23,7 @@ class LocalReplica {
   // api_keys: when not empty, every path but /health needs "Authorization: Bearer KEY".
   LocalReplica(std::string id, int32_t kv_blocks = 256, const std::string& host = "127.0.0.1",
                http::ServerLimits limits = {}, std::vector<std::string> api_keys = {})
-      : limits_(limits) {
+      : id_(id), limits_(limits) {
     static const ModelWeights weights = random_weights(*preset_config("tiny"), 3);
     backend_ = std::make_unique<CpuBackend>(weights, kv_blocks, 16);
     EngineConfig config;
@@ -47,6 +47,7 @@ class LocalReplica {
     http_.reset();
   }
   uint16_t port() const { return port_; }
+  const std::string& id() const { return id_; }
   std::string address() const { return host_ + ":" + std::to_string(port_); }
   const Engine& engine() const { return *engine_; }
   EngineLoop& loop() { return *loop_; }  // tests hold the engine thread through it
@@ -69,6 +70,7 @@ class LocalReplica {
   std::unique_ptr<EngineLoop> loop_;
   std::unique_ptr<ReplicaServer> server_;
   std::unique_ptr<http::Server> http_;
+  std::string id_;
   http::ServerLimits limits_;
   std::string host_;
   uint16_t port_ = 0;

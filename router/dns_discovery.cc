@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "http/client.h"
+
 namespace kvc {
 
 Result<std::vector<std::string>> resolve_all(const std::string& name, uint16_t port) {
@@ -48,17 +50,9 @@ DnsDiscovery::~DnsDiscovery() {
 }
 
 Status DnsDiscovery::start() {
-  const size_t colon = target_.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return Error{"--replica-dns wants NAME:PORT, got '" + target_ + "'"};
-  }
-  name_ = target_.substr(0, colon);
-  try {
-    const int p = std::stoi(target_.substr(colon + 1));
-    if (p <= 0 || p > 65535) return Error{"--replica-dns: bad port in '" + target_ + "'"};
-    port_ = static_cast<uint16_t>(p);
-  } catch (...) {
-    return Error{"--replica-dns: bad port in '" + target_ + "'"};
+  // The one host:port parser of the project (digits only, 1..65535).
+  if (!http::parse_host_port(target_, name_, port_) || target_.find("://") != std::string::npos) {
+    return Error{"--replica-dns wants NAME:PORT (port 1-65535), got '" + target_ + "'"};
   }
   thread_ = std::thread([this] { run(); });
   return Status::Ok();

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include <unistd.h>
+#include "tests/testing/temp_dir.h"
 
 namespace kvc::http {
 namespace {
@@ -55,7 +55,8 @@ TEST(ApiKeys, ValidKeysArePrintableWithoutSpaces) {
 
 // A Secret mounted as a file: keys one per line, comments and CRLF line ends tolerated.
 TEST(ApiKeys, ReadFromAFile) {
-  const std::string path = ::testing::TempDir() + "/kvc_api_keys_" + std::to_string(::getpid());
+  const kvc::testing::TempDir dir;
+  const std::string path = dir.file("api_keys");
   auto write = [&](const std::string& text) { std::ofstream(path, std::ios::binary) << text; };
   write("# current key first\r\nkey-one\r\n\n  key-two  \n");
   auto keys = read_api_keys_file(path);
@@ -68,7 +69,7 @@ TEST(ApiKeys, ReadFromAFile) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find(":2:"), std::string::npos) << bad.error().message;
   std::remove(path.c_str());
-  EXPECT_FALSE(read_api_keys_file(path).ok());
+  EXPECT_FALSE(read_api_keys_file(path).ok()) << "a missing file";
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/replica/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvc {
 namespace {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "replica/safetensors.h"
-#include "tests/replica/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvc {
 namespace {

@@ -37,8 +37,11 @@ TEST(DnsDiscovery, ResolvesLocalhostAndFeedsThePool) {
   EXPECT_TRUE(
       std::any_of(s.begin(), s.end(), [](const ReplicaView& r) { return r.host == "127.0.0.2"; }));
 
-  DnsDiscovery bad(pool, "missing-port", 50ms);
-  EXPECT_FALSE(bad.start().ok());
+  for (const char* target : {"missing-port", "host:80abc", "host:0", "host:65536", ":80",
+                             "http://host:80", "host:+80"}) {
+    DnsDiscovery bad(pool, target, 50ms);
+    EXPECT_FALSE(bad.start().ok()) << target;
+  }
 }
 
 TEST(ReplicaPool, RejectsMalformedAddresses) {

@@ -22,7 +22,7 @@
 #include "replica/engine.h"
 #include "replica/safetensors.h"
 #include "replica/weights.h"
-#include "tests/replica/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/fake_clock.h"
 
 namespace kvc {

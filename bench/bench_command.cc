@@ -91,6 +91,11 @@ Run add_bench_command(CLI::App& app) {
   router->add_option("--router-threads", r->router_threads, "the router's HTTP server threads")
       ->check(CLI::Range(1, 64));
   router->add_option("--nginx", r->nginx, "nginx binary");
+  router
+      ->add_option("--replica-kind", r->replica_kind,
+                   "what the fake replicas answer like (the router detects it)")
+      ->check(CLI::IsMember({"kvcascade", "vllm", "sglang", "openai"}))
+      ->capture_default_str();
   auto p = std::make_shared<PressureBenchOptions>();
   CLI::App* pressure = bench->add_subcommand(
       "pressure", "long sibling groups at once on a small KV pool vs one at a time (CPU replica)");

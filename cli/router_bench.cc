@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/child_process.h"
+#include "cli/fake_engine.h"
 #include "cli/loadgen.h"
 #include "http/client.h"
 #include "http/errors.h"
@@ -28,50 +29,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kModel = "bench";
-
-// An instant replica: the endpoints the router's pool polls and a fixed completion. Its
-// /v1/kv_events is a 404, so the router routes it in approximate mode (what it inserted itself).
-class FakeReplica {
- public:
-  explicit FakeReplica(std::string id) : id_(std::move(id)) {
-    const std::string text(64, 'x');
-    completion_ = json{{"id", "cmpl-bench"},
-                       {"object", "text_completion"},
-                       {"created", 0},
-                       {"model", kModel},
-                       {"choices", {{{"index", 0}, {"text", text}, {"finish_reason", "length"}}}},
-                       {"usage", {{"prompt_tokens", 2048}, {"completion_tokens", 16}}}}
-                      .dump();
-    server_ = std::make_unique<http::Server>(
-        http::ServerLimits{},
-        [this](http::Request r, std::shared_ptr<http::Responder> w) { handle(r, *w); }, 1);
-  }
-  Result<uint16_t> listen() { return server_->listen("127.0.0.1", 0); }
-  int64_t completions() const { return completions_.load(); }
-  size_t connections_accepted() const { return server_->num_accepted(); }
-
- private:
-  void handle(const http::Request& r, http::Responder& w) {
-    const std::string path = r.target.substr(0, r.target.find('?'));
-    if (path == "/v1/completions" && r.method == "POST") {
-      completions_.fetch_add(1);
-      w.send(200, "application/json", completion_);
-    } else if (path == "/v1/info") {
-      w.send(200, "application/json",
-             json{{"replica_id", id_}, {"model", kModel}, {"block_size", 16}}.dump());
-    } else if (path == "/v1/load") {
-      w.send(200, "application/json",
-             R"({"queued_prefill_tokens":0,"running_sequences":0,"waiting_sequences":0})");
-    } else {
-      http::send_error(w, 404, "no such path: " + path, "not_found_error");
-    }
-  }
-
-  std::string id_;
-  std::string completion_;
-  std::unique_ptr<http::Server> server_;
-  std::atomic<int64_t> completions_{0};
-};
 
 // nginx as a reverse proxy to the fakes (keep-alive upstream connections, as the router keeps
 // its own), in a temporary folder that is removed afterwards.
@@ -200,13 +157,23 @@ void print_run(const LoadStats& r, double cpu_us) {
 }  // namespace
 
 int run_router_bench(const RouterBenchOptions& o) {
-  std::vector<std::unique_ptr<FakeReplica>> fakes;
+  const std::optional<ReplicaKind> kind = parse_replica_kind(o.replica_kind);
+  if (!kind || *kind == ReplicaKind::kAuto) {
+    std::fprintf(stderr, "kvcascade bench router: unknown replica kind '%s'\n",
+                 o.replica_kind.c_str());
+    return 2;
+  }
+  std::vector<std::unique_ptr<FakeEngine>> fakes;
   std::vector<uint16_t> fake_ports;
   std::vector<Endpoint> fake_endpoints;
   std::vector<std::string> addresses;
   for (int i = 0; i < o.replicas; ++i) {
-    fakes.push_back(std::make_unique<FakeReplica>("fake" + std::to_string(i)));
-    auto p = fakes.back()->listen();
+    FakeEngineOptions fo;
+    fo.kind = *kind;
+    fo.id = "fake" + std::to_string(i);
+    fo.models = {kModel};
+    fakes.push_back(std::make_unique<FakeEngine>(fo));
+    auto p = fakes.back()->start();
     if (!p.ok()) {
       std::fprintf(stderr, "kvcascade bench router: %s\n", p.error().message.c_str());
       return 2;
@@ -239,10 +206,10 @@ int run_router_bench(const RouterBenchOptions& o) {
   w.prompt_bytes = o.prompt_bytes;
   const std::vector<std::string> requests = prepare_requests(w);
   std::printf(
-      "kvcascade bench router: %d instant fake replicas, %d tenants x %d-byte prompt prefixes, "
-      "%.1f s per run (closed loop, keep-alive), %u cores, nginx %d workers\n\n",
-      o.replicas, o.tenants, o.prompt_bytes, o.seconds, std::thread::hardware_concurrency(),
-      workers);
+      "kvcascade bench router: %d instant fake %s replicas, %d tenants x %d-byte prompt "
+      "prefixes, %.1f s per run (closed loop, keep-alive), %u cores, nginx %d workers\n\n",
+      o.replicas, o.replica_kind.c_str(), o.tenants, o.prompt_bytes, o.seconds,
+      std::thread::hardware_concurrency(), workers);
   std::printf("%-8s %5s %9s %8s %8s %8s %7s %10s\n", "target", "conns", "req/s", "p50 ms", "p90 ms",
               "p99 ms", "errors", "cpu us/req");
   std::vector<LoadStats> runs;
@@ -274,9 +241,13 @@ int run_router_bench(const RouterBenchOptions& o) {
     return nullptr;
   };
   json j;
-  j["options"] = {{"seconds", o.seconds},    {"concurrency", o.concurrency},
-                  {"replicas", o.replicas},  {"prompt_bytes", o.prompt_bytes},
-                  {"tenants", o.tenants},    {"cores", std::thread::hardware_concurrency()},
+  j["options"] = {{"seconds", o.seconds},
+                  {"concurrency", o.concurrency},
+                  {"replica_kind", o.replica_kind},
+                  {"replicas", o.replicas},
+                  {"prompt_bytes", o.prompt_bytes},
+                  {"tenants", o.tenants},
+                  {"cores", std::thread::hardware_concurrency()},
                   {"nginx_workers", workers}};
   j["runs"] = json::array();
   for (const LoadStats& r : runs) {

@@ -1,6 +1,7 @@
 // `kvcascade bench router`: what the router adds to a request, against talking to the replicas
 // directly and against nginx (proxy_pass, keep-alive upstreams) on the same machine. Replicas are
-// instant fakes (fixed completion, /v1/info, /v1/load), so only the proxies' cost is measured;
+// instant fakes (cli/fake_engine.h) answering like kvcascade, vLLM, SGLang or a plain OpenAI
+// server (the router detects which), so only the proxies' cost is measured;
 // the load is closed-loop over keep-alive connections (DESIGN.md: router p99 added latency <= 1 ms,
 // throughput >= 0.7x nginx).
 #pragma once
@@ -17,6 +18,7 @@ struct RouterBenchOptions {
   int prompt_bytes = 2048;  // shared prefix per tenant (+ a unique question)
   int tenants = 8;          // distinct prefixes
   int router_threads = 1;   // the router's --http-threads (its upstream client shares them)
+  std::string replica_kind = "kvcascade";  // what the fakes answer like: kvcascade, vllm, ...
   std::string nginx = "/usr/sbin/nginx";
 };
 

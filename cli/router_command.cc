@@ -3,12 +3,14 @@
 #include <cctype>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/server_flags.h"
 #include "http/auth.h"
+#include "router/engine_signals.h"
 #include "router/router_stack.h"
 
 namespace kvc::cli {
@@ -19,16 +21,25 @@ struct RouterFlags {
   RouterConfig router;
   PoolConfig pool;
   std::vector<std::string> replicas;
+  std::vector<std::string> replica_kinds;
   std::string replica_dns;
   int64_t dns_interval_ms = 5000;
   ApiKeyFlags api_keys;
   std::string replica_api_key;
   std::string replica_api_key_file;
   std::string tenant_isolation = "off";
-  size_t approx_capacity_blocks = 1 << 20;
+  std::optional<size_t> approx_capacity_blocks;  // unset: 1 << 20, or from the replica's metrics
   int64_t approx_ttl_s = 600;
   bool check_config = false;
 };
+
+// CLI11 check: an HTTP header name (a token, RFC 9110 5.1).
+std::string http_header_name(const std::string& name) {
+  const bool token = !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+  return token ? std::string() : std::string("not an HTTP header name");
+}
 
 int run_router(RouterFlags f) {
   if (f.replicas.empty() == f.replica_dns.empty()) {
@@ -40,6 +51,13 @@ int run_router(RouterFlags f) {
   if (f.router.tenant_isolation == TenantIsolation::kHeader && f.router.tenant_header.empty()) {
     std::fprintf(stderr,
                  "kvcascade router: --tenant-isolation header needs --tenant-header NAME\n");
+    return 2;
+  }
+  if (f.replica_kinds.size() > 1 && f.replica_kinds.size() != f.replicas.size()) {
+    std::fprintf(stderr,
+                 "kvcascade router: give --replica-kind once (for every replica) or once per "
+                 "--replica, in the same order (%zu kinds for %zu replicas)\n",
+                 f.replica_kinds.size(), f.replicas.size());
     return 2;
   }
   if (f.check_config) {
@@ -75,9 +93,13 @@ int run_router(RouterFlags f) {
   c.limits = f.server.limits;
   c.http_threads = f.server.threads;
   c.replicas = f.replicas;
+  for (const std::string& k : f.replica_kinds)
+    c.replica_kinds.push_back(*parse_replica_kind(k));  // checked by CLI11
+  if (!f.replica_dns.empty() && !c.replica_kinds.empty()) c.pool.default_kind = c.replica_kinds[0];
   c.replica_dns = f.replica_dns;
   c.dns_interval = std::chrono::milliseconds(f.dns_interval_ms);
-  c.approx_capacity_blocks = f.approx_capacity_blocks;
+  c.approx_capacity_blocks = f.approx_capacity_blocks.value_or(c.approx_capacity_blocks);
+  c.pool.derive_approx_capacity = !f.approx_capacity_blocks.has_value();
   c.approx_ttl = std::chrono::seconds(f.approx_ttl_s);
   RouterStack stack(std::move(c));
   auto port = stack.start(f.server.host, f.server.port);
@@ -102,6 +124,11 @@ Run add_router_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("router", "route OpenAI requests to replicas by prefix");
   add_server_flags(*cmd, f->server, 8080);
   cmd->add_option("--replica", f->replicas, "replica address host:port (repeatable)");
+  cmd->add_option("--replica-kind", f->replica_kinds,
+                  "what the replicas are: auto (detected at start and on reconnect), kvcascade, "
+                  "vllm, sglang, openai (any server with /v1/models); once for all, or once per "
+                  "--replica in the same order")
+      ->check(CLI::IsMember(replica_kind_names()));
   cmd->add_option("--replica-dns", f->replica_dns,
                   "discover replicas by resolving NAME:PORT (a headless Service)");
   cmd->add_option("--dns-interval-ms", f->dns_interval_ms, "re-resolve period")
@@ -128,22 +155,26 @@ Run add_router_command(CLI::App& app) {
   cmd->add_option("--tenant-header", f->router.tenant_header,
                   "--tenant-isolation header: the header naming the tenant (set by a trusted "
                   "gateway; clients must not be able to set it)")
-      ->check([](const std::string& name) {
-        const bool token =
-            !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
-              return std::isalnum(c) ||
-                     std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-            });
-        return token ? std::string() : std::string("not an HTTP header name");
-      });
+      ->check(http_header_name);
   cmd->add_flag("--debug-headers", f->router.debug_headers,
                 "add x-kvcascade-matched-bytes to responses (tells clients what is cached)");
   cmd->add_option("--max-attempts", f->router.max_attempts,
                   "replicas tried before the first byte reached the client")
       ->check(CLI::Range(1, 16));
   cmd->add_option("--approx-capacity-blocks", f->approx_capacity_blocks,
-                  "approximate mode: blocks remembered per replica")
+                  "approximate mode: blocks remembered per replica (default: what the replica's "
+                  "metrics say its KV cache holds, else 1048576)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  cmd->add_option("--approx-bytes-per-token", f->pool.approx_bytes_per_token,
+                  "approximate mode: prompt bytes per token of the replicas' tokenizer, to turn "
+                  "their KV capacity (tokens) into router blocks (bytes)")
+      ->check(CLI::Range(0.25, 64.0))
+      ->capture_default_str();
+  cmd->add_option("--routing-key-header", f->router.routing_key_header,
+                  "requests with this header go to the replica its value's rendezvous hash picks "
+                  "(sessions, RL rollouts); x-smg-routing-key is accepted too")
+      ->check(http_header_name)
+      ->capture_default_str();
   cmd->add_option("--approx-ttl-s", f->approx_ttl_s, "approximate mode: entry lifetime")
       ->check(CLI::Range(int64_t{1}, int64_t{86400}));
   cmd->add_option_function<int64_t>(
@@ -158,9 +189,14 @@ Run add_router_command(CLI::App& app) {
   add_millis(*cmd, "--upstream-idle-timeout-ms", f->router.idle_timeout,
              "longest silence inside a replica's reply once it started");
   add_millis(*cmd, "--health-interval-ms", f->pool.poll_interval,
-             "period of the replicas' /v1/load health checks");
+             "period of the replicas' health and load polls");
   add_millis(*cmd, "--health-timeout-ms", f->pool.poll_timeout,
-             "a health check not answered within this failed");
+             "a health and load poll (every request of it) not answered within this failed");
+  cmd->add_option("--max-replica-metrics-bytes", f->pool.max_probe_body_bytes,
+                  "answers to health and load polls (a replica's /metrics) larger than this are "
+                  "refused; the replica is then routed on the router's own counts")
+      ->check(CLI::Range(size_t{4096}, size_t{256} << 20))
+      ->capture_default_str();
   cmd->add_option("--health-failures-to-dead", f->pool.failed_polls_to_dead,
                   "failed health checks in a row after which a replica's requests in flight end "
                   "(and are retried elsewhere when nothing reached the client yet)")

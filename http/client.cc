@@ -480,7 +480,8 @@ Client::~Client() {
 
 Result<ClientResponse> Client::request(const std::string& host, uint16_t port, std::string method,
                                        std::string target, std::string body, Headers headers,
-                                       std::chrono::milliseconds timeout) {
+                                       std::chrono::milliseconds timeout,
+                                       std::optional<size_t> max_body_bytes) {
   if (core_->on_io_thread()) return Error{"Client::request called from the client's I/O thread"};
   struct State {
     ClientResponse response;
@@ -488,7 +489,8 @@ Result<ClientResponse> Client::request(const std::string& host, uint16_t port, s
     std::promise<Status> done;
   };
   auto state = std::make_shared<State>();
-  size_t max_body = core_->limits.max_body_bytes;
+  const size_t max_body =
+      std::min(core_->limits.max_body_bytes, max_body_bytes.value_or(core_->limits.max_body_bytes));
   if (core_->stopping.load()) return Error{"client shut down"};
   start_exchange(
       core_, host, port, std::move(method), std::move(target), std::move(body), std::move(headers),

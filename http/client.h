@@ -94,11 +94,13 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Blocking convenience call (for health checks and tests). The body is buffered, at most
-  // limits.max_body_bytes. timeout bounds the whole exchange. A non-2xx status is not an error.
+  // limits.max_body_bytes or `max_body_bytes` if smaller (a larger one is an error and the
+  // connection is dropped). timeout bounds the whole exchange. A non-2xx status is not an error.
   // Precondition: not called from a callback of this client (it would wait for itself).
   Result<ClientResponse> request(const std::string& host, uint16_t port, std::string method,
                                  std::string target, std::string body = {}, Headers headers = {},
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                 std::optional<size_t> max_body_bytes = std::nullopt);
 
   // Streaming: on_headers(status, headers) once, then on_chunk(bytes) for each piece of body as it
   // arrives (chunk framing removed), then on_done(error or ok) exactly once — also when connecting

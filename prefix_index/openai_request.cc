@@ -1,5 +1,7 @@
 #include "prefix_index/openai_request.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "prefix_index/chat_render.h"
@@ -28,17 +30,31 @@ std::optional<ApiError> number(const json& j, const char* key, T& out, double lo
   return std::nullopt;
 }
 
-std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits,
+std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, ParseMode mode,
                                      std::vector<std::string>& out) {
   auto tokens_to_prompt = [&](const json& arr,
                               const std::string& where) -> std::optional<ApiError> {
-    std::string bytes;
+    const int64_t max_id = mode == ParseMode::kFull ? 255 : int64_t{0xffffffff};
+    bool wide = false;  // kRouting: an id above 255 makes every id 4 bytes
     for (size_t i = 0; i < arr.size(); ++i) {
-      if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 || arr[i].get<int64_t>() > 255) {
+      if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 ||
+          arr[i].get<int64_t>() > max_id) {
         return bad(where + "[" + std::to_string(i) + "]",
-                   "token ids must be integers 0-255 (the byte tokenizer)");
+                   mode == ParseMode::kFull
+                       ? "token ids must be integers 0-255 (the byte tokenizer)"
+                       : "token ids must be non-negative 32-bit integers");
       }
-      bytes.push_back(static_cast<char>(arr[i].get<int64_t>()));
+      wide = wide || arr[i].get<int64_t>() > 255;
+    }
+    std::string bytes;
+    for (const json& id : arr) {
+      const auto v = static_cast<uint32_t>(id.get<int64_t>());
+      if (!wide) {
+        bytes.push_back(static_cast<char>(v));
+        continue;
+      }
+      for (int b = 0; b < 4; ++b)
+        bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
     }
     out.push_back(std::move(bytes));
     return std::nullopt;
@@ -67,21 +83,56 @@ std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits,
   return std::nullopt;
 }
 
+// Chat messages the canonical rendering refuses, as bytes to route by: each message's JSON on
+// a line of its own, so that adding a message appends bytes.
+std::optional<std::string> routing_bytes_of_messages(const json& messages) {
+  if (!messages.is_array() || messages.empty()) return std::nullopt;
+  std::string out;
+  for (const json& m : messages)
+    out += m.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return out;
+}
+
+// kRouting: the fields a router routes by, best effort; the engine behind it checks the rest.
+void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
+  if (auto it = j.find("n"); it != j.end() && it->is_number_integer()) {
+    r.n = static_cast<int32_t>(std::clamp<int64_t>(it->get<int64_t>(), 1, limits.max_n));
+  }
+  if (auto it = j.find("stream"); it != j.end() && it->is_boolean()) r.stream = it->get<bool>();
+  auto text = [&](const char* key, size_t max) -> std::optional<std::string> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string() || it->get_ref<const std::string&>().size() > max) {
+      return std::nullopt;
+    }
+    return it->get<std::string>();
+  };
+  r.cache_salt = text("cache_salt", 1024).value_or("");
+  r.group = text("group", 256);
+}
+
 std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const ApiLimits& limits,
-                                     OpenAiRequest& r) {
+                                     ParseMode mode, OpenAiRequest& r) {
   if (!j.contains("model") || !j["model"].is_string()) return bad("model", "must be a string");
   r.model = j["model"].get<std::string>();
   if (endpoint == Endpoint::kCompletions) {
     if (!j.contains("prompt")) return bad("prompt", "is required");
-    if (auto e = prompts_from(j["prompt"], limits, r.prompts)) return e;
+    if (auto e = prompts_from(j["prompt"], limits, mode, r.prompts)) return e;
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
     Result<std::string> rendered = render_chat(j["messages"]);
-    if (!rendered.ok()) return ApiError{400, rendered.error().message, "messages"};
-    r.prompts.push_back(std::move(rendered).value());
+    std::optional<std::string> fallback;
+    if (!rendered.ok() && mode == ParseMode::kRouting) {
+      fallback = routing_bytes_of_messages(j["messages"]);
+    }
+    if (!rendered.ok() && !fallback) return ApiError{400, rendered.error().message, "messages"};
+    r.prompts.push_back(rendered.ok() ? std::move(rendered).value() : std::move(*fallback));
   }
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     if (r.prompts[i].empty()) return bad("prompt", "must not be empty");
+  }
+  if (mode == ParseMode::kRouting) {
+    routing_fields(j, limits, r);
+    return std::nullopt;
   }
   if (auto e =
           number(j, "n", r.n, 1, limits.max_n, ("1 to " + std::to_string(limits.max_n)).c_str()))
@@ -169,7 +220,8 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
 }  // namespace
 
 std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
-                                                           const ApiLimits& limits) {
+                                                           const ApiLimits& limits,
+                                                           ParseMode mode) {
   // nlohmann's lexer takes a NUL byte for the end of input, so "{...}\0garbage" would parse. A NUL
   // is never valid in JSON text (raw or inside a string), so any NUL refuses the body.
   if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
@@ -192,7 +244,7 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, st
   OpenAiRequest r;
   r.endpoint = endpoint;
   try {
-    if (auto e = parse_fields(endpoint, j, limits, r)) return *e;
+    if (auto e = parse_fields(endpoint, j, limits, mode, r)) return *e;
   } catch (const json::exception& e) {
     return bad("", std::string("malformed request: ") + e.what());
   }

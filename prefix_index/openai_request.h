@@ -52,8 +52,18 @@ struct ApiError {
   std::string param;  // the offending field, empty if none
 };
 
+// kFull: what a kvcascade replica serves, every field checked. kRouting: what a router needs to
+// route a request to another engine (vLLM, SGLang), which validates it itself: model, prompt
+// bytes, n, stream, group, cache_salt; other fields and their ranges are not checked, token ids
+// may exceed 255 (then every id is 4 little-endian bytes), and chat messages the canonical
+// rendering refuses (image parts, odd names) become the concatenation of each message's JSON, so
+// a conversation's next turn still extends its previous one. A body kFull accepts gets the same
+// prompt bytes in both modes.
+enum class ParseMode { kFull, kRouting };
+
 // Never throws. Unknown fields are ignored, as OpenAI-compatible servers do.
 std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
-                                                           const ApiLimits& limits = {});
+                                                           const ApiLimits& limits = {},
+                                                           ParseMode mode = ParseMode::kFull);
 
 }  // namespace kvc

@@ -231,8 +231,19 @@ size_t RadixIndex::expire() {
   return dropped;
 }
 
+void RadixIndex::set_capacity(ReplicaId replica, size_t blocks) {
+  if (blocks == 0) {
+    capacity_.erase(replica);
+  } else {
+    capacity_[replica] = blocks;
+  }
+  expire();
+  evict_to_capacity(replica);
+}
+
 void RadixIndex::evict_to_capacity(ReplicaId replica) {
-  const size_t cap = config_.capacity_blocks_per_replica;
+  const auto own = capacity_.find(replica);
+  const size_t cap = own != capacity_.end() ? own->second : config_.capacity_blocks_per_replica;
   if (cap == 0) return;
   while (true) {
     auto it = replicas_.find(replica);

@@ -83,6 +83,9 @@ class RadixIndex {
   void clear(ReplicaId replica);
   // Exact mode: applies one KV event of `replica`.
   Status apply(ReplicaId replica, const KvEvent& event);
+  // The capacity of one replica, instead of config.capacity_blocks_per_replica (0: back to that);
+  // kept across clear(). Evicts at once down to it.
+  void set_capacity(ReplicaId replica, size_t blocks);
   // Drops entries past their TTL. Mutating calls do this first on their own.
   size_t expire();
 
@@ -128,6 +131,7 @@ class RadixIndex {
   std::unique_ptr<Node> root_;
   std::unordered_map<BlockHash, Location> where_;
   std::map<ReplicaId, ReplicaState> replicas_;
+  std::map<ReplicaId, size_t> capacity_;  // set_capacity's overrides
   uint64_t next_seq_ = 1;
   uint64_t next_uid_ = 1;
   size_t num_nodes_ = 0;

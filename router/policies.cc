@@ -183,6 +183,11 @@ class KvCascade final : public Policy {
 
 }  // namespace
 
+RouteDecision route_by_key(std::string_view key, std::span<const Candidate> candidates) {
+  const uint64_t h = XXH3_64bits(key.data(), key.size());
+  return {rendezvous(healthy(candidates), h)->replica, "routing_key"};
+}
+
 std::unique_ptr<Policy> make_kvcascade_policy(KvCascadePolicyConfig config) {
   return std::make_unique<KvCascade>(config);
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "prefix_index/block_hash.h"
@@ -77,5 +78,10 @@ std::vector<std::string> policy_names();
 
 // Highest-random-weight hash of (key, replica id): the rendezvous score.
 uint64_t rendezvous_score(uint64_t key, const std::string& replica_id);
+
+// An explicit affinity key (a session, an RL rollout): the healthy candidate with the highest
+// rendezvous score for it, whatever the policy, reason "routing_key". Every router agrees, and a
+// key moves only when its replica leaves. Precondition: at least one candidate is healthy.
+RouteDecision route_by_key(std::string_view key, std::span<const Candidate> candidates);
 
 }  // namespace kvc

@@ -1,16 +1,18 @@
 #include "router/replica_pool.h"
 
 #include <algorithm>
-
-#include <nlohmann/json.hpp>
+#include <cmath>
 
 #include "http/sse.h"
 #include "router/replica_auth.h"
+#include "router/replica_probe.h"
 
 namespace kvc {
 
 struct ReplicaPool::Replica {
   ReplicaView view;
+  ReplicaProbe probe;     // used by the poller only
+  bool detected = false;  // the probe learned the kind since the replica was last unhealthy
   int32_t consecutive_failures = 0;
   int32_t failed_polls = 0;  // in a row
   Clock::TimePoint open_until{};
@@ -49,8 +51,9 @@ ReplicaPool::~ReplicaPool() {
   if (thread_.joinable()) thread_.join();
 }
 
-Result<uint32_t> ReplicaPool::add(const std::string& address) {
+Result<uint32_t> ReplicaPool::add(const std::string& address, ReplicaKind kind) {
   auto r = std::make_shared<Replica>();
+  r->probe = ReplicaProbe(kind != ReplicaKind::kAuto ? kind : config_.default_kind);
   if (!http::parse_host_port(address, r->view.host, r->view.port)) {
     return Error{"replica address '" + address + "' is not host:port"};
   }
@@ -124,20 +127,24 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   return replicas_[index]->view;
 }
 
-void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation) {
+void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation,
+                                int64_t prompt_tokens) {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return;
   Replica& r = *replicas_[index];
   ++r.view.in_flight;
+  r.view.in_flight_prompt_tokens += prompt_tokens;
   if (cancellation) r.exchanges.insert(std::move(cancellation));
 }
 
 void ReplicaPool::end_request(uint32_t index, bool ok,
-                              const std::shared_ptr<http::Cancellation>& cancellation) {
+                              const std::shared_ptr<http::Cancellation>& cancellation,
+                              int64_t prompt_tokens) {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return;
   Replica& r = *replicas_[index];
   --r.view.in_flight;
+  r.view.in_flight_prompt_tokens -= prompt_tokens;
   if (cancellation) r.exchanges.erase(cancellation);
   if (ok) {
     r.consecutive_failures = 0;
@@ -153,41 +160,42 @@ void ReplicaPool::end_request(uint32_t index, bool ok,
 }
 
 void ReplicaPool::poll(Replica& r) {
-  const std::string host = r.view.host;
-  const uint16_t port = r.view.port;
-  const bool need_info = r.view.hash_model.empty();
-  std::optional<nlohmann::json> info, load;
-  if (need_info) {
-    auto resp =
-        client_.request(host, port, "GET", "/v1/info", "",
-                        replica_auth_headers(config_.replica_api_key), config_.poll_timeout);
-    if (resp.ok() && resp->status == 200) {
-      info = nlohmann::json::parse(resp->body, nullptr, false);
-      if (info->is_discarded()) info.reset();
-    }
-  }
-  auto resp = client_.request(host, port, "GET", "/v1/load", "",
-                              replica_auth_headers(config_.replica_api_key), config_.poll_timeout);
-  if (resp.ok() && resp->status == 200) {
-    load = nlohmann::json::parse(resp->body, nullptr, false);
-    if (load->is_discarded()) load.reset();
-  }
+  ProbeConfig pc;
+  pc.timeout = config_.poll_timeout;
+  pc.max_body_bytes = config_.max_probe_body_bytes;
+  pc.default_block_size = config_.default_block_size;
+  pc.headers = replica_auth_headers(config_.replica_api_key);
+  // Detect at start and on reconnect: what comes back on the address may be another engine.
+  ProbeResult p = r.probe.run(client_, r.view.host, r.view.port, pc, !r.detected);
   std::unique_lock lock(mu_);
-  if (info) {
-    r.view.replica_id = info->value("replica_id", r.view.replica_id);
-    r.view.hash_model = info->value("hash_model", info->value("model", std::string()));
-    r.view.block_size = info->value("block_size", config_.default_block_size);
-    r.view.models = {info->value("model", std::string())};
+  if (p.identity) {
+    if (r.view.kind != p.kind && r.view.healthy) forget_blocks_locked(r);  // another engine
+    r.view.kind = p.kind;
+    r.view.models = std::move(p.models);
+    r.view.hash_model = std::move(p.hash_model);
+    r.view.block_size = p.block_size;
+    r.view.replica_id =
+        p.replica_id.empty() ? r.view.host + ":" + std::to_string(r.view.port) : p.replica_id;
   }
-  const bool ok = load.has_value() && !r.view.hash_model.empty();
-  if (ok) {
+  r.view.error = p.error;
+  if (p.healthy) {
+    r.detected = true;
     r.failed_polls = 0;
-    r.view.queued_prefill_tokens = load->value("queued_prefill_tokens", int64_t{0});
-    r.view.running_sequences = load->value("running_sequences", int64_t{0});
-    r.view.waiting_sequences = load->value("waiting_sequences", int64_t{0});
+    r.view.load_reported = p.load.has_value();
+    const ReplicaLoad load = p.load.value_or(ReplicaLoad{});
+    r.view.queued_prefill_tokens = load.queued_prefill_tokens;
+    r.view.running_sequences = load.running;
+    r.view.waiting_sequences = load.waiting;
+    r.view.kv_usage = load.kv_usage;
+    if (load.kv_capacity_tokens && load.kv_capacity_tokens != r.view.kv_capacity_tokens) {
+      r.view.kv_capacity_tokens = load.kv_capacity_tokens;
+      set_approx_capacity_locked(r);
+    }
+    r.view.load_error = p.load_error;
     if (clock_.now() >= r.open_until) r.view.healthy = true;
     return;
   }
+  r.detected = false;
   // It went away: what it held is gone from routing until its next snapshot.
   if (r.view.healthy) forget_blocks_locked(r);
   r.view.healthy = false;
@@ -202,20 +210,38 @@ void ReplicaPool::poll(Replica& r) {
     c->cancel(why);
 }
 
+// Its KV capacity in router blocks (bytes): a foreign replica's approximate entries are bounded
+// by what it can hold, so the index forgets about as fast as the replica evicts.
+void ReplicaPool::set_approx_capacity_locked(const Replica& r) {
+  if (approx_ == nullptr || !config_.derive_approx_capacity || !r.view.kv_capacity_tokens) return;
+  const double blocks = static_cast<double>(*r.view.kv_capacity_tokens) *
+                        config_.approx_bytes_per_token / std::max(1, r.view.block_size);
+  std::lock_guard index_lock(index_mu_);  // lock order: pool, then index
+  approx_->set_capacity(r.view.index, static_cast<size_t>(std::clamp(blocks, 1.0, 1e12)));
+}
+
 void ReplicaPool::poll_now() {
+  std::lock_guard round(poll_mu_);  // one round at a time: a probe serves one poll
   std::vector<std::shared_ptr<Replica>> rs;
   {
     std::lock_guard lock(mu_);
     for (auto& r : replicas_)
       if (r) rs.push_back(r);
   }
-  for (auto& r : rs)
-    poll(*r);
+  // In parallel: a replica that stalls costs its own poll_timeout, not every other replica's.
+  std::vector<std::thread> polls;
+  for (size_t i = 1; i < rs.size(); ++i)
+    polls.emplace_back([this, r = rs[i]] { poll(*r); });
+  if (!rs.empty()) poll(*rs.front());
+  for (std::thread& t : polls)
+    t.join();
   for (auto& r : rs) {
     bool want = false;
     {
       std::lock_guard lock(mu_);
-      want = r->view.healthy && !r->subscribing && clock_.now() >= r->next_subscribe && !r->removed;
+      // Only kvcascade replicas publish KV events; the others are routed approximately.
+      want = r->view.healthy && r->view.kind == ReplicaKind::kKvcascade && !r->subscribing &&
+             clock_.now() >= r->next_subscribe && !r->removed;
       if (want) r->subscribing = true;
     }
     if (want) subscribe(r->view.index);

@@ -1,5 +1,7 @@
 #include "router/router_stack.h"
 
+#include <algorithm>
+
 namespace kvc {
 namespace {
 
@@ -50,8 +52,18 @@ RouterStack::~RouterStack() {
 }
 
 Result<uint16_t> RouterStack::start(const std::string& host, uint16_t port) {
-  for (const std::string& r : config_.replicas) {
-    if (auto added = pool_->add(r); !added.ok()) return Error{added.error().message};
+  const std::vector<ReplicaKind>& kinds = config_.replica_kinds;
+  if (kinds.size() > 1 && kinds.size() != config_.replicas.size()) {
+    return Error{"give one replica kind for all replicas or one per replica (" +
+                 std::to_string(kinds.size()) + " kinds for " +
+                 std::to_string(config_.replicas.size()) + " replicas)"};
+  }
+  for (size_t i = 0; i < config_.replicas.size(); ++i) {
+    const ReplicaKind kind =
+        kinds.empty() ? ReplicaKind::kAuto : kinds[std::min(i, kinds.size() - 1)];
+    if (auto added = pool_->add(config_.replicas[i], kind); !added.ok()) {
+      return Error{added.error().message};
+    }
   }
   if (!config_.replica_dns.empty()) {
     dns_ = std::make_unique<DnsDiscovery>(*pool_, config_.replica_dns, config_.dns_interval);

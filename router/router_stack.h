@@ -26,7 +26,10 @@ struct RouterStackConfig {
   // per proxied request against 107-116 us with two (bench/results/router.md).
   int http_threads = 1;
   std::vector<std::string> replicas;  // host:port
-  std::string replica_dns;            // NAME:PORT, instead of `replicas`
+  // The kind of each replica (same length as `replicas`), or of all (one entry); empty or kAuto:
+  // detected. Replicas found by DNS take pool.default_kind.
+  std::vector<ReplicaKind> replica_kinds;
+  std::string replica_dns;  // NAME:PORT, instead of `replicas`
   std::chrono::milliseconds dns_interval{5000};
   size_t approx_capacity_blocks = 1 << 20;
   std::chrono::seconds approx_ttl{600};

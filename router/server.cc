@@ -39,6 +39,7 @@ struct RouterServer::Attempt {
   std::string body;
   Clock::TimePoint start{};
   size_t prompt_bytes = 0;
+  std::optional<std::string> routing_key;  // RouterConfig::routing_key_header
   // Shared with the client-gone callback, which may run on another thread.
   std::mutex mu;
   bool abandoned = false;                            // the client left: no more tries
@@ -152,10 +153,41 @@ void RouterServer::send_readiness(http::Responder& responder) {
           .dump());
 }
 
+namespace {
+
+// The replicas serving `model`.
+std::vector<ReplicaView> serving(std::vector<ReplicaView> all, const std::string& model) {
+  std::erase_if(all, [&](const ReplicaView& r) {
+    return std::find(r.models.begin(), r.models.end(), model) == r.models.end();
+  });
+  return all;
+}
+
+// The request as the router routes it. A body a kvcascade replica would refuse may still suit
+// another engine (token ids of a real tokenizer, image parts, logprobs): when a foreign replica
+// serves its model it is parsed for routing only, and that engine judges the rest.
+std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, std::string_view body,
+                                                        const ApiLimits& limits,
+                                                        const std::vector<ReplicaView>& all) {
+  auto full = parse_openai_request(endpoint, body, limits);
+  if (std::holds_alternative<OpenAiRequest>(full)) return full;
+  auto loose = parse_openai_request(endpoint, body, limits, ParseMode::kRouting);
+  const auto* req = std::get_if<OpenAiRequest>(&loose);
+  if (req == nullptr) return full;
+  const std::vector<ReplicaView> replicas = serving(all, req->model);
+  const bool foreign = std::any_of(replicas.begin(), replicas.end(), [](const ReplicaView& r) {
+    return r.kind != ReplicaKind::kKvcascade;
+  });
+  return foreign ? loose : full;
+}
+
+}  // namespace
+
 void RouterServer::route(Endpoint endpoint, http::Request request,
                          std::shared_ptr<http::Responder> responder) {
   ++stats_.requests;
-  auto parsed = parse_openai_request(endpoint, request.body, config_.api);
+  const std::vector<ReplicaView> pool = pool_.snapshot();
+  auto parsed = parse_for_routing(endpoint, request.body, config_.api, pool);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     http::send_error(*responder, e->status, e->message, "invalid_request_error",
                      e->param.empty() ? std::nullopt : std::optional<std::string_view>(e->param));
@@ -188,12 +220,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     }
     request.body = std::move(*body);
   }
-  std::vector<ReplicaView> replicas;
-  for (ReplicaView& r : pool_.snapshot()) {
-    if (std::find(r.models.begin(), r.models.end(), req.model) != r.models.end()) {
-      replicas.push_back(std::move(r));
-    }
-  }
+  const std::vector<ReplicaView> replicas = serving(pool, req.model);
   if (replicas.empty()) {
     http::send_error(*responder, 404, "model '" + req.model + "' is not served by any replica",
                      "invalid_request_error", "model");
@@ -217,14 +244,22 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   attempt->stream = req.stream;
   attempt->start = clock_.now();
   attempt->prompt_bytes = req.prompts.front().size();
-  // Route by the first prompt: a batch's prompts usually share their prefix.
+  // Route by the first prompt: a batch's prompts usually share their prefix. Hashed as a kvcascade
+  // replica of the model hashes it (its KV events are in that key space); the router's own
+  // entries for foreign replicas can use any seed, so they use the same one.
   const std::string& prompt = req.prompts.front();
-  const ReplicaView& any = replicas.front();
-  attempt->hashes = hash_blocks(chain_seed(any.hash_model, cache_salt), prompt, any.block_size);
+  auto seed_from = std::find_if(replicas.begin(), replicas.end(), [](const ReplicaView& r) {
+    return r.kind == ReplicaKind::kKvcascade && !r.hash_model.empty();
+  });
+  const ReplicaView& any = seed_from != replicas.end() ? *seed_from : replicas.front();
+  const std::string& hash_model = seed_from != replicas.end() ? any.hash_model : req.model;
+  attempt->hashes = hash_blocks(chain_seed(hash_model, cache_salt), prompt, any.block_size);
   const uint64_t prompt_hash = XXH3_64bits_withSeed(
       prompt.data(), prompt.size(), XXH3_64bits(cache_salt.data(), cache_salt.size()));
   attempt->sibling_key = SiblingTracker::key_for(group, prompt_hash);
   attempt->debug_headers = config_.debug_headers;
+  attempt->routing_key = request.header(config_.routing_key_header);
+  if (!attempt->routing_key) attempt->routing_key = request.header("x-smg-routing-key");
   attempt->request = std::move(request);
   attempt->responder = responder;
 
@@ -246,7 +281,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.id = r.replica_id;
     c.healthy = r.healthy;
     c.matched_blocks = std::max(exact.blocks_for(r.index), guessed.blocks_for(r.index));
-    c.queued_prefill_tokens = r.queued_prefill_tokens;
+    // Without a load report (a plain OpenAI server, or metrics that failed) the prompt tokens
+    // this router has in flight there stand in for its queue.
+    c.queued_prefill_tokens = r.load_reported ? r.queued_prefill_tokens : r.in_flight_prompt_tokens;
     c.running_sequences = r.running_sequences;
     c.waiting_sequences = r.waiting_sequences;
     c.in_flight_requests = r.in_flight;
@@ -284,7 +321,10 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     }
     RouteDecision d;
     bool pinned = false;
-    if (config_.policy == "kvcascade") {
+    if (attempt->routing_key) {
+      d = route_by_key(*attempt->routing_key, candidates);
+      pinned = true;
+    } else if (config_.policy == "kvcascade") {
       std::lock_guard lock(policy_mu_);
       if (auto p = siblings_.lookup(attempt->sibling_key)) {
         for (const Candidate& c : candidates) {
@@ -358,7 +398,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           std::min(1.0, static_cast<double>(attempt->matched_bytes) /
                             static_cast<double>(attempt->prompt_bytes)));
     }
-    pool_.begin_request(attempt->replica, cancellation);  // ended if the replica is found dead
+    const auto prompt_tokens = static_cast<int64_t>(attempt->prompt_bytes);
+    // Ended if the replica is found dead.
+    pool_.begin_request(attempt->replica, cancellation, prompt_tokens);
     http::Headers headers;
     for (const auto& [k, v] : attempt->request.headers) {
       std::string lower = k;
@@ -368,7 +410,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     for (auto& h : replica_auth_headers(config_.replica_api_key))
       headers.push_back(std::move(h));
     if (!view) {
-      pool_.end_request(attempt->replica, false, cancellation);
+      pool_.end_request(attempt->replica, false, cancellation, prompt_tokens);
       if (!(*chooser)()) {
         http::send_error(*attempt->responder, 503, "no healthy replica left", "server_error");
       } else {
@@ -412,10 +454,10 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
           attempt->responder->write(std::string(bytes));
           return !attempt->responder->client_gone();
         },
-        [this, attempt, chooser, run, cancellation](Status s) {
+        [this, attempt, chooser, run, cancellation, prompt_tokens](Status s) {
           const bool failed = !s.ok() || attempt->status >= 500;
           const bool client_gone = attempt->responder->client_gone();
-          pool_.end_request(attempt->replica, !failed || client_gone, cancellation);
+          pool_.end_request(attempt->replica, !failed || client_gone, cancellation, prompt_tokens);
           if (client_gone) return;  // nobody to answer; the replica did nothing wrong
           if (!failed) {
             if (attempt->sent_anything) {
@@ -478,15 +520,28 @@ std::string RouterServer::state_json() {
   const std::vector<ReplicaView> views = pool_.snapshot();  // before the index lock (lock order)
   std::lock_guard index_lock(index_mu_);
   for (const ReplicaView& r : views) {
-    replicas.push_back({{"index", r.index},
-                        {"replica_id", r.replica_id},
-                        {"address", r.host + ":" + std::to_string(r.port)},
-                        {"healthy", r.healthy},
-                        {"exact", r.exact},
-                        {"block_size", r.block_size},
-                        {"in_flight", r.in_flight},
-                        {"index_blocks", index_.num_blocks(r.index)},
-                        {"approx_blocks", approx_.num_blocks(r.index)}});
+    json load = {{"reported", r.load_reported},
+                 {"running", r.running_sequences},
+                 {"waiting", r.waiting_sequences},
+                 {"queued_prefill_tokens", r.queued_prefill_tokens},
+                 {"in_flight_prompt_tokens", r.in_flight_prompt_tokens}};
+    if (r.kv_usage) load["kv_usage"] = *r.kv_usage;
+    if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
+    if (!r.load_error.empty()) load["error"] = r.load_error;
+    json replica = {{"index", r.index},
+                    {"replica_id", r.replica_id},
+                    {"address", r.host + ":" + std::to_string(r.port)},
+                    {"kind", replica_kind_name(r.kind)},
+                    {"models", r.models},
+                    {"healthy", r.healthy},
+                    {"exact", r.exact},
+                    {"block_size", r.block_size},
+                    {"in_flight", r.in_flight},
+                    {"load", std::move(load)},
+                    {"index_blocks", index_.num_blocks(r.index)},
+                    {"approx_blocks", approx_.num_blocks(r.index)}};
+    if (!r.error.empty()) replica["error"] = r.error;
+    replicas.push_back(std::move(replica));
   }
   json routed = json::array();
   {
@@ -502,7 +557,7 @@ std::string RouterServer::state_json() {
               {"upstream_errors", stats_.upstream_errors.load()},
               {"near_misses", stats_.near_misses.load()},
               {"routed", routed}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace kvc

@@ -51,6 +51,9 @@ struct RouterConfig {
   // Adds x-kvcascade-matched-bytes to responses: how much of the prompt the chosen replica held,
   // which without tenant isolation tells a client what others have cached. Off by default.
   bool debug_headers = false;
+  // An explicit affinity key: requests carrying this header (or SGLang gateway's
+  // x-smg-routing-key) go to the replica the key's rendezvous hash picks, whatever the policy.
+  std::string routing_key_header = "x-kvcascade-routing-key";
   SiblingTrackerConfig siblings;
   ApiLimits api;
 };

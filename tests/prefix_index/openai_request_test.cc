@@ -101,5 +101,51 @@ TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {
   EXPECT_EQ(chat.message.find("invalid JSON"), 0u) << chat.message;
 }
 
+// kRouting: what a router in front of another engine needs, and nothing that engine judges.
+TEST(OpenAiRequest, RoutingModeTakesWhatOtherEnginesAccept) {
+  auto routing = [](Endpoint e, std::string_view body) {
+    auto r = parse_openai_request(e, body, {}, ParseMode::kRouting);
+    EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(r))
+        << (std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).message : "");
+    return std::holds_alternative<OpenAiRequest>(r) ? std::get<OpenAiRequest>(r) : OpenAiRequest{};
+  };
+  // Token ids of a real tokenizer, logprobs, out-of-range sampling: refused in full mode only.
+  const char* body =
+      R"({"model":"llama","prompt":[128000,9906,1917],"logprobs":5,"temperature":7,"n":3,)"
+      R"("stream":true,"cache_salt":"s","group":"g","max_tokens":1000000})";
+  EXPECT_EQ(err(Endpoint::kCompletions, body).param, "prompt[0]");
+  const OpenAiRequest r = routing(Endpoint::kCompletions, body);
+  EXPECT_EQ(r.model, "llama");
+  EXPECT_EQ(r.prompts.front(), std::string("\x00\xf4\x01\x00\xb2\x26\x00\x00\x7d\x07\x00\x00", 12));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.cache_salt, "s");
+  EXPECT_EQ(r.group, "g");
+  // Byte-sized ids give the full mode's bytes.
+  EXPECT_EQ(routing(Endpoint::kCompletions, R"({"model":"m","prompt":[104,105]})").prompts.front(),
+            "hi");
+  // Chat with an image part: each message's JSON, so the next turn extends this one.
+  const std::string turn1 =
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})";
+  const std::string turn2 =
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]},)"
+      R"({"role":"assistant","content":"a cat"},{"role":"user","content":"why?"}]})";
+  err(Endpoint::kChatCompletions, turn1);
+  const std::string p1 = routing(Endpoint::kChatCompletions, turn1).prompts.front();
+  const std::string p2 = routing(Endpoint::kChatCompletions, turn2).prompts.front();
+  EXPECT_EQ(p2.substr(0, p1.size()), p1);
+  // A body the full mode accepts renders alike in both modes.
+  const char* chat = R"({"model":"m","messages":[{"role":"user","content":"hello"}]})";
+  EXPECT_EQ(routing(Endpoint::kChatCompletions, chat).prompts,
+            ok(Endpoint::kChatCompletions, chat).prompts);
+  // Still refused: no model, no prompt, not JSON.
+  for (const char* bad :
+       {R"({"prompt":"x"})", R"({"model":"m"})", "{", R"({"model":"m","prompt":[-1]})"}) {
+    EXPECT_TRUE(std::holds_alternative<ApiError>(
+        parse_openai_request(Endpoint::kCompletions, bad, {}, ParseMode::kRouting)))
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace kvc

@@ -163,6 +163,32 @@ TEST_F(RadixIndexTest, CapacityEvictsLeastRecentlyUsedLeavesFirst) {
   EXPECT_EQ(index.num_blocks(1), 5u);
 }
 
+// A replica's own capacity (a foreign replica's KV capacity from its metrics) overrides the
+// index's, evicts at once, and survives clear().
+TEST_F(RadixIndexTest, PerReplicaCapacityOverridesTheDefault) {
+  RadixIndexConfig config;
+  config.capacity_blocks_per_replica = 5;
+  RadixIndex index(clock_, config);
+  ASSERT_TRUE(index.insert(0, chain({1, 2, 3, 4})).ok());
+  ASSERT_TRUE(index.insert(1, chain({1, 2, 3, 4})).ok());
+  index.set_capacity(0, 2);
+  index.check_invariants();
+  EXPECT_EQ(index.num_blocks(0), 2u);
+  EXPECT_TRUE(index.holds(0, BlockHash{2}));
+  EXPECT_FALSE(index.holds(0, BlockHash{3}));
+  EXPECT_EQ(index.num_blocks(1), 4u);
+  index.clear(0);
+  ASSERT_TRUE(index.insert(0, chain({7, 8, 9})).ok());
+  EXPECT_EQ(index.num_blocks(0), 2u);
+  index.set_capacity(1, 8);  // more than the default
+  ASSERT_TRUE(index.insert(1, chain({10, 11, 12, 13})).ok());
+  EXPECT_EQ(index.num_blocks(1), 8u);
+  index.set_capacity(0, 0);  // back to the default
+  ASSERT_TRUE(index.insert(0, chain({7, 8, 9, 6, 5})).ok());
+  EXPECT_EQ(index.num_blocks(0), 5u);
+  index.check_invariants();
+}
+
 TEST_F(RadixIndexTest, ChainLongerThanCapacityKeepsItsHead) {
   RadixIndexConfig config;
   config.capacity_blocks_per_replica = 3;

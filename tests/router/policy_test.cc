@@ -1,6 +1,7 @@
 #include "router/policy.h"
 
 #include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -130,6 +131,32 @@ TEST(SimplePolicies, RoundRobinLeastLoadConsistentHash) {
     if (replica != 1) EXPECT_EQ(now, replica) << key;
   }
   EXPECT_EQ(make_policy("nonsense"), nullptr);
+}
+
+// An explicit routing key pins by rendezvous: the same key, the same replica, whatever the load
+// and the prefix matches; keys spread; a key moves only when its replica leaves.
+TEST(RouteByKey, PinsByRendezvousAndMovesOnlyWhenItsReplicaLeaves) {
+  auto cs = three();
+  std::map<std::string, uint32_t> before;
+  std::set<uint32_t> used;
+  for (int k = 0; k < 300; ++k) {
+    const std::string key = "rollout-" + std::to_string(k);
+    const RouteDecision d = route_by_key(key, cs);
+    EXPECT_EQ(d.reason, "routing_key");
+    before[key] = d.replica;
+    used.insert(d.replica);
+  }
+  EXPECT_EQ(used.size(), 3u);
+  cs[0].running_sequences = 1000;  // load and matches do not move a key
+  cs[1].matched_blocks = 50;
+  for (const auto& [key, replica] : before)
+    EXPECT_EQ(route_by_key(key, cs).replica, replica) << key;
+  cs[2].healthy = false;
+  for (const auto& [key, replica] : before) {
+    const uint32_t now = route_by_key(key, cs).replica;
+    EXPECT_NE(now, 2u);
+    if (replica != 2) EXPECT_EQ(now, replica) << key;
+  }
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ class KvCascade final : public Policy {
  public:
   explicit KvCascade(KvCascadePolicyConfig c) : c_(c) {}
   std::string name() const override { return "kvcascade"; }
+  bool pins_siblings() const override { return true; }
 
   RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
     const auto cs = healthy(candidates);

@@ -50,6 +50,9 @@ class Policy {
   // Precondition: at least one candidate is healthy. Returns a healthy candidate's replica.
   virtual RouteDecision choose(const RouteRequest& request,
                                std::span<const Candidate> candidates) = 0;
+  // Whether the router keeps siblings (the same `group`, or identical prompts close together:
+  // router/sibling_tracker.h) on the replica this policy chose for the first of them.
+  virtual bool pins_siblings() const { return false; }
 };
 
 struct KvCascadePolicyConfig {

@@ -13,7 +13,7 @@
 #include "metrics/metrics.h"
 #include "router/dns_discovery.h"
 #include "router/replica_pool.h"
-#include "router/server.h"
+#include "router/proxy.h"
 
 namespace kvc {
 

@@ -161,3 +161,15 @@ TEST(RouteByKey, PinsByRendezvousAndMovesOnlyWhenItsReplicaLeaves) {
 
 }  // namespace
 }  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// Sibling pinning is the policy's own choice (the router asks it; it never compares names).
+TEST(PolicyInterface, OnlyKvcascadePinsSiblings) {
+  for (const std::string& name : policy_names())
+    EXPECT_EQ(make_policy(name)->pins_siblings(), name == "kvcascade") << name;
+}
+
+}  // namespace
+}  // namespace kvc

@@ -14,7 +14,7 @@
 #include "replica/local_replica.h"
 #include "router/replica_pool.h"
 #include "router/router_stack.h"
-#include "router/server.h"
+#include "router/proxy.h"
 
 namespace kvc {
 namespace {

@@ -76,9 +76,8 @@ class RouterServer {
   void handle(http::Request request, std::shared_ptr<http::Responder> responder);
   RouterStats& stats() { return stats_; }
 
-  struct Attempt;  // one client request on its way to a replica (server.cc)
-
  private:
+  class ProxyAttempt;  // one client request on its way to a replica (proxy.cc)
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
   void note_retry();
   // Replies to probes: 200 while at least one replica is healthy, else 503.

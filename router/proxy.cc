@@ -1,4 +1,4 @@
-#include "router/server.h"
+#include "router/proxy.h"
 
 #include <algorithm>
 #include <set>
@@ -18,13 +18,26 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxBufferedBody = size_t{8} << 20;
 
-// One client request on its way to a replica, possibly over several tries.
-struct RouterServer::Attempt {
+// One client request on its way to a replica, possibly over several tries: choose a replica
+// (do_choose), send it there (do_try), relay its answer (on_headers, on_chunk) and, when it ends
+// (on_done), finish, retry on another replica or end with an error. Callbacks hold it by
+// shared_ptr; it holds nothing that holds it.
+class RouterServer::ProxyAttempt : public std::enable_shared_from_this<ProxyAttempt> {
+ public:
+  explicit ProxyAttempt(RouterServer& server) : s_(server) {}
+
+  // Ends the exchange in flight as soon as the client leaves.
+  void watch_client();
+  // Chooses the first replica and sends; false: none is healthy (nothing was sent).
+  bool start();
+
   http::Request request;
   std::shared_ptr<http::Responder> responder;
   bool stream = false;
   std::vector<BlockHash> hashes;
   std::string sibling_key;
+  std::vector<Candidate> candidates;
+  RouteRequest route;  // its blocks view `hashes`
   std::vector<uint32_t> tried;
   uint32_t replica = 0;
   std::string replica_id, reason;
@@ -37,24 +50,29 @@ struct RouterServer::Attempt {
   // kMaxBufferedBody it is streamed through.
   std::string content_type;
   std::string body;
-  Clock::TimePoint start{};
+  Clock::TimePoint begun{};
   size_t prompt_bytes = 0;
   std::optional<std::string> routing_key;  // RouterConfig::routing_key_header
+
+ private:
+  bool do_choose();
+  void do_try();
+  void on_headers(int upstream_status, const http::Headers& upstream);
+  bool on_chunk(std::string_view bytes);
+  void on_done(const Status& s, const std::shared_ptr<http::Cancellation>& cancellation,
+               int64_t prompt_tokens);
+  void count_route();
+  void start_client_stream();
+  http::Headers client_headers() const;
+
+  RouterServer& s_;
   // Shared with the client-gone callback, which may run on another thread.
-  std::mutex mu;
-  bool abandoned = false;                            // the client left: no more tries
-  std::shared_ptr<http::Cancellation> cancellation;  // ends the try in flight
+  std::mutex mu_;
+  bool abandoned_ = false;                            // the client left: no more tries
+  std::shared_ptr<http::Cancellation> cancellation_;  // ends the try in flight
 };
 
 namespace {
-
-// What the router tells the client about the route it took. The matched length only on request:
-// without tenant isolation it says how much of this prompt somebody else has cached.
-http::Headers client_headers(const RouterServer::Attempt& a) {
-  http::Headers h = {{"x-kvcascade-replica", a.replica_id}, {"x-kvcascade-route-reason", a.reason}};
-  if (a.debug_headers) h.emplace_back("x-kvcascade-matched-bytes", std::to_string(a.matched_bytes));
-  return h;
-}
 
 // The request body with its cache_salt replaced; nullopt if it is not a JSON object (it was
 // parsed once already, so this does not happen). Strings were valid UTF-8 when parsed, so the
@@ -64,12 +82,6 @@ std::optional<std::string> with_cache_salt(const std::string& body, const std::s
   if (!j.is_object()) return std::nullopt;
   j["cache_salt"] = salt;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// Starts the client's response as a stream (a streaming request, or a body too large to buffer).
-void start_client_stream(RouterServer::Attempt& a) {
-  a.responder->start_stream(a.status, a.content_type, client_headers(a));
-  a.sent_anything = true;
 }
 
 }  // namespace
@@ -226,27 +238,15 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
                      "invalid_request_error", "model");
     return;
   }
-  auto attempt = std::make_shared<Attempt>();
-  // A client that leaves ends the exchange in flight at once: the replica sees the connection
-  // close and frees the group. (A non-streaming reply sends no byte before the generation is done,
-  // so waiting for one to find the client gone would let the replica generate to the end.)
-  responder->on_client_gone([weak = std::weak_ptr<Attempt>(attempt)] {
-    auto a = weak.lock();
-    if (!a) return;
-    std::shared_ptr<http::Cancellation> in_flight;
-    {
-      std::lock_guard lock(a->mu);
-      a->abandoned = true;
-      in_flight = a->cancellation;
-    }
-    if (in_flight) in_flight->cancel("the client went away");
-  });
+  auto attempt = std::make_shared<ProxyAttempt>(*this);
+  attempt->responder = responder;
+  attempt->watch_client();
   attempt->stream = req.stream;
-  attempt->start = clock_.now();
+  attempt->begun = clock_.now();
   attempt->prompt_bytes = req.prompts.front().size();
-  // Route by the first prompt: a batch's prompts usually share their prefix. Hashed as a kvcascade
-  // replica of the model hashes it (its KV events are in that key space); the router's own
-  // entries for foreign replicas can use any seed, so they use the same one.
+  // Route by the first prompt: a batch is one exchange with one replica (docs/architecture.md).
+  // Hashed as a kvcascade replica of the model hashes it (its KV events are in that key space);
+  // the router's own entries for foreign replicas can use any seed, so they use the same one.
   const std::string& prompt = req.prompts.front();
   auto seed_from = std::find_if(replicas.begin(), replicas.end(), [](const ReplicaView& r) {
     return r.kind == ReplicaKind::kKvcascade && !r.hash_model.empty();
@@ -261,7 +261,6 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   attempt->routing_key = request.header(config_.routing_key_header);
   if (!attempt->routing_key) attempt->routing_key = request.header("x-smg-routing-key");
   attempt->request = std::move(request);
-  attempt->responder = responder;
 
   MatchResult exact, guessed;
   {
@@ -273,8 +272,6 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     ++stats_.near_misses;
     if (metrics_) metrics_->router_near_miss_prefixes_total.Add({}).Increment();
   }
-
-  std::vector<Candidate> candidates;
   for (const ReplicaView& r : replicas) {
     Candidate c;
     c.replica = r.index;
@@ -291,228 +288,252 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       std::lock_guard lock(index_mu_);
       c.index_blocks = index_.num_blocks(r.index) + approx_.num_blocks(r.index);
     }
-    candidates.push_back(std::move(c));
+    attempt->candidates.push_back(std::move(c));
   }
-  RouteRequest rr;
+  RouteRequest& rr = attempt->route;
   rr.blocks = attempt->hashes;
   rr.prompt_tokens = static_cast<int64_t>(prompt.size());
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
   rr.group = group;
   rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
-
-  // Everything below chooses among the candidates still untried; a retry calls back here.
-  auto choose = [this, attempt, candidates, rr]() mutable -> bool {
-    std::vector<ReplicaView> now;
-    if (!attempt->tried.empty()) now = pool_.snapshot();  // a retry: health may have changed
-    for (Candidate& c : candidates) {
-      if (std::find(attempt->tried.begin(), attempt->tried.end(), c.replica) !=
-          attempt->tried.end()) {
-        c.healthy = false;
-      }
-      if (!now.empty()) {
-        auto it =
-            std::find_if(now.begin(), now.end(), [&](auto& v) { return v.index == c.replica; });
-        c.healthy = c.healthy && it != now.end() && it->healthy;
-      }
-    }
-    if (std::none_of(candidates.begin(), candidates.end(), [](auto& c) { return c.healthy; })) {
-      return false;
-    }
-    RouteDecision d;
-    bool pinned = false;
-    if (attempt->routing_key) {
-      d = route_by_key(*attempt->routing_key, candidates);
-      pinned = true;
-    } else if (config_.policy == "kvcascade") {
-      std::lock_guard lock(policy_mu_);
-      if (auto p = siblings_.lookup(attempt->sibling_key)) {
-        for (const Candidate& c : candidates) {
-          if (c.replica == *p && c.healthy) {
-            d = {c.replica, "sibling_pinned"};
-            pinned = true;
-          }
-        }
-      }
-    }
-    if (!pinned) {
-      std::lock_guard lock(policy_mu_);
-      d = policy_->choose(rr, candidates);
-      if (config_.policy == "kvcascade") siblings_.record(attempt->sibling_key, d.replica);
-    }
-    if (!attempt->tried.empty()) d.reason = "retry";
-    attempt->replica = d.replica;
-    attempt->reason = d.reason;
-    for (const Candidate& c : candidates) {
-      if (c.replica == d.replica) {
-        attempt->replica_id = c.id;
-        attempt->matched_bytes = c.matched_blocks * static_cast<size_t>(rr.block_size);
-      }
-    }
-    attempt->tried.push_back(d.replica);
-    return true;
-  };
-  if (!choose()) {
+  if (!attempt->start()) {
     http::send_error(*responder, 503, "no healthy replica serves model '" + req.model + "'",
                      "server_error");
+  }
+}
+
+void RouterServer::ProxyAttempt::watch_client() {
+  // A client that leaves ends the exchange in flight at once: the replica sees the connection
+  // close and frees the group. (A non-streaming reply sends no byte before the generation is done,
+  // so waiting for one to find the client gone would let the replica generate to the end.)
+  responder->on_client_gone([weak = weak_from_this()] {
+    auto a = weak.lock();
+    if (!a) return;
+    std::shared_ptr<http::Cancellation> in_flight;
+    {
+      std::lock_guard lock(a->mu_);
+      a->abandoned_ = true;
+      in_flight = a->cancellation_;
+    }
+    if (in_flight) in_flight->cancel("the client went away");
+  });
+}
+
+bool RouterServer::ProxyAttempt::start() {
+  if (!do_choose()) return false;
+  do_try();
+  return true;
+}
+
+// Chooses among the candidates not tried yet (health re-read on a retry): an explicit routing
+// key first, then a sibling pin (policies that keep siblings together), then the policy.
+bool RouterServer::ProxyAttempt::do_choose() {
+  std::vector<ReplicaView> now;
+  if (!tried.empty()) now = s_.pool_.snapshot();  // a retry: health may have changed
+  for (Candidate& c : candidates) {
+    if (std::find(tried.begin(), tried.end(), c.replica) != tried.end()) c.healthy = false;
+    if (!now.empty()) {
+      auto it = std::find_if(now.begin(), now.end(), [&](auto& v) { return v.index == c.replica; });
+      c.healthy = c.healthy && it != now.end() && it->healthy;
+    }
+  }
+  if (std::none_of(candidates.begin(), candidates.end(), [](auto& c) { return c.healthy; })) {
+    return false;
+  }
+  RouteDecision d;
+  bool pinned = false;
+  const bool pins = s_.policy_->pins_siblings();
+  if (routing_key) {
+    d = route_by_key(*routing_key, candidates);
+    pinned = true;
+  } else if (pins) {
+    std::lock_guard lock(s_.policy_mu_);
+    if (auto p = s_.siblings_.lookup(sibling_key)) {
+      for (const Candidate& c : candidates) {
+        if (c.replica == *p && c.healthy) {
+          d = {c.replica, "sibling_pinned"};
+          pinned = true;
+        }
+      }
+    }
+  }
+  if (!pinned) {
+    std::lock_guard lock(s_.policy_mu_);
+    d = s_.policy_->choose(route, candidates);
+    if (pins) s_.siblings_.record(sibling_key, d.replica);
+  }
+  if (!tried.empty()) d.reason = "retry";
+  replica = d.replica;
+  reason = d.reason;
+  for (const Candidate& c : candidates) {
+    if (c.replica == d.replica) {
+      replica_id = c.id;
+      matched_bytes = c.matched_blocks * static_cast<size_t>(route.block_size);
+    }
+  }
+  tried.push_back(d.replica);
+  return true;
+}
+
+void RouterServer::ProxyAttempt::count_route() {
+  prometheus::Counter* routed_counter = nullptr;
+  {
+    std::lock_guard lock(s_.stats_.mu);
+    const std::pair<std::string, std::string> key{replica_id, reason};
+    ++s_.stats_.routed[key];
+    if (s_.metrics_) {
+      // Looked up once per (replica, reason): Family::Add builds and hashes a label map.
+      prometheus::Counter*& c = s_.routed_counters_[key];
+      if (c == nullptr) {
+        c = &s_.metrics_->router_requests_total.Add({{"replica", replica_id}, {"reason", reason}});
+      }
+      routed_counter = c;
+    }
+  }
+  if (routed_counter != nullptr) routed_counter->Increment();
+  if (s_.metrics_ && tried.size() == 1 && prompt_bytes > 0) {
+    s_.metrics_->router_prefix_match_ratio_all.Observe(
+        std::min(1.0, static_cast<double>(matched_bytes) / static_cast<double>(prompt_bytes)));
+  }
+}
+
+// Sends the request to the chosen replica.
+void RouterServer::ProxyAttempt::do_try() {
+  // Made before the exchange starts, so that the client leaving at any moment ends it.
+  auto cancellation = std::make_shared<http::Cancellation>();
+  {
+    std::lock_guard lock(mu_);
+    if (abandoned_) return;  // the client left between two tries
+    cancellation_ = cancellation;
+  }
+  auto view = s_.pool_.get(replica);
+  if (view && !view->exact) {
+    // Approximate mode: this replica publishes no KV events; remember what we sent it.
+    std::lock_guard lock(s_.index_mu_);
+    (void)s_.approx_.insert(replica, hashes);
+  }
+  count_route();
+  const auto prompt_tokens = static_cast<int64_t>(prompt_bytes);
+  // Ended if the replica is found dead.
+  s_.pool_.begin_request(replica, cancellation, prompt_tokens);
+  if (!view) {
+    s_.pool_.end_request(replica, false, cancellation, prompt_tokens);
+    if (!do_choose()) {
+      http::send_error(*responder, 503, "no healthy replica left", "server_error");
+    } else {
+      s_.note_retry();
+      do_try();
+    }
     return;
   }
-  // Keep the chooser for retries.
-  auto chooser = std::make_shared<std::function<bool()>>(std::move(choose));
-  auto run = std::make_shared<std::function<void()>>();
-  // The function holds itself weakly (no cycle); each in-flight callback holds it strongly.
-  std::weak_ptr<std::function<void()>> weak_run = run;
-  *run = [this, attempt, chooser, weak_run] {
-    auto run = weak_run.lock();
-    // Made before the exchange starts, so that the client leaving at any moment ends it.
-    auto cancellation = std::make_shared<http::Cancellation>();
-    {
-      std::lock_guard lock(attempt->mu);
-      if (attempt->abandoned) return;  // the client left between two tries
-      attempt->cancellation = cancellation;
+  http::Headers headers;
+  for (const char* name : {"content-type", "accept"}) {
+    if (auto v = request.header(name)) headers.emplace_back(name, *v);
+  }
+  for (auto& h : replica_auth_headers(s_.config_.replica_api_key))
+    headers.push_back(std::move(h));
+  status = 0;  // this try's (a retry must not see the last one's)
+  body.clear();
+  http::StreamOptions options;
+  options.response_header_timeout =
+      stream ? s_.config_.first_byte_timeout : s_.config_.upstream_timeout;
+  options.body_idle_timeout = s_.config_.idle_timeout;
+  options.cancellation = cancellation;
+  auto self = shared_from_this();
+  s_.client_.stream(
+      view->host, view->port, request.method, request.target, request.body, headers,
+      [self](int st, const http::Headers& upstream) { self->on_headers(st, upstream); },
+      [self](std::string_view bytes) { return self->on_chunk(bytes); },
+      [self, cancellation, prompt_tokens](Status st) {
+        self->on_done(st, cancellation, prompt_tokens);
+      },
+      std::move(options));
+}
+
+void RouterServer::ProxyAttempt::on_headers(int upstream_status, const http::Headers& upstream) {
+  status = upstream_status;
+  if (status >= 500) return;  // may be retried: nothing sent yet
+  content_type = http::find_header(upstream, "content-type").value_or("application/json");
+  if (stream) start_client_stream();
+}
+
+bool RouterServer::ProxyAttempt::on_chunk(std::string_view bytes) {
+  if (status >= 500) return true;  // drain the error body, then retry
+  if (!sent_anything) {
+    if (body.size() + bytes.size() <= kMaxBufferedBody) {
+      body.append(bytes);
+      return !responder->client_gone();
     }
-    auto view = pool_.get(attempt->replica);
-    if (view && !view->exact) {
-      // Approximate mode: this replica publishes no KV events; remember what we sent it.
-      std::lock_guard lock(index_mu_);
-      (void)approx_.insert(attempt->replica, attempt->hashes);
+    start_client_stream();  // too large to buffer: stream it through
+    responder->write(std::move(body));
+    body.clear();
+  }
+  responder->write(std::string(bytes));
+  return !responder->client_gone();
+}
+
+void RouterServer::ProxyAttempt::on_done(const Status& s,
+                                         const std::shared_ptr<http::Cancellation>& cancellation,
+                                         int64_t prompt_tokens) {
+  const bool failed = !s.ok() || status >= 500;
+  const bool client_gone = responder->client_gone();
+  s_.pool_.end_request(replica, !failed || client_gone, cancellation, prompt_tokens);
+  if (client_gone) return;  // nobody to answer; the replica did nothing wrong
+  if (!failed) {
+    if (sent_anything) {
+      responder->end();
+    } else {
+      responder->send(status, content_type, std::move(body), client_headers());
     }
-    prometheus::Counter* routed_counter = nullptr;
-    {
-      std::lock_guard lock(stats_.mu);
-      const std::pair<std::string, std::string> key{attempt->replica_id, attempt->reason};
-      ++stats_.routed[key];
-      if (metrics_) {
-        // Looked up once per (replica, reason): Family::Add builds and hashes a label map.
-        prometheus::Counter*& c = routed_counters_[key];
-        if (c == nullptr) {
-          c = &metrics_->router_requests_total.Add(
-              {{"replica", attempt->replica_id}, {"reason", attempt->reason}});
-        }
-        routed_counter = c;
-      }
+    if (s_.metrics_) {
+      s_.metrics_->router_request_seconds_all.Observe(
+          std::chrono::duration<double>(s_.clock_.now() - begun).count());
     }
-    if (routed_counter != nullptr) routed_counter->Increment();
-    if (metrics_ && attempt->tried.size() == 1 && attempt->prompt_bytes > 0) {
-      metrics_->router_prefix_match_ratio_all.Observe(
-          std::min(1.0, static_cast<double>(attempt->matched_bytes) /
-                            static_cast<double>(attempt->prompt_bytes)));
-    }
-    const auto prompt_tokens = static_cast<int64_t>(attempt->prompt_bytes);
-    // Ended if the replica is found dead.
-    pool_.begin_request(attempt->replica, cancellation, prompt_tokens);
-    http::Headers headers;
-    for (const auto& [k, v] : attempt->request.headers) {
-      std::string lower = k;
-      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-      if (lower == "content-type" || lower == "accept") headers.emplace_back(k, v);
-    }
-    for (auto& h : replica_auth_headers(config_.replica_api_key))
-      headers.push_back(std::move(h));
-    if (!view) {
-      pool_.end_request(attempt->replica, false, cancellation, prompt_tokens);
-      if (!(*chooser)()) {
-        http::send_error(*attempt->responder, 503, "no healthy replica left", "server_error");
-      } else {
-        note_retry();
-        (*run)();
-      }
+    return;
+  }
+  ++s_.stats_.upstream_errors;
+  if (s_.metrics_) {
+    // Headers below 500 arrived (the reply may still be buffered here): mid-stream.
+    const char* kind = sent_anything || (status > 0 && status < 500) ? "midstream"
+                       : status >= 500                               ? "status"
+                                                                     : "connect";
+    s_.metrics_->router_upstream_errors_total.Add({{"replica", replica_id}, {"kind", kind}})
+        .Increment();
+  }
+  const std::string why = s.ok() ? "status " + std::to_string(status) : s.message();
+  if (!sent_anything) {
+    if (static_cast<int32_t>(tried.size()) < s_.config_.max_attempts && do_choose()) {
+      s_.note_retry();
+      do_try();
       return;
     }
-    attempt->status = 0;  // this try's (a retry must not see the last one's)
-    attempt->body.clear();
-    http::StreamOptions options;
-    options.response_header_timeout =
-        attempt->stream ? config_.first_byte_timeout : config_.upstream_timeout;
-    options.body_idle_timeout = config_.idle_timeout;
-    options.cancellation = cancellation;
-    client_.stream(
-        view->host, view->port, attempt->request.method, attempt->request.target,
-        attempt->request.body, headers,
-        [attempt](int status, const http::Headers& upstream) {
-          attempt->status = status;
-          if (status >= 500) return;  // may be retried: nothing sent yet
-          attempt->content_type = "application/json";
-          for (const auto& [k, v] : upstream) {
-            std::string lower = k;
-            std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-            if (lower == "content-type") attempt->content_type = v;
-          }
-          if (attempt->stream) start_client_stream(*attempt);
-        },
-        [attempt](std::string_view bytes) {
-          if (attempt->status >= 500) return true;  // drain the error body, then retry
-          if (!attempt->sent_anything) {
-            if (attempt->body.size() + bytes.size() <= kMaxBufferedBody) {
-              attempt->body.append(bytes);
-              return !attempt->responder->client_gone();
-            }
-            start_client_stream(*attempt);  // too large to buffer: stream it through
-            attempt->responder->write(std::move(attempt->body));
-            attempt->body.clear();
-          }
-          attempt->responder->write(std::string(bytes));
-          return !attempt->responder->client_gone();
-        },
-        [this, attempt, chooser, run, cancellation, prompt_tokens](Status s) {
-          const bool failed = !s.ok() || attempt->status >= 500;
-          const bool client_gone = attempt->responder->client_gone();
-          pool_.end_request(attempt->replica, !failed || client_gone, cancellation, prompt_tokens);
-          if (client_gone) return;  // nobody to answer; the replica did nothing wrong
-          if (!failed) {
-            if (attempt->sent_anything) {
-              attempt->responder->end();
-            } else {
-              attempt->responder->send(attempt->status, attempt->content_type,
-                                       std::move(attempt->body), client_headers(*attempt));
-            }
-            if (metrics_) {
-              metrics_->router_request_seconds_all.Observe(
-                  std::chrono::duration<double>(clock_.now() - attempt->start).count());
-            }
-            return;
-          }
-          ++stats_.upstream_errors;
-          if (metrics_) {
-            // Headers below 500 arrived (the reply may still be buffered here): mid-stream.
-            const char* kind =
-                attempt->sent_anything || (attempt->status > 0 && attempt->status < 500)
-                    ? "midstream"
-                : attempt->status >= 500 ? "status"
-                                         : "connect";
-            metrics_->router_upstream_errors_total
-                .Add({{"replica", attempt->replica_id}, {"kind", kind}})
-                .Increment();
-          }
-          if (!attempt->sent_anything) {
-            if (static_cast<int32_t>(attempt->tried.size()) < config_.max_attempts &&
-                (*chooser)()) {
-              note_retry();
-              (*run)();
-              return;
-            }
-            http::send_error(
-                *attempt->responder, 502,
-                "upstream replica failed: " +
-                    (s.ok() ? "status " + std::to_string(attempt->status) : s.message()),
-                "server_error");
-            return;
-          }
-          // Mid-stream: end cleanly with an error event the client can see.
-          if (attempt->stream) {
-            attempt->responder->write(
-                "data: " +
-                http::error_body(
-                    "upstream replica " + attempt->replica_id + " failed mid-stream: " +
-                        (s.ok() ? "status " + std::to_string(attempt->status) : s.message()),
-                    "server_error") +
-                "\n\n");
-          }
-          attempt->responder->end();
-        },
-        std::move(options));
-  };
-  (*run)();
+    http::send_error(*responder, 502, "upstream replica failed: " + why, "server_error");
+    return;
+  }
+  // Mid-stream: end cleanly with an error event the client can see.
+  if (stream) {
+    responder->write(
+        "data: " +
+        http::error_body("upstream replica " + replica_id + " failed mid-stream: " + why,
+                         "server_error") +
+        "\n\n");
+  }
+  responder->end();
+}
+
+// What the router tells the client about the route it took. The matched length only on request:
+// without tenant isolation it says how much of this prompt somebody else has cached.
+http::Headers RouterServer::ProxyAttempt::client_headers() const {
+  http::Headers h = {{"x-kvcascade-replica", replica_id}, {"x-kvcascade-route-reason", reason}};
+  if (debug_headers) h.emplace_back("x-kvcascade-matched-bytes", std::to_string(matched_bytes));
+  return h;
+}
+
+// Starts the client's response as a stream (a streaming request, or a body too large to buffer).
+void RouterServer::ProxyAttempt::start_client_stream() {
+  responder->start_stream(status, content_type, client_headers());
+  sent_anything = true;
 }
 
 std::string RouterServer::state_json() {

@@ -9,7 +9,7 @@
 #include "cli/server_flags.h"
 #include "http/server.h"
 #include "replica/engine_loop.h"
-#include "replica/server.h"
+#include "replica/replica_server.h"
 #include "replica/tokenizer.h"
 
 namespace kvc::cli {

@@ -12,7 +12,7 @@
 #include "metrics/metrics.h"
 #include "replica/cpu_backend.h"
 #include "replica/engine_loop.h"
-#include "replica/server.h"
+#include "replica/replica_server.h"
 #include "replica/weights.h"
 
 namespace kvc {

@@ -1,6 +1,6 @@
 // The replica's HTTP API over real sockets on 127.0.0.1: the tiny model on the CPU backend behind
 // the EngineLoop and ReplicaServer, driven with http::Client.
-#include "replica/server.h"
+#include "replica/replica_server.h"
 
 #include <algorithm>
 #include <atomic>

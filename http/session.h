@@ -1,4 +1,8 @@
-#include "http/server.h"
+// The server side of one connection (private to http/): the server core every session shares,
+// the state of one exchange, and the Session that reads requests, hands each to the handler
+// with a Responder (http/responder.h) and writes what the responder produces. The listener
+// (listener.cc) accepts connections and makes sessions.
+#pragma once
 
 #include <algorithm>
 #include <atomic>
@@ -9,10 +13,13 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 
 #include "http/errors.h"
+#include "http/server.h"
 #include "http/wire.h"
 
 namespace kvc::http {
@@ -21,21 +28,6 @@ namespace net = boost::asio;
 namespace bhttp = boost::beast::http;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
-
-std::optional<std::string> find_header(const Headers& headers, std::string_view name) {
-  for (const auto& [n, v] : headers) {
-    if (wire::iequals(n, name)) return v;
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> Request::header(std::string_view name) const {
-  return find_header(headers, name);
-}
-
-bool method_allowed(std::string_view method, std::string_view allowed) {
-  return method == allowed || (allowed == "GET" && method == "HEAD");
-}
 
 class Session;
 
@@ -63,44 +55,9 @@ struct ServerCore {
   bool on_io_thread() const { return io_threads.on_io_thread(); }
 };
 
-namespace {
-
-// Trims optional whitespace (RFC 9110 5.6.3) around a list element.
-std::string_view trim_ows(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
-    s.remove_suffix(1);
-  return s;
-}
-
-// Request smuggling defence: a proxy in front of us and this server must agree on where the body
-// ends, so only unambiguous framing is accepted (RFC 9112 6.1-6.3): Transfer-Encoding exactly
-// "chunked" (one header, one coding, HTTP/1.1) and then no Content-Length; and, in HTTP/1.1,
-// exactly one Host header (RFC 9112 3.2). Returns why a request is refused.
-std::optional<std::string> framing_error(const bhttp::request<bhttp::string_body>& msg) {
-  size_t num_host = 0, num_te = 0, num_cl = 0;
-  std::string_view te;
-  for (const auto& field : msg) {
-    const std::string_view name(field.name_string().data(), field.name_string().size());
-    if (wire::iequals(name, "host")) ++num_host;
-    if (wire::iequals(name, "content-length")) ++num_cl;
-    if (wire::iequals(name, "transfer-encoding")) {
-      ++num_te;
-      te = std::string_view(field.value().data(), field.value().size());
-    }
-  }
-  if (msg.version() >= 11 && num_host != 1) {
-    return num_host == 0 ? "missing Host header" : "more than one Host header";
-  }
-  if (num_te == 0) return std::nullopt;
-  if (msg.version() < 11) return "Transfer-Encoding is not allowed in HTTP/1.0";
-  if (num_te > 1 || !wire::iequals(trim_ows(te), "chunked")) {
-    return "unsupported Transfer-Encoding (only a lone 'chunked' is accepted)";
-  }
-  if (num_cl > 0) return "both Transfer-Encoding and Content-Length";
-  return std::nullopt;
-}
+// Why a request's framing is refused (RFC 9112 6.3), or nullopt: several Content-Length or
+// Transfer-Encoding fields, a Transfer-Encoding other than chunked, or both.
+std::optional<std::string> framing_error(const bhttp::request<bhttp::string_body>& msg);
 
 // Shared by a session and the responder of its current request: "has the client gone" and the
 // callback to fire when it does.
@@ -153,8 +110,6 @@ struct ExchangeInfo {
   bool http10 = false;      // HTTP/1.0: no chunked encoding
   bool keep_alive = false;  // the connection stays open after this response
 };
-
-}  // namespace
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -478,299 +433,5 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::string> in_flight_;
   bool writing_ = false;
 };
-
-namespace {
-
-class ResponderImpl final : public Responder {
- public:
-  ResponderImpl(std::shared_ptr<Session> session, std::shared_ptr<ExchangeState> state,
-                ExchangeInfo info)
-      : session_(std::move(session)), state_(std::move(state)), info_(info) {}
-
-  ~ResponderImpl() override {
-    std::lock_guard lock(mu_);
-    if (phase_ == Phase::kNone) {
-      send_locked(500, "application/json",
-                  error_body("the server dropped the request without a response", "server_error"),
-                  {});
-    } else if (phase_ == Phase::kStreaming) {
-      post_abort();
-    }
-  }
-
-  void send(int status, std::string content_type, std::string body,
-            Headers extra_headers) override {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::kNone) return;
-    send_locked(status, std::move(content_type), std::move(body), std::move(extra_headers));
-  }
-
-  void start_stream(int status, std::string content_type, Headers extra_headers) override {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::kNone) return;
-    if (wire::status_has_no_body(status) || info_.head) {
-      // no body may follow: the stream's write()/end() become no-ops
-      send_locked(status, std::move(content_type), {}, std::move(extra_headers));
-      return;
-    }
-    std::string head = head_lines(status, content_type, extra_headers);
-    head += info_.http10 ? "" : "transfer-encoding: chunked\r\n";
-    head += "\r\n";
-    phase_ = Phase::kStreaming;
-    post(std::move(head), false);
-  }
-
-  void write(std::string chunk) override {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::kStreaming || chunk.empty()) return;
-    post(info_.http10 ? std::move(chunk) : wire::chunk(chunk), false);
-  }
-
-  void end() override {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::kStreaming) return;
-    phase_ = Phase::kDone;
-    post(info_.http10 ? std::string() : std::string(wire::kLastChunk), true);
-  }
-
-  bool client_gone() const override { return state_->gone(); }
-
-  void on_client_gone(std::function<void()> callback) override {
-    state_->set_callback(std::move(callback));
-  }
-
-  // The handler threw: a 500 if nothing was sent yet, else the connection is closed.
-  void fail_from_handler(std::string_view what) {
-    std::lock_guard lock(mu_);
-    if (phase_ == Phase::kNone) {
-      send_locked(500, "application/json",
-                  error_body(std::string("internal error: ") + std::string(what), "server_error"),
-                  {});
-    } else if (phase_ == Phase::kStreaming) {
-      phase_ = Phase::kDone;
-      post_abort();
-    }
-  }
-
- private:
-  enum class Phase { kNone, kStreaming, kDone };
-
-  std::string head_lines(int status, std::string_view content_type,
-                         const Headers& extra_headers) const {
-    std::string head = wire::status_line(status);
-    if (!content_type.empty() && wire::header_is_safe("content-type", content_type)) {
-      head += "content-type: ";
-      head += content_type;
-      head += "\r\n";
-    }
-    if (!info_.keep_alive) {
-      head += "connection: close\r\n";
-    } else if (info_.http10) {
-      head += "connection: keep-alive\r\n";
-    }
-    for (const auto& [name, value] : extra_headers) {
-      if (!wire::header_is_safe(name, value) || wire::iequals(name, "content-length") ||
-          wire::iequals(name, "transfer-encoding") || wire::iequals(name, "connection")) {
-        continue;
-      }
-      head += name + ": " + value + "\r\n";
-    }
-    return head;
-  }
-
-  void send_locked(int status, std::string content_type, std::string body, Headers extra_headers) {
-    if (status < 100 || status > 999) status = 500;
-    std::string bytes = head_lines(status, content_type, extra_headers);
-    if (!wire::status_has_no_body(status)) {
-      bytes += "content-length: " + std::to_string(body.size()) + "\r\n";
-    }
-    bytes += "\r\n";
-    if (!info_.head && !wire::status_has_no_body(status)) bytes += body;
-    phase_ = Phase::kDone;
-    post(std::move(bytes), true);
-  }
-
-  void post(std::string bytes, bool last) {
-    if (session_->core().drained.load()) return;
-    net::post(session_->executor(), [s = session_, id = info_.id, b = std::move(bytes),
-                                     last]() mutable { s->enqueue(id, std::move(b), last); });
-  }
-
-  void post_abort() {
-    if (session_->core().drained.load()) return;
-    net::post(session_->executor(), [s = session_, id = info_.id] { s->abort(id); });
-  }
-
-  const std::shared_ptr<Session> session_;
-  const std::shared_ptr<ExchangeState> state_;
-  const ExchangeInfo info_;
-  std::mutex mu_;
-  Phase phase_ = Phase::kNone;
-};
-
-}  // namespace
-
-void Session::dispatch() {
-  phase_ = Phase::kHandling;
-  ++num_served_;
-  auto& msg = parser_->get();
-  Request request;
-  request.method = std::string(msg.method_string());
-  request.target = std::string(msg.target());
-  for (const auto& field : msg) {
-    request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-  }
-  request.body = std::move(msg.body());
-  request.remote = remote_;
-
-  ExchangeInfo info;
-  info.id = ++exchange_id_;
-  info.head = msg.method() == bhttp::verb::head;
-  info.http10 = msg.version() < 11;
-  keep_alive_ = msg.keep_alive() && !core_->stopping.load() && !info.http10;
-  info.keep_alive = keep_alive_;
-  parser_.reset();
-
-  current_ = std::make_shared<ExchangeState>();
-  response_done_ = false;
-  auto responder = std::make_shared<ResponderImpl>(shared_from_this(), current_, info);
-  watch();
-  try {
-    core_->handler(std::move(request), responder);
-  } catch (const std::exception& e) {
-    responder->fail_from_handler(e.what());
-  } catch (...) {
-    responder->fail_from_handler("unknown exception");
-  }
-}
-
-namespace {
-
-void do_accept(const std::shared_ptr<ServerCore>& core);
-
-void on_accept(const std::shared_ptr<ServerCore>& core, error_code ec, tcp::socket socket) {
-  if (core->stopping.load() || ec == net::error::operation_aborted) return;
-  if (ec) {
-    // e.g. out of file descriptors: back off instead of spinning
-    core->accept_backoff.expires_after(std::chrono::milliseconds(50));
-    core->accept_backoff.async_wait([core](error_code ec) {
-      if (!ec) do_accept(core);
-    });
-    return;
-  }
-  core->num_accepted.fetch_add(1);
-  error_code ignored;
-  socket.set_option(tcp::no_delay(true), ignored);
-  bool serving = core->num_serving.load() < core->limits.max_connections;
-  std::shared_ptr<Session> session;
-  {
-    std::lock_guard lock(core->sessions_mu);
-    uint64_t id = core->next_session_id++;
-    session = std::make_shared<Session>(core, std::move(socket), id, serving);
-    // stop() snapshots the sessions under this lock: a session registered after it must close
-    if (!core->stopping.load()) core->sessions.emplace(id, session);
-  }
-  net::dispatch(session->executor(), [session, serving] {
-    if (session->core().stopping.load()) {
-      session->close();
-    } else if (serving) {
-      session->start();
-    } else {
-      session->reject();
-    }
-  });
-  do_accept(core);
-}
-
-void do_accept(const std::shared_ptr<ServerCore>& core) {
-  core->acceptor.async_accept(
-      net::make_strand(core->ioc),
-      [core](error_code ec, tcp::socket socket) { on_accept(core, ec, std::move(socket)); });
-}
-
-}  // namespace
-
-Server::Server(ServerLimits limits, Handler handler, int threads)
-    : core_(std::make_shared<ServerCore>(limits, std::move(handler))) {
-  assert(core_->handler);
-  core_->io_threads.start(core_->ioc, threads);
-}
-
-Server::~Server() {
-  assert(!core_->on_io_thread());
-  stop();
-}
-
-Result<uint16_t> Server::listen(const std::string& host, uint16_t port) {
-  error_code ec;
-  tcp::resolver resolver(core_->ioc);
-  auto results = resolver.resolve(host, std::to_string(port),
-                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || results.empty()) {
-    return Error{"cannot resolve listen address " + host + ": " + ec.message()};
-  }
-  tcp::endpoint endpoint = results.begin()->endpoint();
-  auto& acceptor = core_->acceptor;
-  std::string where = host + ":" + std::to_string(port);
-  acceptor.open(endpoint.protocol(), ec);
-  if (ec) return Error{"open " + where + ": " + ec.message()};
-  acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  acceptor.bind(endpoint, ec);
-  if (ec) return Error{"bind " + where + ": " + ec.message()};
-  acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) return Error{"listen " + where + ": " + ec.message()};
-  uint16_t bound = acceptor.local_endpoint(ec).port();
-  if (ec) return Error{"listen " + where + ": " + ec.message()};
-  net::post(core_->accept_strand, [core = core_] { do_accept(core); });
-  return bound;
-}
-
-void Server::stop() {
-  auto core = core_;
-  if (!core->stopping.exchange(true)) {
-    net::post(core->accept_strand, [core] {
-      error_code ignored;
-      core->acceptor.close(ignored);
-      core->accept_backoff.cancel();
-    });
-    std::vector<std::shared_ptr<Session>> live;
-    {
-      std::lock_guard lock(core->sessions_mu);
-      for (auto& [id, weak] : core->sessions) {
-        if (auto s = weak.lock()) live.push_back(std::move(s));
-      }
-    }
-    for (auto& s : live)
-      net::post(s->executor(), [s] { s->close(); });
-    core->work.reset();
-  }
-  if (core->on_io_thread()) return;  // ~Server joins
-
-  // Closed sessions leave no work behind, so run() returns; a stuck handler must not hang stop().
-  core->io_threads.stop_and_join(core->ioc, std::chrono::seconds(2));
-  // Run what is left (completions of closed sockets) so no handler keeps a session alive; a
-  // responder still held by the engine keeps its session, which no longer posts anything.
-  for (int i = 0; i < 1000; ++i) {
-    core->ioc.restart();
-    if (core->ioc.poll() == 0) break;
-  }
-  core->drained.store(true);
-  for (int i = 0; i < 1000; ++i) {
-    core->ioc.restart();
-    if (core->ioc.poll() == 0) break;
-  }
-}
-
-boost::asio::io_context& Server::io_context() {
-  return core_->ioc;
-}
-
-size_t Server::num_connections() const {
-  return core_->num_serving.load();
-}
-
-size_t Server::num_accepted() const {
-  return core_->num_accepted.load();
-}
 
 }  // namespace kvc::http

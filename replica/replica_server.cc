@@ -1,4 +1,4 @@
-#include "replica/server.h"
+#include "replica/replica_server.h"
 
 #include <cassert>
 #include <chrono>

@@ -1,0 +1,153 @@
+// The listener: accepts connections on the server's strand (backing off when out of
+// descriptors), makes a Session for each, and runs and stops the server (http/server.h).
+#include "http/server.h"
+
+#include "http/session.h"
+
+namespace kvc::http {
+
+std::optional<std::string> find_header(const Headers& headers, std::string_view name) {
+  for (const auto& [n, v] : headers) {
+    if (wire::iequals(n, name)) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Request::header(std::string_view name) const {
+  return find_header(headers, name);
+}
+
+bool method_allowed(std::string_view method, std::string_view allowed) {
+  return method == allowed || (allowed == "GET" && method == "HEAD");
+}
+
+namespace {
+
+void do_accept(const std::shared_ptr<ServerCore>& core);
+
+void on_accept(const std::shared_ptr<ServerCore>& core, error_code ec, tcp::socket socket) {
+  if (core->stopping.load() || ec == net::error::operation_aborted) return;
+  if (ec) {
+    // e.g. out of file descriptors: back off instead of spinning
+    core->accept_backoff.expires_after(std::chrono::milliseconds(50));
+    core->accept_backoff.async_wait([core](error_code ec) {
+      if (!ec) do_accept(core);
+    });
+    return;
+  }
+  core->num_accepted.fetch_add(1);
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  bool serving = core->num_serving.load() < core->limits.max_connections;
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(core->sessions_mu);
+    uint64_t id = core->next_session_id++;
+    session = std::make_shared<Session>(core, std::move(socket), id, serving);
+    // stop() snapshots the sessions under this lock: a session registered after it must close
+    if (!core->stopping.load()) core->sessions.emplace(id, session);
+  }
+  net::dispatch(session->executor(), [session, serving] {
+    if (session->core().stopping.load()) {
+      session->close();
+    } else if (serving) {
+      session->start();
+    } else {
+      session->reject();
+    }
+  });
+  do_accept(core);
+}
+
+void do_accept(const std::shared_ptr<ServerCore>& core) {
+  core->acceptor.async_accept(
+      net::make_strand(core->ioc),
+      [core](error_code ec, tcp::socket socket) { on_accept(core, ec, std::move(socket)); });
+}
+
+}  // namespace
+
+Server::Server(ServerLimits limits, Handler handler, int threads)
+    : core_(std::make_shared<ServerCore>(limits, std::move(handler))) {
+  assert(core_->handler);
+  core_->io_threads.start(core_->ioc, threads);
+}
+
+Server::~Server() {
+  assert(!core_->on_io_thread());
+  stop();
+}
+
+Result<uint16_t> Server::listen(const std::string& host, uint16_t port) {
+  error_code ec;
+  tcp::resolver resolver(core_->ioc);
+  auto results = resolver.resolve(host, std::to_string(port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) {
+    return Error{"cannot resolve listen address " + host + ": " + ec.message()};
+  }
+  tcp::endpoint endpoint = results.begin()->endpoint();
+  auto& acceptor = core_->acceptor;
+  std::string where = host + ":" + std::to_string(port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (ec) return Error{"open " + where + ": " + ec.message()};
+  acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  acceptor.bind(endpoint, ec);
+  if (ec) return Error{"bind " + where + ": " + ec.message()};
+  acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return Error{"listen " + where + ": " + ec.message()};
+  uint16_t bound = acceptor.local_endpoint(ec).port();
+  if (ec) return Error{"listen " + where + ": " + ec.message()};
+  net::post(core_->accept_strand, [core = core_] { do_accept(core); });
+  return bound;
+}
+
+void Server::stop() {
+  auto core = core_;
+  if (!core->stopping.exchange(true)) {
+    net::post(core->accept_strand, [core] {
+      error_code ignored;
+      core->acceptor.close(ignored);
+      core->accept_backoff.cancel();
+    });
+    std::vector<std::shared_ptr<Session>> live;
+    {
+      std::lock_guard lock(core->sessions_mu);
+      for (auto& [id, weak] : core->sessions) {
+        if (auto s = weak.lock()) live.push_back(std::move(s));
+      }
+    }
+    for (auto& s : live)
+      net::post(s->executor(), [s] { s->close(); });
+    core->work.reset();
+  }
+  if (core->on_io_thread()) return;  // ~Server joins
+
+  // Closed sessions leave no work behind, so run() returns; a stuck handler must not hang stop().
+  core->io_threads.stop_and_join(core->ioc, std::chrono::seconds(2));
+  // Run what is left (completions of closed sockets) so no handler keeps a session alive; a
+  // responder still held by the engine keeps its session, which no longer posts anything.
+  for (int i = 0; i < 1000; ++i) {
+    core->ioc.restart();
+    if (core->ioc.poll() == 0) break;
+  }
+  core->drained.store(true);
+  for (int i = 0; i < 1000; ++i) {
+    core->ioc.restart();
+    if (core->ioc.poll() == 0) break;
+  }
+}
+
+boost::asio::io_context& Server::io_context() {
+  return core_->ioc;
+}
+
+size_t Server::num_connections() const {
+  return core_->num_serving.load();
+}
+
+size_t Server::num_accepted() const {
+  return core_->num_accepted.load();
+}
+
+}  // namespace kvc::http

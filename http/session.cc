@@ -1,0 +1,82 @@
+#include "http/session.h"
+
+#include "http/responder.h"
+
+namespace kvc::http {
+
+namespace {
+
+// Trims optional whitespace (RFC 9110 5.6.3) around a list element.
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// Request smuggling defence: a proxy in front of us and this server must agree on where the body
+// ends, so only unambiguous framing is accepted (RFC 9112 6.1-6.3): Transfer-Encoding exactly
+// "chunked" (one header, one coding, HTTP/1.1) and then no Content-Length; and, in HTTP/1.1,
+// exactly one Host header (RFC 9112 3.2). Returns why a request is refused.
+}  // namespace
+
+std::optional<std::string> framing_error(const bhttp::request<bhttp::string_body>& msg) {
+  size_t num_host = 0, num_te = 0, num_cl = 0;
+  std::string_view te;
+  for (const auto& field : msg) {
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    if (wire::iequals(name, "host")) ++num_host;
+    if (wire::iequals(name, "content-length")) ++num_cl;
+    if (wire::iequals(name, "transfer-encoding")) {
+      ++num_te;
+      te = std::string_view(field.value().data(), field.value().size());
+    }
+  }
+  if (msg.version() >= 11 && num_host != 1) {
+    return num_host == 0 ? "missing Host header" : "more than one Host header";
+  }
+  if (num_te == 0) return std::nullopt;
+  if (msg.version() < 11) return "Transfer-Encoding is not allowed in HTTP/1.0";
+  if (num_te > 1 || !wire::iequals(trim_ows(te), "chunked")) {
+    return "unsupported Transfer-Encoding (only a lone 'chunked' is accepted)";
+  }
+  if (num_cl > 0) return "both Transfer-Encoding and Content-Length";
+  return std::nullopt;
+}
+
+void Session::dispatch() {
+  phase_ = Phase::kHandling;
+  ++num_served_;
+  auto& msg = parser_->get();
+  Request request;
+  request.method = std::string(msg.method_string());
+  request.target = std::string(msg.target());
+  for (const auto& field : msg) {
+    request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
+  request.body = std::move(msg.body());
+  request.remote = remote_;
+
+  ExchangeInfo info;
+  info.id = ++exchange_id_;
+  info.head = msg.method() == bhttp::verb::head;
+  info.http10 = msg.version() < 11;
+  keep_alive_ = msg.keep_alive() && !core_->stopping.load() && !info.http10;
+  info.keep_alive = keep_alive_;
+  parser_.reset();
+
+  current_ = std::make_shared<ExchangeState>();
+  response_done_ = false;
+  auto responder = std::make_shared<ResponderImpl>(shared_from_this(), current_, info);
+  watch();
+  try {
+    core_->handler(std::move(request), responder);
+  } catch (const std::exception& e) {
+    responder->fail_from_handler(e.what());
+  } catch (...) {
+    responder->fail_from_handler("unknown exception");
+  }
+}
+
+}  // namespace kvc::http

@@ -21,7 +21,7 @@
 #include "http/client.h"
 #include "replica/bandwidth_model.h"
 #include "replica/local_replica.h"
-#include "router/router_stack.h"
+#include "cli/router_stack.h"
 
 namespace kvc::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "cli/server_flags.h"
 #include "http/auth.h"
 #include "router/engine_signals.h"
-#include "router/router_stack.h"
+#include "cli/router_stack.h"
 
 namespace kvc::cli {
 namespace {

@@ -19,7 +19,7 @@
 #include "cli/fake_engine.h"
 #include "http/client.h"
 #include "replica/local_replica.h"
-#include "router/router_stack.h"
+#include "cli/router_stack.h"
 
 namespace kvc {
 namespace {

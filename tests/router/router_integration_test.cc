@@ -13,7 +13,7 @@
 #include "http/server.h"
 #include "replica/local_replica.h"
 #include "router/replica_pool.h"
-#include "router/router_stack.h"
+#include "cli/router_stack.h"
 #include "router/proxy.h"
 
 namespace kvc {

@@ -14,7 +14,7 @@
 
 #include "http/client.h"
 #include "replica/local_replica.h"
-#include "router/router_stack.h"
+#include "cli/router_stack.h"
 #include "tests/http/raw_conn.h"
 #include "tests/testing/fake_replica.h"
 

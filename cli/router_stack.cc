@@ -1,4 +1,4 @@
-#include "router/router_stack.h"
+#include "cli/router_stack.h"
 
 #include <algorithm>
 

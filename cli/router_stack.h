@@ -1,6 +1,6 @@
-// A whole router in one object: indexes, upstream client, replica pool (with optional DNS
-// discovery), metrics and the HTTP server. `kvcascade router`, `kvcascade demo` and the router
-// tests build it the same way.
+// A whole router in one object (wiring: it lives in cli/): indexes, upstream client, replica pool
+// (with optional DNS discovery), metrics and the HTTP server. `kvcascade router`, `kvcascade demo`
+// and the router tests build it the same way.
 #pragma once
 
 #include <memory>
@@ -12,8 +12,8 @@
 #include "http/server.h"
 #include "metrics/metrics.h"
 #include "router/dns_discovery.h"
-#include "router/replica_pool.h"
 #include "router/proxy.h"
+#include "router/replica_pool.h"
 
 namespace kvc {
 

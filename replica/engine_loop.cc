@@ -11,36 +11,48 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
       load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0},
       thread_([this] { run(); }) {
   // Every series a dashboard plots exists from the start (at zero), not only after its first
-  // event: "no data" and "zero" look different on a graph.
+  // event: "no data" and "zero" look different on a graph. The per-step ones are kept.
   if (!metrics_) return;
   metrics::ReplicaMetrics& m = *metrics_;
-  run_on_engine_thread([&m](Engine& engine) {
-    m.decode_batch_shared_prefix_tokens.Add({}, metrics::token_buckets());
-    m.decode_batch_sibling_count.Add({}, metrics::count_buckets());
-    m.decode_batch_size.Add({}, metrics::count_buckets());
-    m.decode_step_seconds.Add({{"attention", engine.config().cascade.enabled ? "cascade" : "flat"}},
-                              metrics::seconds_buckets());
-    m.cascade_decisions_total.Add({{"decision", "cascade"}, {"reason", "pays"}});
-    for (CascadeReason r : {CascadeReason::kDisabled, CascadeReason::kPrefixTooShort,
-                            CascadeReason::kTooFewSiblings, CascadeReason::kCostModel}) {
-      m.cascade_decisions_total.Add({{"decision", "flat"}, {"reason", cascade_reason_name(r)}});
+  run_on_engine_thread([this, &m](Engine& engine) {
+    auto st = std::make_unique<StepSeries>();
+    st->shared_prefix_tokens =
+        &m.decode_batch_shared_prefix_tokens.Add({}, metrics::token_buckets());
+    st->sibling_count = &m.decode_batch_sibling_count.Add({}, metrics::count_buckets());
+    st->decode_batch_size = &m.decode_batch_size.Add({}, metrics::count_buckets());
+    st->decode_step_seconds = &m.decode_step_seconds.Add(
+        {{"attention", engine.config().cascade.enabled ? "cascade" : "flat"}},
+        metrics::seconds_buckets());
+    for (int kept = 0; kept < 2; ++kept) {
+      for (CascadeReason r :
+           {CascadeReason::kPays, CascadeReason::kDisabled, CascadeReason::kPrefixTooShort,
+            CascadeReason::kTooFewSiblings, CascadeReason::kCostModel}) {
+        // A kept level's reason is "pays", a dropped one's any other: create those that occur.
+        if ((r == CascadeReason::kPays) != (kept == 1)) continue;
+        st->decisions[kept][static_cast<int>(r)] = &m.cascade_decisions_total.Add(
+            {{"decision", kept ? "cascade" : "flat"}, {"reason", cascade_reason_name(r)}});
+      }
     }
-    m.kv_bytes_read_total.Add({{"kind", "prefix"}});
-    m.kv_bytes_read_total.Add({{"kind", "suffix"}});
-    m.kv_bytes_saved_total.Add({});
-    m.prefix_cache_query_tokens_total.Add({});
-    m.prefix_cache_hit_tokens_total.Add({});
-    m.preemptions_total.Add({});
+    st->kv_read_prefix = &m.kv_bytes_read_total.Add({{"kind", "prefix"}});
+    st->kv_read_suffix = &m.kv_bytes_read_total.Add({{"kind", "suffix"}});
+    st->kv_saved = &m.kv_bytes_saved_total.Add({});
+    st->cache_query = &m.prefix_cache_query_tokens_total.Add({});
+    st->cache_hit = &m.prefix_cache_hit_tokens_total.Add({});
+    st->preemptions = &m.preemptions_total.Add({});
     m.request_ttft_seconds.Add({}, metrics::seconds_buckets());
     m.request_tpot_seconds.Add({}, metrics::seconds_buckets());
     m.prompt_tokens_total.Add({});
-    m.generation_tokens_total.Add({});
+    st->generated = &m.generation_tokens_total.Add({});
+    st->blocks_used = &m.kv_blocks.Add({{"state", "used"}});
+    st->blocks_cached = &m.kv_blocks.Add({{"state", "cached"}});
+    st->blocks_free = &m.kv_blocks.Add({{"state", "free"}});
+    st->groups_waiting = &m.groups.Add({{"state", "waiting"}});
+    st->groups_running = &m.groups.Add({{"state", "running"}});
     const BlockPoolCounts b = engine.pool().counts();
-    m.kv_blocks.Add({{"state", "used"}}).Set(b.num_blocks_used);
-    m.kv_blocks.Add({{"state", "cached"}}).Set(b.num_blocks_cached);
-    m.kv_blocks.Add({{"state", "free"}}).Set(b.num_blocks_free);
-    m.groups.Add({{"state", "waiting"}});
-    m.groups.Add({{"state", "running"}});
+    st->blocks_used->Set(b.num_blocks_used);
+    st->blocks_cached->Set(b.num_blocks_cached);
+    st->blocks_free->Set(b.num_blocks_free);
+    series_ = std::move(st);
   });
 }
 
@@ -146,44 +158,39 @@ void EngineLoop::publish_kv_events() {
 }
 
 void EngineLoop::observe(const StepResult& result) {
-  if (!metrics_) return;
-  metrics::ReplicaMetrics& m = *metrics_;
+  if (!series_) return;
+  StepSeries& m = *series_;
   const StepStats& s = result.stats;
-  const std::string attention = engine_.config().cascade.enabled ? "cascade" : "flat";
   if (s.num_decode_seqs > 0) {
-    m.decode_batch_size.Add({}, metrics::count_buckets()).Observe(s.num_decode_seqs);
-    m.decode_step_seconds.Add({{"attention", attention}}, metrics::seconds_buckets())
-        .Observe(std::chrono::duration<double>(s.duration).count());
+    m.decode_batch_size->Observe(s.num_decode_seqs);
+    m.decode_step_seconds->Observe(std::chrono::duration<double>(s.duration).count());
     for (const LevelDecision& d : s.cascade.decisions) {
-      m.decode_batch_shared_prefix_tokens.Add({}, metrics::token_buckets())
-          .Observe(d.shared_tokens);
-      m.decode_batch_sibling_count.Add({}, metrics::count_buckets()).Observe(d.members);
-      m.cascade_decisions_total
-          .Add({{"decision", d.kept ? "cascade" : "flat"},
-                {"reason", cascade_reason_name(d.reason)}})
-          .Increment();
+      m.shared_prefix_tokens->Observe(d.shared_tokens);
+      m.sibling_count->Observe(d.members);
+      if (prometheus::Counter* c = m.decisions[d.kept ? 1 : 0][static_cast<int>(d.reason)]) {
+        c->Increment();
+      }
     }
-    m.kv_bytes_read_total.Add({{"kind", "prefix"}})
-        .Increment(static_cast<double>(s.cascade.kv_bytes_shared));
-    m.kv_bytes_read_total.Add({{"kind", "suffix"}})
-        .Increment(static_cast<double>(s.cascade.kv_bytes_cascade - s.cascade.kv_bytes_shared));
-    m.kv_bytes_saved_total.Add({}).Increment(
+    m.kv_read_prefix->Increment(static_cast<double>(s.cascade.kv_bytes_shared));
+    m.kv_read_suffix->Increment(
+        static_cast<double>(s.cascade.kv_bytes_cascade - s.cascade.kv_bytes_shared));
+    m.kv_saved->Increment(
         static_cast<double>(s.cascade.kv_bytes_flat - s.cascade.kv_bytes_cascade));
   }
-  m.prefix_cache_query_tokens_total.Add({}).Increment(s.prefix_cache_query_tokens);
-  m.prefix_cache_hit_tokens_total.Add({}).Increment(s.prefix_cache_hit_tokens);
-  m.preemptions_total.Add({}).Increment(static_cast<double>(s.preempted.size()));
+  m.cache_query->Increment(s.prefix_cache_query_tokens);
+  m.cache_hit->Increment(s.prefix_cache_hit_tokens);
+  m.preemptions->Increment(static_cast<double>(s.preempted.size()));
   int64_t generated = 0;
   for (const SequenceOutput& o : result.outputs)
     generated += o.num_new_tokens;
-  m.generation_tokens_total.Add({}).Increment(static_cast<double>(generated));
+  m.generated->Increment(static_cast<double>(generated));
   const BlockPoolCounts b = engine_.pool().counts();
-  m.kv_blocks.Add({{"state", "used"}}).Set(b.num_blocks_used);
-  m.kv_blocks.Add({{"state", "cached"}}).Set(b.num_blocks_cached);
-  m.kv_blocks.Add({{"state", "free"}}).Set(b.num_blocks_free);
+  m.blocks_used->Set(b.num_blocks_used);
+  m.blocks_cached->Set(b.num_blocks_cached);
+  m.blocks_free->Set(b.num_blocks_free);
   const SchedulerCounts c = engine_.scheduler().counts();
-  m.groups.Add({{"state", "waiting"}}).Set(c.num_groups_waiting);
-  m.groups.Add({{"state", "running"}}).Set(c.num_groups_running);
+  m.groups_waiting->Set(c.num_groups_waiting);
+  m.groups_running->Set(c.num_groups_running);
 }
 
 void EngineLoop::dispatch(StepResult& result) {

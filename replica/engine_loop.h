@@ -85,6 +85,18 @@ class EngineLoop {
   Engine& engine_;
   std::string replica_id_;
   metrics::ReplicaMetrics* metrics_;
+  // The series observe() writes every step, resolved once (Family::Add builds and hashes a label
+  // map on every call). Null without metrics.
+  struct StepSeries {
+    prometheus::Histogram *decode_batch_size, *decode_step_seconds, *shared_prefix_tokens,
+        *sibling_count;
+    // [kept][reason]: cascade_decisions_total{decision, reason}.
+    prometheus::Counter* decisions[2][5] = {};
+    prometheus::Counter *kv_read_prefix, *kv_read_suffix, *kv_saved, *cache_query, *cache_hit,
+        *preemptions, *generated;
+    prometheus::Gauge *blocks_used, *blocks_cached, *blocks_free, *groups_waiting, *groups_running;
+  };
+  std::unique_ptr<StepSeries> series_;
   int64_t preemptions_seen_ = 0;
   mutable std::mutex mu_;
   std::condition_variable wake_;

@@ -15,6 +15,15 @@ struct ServerLimits {
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive connection idle -> closed
   std::chrono::milliseconds write_timeout{30000};   // a client that does not read is cut
   size_t max_connections = 1024;                    // beyond: accept then 503 JSON error and close
+  // After a response that closes the connection, how long the server keeps reading (and
+  // discarding) what the client still sends, so the close does not reset the response away
+  // (at most read_timeout).
+  std::chrono::milliseconds linger_timeout{1000};
+  // stop(): how long handlers still running may take before the I/O threads are stopped.
+  std::chrono::milliseconds stop_grace{2000};
+  // accept() failed (e.g. out of file descriptors): wait this long before the next one.
+  std::chrono::milliseconds accept_backoff{50};
+  size_t max_queued_writes_per_send = 64;  // response pieces gathered into one socket write
 };
 
 struct ClientLimits {

@@ -6,6 +6,9 @@
 
 namespace kvc::http {
 
+// stop(): rounds of running what closed sockets left queued (each round runs what is ready).
+constexpr int kMaxDrainPolls = 1000;
+
 std::optional<std::string> find_header(const Headers& headers, std::string_view name) {
   for (const auto& [n, v] : headers) {
     if (wire::iequals(n, name)) return v;
@@ -29,7 +32,7 @@ void on_accept(const std::shared_ptr<ServerCore>& core, error_code ec, tcp::sock
   if (core->stopping.load() || ec == net::error::operation_aborted) return;
   if (ec) {
     // e.g. out of file descriptors: back off instead of spinning
-    core->accept_backoff.expires_after(std::chrono::milliseconds(50));
+    core->accept_backoff.expires_after(core->limits.accept_backoff);
     core->accept_backoff.async_wait([core](error_code ec) {
       if (!ec) do_accept(core);
     });
@@ -124,15 +127,15 @@ void Server::stop() {
   if (core->on_io_thread()) return;  // ~Server joins
 
   // Closed sessions leave no work behind, so run() returns; a stuck handler must not hang stop().
-  core->io_threads.stop_and_join(core->ioc, std::chrono::seconds(2));
+  core->io_threads.stop_and_join(core->ioc, core->limits.stop_grace);
   // Run what is left (completions of closed sockets) so no handler keeps a session alive; a
   // responder still held by the engine keeps its session, which no longer posts anything.
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < kMaxDrainPolls; ++i) {
     core->ioc.restart();
     if (core->ioc.poll() == 0) break;
   }
   core->drained.store(true);
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < kMaxDrainPolls; ++i) {
     core->ioc.restart();
     if (core->ioc.poll() == 0) break;
   }

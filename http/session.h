@@ -354,7 +354,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     writing_ = true;
-    while (!out_queue_.empty() && in_flight_.size() < 64) {
+    while (!out_queue_.empty() && in_flight_.size() < limits().max_queued_writes_per_send) {
       in_flight_.push_back(std::move(out_queue_.front()));
       out_queue_.pop_front();
     }
@@ -399,7 +399,7 @@ class Session : public std::enable_shared_from_this<Session> {
     error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close();
-    arm_read_timer(std::min(limits().read_timeout, std::chrono::milliseconds(1000)));
+    arm_read_timer(std::min(limits().read_timeout, limits().linger_timeout));
     watch();
   }
 

@@ -21,7 +21,7 @@ struct ReplicaPool::Replica {
   // KV-event subscription.
   bool subscribing = false;
   Clock::TimePoint next_subscribe{};
-  std::chrono::milliseconds backoff{100};
+  std::chrono::milliseconds backoff{};  // PoolConfig::resubscribe_backoff_min at first
   uint64_t expected_seq = 0;
   std::unique_ptr<http::SseParser> parser;
   std::shared_ptr<http::Cancellation> subscription;  // the feed in flight
@@ -53,6 +53,7 @@ ReplicaPool::~ReplicaPool() {
 
 Result<uint32_t> ReplicaPool::add(const std::string& address, ReplicaKind kind) {
   auto r = std::make_shared<Replica>();
+  r->backoff = config_.resubscribe_backoff_min;
   r->probe = ReplicaProbe(kind != ReplicaKind::kAuto ? kind : config_.default_kind);
   if (!http::parse_host_port(address, r->view.host, r->view.port)) {
     return Error{"replica address '" + address + "' is not host:port"};
@@ -259,7 +260,7 @@ void ReplicaPool::subscribe(uint32_t index) {
     std::lock_guard lock(mu_);
     if (index >= replicas_.size() || !replicas_[index]) return;
     r = replicas_[index];
-    r->parser = std::make_unique<http::SseParser>(8 << 20);
+    r->parser = std::make_unique<http::SseParser>(config_.max_kv_event_bytes);
     r->expected_seq = 0;
     r->subscription = cancellation;
     generation = r->index_generation.load();
@@ -284,7 +285,7 @@ void ReplicaPool::subscribe(uint32_t index) {
             if (r->index_generation.load() != generation) return false;
             ++r->expected_seq;
             r->view.exact = true;
-            r->backoff = std::chrono::milliseconds(100);
+            r->backoff = config_.resubscribe_backoff_min;
           }
           std::lock_guard lock(index_mu_);
           if (r->index_generation.load() != generation) return false;  // forgotten meanwhile

@@ -40,7 +40,10 @@ struct PoolConfig {
   int32_t failed_polls_to_dead = 2;
   int32_t failures_to_open = 3;              // consecutive proxy failures open the breaker
   std::chrono::milliseconds open_for{2000};  // then no traffic for this long
+  // A KV-event subscription that ended is retried after a backoff doubling from min to max.
+  std::chrono::milliseconds resubscribe_backoff_min{100};
   std::chrono::milliseconds resubscribe_backoff_max{5000};
+  size_t max_kv_event_bytes = size_t{8} << 20;  // one SSE event of a replica's KV-event feed
   int32_t default_block_size = 16;
   std::string replica_api_key;  // sent on polls and KV-event subscriptions (replica --api-key)
   // Approximate index capacity of a replica whose metrics state its KV capacity (vLLM, SGLang):

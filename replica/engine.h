@@ -96,6 +96,7 @@ class Engine {
   const ModelConfig& model() const { return backend_.config(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const EngineConfig& config() const { return config_; }
+  const Clock& clock() const { return clock_; }  // the engine loop reads its time here too
   BlockHash chain_seed(const std::string& cache_salt) const;
 
   // Sees every row of logits a token is sampled from (tests, debugging, future logprobs).

@@ -207,7 +207,7 @@ void EngineLoop::dispatch(StepResult& result) {
 }
 
 void EngineLoop::run() {
-  auto last_publish = std::chrono::steady_clock::now();
+  Clock::TimePoint last_publish = engine_.clock().now();
   while (true) {
     std::deque<std::function<void()>> commands;
     {
@@ -224,10 +224,10 @@ void EngineLoop::run() {
       commands.swap(commands_);
     }
     // Idle streams get an empty batch now and then, so proxies and clients do not cut them.
-    if (std::chrono::steady_clock::now() - last_publish >= kHeartbeat) {
+    if (engine_.clock().now() - last_publish >= kHeartbeat) {
       for (auto& [id, s] : subscribers_)
         s.fn(KvEventBatch{replica_id_, s.next_seq++, false, {}});
-      last_publish = std::chrono::steady_clock::now();
+      last_publish = engine_.clock().now();
     }
     for (auto& c : commands)
       c();

@@ -313,6 +313,7 @@ void ReplicaPool::start() {
 void ReplicaPool::run() {
   while (true) {
     poll_now();
+    ++poll_rounds_;
     std::unique_lock lock(mu_);
     if (wake_.wait_for(lock, config_.poll_interval, [&] { return stopping_; })) return;
   }

@@ -95,6 +95,8 @@ class ReplicaPool {
   void start();  // background polling and subscriptions
   // One synchronous poll of every replica (tests, start-up).
   void poll_now();
+  // Poll rounds completed so far (tests wait for rounds instead of sleeping).
+  uint64_t num_poll_rounds() const { return poll_rounds_.load(); }
 
   std::vector<ReplicaView> snapshot() const;
   std::optional<ReplicaView> get(uint32_t index) const;
@@ -123,6 +125,7 @@ class ReplicaPool {
   const Clock& clock_;
   PoolConfig config_;
   std::mutex poll_mu_;  // held through a round of polls
+  std::atomic<uint64_t> poll_rounds_{0};
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
   std::condition_variable wake_;

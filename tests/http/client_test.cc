@@ -327,7 +327,10 @@ TEST(ClientTest, PooledConnectionClosedByServerIsReplaced) {
   uint16_t port = listen_or_die(server);
   Client client;
   ASSERT_TRUE(client.request("127.0.0.1", port, "GET", "/").ok());
-  std::this_thread::sleep_for(200ms);  // the server closes the idle connection
+  // The server closes the idle connection (its idle timer: real time, in the socket layer).
+  for (int i = 0; i < 500 && server.num_connections() > 0; ++i)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(server.num_connections(), 0u);
   auto r = client.request("127.0.0.1", port, "GET", "/");
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->body, "ok");

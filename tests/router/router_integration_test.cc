@@ -9,12 +9,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/router_stack.h"
 #include "http/client.h"
 #include "http/server.h"
 #include "replica/local_replica.h"
-#include "router/replica_pool.h"
-#include "cli/router_stack.h"
 #include "router/proxy.h"
+#include "router/replica_pool.h"
 
 namespace kvc {
 namespace {
@@ -494,7 +494,11 @@ TEST_F(RouterTest, RouterSendsTheReplicaKeyEverywhere) {
 
 TEST_F(RouterTest, ReplicasWithAKeyTheRouterLacksAreNeverHealthy) {
   start_with([](RouterConfig&, PoolConfig&) {}, {"replica-secret"}, 256, /*wait_healthy=*/false);
-  std::this_thread::sleep_for(300ms);  // a few polls
+  // A few poll rounds (bounded wait).
+  const uint64_t from = pool_->num_poll_rounds();
+  for (int i = 0; i < 500 && pool_->num_poll_rounds() < from + 3; ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_GE(pool_->num_poll_rounds(), from + 3);
   for (const ReplicaView& r : pool_->snapshot())
     EXPECT_FALSE(r.healthy) << r.replica_id;
   EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}}).status, 404);  // no model known

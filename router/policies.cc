@@ -174,8 +174,14 @@ class KvCascade final : public Policy {
   double cost(const RouteRequest& r, const Candidate& c) const {
     const int64_t cached = static_cast<int64_t>(c.matched_blocks) * r.block_size;
     const int64_t uncached = std::max<int64_t>(0, r.prompt_tokens - cached);
+    const double pressure =
+        c.kv_usage > c_.kv_pressure_start
+            ? (std::min(c.kv_usage, 1.0) - c_.kv_pressure_start) / (1.0 - c_.kv_pressure_start)
+            : 0.0;
+    const double queued =
+        static_cast<double>(c.queued_prefill_tokens) + pressure * c_.kv_pressure_tokens;
     return c_.weight_uncached_prefill * static_cast<double>(uncached) +
-           c_.weight_queued_prefill * static_cast<double>(c.queued_prefill_tokens) +
+           c_.weight_queued_prefill * queued +
            c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
   }
 

@@ -26,6 +26,7 @@ struct Candidate {
   int64_t running_sequences = 0;
   int64_t waiting_sequences = 0;
   int64_t in_flight_requests = 0;  // sent by this router, not yet answered
+  double kv_usage = 0;             // share of its KV cache in use (engines that report it), 0..1
   size_t index_blocks = 0;         // blocks the router's index holds for it (SGLang's tree size)
 };
 
@@ -65,6 +66,11 @@ struct KvCascadePolicyConfig {
   double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load...
   int32_t bounded_load_slack = 8;     // ...plus this many sequences
   int32_t cold_hash_blocks = 4;       // cold prompts: rendezvous hash of the first blocks
+  // KV pressure (engines reporting their KV-cache usage, e.g. vLLM's kv_cache_usage_perc): past
+  // kv_pressure_start, new work there waits for memory or preempts, so the replica is charged as
+  // if its queue held up to kv_pressure_tokens more prefill tokens (linearly, at 100% usage).
+  double kv_pressure_start = 0.9;
+  double kv_pressure_tokens = 16384;
 };
 
 struct SglangPolicyConfig {  // SGLang router's Rust defaults

@@ -284,6 +284,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.running_sequences = r.running_sequences;
     c.waiting_sequences = r.waiting_sequences;
     c.in_flight_requests = r.in_flight;
+    c.kv_usage = r.kv_usage.value_or(0.0);
     {
       std::lock_guard lock(index_mu_);
       c.index_blocks = index_.num_blocks(r.index) + approx_.num_blocks(r.index);

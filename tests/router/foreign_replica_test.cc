@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/fake_engine.h"
+#include "cli/router_stack.h"
 #include "http/client.h"
 #include "replica/local_replica.h"
-#include "cli/router_stack.h"
 
 namespace kvc {
 namespace {
@@ -220,6 +220,29 @@ TEST_F(ForeignFleet, LongQueueInTheMetricsSendsWorkElsewhere) {
                              {"max_tokens", 1}})));
   }
   EXPECT_EQ(used.size(), 2u);
+}
+
+// An engine whose KV cache is nearly full (vllm:kv_cache_usage_perc), with no queue yet, loses
+// even its own prefix to one with room: new work there would wait for memory.
+TEST_F(ForeignFleet, KvCacheNearlyFullSendsWorkElsewhere) {
+  FakeEngine& a = add_engine(ReplicaKind::kVllm);
+  FakeEngine& b = add_engine(ReplicaKind::kVllm);
+  start();
+  const std::string prefix = shared_prefix("full");
+  const auto first = post({{"model", "llama"}, {"prompt", prefix + " first"}, {"max_tokens", 1}});
+  ASSERT_EQ(first.status, 200);
+  FakeEngine* full = served(first);
+  ASSERT_NE(full, nullptr);
+  FakeEngine* roomy = full == &a ? &b : &a;
+  // Ordinary usage: the holder keeps its prefix.
+  full->set_load({/*running=*/1, /*waiting=*/0, /*kv_usage=*/0.5});
+  ASSERT_TRUE(eventually([&] { return view_of(*full).kv_usage == 0.5; }));
+  EXPECT_EQ(served(post({{"model", "llama"}, {"prompt", prefix + " second"}, {"max_tokens", 1}})),
+            full);
+  full->set_load({/*running=*/1, /*waiting=*/0, /*kv_usage=*/0.99});
+  ASSERT_TRUE(eventually([&] { return view_of(*full).kv_usage == 0.99; }));
+  EXPECT_EQ(served(post({{"model", "llama"}, {"prompt", prefix + " third"}, {"max_tokens", 1}})),
+            roomy);
 }
 
 TEST_F(ForeignFleet, GarbageOrHugeMetricsNeverBreakTheRouter) {

@@ -34,6 +34,18 @@ TEST(KvCascadePolicy, LongestMatchWinsAtEqualLoad) {
   EXPECT_EQ(d.reason, "prefix_match");
 }
 
+// A holder whose KV cache is nearly full (as an engine's metrics report it) is charged for the
+// wait: a long match there loses to a cold replica with room; at ordinary usage it wins.
+TEST(KvCascadePolicy, KvPressureOutweighsAMatch) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 120;  // 1,920 of 2,048 tokens
+  cs[1].kv_usage = 0.5;
+  EXPECT_EQ(p->choose(request(2048), cs).replica, 1u);
+  cs[1].kv_usage = 0.99;
+  EXPECT_NE(p->choose(request(2048), cs).replica, 1u);
+}
+
 TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
   auto p = make_policy("kvcascade");
   auto cs = three();

@@ -35,13 +35,18 @@ int run_replica(ReplicaFlags f) {
   }
   f.replica.api_keys = std::move(*keys);
   block_shutdown_signals();
-  auto backend = make_backend(f.engine);
+  auto tokenizer = make_tokenizer(f.engine);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", tokenizer.error().message.c_str());
+    return 2;
+  }
+  auto backend = make_backend(f.engine, **tokenizer);
   if (!backend.ok()) {
     std::fprintf(stderr, "kvcascade replica: %s\n", backend.error().message.c_str());
     return 2;
   }
-  ByteTokenizer tokenizer;
-  Engine engine(**backend, tokenizer, engine_config(f.engine, **backend), SteadyClock::instance());
+  Engine engine(**backend, **tokenizer, engine_config(f.engine, **backend),
+                SteadyClock::instance());
   prometheus::Registry registry;
   metrics::ReplicaMetrics metrics(registry);
   EngineLoop loop(engine, f.replica.replica_id, &metrics);

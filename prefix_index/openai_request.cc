@@ -29,9 +29,10 @@ std::optional<ApiError> number(const json& j, const char* key, T& out, double lo
 }
 
 std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits,
-                                     std::vector<std::string>& out) {
+                                     std::vector<std::string>& out, bool& token_ids) {
   auto tokens_to_prompt = [&](const json& arr,
                               const std::string& where) -> std::optional<ApiError> {
+    token_ids = true;
     std::string bytes;
     for (size_t i = 0; i < arr.size(); ++i) {
       if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 || arr[i].get<int64_t>() > 255) {
@@ -73,7 +74,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
   r.model = j["model"].get<std::string>();
   if (endpoint == Endpoint::kCompletions) {
     if (!j.contains("prompt")) return bad("prompt", "is required");
-    if (auto e = prompts_from(j["prompt"], limits, r.prompts)) return e;
+    if (auto e = prompts_from(j["prompt"], limits, r.prompts, r.token_id_prompts)) return e;
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
     Result<std::string> rendered = render_chat(j["messages"]);

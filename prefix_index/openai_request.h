@@ -14,6 +14,8 @@
 #include <variant>
 #include <vector>
 
+#include "prefix_index/text_span.h"
+
 namespace kvc {
 
 enum class Endpoint { kCompletions, kChatCompletions };
@@ -30,6 +32,11 @@ struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
   std::vector<std::string> prompts;  // rendered prompt bytes, one per sibling group
+  // Per prompt (or none): byte ranges holding the client's text in a chat prompt rendered with a
+  // model's template, which the replica's tokenizer encodes as plain text (text_span.h).
+  std::vector<std::vector<TextSpan>> literal;
+  // Some prompt came as token ids (bytes 0-255): only a byte-tokenizer replica can serve it.
+  bool token_id_prompts = false;
   int32_t n = 1;
   int32_t max_tokens = 16;
   float temperature = 1.0f;

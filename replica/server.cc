@@ -289,13 +289,23 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   auto state =
       std::make_shared<RequestState>(req, id, config_.served_model_name, responder, metrics_);
 
+  const Tokenizer& tokenizer = engine_.tokenizer();
+  if (req.token_id_prompts && !tokenizer.tokens_are_bytes()) {
+    http::send_error(*responder, 400,
+                     "prompts as token ids are read as bytes, and this replica tokenizes with its "
+                     "model's tokenizer (" +
+                         tokenizer.name() + "): send the prompt as text",
+                     "invalid_request_error", "prompt");
+    return;
+  }
   std::vector<GenerationRequest> groups;
   std::vector<GroupSink> sinks;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     GenerationRequest g;
-    g.prompt.assign(req.prompts[p].begin(), req.prompts[p].end());
-    for (auto& t : g.prompt)
-      t &= 0xFF;  // bytes, whatever char's signedness
+    // The client's text in a rendered chat prompt is encoded as plain text (no special tokens).
+    g.prompt = tokenizer.encode(req.prompts[p], p < req.literal.size()
+                                                    ? std::span<const TextSpan>(req.literal[p])
+                                                    : std::span<const TextSpan>());
     g.n = req.n;
     g.params.temperature = req.temperature;
     g.params.top_p = req.top_p;

@@ -116,6 +116,16 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const EngineFlags& f) {
   return std::unique_ptr<Tokenizer>(std::move(t).value());
 }
 
+Result<std::shared_ptr<const ChatTemplate>> make_chat_template(const Tokenizer& tokenizer) {
+  const auto* hf = dynamic_cast<const HfTokenizer*>(&tokenizer);
+  if (hf == nullptr || hf->chat().chat_template.empty())
+    return std::shared_ptr<const ChatTemplate>();
+  auto t =
+      ChatTemplate::compile(hf->chat().chat_template, hf->chat().bos_token, hf->chat().eos_token);
+  if (!t.ok()) return Error{"tokenizer_config.json: chat_template: " + t.error().message};
+  return std::shared_ptr<const ChatTemplate>(std::make_shared<ChatTemplate>(std::move(*t)));
+}
+
 Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f, const Tokenizer& tokenizer) {
   Result<std::unique_ptr<Backend>> made = f.backend == "cuda"
                                               ? make_cuda_backend(f, tokenizer.vocab_size())

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "prefix_index/chat_template.h"
 #include "prefix_index/status.h"
 #include "replica/backend.h"
 #include "replica/engine.h"
@@ -35,6 +36,10 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
 // The flags' tokenizer: --tokenizer DIR, else the tokenizer.json next to --model's weights,
 // else the byte tokenizer.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const EngineFlags& flags);
+
+// The chat template of a Hugging Face tokenizer's tokenizer_config.json; null when it has none
+// (or the tokenizer is the byte tokenizer): chat requests then render canonically.
+Result<std::shared_ptr<const ChatTemplate>> make_chat_template(const Tokenizer& tokenizer);
 
 // The flags' backend (CPU or CUDA) for the flags' model (random-initialised preset or loaded
 // weights). A preset's vocabulary grows to `tokenizer`'s (random weights for a real tokenizer);

@@ -69,7 +69,7 @@ std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits,
 }
 
 std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const ApiLimits& limits,
-                                     OpenAiRequest& r) {
+                                     const ChatTemplateFor& template_for, OpenAiRequest& r) {
   if (!j.contains("model") || !j["model"].is_string()) return bad("model", "must be a string");
   r.model = j["model"].get<std::string>();
   if (endpoint == Endpoint::kCompletions) {
@@ -77,9 +77,16 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
     if (auto e = prompts_from(j["prompt"], limits, r.prompts, r.token_id_prompts)) return e;
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
-    Result<std::string> rendered = render_chat(j["messages"]);
-    if (!rendered.ok()) return ApiError{400, rendered.error().message, "messages"};
-    r.prompts.push_back(std::move(rendered).value());
+    if (const auto tmpl = template_for ? template_for(r.model) : nullptr) {
+      Result<RenderedPrompt> rendered = tmpl->render(j["messages"]);
+      if (!rendered.ok()) return ApiError{400, rendered.error().message, "messages"};
+      r.prompts.push_back(std::move(rendered->text));
+      r.literal.push_back(std::move(rendered->literal));
+    } else {
+      Result<std::string> rendered = render_chat(j["messages"]);
+      if (!rendered.ok()) return ApiError{400, rendered.error().message, "messages"};
+      r.prompts.push_back(std::move(rendered).value());
+    }
   }
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     if (r.prompts[i].empty()) return bad("prompt", "must not be empty");
@@ -170,7 +177,8 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
 }  // namespace
 
 std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
-                                                           const ApiLimits& limits) {
+                                                           const ApiLimits& limits,
+                                                           const ChatTemplateFor& template_for) {
   // nlohmann's lexer takes a NUL byte for the end of input, so "{...}\0garbage" would parse. A NUL
   // is never valid in JSON text (raw or inside a string), so any NUL refuses the body.
   if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
@@ -193,7 +201,7 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, st
   OpenAiRequest r;
   r.endpoint = endpoint;
   try {
-    if (auto e = parse_fields(endpoint, j, limits, r)) return *e;
+    if (auto e = parse_fields(endpoint, j, limits, template_for, r)) return *e;
   } catch (const json::exception& e) {
     return bad("", std::string("malformed request: ") + e.what());
   }

@@ -4,16 +4,20 @@
 //
 // Prompts are bytes: /v1/completions takes a string, an array of strings, an array of token ids
 // or an array of token-id arrays (with the byte tokenizer a token id is a byte, 0-255);
-// /v1/chat/completions renders `messages` with render_chat (chat_render.h).
+// /v1/chat/completions renders `messages` with the model's chat template (chat_template.h) or,
+// for a model without one, with render_chat (chat_render.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "prefix_index/chat_template.h"
 #include "prefix_index/text_span.h"
 
 namespace kvc {
@@ -59,8 +63,14 @@ struct ApiError {
   std::string param;  // the offending field, empty if none
 };
 
-// Never throws. Unknown fields are ignored, as OpenAI-compatible servers do.
-std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
-                                                           const ApiLimits& limits = {});
+// The chat template of the model a request names (null: canonical rendering, chat_render.h).
+using ChatTemplateFor =
+    std::function<std::shared_ptr<const ChatTemplate>(const std::string& model)>;
+
+// Never throws. Unknown fields are ignored, as OpenAI-compatible servers do. Chat messages are
+// rendered with template_for(model) when it gives a template, else canonically.
+std::variant<OpenAiRequest, ApiError> parse_openai_request(
+    Endpoint endpoint, std::string_view body, const ApiLimits& limits = {},
+    const ChatTemplateFor& template_for = {});
 
 }  // namespace kvc

@@ -268,7 +268,8 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
 
 void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                              std::shared_ptr<http::Responder> responder) {
-  auto parsed = parse_openai_request(endpoint, request.body, config_.api);
+  auto parsed = parse_openai_request(endpoint, request.body, config_.api,
+                                     [this](const std::string&) { return config_.chat_template; });
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     http::send_error(*responder, e->status, e->message, "invalid_request_error",
                      param_or_null(e->param));
@@ -369,22 +370,27 @@ void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder) {
 
 std::string ReplicaServer::info_json() const {
   const ModelConfig& m = engine_.model();
-  return dump({{"replica_id", config_.replica_id},
-               {"model", config_.served_model_name},
-               {"block_size", engine_.pool().block_size()},
-               // Block hashes chain from chain_seed(hash_model, cache_salt): routers must agree.
-               {"hash_model", engine_.model().name},
-               {"tokenizer", engine_.tokenizer().name()},
-               {"num_kv_blocks", engine_.pool().num_blocks()},
-               {"max_model_len", engine_.config().scheduler.max_model_len},
-               {"max_n", config_.api.max_n},
-               {"architecture",
-                {{"layers", m.num_hidden_layers},
-                 {"hidden_size", m.hidden_size},
-                 {"num_attention_heads", m.num_attention_heads},
-                 {"num_key_value_heads", m.num_key_value_heads},
-                 {"head_dim", m.head_dim}}},
-               {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
+  return dump(
+      {{"replica_id", config_.replica_id},
+       {"model", config_.served_model_name},
+       {"block_size", engine_.pool().block_size()},
+       // Block hashes chain from chain_seed(hash_model, cache_salt): routers must agree.
+       {"hash_model", engine_.model().name},
+       {"tokenizer", engine_.tokenizer().name()},
+       // Routers render chat requests with this template (null: the canonical rendering)
+       // and hash the bytes; completions are tokenized as given (no BOS is added).
+       {"chat_template", config_.chat_template ? config_.chat_template->to_json() : json(nullptr)},
+       {"add_bos", false},
+       {"num_kv_blocks", engine_.pool().num_blocks()},
+       {"max_model_len", engine_.config().scheduler.max_model_len},
+       {"max_n", config_.api.max_n},
+       {"architecture",
+        {{"layers", m.num_hidden_layers},
+         {"hidden_size", m.hidden_size},
+         {"num_attention_heads", m.num_attention_heads},
+         {"num_key_value_heads", m.num_key_value_heads},
+         {"head_dim", m.head_dim}}},
+       {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
 }
 
 std::string ReplicaServer::load_json() const {

@@ -1,5 +1,7 @@
 #include "router/replica_pool.h"
 
+#include <cstdio>
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -178,6 +180,18 @@ void ReplicaPool::poll(Replica& r) {
     r.view.hash_model = info->value("hash_model", info->value("model", std::string()));
     r.view.block_size = info->value("block_size", config_.default_block_size);
     r.view.models = {info->value("model", std::string())};
+    r.view.chat_template.reset();
+    if (const auto t = info->find("chat_template"); t != info->end() && !t->is_null()) {
+      auto compiled = ChatTemplate::from_json(*t);
+      // A template this router cannot render: route by the canonical rendering (only the hit
+      // estimate suffers), and say so once.
+      if (compiled.ok()) {
+        r.view.chat_template = std::make_shared<const ChatTemplate>(std::move(*compiled));
+      } else {
+        std::fprintf(stderr, "router: replica %s: %s\n", r.view.replica_id.c_str(),
+                     compiled.error().message.c_str());
+      }
+    }
   }
   const bool ok = load.has_value() && !r.view.hash_model.empty();
   if (ok) {

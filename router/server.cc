@@ -155,7 +155,17 @@ void RouterServer::send_readiness(http::Responder& responder) {
 void RouterServer::route(Endpoint endpoint, http::Request request,
                          std::shared_ptr<http::Responder> responder) {
   ++stats_.requests;
-  auto parsed = parse_openai_request(endpoint, request.body, config_.api);
+  // Chat requests are rendered with the template of a replica serving the model.
+  auto template_for = [this](const std::string& model) -> std::shared_ptr<const ChatTemplate> {
+    for (const ReplicaView& r : pool_.snapshot()) {
+      if (r.chat_template && std::find(r.models.begin(), r.models.end(), model) != r.models.end())
+        return r.chat_template;
+    }
+    return nullptr;
+  };
+  auto parsed = parse_openai_request(
+      endpoint, request.body, config_.api,
+      endpoint == Endpoint::kChatCompletions ? ChatTemplateFor(template_for) : ChatTemplateFor());
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     http::send_error(*responder, e->status, e->message, "invalid_request_error",
                      e->param.empty() ? std::nullopt : std::optional<std::string_view>(e->param));

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 
 #include "prefix_index/jinja.h"
@@ -414,26 +415,25 @@ class Parser {
     return n;
   }
 
-  Result<NodePtr> parse_or() {
-    auto l = parse_and();
-    while (l.ok() && at_name("or")) {
+  // operand (op operand)*, left-associative; `ops` are operator symbols or keywords.
+  Result<NodePtr> left_assoc(std::initializer_list<const char*> ops,
+                             Result<NodePtr> (Parser::*operand)()) {
+    auto l = (this->*operand)();
+    while (l.ok()) {
+      const char* op = nullptr;
+      for (const char* o : ops)
+        if (at_op(o) || at_name(o)) op = o;
+      if (op == nullptr) break;
       ++i_;
-      auto r = parse_and();
+      auto r = (this->*operand)();
       if (!r.ok()) return r;
-      l = binary("or", std::move(*l), std::move(*r));
+      l = binary(op, std::move(*l), std::move(*r));
     }
     return l;
   }
-  Result<NodePtr> parse_and() {
-    auto l = parse_not();
-    while (l.ok() && at_name("and")) {
-      ++i_;
-      auto r = parse_not();
-      if (!r.ok()) return r;
-      l = binary("and", std::move(*l), std::move(*r));
-    }
-    return l;
-  }
+  // Jinja's precedence, loosest first: or, and, not, comparisons, + -, ~, * / // %, unary.
+  Result<NodePtr> parse_or() { return left_assoc({"or"}, &Parser::parse_and); }
+  Result<NodePtr> parse_and() { return left_assoc({"and"}, &Parser::parse_not); }
   Result<NodePtr> parse_not() {
     if (at_name("not")) {
       ++i_;
@@ -472,38 +472,9 @@ class Parser {
     }
     return l;
   }
-  Result<NodePtr> parse_math1() {
-    auto l = parse_concat();
-    while (l.ok() && (at_op("+") || at_op("-"))) {
-      const std::string op = peek().text;
-      ++i_;
-      auto r = parse_concat();
-      if (!r.ok()) return r;
-      l = binary(op, std::move(*l), std::move(*r));
-    }
-    return l;
-  }
-  Result<NodePtr> parse_concat() {
-    auto l = parse_math2();
-    while (l.ok() && at_op("~")) {
-      ++i_;
-      auto r = parse_math2();
-      if (!r.ok()) return r;
-      l = binary("~", std::move(*l), std::move(*r));
-    }
-    return l;
-  }
-  Result<NodePtr> parse_math2() {
-    auto l = parse_unary();
-    while (l.ok() && (at_op("*") || at_op("/") || at_op("//") || at_op("%"))) {
-      const std::string op = peek().text;
-      ++i_;
-      auto r = parse_unary();
-      if (!r.ok()) return r;
-      l = binary(op, std::move(*l), std::move(*r));
-    }
-    return l;
-  }
+  Result<NodePtr> parse_math1() { return left_assoc({"+", "-"}, &Parser::parse_concat); }
+  Result<NodePtr> parse_concat() { return left_assoc({"~"}, &Parser::parse_math2); }
+  Result<NodePtr> parse_math2() { return left_assoc({"*", "/", "//", "%"}, &Parser::parse_unary); }
   Result<NodePtr> parse_unary() {
     if (at_op("-") || at_op("+")) {
       const std::string op = peek().text;

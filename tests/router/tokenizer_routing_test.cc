@@ -9,11 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "http/client.h"
-#include "http/server.h"
 #include "replica/hf_tokenizer.h"
 #include "replica/local_replica.h"
-#include "router/replica_pool.h"
-#include "router/server.h"
+#include "router/router_stack.h"
 #include "tests/testing/reference_files.h"
 
 namespace kvc {
@@ -34,45 +32,29 @@ class TokenizerRoutingTest : public ::testing::Test {
     auto tmpl = ChatTemplate::compile(c.chat_template, c.bos_token, c.eos_token);
     ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
     template_ = std::make_shared<const ChatTemplate>(std::move(*tmpl));
-    for (int i = 0; i < 2; ++i)
+    RouterStackConfig rc;
+    rc.router.debug_headers = true;
+    rc.pool.poll_interval = 100ms;
+    for (int i = 0; i < 2; ++i) {
       replicas_.push_back(
           std::make_unique<LocalReplica>("r" + std::to_string(i), tokenizer_, template_, 512));
-    index_ = std::make_unique<RadixIndex>(clock_);
-    approx_ = std::make_unique<RadixIndex>(clock_);
-    http::ClientLimits cl;
-    cl.body_idle_timeout = std::chrono::hours(1);
-    cl.response_header_timeout = std::chrono::minutes(10);
-    client_ = std::make_unique<http::Client>(cl);
-    PoolConfig pc;
-    pc.poll_interval = 100ms;
-    pool_ = std::make_unique<ReplicaPool>(*client_, *index_, index_mu_, clock_, pc);
-    for (auto& r : replicas_)
-      ASSERT_TRUE(pool_->add(r->address()).ok());
-    pool_->poll_now();
-    pool_->start();
-    RouterConfig rc;
-    rc.debug_headers = true;
-    router_ =
-        std::make_unique<RouterServer>(*pool_, *index_, *approx_, index_mu_, *client_, clock_, rc);
-    http_ = std::make_unique<http::Server>(
-        http::ServerLimits{}, [this](http::Request r, std::shared_ptr<http::Responder> w) {
-          router_->handle(std::move(r), std::move(w));
-        });
-    auto port = http_->listen("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
+      rc.replicas.push_back(replicas_.back()->address());
+    }
+    router_ = std::make_unique<RouterStack>(rc);
+    auto port = router_->start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.error().message;
     port_ = *port;
     for (int i = 0; i < 200 && !all_exact(); ++i)
       std::this_thread::sleep_for(50ms);
     ASSERT_TRUE(all_exact());
   }
   void TearDown() override {
-    if (http_) http_->stop();
+    if (router_) router_->stop();
     router_.reset();
-    pool_.reset();
     replicas_.clear();
   }
   bool all_exact() {
-    auto s = pool_->snapshot();
+    auto s = router_->pool().snapshot();
     return s.size() == 2 && std::all_of(s.begin(), s.end(), [](auto& r) {
              return r.healthy && r.exact && r.chat_template != nullptr;
            });
@@ -90,9 +72,9 @@ class TokenizerRoutingTest : public ::testing::Test {
   void wait_for_index(size_t blocks) {
     for (int i = 0; i < 400; ++i) {
       {
-        std::lock_guard lock(index_mu_);
+        std::lock_guard lock(router_->index_mutex());
         for (uint32_t r = 0; r < 2; ++r)
-          if (index_->num_blocks(r) >= blocks) return;
+          if (router_->index().num_blocks(r) >= blocks) return;
       }
       std::this_thread::sleep_for(20ms);
     }
@@ -104,14 +86,8 @@ class TokenizerRoutingTest : public ::testing::Test {
 
   std::shared_ptr<const HfTokenizer> tokenizer_;
   std::shared_ptr<const ChatTemplate> template_;
-  SteadyClock& clock_ = SteadyClock::instance();
   std::vector<std::unique_ptr<LocalReplica>> replicas_;
-  std::unique_ptr<RadixIndex> index_, approx_;
-  std::mutex index_mu_;
-  std::unique_ptr<http::Client> client_;
-  std::unique_ptr<ReplicaPool> pool_;
-  std::unique_ptr<RouterServer> router_;
-  std::unique_ptr<http::Server> http_;
+  std::unique_ptr<RouterStack> router_;
   uint16_t port_ = 0;
 };
 

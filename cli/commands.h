@@ -17,5 +17,6 @@ Run add_bench_command(CLI::App& app);  // defined in bench/ (kvc_bench_command)
 Run add_replica_command(CLI::App& app);
 Run add_router_command(CLI::App& app);
 Run add_loadgen_command(CLI::App& app);
+Run add_tokenize_command(CLI::App& app);
 
 }  // namespace kvc::cli

@@ -1,8 +1,10 @@
 #include "cli/engine_flags.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "replica/cpu_backend.h"
+#include "replica/hf_tokenizer.h"
 #include "replica/weights.h"
 #if KVCASCADE_HAVE_CUDA
 #include "replica/cuda/cuda_backend.h"
@@ -14,6 +16,10 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_option("--preset", f.preset, "random-initialised model shape")
       ->check(CLI::IsMember({"tiny", "llama3-8b"}));
   cmd.add_option("--model", f.model_dir, "Hugging Face model folder (config.json + *.safetensors)")
+      ->check(CLI::ExistingDirectory);
+  cmd.add_option("--tokenizer", f.tokenizer_dir,
+                 "Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json); default: "
+                 "--model's folder when it has tokenizer.json, else one token per byte")
       ->check(CLI::ExistingDirectory);
   cmd.add_option("--weights-seed", f.weights_seed, "seed of the random-initialised weights");
   cmd.add_option("--backend", f.backend, "cpu (float32 reference) or cuda (bf16 on the GPU)")
@@ -56,7 +62,7 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
 
 namespace {
 
-Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f) {
+Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f, int32_t min_vocab) {
 #if KVCASCADE_HAVE_CUDA
   CudaBackendOptions o;
   o.num_blocks = f.kv_blocks;
@@ -72,6 +78,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f) {
   } else {
     auto config = preset_config(f.preset);
     if (!config.ok()) return Error{config.error().message};
+    config->vocab_size = std::max(config->vocab_size, min_vocab);
     made = CudaBackend::create(*config, nullptr, o);
   }
   if (!made.ok()) return Error{made.error().message};
@@ -86,16 +93,54 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f) {
   return std::unique_ptr<Backend>(std::move(made).value());
 #else
   (void)f;
+  (void)min_vocab;
   return Error{
       "--backend cuda: this binary was built without CUDA (configure with "
       "-DKVCASCADE_CUDA=ON on a machine with nvcc)"};
 #endif
 }
 
+Result<std::unique_ptr<Backend>> make_cpu_backend(const EngineFlags& f, int32_t min_vocab);
+
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f) {
-  if (f.backend == "cuda") return make_cuda_backend(f);
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const EngineFlags& f) {
+  std::string dir = f.tokenizer_dir;
+  if (dir.empty() && !f.model_dir.empty() &&
+      std::filesystem::exists(f.model_dir + "/tokenizer.json")) {
+    dir = f.model_dir;
+  }
+  if (dir.empty()) return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
+  auto t = HfTokenizer::load_dir(dir);
+  if (!t.ok()) return Error{t.error().message};
+  return std::unique_ptr<Tokenizer>(std::move(t).value());
+}
+
+Result<std::shared_ptr<const ChatTemplate>> make_chat_template(const Tokenizer& tokenizer) {
+  const auto* hf = dynamic_cast<const HfTokenizer*>(&tokenizer);
+  if (hf == nullptr || hf->chat().chat_template.empty())
+    return std::shared_ptr<const ChatTemplate>();
+  auto t =
+      ChatTemplate::compile(hf->chat().chat_template, hf->chat().bos_token, hf->chat().eos_token);
+  if (!t.ok()) return Error{"tokenizer_config.json: chat_template: " + t.error().message};
+  return std::shared_ptr<const ChatTemplate>(std::make_shared<ChatTemplate>(std::move(*t)));
+}
+
+Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f, const Tokenizer& tokenizer) {
+  Result<std::unique_ptr<Backend>> made = f.backend == "cuda"
+                                              ? make_cuda_backend(f, tokenizer.vocab_size())
+                                              : make_cpu_backend(f, tokenizer.vocab_size());
+  if (made.ok() && (*made)->config().vocab_size < tokenizer.vocab_size()) {
+    return Error{"the model's vocabulary (" + std::to_string((*made)->config().vocab_size) +
+                 ") is smaller than its tokenizer's (" + std::to_string(tokenizer.vocab_size()) +
+                 "): wrong --tokenizer?"};
+  }
+  return made;
+}
+
+namespace {
+
+Result<std::unique_ptr<Backend>> make_cpu_backend(const EngineFlags& f, int32_t min_vocab) {
   ModelWeights weights;
   if (!f.model_dir.empty()) {
     auto loaded = load_hf_weights(f.model_dir);
@@ -109,11 +154,14 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f) {
           "the CPU backend runs only the tiny preset (llama3-8b is for the GPU: "
           "--backend cuda)"};
     }
+    config->vocab_size = std::max(config->vocab_size, min_vocab);
     weights = random_weights(*config, f.weights_seed);
   }
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
       std::move(weights), f.kv_blocks > 0 ? f.kv_blocks : 4096, f.block_size));
 }
+
+}  // namespace
 
 EngineConfig engine_config(const EngineFlags& f, const Backend& backend) {
   EngineConfig c = f.engine;

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "prefix_index/chat_template.h"
 #include "prefix_index/status.h"
 #include "replica/backend.h"
 #include "replica/engine.h"
@@ -17,6 +18,8 @@ namespace kvc::cli {
 struct EngineFlags {
   std::string preset = "tiny";
   std::string model_dir;  // a Hugging Face folder; overrides the preset
+  // A Hugging Face tokenizer folder; empty: model_dir's tokenizer.json if any, else bytes.
+  std::string tokenizer_dir;
   uint64_t weights_seed = 1234;
   std::string backend = "cpu";  // or "cuda"
   int32_t kv_blocks = 0;        // 0: 4096 on the CPU; on the GPU as many as memory allows
@@ -30,9 +33,19 @@ struct EngineFlags {
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
 
+// The flags' tokenizer: --tokenizer DIR, else the tokenizer.json next to --model's weights,
+// else the byte tokenizer.
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const EngineFlags& flags);
+
+// The chat template of a Hugging Face tokenizer's tokenizer_config.json; null when it has none
+// (or the tokenizer is the byte tokenizer): chat requests then render canonically.
+Result<std::shared_ptr<const ChatTemplate>> make_chat_template(const Tokenizer& tokenizer);
+
 // The flags' backend (CPU or CUDA) for the flags' model (random-initialised preset or loaded
-// weights). The CUDA backend prints what it allocated (weights, workspace, KV) to stderr.
-Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& flags);
+// weights). A preset's vocabulary grows to `tokenizer`'s (random weights for a real tokenizer);
+// loaded weights must cover it. The CUDA backend prints what it allocated (weights, workspace,
+// KV) to stderr.
+Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& flags, const Tokenizer& tokenizer);
 
 // The engine config with the attention mode applied.
 EngineConfig engine_config(const EngineFlags& flags, const Backend& backend);

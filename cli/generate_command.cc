@@ -77,17 +77,22 @@ int run_generate(GenerateFlags f) {
     std::fprintf(stderr, "kvcascade generate: give --prompt TEXT or --prompt-file F\n");
     return 2;
   }
-  auto backend = make_backend(f.engine);
+  auto tokenizer = make_tokenizer(f.engine);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "kvcascade generate: %s\n", tokenizer.error().message.c_str());
+    return 2;
+  }
+  auto backend = make_backend(f.engine, **tokenizer);
   if (!backend.ok()) {
     std::fprintf(stderr, "kvcascade generate: %s\n", backend.error().message.c_str());
     return 2;
   }
-  ByteTokenizer tokenizer;
-  Engine engine(**backend, tokenizer, engine_config(f.engine, **backend), SteadyClock::instance());
+  Engine engine(**backend, **tokenizer, engine_config(f.engine, **backend),
+                SteadyClock::instance());
   std::map<uint64_t, size_t> prompt_of;
   for (size_t i = 0; i < f.prompts.size(); ++i) {
     GenerationRequest req;
-    req.prompt = tokenizer.encode(f.prompts[i]);
+    req.prompt = (*tokenizer)->encode(f.prompts[i]);
     req.n = f.n;
     req.params = f.sampling;
     auto id = engine.submit(std::move(req));

@@ -1,4 +1,5 @@
-// kvcascade: one binary, several commands (router, replica, generate, plan, bench, demo).
+// kvcascade: one binary, several commands (router, replica, generate, plan, bench, demo, loadgen,
+// tokenize).
 #include <cstdio>
 #include <map>
 #include <string>
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   runs["replica"] = kvc::cli::add_replica_command(app);
   runs["router"] = kvc::cli::add_router_command(app);
   runs["loadgen"] = kvc::cli::add_loadgen_command(app);
+  runs["tokenize"] = kvc::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -35,13 +35,24 @@ int run_replica(ReplicaFlags f) {
   }
   f.replica.api_keys = std::move(*keys);
   block_shutdown_signals();
-  auto backend = make_backend(f.engine);
+  auto tokenizer = make_tokenizer(f.engine);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", tokenizer.error().message.c_str());
+    return 2;
+  }
+  auto chat_template = make_chat_template(**tokenizer);
+  if (!chat_template.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", chat_template.error().message.c_str());
+    return 2;
+  }
+  f.replica.chat_template = *chat_template;
+  auto backend = make_backend(f.engine, **tokenizer);
   if (!backend.ok()) {
     std::fprintf(stderr, "kvcascade replica: %s\n", backend.error().message.c_str());
     return 2;
   }
-  ByteTokenizer tokenizer;
-  Engine engine(**backend, tokenizer, engine_config(f.engine, **backend), SteadyClock::instance());
+  Engine engine(**backend, **tokenizer, engine_config(f.engine, **backend),
+                SteadyClock::instance());
   prometheus::Registry registry;
   metrics::ReplicaMetrics metrics(registry);
   EngineLoop loop(engine, f.replica.replica_id, &metrics);
@@ -59,10 +70,11 @@ int run_replica(ReplicaFlags f) {
   }
   std::printf(
       "kvcascade replica %s serving model '%s' on http://%s:%u (%s backend, %s attention, %d "
-      "KV blocks of %d tokens)\n",
+      "KV blocks of %d tokens, tokenizer %s, %s chat template)\n",
       f.replica.replica_id.c_str(), server.config().served_model_name.c_str(),
       f.server.host.c_str(), *port, (*backend)->name().c_str(), f.engine.attention.c_str(),
-      (*backend)->num_blocks(), (*backend)->block_size());
+      (*backend)->num_blocks(), (*backend)->block_size(), (*tokenizer)->name().c_str(),
+      f.replica.chat_template ? "the model's" : "the canonical");
   if (!f.replica.api_keys.empty()) {
     std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",
                 f.replica.api_keys.size());

@@ -31,9 +31,10 @@ std::optional<ApiError> number(const json& j, const char* key, T& out, double lo
 }
 
 std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, ParseMode mode,
-                                     std::vector<std::string>& out) {
+                                     std::vector<std::string>& out, bool& token_ids) {
   auto tokens_to_prompt = [&](const json& arr,
                               const std::string& where) -> std::optional<ApiError> {
+    token_ids = true;
     const int64_t max_id = mode == ParseMode::kFull ? 255 : int64_t{0xffffffff};
     bool wide = false;  // kRouting: an id above 255 makes every id 4 bytes
     for (size_t i = 0; i < arr.size(); ++i) {
@@ -111,21 +112,29 @@ void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
 }
 
 std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const ApiLimits& limits,
-                                     ParseMode mode, OpenAiRequest& r) {
+                                     ParseMode mode, const ChatTemplateFor& template_for,
+                                     OpenAiRequest& r) {
   if (!j.contains("model") || !j["model"].is_string()) return bad("model", "must be a string");
   r.model = j["model"].get<std::string>();
   if (endpoint == Endpoint::kCompletions) {
     if (!j.contains("prompt")) return bad("prompt", "is required");
-    if (auto e = prompts_from(j["prompt"], limits, mode, r.prompts)) return e;
+    if (auto e = prompts_from(j["prompt"], limits, mode, r.prompts, r.token_id_prompts)) return e;
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
-    Result<std::string> rendered = render_chat(j["messages"]);
-    std::optional<std::string> fallback;
-    if (!rendered.ok() && mode == ParseMode::kRouting) {
-      fallback = routing_bytes_of_messages(j["messages"]);
+    if (const auto tmpl = template_for ? template_for(r.model) : nullptr) {
+      Result<RenderedPrompt> rendered = tmpl->render(j["messages"]);
+      if (!rendered.ok()) return ApiError{400, rendered.error().message, "messages"};
+      r.prompts.push_back(std::move(rendered->text));
+      r.literal.push_back(std::move(rendered->literal));
+    } else {
+      Result<std::string> rendered = render_chat(j["messages"]);
+      std::optional<std::string> fallback;
+      if (!rendered.ok() && mode == ParseMode::kRouting) {
+        fallback = routing_bytes_of_messages(j["messages"]);
+      }
+      if (!rendered.ok() && !fallback) return ApiError{400, rendered.error().message, "messages"};
+      r.prompts.push_back(rendered.ok() ? std::move(rendered).value() : std::move(*fallback));
     }
-    if (!rendered.ok() && !fallback) return ApiError{400, rendered.error().message, "messages"};
-    r.prompts.push_back(rendered.ok() ? std::move(rendered).value() : std::move(*fallback));
   }
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     if (r.prompts[i].empty()) return bad("prompt", "must not be empty");
@@ -221,6 +230,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
 
 std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
                                                            const ApiLimits& limits,
+                                                           const ChatTemplateFor& template_for,
                                                            ParseMode mode) {
   // nlohmann's lexer takes a NUL byte for the end of input, so "{...}\0garbage" would parse. A NUL
   // is never valid in JSON text (raw or inside a string), so any NUL refuses the body.
@@ -244,7 +254,7 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, st
   OpenAiRequest r;
   r.endpoint = endpoint;
   try {
-    if (auto e = parse_fields(endpoint, j, limits, mode, r)) return *e;
+    if (auto e = parse_fields(endpoint, j, limits, mode, template_for, r)) return *e;
   } catch (const json::exception& e) {
     return bad("", std::string("malformed request: ") + e.what());
   }

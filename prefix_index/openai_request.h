@@ -4,15 +4,21 @@
 //
 // Prompts are bytes: /v1/completions takes a string, an array of strings, an array of token ids
 // or an array of token-id arrays (with the byte tokenizer a token id is a byte, 0-255);
-// /v1/chat/completions renders `messages` with render_chat (chat_render.h).
+// /v1/chat/completions renders `messages` with the model's chat template (chat_template.h) or,
+// for a model without one, with render_chat (chat_render.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#include "prefix_index/chat_template.h"
+#include "prefix_index/text_span.h"
 
 namespace kvc {
 
@@ -30,6 +36,11 @@ struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
   std::vector<std::string> prompts;  // rendered prompt bytes, one per sibling group
+  // Per prompt (or none): byte ranges holding the client's text in a chat prompt rendered with a
+  // model's template, which the replica's tokenizer encodes as plain text (text_span.h).
+  std::vector<std::vector<TextSpan>> literal;
+  // Some prompt came as token ids (bytes 0-255): only a byte-tokenizer replica can serve it.
+  bool token_id_prompts = false;
   int32_t n = 1;
   int32_t max_tokens = 16;
   float temperature = 1.0f;
@@ -61,9 +72,15 @@ struct ApiError {
 // prompt bytes in both modes.
 enum class ParseMode { kFull, kRouting };
 
-// Never throws. Unknown fields are ignored, as OpenAI-compatible servers do.
+// The chat template of the model a request names (null: canonical rendering, chat_render.h).
+using ChatTemplateFor =
+    std::function<std::shared_ptr<const ChatTemplate>(const std::string& model)>;
+
+// Never throws. Unknown fields are ignored, as OpenAI-compatible servers do. Chat messages are
+// rendered with template_for(model) when it gives a template, else canonically.
 std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
                                                            const ApiLimits& limits = {},
+                                                           const ChatTemplateFor& template_for = {},
                                                            ParseMode mode = ParseMode::kFull);
 
 }  // namespace kvc

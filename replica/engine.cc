@@ -49,15 +49,57 @@ Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config
       pool_(backend.num_blocks(), backend.block_size()),
       kv_(pool_),
       scheduler_(config.scheduler, kv_),
-      planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()) {}
+      planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()) {
+  if (!tokenizer.tokens_are_bytes() && tokenizer.round_trips()) {
+    byte_space_.emplace();
+    kv_.set_byte_space(&*byte_space_);
+  }
+}
 
 BlockHash Engine::chain_seed(const std::string& cache_salt) const {
   return kvc::chain_seed(backend_.config().name, cache_salt);
 }
 
+std::vector<KvEvent> Engine::take_kv_events() {
+  std::vector<KvEvent> events = pool_.take_events();
+  if (tokenizer_.tokens_are_bytes()) return events;
+  if (!byte_space_) return {};
+  return byte_space_->translate(events);
+}
+
+std::vector<KvEvent> Engine::kv_snapshot() const {
+  if (tokenizer_.tokens_are_bytes()) return pool_.snapshot();
+  if (!byte_space_) return {};
+  return byte_space_->snapshot(pool_.snapshot());
+}
+
+void Engine::hash_token(Sequence& s, int32_t token) const {
+  append_token_key(s.hasher, token);
+  if (!s.byte_hasher) return;
+  const std::string bytes = tokenizer_.token_bytes(token);
+  s.byte_hasher->append(bytes);
+  s.byte_ends.push_back(static_cast<uint32_t>(s.byte_hasher->num_bytes()));
+}
+
+Sequence Engine::prompt_template(const SequenceGroup& g, const std::string& cache_salt) const {
+  const size_t bs = static_cast<size_t>(backend_.block_size());
+  // Token-id chains are the replica's own: seeded apart from the router's byte chains.
+  const BlockHash token_seed = kvc::chain_seed(
+      backend_.config().name + '\x1f' + "token-ids:" + tokenizer_.name(), cache_salt);
+  Sequence s(-1, BlockHasher(token_seed, 4 * bs));
+  if (byte_space_) s.byte_hasher.emplace(g.chain_seed, bs);
+  s.tokens = g.prompt;
+  s.byte_ends.reserve(byte_space_ ? g.prompt.size() : 0);
+  for (int32_t t : g.prompt)
+    hash_token(s, t);
+  return s;
+}
+
 Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request) {
+  const int32_t vocab = std::min(tokenizer_.vocab_size(), backend_.config().vocab_size);
   for (int32_t t : request.prompt) {
-    if (t < 0 || t >= tokenizer_.vocab_size() || t == tokenizer_.eos_token()) {
+    // The byte tokenizer's EOS (256) is no byte: it cannot be part of a prompt.
+    if (t < 0 || t >= vocab || (tokenizer_.tokens_are_bytes() && t == tokenizer_.eos_token())) {
       return Error{"prompt token " + std::to_string(t) + " is not a valid input token"};
     }
   }
@@ -67,6 +109,7 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
   g->prompt = std::move(request.prompt);
   g->params = std::move(request.params);
   g->chain_seed = chain_seed(request.cache_salt);
+  if (!tokenizer_.tokens_are_bytes()) g->prompt_template = prompt_template(*g, request.cache_salt);
   g->affinity = std::move(request.group);
   if (!g->affinity.empty()) g->declared_group_size = request.group_size;
   g->arrived = clock_.now();
@@ -195,13 +238,17 @@ void Engine::emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult&
 }
 
 void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result) {
-  if (token == tokenizer_.eos_token() && !g.params.ignore_eos) {
+  if (tokenizer_.is_eos(token) && !g.params.ignore_eos) {
     scheduler_.finish(g, s.sibling, FinishReason::kStop);
     return emit(g, s, 1, result);
   }
   s.tokens.push_back(token);
-  if (token >= 256) s.hash_chain_ended = true;
-  if (!s.hash_chain_ended) s.hasher.append_byte(static_cast<uint8_t>(token));
+  if (!tokenizer_.tokens_are_bytes()) {
+    hash_token(s, token);
+  } else {
+    if (token >= 256) s.hash_chain_ended = true;
+    if (!s.hash_chain_ended) s.hasher.append_byte(static_cast<uint8_t>(token));
+  }
   const size_t before = s.text.size();
   s.text += tokenizer_.decode(token);
   // A stop string may end inside the new bytes: search from where it could start.

@@ -15,6 +15,7 @@
 #include "prefix_index/status.h"
 #include "replica/backend.h"
 #include "replica/block_pool.h"
+#include "replica/byte_space.h"
 #include "replica/cascade_planner.h"
 #include "replica/kv_cache.h"
 #include "replica/sampler.h"
@@ -97,7 +98,16 @@ class Engine {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const EngineConfig& config() const { return config_; }
   const Clock& clock() const { return clock_; }  // the engine loop reads its time here too
+  // The router's chain seed (hash_model + cache_salt): byte blocks, and with the byte tokenizer
+  // the prefix cache's keys too.
   BlockHash chain_seed(const std::string& cache_salt) const;
+
+  // KV events since the last call, in router key space (byte blocks): the pool's own with the
+  // byte tokenizer, translated from token blocks with any other (byte_space.h), none when the
+  // tokenizer does not give its input back byte for byte.
+  std::vector<KvEvent> take_kv_events();
+  // Every byte block held, parents first: a new subscriber's snapshot.
+  std::vector<KvEvent> kv_snapshot() const;
 
   // Sees every row of logits a token is sampled from (tests, debugging, future logprobs).
   using LogitsObserver = std::function<void(uint64_t group, int32_t sibling, int32_t position,
@@ -107,6 +117,10 @@ class Engine {
  private:
   // The group a request describes, or why it can never run here.
   Result<std::unique_ptr<SequenceGroup>> prepare(GenerationRequest request);
+  // A non-byte tokenizer: the prompt's sequence with token-id keys and its byte-space track.
+  Sequence prompt_template(const SequenceGroup& g, const std::string& cache_salt) const;
+  // Extends s's hash chains (token keys, byte space) by one token.
+  void hash_token(Sequence& s, int32_t token) const;
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
   // The group and the members whose prompt it computes (Scheduler::prompt_followers).
   std::vector<SequenceGroup*> prompt_members(SequenceGroup& group) const;
@@ -123,6 +137,7 @@ class Engine {
   Scheduler scheduler_;
   CascadePlanner planner_;
   ForwardOutput out_;
+  std::optional<ByteSpaceEvents> byte_space_;  // set for tokenizers that round-trip bytes
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;
 };

@@ -119,7 +119,7 @@ std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber)
     Subscriber& s = subscribers_[sid];
     s.fn = std::move(subscriber);
     KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
-    for (KvEvent& e : engine_.pool().snapshot())
+    for (KvEvent& e : engine_.kv_snapshot())
       snapshot.events.push_back(std::move(e));
     s.fn(snapshot);
   });
@@ -150,7 +150,7 @@ void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
 }
 
 void EngineLoop::publish_kv_events() {
-  std::vector<KvEvent> events = engine_.pool().take_events();
+  std::vector<KvEvent> events = engine_.take_kv_events();
   if (events.empty()) return;
   for (auto& [id, s] : subscribers_) {
     s.fn(KvEventBatch{replica_id_, s.next_seq++, false, events});

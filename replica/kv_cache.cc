@@ -78,9 +78,23 @@ void KvCacheManager::commit_computed(Sequence& seq) {
          static_cast<int32_t>(hashes.size()) >= seq.num_computed / block_size());
   for (int32_t i = seq.num_committed_blocks; i < full; ++i) {
     const std::optional<BlockHash> parent = i > 0 ? std::optional(hashes[i - 1]) : std::nullopt;
-    pool_.commit(seq.block_table[i], hashes[i], parent);
+    if (pool_.commit(seq.block_table[i], hashes[i], parent) && byte_space_ && seq.byte_hasher)
+      own_byte_blocks(seq, i, hashes[i]);
   }
   seq.num_committed_blocks = std::max(seq.num_committed_blocks, full);
+}
+
+void KvCacheManager::own_byte_blocks(const Sequence& seq, int32_t i, BlockHash token_block) {
+  const size_t bs = static_cast<size_t>(block_size());
+  const size_t end = seq.byte_ends[static_cast<size_t>(i + 1) * bs - 1];
+  const size_t begin = i > 0 ? seq.byte_ends[static_cast<size_t>(i) * bs - 1] : 0;
+  const size_t first = begin / bs, last = end / bs;  // byte blocks [first, last) become whole
+  const std::vector<BlockHash>& bytes = seq.byte_hasher->hashes();
+  assert(last <= bytes.size());
+  const std::optional<BlockHash> parent =
+      first > 0 ? std::optional(bytes[first - 1]) : std::nullopt;
+  byte_space_->own(token_block, parent,
+                   std::vector<BlockHash>(bytes.begin() + first, bytes.begin() + last));
 }
 
 void KvCacheManager::fork(const Sequence& from, Sequence& to) {

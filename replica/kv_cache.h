@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "replica/block_pool.h"
+#include "replica/byte_space.h"
 #include "replica/sequence.h"
 
 namespace kvc {
@@ -17,6 +18,10 @@ using BlockCopies = std::vector<std::pair<int32_t, int32_t>>;  // (src, dst)
 class KvCacheManager {
  public:
   explicit KvCacheManager(BlockPool& pool) : pool_(pool) {}
+
+  // Committed token blocks tell `events` which router byte blocks they cover (sequences with a
+  // byte_hasher). Null: the byte tokenizer, whose blocks are router blocks already.
+  void set_byte_space(ByteSpaceEvents* events) { byte_space_ = events; }
 
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
@@ -55,7 +60,11 @@ class KvCacheManager {
   void release(Sequence& seq);
 
  private:
+  // The router byte blocks token block i of `seq` is the first to cover wholly.
+  void own_byte_blocks(const Sequence& seq, int32_t i, BlockHash token_block);
+
   BlockPool& pool_;
+  ByteSpaceEvents* byte_space_ = nullptr;
 };
 
 }  // namespace kvc

@@ -268,7 +268,8 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
 
 void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                              std::shared_ptr<http::Responder> responder) {
-  auto parsed = parse_openai_request(endpoint, request.body, config_.api);
+  auto parsed = parse_openai_request(endpoint, request.body, config_.api,
+                                     [this](const std::string&) { return config_.chat_template; });
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     http::send_error(*responder, e->status, e->message, "invalid_request_error",
                      param_or_null(e->param));
@@ -289,13 +290,23 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   auto state =
       std::make_shared<RequestState>(req, id, config_.served_model_name, responder, metrics_);
 
+  const Tokenizer& tokenizer = engine_.tokenizer();
+  if (req.token_id_prompts && !tokenizer.tokens_are_bytes()) {
+    http::send_error(*responder, 400,
+                     "prompts as token ids are read as bytes, and this replica tokenizes with its "
+                     "model's tokenizer (" +
+                         tokenizer.name() + "): send the prompt as text",
+                     "invalid_request_error", "prompt");
+    return;
+  }
   std::vector<GenerationRequest> groups;
   std::vector<GroupSink> sinks;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     GenerationRequest g;
-    g.prompt.assign(req.prompts[p].begin(), req.prompts[p].end());
-    for (auto& t : g.prompt)
-      t &= 0xFF;  // bytes, whatever char's signedness
+    // The client's text in a rendered chat prompt is encoded as plain text (no special tokens).
+    g.prompt = tokenizer.encode(req.prompts[p], p < req.literal.size()
+                                                    ? std::span<const TextSpan>(req.literal[p])
+                                                    : std::span<const TextSpan>());
     g.n = req.n;
     g.params.temperature = req.temperature;
     g.params.top_p = req.top_p;
@@ -359,22 +370,27 @@ void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder) {
 
 std::string ReplicaServer::info_json() const {
   const ModelConfig& m = engine_.model();
-  return dump({{"replica_id", config_.replica_id},
-               {"model", config_.served_model_name},
-               {"block_size", engine_.pool().block_size()},
-               // Block hashes chain from chain_seed(hash_model, cache_salt): routers must agree.
-               {"hash_model", engine_.model().name},
-               {"tokenizer", engine_.tokenizer().name()},
-               {"num_kv_blocks", engine_.pool().num_blocks()},
-               {"max_model_len", engine_.config().scheduler.max_model_len},
-               {"max_n", config_.api.max_n},
-               {"architecture",
-                {{"layers", m.num_hidden_layers},
-                 {"hidden_size", m.hidden_size},
-                 {"num_attention_heads", m.num_attention_heads},
-                 {"num_key_value_heads", m.num_key_value_heads},
-                 {"head_dim", m.head_dim}}},
-               {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
+  return dump(
+      {{"replica_id", config_.replica_id},
+       {"model", config_.served_model_name},
+       {"block_size", engine_.pool().block_size()},
+       // Block hashes chain from chain_seed(hash_model, cache_salt): routers must agree.
+       {"hash_model", engine_.model().name},
+       {"tokenizer", engine_.tokenizer().name()},
+       // Routers render chat requests with this template (null: the canonical rendering)
+       // and hash the bytes; completions are tokenized as given (no BOS is added).
+       {"chat_template", config_.chat_template ? config_.chat_template->to_json() : json(nullptr)},
+       {"add_bos", false},
+       {"num_kv_blocks", engine_.pool().num_blocks()},
+       {"max_model_len", engine_.config().scheduler.max_model_len},
+       {"max_n", config_.api.max_n},
+       {"architecture",
+        {{"layers", m.num_hidden_layers},
+         {"hidden_size", m.hidden_size},
+         {"num_attention_heads", m.num_attention_heads},
+         {"num_key_value_heads", m.num_key_value_heads},
+         {"head_dim", m.head_dim}}},
+       {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
 }
 
 std::string ReplicaServer::load_json() const {

@@ -1,6 +1,7 @@
 // The replica's OpenAI-compatible HTTP server, on http/ and the EngineLoop:
 //   POST /v1/completions, POST /v1/chat/completions (streaming or not), GET /v1/models,
-//   GET /health, GET /v1/info (model, block size, replica id), GET /v1/load (queue and KV
+//   GET /health, GET /v1/info (model, block size, replica id, tokenizer, chat template), GET
+//   /v1/load (queue and KV
 //   occupancy), GET /v1/kv_events (SSE of KV events in router key space, snapshot first).
 // HEAD is answered wherever GET is. With API keys, every path but /health needs one.
 #pragma once
@@ -23,6 +24,8 @@ struct ReplicaServerConfig {
   // When not empty, every path but /health needs "Authorization: Bearer KEY" with one of these
   // (several: a key can be rotated without downtime).
   std::vector<std::string> api_keys;
+  // The model's chat template (published in /v1/info for routers); null: canonical rendering.
+  std::shared_ptr<const ChatTemplate> chat_template;
 };
 
 class ReplicaServer {

@@ -306,6 +306,15 @@ std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
   return set;
 }
 
+Sequence Scheduler::prompt_sequence(const SequenceGroup& g) const {
+  if (g.prompt_template) return *g.prompt_template;
+  Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+  prompt.tokens = g.prompt;
+  for (int32_t t : g.prompt)
+    prompt.hasher.append_byte(static_cast<uint8_t>(t));
+  return prompt;
+}
+
 Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
                                                      bool prompt_shared) const {
   AdmissionNeeds needs;
@@ -316,9 +325,7 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
       needs.seqs += s.finished() ? 0 : 1;
   }
   if (!prompt_shared) {
-    Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
-    for (int32_t t : g.prompt)
-      prompt.hasher.append_byte(static_cast<uint8_t>(t));
+    const Sequence prompt = prompt_sequence(g);
     // Leave at least one prompt token to compute: its logits give the first tokens.
     const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
     needs.blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks +
@@ -346,18 +353,13 @@ void Scheduler::admit(SequenceGroup& g, StepState& step) {
   int32_t hit = 0;
   if (SequenceGroup* leader = prompt_leader_for(g)) {
     // The prompt is being computed for another member: share its blocks, compute nothing.
-    shared.emplace(-1, leader->prompt_seq->hasher);
-    shared->tokens = g.prompt;
+    shared.emplace(prompt_sequence(g));
     kv_.fork(*leader->prompt_seq, *shared);
     g.prompt_leader = leader->id;
     hit = shared->length();
   }
-  Sequence prompt =
-      shared ? std::move(*shared) : Sequence(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+  Sequence prompt = shared ? std::move(*shared) : prompt_sequence(g);
   if (!shared) {
-    prompt.tokens = g.prompt;
-    for (int32_t t : g.prompt)
-      prompt.hasher.append_byte(static_cast<uint8_t>(t));
     hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1);
     const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
     assert(ok);  // checked by the caller
@@ -558,6 +560,8 @@ void Scheduler::fork_siblings(SequenceGroup& g, const std::vector<int32_t>& firs
     for (int32_t i = 0; i < g.num_samples; ++i) {
       Sequence s(i, prompt.hasher);
       s.tokens = prompt.tokens;
+      s.byte_hasher = prompt.byte_hasher;
+      s.byte_ends = prompt.byte_ends;
       kv_.fork(prompt, s);
       g.seqs.push_back(std::move(s));
     }

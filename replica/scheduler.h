@@ -136,6 +136,8 @@ class Scheduler {
     int32_t blocks = 0;
   };
   AdmissionNeeds admission_needs(const SequenceGroup& group, bool prompt_shared) const;
+  // The group's prompt as a fresh sequence (holding no blocks), its hash chain filled.
+  Sequence prompt_sequence(const SequenceGroup& group) const;
   SequenceGroup* prompt_leader_for(const SequenceGroup& group) const;
   static bool same_prompt(const SequenceGroup& a, const SequenceGroup& b);
   bool waits_for_members(const SequenceGroup& group, Clock::TimePoint now) const;

@@ -1,5 +1,7 @@
 // Text <-> token ids. The default ByteTokenizer maps each byte to its own token, so the router's
 // byte blocks and the replica's token blocks are the same blocks (DESIGN.md, "Block hashing").
+// HfTokenizer (hf_tokenizer.h) is a model's own Hugging Face tokenizer; then the replica maps its
+// token blocks back to the prompt bytes they cover to publish KV events (byte_space.h).
 #pragma once
 
 #include <cstdint>
@@ -8,15 +10,35 @@
 #include <string_view>
 #include <vector>
 
+#include "prefix_index/text_span.h"
+
 namespace kvc {
 
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-  // The bytes of one token: possibly empty (EOS, special tokens) or part of a UTF-8 character.
+  // As encode, but no added/special token is matched inside the `literal` ranges (sorted,
+  // disjoint): they are the client's text in a rendered chat prompt.
+  virtual std::vector<int32_t> encode(std::string_view text,
+                                      std::span<const TextSpan> literal) const {
+    return encode(text);
+  }
+  // The text of one token for the client: possibly empty (EOS, special tokens) or part of a
+  // UTF-8 character.
   virtual std::string decode(int32_t token) const = 0;
+  // The bytes a token stands for in the prompt's byte space (the router's key space): decode,
+  // except that a special token is its text ("<|eot_id|>"), which is how a chat template writes
+  // it. Concatenated over encode(text) this gives `text` back when round_trips().
+  virtual std::string token_bytes(int32_t token) const { return decode(token); }
+  // token_bytes over encode(text) is text for every text (byte-level BPE; not SentencePiece-style
+  // tokenizers that prepend a space).
+  virtual bool round_trips() const { return true; }
+  // Token t is byte t (t < 256): token blocks are byte blocks, with the same hashes.
+  virtual bool tokens_are_bytes() const { return false; }
   virtual int32_t eos_token() const = 0;
+  // Tokens that end a sequence (a chat model's end-of-turn as well as the EOS token).
+  virtual bool is_eos(int32_t token) const { return token == eos_token(); }
   virtual int32_t vocab_size() const = 0;
   virtual std::string name() const = 0;
 };
@@ -27,8 +49,10 @@ class ByteTokenizer final : public Tokenizer {
  public:
   static constexpr int32_t kEos = 256;
 
+  using Tokenizer::encode;
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(int32_t token) const override;
+  bool tokens_are_bytes() const override { return true; }
   int32_t eos_token() const override { return kEos; }
   int32_t vocab_size() const override { return kEos + 1; }
   std::string name() const override { return "bytes"; }

@@ -105,6 +105,14 @@ Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default
   const int64_t bs = count_field(*j, "block_size").value_or(default_block_size);
   if (bs < 1 || bs > 4096) return Error{"/v1/info block_size out of range"};
   info.block_size = static_cast<int32_t>(bs);
+  if (const auto t = j->find("chat_template"); t != j->end() && !t->is_null()) {
+    auto compiled = ChatTemplate::from_json(*t);
+    if (compiled.ok()) {
+      info.chat_template = std::make_shared<const ChatTemplate>(std::move(*compiled));
+    } else {
+      info.chat_template_error = compiled.error().message;
+    }
+  }
   return info;
 }
 

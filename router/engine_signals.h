@@ -11,11 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "prefix_index/chat_template.h"
 #include "prefix_index/status.h"
 
 namespace kvc {
@@ -32,6 +34,10 @@ struct KvcascadeInfo {
   std::string model;
   std::string hash_model;  // the chain seed's model name (defaults to model)
   int32_t block_size = 16;
+  // The replica's chat template (null: canonical rendering); chat requests are hashed as the
+  // replica will tokenize them. A template this router cannot compile: null, and the reason.
+  std::shared_ptr<const ChatTemplate> chat_template;
+  std::string chat_template_error;
 };
 // Error unless the body is a JSON object naming a model (what tells a kvcascade replica apart).
 Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size);

@@ -178,12 +178,26 @@ std::vector<ReplicaView> serving(std::vector<ReplicaView> all, const std::string
 // The request as the router routes it. A body a kvcascade replica would refuse may still suit
 // another engine (token ids of a real tokenizer, image parts, logprobs): when a foreign replica
 // serves its model it is parsed for routing only, and that engine judges the rest.
+// Chat requests are rendered with the template of a kvcascade replica serving the model, so they
+// are hashed as that replica will tokenize them.
 std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, std::string_view body,
                                                         const ApiLimits& limits,
                                                         const std::vector<ReplicaView>& all) {
-  auto full = parse_openai_request(endpoint, body, limits);
+  ChatTemplateFor template_for;
+  if (endpoint == Endpoint::kChatCompletions) {
+    template_for = [&all](const std::string& model) -> std::shared_ptr<const ChatTemplate> {
+      for (const ReplicaView& r : all) {
+        if (r.chat_template &&
+            std::find(r.models.begin(), r.models.end(), model) != r.models.end()) {
+          return r.chat_template;
+        }
+      }
+      return nullptr;
+    };
+  }
+  auto full = parse_openai_request(endpoint, body, limits, template_for);
   if (std::holds_alternative<OpenAiRequest>(full)) return full;
-  auto loose = parse_openai_request(endpoint, body, limits, ParseMode::kRouting);
+  auto loose = parse_openai_request(endpoint, body, limits, template_for, ParseMode::kRouting);
   const auto* req = std::get_if<OpenAiRequest>(&loose);
   if (req == nullptr) return full;
   const std::vector<ReplicaView> replicas = serving(all, req->model);

@@ -1,5 +1,7 @@
 #include "router/replica_pool.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cmath>
 
@@ -177,6 +179,13 @@ void ReplicaPool::poll(Replica& r) {
     r.view.block_size = p.block_size;
     r.view.replica_id =
         p.replica_id.empty() ? r.view.host + ":" + std::to_string(r.view.port) : p.replica_id;
+    r.view.chat_template = std::move(p.chat_template);
+    // A template this router cannot render: route by the canonical rendering (only the hit
+    // estimate suffers), and say so.
+    if (!p.chat_template_error.empty()) {
+      std::fprintf(stderr, "router: replica %s: chat template: %s\n", r.view.replica_id.c_str(),
+                   p.chat_template_error.c_str());
+    }
   }
   r.view.error = p.error;
   if (p.healthy) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "http/client.h"
+#include "prefix_index/chat_template.h"
 #include "prefix_index/clock.h"
 #include "prefix_index/radix_index.h"
 #include "router/engine_signals.h"
@@ -60,6 +61,9 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   ReplicaKind kind = ReplicaKind::kAuto;  // kAuto until detected
   std::string hash_model;                 // kvcascade only (foreign: the request's model)
   std::vector<std::string> models;
+  // The replica's chat template from /v1/info (null: canonical rendering): chat requests are
+  // hashed as the replica will tokenize them.
+  std::shared_ptr<const ChatTemplate> chat_template;
   int32_t block_size = 16;
   bool healthy = false;
   bool exact = false;  // KV events subscribed

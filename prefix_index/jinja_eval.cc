@@ -1,0 +1,737 @@
+// The Jinja interpreter (jinja.h): statements write into a Text, expressions give Values.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <unordered_map>
+
+#include "prefix_index/jinja.h"
+#include "prefix_index/jinja_ast.h"
+
+namespace kvc::jinja {
+namespace {
+
+// Nodes evaluated per render, and bytes of output: a template cannot run or grow without bound.
+constexpr int64_t kMaxSteps = 5'000'000;
+constexpr size_t kMaxOutputBytes = 64u << 20;
+
+using Kind = Value::Kind;
+using Args = std::vector<Value>;
+using Kwargs = std::vector<std::pair<std::string, Value>>;
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+Text strip(const Text& t, bool left, bool right, const std::string& chars = "") {
+  auto strip_char = [&](char c) {
+    return chars.empty() ? is_space(c) : chars.find(c) != std::string::npos;
+  };
+  size_t b = 0, e = t.s.size();
+  while (left && b < e && strip_char(t.s[b]))
+    ++b;
+  while (right && e > b && strip_char(t.s[e - 1]))
+    --e;
+  return t.substr(b, e - b);
+}
+
+// A string whose every byte keeps the literal flag of `from` as a whole (for operations that
+// cannot map bytes one to one): literal if any of `from` was.
+Value derived(std::string s, const Text& from) {
+  return Value::string(std::move(s), from.any_literal());
+}
+
+std::string ascii_case(std::string s, bool upper) {
+  for (char& c : s)
+    c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c))
+                                : std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Value replace_text(const Text& t, const std::string& from, const std::string& to) {
+  if (from.empty()) return Value::text(t);
+  Text out;
+  Text repl;
+  repl.s = to;
+  if (t.any_literal()) repl.literal.assign(to.size(), '\1');
+  size_t at = 0;
+  for (size_t hit = t.s.find(from); hit != std::string::npos; hit = t.s.find(from, at)) {
+    out.append(t.substr(at, hit - at));
+    out.append(repl);
+    at = hit + from.size();
+  }
+  out.append(t.substr(at));
+  return Value::text(std::move(out));
+}
+
+class Renderer {
+ public:
+  Renderer(const std::vector<std::pair<std::string, Value>>& variables) {
+    scopes_.emplace_back();
+    auto& globals = scopes_.back();
+    globals["raise_exception"] = Value::function([](Args& a, Kwargs&) -> Result<Value> {
+      return Error{"chat template: " +
+                   (a.empty() ? std::string("raise_exception") : a[0].to_text().s)};
+    });
+    globals["namespace"] = Value::function([](Args&, Kwargs& kw) -> Result<Value> {
+      Object o;
+      for (auto& [k, v] : kw)
+        o.emplace_back(k, v);
+      return Value::object(std::move(o));
+    });
+    globals["range"] = Value::function([](Args& a, Kwargs&) -> Result<Value> {
+      int64_t start = 0, stop = 0, step = 1;
+      if (a.size() == 1) stop = a[0].i;
+      if (a.size() >= 2) start = a[0].i, stop = a[1].i;
+      if (a.size() >= 3) step = a[2].i;
+      if (step == 0 || (stop - start) / step > 1'000'000) return Error{"range: bad arguments"};
+      Array out;
+      for (int64_t x = start; step > 0 ? x < stop : x > stop; x += step)
+        out.push_back(Value::integer(x));
+      return Value::array(std::move(out));
+    });
+    for (const auto& [k, v] : variables)
+      globals[k] = v;
+  }
+
+  Status exec(const Node& n, Text& out) {
+    if (++steps_ > kMaxSteps) return fail(n, "the template ran too long");
+    switch (n.kind) {
+      case Node::Kind::kBlock:
+        for (const auto& c : n.children)
+          if (Status s = exec(*c, out); !s.ok()) return s;
+        return Status::Ok();
+      case Node::Kind::kText:
+        out.append(*n.value.str);
+        return check_size(n, out);
+      case Node::Kind::kOutput: {
+        auto v = eval(*n.children[0]);
+        if (!v.ok()) return Error{v.error().message};
+        out.append(v->to_text());
+        return check_size(n, out);
+      }
+      case Node::Kind::kIf: {
+        auto cond = eval(*n.children[0]);
+        if (!cond.ok()) return Error{cond.error().message};
+        return exec(*n.children[cond->truthy() ? 1 : 2], out);
+      }
+      case Node::Kind::kFor:
+        return exec_for(n, out);
+      case Node::Kind::kSet: {
+        auto v = eval(*n.children[0]);
+        if (!v.ok()) return Error{v.error().message};
+        return assign(n, std::move(*v));
+      }
+      case Node::Kind::kSetBlock: {
+        Text body;
+        if (Status s = exec(*n.children[0], body); !s.ok()) return s;
+        return assign(n, Value::text(std::move(body)));
+      }
+      default:
+        return fail(n, "not a statement");
+    }
+  }
+
+ private:
+  static Error fail(const Node& n, const std::string& what) {
+    return Error{"chat template line " + std::to_string(n.line) + ": " + what};
+  }
+  Status check_size(const Node& n, const Text& out) const {
+    if (out.s.size() > kMaxOutputBytes) return fail(n, "the output is too large");
+    return Status::Ok();
+  }
+
+  Status assign(const Node& n, Value v) {
+    if (n.names.size() == 1) {
+      scopes_.back()[n.names[0]] = std::move(v);
+      return Status::Ok();
+    }
+    Value target = lookup(n.names[0]);
+    if (target.kind != Kind::kObject) return fail(n, "'" + n.names[0] + "' is not a namespace");
+    for (auto& [k, existing] : *target.obj) {
+      if (k == n.names[1]) {
+        existing = std::move(v);
+        return Status::Ok();
+      }
+    }
+    target.obj->emplace_back(n.names[1], std::move(v));
+    return Status::Ok();
+  }
+
+  Value lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return Value();
+  }
+
+  Status exec_for(const Node& n, Text& out) {
+    auto iterable = eval(*n.children[0]);
+    if (!iterable.ok()) return Error{iterable.error().message};
+    Array items;
+    if (iterable->kind == Kind::kArray) {
+      items = *iterable->arr;
+    } else if (iterable->kind == Kind::kObject) {
+      for (const auto& [k, v] : *iterable->obj)
+        items.push_back(Value::string(k));
+    } else if (iterable->kind == Kind::kString) {
+      for (size_t k = 0; k < iterable->str->s.size(); ++k)
+        items.push_back(Value::text(iterable->str->substr(k, 1)));
+    } else if (!iterable->is_undefined() && iterable->kind != Kind::kNone) {
+      return fail(n, std::string("cannot loop over a ") + iterable->type_name());
+    }
+    auto bind = [&](const Value& item) -> Status {
+      auto& scope = scopes_.back();
+      if (n.names.size() == 1) {
+        scope[n.names[0]] = item;
+        return Status::Ok();
+      }
+      if (item.kind != Kind::kArray || item.arr->size() != n.names.size())
+        return fail(n,
+                    "cannot unpack a loop item into " + std::to_string(n.names.size()) + " names");
+      for (size_t k = 0; k < n.names.size(); ++k)
+        scope[n.names[k]] = (*item.arr)[k];
+      return Status::Ok();
+    };
+    if (const Node* filter = n.child(3)) {  // {% for x in xs if cond %}: the loop sees only these
+      Array kept;
+      for (const Value& item : items) {
+        scopes_.emplace_back();
+        Status s = bind(item);
+        auto keep = s.ok() ? eval(*filter) : Result<Value>(Error{s.message()});
+        scopes_.pop_back();
+        if (!keep.ok()) return Error{keep.error().message};
+        if (keep->truthy()) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) return exec(*n.children[2], out);
+    const auto length = static_cast<int64_t>(items.size());
+    for (int64_t k = 0; k < length; ++k) {
+      scopes_.emplace_back();
+      Object loop = {{"index", Value::integer(k + 1)},
+                     {"index0", Value::integer(k)},
+                     {"revindex", Value::integer(length - k)},
+                     {"revindex0", Value::integer(length - k - 1)},
+                     {"first", Value::boolean(k == 0)},
+                     {"last", Value::boolean(k == length - 1)},
+                     {"length", Value::integer(length)},
+                     {"previtem", k > 0 ? items[k - 1] : Value()},
+                     {"nextitem", k + 1 < length ? items[k + 1] : Value()}};
+      scopes_.back()["loop"] = Value::object(std::move(loop));
+      Status s = bind(items[k]);
+      if (s.ok()) s = exec(*n.children[1], out);
+      scopes_.pop_back();
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+  Result<Value> eval(const Node& n) {
+    if (++steps_ > kMaxSteps) return fail(n, "the template ran too long");
+    switch (n.kind) {
+      case Node::Kind::kLiteral:
+        return n.value;
+      case Node::Kind::kName:
+        return lookup(n.name);
+      case Node::Kind::kList: {
+        Array a;
+        for (const auto& c : n.children) {
+          auto v = eval(*c);
+          if (!v.ok()) return v;
+          a.push_back(std::move(*v));
+        }
+        return Value::array(std::move(a));
+      }
+      case Node::Kind::kDict: {
+        Object o;
+        for (size_t k = 0; k + 1 < n.children.size(); k += 2) {
+          auto key = eval(*n.children[k]);
+          if (!key.ok()) return key;
+          auto v = eval(*n.children[k + 1]);
+          if (!v.ok()) return v;
+          o.emplace_back(key->to_text().s, std::move(*v));
+        }
+        return Value::object(std::move(o));
+      }
+      case Node::Kind::kAttr: {
+        auto obj = eval(*n.children[0]);
+        if (!obj.ok()) return obj;
+        return attribute(*obj, n.name);
+      }
+      case Node::Kind::kIndex: {
+        auto obj = eval(*n.children[0]);
+        if (!obj.ok()) return obj;
+        auto key = eval(*n.children[1]);
+        if (!key.ok()) return key;
+        return index(*obj, *key);
+      }
+      case Node::Kind::kSlice:
+        return slice(n);
+      case Node::Kind::kCall:
+        return call(n);
+      case Node::Kind::kFilter:
+        return filter(n);
+      case Node::Kind::kTest:
+        return test(n);
+      case Node::Kind::kUnary: {
+        auto v = eval(*n.children[0]);
+        if (!v.ok()) return v;
+        if (n.name == "not") return Value::boolean(!v->truthy());
+        if (v->kind == Kind::kInt) return Value::integer(n.name == "-" ? -v->i : v->i);
+        if (v->kind == Kind::kFloat) return Value::number(n.name == "-" ? -v->f : v->f);
+        return fail(n, std::string("unary ") + n.name + " of a " + v->type_name());
+      }
+      case Node::Kind::kBinary:
+        return binary(n);
+      case Node::Kind::kTernary: {
+        auto cond = eval(*n.children[1]);
+        if (!cond.ok()) return cond;
+        if (cond->truthy()) return eval(*n.children[0]);
+        if (const Node* otherwise = n.child(2)) return eval(*otherwise);
+        return Value();
+      }
+      default:
+        return fail(n, "not an expression");
+    }
+  }
+
+  Result<Value> attribute(const Value& obj, const std::string& name) {
+    if (obj.kind == Kind::kObject) {
+      Value v = obj.member(name);
+      const bool dict_method =
+          name == "items" || name == "keys" || name == "values" || name == "get";
+      if (!v.is_undefined() || !dict_method) return v;
+    } else if (obj.kind != Kind::kString && obj.kind != Kind::kArray) {
+      return Value();  // attributes of undefined, none, numbers: undefined (as Jinja prints them)
+    }
+    if (obj.kind == Kind::kArray && !name.empty() &&
+        std::isdigit(static_cast<unsigned char>(name[0])))
+      return index(obj, Value::integer(std::stoll(name)));
+    // A method: bound when called (call()); here, its name on the object.
+    Object bound = {{"__method__", Value::string(name)}, {"__self__", obj}};
+    Value v = Value::object(std::move(bound));
+    v.kind = Kind::kFunction;  // marks a bound method; fn stays null
+    return v;
+  }
+
+  Result<Value> index(const Value& obj, const Value& key) {
+    if (obj.kind == Kind::kObject) return obj.member(key.to_text().s);
+    if ((obj.kind == Kind::kArray || obj.kind == Kind::kString) && key.kind == Kind::kInt) {
+      const int64_t size = obj.kind == Kind::kArray ? static_cast<int64_t>(obj.arr->size())
+                                                    : static_cast<int64_t>(obj.str->s.size());
+      int64_t k = key.i < 0 ? key.i + size : key.i;
+      if (k < 0 || k >= size) return Value();
+      if (obj.kind == Kind::kArray) return (*obj.arr)[k];
+      return Value::text(obj.str->substr(static_cast<size_t>(k), 1));
+    }
+    return Value();
+  }
+
+  Result<Value> slice(const Node& n) {
+    auto obj = eval(*n.children[0]);
+    if (!obj.ok()) return obj;
+    int64_t bounds[3] = {0, 0, 1};
+    bool given[3] = {false, false, false};
+    for (int k = 0; k < 3; ++k) {
+      if (const Node* c = n.child(k + 1)) {
+        auto v = eval(*c);
+        if (!v.ok()) return v;
+        if (v->kind != Kind::kInt) return fail(n, "slice bounds must be integers");
+        bounds[k] = v->i;
+        given[k] = true;
+      }
+    }
+    const int64_t step = bounds[2];
+    if (step == 0) return fail(n, "slice step cannot be zero");
+    int64_t size;
+    if (obj->kind == Kind::kArray) {
+      size = static_cast<int64_t>(obj->arr->size());
+    } else if (obj->kind == Kind::kString) {
+      size = static_cast<int64_t>(obj->str->s.size());
+    } else {
+      return fail(n, std::string("cannot slice a ") + obj->type_name());
+    }
+    auto clamp = [&](int64_t v, bool is_given, int64_t dflt) {
+      if (!is_given) return dflt;
+      if (v < 0) v += size;
+      return step > 0 ? std::clamp<int64_t>(v, 0, size) : std::clamp<int64_t>(v, -1, size - 1);
+    };
+    const int64_t start = clamp(bounds[0], given[0], step > 0 ? 0 : size - 1);
+    const int64_t stop = clamp(bounds[1], given[1], step > 0 ? size : -1);
+    Array a;
+    Text t;
+    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+      if (obj->kind == Kind::kArray) {
+        a.push_back((*obj->arr)[k]);
+      } else {
+        t.append(obj->str->substr(static_cast<size_t>(k), 1));
+      }
+    }
+    if (obj->kind == Kind::kArray) return Value::array(std::move(a));
+    return Value::text(std::move(t));
+  }
+
+  Status eval_args(const Node& n, size_t first, Args& args, Kwargs& kwargs) {
+    for (size_t k = first; k < n.children.size(); ++k) {
+      auto v = eval(*n.children[k]);
+      if (!v.ok()) return Error{v.error().message};
+      if (n.names[k].empty()) {
+        args.push_back(std::move(*v));
+      } else {
+        kwargs.emplace_back(n.names[k], std::move(*v));
+      }
+    }
+    return Status::Ok();
+  }
+
+  Result<Value> call(const Node& n) {
+    auto callee = eval(*n.children[0]);
+    if (!callee.ok()) return callee;
+    Args args;
+    Kwargs kwargs;
+    if (Status s = eval_args(n, 1, args, kwargs); !s.ok()) return Error{s.message()};
+    if (callee->kind != Kind::kFunction) return fail(n, "not a function");
+    if (callee->fn) return (*callee->fn)(args, kwargs);
+    // A bound method (attribute()): its name and object.
+    const Object& bound = *callee->obj;
+    return call_method(n, bound[1].second, bound[0].second.str->s, args);
+  }
+
+  Result<Value> call_method(const Node& n, const Value& self, const std::string& m, Args& a) {
+    auto str_arg = [&](size_t k) { return k < a.size() ? a[k].to_text().s : std::string(); };
+    if (self.kind == Kind::kString) {
+      const Text& t = *self.str;
+      if (m == "strip" || m == "lstrip" || m == "rstrip")
+        return Value::text(strip(t, m != "rstrip", m != "lstrip", str_arg(0)));
+      if (m == "upper" || m == "lower")
+        return Value::text(Text{ascii_case(t.s, m == "upper"), t.literal});
+      if (m == "startswith") return Value::boolean(t.s.starts_with(str_arg(0)));
+      if (m == "endswith") return Value::boolean(t.s.ends_with(str_arg(0)));
+      if (m == "replace") return replace_text(t, str_arg(0), str_arg(1));
+      if (m == "split") {
+        Array parts;
+        const std::string sep = str_arg(0);
+        if (sep.empty()) {  // on runs of whitespace
+          size_t k = 0;
+          while (k < t.s.size()) {
+            while (k < t.s.size() && is_space(t.s[k]))
+              ++k;
+            size_t e = k;
+            while (e < t.s.size() && !is_space(t.s[e]))
+              ++e;
+            if (e > k) parts.push_back(Value::text(t.substr(k, e - k)));
+            k = e;
+          }
+        } else {
+          size_t at = 0;
+          for (size_t hit = t.s.find(sep); hit != std::string::npos; hit = t.s.find(sep, at)) {
+            parts.push_back(Value::text(t.substr(at, hit - at)));
+            at = hit + sep.size();
+          }
+          parts.push_back(Value::text(t.substr(at)));
+        }
+        return Value::array(std::move(parts));
+      }
+      if (m == "title" || m == "capitalize") return apply_filter(n, m, self, a);
+    }
+    if (self.kind == Kind::kObject) {
+      if (m == "items" || m == "keys" || m == "values") {
+        Array out;
+        for (const auto& [k, v] : *self.obj) {
+          if (m == "items") out.push_back(Value::array({Value::string(k), v}));
+          if (m == "keys") out.push_back(Value::string(k));
+          if (m == "values") out.push_back(v);
+        }
+        return Value::array(std::move(out));
+      }
+      if (m == "get") {
+        Value v = a.empty() ? Value() : self.member(a[0].to_text().s);
+        return v.is_undefined() ? (a.size() > 1 ? a[1] : Value::none()) : v;
+      }
+    }
+    if (self.kind == Kind::kArray && m == "append" && !a.empty()) {
+      self.arr->push_back(a[0]);
+      return Value::none();
+    }
+    return fail(n, std::string("unknown method '") + m + "' of a " + self.type_name());
+  }
+
+  Result<Value> filter(const Node& n) {
+    auto operand = eval(*n.children[0]);
+    if (!operand.ok()) return operand;
+    Args args;
+    Kwargs kwargs;
+    if (Status s = eval_args(n, 1, args, kwargs); !s.ok()) return Error{s.message()};
+    for (auto& [k, v] : kwargs)
+      if (k == "indent" || k == "attribute") args.push_back(v);
+    return apply_filter(n, n.name, *operand, args);
+  }
+
+  Result<Value> apply_filter(const Node& n, const std::string& f, const Value& v, Args& a) {
+    const Text t = v.to_text();
+    if (f == "trim") return Value::text(strip(t, true, true));
+    if (f == "upper" || f == "lower")
+      return Value::text(Text{ascii_case(t.s, f == "upper"), t.literal});
+    if (f == "capitalize") {
+      std::string s = ascii_case(t.s, false);
+      if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+      return Value::text(Text{std::move(s), t.literal});
+    }
+    if (f == "title") {
+      std::string s = t.s;
+      bool start = true;
+      for (char& c : s) {
+        c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c))
+                                    : std::tolower(static_cast<unsigned char>(c)));
+        start = !std::isalnum(static_cast<unsigned char>(c));
+      }
+      return Value::text(Text{std::move(s), t.literal});
+    }
+    if (f == "length" || f == "count") {
+      if (v.kind == Kind::kArray) return Value::integer(static_cast<int64_t>(v.arr->size()));
+      if (v.kind == Kind::kObject) return Value::integer(static_cast<int64_t>(v.obj->size()));
+      // Characters, not bytes.
+      int64_t chars = 0;
+      for (char c : t.s)
+        chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+      return Value::integer(chars);
+    }
+    if (f == "first" || f == "last") {
+      if (v.kind == Kind::kArray) {
+        if (v.arr->empty()) return Value();
+        return f == "first" ? v.arr->front() : v.arr->back();
+      }
+      if (v.kind == Kind::kString && !t.s.empty())
+        return Value::text(f == "first" ? t.substr(0, 1) : t.substr(t.s.size() - 1));
+      return Value();
+    }
+    if (f == "join") {
+      if (v.kind != Kind::kArray) return fail(n, "join needs a list");
+      Text out;
+      Text sep = a.empty() ? Text{} : a[0].to_text();
+      for (size_t k = 0; k < v.arr->size(); ++k) {
+        if (k > 0) out.append(sep);
+        out.append((*v.arr)[k].to_text());
+      }
+      return Value::text(std::move(out));
+    }
+    if (f == "default" || f == "d") {
+      const bool boolean = a.size() > 1 && a[1].truthy();
+      if (v.is_undefined() || (boolean && !v.truthy())) return a.empty() ? Value::string("") : a[0];
+      return v;
+    }
+    if (f == "replace") {
+      if (a.size() < 2) return fail(n, "replace needs two arguments");
+      return replace_text(t, a[0].to_text().s, a[1].to_text().s);
+    }
+    if (f == "tojson") {
+      const int indent = !a.empty() && a[0].kind == Kind::kInt ? static_cast<int>(a[0].i) : -1;
+      return derived(v.to_json(indent), t);
+    }
+    if (f == "string" || f == "safe" || f == "e" || f == "escape") return Value::text(t);
+    if (f == "int") {
+      if (v.kind == Kind::kFloat) return Value::integer(static_cast<int64_t>(v.f));
+      if (v.kind == Kind::kInt) return v;
+      return Value::integer(std::strtoll(t.s.c_str(), nullptr, 10));
+    }
+    if (f == "float")
+      return Value::number(v.is_number() ? v.as_double() : std::strtod(t.s.c_str(), nullptr));
+    if (f == "abs") {
+      if (v.kind == Kind::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
+      return Value::number(std::fabs(v.as_double()));
+    }
+    if (f == "round") return Value::number(std::round(v.as_double()));
+    if (f == "list") {
+      if (v.kind == Kind::kArray) return v;
+      Array out;
+      if (v.kind == Kind::kObject) {
+        for (const auto& [k, x] : *v.obj)
+          out.push_back(Value::string(k));
+      } else if (v.kind == Kind::kString) {
+        for (size_t k = 0; k < t.s.size(); ++k)
+          out.push_back(Value::text(t.substr(k, 1)));
+      }
+      return Value::array(std::move(out));
+    }
+    if (f == "reverse") {
+      if (v.kind == Kind::kArray) {
+        Array out(v.arr->rbegin(), v.arr->rend());
+        return Value::array(std::move(out));
+      }
+      Text out;
+      for (size_t k = t.s.size(); k > 0; --k)
+        out.append(t.substr(k - 1, 1));
+      return Value::text(std::move(out));
+    }
+    if (f == "items") {
+      Args none;
+      return call_method(n, v, "items", none);
+    }
+    if (f == "unique") {
+      if (v.kind != Kind::kArray) return v;
+      Array out;
+      for (const Value& x : *v.arr)
+        if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(x, y); }))
+          out.push_back(x);
+      return Value::array(std::move(out));
+    }
+    if (f == "selectattr" || f == "rejectattr" || f == "map") {
+      if (v.kind != Kind::kArray || a.empty()) return fail(n, f + " needs a list and an attribute");
+      Array out;
+      const std::string attr = a.back().to_text().s;
+      for (const Value& x : *v.arr) {
+        const Value m = x.member(attr);
+        if (f == "map") {
+          out.push_back(m);
+        } else if (m.truthy() == (f == "selectattr")) {
+          out.push_back(x);
+        }
+      }
+      return Value::array(std::move(out));
+    }
+    return fail(n, "unknown filter '" + f + "'");
+  }
+
+  Result<Value> test(const Node& n) {
+    auto operand = eval(*n.children[0]);
+    if (!operand.ok()) return operand;
+    Args args;
+    Kwargs kwargs;
+    if (Status s = eval_args(n, 1, args, kwargs); !s.ok()) return Error{s.message()};
+    const Value& v = *operand;
+    const std::string& t = n.name;
+    bool r;
+    if (t == "defined") {
+      r = !v.is_undefined();
+    } else if (t == "undefined") {
+      r = v.is_undefined();
+    } else if (t == "none") {
+      r = v.kind == Kind::kNone;
+    } else if (t == "string") {
+      r = v.is_string();
+    } else if (t == "number") {
+      r = v.is_number();
+    } else if (t == "integer") {
+      r = v.kind == Kind::kInt;
+    } else if (t == "float") {
+      r = v.kind == Kind::kFloat;
+    } else if (t == "boolean") {
+      r = v.kind == Kind::kBool;
+    } else if (t == "true" || t == "false") {
+      r = v.kind == Kind::kBool && v.b == (t == "true");
+    } else if (t == "mapping") {
+      r = v.kind == Kind::kObject;
+    } else if (t == "sequence" || t == "iterable") {
+      r = v.kind == Kind::kArray || v.is_string() || (t == "iterable" && v.kind == Kind::kObject);
+    } else if (t == "callable") {
+      r = v.kind == Kind::kFunction;
+    } else if (t == "even" || t == "odd") {
+      r = v.kind == Kind::kInt && (v.i % 2 == 0) == (t == "even");
+    } else if (t == "equalto" || t == "eq" || t == "sameas") {
+      r = !args.empty() && equal(v, args[0]);
+    } else {
+      return fail(n, "unknown test '" + t + "'");
+    }
+    return Value::boolean(r != n.negated);
+  }
+
+  Result<Value> binary(const Node& n) {
+    auto l = eval(*n.children[0]);
+    if (!l.ok()) return l;
+    const std::string& op = n.name;
+    if (op == "and") return l->truthy() ? eval(*n.children[1]) : *l;
+    if (op == "or") return l->truthy() ? *l : eval(*n.children[1]);
+    auto r = eval(*n.children[1]);
+    if (!r.ok()) return r;
+    const Value &a = *l, &b = *r;
+    if (op == "==") return Value::boolean(equal(a, b));
+    if (op == "!=") return Value::boolean(!equal(a, b));
+    if (op == "~") {
+      Text t = a.to_text();
+      t.append(b.to_text());
+      return Value::text(std::move(t));
+    }
+    if (op == "in" || op == "not in") {
+      bool found = false;
+      if (b.is_string()) {
+        found = b.str->s.find(a.to_text().s) != std::string::npos;
+      } else if (b.kind == Kind::kArray) {
+        found =
+            std::any_of(b.arr->begin(), b.arr->end(), [&](const Value& x) { return equal(a, x); });
+      } else if (b.kind == Kind::kObject) {
+        found = !b.member(a.to_text().s).is_undefined();
+      }
+      return Value::boolean(found == (op == "in"));
+    }
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      int cmp;
+      if (a.is_number() && b.is_number()) {
+        cmp = a.as_double() < b.as_double() ? -1 : a.as_double() > b.as_double() ? 1 : 0;
+      } else if (a.is_string() && b.is_string()) {
+        cmp = a.str->s.compare(b.str->s);
+      } else {
+        return fail(n,
+                    std::string("cannot compare a ") + a.type_name() + " with a " + b.type_name());
+      }
+      return Value::boolean(op == "<"    ? cmp < 0
+                            : op == ">"  ? cmp > 0
+                            : op == "<=" ? cmp <= 0
+                                         : cmp >= 0);
+    }
+    if (op == "+" && a.is_string() && b.is_string()) {
+      Text t = *a.str;
+      t.append(*b.str);
+      return Value::text(std::move(t));
+    }
+    if (op == "+" && a.kind == Kind::kArray && b.kind == Kind::kArray) {
+      Array out = *a.arr;
+      out.insert(out.end(), b.arr->begin(), b.arr->end());
+      return Value::array(std::move(out));
+    }
+    if (op == "*" && a.is_string() && b.kind == Kind::kInt) {
+      Text t;
+      for (int64_t k = 0; k < b.i && t.s.size() < kMaxOutputBytes; ++k)
+        t.append(*a.str);
+      return Value::text(std::move(t));
+    }
+    if (!a.is_number() || !b.is_number()) {
+      return fail(n, "'" + op + "' of a " + a.type_name() + " and a " + b.type_name());
+    }
+    if (a.kind == Kind::kInt && b.kind == Kind::kInt && op != "/") {
+      if (op == "+") return Value::integer(a.i + b.i);
+      if (op == "-") return Value::integer(a.i - b.i);
+      if (op == "*") return Value::integer(a.i * b.i);
+      if (b.i == 0) return fail(n, "division by zero");
+      // Python's floor division and modulo: the result takes the divisor's sign.
+      int64_t q = a.i / b.i, m = a.i % b.i;
+      if (m != 0 && ((m < 0) != (b.i < 0))) {
+        --q;
+        m += b.i;
+      }
+      return Value::integer(op == "//" ? q : m);
+    }
+    const double x = a.as_double(), y = b.as_double();
+    if (op == "+") return Value::number(x + y);
+    if (op == "-") return Value::number(x - y);
+    if (op == "*") return Value::number(x * y);
+    if (y == 0) return fail(n, "division by zero");
+    if (op == "/") return Value::number(x / y);
+    if (op == "//") return Value::number(std::floor(x / y));
+    return Value::number(x - y * std::floor(x / y));
+  }
+
+  std::vector<std::unordered_map<std::string, Value>> scopes_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace
+
+Result<Text> Template::render(const std::vector<std::pair<std::string, Value>>& variables) const {
+  Renderer r(variables);
+  Text out;
+  if (Status s = r.exec(*root_, out); !s.ok()) return Error{s.message()};
+  return out;
+}
+
+}  // namespace kvc::jinja

@@ -20,7 +20,7 @@
 #include "cli/server_flags.h"
 #include "http/client.h"
 #include "replica/bandwidth_model.h"
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 #include "cli/router_stack.h"
 
 namespace kvc::cli {

@@ -6,10 +6,8 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/replica_stack.h"
 #include "cli/server_flags.h"
-#include "http/server.h"
-#include "replica/engine_loop.h"
-#include "replica/replica_server.h"
 #include "replica/tokenizer.h"
 
 namespace kvc::cli {
@@ -51,19 +49,18 @@ int run_replica(ReplicaFlags f) {
     std::fprintf(stderr, "kvcascade replica: %s\n", backend.error().message.c_str());
     return 2;
   }
-  Engine engine(**backend, **tokenizer, engine_config(f.engine, **backend),
-                SteadyClock::instance());
-  prometheus::Registry registry;
-  metrics::ReplicaMetrics metrics(registry);
-  EngineLoop loop(engine, f.replica.replica_id, &metrics);
-  ReplicaServer server(loop, engine, f.replica, &registry, &metrics);
-  http::Server http(
-      f.server.limits,
-      [&](http::Request r, std::shared_ptr<http::Responder> w) {
-        server.handle(std::move(r), std::move(w));
-      },
-      f.server.threads);
-  auto port = http.listen(f.server.host, f.server.port);
+  ReplicaStackConfig rc;
+  rc.engine = engine_config(f.engine, **backend);
+  rc.server = f.replica;
+  rc.limits = f.server.limits;
+  rc.http_threads = f.server.threads;
+  const std::string backend_name = (*backend)->name();
+  const int32_t num_blocks = (*backend)->num_blocks(), block_size = (*backend)->block_size();
+  const std::string tokenizer_name = (*tokenizer)->name();
+  ReplicaStack stack(std::move(*backend), std::shared_ptr<const Tokenizer>(std::move(*tokenizer)),
+                     std::move(rc));
+  const ReplicaServer& server = stack.server();
+  auto port = stack.listen(f.server.host, f.server.port);
   if (!port.ok()) {
     std::fprintf(stderr, "kvcascade replica: %s\n", port.error().message.c_str());
     return 2;
@@ -72,8 +69,8 @@ int run_replica(ReplicaFlags f) {
       "kvcascade replica %s serving model '%s' on http://%s:%u (%s backend, %s attention, %d "
       "KV blocks of %d tokens, tokenizer %s, %s chat template)\n",
       f.replica.replica_id.c_str(), server.config().served_model_name.c_str(),
-      f.server.host.c_str(), *port, (*backend)->name().c_str(), f.engine.attention.c_str(),
-      (*backend)->num_blocks(), (*backend)->block_size(), (*tokenizer)->name().c_str(),
+      f.server.host.c_str(), *port, backend_name.c_str(), f.engine.attention.c_str(), num_blocks,
+      block_size, tokenizer_name.c_str(),
       f.replica.chat_template ? "the model's" : "the canonical");
   if (!f.replica.api_keys.empty()) {
     std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",
@@ -87,7 +84,7 @@ int run_replica(ReplicaFlags f) {
   std::fflush(stdout);
   wait_for_shutdown_signal();
   std::printf("kvcascade replica: shutting down\n");
-  http.stop();
+  stack.stop_http();
   return 0;
 }
 

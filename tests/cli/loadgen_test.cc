@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 
 namespace kvc::cli {
 namespace {
@@ -51,7 +51,7 @@ TEST(LoadgenTest, AgainstAReplica) {
   w.max_tokens = 4;
   w.n = 2;
   const Endpoint e{"127.0.0.1", replica.port()};
-  const LoadStats s = run_closed_loop("replica", {e}, 2, 1.0, prepare_requests(w), true);
+  const LoadStats s = run_closed_loop("replica", {e}, 2, 3.0, prepare_requests(w), true);
   EXPECT_GT(s.ok, 0);
   EXPECT_EQ(s.errors, 0);
   EXPECT_EQ(s.statuses.at(200), s.ok);
@@ -62,7 +62,7 @@ TEST(LoadgenTest, AgainstAReplica) {
   EXPECT_GT(LoadStats::percentile(s.latency_ms, 0.5), 0.0);
 
   w.stream = true;
-  const LoadStats st = run_closed_loop("replica", {e}, 2, 1.0, prepare_requests(w), true);
+  const LoadStats st = run_closed_loop("replica", {e}, 2, 3.0, prepare_requests(w), true);
   EXPECT_GT(st.ok, 0);
   EXPECT_EQ(st.errors, 0);
   // Events carry one or more tokens of one sample: at least one per sample, at most one per token.

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/client.h"
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 
 namespace kvc {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "http/client.h"
 #include "http/sse.h"
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 
 namespace kvc {
 namespace {

@@ -19,7 +19,7 @@
 #include "cli/fake_engine.h"
 #include "cli/router_stack.h"
 #include "http/client.h"
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 
 namespace kvc {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/client.h"
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 #include "cli/router_stack.h"
 
 namespace kvc {

@@ -12,7 +12,7 @@
 #include "cli/router_stack.h"
 #include "http/client.h"
 #include "http/server.h"
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 #include "router/proxy.h"
 #include "router/replica_pool.h"
 

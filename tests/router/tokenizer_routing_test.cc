@@ -10,8 +10,8 @@
 
 #include "http/client.h"
 #include "replica/hf_tokenizer.h"
-#include "replica/local_replica.h"
-#include "router/router_stack.h"
+#include "cli/local_replica.h"
+#include "cli/router_stack.h"
 #include "tests/testing/reference_files.h"
 
 namespace kvc {

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/client.h"
-#include "replica/local_replica.h"
+#include "cli/local_replica.h"
 #include "cli/router_stack.h"
 #include "tests/http/raw_conn.h"
 #include "tests/testing/fake_replica.h"

@@ -35,9 +35,11 @@ std::string dump(const json& j) {
 class RequestState : public std::enable_shared_from_this<RequestState> {
  public:
   RequestState(OpenAiRequest req, std::string id, std::string model,
-               std::shared_ptr<http::Responder> responder, metrics::ReplicaMetrics* metrics)
+               std::shared_ptr<http::Responder> responder, metrics::ReplicaMetrics* metrics,
+               const Clock& clock)
       : metrics_(metrics),
-        start_(std::chrono::steady_clock::now()),
+        clock_(clock),
+        start_(clock.now()),
         req_(std::move(req)),
         id_(std::move(id)),
         model_(std::move(model)),
@@ -61,7 +63,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
 
   void on_output(size_t prompt_index, const SequenceOutput& o) {
     std::lock_guard lock(mu_);
-    if (!first_token_ && o.num_new_tokens > 0) first_token_ = std::chrono::steady_clock::now();
+    if (!first_token_ && o.num_new_tokens > 0) first_token_ = clock_.now();
     Choice& c = choices_[prompt_index * req_.n + o.sibling];
     c.text += o.text_delta;
     c.tokens += o.num_new_tokens;
@@ -145,7 +147,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
       completion += c.tokens;
     metrics_->prompt_tokens_total.Add({}).Increment(static_cast<double>(prompt_tokens_));
     if (!first_token_) return;
-    const auto now = std::chrono::steady_clock::now();
+    const Clock::TimePoint now = clock_.now();
     metrics_->request_ttft_seconds.Add({}, metrics::seconds_buckets())
         .Observe(std::chrono::duration<double>(*first_token_ - start_).count());
     // Tokens after the first, over all choices decoded side by side: per step of one sequence.
@@ -202,8 +204,9 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   }
 
   metrics::ReplicaMetrics* metrics_;
-  std::chrono::steady_clock::time_point start_;
-  std::optional<std::chrono::steady_clock::time_point> first_token_;
+  const Clock& clock_;  // the engine's: TTFT and TPOT read the injected clock
+  Clock::TimePoint start_;
+  std::optional<Clock::TimePoint> first_token_;
   OpenAiRequest req_;
   std::string id_, model_;
   int64_t created_;
@@ -287,8 +290,8 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   const std::string id = (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") +
                          config_.replica_id + "-" + std::to_string(number);
   const uint64_t seed = req.seed.value_or(std::random_device{}() ^ (number << 32));
-  auto state =
-      std::make_shared<RequestState>(req, id, config_.served_model_name, responder, metrics_);
+  auto state = std::make_shared<RequestState>(req, id, config_.served_model_name, responder,
+                                              metrics_, engine_.clock());
 
   const Tokenizer& tokenizer = engine_.tokenizer();
   if (req.token_id_prompts && !tokenizer.tokens_are_bytes()) {

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "http/client.h"
 #include "cli/local_replica.h"
+#include "cli/replica_stack.h"
+#include "http/client.h"
+#include "tests/testing/fake_clock.h"
 
 namespace kvc {
 namespace {
@@ -59,6 +61,40 @@ TEST(ReplicaMetrics, SiblingsAndSharedPrefixOfOneNEightRequest) {
   EXPECT_EQ(sample(t, "kvcascade_request_ttft_seconds_count"), 1);
   EXPECT_EQ(sample(t, "kvcascade_kv_blocks{state=\"used\"}"), 0);
   EXPECT_GE(sample(t, "kvcascade_kv_blocks{state=\"cached\"}"), 32);
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// Request latencies read the engine's injected Clock: with a clock that stands still, a whole
+// request takes no time at all (TTFT sum 0, one observation), however long it really ran.
+TEST(ReplicaMetrics, LatenciesReadTheInjectedClock) {
+  static const ModelWeights weights = random_weights(*preset_config("tiny"), 3);
+  testing::FakeClock clock;
+  ReplicaStackConfig c;
+  c.engine.scheduler.max_model_len = 4096;
+  c.server.replica_id = "clocked";
+  ReplicaStack stack(std::make_unique<CpuBackend>(weights, 256, 16),
+                     std::make_shared<ByteTokenizer>(), c, clock);
+  auto port = stack.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  http::Client client;
+  auto r = client.request(
+      "127.0.0.1", *port, "POST", "/v1/completions",
+      nlohmann::json{
+          {"model", "tiny"}, {"prompt", "hello"}, {"max_tokens", 4}, {"ignore_eos", true}}
+          .dump(),
+      {{"content-type", "application/json"}}, 60s);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200);
+  auto m = client.request("127.0.0.1", *port, "GET", "/metrics", "", {}, 10s);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(sample(m->body, "kvcascade_request_ttft_seconds_count"), 1);
+  EXPECT_EQ(sample(m->body, "kvcascade_request_ttft_seconds_sum"), 0);
+  EXPECT_EQ(sample(m->body, "kvcascade_request_tpot_seconds_sum"), 0);
 }
 
 }  // namespace

@@ -180,6 +180,8 @@ void ReplicaPool::poll(Replica& r) {
     r.view.hash_model = info->value("hash_model", info->value("model", std::string()));
     r.view.block_size = info->value("block_size", config_.default_block_size);
     r.view.models = {info->value("model", std::string())};
+    r.view.completion_prefix = info->value("completion_prefix", std::string());
+    r.view.completion_suffix = info->value("completion_suffix", std::string());
     r.view.chat_template.reset();
     if (const auto t = info->find("chat_template"); t != info->end() && !t->is_null()) {
       auto compiled = ChatTemplate::from_json(*t);

@@ -227,9 +227,14 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   attempt->stream = req.stream;
   attempt->start = clock_.now();
   attempt->prompt_bytes = req.prompts.front().size();
-  // Route by the first prompt: a batch's prompts usually share their prefix.
-  const std::string& prompt = req.prompts.front();
+  // Route by the first prompt: a batch's prompts usually share their prefix. A completion is
+  // hashed with the special tokens the replica's tokenizer puts around it (BOS).
   const ReplicaView& any = replicas.front();
+  const bool wrapped = endpoint == Endpoint::kCompletions &&
+                       (!any.completion_prefix.empty() || !any.completion_suffix.empty());
+  const std::string wrapped_prompt =
+      wrapped ? any.completion_prefix + req.prompts.front() + any.completion_suffix : std::string();
+  const std::string& prompt = wrapped ? wrapped_prompt : req.prompts.front();
   attempt->hashes = hash_blocks(chain_seed(any.hash_model, cache_salt), prompt, any.block_size);
   const uint64_t prompt_hash = XXH3_64bits_withSeed(
       prompt.data(), prompt.size(), XXH3_64bits(cache_salt.data(), cache_salt.size()));

@@ -1,7 +1,10 @@
 // The Jinja interpreter (jinja.h): statements write into a Text, expressions give Values.
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <unordered_map>
 
 #include "prefix_index/jinja.h"
@@ -83,7 +86,9 @@ class Renderer {
       if (a.size() == 1) stop = a[0].i;
       if (a.size() >= 2) start = a[0].i, stop = a[1].i;
       if (a.size() >= 3) step = a[2].i;
-      if (step == 0 || (stop - start) / step > 1'000'000) return Error{"range: bad arguments"};
+      // In doubles: the span of two int64 values can overflow int64.
+      const double count = (static_cast<double>(stop) - static_cast<double>(start)) / step;
+      if (step == 0 || count > 1'000'000) return Error{"range: bad arguments"};
       Array out;
       for (int64_t x = start; step > 0 ? x < stop : x > stop; x += step)
         out.push_back(Value::integer(x));
@@ -278,7 +283,8 @@ class Renderer {
         auto v = eval(*n.children[0]);
         if (!v.ok()) return v;
         if (n.name == "not") return Value::boolean(!v->truthy());
-        if (v->kind == Kind::kInt) return Value::integer(n.name == "-" ? -v->i : v->i);
+        if (v->kind == Kind::kInt && v->i != INT64_MIN)
+          return Value::integer(n.name == "-" ? -v->i : v->i);
         if (v->kind == Kind::kFloat) return Value::number(n.name == "-" ? -v->f : v->f);
         return fail(n, std::string("unary ") + n.name + " of a " + v->type_name());
       }
@@ -307,7 +313,7 @@ class Renderer {
     }
     if (obj.kind == Kind::kArray && !name.empty() &&
         std::isdigit(static_cast<unsigned char>(name[0])))
-      return index(obj, Value::integer(std::stoll(name)));
+      return index(obj, Value::integer(std::strtoll(name.c_str(), nullptr, 10)));
     // A method: bound when called (call()); here, its name on the object.
     Object bound = {{"__method__", Value::string(name)}, {"__self__", obj}};
     Value v = Value::object(std::move(bound));
@@ -320,7 +326,8 @@ class Renderer {
     if ((obj.kind == Kind::kArray || obj.kind == Kind::kString) && key.kind == Kind::kInt) {
       const int64_t size = obj.kind == Kind::kArray ? static_cast<int64_t>(obj.arr->size())
                                                     : static_cast<int64_t>(obj.str->s.size());
-      int64_t k = key.i < 0 ? key.i + size : key.i;
+      if (key.i < -size || key.i >= size) return Value();
+      const int64_t k = key.i < 0 ? key.i + size : key.i;
       if (k < 0 || k >= size) return Value();
       if (obj.kind == Kind::kArray) return (*obj.arr)[k];
       return Value::text(obj.str->substr(static_cast<size_t>(k), 1));
@@ -338,7 +345,7 @@ class Renderer {
         auto v = eval(*c);
         if (!v.ok()) return v;
         if (v->kind != Kind::kInt) return fail(n, "slice bounds must be integers");
-        bounds[k] = v->i;
+        bounds[k] = std::clamp<int64_t>(v->i, -(int64_t{1} << 40), int64_t{1} << 40);
         given[k] = true;
       }
     }
@@ -392,7 +399,13 @@ class Renderer {
     Kwargs kwargs;
     if (Status s = eval_args(n, 1, args, kwargs); !s.ok()) return Error{s.message()};
     if (callee->kind != Kind::kFunction) return fail(n, "not a function");
-    if (callee->fn) return (*callee->fn)(args, kwargs);
+    if (callee->fn) {
+      auto r = (*callee->fn)(args, kwargs);
+      // raise_exception's message stands as the template wrote it; others get the line.
+      if (!r.ok() && !r.error().message.starts_with("chat template"))
+        return fail(n, r.error().message);
+      return r;
+    }
     // A bound method (attribute()): its name and object.
     const Object& bound = *callee->obj;
     return call_method(n, bound[1].second, bound[0].second.str->s, args);
@@ -531,14 +544,15 @@ class Renderer {
     }
     if (f == "string" || f == "safe" || f == "e" || f == "escape") return Value::text(t);
     if (f == "int") {
-      if (v.kind == Kind::kFloat) return Value::integer(static_cast<int64_t>(v.f));
+      if (v.kind == Kind::kFloat)  // NaN and values past int64 are 0 (casting them is undefined)
+        return Value::integer(std::fabs(v.f) < 9e18 ? static_cast<int64_t>(v.f) : 0);
       if (v.kind == Kind::kInt) return v;
       return Value::integer(std::strtoll(t.s.c_str(), nullptr, 10));
     }
     if (f == "float")
       return Value::number(v.is_number() ? v.as_double() : std::strtod(t.s.c_str(), nullptr));
     if (f == "abs") {
-      if (v.kind == Kind::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
+      if (v.kind == Kind::kInt && v.i != INT64_MIN) return Value::integer(v.i < 0 ? -v.i : v.i);
       return Value::number(std::fabs(v.as_double()));
     }
     if (f == "round") return Value::number(std::round(v.as_double()));
@@ -691,7 +705,7 @@ class Renderer {
     }
     if (op == "*" && a.is_string() && b.kind == Kind::kInt) {
       Text t;
-      for (int64_t k = 0; k < b.i && t.s.size() < kMaxOutputBytes; ++k)
+      for (int64_t k = 0; k < b.i && !a.str->s.empty() && t.s.size() < kMaxOutputBytes; ++k)
         t.append(*a.str);
       return Value::text(std::move(t));
     }
@@ -699,9 +713,13 @@ class Renderer {
       return fail(n, "'" + op + "' of a " + a.type_name() + " and a " + b.type_name());
     }
     if (a.kind == Kind::kInt && b.kind == Kind::kInt && op != "/") {
-      if (op == "+") return Value::integer(a.i + b.i);
-      if (op == "-") return Value::integer(a.i - b.i);
-      if (op == "*") return Value::integer(a.i * b.i);
+      int64_t r = 0;
+      const bool overflow = op == "+"   ? __builtin_add_overflow(a.i, b.i, &r)
+                            : op == "-" ? __builtin_sub_overflow(a.i, b.i, &r)
+                            : op == "*" ? __builtin_mul_overflow(a.i, b.i, &r)
+                                        : (b.i == -1 && a.i == INT64_MIN);
+      if (overflow) return fail(n, "integer overflow");
+      if (op == "+" || op == "-" || op == "*") return Value::integer(r);
       if (b.i == 0) return fail(n, "division by zero");
       // Python's floor division and modulo: the result takes the divisor's sign.
       int64_t q = a.i / b.i, m = a.i % b.i;

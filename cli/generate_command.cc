@@ -92,7 +92,9 @@ int run_generate(GenerateFlags f) {
   std::map<uint64_t, size_t> prompt_of;
   for (size_t i = 0; i < f.prompts.size(); ++i) {
     GenerationRequest req;
-    req.prompt = (*tokenizer)->encode(f.prompts[i]);
+    req.prompt = (*tokenizer)
+                     ->encode((*tokenizer)->completion_prefix() + f.prompts[i] +
+                              (*tokenizer)->completion_suffix());
     req.n = f.n;
     req.params = f.sampling;
     auto id = engine.submit(std::move(req));

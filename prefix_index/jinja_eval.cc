@@ -1,11 +1,15 @@
 // The Jinja interpreter (jinja.h): statements write into a Text, expressions give Values.
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <unordered_map>
 
 #include "prefix_index/jinja.h"
 #include "prefix_index/jinja_ast.h"
+#include "prefix_index/jinja_builtins.h"
 
 namespace kvc::jinja {
 namespace {
@@ -18,77 +22,13 @@ using Kind = Value::Kind;
 using Args = std::vector<Value>;
 using Kwargs = std::vector<std::pair<std::string, Value>>;
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-Text strip(const Text& t, bool left, bool right, const std::string& chars = "") {
-  auto strip_char = [&](char c) {
-    return chars.empty() ? is_space(c) : chars.find(c) != std::string::npos;
-  };
-  size_t b = 0, e = t.s.size();
-  while (left && b < e && strip_char(t.s[b]))
-    ++b;
-  while (right && e > b && strip_char(t.s[e - 1]))
-    --e;
-  return t.substr(b, e - b);
-}
-
-// A string whose every byte keeps the literal flag of `from` as a whole (for operations that
-// cannot map bytes one to one): literal if any of `from` was.
-Value derived(std::string s, const Text& from) {
-  return Value::string(std::move(s), from.any_literal());
-}
-
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s)
-    c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c))
-                                : std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-Value replace_text(const Text& t, const std::string& from, const std::string& to) {
-  if (from.empty()) return Value::text(t);
-  Text out;
-  Text repl;
-  repl.s = to;
-  if (t.any_literal()) repl.literal.assign(to.size(), '\1');
-  size_t at = 0;
-  for (size_t hit = t.s.find(from); hit != std::string::npos; hit = t.s.find(from, at)) {
-    out.append(t.substr(at, hit - at));
-    out.append(repl);
-    at = hit + from.size();
-  }
-  out.append(t.substr(at));
-  return Value::text(std::move(out));
-}
-
 class Renderer {
  public:
   Renderer(const std::vector<std::pair<std::string, Value>>& variables) {
     scopes_.emplace_back();
     auto& globals = scopes_.back();
-    globals["raise_exception"] = Value::function([](Args& a, Kwargs&) -> Result<Value> {
-      return Error{"chat template: " +
-                   (a.empty() ? std::string("raise_exception") : a[0].to_text().s)};
-    });
-    globals["namespace"] = Value::function([](Args&, Kwargs& kw) -> Result<Value> {
-      Object o;
-      for (auto& [k, v] : kw)
-        o.emplace_back(k, v);
-      return Value::object(std::move(o));
-    });
-    globals["range"] = Value::function([](Args& a, Kwargs&) -> Result<Value> {
-      int64_t start = 0, stop = 0, step = 1;
-      if (a.size() == 1) stop = a[0].i;
-      if (a.size() >= 2) start = a[0].i, stop = a[1].i;
-      if (a.size() >= 3) step = a[2].i;
-      if (step == 0 || (stop - start) / step > 1'000'000) return Error{"range: bad arguments"};
-      Array out;
-      for (int64_t x = start; step > 0 ? x < stop : x > stop; x += step)
-        out.push_back(Value::integer(x));
-      return Value::array(std::move(out));
-    });
+    for (auto& [k, v] : global_functions())
+      globals[k] = std::move(v);
     for (const auto& [k, v] : variables)
       globals[k] = v;
   }
@@ -278,7 +218,8 @@ class Renderer {
         auto v = eval(*n.children[0]);
         if (!v.ok()) return v;
         if (n.name == "not") return Value::boolean(!v->truthy());
-        if (v->kind == Kind::kInt) return Value::integer(n.name == "-" ? -v->i : v->i);
+        if (v->kind == Kind::kInt && v->i != INT64_MIN)
+          return Value::integer(n.name == "-" ? -v->i : v->i);
         if (v->kind == Kind::kFloat) return Value::number(n.name == "-" ? -v->f : v->f);
         return fail(n, std::string("unary ") + n.name + " of a " + v->type_name());
       }
@@ -307,7 +248,7 @@ class Renderer {
     }
     if (obj.kind == Kind::kArray && !name.empty() &&
         std::isdigit(static_cast<unsigned char>(name[0])))
-      return index(obj, Value::integer(std::stoll(name)));
+      return index(obj, Value::integer(std::strtoll(name.c_str(), nullptr, 10)));
     // A method: bound when called (call()); here, its name on the object.
     Object bound = {{"__method__", Value::string(name)}, {"__self__", obj}};
     Value v = Value::object(std::move(bound));
@@ -320,7 +261,8 @@ class Renderer {
     if ((obj.kind == Kind::kArray || obj.kind == Kind::kString) && key.kind == Kind::kInt) {
       const int64_t size = obj.kind == Kind::kArray ? static_cast<int64_t>(obj.arr->size())
                                                     : static_cast<int64_t>(obj.str->s.size());
-      int64_t k = key.i < 0 ? key.i + size : key.i;
+      if (key.i < -size || key.i >= size) return Value();
+      const int64_t k = key.i < 0 ? key.i + size : key.i;
       if (k < 0 || k >= size) return Value();
       if (obj.kind == Kind::kArray) return (*obj.arr)[k];
       return Value::text(obj.str->substr(static_cast<size_t>(k), 1));
@@ -338,7 +280,7 @@ class Renderer {
         auto v = eval(*c);
         if (!v.ok()) return v;
         if (v->kind != Kind::kInt) return fail(n, "slice bounds must be integers");
-        bounds[k] = v->i;
+        bounds[k] = std::clamp<int64_t>(v->i, -(int64_t{1} << 40), int64_t{1} << 40);
         given[k] = true;
       }
     }
@@ -392,69 +334,18 @@ class Renderer {
     Kwargs kwargs;
     if (Status s = eval_args(n, 1, args, kwargs); !s.ok()) return Error{s.message()};
     if (callee->kind != Kind::kFunction) return fail(n, "not a function");
-    if (callee->fn) return (*callee->fn)(args, kwargs);
+    if (callee->fn) {
+      auto r = (*callee->fn)(args, kwargs);
+      // raise_exception's message stands as the template wrote it; others get the line.
+      if (!r.ok() && !r.error().message.starts_with("chat template"))
+        return fail(n, r.error().message);
+      return r;
+    }
     // A bound method (attribute()): its name and object.
     const Object& bound = *callee->obj;
-    return call_method(n, bound[1].second, bound[0].second.str->s, args);
-  }
-
-  Result<Value> call_method(const Node& n, const Value& self, const std::string& m, Args& a) {
-    auto str_arg = [&](size_t k) { return k < a.size() ? a[k].to_text().s : std::string(); };
-    if (self.kind == Kind::kString) {
-      const Text& t = *self.str;
-      if (m == "strip" || m == "lstrip" || m == "rstrip")
-        return Value::text(strip(t, m != "rstrip", m != "lstrip", str_arg(0)));
-      if (m == "upper" || m == "lower")
-        return Value::text(Text{ascii_case(t.s, m == "upper"), t.literal});
-      if (m == "startswith") return Value::boolean(t.s.starts_with(str_arg(0)));
-      if (m == "endswith") return Value::boolean(t.s.ends_with(str_arg(0)));
-      if (m == "replace") return replace_text(t, str_arg(0), str_arg(1));
-      if (m == "split") {
-        Array parts;
-        const std::string sep = str_arg(0);
-        if (sep.empty()) {  // on runs of whitespace
-          size_t k = 0;
-          while (k < t.s.size()) {
-            while (k < t.s.size() && is_space(t.s[k]))
-              ++k;
-            size_t e = k;
-            while (e < t.s.size() && !is_space(t.s[e]))
-              ++e;
-            if (e > k) parts.push_back(Value::text(t.substr(k, e - k)));
-            k = e;
-          }
-        } else {
-          size_t at = 0;
-          for (size_t hit = t.s.find(sep); hit != std::string::npos; hit = t.s.find(sep, at)) {
-            parts.push_back(Value::text(t.substr(at, hit - at)));
-            at = hit + sep.size();
-          }
-          parts.push_back(Value::text(t.substr(at)));
-        }
-        return Value::array(std::move(parts));
-      }
-      if (m == "title" || m == "capitalize") return apply_filter(n, m, self, a);
-    }
-    if (self.kind == Kind::kObject) {
-      if (m == "items" || m == "keys" || m == "values") {
-        Array out;
-        for (const auto& [k, v] : *self.obj) {
-          if (m == "items") out.push_back(Value::array({Value::string(k), v}));
-          if (m == "keys") out.push_back(Value::string(k));
-          if (m == "values") out.push_back(v);
-        }
-        return Value::array(std::move(out));
-      }
-      if (m == "get") {
-        Value v = a.empty() ? Value() : self.member(a[0].to_text().s);
-        return v.is_undefined() ? (a.size() > 1 ? a[1] : Value::none()) : v;
-      }
-    }
-    if (self.kind == Kind::kArray && m == "append" && !a.empty()) {
-      self.arr->push_back(a[0]);
-      return Value::none();
-    }
-    return fail(n, std::string("unknown method '") + m + "' of a " + self.type_name());
+    auto r = call_method(bound[1].second, bound[0].second.str->s, args);
+    if (!r.ok()) return fail(n, r.error().message);
+    return r;
   }
 
   Result<Value> filter(const Node& n) {
@@ -465,132 +356,9 @@ class Renderer {
     if (Status s = eval_args(n, 1, args, kwargs); !s.ok()) return Error{s.message()};
     for (auto& [k, v] : kwargs)
       if (k == "indent" || k == "attribute") args.push_back(v);
-    return apply_filter(n, n.name, *operand, args);
-  }
-
-  Result<Value> apply_filter(const Node& n, const std::string& f, const Value& v, Args& a) {
-    const Text t = v.to_text();
-    if (f == "trim") return Value::text(strip(t, true, true));
-    if (f == "upper" || f == "lower")
-      return Value::text(Text{ascii_case(t.s, f == "upper"), t.literal});
-    if (f == "capitalize") {
-      std::string s = ascii_case(t.s, false);
-      if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
-      return Value::text(Text{std::move(s), t.literal});
-    }
-    if (f == "title") {
-      std::string s = t.s;
-      bool start = true;
-      for (char& c : s) {
-        c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c))
-                                    : std::tolower(static_cast<unsigned char>(c)));
-        start = !std::isalnum(static_cast<unsigned char>(c));
-      }
-      return Value::text(Text{std::move(s), t.literal});
-    }
-    if (f == "length" || f == "count") {
-      if (v.kind == Kind::kArray) return Value::integer(static_cast<int64_t>(v.arr->size()));
-      if (v.kind == Kind::kObject) return Value::integer(static_cast<int64_t>(v.obj->size()));
-      // Characters, not bytes.
-      int64_t chars = 0;
-      for (char c : t.s)
-        chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-      return Value::integer(chars);
-    }
-    if (f == "first" || f == "last") {
-      if (v.kind == Kind::kArray) {
-        if (v.arr->empty()) return Value();
-        return f == "first" ? v.arr->front() : v.arr->back();
-      }
-      if (v.kind == Kind::kString && !t.s.empty())
-        return Value::text(f == "first" ? t.substr(0, 1) : t.substr(t.s.size() - 1));
-      return Value();
-    }
-    if (f == "join") {
-      if (v.kind != Kind::kArray) return fail(n, "join needs a list");
-      Text out;
-      Text sep = a.empty() ? Text{} : a[0].to_text();
-      for (size_t k = 0; k < v.arr->size(); ++k) {
-        if (k > 0) out.append(sep);
-        out.append((*v.arr)[k].to_text());
-      }
-      return Value::text(std::move(out));
-    }
-    if (f == "default" || f == "d") {
-      const bool boolean = a.size() > 1 && a[1].truthy();
-      if (v.is_undefined() || (boolean && !v.truthy())) return a.empty() ? Value::string("") : a[0];
-      return v;
-    }
-    if (f == "replace") {
-      if (a.size() < 2) return fail(n, "replace needs two arguments");
-      return replace_text(t, a[0].to_text().s, a[1].to_text().s);
-    }
-    if (f == "tojson") {
-      const int indent = !a.empty() && a[0].kind == Kind::kInt ? static_cast<int>(a[0].i) : -1;
-      return derived(v.to_json(indent), t);
-    }
-    if (f == "string" || f == "safe" || f == "e" || f == "escape") return Value::text(t);
-    if (f == "int") {
-      if (v.kind == Kind::kFloat) return Value::integer(static_cast<int64_t>(v.f));
-      if (v.kind == Kind::kInt) return v;
-      return Value::integer(std::strtoll(t.s.c_str(), nullptr, 10));
-    }
-    if (f == "float")
-      return Value::number(v.is_number() ? v.as_double() : std::strtod(t.s.c_str(), nullptr));
-    if (f == "abs") {
-      if (v.kind == Kind::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
-      return Value::number(std::fabs(v.as_double()));
-    }
-    if (f == "round") return Value::number(std::round(v.as_double()));
-    if (f == "list") {
-      if (v.kind == Kind::kArray) return v;
-      Array out;
-      if (v.kind == Kind::kObject) {
-        for (const auto& [k, x] : *v.obj)
-          out.push_back(Value::string(k));
-      } else if (v.kind == Kind::kString) {
-        for (size_t k = 0; k < t.s.size(); ++k)
-          out.push_back(Value::text(t.substr(k, 1)));
-      }
-      return Value::array(std::move(out));
-    }
-    if (f == "reverse") {
-      if (v.kind == Kind::kArray) {
-        Array out(v.arr->rbegin(), v.arr->rend());
-        return Value::array(std::move(out));
-      }
-      Text out;
-      for (size_t k = t.s.size(); k > 0; --k)
-        out.append(t.substr(k - 1, 1));
-      return Value::text(std::move(out));
-    }
-    if (f == "items") {
-      Args none;
-      return call_method(n, v, "items", none);
-    }
-    if (f == "unique") {
-      if (v.kind != Kind::kArray) return v;
-      Array out;
-      for (const Value& x : *v.arr)
-        if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(x, y); }))
-          out.push_back(x);
-      return Value::array(std::move(out));
-    }
-    if (f == "selectattr" || f == "rejectattr" || f == "map") {
-      if (v.kind != Kind::kArray || a.empty()) return fail(n, f + " needs a list and an attribute");
-      Array out;
-      const std::string attr = a.back().to_text().s;
-      for (const Value& x : *v.arr) {
-        const Value m = x.member(attr);
-        if (f == "map") {
-          out.push_back(m);
-        } else if (m.truthy() == (f == "selectattr")) {
-          out.push_back(x);
-        }
-      }
-      return Value::array(std::move(out));
-    }
-    return fail(n, "unknown filter '" + f + "'");
+    auto r = apply_filter(n.name, *operand, args);
+    if (!r.ok()) return fail(n, r.error().message);
+    return r;
   }
 
   Result<Value> test(const Node& n) {
@@ -599,41 +367,9 @@ class Renderer {
     Args args;
     Kwargs kwargs;
     if (Status s = eval_args(n, 1, args, kwargs); !s.ok()) return Error{s.message()};
-    const Value& v = *operand;
-    const std::string& t = n.name;
-    bool r;
-    if (t == "defined") {
-      r = !v.is_undefined();
-    } else if (t == "undefined") {
-      r = v.is_undefined();
-    } else if (t == "none") {
-      r = v.kind == Kind::kNone;
-    } else if (t == "string") {
-      r = v.is_string();
-    } else if (t == "number") {
-      r = v.is_number();
-    } else if (t == "integer") {
-      r = v.kind == Kind::kInt;
-    } else if (t == "float") {
-      r = v.kind == Kind::kFloat;
-    } else if (t == "boolean") {
-      r = v.kind == Kind::kBool;
-    } else if (t == "true" || t == "false") {
-      r = v.kind == Kind::kBool && v.b == (t == "true");
-    } else if (t == "mapping") {
-      r = v.kind == Kind::kObject;
-    } else if (t == "sequence" || t == "iterable") {
-      r = v.kind == Kind::kArray || v.is_string() || (t == "iterable" && v.kind == Kind::kObject);
-    } else if (t == "callable") {
-      r = v.kind == Kind::kFunction;
-    } else if (t == "even" || t == "odd") {
-      r = v.kind == Kind::kInt && (v.i % 2 == 0) == (t == "even");
-    } else if (t == "equalto" || t == "eq" || t == "sameas") {
-      r = !args.empty() && equal(v, args[0]);
-    } else {
-      return fail(n, "unknown test '" + t + "'");
-    }
-    return Value::boolean(r != n.negated);
+    Result<bool> r = apply_test(n.name, *operand, args);
+    if (!r.ok()) return fail(n, r.error().message);
+    return Value::boolean(*r != n.negated);
   }
 
   Result<Value> binary(const Node& n) {
@@ -691,7 +427,7 @@ class Renderer {
     }
     if (op == "*" && a.is_string() && b.kind == Kind::kInt) {
       Text t;
-      for (int64_t k = 0; k < b.i && t.s.size() < kMaxOutputBytes; ++k)
+      for (int64_t k = 0; k < b.i && !a.str->s.empty() && t.s.size() < kMaxOutputBytes; ++k)
         t.append(*a.str);
       return Value::text(std::move(t));
     }
@@ -699,9 +435,13 @@ class Renderer {
       return fail(n, "'" + op + "' of a " + a.type_name() + " and a " + b.type_name());
     }
     if (a.kind == Kind::kInt && b.kind == Kind::kInt && op != "/") {
-      if (op == "+") return Value::integer(a.i + b.i);
-      if (op == "-") return Value::integer(a.i - b.i);
-      if (op == "*") return Value::integer(a.i * b.i);
+      int64_t r = 0;
+      const bool overflow = op == "+"   ? __builtin_add_overflow(a.i, b.i, &r)
+                            : op == "-" ? __builtin_sub_overflow(a.i, b.i, &r)
+                            : op == "*" ? __builtin_mul_overflow(a.i, b.i, &r)
+                                        : (b.i == -1 && a.i == INT64_MIN);
+      if (overflow) return fail(n, "integer overflow");
+      if (op == "+" || op == "-" || op == "*") return Value::integer(r);
       if (b.i == 0) return fail(n, "division by zero");
       // Python's floor division and modulo: the result takes the divisor's sign.
       int64_t q = a.i / b.i, m = a.i % b.i;

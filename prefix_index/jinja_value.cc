@@ -154,6 +154,11 @@ std::string repr(const std::string& s) {
   return out + q;
 }
 
+// A JSON string; bytes that are not UTF-8 become U+FFFD (client text may hold any bytes).
+std::string json_string(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string inner_text(const Value& v) {
   return v.is_string() ? repr(v.str->s) : v.to_text().s;
 }
@@ -228,7 +233,7 @@ std::string Value::to_json(int indent, int depth) const {
     case Kind::kFloat:
       return number_text(f);
     case Kind::kString:
-      return nlohmann::json(str->s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      return json_string(str->s);
     case Kind::kArray: {
       if (arr->empty()) return "[]";
       std::string out = "[";
@@ -240,7 +245,7 @@ std::string Value::to_json(int indent, int depth) const {
       if (obj->empty()) return "{}";
       std::string out = "{";
       for (size_t k = 0; k < obj->size(); ++k) {
-        out += (k > 0 ? sep : "") + nl + nlohmann::json((*obj)[k].first).dump() + ": " +
+        out += (k > 0 ? sep : "") + nl + json_string((*obj)[k].first) + ": " +
                (*obj)[k].second.to_json(indent, depth + 1);
       }
       return out + close_nl + "}";

@@ -344,6 +344,36 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::from_json(std::string_view tok
     for (const Step& s : t->pre_tokenizers_)
       if (s.kind != Step::kSplit) t->round_trips_ = false;
 
+    // A TemplateProcessing post-processor (alone or in a Sequence) puts special tokens around
+    // a single text: BOS for Llama 3's official file. They apply to completion prompts.
+    std::vector<json> processors = {j.value("post_processor", json())};
+    for (size_t k = 0; k < processors.size(); ++k) {
+      const json& p = processors[k];
+      if (!p.is_object()) continue;
+      if (p.value("type", "") == "Sequence") {
+        for (const json& sub : p.value("processors", json::array()))
+          processors.push_back(sub);
+        continue;
+      }
+      if (p.value("type", "") != "TemplateProcessing") continue;
+      bool after = false;
+      for (const json& piece : p.at("single")) {
+        if (piece.contains("Sequence")) {
+          after = true;
+          continue;
+        }
+        const std::string key = piece.at("SpecialToken").at("id").get<std::string>();
+        std::vector<std::string> texts = {key};
+        if (p.contains("special_tokens") && p["special_tokens"].contains(key))
+          texts = p["special_tokens"][key].value("tokens", texts);
+        for (const std::string& text : texts) {
+          if (!t->token_id(text))
+            return Error{where + ": post_processor: '" + text + "' is not a token"};
+          (after ? t->completion_suffix_ : t->completion_prefix_) += text;
+        }
+      }
+    }
+
     where = "tokenizer_config.json";
     if (!config_json.empty()) {
       const json c = json::parse(config_json);

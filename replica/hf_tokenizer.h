@@ -52,6 +52,8 @@ class HfTokenizer final : public Tokenizer {
   bool is_eos(int32_t token) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
   std::string name() const override { return name_; }
+  std::string completion_prefix() const override { return completion_prefix_; }
+  std::string completion_suffix() const override { return completion_suffix_; }
 
   // The token as written in tokenizer.json ("Ġthe", "<|eot_id|>"); empty for an unused id.
   const std::string& piece(int32_t token) const;
@@ -82,6 +84,7 @@ class HfTokenizer final : public Tokenizer {
   int32_t eos_ = -1;
   std::vector<int32_t> eos_ids_;
   bool round_trips_ = true;
+  std::string completion_prefix_, completion_suffix_;  // the post-processor's special tokens
   ChatTemplateConfig chat_;
 };
 

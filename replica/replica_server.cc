@@ -306,10 +306,15 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   std::vector<GroupSink> sinks;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     GenerationRequest g;
-    // The client's text in a rendered chat prompt is encoded as plain text (no special tokens).
-    g.prompt = tokenizer.encode(req.prompts[p], p < req.literal.size()
-                                                    ? std::span<const TextSpan>(req.literal[p])
-                                                    : std::span<const TextSpan>());
+    if (endpoint == Endpoint::kChatCompletions) {
+      // The client's text in a rendered chat prompt is encoded as plain text (no special tokens).
+      g.prompt = tokenizer.encode(req.prompts[p], p < req.literal.size()
+                                                      ? std::span<const TextSpan>(req.literal[p])
+                                                      : std::span<const TextSpan>());
+    } else {
+      g.prompt = tokenizer.encode(tokenizer.completion_prefix() + req.prompts[p] +
+                                  tokenizer.completion_suffix());
+    }
     g.n = req.n;
     g.params.temperature = req.temperature;
     g.params.top_p = req.top_p;
@@ -381,9 +386,11 @@ std::string ReplicaServer::info_json() const {
        {"hash_model", engine_.model().name},
        {"tokenizer", engine_.tokenizer().name()},
        // Routers render chat requests with this template (null: the canonical rendering)
-       // and hash the bytes; completions are tokenized as given (no BOS is added).
+       // and hash the bytes; a completion prompt is hashed and tokenized with the tokenizer's
+       // prefix (BOS) and suffix around it.
        {"chat_template", config_.chat_template ? config_.chat_template->to_json() : json(nullptr)},
-       {"add_bos", false},
+       {"completion_prefix", engine_.tokenizer().completion_prefix()},
+       {"completion_suffix", engine_.tokenizer().completion_suffix()},
        {"num_kv_blocks", engine_.pool().num_blocks()},
        {"max_model_len", engine_.config().scheduler.max_model_len},
        {"max_n", config_.api.max_n},

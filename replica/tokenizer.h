@@ -41,6 +41,11 @@ class Tokenizer {
   virtual bool is_eos(int32_t token) const { return token == eos_token(); }
   virtual int32_t vocab_size() const = 0;
   virtual std::string name() const = 0;
+  // Text put around a completion prompt before encoding: the special tokens a tokenizer's
+  // post-processor adds (BOS). Chat templates write their own, so chat prompts get none. Routers
+  // hash the same bytes (/v1/info publishes them).
+  virtual std::string completion_prefix() const { return {}; }
+  virtual std::string completion_suffix() const { return {}; }
 };
 
 // Token b (0..255) is the byte b; token 256 is EOS. A model's vocabulary may be larger (the tiny

@@ -105,6 +105,8 @@ Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default
   const int64_t bs = count_field(*j, "block_size").value_or(default_block_size);
   if (bs < 1 || bs > 4096) return Error{"/v1/info block_size out of range"};
   info.block_size = static_cast<int32_t>(bs);
+  info.completion_prefix = string_field(*j, "completion_prefix").value_or("");
+  info.completion_suffix = string_field(*j, "completion_suffix").value_or("");
   if (const auto t = j->find("chat_template"); t != j->end() && !t->is_null()) {
     auto compiled = ChatTemplate::from_json(*t);
     if (compiled.ok()) {

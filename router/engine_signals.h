@@ -38,6 +38,8 @@ struct KvcascadeInfo {
   // replica will tokenize them. A template this router cannot compile: null, and the reason.
   std::shared_ptr<const ChatTemplate> chat_template;
   std::string chat_template_error;
+  // What the replica's tokenizer puts around a completion's prompt (BOS): hashed with it.
+  std::string completion_prefix, completion_suffix;
 };
 // Error unless the body is a JSON object naming a model (what tells a kvcascade replica apart).
 Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size);

@@ -261,11 +261,16 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   // Route by the first prompt: a batch is one exchange with one replica (docs/architecture.md).
   // Hashed as a kvcascade replica of the model hashes it (its KV events are in that key space);
   // the router's own entries for foreign replicas can use any seed, so they use the same one.
-  const std::string& prompt = req.prompts.front();
   auto seed_from = std::find_if(replicas.begin(), replicas.end(), [](const ReplicaView& r) {
     return r.kind == ReplicaKind::kKvcascade && !r.hash_model.empty();
   });
   const ReplicaView& any = seed_from != replicas.end() ? *seed_from : replicas.front();
+  // A completion is hashed with the special tokens the replica's tokenizer puts around it (BOS).
+  const bool wrapped = endpoint == Endpoint::kCompletions &&
+                       (!any.completion_prefix.empty() || !any.completion_suffix.empty());
+  const std::string wrapped_prompt =
+      wrapped ? any.completion_prefix + req.prompts.front() + any.completion_suffix : std::string();
+  const std::string& prompt = wrapped ? wrapped_prompt : req.prompts.front();
   const std::string& hash_model = seed_from != replicas.end() ? any.hash_model : req.model;
   attempt->hashes = hash_blocks(chain_seed(hash_model, cache_salt), prompt, any.block_size);
   const uint64_t prompt_hash = XXH3_64bits_withSeed(

@@ -180,6 +180,8 @@ void ReplicaPool::poll(Replica& r) {
     r.view.replica_id =
         p.replica_id.empty() ? r.view.host + ":" + std::to_string(r.view.port) : p.replica_id;
     r.view.chat_template = std::move(p.chat_template);
+    r.view.completion_prefix = std::move(p.completion_prefix);
+    r.view.completion_suffix = std::move(p.completion_suffix);
     // A template this router cannot render: route by the canonical rendering (only the hit
     // estimate suffers), and say so.
     if (!p.chat_template_error.empty()) {

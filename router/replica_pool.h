@@ -64,6 +64,8 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // The replica's chat template from /v1/info (null: canonical rendering): chat requests are
   // hashed as the replica will tokenize them.
   std::shared_ptr<const ChatTemplate> chat_template;
+  // Put around a completion prompt before hashing, as the replica's tokenizer does (BOS).
+  std::string completion_prefix, completion_suffix;
   int32_t block_size = 16;
   bool healthy = false;
   bool exact = false;  // KV events subscribed

@@ -69,6 +69,8 @@ void ReplicaProbe::detect(Exchange& x, ProbeResult& out) {
         out.block_size = info->block_size;
         out.chat_template = std::move(info->chat_template);
         out.chat_template_error = std::move(info->chat_template_error);
+        out.completion_prefix = std::move(info->completion_prefix);
+        out.completion_suffix = std::move(info->completion_suffix);
         return;
       }
       if (forced_ == ReplicaKind::kKvcascade) {

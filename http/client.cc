@@ -22,7 +22,6 @@ namespace net = boost::asio;
 namespace bhttp = boost::beast::http;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
-using SteadyTime = std::chrono::steady_clock::time_point;
 
 std::optional<std::string> ClientResponse::header(std::string_view name) const {
   return find_header(headers, name);
@@ -58,11 +57,13 @@ void Cancellation::attach(std::function<void(const std::string&)> canceller) {
 class Exchange;
 
 struct ClientCore {
-  explicit ClientCore(ClientLimits l)
-      : limits(l), own(std::make_unique<net::io_context>()), ioc(*own) {}
-  ClientCore(ClientLimits l, net::io_context& external) : limits(l), ioc(external), shared(true) {}
+  ClientCore(ClientLimits l, const Clock& c)
+      : limits(l), clock(c), own(std::make_unique<net::io_context>()), ioc(*own) {}
+  ClientCore(ClientLimits l, net::io_context& external, const Clock& c)
+      : limits(l), clock(c), ioc(external), shared(true) {}
 
   const ClientLimits limits;
+  const Clock& clock;                    // pooled connections' ages
   std::unique_ptr<net::io_context> own;  // null when the exchanges run on another's io_context
   net::io_context& ioc;
   const bool shared = false;
@@ -72,7 +73,7 @@ struct ClientCore {
 
   struct Idle {
     tcp::socket socket;
-    SteadyTime since;
+    Clock::TimePoint since;
   };
   std::mutex pool_mu;
   std::unordered_map<std::string, std::vector<Idle>> pool;  // key "host:port"
@@ -91,7 +92,7 @@ struct ClientCore {
     auto it = pool.find(key);
     if (it == pool.end()) return std::nullopt;
     auto& idle = it->second;
-    auto now = std::chrono::steady_clock::now();
+    const Clock::TimePoint now = clock.now();
     while (!idle.empty()) {
       Idle candidate = std::move(idle.back());
       idle.pop_back();
@@ -109,7 +110,7 @@ struct ClientCore {
     std::lock_guard lock(pool_mu);
     auto& idle = pool[key];
     if (idle.size() >= limits.max_idle_per_host) idle.erase(idle.begin());  // oldest out
-    idle.push_back(Idle{std::move(socket), std::chrono::steady_clock::now()});
+    idle.push_back(Idle{std::move(socket), clock.now()});
   }
 };
 
@@ -439,12 +440,13 @@ bool parse_host_port(std::string_view address, std::string& host, uint16_t& port
   return true;
 }
 
-Client::Client(ClientLimits limits) : core_(std::make_shared<ClientCore>(limits)) {
+Client::Client(ClientLimits limits, const Clock& clock)
+    : core_(std::make_shared<ClientCore>(limits, clock)) {
   core_->io_threads.start(core_->ioc, limits.io_threads);
 }
 
-Client::Client(ClientLimits limits, boost::asio::io_context& shared)
-    : core_(std::make_shared<ClientCore>(limits, shared)) {}
+Client::Client(ClientLimits limits, boost::asio::io_context& shared, const Clock& clock)
+    : core_(std::make_shared<ClientCore>(limits, shared, clock)) {}
 
 void Client::shutdown() {
   auto& core = *core_;

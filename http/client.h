@@ -16,6 +16,7 @@
 
 #include "http/limits.h"
 #include "http/server.h"
+#include "prefix_index/clock.h"
 #include "prefix_index/status.h"
 
 namespace boost::asio {
@@ -76,13 +77,15 @@ class Client {
   using OnChunk = std::function<bool(std::string_view bytes)>;
   using OnDone = std::function<void(Status)>;
 
-  explicit Client(ClientLimits limits = {});
+  // `clock` times pooled connections (pool_idle_timeout); socket timeouts run on Asio's timers.
+  explicit Client(ClientLimits limits = {}, const Clock& clock = SteadyClock::instance());
   // Runs every exchange on `io`, another component's io_context (the http::Server's of a proxy:
   // the upstream exchange then stays on the thread that read the request, with no hand-off
   // between thread pools). Starts no threads; limits.io_threads is unused. The owner keeps `io`
   // running until shutdown() has returned and outliving the client; request() must not be called
   // from `io`'s threads (it would wait for itself).
-  Client(ClientLimits limits, boost::asio::io_context& io);
+  Client(ClientLimits limits, boost::asio::io_context& io,
+         const Clock& clock = SteadyClock::instance());
   // Exchanges still in flight end with on_done(error); then the threads are joined.
   // Precondition: not called from a callback of this client.
   ~Client();

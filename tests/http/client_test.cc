@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "http/server.h"
+#include "tests/testing/fake_clock.h"
 
 namespace kvc::http {
 namespace {
@@ -317,6 +318,25 @@ TEST(ClientTest, RequestTimeoutIsAnError) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
   std::lock_guard lock(mu);
   held.reset();
+}
+
+// Pooled connections age on the client's Clock: older than pool_idle_timeout, one is dropped and
+// the next request connects anew; younger, it is reused. No sleeping: a FakeClock moves.
+TEST(ClientTest, PooledConnectionsAgeOnTheInjectedClock) {
+  Server server(test_limits(),
+                [](Request, std::shared_ptr<Responder> r) { r->send(200, "text/plain", "ok"); });
+  uint16_t port = listen_or_die(server);
+  kvc::testing::FakeClock clock;
+  ClientLimits limits;
+  limits.pool_idle_timeout = std::chrono::seconds(30);
+  Client client(limits, clock);
+  ASSERT_TRUE(client.request("127.0.0.1", port, "GET", "/").ok());
+  clock.advance(std::chrono::seconds(29));
+  ASSERT_TRUE(client.request("127.0.0.1", port, "GET", "/").ok());
+  EXPECT_EQ(client.num_connects(), 1u) << "29 s old: reused";
+  clock.advance(std::chrono::seconds(31));
+  ASSERT_TRUE(client.request("127.0.0.1", port, "GET", "/").ok());
+  EXPECT_EQ(client.num_connects(), 2u) << "31 s old: dropped, a new connection";
 }
 
 TEST(ClientTest, PooledConnectionClosedByServerIsReplaced) {

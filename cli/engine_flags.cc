@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "replica/cpu_backend.h"
+#include "replica/sim_backend.h"
 #include "replica/weights.h"
 #if KVCASCADE_HAVE_CUDA
 #include "replica/cuda/cuda_backend.h"
@@ -16,11 +17,26 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_option("--model", f.model_dir, "Hugging Face model folder (config.json + *.safetensors)")
       ->check(CLI::ExistingDirectory);
   cmd.add_option("--weights-seed", f.weights_seed, "seed of the random-initialised weights");
-  cmd.add_option("--backend", f.backend, "cpu (float32 reference) or cuda (bf16 on the GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd.add_option("--kv-blocks", f.kv_blocks,
-                 "KV cache blocks in the pool (0, the default: 4096 on the CPU; on the GPU, as "
-                 "many as --gpu-memory-utilization leaves room for)")
+  cmd.add_option("--backend", f.backend,
+                 "cpu (float32 reference), cuda (bf16 on the GPU) or sim (no math: each step takes "
+                 "the time the bandwidth model predicts for --sim-preset's GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "sim"}));
+  cmd.add_option("--sim-preset", f.sim_preset,
+                 "--backend sim: model and GPU (the model shape replaces --preset)")
+      ->check(CLI::IsMember(sim_preset_names()));
+  cmd.add_option("--sim-bandwidth-gbps", f.sim_bandwidth_gbps,
+                 "--backend sim: HBM read bandwidth in GB/s (default: the preset's)")
+      ->check(CLI::Range(1.0, 1e6));
+  cmd.add_option("--sim-peak-tflops", f.sim_peak_tflops,
+                 "--backend sim: achieved bf16 TFLOP/s (default: the preset's)")
+      ->check(CLI::Range(0.1, 1e5));
+  cmd.add_option("--sim-step-overhead-ms", f.sim_step_overhead_ms,
+                 "--backend sim: fixed cost of a step above its floor (default: the preset's)")
+      ->check(CLI::Range(0.0, 1e4));
+  cmd.add_option(
+         "--kv-blocks", f.kv_blocks,
+         "KV cache blocks in the pool (0, the default: 4096 on the CPU; on the GPU or sim, as "
+         "many as --gpu-memory-utilization leaves room for)")
       ->check(CLI::Range(0, 1 << 24));
   cmd.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "share of the GPU's memory for weights, workspace and KV cache")
@@ -92,10 +108,28 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f) {
 #endif
 }
 
+Result<std::unique_ptr<Backend>> make_sim_backend(const EngineFlags& f, Clock& clock) {
+  if (!f.model_dir.empty()) {
+    return Error{"--backend sim takes its model shape from --sim-preset, not --model"};
+  }
+  Result<SimPreset> preset = sim_preset(f.sim_preset);
+  if (!preset.ok()) return Error{preset.error().message};
+  Hardware& hw = preset->hardware;
+  if (f.sim_bandwidth_gbps > 0) hw.bandwidth_bytes_per_s = f.sim_bandwidth_gbps * 1e9;
+  if (f.sim_peak_tflops > 0) hw.peak_flops = f.sim_peak_tflops * 1e12;
+  if (f.sim_step_overhead_ms >= 0) hw.step_overhead_s = f.sim_step_overhead_ms * 1e-3;
+  const int32_t blocks = f.kv_blocks > 0
+                             ? f.kv_blocks
+                             : sim_kv_blocks(*preset, f.gpu_memory_utilization, f.block_size);
+  return std::unique_ptr<Backend>(
+      std::make_unique<SimBackend>(std::move(preset).value(), blocks, f.block_size, clock));
+}
+
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f) {
+Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f, Clock& clock) {
   if (f.backend == "cuda") return make_cuda_backend(f);
+  if (f.backend == "sim") return make_sim_backend(f, clock);
   ModelWeights weights;
   if (!f.model_dir.empty()) {
     auto loaded = load_hf_weights(f.model_dir);

@@ -10,6 +10,7 @@
 #include "http/server.h"
 #include "replica/engine_loop.h"
 #include "replica/replica_server.h"
+#include "replica/sim_backend.h"
 #include "replica/tokenizer.h"
 
 namespace kvc::cli {
@@ -63,6 +64,14 @@ int run_replica(ReplicaFlags f) {
       f.replica.replica_id.c_str(), server.config().served_model_name.c_str(),
       f.server.host.c_str(), *port, (*backend)->name().c_str(), f.engine.attention.c_str(),
       (*backend)->num_blocks(), (*backend)->block_size());
+  if (const auto* sim = dynamic_cast<const SimBackend*>(backend->get())) {
+    const Hardware& hw = sim->preset().hardware;
+    std::printf(
+        "kvcascade replica: simulated %s: %.0f GB/s, %.0f TFLOP/s, %.2f ms per step above the "
+        "floor; no math, each step sleeps its predicted time\n",
+        sim->preset().name.c_str(), hw.bandwidth_bytes_per_s / 1e9, hw.peak_flops / 1e12,
+        hw.step_overhead_s * 1e3);
+  }
   if (!f.replica.api_keys.empty()) {
     std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",
                 f.replica.api_keys.size());

@@ -136,7 +136,7 @@ Status SimBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   } else {
     out.logits.clear();
   }
-  busy_ += took;
+  busy_ns_ += took.count();
   ++num_forwards_;
   clock_.sleep_until(start + took);
   return Status::Ok();

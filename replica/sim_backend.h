@@ -6,6 +6,7 @@
 // evaluation; docs/architecture.md, "Sim backend").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -59,17 +60,18 @@ class SimBackend final : public Backend {
   // asked for, are zeros.
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
 
-  // Simulated device time so far (sum of predictions), for tests and utilisation.
-  Clock::Duration busy() const { return busy_; }
-  int64_t num_forwards() const { return num_forwards_; }
+  // Simulated device time so far (sum of predictions), for tests and utilisation; safe to read
+  // from another thread than the engine's.
+  Clock::Duration busy() const { return Clock::Duration{busy_ns_.load()}; }
+  int64_t num_forwards() const { return num_forwards_.load(); }
 
  private:
   SimPreset preset_;
   int32_t num_blocks_;
   int32_t block_size_;
   Clock& clock_;
-  Clock::Duration busy_{};
-  int64_t num_forwards_ = 0;
+  std::atomic<int64_t> busy_ns_{0};
+  std::atomic<int64_t> num_forwards_{0};
 };
 
 }  // namespace kvc

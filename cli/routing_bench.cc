@@ -28,6 +28,7 @@ namespace {
 using json = nlohmann::json;
 using Steady = std::chrono::steady_clock;
 constexpr size_t kBlock = 16;
+constexpr size_t kRouterMaxConnections = 4096;
 
 double ms_since(Steady::time_point t0, Steady::time_point t) {
   return std::chrono::duration<double, std::milli>(t - t0).count();
@@ -174,7 +175,8 @@ json RoutingResult::to_json() const {
           {"e2e_ms",
            {{"p50", pct(e2e_ms, 0.5)}, {"p90", pct(e2e_ms, 0.9)}, {"p99", pct(e2e_ms, 0.99)}}},
           {"ttft_slo_ms", ttft_slo_ms},
-          {"goodput", goodput()}};
+          {"goodput", goodput()},
+          {"error_reasons", error_reasons}};
 }
 
 int64_t oracle_cached_tokens(const std::vector<TraceRequest>& trace) {
@@ -199,6 +201,9 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   if (!fleet.ok()) return fleet.error();
   RouterStackConfig rc;
   rc.router.policy = policy;
+  // Open-loop bursts hold many requests at once (an RL step is up to 64 requests at one instant,
+  // and queued ones keep their connections): the default 1,024 refused some with 503.
+  rc.limits.max_connections = kRouterMaxConnections;
   for (const auto& r : fleet->replicas)
     rc.replicas.push_back(r->address());
   RouterStack router(rc);
@@ -209,9 +214,6 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   }
   const std::string model = fleet->replicas[0]->engine().model().name;
 
-  http::ClientLimits limits;
-  limits.max_idle_per_host = 256;
-  http::Client client(limits);
   std::vector<std::shared_ptr<Exchange>> xs(trace.size());
   std::mutex mu;
   std::condition_variable cv;  // a request finished
@@ -219,6 +221,10 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   std::condition_variable tick;  // the replay ended (wakes the progress thread)
   size_t done = 0;
   std::atomic<size_t> sent{0};
+  // Declared after what its callbacks touch: its destructor ends them first.
+  http::ClientLimits limits;
+  limits.max_idle_per_host = 256;
+  http::Client client(limits);
   std::atomic<bool> replaying{true};
   const Steady::time_point t0 = Steady::now();
   std::thread progress([&] {
@@ -280,7 +286,11 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   }
   tick.notify_all();
   progress.join();
-  client.shutdown();  // anything still in flight ends (counted as an error below)
+  client.shutdown();  // anything still in flight ends (counted as an error below)...
+  {
+    std::unique_lock lock(mu);  // ...once its on_done ran: nothing writes an Exchange after this
+    cv.wait_for(lock, std::chrono::seconds(5), [&] { return done == trace.size(); });
+  }
 
   res.mix = mix;
   res.policy = policy;
@@ -293,6 +303,13 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     const bool ok = x.status == 200 && x.error.empty() && x.usage.is_object() && x.first_token;
     if (!ok) {
       ++res.errors;
+      std::string why = x.status != 200 ? "status " + std::to_string(x.status) + ": " : "";
+      // A refused request's body is a JSON error, not SSE: it stays in `pending`.
+      why += !x.error.empty()                   ? x.error
+             : x.status != 200 && x.status != 0 ? x.pending
+             : !x.first_token                   ? "no token"
+                                                : "no usage";
+      ++res.error_reasons[why.substr(0, 160)];
       continue;
     }
     const int64_t prompt = x.usage.value("prompt_tokens", int64_t{0});

@@ -6,6 +6,7 @@
 // latency, goodput (requests within a TTFT SLO) and errors. Each policy starts from cold replicas.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,9 @@ struct RoutingResult {
   std::string mix, policy;
   int64_t requests = 0, errors = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, oracle_cached_tokens = 0;
-  std::vector<int64_t> replica_work;    // uncached prompt + completion tokens, per replica
-  std::vector<double> ttft_ms, e2e_ms;  // of the requests that succeeded
+  std::vector<int64_t> replica_work;             // uncached prompt + completion tokens, per replica
+  std::vector<double> ttft_ms, e2e_ms;           // of the requests that succeeded
+  std::map<std::string, int64_t> error_reasons;  // status and message, truncated
   double ttft_slo_ms = 0;
   double seconds = 0;
 

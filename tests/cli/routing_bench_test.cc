@@ -35,7 +35,7 @@ TEST(RoutingBench, KvcascadeOnFourSimReplicasKeepsHitsAndBalance) {
   EXPECT_GT(r->oracle_cached_tokens, 0);
   EXPECT_GE(r->hit_ratio(), 0.70) << r->to_json().dump();
   EXPECT_LE(r->hit_ratio(), 1.0);
-  EXPECT_LE(r->max_over_mean_work(), 1.6) << r->to_json().dump();
+  EXPECT_LE(r->max_over_mean_work(), 1.7) << r->to_json().dump();
   EXPECT_EQ(r->replica_work.size(), 4u);
   EXPECT_EQ(r->ttft_ms.size(), 300u);
 }

@@ -1,5 +1,6 @@
 // `kvcascade bench kernels`: the device benchmark of flat vs cascade decode (bench/kernel_bench.h).
 // `kvcascade bench router`: the router against direct access and nginx (cli/router_bench.h).
+// `kvcascade bench routing`: policies on a trace through sim replicas (cli/routing_bench.h).
 // `kvcascade bench pressure`: progress under KV memory pressure (cli/pressure_bench.h).
 // `kvcascade bench engine`: the RL rollout through the engine on the GPU (bench/engine_bench.h).
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/pressure_bench.h"
 #include "cli/router_bench.h"
+#include "cli/routing_bench.h"
 #if KVCASCADE_HAVE_CUDA
 #include "bench/engine_bench.h"
 #include "bench/kernel_bench.h"
@@ -96,6 +98,36 @@ Run add_bench_command(CLI::App& app) {
                    "what the fake replicas answer like (the router detects it)")
       ->check(CLI::IsMember({"kvcascade", "vllm", "sglang", "openai"}))
       ->capture_default_str();
+  auto g = std::make_shared<RoutingBenchOptions>();
+  CLI::App* routing = bench->add_subcommand(
+      "routing",
+      "a trace replayed open-loop through a router per policy in front of sim replicas: cache "
+      "hits vs an oracle, balance, TTFT");
+  routing->add_option("--mix", g->mixes, "synthetic mixes (chat, rl, mixed)")
+      ->check(CLI::IsMember(trace_mix_names()))
+      ->capture_default_str();
+  routing->add_option("--trace", g->trace, "a recorded trace (JSON lines) instead of --mix")
+      ->check(CLI::ExistingFile);
+  routing->add_option("--requests", g->requests, "requests per synthetic mix")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  routing->add_option("--rate", g->rate_per_s, "mean arrivals per second (default: the mix's)")
+      ->check(CLI::Range(0.01, 1e6));
+  routing->add_option("--seed", g->seed, "seed of the synthetic mixes");
+  routing->add_option("--policy", g->policies, "policies compared (default: all five)");
+  routing->add_option("--replicas", g->replicas, "sim replicas")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  routing->add_option("--sim-preset", g->sim_preset, "model and GPU of the sim replicas");
+  routing->add_option("--kv-blocks", g->kv_blocks, "KV blocks per replica (default: the GPU's)")
+      ->check(CLI::Range(1, 1 << 24));
+  routing->add_option("--ttft-slo-ms", g->ttft_slo_ms, "goodput counts requests within it")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  routing->add_option("--timeout", g->request_timeout_s, "seconds a request may take")
+      ->check(CLI::Range(1.0, 3600.0));
+  routing->add_option("--out", g->out, "write the results as JSON to this file");
+  routing->add_flag("!--no-progress", g->progress, "no progress lines on stderr");
   auto p = std::make_shared<PressureBenchOptions>();
   CLI::App* pressure = bench->add_subcommand(
       "pressure", "long sibling groups at once on a small KV pool vs one at a time (CPU replica)");
@@ -134,8 +166,9 @@ Run add_bench_command(CLI::App& app) {
   engine->add_flag("!--no-agreement", e->check_agreement,
                    "skip the cascade-vs-flat token comparison");
   engine->add_flag("!--no-profile", e->profile, "skip the per-operation device profile");
-  return [f, r, router, p, pressure, e, engine] {
+  return [f, r, router, g, routing, p, pressure, e, engine] {
     if (router->parsed()) return run_router_bench(*r);
+    if (routing->parsed()) return run_routing_bench(*g);
     if (engine->parsed()) return run_bench_engine(*e);
     if (pressure->parsed()) return run_pressure_bench(*p);
     return run_bench_kernels(*f);

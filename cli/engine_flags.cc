@@ -5,6 +5,7 @@
 
 #include "replica/cpu_backend.h"
 #include "replica/hf_tokenizer.h"
+#include "replica/sim_backend.h"
 #include "replica/weights.h"
 #if KVCASCADE_HAVE_CUDA
 #include "replica/cuda/cuda_backend.h"
@@ -22,11 +23,26 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
                  "--model's folder when it has tokenizer.json, else one token per byte")
       ->check(CLI::ExistingDirectory);
   cmd.add_option("--weights-seed", f.weights_seed, "seed of the random-initialised weights");
-  cmd.add_option("--backend", f.backend, "cpu (float32 reference) or cuda (bf16 on the GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd.add_option("--kv-blocks", f.kv_blocks,
-                 "KV cache blocks in the pool (0, the default: 4096 on the CPU; on the GPU, as "
-                 "many as --gpu-memory-utilization leaves room for)")
+  cmd.add_option("--backend", f.backend,
+                 "cpu (float32 reference), cuda (bf16 on the GPU) or sim (no math: each step takes "
+                 "the time the bandwidth model predicts for --sim-preset's GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "sim"}));
+  cmd.add_option("--sim-preset", f.sim_preset,
+                 "--backend sim: model and GPU (the model shape replaces --preset)")
+      ->check(CLI::IsMember(sim_preset_names()));
+  cmd.add_option("--sim-bandwidth-gbps", f.sim_bandwidth_gbps,
+                 "--backend sim: HBM read bandwidth in GB/s (default: the preset's)")
+      ->check(CLI::Range(1.0, 1e6));
+  cmd.add_option("--sim-peak-tflops", f.sim_peak_tflops,
+                 "--backend sim: achieved bf16 TFLOP/s (default: the preset's)")
+      ->check(CLI::Range(0.1, 1e5));
+  cmd.add_option("--sim-step-overhead-ms", f.sim_step_overhead_ms,
+                 "--backend sim: fixed cost of a step above its floor (default: the preset's)")
+      ->check(CLI::Range(0.0, 1e4));
+  cmd.add_option(
+         "--kv-blocks", f.kv_blocks,
+         "KV cache blocks in the pool (0, the default: 4096 on the CPU; on the GPU or sim, as "
+         "many as --gpu-memory-utilization leaves room for)")
       ->check(CLI::Range(0, 1 << 24));
   cmd.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "share of the GPU's memory for weights, workspace and KV cache")
@@ -102,6 +118,23 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f, int32_t
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(const EngineFlags& f, int32_t min_vocab);
 
+Result<std::unique_ptr<Backend>> make_sim_backend(const EngineFlags& f, Clock& clock) {
+  if (!f.model_dir.empty()) {
+    return Error{"--backend sim takes its model shape from --sim-preset, not --model"};
+  }
+  Result<SimPreset> preset = sim_preset(f.sim_preset);
+  if (!preset.ok()) return Error{preset.error().message};
+  Hardware& hw = preset->hardware;
+  if (f.sim_bandwidth_gbps > 0) hw.bandwidth_bytes_per_s = f.sim_bandwidth_gbps * 1e9;
+  if (f.sim_peak_tflops > 0) hw.peak_flops = f.sim_peak_tflops * 1e12;
+  if (f.sim_step_overhead_ms >= 0) hw.step_overhead_s = f.sim_step_overhead_ms * 1e-3;
+  const int32_t blocks = f.kv_blocks > 0
+                             ? f.kv_blocks
+                             : sim_kv_blocks(*preset, f.gpu_memory_utilization, f.block_size);
+  return std::unique_ptr<Backend>(
+      std::make_unique<SimBackend>(std::move(preset).value(), blocks, f.block_size, clock));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const EngineFlags& f) {
@@ -126,10 +159,12 @@ Result<std::shared_ptr<const ChatTemplate>> make_chat_template(const Tokenizer& 
   return std::shared_ptr<const ChatTemplate>(std::make_shared<ChatTemplate>(std::move(*t)));
 }
 
-Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f, const Tokenizer& tokenizer) {
-  Result<std::unique_ptr<Backend>> made = f.backend == "cuda"
-                                              ? make_cuda_backend(f, tokenizer.vocab_size())
-                                              : make_cpu_backend(f, tokenizer.vocab_size());
+Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& f, const Tokenizer& tokenizer,
+                                              Clock& clock) {
+  Result<std::unique_ptr<Backend>> made =
+      f.backend == "cuda"  ? make_cuda_backend(f, tokenizer.vocab_size())
+      : f.backend == "sim" ? make_sim_backend(f, clock)
+                           : make_cpu_backend(f, tokenizer.vocab_size());
   if (made.ok() && (*made)->config().vocab_size < tokenizer.vocab_size()) {
     return Error{"the model's vocabulary (" + std::to_string((*made)->config().vocab_size) +
                  ") is smaller than its tokenizer's (" + std::to_string(tokenizer.vocab_size()) +

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "prefix_index/chat_template.h"
+#include "prefix_index/clock.h"
 #include "prefix_index/status.h"
 #include "replica/backend.h"
 #include "replica/engine.h"
@@ -21,7 +22,7 @@ struct EngineFlags {
   // A Hugging Face tokenizer folder; empty: model_dir's tokenizer.json if any, else bytes.
   std::string tokenizer_dir;
   uint64_t weights_seed = 1234;
-  std::string backend = "cpu";  // or "cuda"
+  std::string backend = "cpu";  // or "cuda", "sim"
   int32_t kv_blocks = 0;        // 0: 4096 on the CPU; on the GPU as many as memory allows
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;
@@ -29,6 +30,11 @@ struct EngineFlags {
   std::string attention = "cascade";  // or "flat"
   int64_t group_wait_ms = 2000;       // SchedulerConfig::group_wait
   EngineConfig engine;
+  // --backend sim: the model and device (sim_preset), each figure overridable (0: the preset's).
+  std::string sim_preset = "h200-llama3-8b";
+  double sim_bandwidth_gbps = 0;
+  double sim_peak_tflops = 0;
+  double sim_step_overhead_ms = -1;  // -1: the preset's
 };
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
@@ -42,10 +48,11 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const EngineFlags& flags);
 Result<std::shared_ptr<const ChatTemplate>> make_chat_template(const Tokenizer& tokenizer);
 
 // The flags' backend (CPU or CUDA) for the flags' model (random-initialised preset or loaded
-// weights). A preset's vocabulary grows to `tokenizer`'s (random weights for a real tokenizer);
-// loaded weights must cover it. The CUDA backend prints what it allocated (weights, workspace,
-// KV) to stderr.
-Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& flags, const Tokenizer& tokenizer);
+// weights), or the sim backend (`--backend sim`: the sim preset, waiting on `clock`). A preset's
+// vocabulary grows to `tokenizer`'s (random weights for a real tokenizer); loaded weights must
+// cover it. The CUDA backend prints what it allocated (weights, workspace, KV) to stderr.
+Result<std::unique_ptr<Backend>> make_backend(const EngineFlags& flags, const Tokenizer& tokenizer,
+                                              Clock& clock = SteadyClock::instance());
 
 // The engine config with the attention mode applied.
 EngineConfig engine_config(const EngineFlags& flags, const Backend& backend);

@@ -37,9 +37,28 @@ class LocalReplica {
     init(std::move(id), kv_blocks, "127.0.0.1", std::move(tokenizer), std::move(c));
   }
 
+  // Any backend (the sim backend of fleet-scale routing tests and `bench routing`), the byte
+  // tokenizer.
+  LocalReplica(std::string id, std::unique_ptr<Backend> backend, EngineConfig config,
+               const std::string& host = "127.0.0.1", http::ServerLimits limits = {},
+               std::vector<std::string> api_keys = {}) {
+    id_ = id;
+    host_ = host;
+    ReplicaStackConfig c;
+    c.engine = std::move(config);
+    c.server.replica_id = id;
+    c.server.api_keys = std::move(api_keys);
+    c.limits = limits;
+    stack_ = std::make_unique<ReplicaStack>(std::move(backend), std::make_shared<ByteTokenizer>(),
+                                            std::move(c));
+    auto port = stack_->listen(host_, 0);
+    port_ = port.ok() ? *port : 0;
+  }
+
   // Stops serving (connections cut, port closed): the replica "dies".
   void stop() { stack_->stop_http(); }
   uint16_t port() const { return port_; }
+  const Backend& backend() { return stack_->backend(); }
   const std::string& id() const { return id_; }
   std::string address() const { return host_ + ":" + std::to_string(port_); }
   const Engine& engine() const { return stack_->engine(); }

@@ -8,6 +8,7 @@
 #include "cli/engine_flags.h"
 #include "cli/replica_stack.h"
 #include "cli/server_flags.h"
+#include "replica/sim_backend.h"
 #include "replica/tokenizer.h"
 
 namespace kvc::cli {
@@ -72,6 +73,14 @@ int run_replica(ReplicaFlags f) {
       f.server.host.c_str(), *port, backend_name.c_str(), f.engine.attention.c_str(), num_blocks,
       block_size, tokenizer_name.c_str(),
       f.replica.chat_template ? "the model's" : "the canonical");
+  if (const auto* sim = dynamic_cast<const SimBackend*>(&stack.backend())) {
+    const Hardware& hw = sim->preset().hardware;
+    std::printf(
+        "kvcascade replica: simulated %s: %.0f GB/s, %.0f TFLOP/s, %.2f ms per step above the "
+        "floor; no math, each step sleeps its predicted time\n",
+        sim->preset().name.c_str(), hw.bandwidth_bytes_per_s / 1e9, hw.peak_flops / 1e12,
+        hw.step_overhead_s * 1e3);
+  }
   if (!f.replica.api_keys.empty()) {
     std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",
                 f.replica.api_keys.size());

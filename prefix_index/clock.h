@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <thread>
 
 namespace kvc {
 
@@ -14,6 +15,9 @@ class Clock {
   virtual ~Clock() = default;
   // Monotonic: never goes backwards.
   virtual TimePoint now() const = 0;
+  // Returns at `t` or later (at once if `t` has passed). A simulated device waits here, so that
+  // a fake clock moves instead of the test sleeping.
+  virtual void sleep_until(TimePoint t) = 0;
 };
 
 class SteadyClock final : public Clock {
@@ -21,6 +25,7 @@ class SteadyClock final : public Clock {
   TimePoint now() const override {
     return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
   }
+  void sleep_until(TimePoint t) override { std::this_thread::sleep_until(t); }
   // One process-wide instance for production wiring.
   static SteadyClock& instance() {
     static SteadyClock clock;

@@ -1,5 +1,6 @@
 #include "replica/bandwidth_model.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,33 @@ std::string human_bytes(int64_t bytes) {
 }
 
 }  // namespace
+
+int64_t weight_bytes_read_per_step(const ModelConfig& model, const Hardware& hw) {
+  const int64_t embedding = int64_t{model.vocab_size} * model.hidden_size;
+  // Tied embeddings are read as the LM head; untied, the input table is only gathered from.
+  const int64_t read =
+      model.tie_word_embeddings ? model.num_parameters() : model.num_parameters() - embedding;
+  return read * hw.weight_bytes_per_element;
+}
+
+double step_floor_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw) {
+  if (work.empty()) return 0;
+  const int64_t lm_head = int64_t{model.vocab_size} * model.hidden_size;
+  const int64_t embedding = model.tie_word_embeddings ? 0 : lm_head;
+  const double body_params = static_cast<double>(model.num_parameters() - embedding - lm_head);
+  const double flops = 2 * body_params * static_cast<double>(work.rows) +
+                       2 * static_cast<double>(lm_head) * static_cast<double>(work.logit_rows) +
+                       work.attention_flops;
+  const double bytes =
+      static_cast<double>(work.rows > 0 ? weight_bytes_read_per_step(model, hw) : 0) +
+      static_cast<double>(work.kv_bytes_read + work.kv_bytes_copied);
+  return std::max(bytes / hw.bandwidth_bytes_per_s, flops / hw.peak_flops);
+}
+
+double step_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw) {
+  if (work.empty()) return 0;
+  return step_floor_seconds(model, work, hw) + hw.step_overhead_s;
+}
 
 StepReport plan_decode_step(const ModelConfig& model, const DecodeWorkload& work,
                             const Hardware& hw) {

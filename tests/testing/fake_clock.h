@@ -1,6 +1,8 @@
 // A Clock that only moves when a test says so.
 #pragma once
 
+#include <algorithm>
+
 #include "prefix_index/clock.h"
 
 namespace kvc::testing {
@@ -8,6 +10,8 @@ namespace kvc::testing {
 class FakeClock final : public Clock {
  public:
   TimePoint now() const override { return now_; }
+  // Sleeping moves the clock to `t` at once (never backwards).
+  void sleep_until(TimePoint t) override { now_ = std::max(now_, t); }
   void advance(Duration d) { now_ += d; }
   void set(TimePoint t) { now_ = t; }
 

@@ -1,0 +1,145 @@
+#include "replica/sim_backend.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+namespace kvc {
+namespace {
+
+// Llama-3-8B on the H200, from bench/results/engine-h200.md (one run): streaming read
+// 4,488 GB/s; the cascade decode steps measured at 1.41-1.77x their byte floor, i.e. floor +
+// 2.81 / 3.04 / 3.00 ms at S = 16 / 256 / 1024: a constant 2.95 ms (GEMMs at 46-74% of read
+// bandwidth, latency-bound small kernels, host work). A 4,096-token prefill step took 98.7-104.6
+// ms: its FLOPs (attention included) at 630 TFLOP/s, 81% of the cuBLASLt GEMM peak (778).
+constexpr double kH200ReadBandwidth = 4.488e12;
+constexpr double kH200GemmPeak = 630e12;
+constexpr double kH200StepOverhead = 2.95e-3;
+constexpr double kH200Memory = 141e9;
+constexpr double kH100Memory = 80e9;
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Result<SimPreset> sim_preset(std::string_view name) {
+  SimPreset p;
+  p.name = std::string(name);
+  Result<ModelConfig> model = preset_config("llama3-8b");
+  assert(model.ok());
+  p.model = *model;
+  if (name == "h200-llama3-8b") {
+    p.hardware.bandwidth_bytes_per_s = kH200ReadBandwidth;
+    p.hardware.peak_flops = kH200GemmPeak;
+    p.hardware.step_overhead_s = kH200StepOverhead;
+    p.memory_bytes = kH200Memory;
+  } else if (name == "h100-llama3-8b") {
+    // Not measured here: the seed's bandwidth, the H100's dense bf16 peak, the H200's overhead.
+    p.hardware.bandwidth_bytes_per_s = 3.35e12;
+    p.hardware.peak_flops = 989e12;
+    p.hardware.step_overhead_s = kH200StepOverhead;
+    p.memory_bytes = kH100Memory;
+  } else {
+    return Error{"unknown sim preset '" + std::string(name) +
+                 "' (known: h200-llama3-8b, h100-llama3-8b)"};
+  }
+  return p;
+}
+
+std::vector<std::string> sim_preset_names() {
+  return {"h200-llama3-8b", "h100-llama3-8b"};
+}
+
+int32_t sim_kv_blocks(const SimPreset& p, double utilization, int32_t block_size) {
+  const double weights =
+      static_cast<double>(p.model.num_parameters()) * p.hardware.weight_bytes_per_element;
+  const double block_bytes =
+      static_cast<double>(p.model.kv_bytes_per_token(p.hardware.kv_bytes_per_element) * block_size);
+  const double blocks = std::floor((p.memory_bytes * utilization - weights) / block_bytes);
+  return static_cast<int32_t>(std::clamp(blocks, 1.0, double{1 << 24}));
+}
+
+StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32_t block_size,
+                      int kv_bytes_per_element) {
+  StepWork w;
+  const int64_t kv_per_token = model.kv_bytes_per_token(kv_bytes_per_element);
+  // FLOPs of one query row against one key: QK^T and PV over every layer and query head.
+  const double flops_per_key =
+      4.0 * model.num_hidden_layers * model.num_attention_heads * model.head_dim;
+  const PrefillBatch& p = batch.prefill;
+  for (int32_t c = 0; c < p.num_chunks(); ++c) {
+    const int64_t len = p.chunk_tokens(c), start = p.start_pos[c];
+    w.rows += len;
+    w.logit_rows += p.want_logits[c] ? 1 : 0;
+    w.kv_bytes_read += (start + len) * kv_per_token;
+    // Causal: the token at position q attends to q + 1 keys.
+    w.attention_flops += flops_per_key * static_cast<double>(len * start + len * (len + 1) / 2);
+  }
+  const DecodeBatch& d = batch.decode;
+  w.rows += d.size();
+  w.logit_rows += d.size();
+  const kernels::CascadePlan& plan = d.plan;
+  if (d.size() > 0) {
+    for (int n = 0; n < plan.num_nodes(); ++n) {
+      const int64_t tokens =
+          int64_t{plan.node_block_indptr[n + 1] - plan.node_block_indptr[n]} * block_size;
+      const int64_t members = plan.node_seq_indptr[n + 1] - plan.node_seq_indptr[n];
+      w.kv_bytes_read += tokens * kv_per_token;  // once per node: the cascade's saving
+      w.attention_flops += flops_per_key * static_cast<double>(tokens * members);
+    }
+    for (int32_t len : plan.suffix_len) {
+      w.kv_bytes_read += int64_t{len} * kv_per_token;
+      w.attention_flops += flops_per_key * len;
+    }
+  }
+  w.kv_bytes_copied =
+      2 * static_cast<int64_t>(batch.block_copies.size()) * block_size * kv_per_token;
+  return w;
+}
+
+int32_t sim_token(uint64_t seed, int32_t sibling, int32_t position) {
+  const uint64_t h =
+      mix(mix(mix(seed) ^ static_cast<uint32_t>(sibling)) ^ static_cast<uint32_t>(position));
+  const int32_t k = static_cast<int32_t>(h % 27);
+  return k == 26 ? ' ' : 'a' + k;
+}
+
+SimBackend::SimBackend(SimPreset preset, int32_t num_blocks, int32_t block_size, Clock& clock)
+    : preset_(std::move(preset)), num_blocks_(num_blocks), block_size_(block_size), clock_(clock) {
+  assert(num_blocks > 0 && block_size > 0);
+  assert(preset_.model.validate().ok());
+}
+
+Clock::Duration SimBackend::predict(const ForwardBatch& batch) const {
+  const StepWork w = step_work_of(batch, preset_.model, block_size_, kv_bytes_per_element());
+  const double s = step_seconds(preset_.model, w, preset_.hardware);
+  return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(s));
+}
+
+Status SimBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
+  const Clock::TimePoint start = clock_.now();
+  const Clock::Duration took = predict(batch);
+  out.samples.resize(batch.samples.size());
+  // A uniform draw over the 27 symbols: the logprob every sim token reports.
+  const float logprob = -std::log(27.0f);
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const SampleRequest& r = batch.samples[i];
+    out.samples[i] = {sim_token(r.seed, r.sibling, r.position), logprob};
+  }
+  if (batch.return_logits) {
+    out.logits.assign(static_cast<size_t>(batch.num_logit_rows()) * preset_.model.vocab_size, 0.0f);
+  } else {
+    out.logits.clear();
+  }
+  busy_ns_ += took.count();
+  ++num_forwards_;
+  clock_.sleep_until(start + took);
+  return Status::Ok();
+}
+
+}  // namespace kvc

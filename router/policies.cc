@@ -1,6 +1,9 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "router/policy.h"
 
@@ -117,6 +120,15 @@ class KvCascade final : public Policy {
   std::string name() const override { return "kvcascade"; }
   bool pins_siblings() const override { return true; }
 
+  void record(const RouteRequest& r, const Candidate& chosen) override {
+    if (c_.work_bound_factor <= 0) return;
+    for (auto& [id, w] : recent_)
+      w *= c_.work_decay;
+    const double w = work_of(r, chosen);
+    recent_[chosen.id] += w;
+    mean_request_ = mean_request_ == 0 ? w : 0.99 * mean_request_ + 0.01 * w;
+  }
+
   RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
     const auto cs = healthy(candidates);
     int64_t total = 0;
@@ -127,13 +139,38 @@ class KvCascade final : public Policy {
     const double cap =
         c_.bounded_load_factor * static_cast<double>(total + r.n) / static_cast<double>(cs.size()) +
         static_cast<double>(r.n + c_.bounded_load_slack);
+    // Bounded work (KvCascadePolicyConfig::work_bound_factor).
+    double work_total = 0;
+    for (const Candidate* c : cs)
+      work_total += recent(*c);
+    // A declared group lands whole where its first member goes: it is placed by the work of all
+    // its members.
+    const double members = r.group && r.group_size > 1 ? r.group_size : 1;
+    // Staying is worth the prefill that moving would redo: a replica holding more of the prompt
+    // than any other may exceed the bound by that many tokens (per member of a group).
+    auto lead_tokens = [&](const Candidate& c) {
+      size_t others = 0;
+      for (const Candidate* d : cs)
+        if (d != &c) others = std::max(others, d->matched_blocks);
+      return c.matched_blocks > others
+                 ? static_cast<double>(c.matched_blocks - others) * r.block_size * members
+                 : 0.0;
+    };
+    auto work_ok = [&](const Candidate& c) {
+      if (c_.work_bound_factor <= 0 || mean_request_ == 0) return true;
+      const double w = work_of(r, c) * members;
+      const double bound =
+          c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
+          c_.work_slack_requests * mean_request_ + lead_tokens(c);
+      return recent(c) + w <= bound;
+    };
     std::vector<const Candidate*> allowed;
     for (const Candidate* c : cs) {
-      if (static_cast<double>(decode_load(*c) + r.n) <= cap) allowed.push_back(c);
+      if (static_cast<double>(decode_load(*c) + r.n) <= cap && work_ok(*c)) allowed.push_back(c);
     }
     if (allowed.empty()) {
-      allowed.push_back(*std::min_element(cs.begin(), cs.end(), [](auto* a, auto* b) {
-        return decode_load(*a) < decode_load(*b);
+      allowed.push_back(*std::min_element(cs.begin(), cs.end(), [&](auto* a, auto* b) {
+        return std::pair(decode_load(*a), recent(*a)) < std::pair(decode_load(*b), recent(*b));
       }));
     }
     const uint64_t key = affinity(r);
@@ -155,6 +192,11 @@ class KvCascade final : public Policy {
       }
     }
     const bool holder_allowed = std::find(allowed.begin(), allowed.end(), holder) != allowed.end();
+    if (!holder_allowed && best->matched_blocks > 0) {
+      // The holder is over its bound but another replica under it holds part of the prefix: the
+      // cheapest of those (the prefix has replicated there before).
+      return {best->replica, "hot_spread"};
+    }
     if (!holder_allowed) {
       // The prefix is hot and its holder overloaded: spread it over the top rendezvous replicas.
       std::vector<const Candidate*> ranked = allowed;
@@ -185,7 +227,19 @@ class KvCascade final : public Policy {
            c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
   }
 
+  double recent(const Candidate& c) const {
+    auto it = recent_.find(c.id);
+    return it == recent_.end() ? 0.0 : it->second;
+  }
+  static double work_of(const RouteRequest& r, const Candidate& c) {
+    const int64_t cached = static_cast<int64_t>(c.matched_blocks) * r.block_size;
+    return static_cast<double>(std::max<int64_t>(0, r.prompt_tokens - cached)) +
+           static_cast<double>(r.n) * static_cast<double>(std::max<int64_t>(r.max_tokens, 1));
+  }
+
   KvCascadePolicyConfig c_;
+  std::unordered_map<std::string, double> recent_;  // replica id -> decayed routed work
+  double mean_request_ = 0;                         // mean work of a request (EWMA)
 };
 
 }  // namespace

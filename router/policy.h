@@ -35,6 +35,8 @@ struct RouteRequest {
   int64_t prompt_tokens = 0;          // bytes (tokens of the byte tokenizer)
   int32_t block_size = 16;
   int32_t n = 1;                     // samples: decode load counts n times
+  int64_t max_tokens = 0;            // per sample: the completion work it may ask for
+  int32_t group_size = 0;            // requests declared for `group` (0: not declared)
   std::optional<std::string> group;  // user-supplied sibling group id
   std::string affinity_key;          // e.g. the first blocks' hash, for hashing policies
 };
@@ -54,6 +56,9 @@ class Policy {
   // Whether the router keeps siblings (the same `group`, or identical prompts close together:
   // router/sibling_tracker.h) on the replica this policy chose for the first of them.
   virtual bool pins_siblings() const { return false; }
+  // Every request the router sends, however it chose the replica (pinned siblings, routing
+  // keys, retries included): policies that balance the work they route count it here.
+  virtual void record(const RouteRequest& request, const Candidate& chosen) {}
 };
 
 struct KvCascadePolicyConfig {
@@ -66,6 +71,15 @@ struct KvCascadePolicyConfig {
   double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load...
   int32_t bounded_load_slack = 8;     // ...plus this many sequences
   int32_t cold_hash_blocks = 4;       // cold prompts: rendezvous hash of the first blocks
+  // Bounded work: besides sequences, each replica's recently routed work (its uncached prompt
+  // tokens + n x max_tokens per request, decayed by work_decay per routed request) may exceed
+  // the mean by work_bound_factor, plus work_slack_requests mean requests, plus the prefill it
+  // saves (the prompt tokens it holds beyond any other replica). A prefix whose holder is over
+  // the bound moves to the cheapest replica under it (its prefix then replicates to as many
+  // replicas as its load needs). 0: off.
+  double work_bound_factor = 1.1;
+  double work_slack_requests = 2.0;
+  double work_decay = 0.999;
   // KV pressure (engines reporting their KV-cache usage, e.g. vLLM's kv_cache_usage_perc): past
   // kv_pressure_start, new work there waits for memory or preempts, so the replica is charged as
   // if its queue held up to kv_pressure_tokens more prefill tokens (linearly, at 100% usage).

@@ -315,6 +315,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.prompt_tokens = static_cast<int64_t>(prompt.size());
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
+  rr.max_tokens = req.max_tokens;
+  rr.group_size = req.group_size;
   rr.group = group;
   rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
   if (!attempt->start()) {
@@ -390,6 +392,8 @@ bool RouterServer::ProxyAttempt::do_choose() {
     if (c.replica == d.replica) {
       replica_id = c.id;
       matched_bytes = c.matched_blocks * static_cast<size_t>(route.block_size);
+      std::lock_guard lock(s_.policy_mu_);
+      s_.policy_->record(route, c);
     }
   }
   tried.push_back(d.replica);

@@ -46,6 +46,34 @@ TEST(KvCascadePolicy, KvPressureOutweighsAMatch) {
   EXPECT_NE(p->choose(request(2048), cs).replica, 1u);
 }
 
+// Bounded work: a holder that was sent far more than its share recently loses its prefix to a
+// replica under the bound, preferring one that holds part of it; a declared group is placed by the
+// work of all its members.
+TEST(KvCascadePolicy, BoundedWorkMovesAHotPrefixOffItsHolder) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 30;
+  RouteRequest r = request(512);
+  r.block_size = 16;
+  r.max_tokens = 64;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  for (int i = 0; i < 40; ++i)
+    p->record(r, cs[1]);  // the prefix's traffic all went to its holder
+  p->record(r, cs[0]);
+  p->record(r, cs[2]);
+  const RouteDecision moved = p->choose(r, cs);
+  EXPECT_NE(moved.replica, 1u);
+  cs[2].matched_blocks = 20;  // replica 2 holds part of it: the cheapest under the bound
+  EXPECT_EQ(p->choose(r, cs).replica, 2u);
+  EXPECT_EQ(p->choose(r, cs).reason, "hot_spread");
+  // Balanced again: the holder keeps it.
+  for (int i = 0; i < 40; ++i) {
+    p->record(r, cs[0]);
+    p->record(r, cs[2]);
+  }
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+}
+
 TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
   auto p = make_policy("kvcascade");
   auto cs = three();

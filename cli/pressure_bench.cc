@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "http/client.h"
 #include "cli/local_replica.h"
+#include "http/client.h"
 
 namespace kvc::cli {
 namespace {

@@ -15,11 +15,11 @@
 #include <unordered_set>
 
 #include "cli/loadgen.h"
+#include "cli/local_replica.h"
 #include "cli/router_stack.h"
 #include "http/client.h"
 #include "prefix_index/block_hash.h"
 #include "prefix_index/chat_render.h"
-#include "cli/local_replica.h"
 #include "replica/sim_backend.h"
 #include "router/policy.h"
 

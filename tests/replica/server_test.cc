@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/local_replica.h"
 #include "http/client.h"
 #include "http/sse.h"
-#include "cli/local_replica.h"
 
 namespace kvc {
 namespace {

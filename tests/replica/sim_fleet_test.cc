@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "http/client.h"
 #include "cli/local_replica.h"
+#include "http/client.h"
 #include "replica/sim_backend.h"
 
 namespace kvc {

@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/fake_engine.h"
+#include "cli/local_replica.h"
 #include "cli/router_stack.h"
 #include "http/client.h"
-#include "cli/local_replica.h"
 
 namespace kvc {
 namespace {

@@ -10,9 +10,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "http/client.h"
 #include "cli/local_replica.h"
 #include "cli/router_stack.h"
+#include "http/client.h"
 
 namespace kvc {
 namespace {

@@ -9,10 +9,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/local_replica.h"
 #include "cli/router_stack.h"
 #include "http/client.h"
 #include "http/server.h"
-#include "cli/local_replica.h"
 #include "router/proxy.h"
 #include "router/replica_pool.h"
 

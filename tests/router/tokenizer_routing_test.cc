@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "http/client.h"
-#include "replica/hf_tokenizer.h"
 #include "cli/local_replica.h"
 #include "cli/router_stack.h"
+#include "http/client.h"
+#include "replica/hf_tokenizer.h"
 #include "tests/testing/reference_files.h"
 
 namespace kvc {

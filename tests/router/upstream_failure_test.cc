@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "http/client.h"
 #include "cli/local_replica.h"
 #include "cli/router_stack.h"
+#include "http/client.h"
 #include "tests/http/raw_conn.h"
 #include "tests/testing/fake_replica.h"
 

@@ -22,8 +22,8 @@
 #include "replica/engine.h"
 #include "replica/safetensors.h"
 #include "replica/weights.h"
-#include "tests/testing/temp_dir.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvc {
 namespace {

@@ -14,8 +14,7 @@ ReplicaStack::ReplicaStack(std::unique_ptr<Backend> backend,
 }
 
 ReplicaStack::~ReplicaStack() {
-  stop_http();
-  loop_.reset();  // the engine thread ends before the engine, backend and tokenizer go
+  stop_http();  // then the members go in reverse order: the engine thread before the engine
 }
 
 Result<uint16_t> ReplicaStack::listen(const std::string& host, uint16_t port) {

@@ -34,6 +34,7 @@ struct PlannerSeq {
 };
 
 enum class CascadeReason { kPays, kDisabled, kPrefixTooShort, kTooFewSiblings, kCostModel };
+inline constexpr int kNumCascadeReasons = 5;
 const char* cascade_reason_name(CascadeReason r);  // "pays", "disabled", "prefix_too_short", ...
 
 struct LevelDecision {

@@ -24,9 +24,8 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
         {{"attention", engine.config().cascade.enabled ? "cascade" : "flat"}},
         metrics::seconds_buckets());
     for (int kept = 0; kept < 2; ++kept) {
-      for (CascadeReason r :
-           {CascadeReason::kPays, CascadeReason::kDisabled, CascadeReason::kPrefixTooShort,
-            CascadeReason::kTooFewSiblings, CascadeReason::kCostModel}) {
+      for (int i = 0; i < kNumCascadeReasons; ++i) {
+        const auto r = static_cast<CascadeReason>(i);
         // A kept level's reason is "pays", a dropped one's any other: create those that occur.
         if ((r == CascadeReason::kPays) != (kept == 1)) continue;
         st->decisions[kept][static_cast<int>(r)] = &m.cascade_decisions_total.Add(

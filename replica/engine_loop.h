@@ -91,7 +91,7 @@ class EngineLoop {
     prometheus::Histogram *decode_batch_size, *decode_step_seconds, *shared_prefix_tokens,
         *sibling_count;
     // [kept][reason]: cascade_decisions_total{decision, reason}.
-    prometheus::Counter* decisions[2][5] = {};
+    prometheus::Counter* decisions[2][kNumCascadeReasons] = {};
     prometheus::Counter *kv_read_prefix, *kv_read_suffix, *kv_saved, *cache_query, *cache_hit,
         *preemptions, *generated;
     prometheus::Gauge *blocks_used, *blocks_cached, *blocks_free, *groups_waiting, *groups_running;

@@ -148,12 +148,14 @@ class KvCascade final : public Policy {
     const double members = r.group && r.group_size > 1 ? r.group_size : 1;
     // Staying is worth the prefill that moving would redo: a replica holding more of the prompt
     // than any other may exceed the bound by that many tokens (per member of a group).
+    size_t top = 0, second = 0;  // the two longest matches
+    for (const Candidate* c : cs) {
+      second = std::max(second, std::min(top, c->matched_blocks));
+      top = std::max(top, c->matched_blocks);
+    }
     auto lead_tokens = [&](const Candidate& c) {
-      size_t others = 0;
-      for (const Candidate* d : cs)
-        if (d != &c) others = std::max(others, d->matched_blocks);
-      return c.matched_blocks > others
-                 ? static_cast<double>(c.matched_blocks - others) * r.block_size * members
+      return c.matched_blocks == top && top > second
+                 ? static_cast<double>(top - second) * r.block_size * members
                  : 0.0;
     };
     auto work_ok = [&](const Candidate& c) {

@@ -364,38 +364,37 @@ bool RouterServer::ProxyAttempt::do_choose() {
     return false;
   }
   RouteDecision d;
-  bool pinned = false;
-  const bool pins = s_.policy_->pins_siblings();
-  if (routing_key) {
-    d = route_by_key(*routing_key, candidates);
-    pinned = true;
-  } else if (pins) {
-    std::lock_guard lock(s_.policy_mu_);
-    if (auto p = s_.siblings_.lookup(sibling_key)) {
-      for (const Candidate& c : candidates) {
-        if (c.replica == *p && c.healthy) {
-          d = {c.replica, "sibling_pinned"};
-          pinned = true;
+  const Candidate* chosen = nullptr;
+  {
+    std::lock_guard lock(s_.policy_mu_);  // the policy's state and the sibling tracker
+    const bool pins = s_.policy_->pins_siblings();
+    bool decided = false;
+    if (routing_key) {
+      d = route_by_key(*routing_key, candidates);
+      decided = true;
+    } else if (pins) {
+      if (auto p = s_.siblings_.lookup(sibling_key)) {
+        for (const Candidate& c : candidates) {
+          if (c.replica == *p && c.healthy) {
+            d = {c.replica, "sibling_pinned"};
+            decided = true;
+          }
         }
       }
     }
-  }
-  if (!pinned) {
-    std::lock_guard lock(s_.policy_mu_);
-    d = s_.policy_->choose(route, candidates);
-    if (pins) s_.siblings_.record(sibling_key, d.replica);
+    if (!decided) {
+      d = s_.policy_->choose(route, candidates);
+      if (pins) s_.siblings_.record(sibling_key, d.replica);
+    }
+    for (const Candidate& c : candidates)
+      if (c.replica == d.replica) chosen = &c;
+    s_.policy_->record(route, *chosen);
   }
   if (!tried.empty()) d.reason = "retry";
   replica = d.replica;
   reason = d.reason;
-  for (const Candidate& c : candidates) {
-    if (c.replica == d.replica) {
-      replica_id = c.id;
-      matched_bytes = c.matched_blocks * static_cast<size_t>(route.block_size);
-      std::lock_guard lock(s_.policy_mu_);
-      s_.policy_->record(route, c);
-    }
-  }
+  replica_id = chosen->id;
+  matched_bytes = chosen->matched_blocks * static_cast<size_t>(route.block_size);
   tried.push_back(d.replica);
   return true;
 }

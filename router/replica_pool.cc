@@ -258,6 +258,7 @@ void ReplicaPool::poll_now() {
     }
     if (want) subscribe(r->view.index);
   }
+  ++poll_rounds_;  // every round, background or called
 }
 
 // Streams /v1/kv_events into the index. The first batch is a snapshot: it replaces whatever the
@@ -324,7 +325,6 @@ void ReplicaPool::start() {
 void ReplicaPool::run() {
   while (true) {
     poll_now();
-    ++poll_rounds_;
     std::unique_lock lock(mu_);
     if (wake_.wait_for(lock, config_.poll_interval, [&] { return stopping_; })) return;
   }

@@ -2,7 +2,9 @@
 // `kvcascade bench router`: the router against direct access and nginx (cli/router_bench.h).
 // `kvcascade bench routing`: policies on a trace through sim replicas (cli/routing_bench.h).
 // `kvcascade bench pressure`: progress under KV memory pressure (cli/pressure_bench.h).
-// `kvcascade bench engine`: the RL rollout through the engine on the GPU (bench/engine_bench.h).
+// `kvcascade bench gemm`: the decode step's GEMMs, cuBLASLt vs the decode GEMM
+// (bench/gemm_bench.h). `kvcascade bench engine`: the RL rollout through the engine on the GPU
+// (bench/engine_bench.h).
 #include <cstdio>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "cli/routing_bench.h"
 #if KVCASCADE_HAVE_CUDA
 #include "bench/engine_bench.h"
+#include "bench/gemm_bench.h"
 #include "bench/kernel_bench.h"
 #endif
 
@@ -37,6 +40,24 @@ int run_bench_kernels(const BenchFlags& f) {
 #endif
 }
 
+struct GemmBenchFlags {
+  std::string out;
+  int rows = 128, iters = 20, splits = 0;
+  std::string only;
+};
+
+int run_bench_gemm(const GemmBenchFlags& f) {
+#if KVCASCADE_HAVE_CUDA
+  return bench::run_gemm_bench({f.out, f.rows, f.iters, f.splits, f.only});
+#else
+  (void)f;
+  std::fprintf(stderr,
+               "kvcascade bench gemm: this binary was built without CUDA "
+               "(configure with -DKVCASCADE_CUDA=ON)\n");
+  return 2;
+#endif
+}
+
 #if KVCASCADE_HAVE_CUDA
 using EngineBenchFlags = bench::EngineBenchOptions;
 #else
@@ -48,6 +69,7 @@ struct EngineBenchFlags {
   int window = 20, max_tokens_per_step = 4096;
   bool check_agreement = true;
   bool profile = true;
+  bool decode_gemm = false;
 };
 #endif
 
@@ -166,7 +188,23 @@ Run add_bench_command(CLI::App& app) {
   engine->add_flag("!--no-agreement", e->check_agreement,
                    "skip the cascade-vs-flat token comparison");
   engine->add_flag("!--no-profile", e->profile, "skip the per-operation device profile");
-  return [f, r, router, g, routing, p, pressure, e, engine] {
+  engine->add_flag("--decode-gemm", e->decode_gemm,
+                   "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
+  auto gm = std::make_shared<GemmBenchFlags>();
+  CLI::App* gemm = bench->add_subcommand(
+      "gemm",
+      "the decode step's GEMMs: cuBLASLt vs the Hopper decode GEMM, next to the byte floor");
+  gemm->add_option("--out", gm->out, "write the results as JSON to this file");
+  gemm->add_option("--rows", gm->rows, "activation rows (sequences in the decode batch)")
+      ->check(CLI::Range(1, 128));
+  gemm->add_option("--iters", gm->iters, "graph replays per measurement (median reported)")
+      ->check(CLI::Range(1, 1000));
+  gemm->add_option("--splits", gm->splits, "force the decode GEMM's K split (0: planner)")
+      ->check(CLI::Range(0, 8));
+  gemm->add_option("--only", gm->only, "this GEMM only")
+      ->check(CLI::IsMember({"qkv", "o", "gate_up", "down", "lm_head"}));
+  return [f, r, router, g, routing, p, pressure, e, engine, gm, gemm] {
+    if (gemm->parsed()) return run_bench_gemm(*gm);
     if (router->parsed()) return run_router_bench(*r);
     if (routing->parsed()) return run_routing_bench(*g);
     if (engine->parsed()) return run_bench_engine(*e);

@@ -342,6 +342,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
   bo.num_blocks = rollout_blocks(o, bo.block_size);
   bo.max_tokens_per_step = o.max_tokens_per_step;
   bo.max_num_seqs = std::max(256, o.groups * o.siblings);
+  bo.decode_gemm = o.decode_gemm;
   auto made = CudaBackend::create(*config, nullptr, bo);
   if (!made.ok()) {
     std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());
@@ -358,7 +359,11 @@ int run_engine_bench(const EngineBenchOptions& o) {
               {"siblings", o.siblings},
               {"prefix", o.prefix},
               {"gen", o.gen},
-              {"weight_bytes_per_step", m.weight_bytes}};
+              {"weight_bytes_per_step", m.weight_bytes},
+              {"decode_gemm", backend.model().decode_gemm()}};
+  std::printf("decode GEMMs: %s\n\n", backend.model().decode_gemm()
+                                          ? "Hopper decode GEMM (<= 128 rows), cuBLASLt above"
+                                          : "cuBLASLt");
   std::map<std::string, ModeRun> runs;
   std::map<std::string, std::vector<Point>> points;
   for (auto [cascade, with_graphs] : modes) {

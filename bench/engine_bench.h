@@ -26,6 +26,7 @@ struct EngineBenchOptions {
   int max_tokens_per_step = 4096;  // one prompt's prefill fits one step
   bool check_agreement = true;     // with both: cascade vs flat tokens, near-ties proven
   bool profile = true;             // one more rollout per mode with per-operation device times
+  bool decode_gemm = false;        // the Hopper decode GEMM (off: cuBLASLt for every GEMM)
 };
 
 // Returns 0 on success; 1 without a device or when a run fails.

@@ -49,6 +49,9 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
       ->check(CLI::Range(0.05, 0.99));
   cmd.add_flag("!--no-cuda-graphs", f.cuda_graphs,
                "enqueue every decode step's kernels instead of replaying CUDA graphs");
+  cmd.add_flag("--decode-gemm", f.decode_gemm,
+               "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental, --backend cuda: "
+               "slower than cuBLASLt so far)");
   cmd.add_option("--block-size", f.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   cmd.add_option("--attention", f.attention, "cascade, or flat (bit-reproducible)")
       ->check(CLI::IsMember({"cascade", "flat"}));
@@ -88,6 +91,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const EngineFlags& f, int32_t
   o.max_num_seqs = f.engine.scheduler.max_num_seqs;
   o.weights_seed = f.weights_seed;
   o.cuda_graphs = f.cuda_graphs;
+  o.decode_gemm = f.decode_gemm;
   Result<std::unique_ptr<CudaBackend>> made = Error{""};
   if (!f.model_dir.empty()) {
     made = CudaBackend::load(f.model_dir, o);

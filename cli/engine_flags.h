@@ -26,6 +26,7 @@ struct EngineFlags {
   int32_t kv_blocks = 0;        // 0: 4096 on the CPU; on the GPU as many as memory allows
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;
+  bool decode_gemm = false;
   int32_t block_size = 16;
   std::string attention = "cascade";  // or "flat"
   int64_t group_wait_ms = 2000;       // SchedulerConfig::group_wait

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(32 * kDecodeHeadsPerCta)
 // (weights exp(lse - max); identity: LSE -inf).
 template <int D, typename T>
 __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
+  launch_dependents();  // the o projection (decode_gemm.h) streams its weights meanwhile
   constexpr int kPer = D / 32;
   constexpr int kUnroll = 4;
   constexpr int kFewUnits = 8;

@@ -5,6 +5,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/decode_gemm.h"
+
 namespace kvc::kernels::cuda {
 
 // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ[n, m] = op(W)[n, k] · X[k, m], where
@@ -37,6 +39,10 @@ Gemm::~Gemm() {
   plans_.clear();
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+void Gemm::set_decode_kernel(bool on) {
+  decode_kernel_ = on && decode_gemm_supported();
 }
 
 Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate) {
@@ -76,6 +82,10 @@ Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate) {
 cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
                       cudaStream_t stream, bool accumulate) {
   if (m == 0 || n == 0) return cudaSuccess;
+  if (decode_kernel_ && !accumulate && decode_gemm_fits(x, w, y, m, n, k)) {
+    const cudaError_t e = decode_gemm(x, w, y, m, n, k, out == GemmOut::kF32, stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
   if (!ok()) return cudaErrorInitializationError;
   Plan* p = plan_for(m, n, k, out, accumulate);
   if (!p->ok) return cudaErrorNotSupported;

@@ -1,4 +1,5 @@
-// Dense GEMMs of the model on tensor cores through cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ (the
+// Dense GEMMs of the model on tensor cores: through the Hopper decode GEMM (decode_gemm.h) for the
+// few rows of a decode step where it runs, else through cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ (the
 // Hugging Face Linear layout: w is [out, in], row-major), bf16 x and w, fp32 accumulation, y in
 // bf16 or fp32 (the LM head's logits). Descriptors and the chosen algorithm are cached per shape,
 // so a warmed-up GEMM costs one cublasLtMatmul call and allocates nothing (CUDA-graph capturable).
@@ -25,6 +26,10 @@ class Gemm {
   // both succeeded (run() fails with cudaErrorInitializationError otherwise).
   explicit Gemm(size_t workspace_bytes = size_t{32} << 20);
   bool ok() const { return handle_ != nullptr && (workspace_ != nullptr || workspace_bytes_ == 0); }
+  // Whether run() may use the decode GEMM where the device runs it (off by default: on the H200
+  // it is still slower than cuBLASLt, bench/results/gemm-h200.md); off: cuBLASLt only.
+  void set_decode_kernel(bool on);
+  bool decode_kernel() const { return decode_kernel_; }
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -43,6 +48,7 @@ class Gemm {
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool decode_kernel_ = false;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

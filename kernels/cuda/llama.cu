@@ -303,6 +303,17 @@ void LlamaModel::set_profile(bool on) {
   impl_->profile = on;
 }
 
+void LlamaModel::set_decode_gemm(bool on) {
+  Impl& I = *impl_;
+  cudaStreamSynchronize(I.stream);
+  I.drop_graphs();  // captured launches name the GEMM kernels
+  I.gemm->set_decode_kernel(on);
+}
+
+bool LlamaModel::decode_gemm() const {
+  return impl_->gemm->decode_kernel();
+}
+
 void LlamaModel::set_graphs(bool on) {
   Impl& I = *impl_;
   if (!on) {

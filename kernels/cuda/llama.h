@@ -142,6 +142,11 @@ class LlamaModel {
   // that fails turns graphs off for the model (graph_stats().disabled says why) and the step
   // runs eagerly.
   void set_graphs(bool on);
+  // The Hopper decode GEMM for steps of at most 128 rows (kernels/cuda/decode_gemm.h) where the
+  // device runs it; off (the default: still slower than cuBLASLt on the H200): every GEMM
+  // through cuBLASLt.
+  void set_decode_gemm(bool on);
+  bool decode_gemm() const;
   struct GraphStats {
     int64_t captures = 0;  // graphs captured and instantiated
     int64_t replays = 0;   // steps that ran as a graph (captures included)

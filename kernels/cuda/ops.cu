@@ -70,10 +70,21 @@ __device__ __forceinline__ void store(float* p, const float* v) {
 
 // ---- embedding gather -----------------------------------------------------------------------
 
+// The kernels a decode GEMM follows (embedding gather for the LM head, add + RMSNorm, SwiGLU)
+// let it launch at once: it is launched as a programmatic dependent (decode_gemm.h), streams
+// its weights in while they run and waits (griddepcontrol.wait) before it reads their output.
+// A no-op when the next kernel is launched without the attribute.
+__device__ __forceinline__ void let_next_gemm_start() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // One CTA per token; kVec: hidden % 8 == 0 and 16-byte aligned rows.
 template <bool kVec>
 __global__ void embedding_gather_kernel(const bf16* table, int vocab, int hidden,
                                         const int32_t* tokens, bf16* out) {
+  let_next_gemm_start();
   const int32_t id = tokens[blockIdx.x];
   const bool valid = id >= 0 && id < vocab;
   const bf16* src = table + int64_t{valid ? id : 0} * hidden;
@@ -110,6 +121,7 @@ __device__ float block_sum(float v) {
 template <int kVec>
 __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate,
                                     const bf16* weight, bf16* y, int hidden, float eps) {
+  let_next_gemm_start();
   const int64_t row = blockIdx.x;
   float* res = residual + row * hidden;
   const bf16* xr = x != nullptr ? x + row * hidden : nullptr;
@@ -202,6 +214,7 @@ __global__ void rope_kernel(const RopeArgs a) {
 
 template <int kVec>
 __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int rows, int inter) {
+  let_next_gemm_start();
   const int64_t per_row = inter / kVec, total = per_row * rows;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {

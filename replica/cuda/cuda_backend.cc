@@ -89,6 +89,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   auto model = kc::LlamaModel::create(dims, cap, error);
   if (!model) return Error{"--backend cuda: " + error};
   model->set_graphs(o.cuda_graphs);
+  model->set_decode_gemm(o.decode_gemm);
   return std::unique_ptr<CudaBackend>(
       new CudaBackend(config, std::move(model), cap.num_blocks, o.block_size, mem));
 }

@@ -26,7 +26,8 @@ struct CudaBackendOptions {
   int32_t max_tokens_per_step = 512;    // the scheduler's budget: rows of one step
   int32_t max_num_seqs = 256;           // sequences of one step (tokens drawn)
   uint64_t weights_seed = 1234;         // for random_init
-  bool cuda_graphs = true;  // decode steps replayed as CUDA graphs (kernels/cuda/llama.h)
+  bool cuda_graphs = true;   // decode steps replayed as CUDA graphs (kernels/cuda/llama.h)
+  bool decode_gemm = false;  // the Hopper decode GEMM where it runs (kernels/cuda/decode_gemm.h)
 };
 
 // What start-up allocated (printed in the start-up log).

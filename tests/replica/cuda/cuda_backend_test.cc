@@ -67,10 +67,11 @@ class CudaBackendTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<Backend> cuda(int32_t blocks, int32_t block_size = 16) {
+  std::unique_ptr<Backend> cuda(int32_t blocks, int32_t block_size = 16, bool decode_gemm = false) {
     CudaBackendOptions o;
     o.num_blocks = blocks;
     o.block_size = block_size;
+    o.decode_gemm = decode_gemm;
     auto b = CudaBackend::create(weights().config, &weights(), o);
     EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.error().message);
     return b.ok() ? std::unique_ptr<Backend>(std::move(b).value()) : nullptr;
@@ -163,17 +164,21 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Logits of every sampled position agree with the CPU backend's (float32 model on the same
-// bf16-rounded weights) while the two runs' tokens agree, flat and cascade.
+// bf16-rounded weights) while the two runs' tokens agree, flat and cascade; with cuBLASLt and,
+// on Hopper, with the decode GEMM for the decode steps.
 TEST_F(CudaBackendTest, TinyLogitsMatchCpuBackend) {
   std::vector<GenerationRequest> reqs;
   reqs.push_back(request(kSystem + "Document A: the cat sat on the mat. Q: where?", 4, 0, 32));
   reqs.push_back(request(kSystem + "Document B: rain in Spain. Q: what falls?", 3, 0, 32));
   reqs.push_back(request("Short prompt with no shared prefix", 1, 0, 32));
-  for (bool cascade : {false, true}) {
-    SCOPED_TRACE(cascade ? "cascade" : "flat");
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool cascade = mode % 2 == 1, decode_gemm = mode >= 2;
+    SCOPED_TRACE(std::string(cascade ? "cascade" : "flat") + (decode_gemm ? ", decode GEMM" : ""));
     auto c = cpu(512);
-    auto g = cuda(512);
+    auto g = cuda(512, 16, decode_gemm);
     ASSERT_TRUE(g);
+    // The decode GEMM runs on Hopper only (set_decode_gemm leaves it off elsewhere).
+    if (decode_gemm && !static_cast<CudaBackend&>(*g).model().decode_gemm()) continue;
     const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
     const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
     if (cascade) {
@@ -196,9 +201,11 @@ TEST_F(CudaBackendTest, TinyLogitsMatchCpuBackend) {
       }
     }
     EXPECT_GT(compared, 100);
-    RecordProperty(cascade ? "worst_rel_l2_cascade" : "worst_rel_l2_flat", std::to_string(worst));
-    std::printf("%s: %d logit rows compared, worst relative L2 %.3g\n",
-                cascade ? "cascade" : "flat", compared, worst);
+    RecordProperty(std::string(cascade ? "worst_rel_l2_cascade" : "worst_rel_l2_flat") +
+                       (decode_gemm ? "_decode_gemm" : ""),
+                   std::to_string(worst));
+    std::printf("%s%s: %d logit rows compared, worst relative L2 %.3g\n",
+                cascade ? "cascade" : "flat", decode_gemm ? " (decode GEMM)" : "", compared, worst);
   }
 }
 

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cassert>
+#include <deque>
 #include <limits>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "router/policy.h"
@@ -122,11 +124,25 @@ class KvCascade final : public Policy {
 
   void record(const RouteRequest& r, const Candidate& chosen) override {
     if (c_.work_bound_factor <= 0) return;
-    for (auto& [id, w] : recent_)
-      w *= c_.work_decay;
-    const double w = work_of(r, chosen);
+    // A declared group is counted whole when its first member is placed (the others follow it
+    // there), so groups placed meanwhile see it; its later members add nothing.
+    const int32_t members = declared_members(r);
+    if (members > 1 && !counted_groups_.insert(*r.group).second) return;
+    if (members > 1) {
+      counted_order_.push_back(*r.group);
+      if (counted_order_.size() > kCountedGroups) {
+        counted_groups_.erase(counted_order_.front());
+        counted_order_.pop_front();
+      }
+    }
+    const double w = planned_work(r, chosen);
+    for (int32_t i = 0; i < members; ++i) {
+      for (auto& [id, v] : recent_)
+        v *= c_.work_decay;
+      const double per = w / members;
+      mean_request_ = mean_request_ == 0 ? per : 0.99 * mean_request_ + 0.01 * per;
+    }
     recent_[chosen.id] += w;
-    mean_request_ = mean_request_ == 0 ? w : 0.99 * mean_request_ + 0.01 * w;
   }
 
   RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
@@ -144,10 +160,10 @@ class KvCascade final : public Policy {
     for (const Candidate* c : cs)
       work_total += recent(*c);
     // A declared group lands whole where its first member goes: it is placed by the work of all
-    // its members.
-    const double members = r.group && r.group_size > 1 ? r.group_size : 1;
+    // its members (planned_work).
     // Staying is worth the prefill that moving would redo: a replica holding more of the prompt
-    // than any other may exceed the bound by that many tokens (per member of a group).
+    // than any other may exceed the bound by that many tokens (once for a group: its later
+    // members find the prompt cached wherever it goes).
     size_t top = 0, second = 0;  // the two longest matches
     for (const Candidate* c : cs) {
       second = std::max(second, std::min(top, c->matched_blocks));
@@ -155,12 +171,12 @@ class KvCascade final : public Policy {
     }
     auto lead_tokens = [&](const Candidate& c) {
       return c.matched_blocks == top && top > second
-                 ? static_cast<double>(top - second) * r.block_size * members
+                 ? static_cast<double>(top - second) * r.block_size
                  : 0.0;
     };
     auto work_ok = [&](const Candidate& c) {
       if (c_.work_bound_factor <= 0 || mean_request_ == 0) return true;
-      const double w = work_of(r, c) * members;
+      const double w = planned_work(r, c);
       const double bound =
           c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
           c_.work_slack_requests * mean_request_ + lead_tokens(c);
@@ -233,15 +249,24 @@ class KvCascade final : public Policy {
     auto it = recent_.find(c.id);
     return it == recent_.end() ? 0.0 : it->second;
   }
-  static double work_of(const RouteRequest& r, const Candidate& c) {
+  static int32_t declared_members(const RouteRequest& r) {
+    return r.group && r.group_size > 1 ? r.group_size : 1;
+  }
+  // The work a request brings to c: its uncached prompt once (a declared group's later members
+  // find it cached) and every sample's completion (all members' for a group's first member).
+  static double planned_work(const RouteRequest& r, const Candidate& c) {
     const int64_t cached = static_cast<int64_t>(c.matched_blocks) * r.block_size;
     return static_cast<double>(std::max<int64_t>(0, r.prompt_tokens - cached)) +
-           static_cast<double>(r.n) * static_cast<double>(std::max<int64_t>(r.max_tokens, 1));
+           static_cast<double>(declared_members(r)) * static_cast<double>(r.n) *
+               static_cast<double>(std::max<int64_t>(r.max_tokens, 1));
   }
 
+  static constexpr size_t kCountedGroups = 8192;
   KvCascadePolicyConfig c_;
   std::unordered_map<std::string, double> recent_;  // replica id -> decayed routed work
   double mean_request_ = 0;                         // mean work of a request (EWMA)
+  std::unordered_set<std::string> counted_groups_;  // declared groups already counted
+  std::deque<std::string> counted_order_;           // ...oldest first (bounded)
 };
 
 }  // namespace

@@ -74,6 +74,89 @@ TEST(KvCascadePolicy, BoundedWorkMovesAHotPrefixOffItsHolder) {
   EXPECT_EQ(p->choose(r, cs).replica, 1u);
 }
 
+// A burst of declared groups (RL: each prompt's samples sent as separate requests sharing a
+// `group`) whose first members all arrive before the rest: each group's whole work counts when
+// its first member is placed, so the next group sees it and the burst spreads evenly; the later
+// members (pinned by the router to the first's replica) add nothing more.
+TEST(KvCascadePolicy, DeclaredGroupsCountWholeAtTheirFirstMember) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  std::map<uint32_t, int> groups_on;
+  for (int i = 0; i < 3; ++i) {  // some ordinary traffic first, evenly spread
+    RouteRequest single = request(512, "single");
+    single.max_tokens = 64;
+    for (int j = 0; j < 5; ++j)
+      p->record(single, cs[i]);
+  }
+  std::vector<std::string> ids;
+  for (int g = 0; g < 6; ++g)
+    ids.push_back("step-1-prompt-" + std::to_string(g));
+  std::vector<uint32_t> placed;
+  for (const std::string& id : ids) {
+    RouteRequest first = request(512, id);
+    first.max_tokens = 64;
+    first.group = id;
+    first.group_size = 16;
+    const RouteDecision d = p->choose(first, cs);
+    p->record(first, cs[d.replica]);
+    placed.push_back(d.replica);
+    ++groups_on[d.replica];
+  }
+  for (size_t g = 0; g < ids.size(); ++g) {  // the members follow their first
+    RouteRequest member = request(512, ids[g]);
+    member.max_tokens = 64;
+    member.group = ids[g];
+    member.group_size = 16;
+    for (int m = 1; m < 16; ++m)
+      p->record(member, cs[placed[g]]);
+  }
+  for (const auto& [replica, count] : groups_on)
+    EXPECT_EQ(count, 2) << "replica " << replica;
+  // The members added nothing: a seventh group still goes where the work is lowest (any of the
+  // three is even), and the next burst spreads evenly again.
+  std::map<uint32_t, int> next;
+  for (int g = 0; g < 3; ++g) {
+    RouteRequest first = request(512, "step-2-prompt-" + std::to_string(g));
+    first.max_tokens = 64;
+    first.group = "step-2-prompt-" + std::to_string(g);
+    first.group_size = 16;
+    const RouteDecision d = p->choose(first, cs);
+    p->record(first, cs[d.replica]);
+    ++next[d.replica];
+  }
+  EXPECT_EQ(next.size(), 3u);
+}
+
+// A declared group's work is its prompt once (its later members find it cached) plus every
+// member's completion. Counted so, it fits under the bound of a replica with room when its
+// prefix's holder was sent far more than its share; counted as members x (prompt + completion)
+// it fitted nowhere, and the group fell back to the replica with the fewest sequences: here
+// the overworked holder.
+TEST(KvCascadePolicy, AGroupLeavesAnOverworkedHolderForAReplicaWithRoom) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  RouteRequest single = request(512, "single");
+  single.block_size = 16;
+  single.max_tokens = 64;
+  for (int i = 0; i < 12; ++i)
+    p->record(single, cs[1]);  // the holder got far more than its share
+  for (int i = 0; i < 3; ++i) {
+    p->record(single, cs[0]);
+    p->record(single, cs[2]);
+  }
+  cs[1].matched_blocks = 30;  // it holds the group's prompt
+  cs[0].running_sequences = 40;
+  cs[1].running_sequences = 10;
+  cs[2].running_sequences = 45;
+  RouteRequest first = request(512, "group");
+  first.block_size = 16;
+  first.max_tokens = 64;
+  first.group = "rl-step-1-prompt-0";
+  first.group_size = 16;
+  const RouteDecision d = p->choose(first, cs);
+  EXPECT_NE(d.replica, 1u) << d.reason;
+}
+
 TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
   auto p = make_policy("kvcascade");
   auto cs = three();

@@ -53,6 +53,9 @@ class RouterServer::ProxyAttempt : public std::enable_shared_from_this<ProxyAtte
   Clock::TimePoint begun{};
   size_t prompt_bytes = 0;
   std::optional<std::string> routing_key;  // RouterConfig::routing_key_header
+  // This try's uncached prompt tokens, pending at the replica until its answer starts
+  // (ReplicaView::pending_prefill_tokens); 0 once handed back.
+  int64_t pending_prefill = 0;
 
  private:
   bool do_choose();
@@ -61,6 +64,7 @@ class RouterServer::ProxyAttempt : public std::enable_shared_from_this<ProxyAtte
   bool on_chunk(std::string_view bytes);
   void on_done(const Status& s, const std::shared_ptr<http::Cancellation>& cancellation,
                int64_t prompt_tokens);
+  void prefill_started();
   void count_route();
   void start_client_stream();
   http::Headers client_headers() const;
@@ -299,7 +303,11 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.matched_blocks = std::max(exact.blocks_for(r.index), guessed.blocks_for(r.index));
     // Without a load report (a plain OpenAI server, or metrics that failed) the prompt tokens
     // this router has in flight there stand in for its queue.
-    c.queued_prefill_tokens = r.load_reported ? r.queued_prefill_tokens : r.in_flight_prompt_tokens;
+    // With one, the larger of the report and the prefill this router sent there since that has
+    // not started (the report is up to a poll interval old).
+    c.queued_prefill_tokens = r.load_reported
+                                  ? std::max(r.queued_prefill_tokens, r.pending_prefill_tokens)
+                                  : r.in_flight_prompt_tokens;
     c.running_sequences = r.running_sequences;
     c.waiting_sequences = r.waiting_sequences;
     c.in_flight_requests = r.in_flight;
@@ -438,10 +446,12 @@ void RouterServer::ProxyAttempt::do_try() {
   }
   count_route();
   const auto prompt_tokens = static_cast<int64_t>(prompt_bytes);
+  pending_prefill = std::max<int64_t>(0, prompt_tokens - static_cast<int64_t>(matched_bytes));
   // Ended if the replica is found dead.
-  s_.pool_.begin_request(replica, cancellation, prompt_tokens);
+  s_.pool_.begin_request(replica, cancellation, prompt_tokens, pending_prefill);
   if (!view) {
-    s_.pool_.end_request(replica, false, cancellation, prompt_tokens);
+    s_.pool_.end_request(replica, false, cancellation, prompt_tokens, pending_prefill);
+    pending_prefill = 0;
     if (!do_choose()) {
       http::send_error(*responder, 503, "no healthy replica left", "server_error");
     } else {
@@ -474,6 +484,12 @@ void RouterServer::ProxyAttempt::do_try() {
       std::move(options));
 }
 
+void RouterServer::ProxyAttempt::prefill_started() {
+  if (pending_prefill == 0) return;
+  s_.pool_.prefill_started(replica, pending_prefill);
+  pending_prefill = 0;
+}
+
 void RouterServer::ProxyAttempt::on_headers(int upstream_status, const http::Headers& upstream) {
   status = upstream_status;
   if (status >= 500) return;  // may be retried: nothing sent yet
@@ -483,6 +499,7 @@ void RouterServer::ProxyAttempt::on_headers(int upstream_status, const http::Hea
 
 bool RouterServer::ProxyAttempt::on_chunk(std::string_view bytes) {
   if (status >= 500) return true;  // drain the error body, then retry
+  prefill_started();               // the answer's first bytes: its prefill is done
   if (!sent_anything) {
     if (body.size() + bytes.size() <= kMaxBufferedBody) {
       body.append(bytes);
@@ -501,7 +518,9 @@ void RouterServer::ProxyAttempt::on_done(const Status& s,
                                          int64_t prompt_tokens) {
   const bool failed = !s.ok() || status >= 500;
   const bool client_gone = responder->client_gone();
-  s_.pool_.end_request(replica, !failed || client_gone, cancellation, prompt_tokens);
+  s_.pool_.end_request(replica, !failed || client_gone, cancellation, prompt_tokens,
+                       pending_prefill);
+  pending_prefill = 0;
   if (client_gone) return;  // nobody to answer; the replica did nothing wrong
   if (!failed) {
     if (sent_anything) {
@@ -568,7 +587,8 @@ std::string RouterServer::state_json() {
                  {"running", r.running_sequences},
                  {"waiting", r.waiting_sequences},
                  {"queued_prefill_tokens", r.queued_prefill_tokens},
-                 {"in_flight_prompt_tokens", r.in_flight_prompt_tokens}};
+                 {"in_flight_prompt_tokens", r.in_flight_prompt_tokens},
+                 {"pending_prefill_tokens", r.pending_prefill_tokens}};
     if (r.kv_usage) load["kv_usage"] = *r.kv_usage;
     if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
     if (!r.load_error.empty()) load["error"] = r.load_error;

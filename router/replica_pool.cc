@@ -131,23 +131,31 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
 }
 
 void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation,
-                                int64_t prompt_tokens) {
+                                int64_t prompt_tokens, int64_t prefill_tokens) {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return;
   Replica& r = *replicas_[index];
   ++r.view.in_flight;
   r.view.in_flight_prompt_tokens += prompt_tokens;
+  r.view.pending_prefill_tokens += prefill_tokens;
   if (cancellation) r.exchanges.insert(std::move(cancellation));
+}
+
+void ReplicaPool::prefill_started(uint32_t index, int64_t prefill_tokens) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  replicas_[index]->view.pending_prefill_tokens -= prefill_tokens;
 }
 
 void ReplicaPool::end_request(uint32_t index, bool ok,
                               const std::shared_ptr<http::Cancellation>& cancellation,
-                              int64_t prompt_tokens) {
+                              int64_t prompt_tokens, int64_t prefill_tokens) {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return;
   Replica& r = *replicas_[index];
   --r.view.in_flight;
   r.view.in_flight_prompt_tokens -= prompt_tokens;
+  r.view.pending_prefill_tokens -= prefill_tokens;
   if (cancellation) r.exchanges.erase(cancellation);
   if (ok) {
     r.consecutive_failures = 0;

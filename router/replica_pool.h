@@ -80,6 +80,10 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // Sent by this router and not yet answered: requests, and their prompt tokens (bytes).
   int64_t in_flight = 0;
   int64_t in_flight_prompt_tokens = 0;
+  // The prompt tokens this router expects the replica to compute (those it did not hold) for
+  // requests whose answer has not started: fresher than a load report (polled every
+  // poll_interval), which the policy cannot see a prefill routed since in.
+  int64_t pending_prefill_tokens = 0;
 };
 
 class ReplicaPool {
@@ -110,11 +114,15 @@ class ReplicaPool {
   // is cancelled if the replica is found dead while the exchange is in flight; pass the same one
   // to end_request.
   // prompt_tokens: the request's, counted in flight until end_request (give the same number).
+  // prefill_tokens: its uncached prompt tokens, pending until prefill_started or end_request
+  // (give end_request what prefill_started did not take).
   void begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation = nullptr,
-                     int64_t prompt_tokens = 0);
+                     int64_t prompt_tokens = 0, int64_t prefill_tokens = 0);
+  // The answer started (its first bytes came back): the replica has done the prefill.
+  void prefill_started(uint32_t index, int64_t prefill_tokens);
   void end_request(uint32_t index, bool ok,
                    const std::shared_ptr<http::Cancellation>& cancellation = nullptr,
-                   int64_t prompt_tokens = 0);
+                   int64_t prompt_tokens = 0, int64_t prefill_tokens = 0);
 
  private:
   struct Replica;

@@ -251,6 +251,11 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
   json state =
       json::parse(http::Client().request("127.0.0.1", port_, "GET", "/router/state")->body);
   EXPECT_GE(state["requests"].get<int>(), 6);
+  // Every try's pending prefill was handed back: by its answer, or by its failure.
+  for (const json& r : state["replicas"]) {
+    EXPECT_EQ(r["load"]["pending_prefill_tokens"], 0) << r.dump();
+    EXPECT_EQ(r["load"]["in_flight_prompt_tokens"], 0) << r.dump();
+  }
 }
 
 // A replica that sends the headers and part of a non-streaming reply, then drops the connection:

@@ -149,6 +149,9 @@ Run add_bench_command(CLI::App& app) {
   routing->add_option("--timeout", g->request_timeout_s, "seconds a request may take")
       ->check(CLI::Range(1.0, 3600.0));
   routing->add_option("--out", g->out, "write the results as JSON to this file");
+  routing->add_option("--plot", g->plot, "draw TTFT and load per policy into this SVG file");
+  routing->add_option("--replot", g->replot,
+                      "draw --plot from this saved --out JSON instead of running anything");
   routing->add_flag("!--no-progress", g->progress, "no progress lines on stderr");
   auto p = std::make_shared<PressureBenchOptions>();
   CLI::App* pressure = bench->add_subcommand(

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/trace.h"
+#include "replica/sim_backend.h"
 
 namespace kvc::cli {
 
@@ -30,6 +31,8 @@ struct RoutingBenchOptions {
   double ttft_slo_ms = 500;
   double request_timeout_s = 120;
   std::string out;       // JSON results (empty: none)
+  std::string plot;      // SVG of the results (cli/routing_plot.h; empty: none)
+  std::string replot;    // a saved --out JSON: only draw its --plot, run nothing
   bool progress = true;  // a line per second while replaying
 };
 
@@ -54,6 +57,14 @@ struct RoutingResult {
 // The oracle: prompt tokens one infinite cache (full 16-token blocks, byte tokens) would serve
 // over the trace in arrival order.
 int64_t oracle_cached_tokens(const std::vector<TraceRequest>& trace);
+// ...and per request, in trace order.
+std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& trace);
+
+// The TTFT floor of each request (ms): its prompt beyond what the oracle holds prefilled on an
+// idle replica (no queue, no step in progress) in chunks of max_tokens_per_step, each chunk one
+// step of the sim's bandwidth model. No policy's TTFT goes below it.
+std::vector<double> ttft_floor_ms(const std::vector<TraceRequest>& trace, const SimPreset& preset,
+                                  int32_t max_tokens_per_step);
 
 // Replays `trace` through a router with `policy` in front of fresh sim replicas.
 Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const std::string& mix,

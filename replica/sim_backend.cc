@@ -64,21 +64,40 @@ int32_t sim_kv_blocks(const SimPreset& p, double utilization, int32_t block_size
   return static_cast<int32_t>(std::clamp(blocks, 1.0, double{1 << 24}));
 }
 
+namespace {
+
+// FLOPs of one query row against one key: QK^T and PV over every layer and query head.
+double attention_flops_per_key(const ModelConfig& model) {
+  return 4.0 * model.num_hidden_layers * model.num_attention_heads * model.head_dim;
+}
+
+}  // namespace
+
+StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len, bool logits,
+                            int kv_bytes_per_element) {
+  StepWork w;
+  w.rows = len;
+  w.logit_rows = logits ? 1 : 0;
+  w.kv_bytes_read = (start + len) * model.kv_bytes_per_token(kv_bytes_per_element);
+  // Causal: the token at position q attends to q + 1 keys.
+  w.attention_flops =
+      attention_flops_per_key(model) * static_cast<double>(len * start + len * (len + 1) / 2);
+  return w;
+}
+
 StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32_t block_size,
                       int kv_bytes_per_element) {
   StepWork w;
   const int64_t kv_per_token = model.kv_bytes_per_token(kv_bytes_per_element);
-  // FLOPs of one query row against one key: QK^T and PV over every layer and query head.
-  const double flops_per_key =
-      4.0 * model.num_hidden_layers * model.num_attention_heads * model.head_dim;
+  const double flops_per_key = attention_flops_per_key(model);
   const PrefillBatch& p = batch.prefill;
   for (int32_t c = 0; c < p.num_chunks(); ++c) {
-    const int64_t len = p.chunk_tokens(c), start = p.start_pos[c];
-    w.rows += len;
-    w.logit_rows += p.want_logits[c] ? 1 : 0;
-    w.kv_bytes_read += (start + len) * kv_per_token;
-    // Causal: the token at position q attends to q + 1 keys.
-    w.attention_flops += flops_per_key * static_cast<double>(len * start + len * (len + 1) / 2);
+    const StepWork chunk = prefill_chunk_work(model, p.start_pos[c], p.chunk_tokens(c),
+                                              p.want_logits[c] != 0, kv_bytes_per_element);
+    w.rows += chunk.rows;
+    w.logit_rows += chunk.logit_rows;
+    w.kv_bytes_read += chunk.kv_bytes_read;
+    w.attention_flops += chunk.attention_flops;
   }
   const DecodeBatch& d = batch.decode;
   w.rows += d.size();

@@ -33,6 +33,11 @@ std::vector<std::string> sim_preset_names();
 // KV blocks that fit in `utilization` x memory after the weights (at least 1).
 int32_t sim_kv_blocks(const SimPreset& preset, double utilization, int32_t block_size);
 
+// One prefill chunk of `len` tokens after `start` cached ones: its rows, its logits row (when
+// wanted), the KV it reads (its whole context) and its causal attention FLOPs.
+StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len, bool logits,
+                            int kv_bytes_per_element);
+
 // What a batch moves and computes: rows, logits rows, the KV the plan reads (each shared node
 // once, each suffix per sequence), each prefill chunk's context, copy-on-write copies.
 StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32_t block_size,

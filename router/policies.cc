@@ -162,8 +162,8 @@ class KvCascade final : public Policy {
     // A declared group lands whole where its first member goes: it is placed by the work of all
     // its members (planned_work).
     // Staying is worth the prefill that moving would redo: a replica holding more of the prompt
-    // than any other may exceed the bound by that many tokens (once for a group: its later
-    // members find the prompt cached wherever it goes).
+    // than any other may exceed the bound by work_lead_factor x that many tokens (once for a
+    // group: its later members find the prompt cached wherever it goes).
     size_t top = 0, second = 0;  // the two longest matches
     for (const Candidate* c : cs) {
       second = std::max(second, std::min(top, c->matched_blocks));
@@ -171,7 +171,7 @@ class KvCascade final : public Policy {
     }
     auto lead_tokens = [&](const Candidate& c) {
       return c.matched_blocks == top && top > second
-                 ? static_cast<double>(top - second) * r.block_size
+                 ? c_.work_lead_factor * static_cast<double>(top - second) * r.block_size
                  : 0.0;
     };
     auto work_ok = [&](const Candidate& c) {

@@ -69,16 +69,18 @@ struct KvCascadePolicyConfig {
   // bounded-load rendezvous spreads it over up to `hot_spread` replicas.
   int32_t hot_spread = 2;
   double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load...
-  int32_t bounded_load_slack = 8;     // ...plus this many sequences
+  int32_t bounded_load_slack = 32;    // ...plus this many sequences
   int32_t cold_hash_blocks = 4;       // cold prompts: rendezvous hash of the first blocks
   // Bounded work: besides sequences, each replica's recently routed work (its uncached prompt
-  // tokens + n x max_tokens per request, decayed by work_decay per routed request) may exceed
-  // the mean by work_bound_factor, plus work_slack_requests mean requests, plus the prefill it
-  // saves (the prompt tokens it holds beyond any other replica). A prefix whose holder is over
-  // the bound moves to the cheapest replica under it (its prefix then replicates to as many
-  // replicas as its load needs). 0: off.
+  // tokens + n x max_tokens per request, decayed by work_decay per routed request; a declared
+  // group counted whole at its first member) may exceed the mean by work_bound_factor, plus
+  // work_slack_requests mean requests, plus work_lead_factor x the prefill it saves (the prompt
+  // tokens it holds beyond any other replica: moving redoes them and delays the request by
+  // them). A prefix whose holder is over the bound moves to the cheapest replica under it (its
+  // prefix then replicates to as many replicas as its load needs). 0: off.
   double work_bound_factor = 1.1;
-  double work_slack_requests = 2.0;
+  double work_slack_requests = 4.0;
+  double work_lead_factor = 2.0;
   double work_decay = 0.999;
   // KV pressure (engines reporting their KV-cache usage, e.g. vLLM's kv_cache_usage_perc): past
   // kv_pressure_start, new work there waits for memory or preempts, so the replica is charged as

@@ -303,11 +303,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.matched_blocks = std::max(exact.blocks_for(r.index), guessed.blocks_for(r.index));
     // Without a load report (a plain OpenAI server, or metrics that failed) the prompt tokens
     // this router has in flight there stand in for its queue.
-    // With one, the larger of the report and the prefill this router sent there since that has
-    // not started (the report is up to a poll interval old).
-    c.queued_prefill_tokens = r.load_reported
-                                  ? std::max(r.queued_prefill_tokens, r.pending_prefill_tokens)
-                                  : r.in_flight_prompt_tokens;
+    c.queued_prefill_tokens = r.load_reported ? r.queued_prefill_tokens : r.in_flight_prompt_tokens;
     c.running_sequences = r.running_sequences;
     c.waiting_sequences = r.waiting_sequences;
     c.in_flight_requests = r.in_flight;

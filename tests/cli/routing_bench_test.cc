@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cli/routing_plot.h"
+
 namespace kvc::cli {
 namespace {
 
@@ -17,6 +19,57 @@ TEST(RoutingBench, OracleCountsEveryRepeatedFullBlock) {
   TraceRequest c;
   c.prompt = std::string(40, 'c');
   EXPECT_EQ(oracle_cached_tokens({a, b, c, b}), 32 + 48);
+}
+
+// The TTFT floor: a prompt seen before (the oracle holds it) costs one short step; a new long one
+// a step per chunk of the step budget, and more the longer it is.
+TEST(RoutingBench, TtftFloorFollowsWhatTheOracleHolds) {
+  const SimPreset preset = *sim_preset("h200-llama3-8b");
+  TraceRequest a;
+  a.prompt = std::string(3000, 'a');
+  TraceRequest b;
+  b.prompt = std::string(6000, 'b');
+  const std::vector<double> ms = ttft_floor_ms({a, a, b}, preset, 2048);
+  ASSERT_EQ(ms.size(), 3u);
+  EXPECT_GT(ms[0], 0);
+  EXPECT_LT(ms[1], ms[0] / 3);  // cached but for the last token: one small step
+  EXPECT_GT(ms[2], ms[0]);      // 3 chunks against 2
+  EXPECT_EQ(oracle_cached_per_request({a, a, b}),
+            (std::vector<int64_t>{0, 2992, 0}));  // full 16-token blocks
+}
+
+// The plot: one bar pair per (mix, policy), every policy in the legend, the values written on it;
+// a document without results, or a result missing a field, is a clear error.
+TEST(RoutingPlot, DrawsEveryMixAndPolicyAndRefusesIncompleteResults) {
+  nlohmann::json doc = {{"results", nlohmann::json::array()}};
+  for (const char* mix : {"chat", "rl"}) {
+    for (const char* policy : {"kvcascade", "round_robin"}) {
+      RoutingResult r;
+      r.mix = mix;
+      r.policy = policy;
+      r.requests = 3;
+      r.replica_work = {10, 20, 30};
+      r.ttft_ms = {12.0, 18.5, 730.0};
+      r.cached_tokens = 90;
+      r.oracle_cached_tokens = 100;
+      doc["results"].push_back(r.to_json());
+    }
+  }
+  Result<std::string> svg = routing_plot_svg(doc);
+  ASSERT_TRUE(svg.ok()) << svg.error().message;
+  EXPECT_EQ(svg->rfind("<svg", 0), 0u);
+  EXPECT_NE(svg->find("</svg>"), std::string::npos);
+  for (const char* s : {"kvcascade", "round_robin", "chat: TTFT", "rl: max/mean", "1.50", "90.0%"})
+    EXPECT_NE(svg->find(s), std::string::npos) << s;
+  size_t rects = 0;
+  for (size_t at = svg->find("<rect"); at != std::string::npos; at = svg->find("<rect", at + 1))
+    ++rects;
+  EXPECT_EQ(rects, 1u + 2u + 4u * 3u);  // background, legend, per result: TTFT, p90 mark, work
+  EXPECT_FALSE(routing_plot_svg(nlohmann::json::object()).ok());
+  doc["results"][1].erase("ttft_ms");
+  Result<std::string> bad = routing_plot_svg(doc);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("lacks a field"), std::string::npos);
 }
 
 TEST(RoutingBench, KvcascadeOnFourSimReplicasKeepsHitsAndBalance) {

@@ -79,7 +79,10 @@ TEST(KvCascadePolicy, BoundedWorkMovesAHotPrefixOffItsHolder) {
 // its first member is placed, so the next group sees it and the burst spreads evenly; the later
 // members (pinned by the router to the first's replica) add nothing more.
 TEST(KvCascadePolicy, DeclaredGroupsCountWholeAtTheirFirstMember) {
-  auto p = make_policy("kvcascade");
+  // Little slack: three replicas and six groups, where a group is a large share of the work.
+  KvCascadePolicyConfig config;
+  config.work_slack_requests = 0.5;
+  auto p = make_kvcascade_policy(config);
   auto cs = three();
   std::map<uint32_t, int> groups_on;
   for (int i = 0; i < 3; ++i) {  // some ordinary traffic first, evenly spread
@@ -112,19 +115,22 @@ TEST(KvCascadePolicy, DeclaredGroupsCountWholeAtTheirFirstMember) {
   }
   for (const auto& [replica, count] : groups_on)
     EXPECT_EQ(count, 2) << "replica " << replica;
-  // The members added nothing: a seventh group still goes where the work is lowest (any of the
-  // three is even), and the next burst spreads evenly again.
-  std::map<uint32_t, int> next;
-  for (int g = 0; g < 3; ++g) {
+  // The members added nothing: after the next burst the groups are still even (within one).
+  for (int g = 0; g < 6; ++g) {
     RouteRequest first = request(512, "step-2-prompt-" + std::to_string(g));
     first.max_tokens = 64;
     first.group = "step-2-prompt-" + std::to_string(g);
     first.group_size = 16;
     const RouteDecision d = p->choose(first, cs);
     p->record(first, cs[d.replica]);
-    ++next[d.replica];
+    ++groups_on[d.replica];
   }
-  EXPECT_EQ(next.size(), 3u);
+  int lo = 1 << 30, hi = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    lo = std::min(lo, groups_on[i]);
+    hi = std::max(hi, groups_on[i]);
+  }
+  EXPECT_LE(hi - lo, 1) << groups_on[0] << " " << groups_on[1] << " " << groups_on[2];
 }
 
 // A declared group's work is its prompt once (its later members find it cached) plus every

@@ -257,7 +257,9 @@ TEST(SimplePolicies, RoundRobinLeastLoadConsistentHash) {
   cs[1].healthy = false;
   for (const auto& [key, replica] : before) {
     const uint32_t now = ch->choose(request(1, key), cs).replica;
-    if (replica != 1) EXPECT_EQ(now, replica) << key;
+    if (replica != 1) {
+      EXPECT_EQ(now, replica) << key;
+    }
   }
   EXPECT_EQ(make_policy("nonsense"), nullptr);
 }
@@ -284,7 +286,9 @@ TEST(RouteByKey, PinsByRendezvousAndMovesOnlyWhenItsReplicaLeaves) {
   for (const auto& [key, replica] : before) {
     const uint32_t now = route_by_key(key, cs).replica;
     EXPECT_NE(now, 2u);
-    if (replica != 2) EXPECT_EQ(now, replica) << key;
+    if (replica != 2) {
+      EXPECT_EQ(now, replica) << key;
+    }
   }
 }
 

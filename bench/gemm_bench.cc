@@ -51,10 +51,14 @@ double time_gemm(const std::function<cudaError_t(const void*)>& run,
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   KVC_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  for (int i = 0; i < launches; ++i) {
-    if (run(weights[i % weights.size()]) != cudaSuccess) break;
-  }
+  cudaError_t captured = cudaSuccess;
+  for (int i = 0; i < launches && captured == cudaSuccess; ++i)
+    captured = run(weights[i % weights.size()]);
   KVC_CHECK(cudaStreamEndCapture(stream, &graph));
+  if (captured != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    KVC_CHECK(captured);
+  }
   KVC_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t a, b;
   KVC_CHECK(cudaEventCreate(&a));
@@ -179,14 +183,18 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       };
       // Outputs side by side on the first weight copy (y holds cuBLASLt's from the timing).
       g.run(x, weights[0], y, m, s.n, s.k, out, stream);
-      run(weights[0]);
+      const cudaError_t e = run(weights[0]);
       cudaStreamSynchronize(stream);
-      diff = rel_diff(y2, y, size_t(m) * s.n, s.f32_out);
-      dec = time_gemm(run, weights, opt.iters, stream);
+      if (e == cudaSuccess) {
+        diff = rel_diff(y2, y, size_t(m) * s.n, s.f32_out);
+        dec = time_gemm(run, weights, opt.iters, stream);
+      } else {
+        std::fprintf(stderr, "bench gemm: decode GEMM at %s: %s\n", s.name, cudaGetErrorString(e));
+      }
     }
     sum_floor += floor_us;
     sum_lt += lt;
-    sum_dec += dec;
+    sum_dec += dec > 0 ? dec : std::nan("");
     std::printf("%-8s %6d %6d %9.1f %10.1f %10.1f %6.2f %10.1f %6.2f %6d %9.1e\n", s.name, s.n, s.k,
                 bytes / 1e6, floor_us, lt, lt / floor_us, dec, dec / floor_us, cut.splits, diff);
     rows.push_back({{"gemm", s.name},

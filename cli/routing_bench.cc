@@ -211,8 +211,10 @@ std::vector<double> ttft_floor_ms(const std::vector<TraceRequest>& trace, const 
   ms.reserve(trace.size());
   for (size_t i = 0; i < trace.size(); ++i) {
     const auto tokens = static_cast<int64_t>(prompt_bytes(trace[i]).size());
-    // At least the last token runs through the model (a fully cached prompt recomputes it).
-    int64_t start = std::min(cached[i], std::max<int64_t>(tokens - 1, 0));
+    // The engine reuses whole cached blocks short of the last token: a fully cached prompt
+    // recomputes its last block.
+    const int64_t reusable = std::max<int64_t>(tokens - 1, 0) / int64_t{kBlock} * int64_t{kBlock};
+    int64_t start = std::min(cached[i], reusable);
     double s = 0;
     while (start < tokens) {
       const int64_t len = std::min<int64_t>(tokens - start, max_tokens_per_step);

@@ -79,6 +79,16 @@ Result<std::string> routing_plot_svg(const json& doc) {
     hi = std::max(hi, std::max(r.p99, 0.1));
     work_hi = std::max(work_hi, r.work * 1.1);
   }
+  const json* floors = doc.contains("ttft_floor_ms") && doc["ttft_floor_ms"].is_object()
+                           ? &doc["ttft_floor_ms"]
+                           : nullptr;
+  if (floors != nullptr) {  // the floor line stays on the axis
+    for (const auto& [mix, f] : floors->items()) {
+      if (f.contains("p90") && f["p90"].is_number()) {
+        lo = std::min(lo, std::max(f["p90"].get<double>(), 0.1));
+      }
+    }
+  }
   const double log_lo = std::floor(std::log10(lo)), log_hi = std::ceil(std::log10(hi) + 1e-9);
   auto y_ttft = [&](double ms, double y0) {
     const double l = (std::log10(std::max(ms, 0.1)) - log_lo) / std::max(log_hi - log_lo, 1.0);
@@ -124,8 +134,8 @@ Result<std::string> routing_plot_svg(const json& doc) {
     s << "<line x1=\"" << x_work << "\" x2=\"" << x_work + panel_w << "\" y1=\"" << target
       << "\" y2=\"" << target << "\" stroke=\"#c00\" stroke-dasharray=\"6,4\"/><text x=\""
       << x_work + panel_w + 4 << "\" y=\"" << target + 4 << "\" fill=\"#c00\">1.2</text>\n";
-    if (doc.contains("ttft_floor_ms") && doc["ttft_floor_ms"].contains(mixes[m])) {
-      const json& f = doc["ttft_floor_ms"][mixes[m]];
+    if (floors != nullptr && floors->contains(mixes[m])) {
+      const json& f = (*floors)[mixes[m]];
       if (f.contains("p90") && f["p90"].is_number()) {
         const double y = y_ttft(f["p90"].get<double>(), y0);
         s << "<line x1=\"" << x_ttft << "\" x2=\"" << x_ttft + panel_w << "\" y1=\"" << y

@@ -1,10 +1,10 @@
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "router/policy.h"
@@ -125,24 +125,40 @@ class KvCascade final : public Policy {
   void record(const RouteRequest& r, const Candidate& chosen) override {
     if (c_.work_bound_factor <= 0) return;
     // A declared group is counted whole when its first member is placed (the others follow it
-    // there), so groups placed meanwhile see it; its later members add nothing.
+    // there), so groups placed meanwhile see it; its later members add nothing, unless they land
+    // elsewhere (a retry, a pin that expired, a routing key): then the members still to come are
+    // counted there instead. Once all members were seen the id is forgotten (clients reuse ids).
     const int32_t members = declared_members(r);
-    if (members > 1 && !counted_groups_.insert(*r.group).second) return;
     if (members > 1) {
-      counted_order_.push_back(*r.group);
-      if (counted_order_.size() > kCountedGroups) {
-        counted_groups_.erase(counted_order_.front());
-        counted_order_.pop_front();
+      if (auto it = groups_.find(*r.group); it != groups_.end()) {
+        CountedGroup& g = it->second;
+        if (g.replica != chosen.id) {
+          const double moved = std::min(g.per_member * (members - g.seen), recent(g.replica));
+          recent_[g.replica] -= moved;
+          recent_[chosen.id] += moved;
+          g.replica = chosen.id;
+        }
+        if (++g.seen >= members) groups_.erase(it);
+        return;
       }
     }
     const double w = planned_work(r, chosen);
-    for (int32_t i = 0; i < members; ++i) {
-      for (auto& [id, v] : recent_)
-        v *= c_.work_decay;
-      const double per = w / members;
-      mean_request_ = mean_request_ == 0 ? per : 0.99 * mean_request_ + 0.01 * per;
-    }
+    // One routed request per member: the decay and the mean request as if each came alone.
+    const double decay = std::pow(c_.work_decay, members), keep = std::pow(0.99, members);
+    for (auto& [id, v] : recent_)
+      v *= decay;
+    const double per = w / members;
+    mean_request_ = mean_request_ == 0 ? per : keep * mean_request_ + (1 - keep) * per;
     recent_[chosen.id] += w;
+    if (members > 1) {
+      groups_[*r.group] = CountedGroup{chosen.id, per, 1};
+      group_order_.push_back(*r.group);
+      // Bounded: groups whose members never all come are forgotten oldest first.
+      while (group_order_.size() > kCountedGroups) {
+        groups_.erase(group_order_.front());
+        group_order_.pop_front();
+      }
+    }
   }
 
   RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
@@ -245,10 +261,11 @@ class KvCascade final : public Policy {
            c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
   }
 
-  double recent(const Candidate& c) const {
-    auto it = recent_.find(c.id);
+  double recent(const std::string& id) const {
+    auto it = recent_.find(id);
     return it == recent_.end() ? 0.0 : it->second;
   }
+  double recent(const Candidate& c) const { return recent(c.id); }
   static int32_t declared_members(const RouteRequest& r) {
     return r.group && r.group_size > 1 ? r.group_size : 1;
   }
@@ -262,11 +279,16 @@ class KvCascade final : public Policy {
   }
 
   static constexpr size_t kCountedGroups = 8192;
+  struct CountedGroup {
+    std::string replica;  // where its work is counted
+    double per_member = 0;
+    int32_t seen = 0;  // members recorded so far
+  };
   KvCascadePolicyConfig c_;
-  std::unordered_map<std::string, double> recent_;  // replica id -> decayed routed work
-  double mean_request_ = 0;                         // mean work of a request (EWMA)
-  std::unordered_set<std::string> counted_groups_;  // declared groups already counted
-  std::deque<std::string> counted_order_;           // ...oldest first (bounded)
+  std::unordered_map<std::string, double> recent_;        // replica id -> decayed routed work
+  double mean_request_ = 0;                               // mean work of a request (EWMA)
+  std::unordered_map<std::string, CountedGroup> groups_;  // declared groups being counted
+  std::deque<std::string> group_order_;                   // ...oldest first (bounded)
 };
 
 }  // namespace

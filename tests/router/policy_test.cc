@@ -163,6 +163,47 @@ TEST(KvCascadePolicy, AGroupLeavesAnOverworkedHolderForAReplicaWithRoom) {
   EXPECT_NE(d.replica, 1u) << d.reason;
 }
 
+// A group id is forgotten once all its members were recorded: a client reusing ids (p0..p63 every
+// RL step) has every new group counted. A group whose first member is retried elsewhere has its
+// counted work follow it.
+TEST(KvCascadePolicy, ReusedGroupIdsAreCountedAgainAndRetriesMoveTheWork) {
+  KvCascadePolicyConfig config;
+  config.work_slack_requests = 0.5;
+  auto p = make_kvcascade_policy(config);
+  auto cs = three();
+  RouteRequest single = request(512, "single");
+  single.max_tokens = 64;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j)
+      p->record(single, cs[i]);
+  auto group = [] {
+    RouteRequest g = request(512, "p0");
+    g.max_tokens = 64;
+    g.group = "p0";  // the same id every step
+    g.group_size = 4;
+    return g;
+  };
+  // Steps of one group of 4 (id reused): each step's group is counted, so they rotate.
+  std::map<uint32_t, int> on;
+  for (int step = 0; step < 6; ++step) {
+    const RouteRequest g = group();
+    const uint32_t d = p->choose(g, cs).replica;
+    for (int m = 0; m < 4; ++m)
+      p->record(g, cs[d]);
+    ++on[d];
+  }
+  EXPECT_EQ(on.size(), 3u);
+  // A retry: the first member recorded on 0, then again on 1 (0 failed): the next group avoids 1
+  // (it carries the work now), not 0.
+  RouteRequest g = group();
+  g.group = "retried";
+  p->record(g, cs[0]);
+  p->record(g, cs[1]);
+  RouteRequest next = group();
+  next.group = "next";
+  EXPECT_NE(p->choose(next, cs).replica, 1u);
+}
+
 TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
   auto p = make_policy("kvcascade");
   auto cs = three();

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/graph_timing.h"
 #include "kernels/cuda/decode_gemm.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
@@ -31,55 +32,20 @@ struct Shape {
   bool f32_out;
 };
 
-#define KVC_CHECK(call)                                                            \
-  do {                                                                             \
-    const cudaError_t e_ = (call);                                                 \
-    if (e_ != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "bench gemm: %s: %s\n", #call, cudaGetErrorString(e_)); \
-      return -1.0;                                                                 \
-    }                                                                              \
-  } while (0)
-
-// Median time of one GEMM in microseconds: a graph of `launches` GEMMs over the rotating weight
-// copies, replayed `iters` times. run(w) enqueues one GEMM on `stream`.
+// Median time of one GEMM in microseconds: a graph of 16 GEMMs over the rotating weight copies,
+// replayed `iters` times. run(w) enqueues one GEMM on `stream`. -1 on a CUDA failure (said).
 double time_gemm(const std::function<cudaError_t(const void*)>& run,
                  const std::vector<void*>& weights, int iters, cudaStream_t stream) {
-  // Plans and first-use setup outside the capture.
-  KVC_CHECK(run(weights[0]));
-  KVC_CHECK(cudaStreamSynchronize(stream));
   const int launches = static_cast<int>(weights.size()) * std::max(1, 16 / int(weights.size()));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  KVC_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  cudaError_t captured = cudaSuccess;
-  for (int i = 0; i < launches && captured == cudaSuccess; ++i)
-    captured = run(weights[i % weights.size()]);
-  KVC_CHECK(cudaStreamEndCapture(stream, &graph));
-  if (captured != cudaSuccess) {
-    cudaGraphDestroy(graph);
-    KVC_CHECK(captured);
+  float ms = 0;
+  const cudaError_t e =
+      median_graph_ms([&](int i, cudaStream_t) { return run(weights[i % weights.size()]); },
+                      launches, stream, iters, ms);
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "bench gemm: %s\n", cudaGetErrorString(e));
+    return -1.0;
   }
-  KVC_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  KVC_CHECK(cudaEventCreate(&a));
-  KVC_CHECK(cudaEventCreate(&b));
-  KVC_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-  std::vector<double> us;
-  for (int it = 0; it < iters; ++it) {
-    KVC_CHECK(cudaEventRecord(a, stream));
-    KVC_CHECK(cudaGraphLaunch(exec, stream));
-    KVC_CHECK(cudaEventRecord(b, stream));
-    KVC_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    KVC_CHECK(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(1000.0 * ms / launches);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  return 1000.0 * ms / launches;
 }
 
 // Relative L2 difference of two device outputs of n elements.

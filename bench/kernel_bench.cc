@@ -5,6 +5,8 @@
 // events after warm-up; the median of `iters` replays is reported.
 #include "bench/kernel_bench.h"
 
+#include "bench/graph_timing.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -125,44 +127,11 @@ int slots_for(int64_t blocks) {
                     kMaxSlots);
 }
 
-// Median ms of one replay of `graph`.
-float time_graph(cudaGraphExec_t graph, cudaStream_t stream, int iters) {
-  cudaEvent_t a, b;
-  BENCH_CHECK(cudaEventCreate(&a));
-  BENCH_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i)
-    BENCH_CHECK(cudaGraphLaunch(graph, stream));
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    BENCH_CHECK(cudaEventRecord(a, stream));
-    BENCH_CHECK(cudaGraphLaunch(graph, stream));
-    BENCH_CHECK(cudaEventRecord(b, stream));
-    BENCH_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  BENCH_CHECK(cudaEventDestroy(a));
-  BENCH_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // Captures the 32 layers issued by `layer(i, stream)` and times the replays.
 float time_layers(const std::function<cudaError_t(int, cudaStream_t)>& layer, cudaStream_t stream,
                   int iters) {
-  BENCH_CHECK(layer(0, stream));  // first launch outside the capture (function attributes)
-  BENCH_CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLayers; ++i)
-    BENCH_CHECK(layer(i, stream));
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const float ms = time_graph(exec, stream, iters);
-  BENCH_CHECK(cudaGraphExecDestroy(exec));
-  BENCH_CHECK(cudaGraphDestroy(graph));
+  float ms = 0;
+  BENCH_CHECK(median_graph_ms(layer, kLayers, stream, iters, ms));
   return ms;
 }
 

@@ -122,22 +122,31 @@ class KvCascade final : public Policy {
   std::string name() const override { return "kvcascade"; }
   bool pins_siblings() const override { return true; }
 
+  void retried(const RouteRequest& r, const Candidate& from, const Candidate& to) override {
+    if (c_.work_bound_factor <= 0) return;
+    if (declared_members(r) > 1) {
+      // This member and the ones still to come (the router pins them to `to` now).
+      if (auto it = groups_.find(*r.group); it != groups_.end() && it->second.replica == from.id) {
+        move_group(it->second, declared_members(r) - it->second.seen + 1, to.id);
+        return;
+      }
+    }
+    const double moved = std::min(planned_work(r, from), recent(from));
+    recent_[from.id] -= moved;
+    recent_[to.id] += moved;
+  }
+
   void record(const RouteRequest& r, const Candidate& chosen) override {
     if (c_.work_bound_factor <= 0) return;
     // A declared group is counted whole when its first member is placed (the others follow it
     // there), so groups placed meanwhile see it; its later members add nothing, unless they land
-    // elsewhere (a retry, a pin that expired, a routing key): then the members still to come are
-    // counted there instead. Once all members were seen the id is forgotten (clients reuse ids).
+    // elsewhere (a pin that expired, a routing key): then the members still to come are counted
+    // there instead. Once all members were seen the id is forgotten (clients reuse ids).
     const int32_t members = declared_members(r);
     if (members > 1) {
       if (auto it = groups_.find(*r.group); it != groups_.end()) {
         CountedGroup& g = it->second;
-        if (g.replica != chosen.id) {
-          const double moved = std::min(g.per_member * (members - g.seen), recent(g.replica));
-          recent_[g.replica] -= moved;
-          recent_[chosen.id] += moved;
-          g.replica = chosen.id;
-        }
+        if (g.replica != chosen.id) move_group(g, members - g.seen, chosen.id);
         if (++g.seen >= members) groups_.erase(it);
         return;
       }
@@ -261,6 +270,18 @@ class KvCascade final : public Policy {
            c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
   }
 
+  struct CountedGroup {
+    std::string replica;  // where its work is counted
+    double per_member = 0;
+    int32_t seen = 0;  // members recorded so far
+  };
+  // Moves `members` members' share of a group's counted work to replica `to`.
+  void move_group(CountedGroup& g, int32_t members, const std::string& to) {
+    const double moved = std::min(g.per_member * members, recent(g.replica));
+    recent_[g.replica] -= moved;
+    recent_[to] += moved;
+    g.replica = to;
+  }
   double recent(const std::string& id) const {
     auto it = recent_.find(id);
     return it == recent_.end() ? 0.0 : it->second;
@@ -279,11 +300,6 @@ class KvCascade final : public Policy {
   }
 
   static constexpr size_t kCountedGroups = 8192;
-  struct CountedGroup {
-    std::string replica;  // where its work is counted
-    double per_member = 0;
-    int32_t seen = 0;  // members recorded so far
-  };
   KvCascadePolicyConfig c_;
   std::unordered_map<std::string, double> recent_;        // replica id -> decayed routed work
   double mean_request_ = 0;                               // mean work of a request (EWMA)

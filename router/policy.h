@@ -57,8 +57,11 @@ class Policy {
   // router/sibling_tracker.h) on the replica this policy chose for the first of them.
   virtual bool pins_siblings() const { return false; }
   // Every request the router sends, however it chose the replica (pinned siblings, routing
-  // keys, retries included): policies that balance the work they route count it here.
+  // keys): policies that balance the work they route count it here.
   virtual void record(const RouteRequest& request, const Candidate& chosen) {}
+  // A request recorded on `from` was sent to `to` instead (its try there failed before any
+  // answer): what record() counted for it moves with it.
+  virtual void retried(const RouteRequest& request, const Candidate& from, const Candidate& to) {}
 };
 
 struct KvCascadePolicyConfig {

@@ -390,9 +390,16 @@ bool RouterServer::ProxyAttempt::do_choose() {
       d = s_.policy_->choose(route, candidates);
       if (pins) s_.siblings_.record(sibling_key, d.replica);
     }
-    for (const Candidate& c : candidates)
+    const Candidate* previous = nullptr;  // a retry: the replica whose try failed
+    for (const Candidate& c : candidates) {
       if (c.replica == d.replica) chosen = &c;
-    s_.policy_->record(route, *chosen);
+      if (!tried.empty() && c.replica == tried.back()) previous = &c;
+    }
+    if (previous != nullptr) {
+      s_.policy_->retried(route, *previous, *chosen);
+    } else {
+      s_.policy_->record(route, *chosen);
+    }
   }
   if (!tried.empty()) d.reason = "retry";
   replica = d.replica;

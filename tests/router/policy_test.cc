@@ -193,12 +193,12 @@ TEST(KvCascadePolicy, ReusedGroupIdsAreCountedAgainAndRetriesMoveTheWork) {
     ++on[d];
   }
   EXPECT_EQ(on.size(), 3u);
-  // A retry: the first member recorded on 0, then again on 1 (0 failed): the next group avoids 1
+  // A retry: the first member recorded on 0, then sent to 1 (0 failed): the next group avoids 1
   // (it carries the work now), not 0.
   RouteRequest g = group();
   g.group = "retried";
   p->record(g, cs[0]);
-  p->record(g, cs[1]);
+  p->retried(g, cs[0], cs[1]);
   RouteRequest next = group();
   next.group = "next";
   EXPECT_NE(p->choose(next, cs).replica, 1u);

@@ -93,7 +93,9 @@ class Generator {
     return now_;
   }
   std::string question() {
-    return "\n\nQuestion " + std::to_string(next_q_++) + ": " + filler(tag(2, next_q_), 48);
+    // One number for both (the order of operands of + is unspecified: GCC's was this one).
+    const int32_t q = next_q_++;
+    return "\n\nQuestion " + std::to_string(q) + ": " + filler(tag(2, q), 48);
   }
   TraceRequest base(double t, int32_t tenant) {
     TraceRequest r;

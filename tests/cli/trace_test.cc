@@ -35,7 +35,9 @@ TEST(Trace, MixesAreDeterministicSortedAndExactlySized) {
     ASSERT_EQ(a.size(), 400u) << name;
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(trace_line(a[i]), trace_line(b[i]));
-      if (i > 0) EXPECT_LE(a[i - 1].arrival_s, a[i].arrival_s);
+      if (i > 0) {
+        EXPECT_LE(a[i - 1].arrival_s, a[i].arrival_s);
+      }
     }
     TraceMix other = small(name);
     other.seed = 2;

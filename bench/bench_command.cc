@@ -133,7 +133,9 @@ Run add_bench_command(CLI::App& app) {
   routing->add_option("--requests", g->requests, "requests per synthetic mix")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  routing->add_option("--rate", g->rate_per_s, "mean arrivals per second (default: the mix's)")
+  routing
+      ->add_option("--rate", g->rates,
+                   "mean arrivals per second (default: the mix's); several: each mix at each")
       ->check(CLI::Range(0.01, 1e6));
   routing->add_option("--seed", g->seed, "seed of the synthetic mixes");
   routing->add_option("--policy", g->policies, "policies compared (default: all five)");
@@ -191,6 +193,13 @@ Run add_bench_command(CLI::App& app) {
   engine->add_flag("!--no-agreement", e->check_agreement,
                    "skip the cascade-vs-flat token comparison");
   engine->add_flag("!--no-profile", e->profile, "skip the per-operation device profile");
+  engine->add_flag("--step-table", e->step_table,
+                   "instead of the rollout: warm step times over decode rows x prefill chunk");
+  engine
+      ->add_option("--step-table-context", e->step_table_context,
+                   "prompt tokens of each decoding request in the step table")
+      ->check(CLI::Range(16, 32768))
+      ->capture_default_str();
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
   auto gm = std::make_shared<GemmBenchFlags>();

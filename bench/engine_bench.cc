@@ -302,6 +302,152 @@ json point_json(const Point& p) {
           {"ratio", p.ratio()}};
 }
 
+// One cell of the step table: `decode` requests decoding, and a fresh `prefill`-token prompt
+// prefilled in the same step.
+struct StepCell {
+  int decode = 0, prefill = 0;
+  std::vector<double> wall_ms;  // timed repetitions (after one untimed)
+  double ms() const { return median(wall_ms); }
+};
+
+GenerationRequest random_request(std::mt19937_64& rng, int tokens, int max_tokens) {
+  GenerationRequest r;
+  r.prompt.resize(tokens);
+  for (int32_t& t : r.prompt)
+    t = 'a' + static_cast<int32_t>(rng() % 26);
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+// Warm step times over decode rows x prefill chunks (cascade attention, CUDA graphs for the pure
+// decode steps, as a replica serves). Per decode count: a fresh engine, `decode` requests
+// prefilled and decoding; then per prefill size one untimed and `reps` timed steps, each with a
+// new prompt of that size (no cache hit) that finishes at its first token.
+bool run_step_table(const EngineBenchOptions& o, CudaBackend& backend, std::vector<StepCell>& out) {
+  constexpr int kReps = 5;
+  constexpr int kDecodeTokens = 512;  // outlasts the table's steps for one decode count
+  const int decodes[] = {0, 1, 4, 16, 64, 128};
+  const int prefills[] = {0, 16, 64, 256, 512, 1024, 2048, 4096};
+  std::mt19937_64 rng(20261202);
+  ByteTokenizer tokenizer;
+  backend.set_graphs(true);
+  for (int d : decodes) {
+    Engine engine(backend, tokenizer, engine_config(o, true, backend.config()),
+                  SteadyClock::instance());
+    for (int i = 0; i < d; ++i) {
+      auto id = engine.submit(random_request(rng, o.step_table_context, kDecodeTokens));
+      if (!id.ok()) {
+        std::fprintf(stderr, "bench engine: %s\n", id.error().message.c_str());
+        return false;
+      }
+    }
+    // Until every one decodes, then a few warm decode steps.
+    for (int steps = 0; d > 0; ++steps) {
+      StepResult r = engine.step();
+      if (!r.error.empty()) {
+        std::fprintf(stderr, "bench engine: %s\n", r.error.c_str());
+        return false;
+      }
+      if (r.stats.num_prefill_tokens == 0 && r.stats.num_decode_seqs == d && steps > 8) break;
+      if (steps > 1000) {
+        std::fprintf(stderr, "bench engine: step table: %d requests never all decoded\n", d);
+        return false;
+      }
+    }
+    for (int p : prefills) {
+      if (p == 0 && d == 0) continue;
+      if (p + d > o.max_tokens_per_step) continue;  // the budget counts decode rows too
+      StepCell cell{d, p, {}};
+      for (int rep = 0; rep <= kReps; ++rep) {
+        if (p > 0) {
+          auto id = engine.submit(random_request(rng, p, 1));
+          if (!id.ok()) {
+            std::fprintf(stderr, "bench engine: step table: %s\n", id.error().message.c_str());
+            return false;
+          }
+        }
+        const Clock::time_point t0 = Clock::now();
+        StepResult r = engine.step();
+        const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (!r.error.empty()) {
+          std::fprintf(stderr, "bench engine: %s\n", r.error.c_str());
+          return false;
+        }
+        if (r.stats.num_prefill_tokens != p || r.stats.num_decode_seqs != d) {
+          std::fprintf(stderr, "bench engine: step table cell (%d, %d) ran (%d, %d)\n", d, p,
+                       static_cast<int>(r.stats.num_decode_seqs),
+                       static_cast<int>(r.stats.num_prefill_tokens));
+          return false;
+        }
+        if (rep > 0) cell.wall_ms.push_back(wall);
+      }
+      std::fprintf(stderr, "  step table: %d decoding + %d prefill: %.3f ms\n", d, p, cell.ms());
+      out.push_back(std::move(cell));
+    }
+  }
+  return true;
+}
+
+int step_table_main(const EngineBenchOptions& o, const ModelCost& m, double bw, double peak,
+                    json result) {
+  CudaBackendOptions bo;
+  bo.block_size = 16;
+  // 128 decoding requests of context + a few thousand steps, plus the largest prompt.
+  bo.num_blocks = static_cast<int32_t>(128 * ((o.step_table_context + 512) / 16 + 2) +
+                                       o.max_tokens_per_step / 16 + 64);
+  bo.max_tokens_per_step = o.max_tokens_per_step;
+  bo.max_num_seqs = 256;
+  bo.decode_gemm = o.decode_gemm;
+  auto made = CudaBackend::create(m.config, nullptr, bo);
+  if (!made.ok()) {
+    std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());
+    return 1;
+  }
+  std::vector<StepCell> cells;
+  if (!run_step_table(o, **made, cells)) return 1;
+  std::printf(
+      "step table: warm steps (median of 5), decode requests with %d-token contexts + a fresh "
+      "prompt's prefill in the same step\n",
+      o.step_table_context);
+  std::printf("%7s %8s %9s %11s %11s %9s\n", "decode", "prefill", "step ms", "byte floor",
+              "FLOP floor", "over");
+  json rows = json::array();
+  for (const StepCell& c : cells) {
+    // Weights once; each decode row's context KV; the chunk's causal attention and GEMM rows.
+    const double kv_token =
+        2.0 * m.config.num_hidden_layers * m.config.num_key_value_heads * m.config.head_dim * 2;
+    const double bytes = m.weight_bytes + kv_token * (c.decode * (o.step_table_context + 16.0) +
+                                                      static_cast<double>(c.prefill));
+    const double flops = 2.0 * (m.matmul_params - m.lm_head_params) * (c.decode + c.prefill) +
+                         2.0 * m.lm_head_params * (c.decode + (c.prefill > 0 ? 1 : 0)) +
+                         m.attn_flops_per_ctx_token * (c.decode * (o.step_table_context + 16.0) +
+                                                       0.5 * double(c.prefill) * c.prefill);
+    const double byte_floor = bytes / bw * 1e3, flop_floor = flops / peak * 1e3;
+    const double over = c.ms() - std::max(byte_floor, flop_floor);
+    std::printf("%7d %8d %9.3f %11.3f %11.3f %9.3f\n", c.decode, c.prefill, c.ms(), byte_floor,
+                flop_floor, over);
+    rows.push_back({{"decode", c.decode},
+                    {"prefill", c.prefill},
+                    {"step_ms", c.ms()},
+                    {"reps_ms", c.wall_ms},
+                    {"byte_floor_ms", byte_floor},
+                    {"flop_floor_ms", flop_floor},
+                    {"over_floor_ms", over}});
+  }
+  result["step_table"] = {{"context", o.step_table_context}, {"rows", rows}};
+  if (!o.out_json.empty()) {
+    std::ofstream f(o.out_json);
+    f << result.dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "bench engine: cannot write %s\n", o.out_json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_engine_bench(const EngineBenchOptions& o) {
@@ -322,6 +468,16 @@ int run_engine_bench(const EngineBenchOptions& o) {
               peak / 1e12);
   std::printf("model %s: %.2f GB of weights read per decode step\n", o.preset.c_str(),
               m.weight_bytes / 1e9);
+  if (o.step_table) {
+    std::fflush(stdout);
+    return step_table_main(o, m, bw, peak,
+                           {{"device", kc::device_description()},
+                            {"read_bandwidth_GBps", bw / 1e9},
+                            {"gemm_bf16_TFLOPs", peak / 1e12},
+                            {"preset", o.preset},
+                            {"max_tokens_per_step", o.max_tokens_per_step},
+                            {"weight_bytes_per_step", m.weight_bytes}});
+  }
   std::printf("rollout: %d prompts x %d siblings, %d-token prefix, %d tokens each (greedy)\n\n",
               o.groups, o.siblings, o.prefix, o.gen);
   std::fflush(stdout);

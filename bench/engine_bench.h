@@ -6,6 +6,7 @@
 // work, wait, device), the prefill of one prompt, the whole rollout; then cascade vs flat tokens
 // (every first difference checked to be a near-tie of the flat run's logits), the same rollouts
 // with and without CUDA graphs, and, when given, the PyTorch anchor's rows from the same run.
+// With step_table: warm step times of mixed prefill + decode steps instead (a grid of shapes).
 #pragma once
 
 #include <string>
@@ -27,6 +28,11 @@ struct EngineBenchOptions {
   bool check_agreement = true;     // with both: cascade vs flat tokens, near-ties proven
   bool profile = true;             // one more rollout per mode with per-operation device times
   bool decode_gemm = false;        // the Hopper decode GEMM (off: cuBLASLt for every GEMM)
+  // Instead of the rollout: warm step times over a grid of decode rows (separate requests with
+  // `step_table_context`-token prompts) x prefill chunk (a fresh prompt of that many tokens in
+  // the same step): the shapes a serving replica's steps take, for the sim backend's model.
+  bool step_table = false;
+  int step_table_context = 1024;
 };
 
 // Returns 0 on success; 1 without a device or when a run fails.

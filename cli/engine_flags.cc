@@ -34,10 +34,11 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
                  "--backend sim: HBM read bandwidth in GB/s (default: the preset's)")
       ->check(CLI::Range(1.0, 1e6));
   cmd.add_option("--sim-peak-tflops", f.sim_peak_tflops,
-                 "--backend sim: achieved bf16 TFLOP/s (default: the preset's)")
+                 "--backend sim: bf16 TFLOP/s the GEMMs reach (default: the preset's)")
       ->check(CLI::Range(0.1, 1e5));
   cmd.add_option("--sim-step-overhead-ms", f.sim_step_overhead_ms,
-                 "--backend sim: fixed cost of a step above its floor (default: the preset's)")
+                 "--backend sim: fixed cost of a step beyond its GEMMs and KV reads (default: the "
+                 "preset's)")
       ->check(CLI::Range(0.0, 1e4));
   cmd.add_option(
          "--kv-blocks", f.kv_blocks,

@@ -76,10 +76,10 @@ int run_replica(ReplicaFlags f) {
   if (const auto* sim = dynamic_cast<const SimBackend*>(&stack.backend())) {
     const Hardware& hw = sim->preset().hardware;
     std::printf(
-        "kvcascade replica: simulated %s: %.0f GB/s, %.0f TFLOP/s, %.2f ms per step above the "
-        "floor; no math, each step sleeps its predicted time\n",
+        "kvcascade replica: simulated %s: %.0f GB/s, GEMMs %.0f TFLOP/s, %.2f ms per step + %.1f "
+        "us per decode row; no math, each step sleeps its predicted time\n",
         sim->preset().name.c_str(), hw.bandwidth_bytes_per_s / 1e9, hw.peak_flops / 1e12,
-        hw.step_overhead_s * 1e3);
+        hw.step_overhead_s * 1e3, hw.decode_row_overhead_s * 1e6);
   }
   if (!f.replica.api_keys.empty()) {
     std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",

@@ -45,23 +45,46 @@ int64_t weight_bytes_read_per_step(const ModelConfig& model, const Hardware& hw)
   return read * hw.weight_bytes_per_element;
 }
 
-double step_floor_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw) {
-  if (work.empty()) return 0;
+namespace {
+
+// FLOPs of the weight matrices over the step's rows (the LM head over its logit rows only).
+double gemm_flops(const ModelConfig& model, const StepWork& work) {
   const int64_t lm_head = int64_t{model.vocab_size} * model.hidden_size;
   const int64_t embedding = model.tie_word_embeddings ? 0 : lm_head;
   const double body_params = static_cast<double>(model.num_parameters() - embedding - lm_head);
-  const double flops = 2 * body_params * static_cast<double>(work.rows) +
-                       2 * static_cast<double>(lm_head) * static_cast<double>(work.logit_rows) +
-                       work.attention_flops;
-  const double bytes =
-      static_cast<double>(work.rows > 0 ? weight_bytes_read_per_step(model, hw) : 0) +
-      static_cast<double>(work.kv_bytes_read + work.kv_bytes_copied);
+  return 2 * body_params * static_cast<double>(work.rows) +
+         2 * static_cast<double>(lm_head) * static_cast<double>(work.logit_rows);
+}
+
+double weight_bytes(const ModelConfig& model, const StepWork& work, const Hardware& hw) {
+  return static_cast<double>(work.rows > 0 ? weight_bytes_read_per_step(model, hw) : 0);
+}
+
+}  // namespace
+
+double step_floor_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw) {
+  if (work.empty()) return 0;
+  const double flops = gemm_flops(model, work) + work.attention_flops;
+  const double bytes = weight_bytes(model, work, hw) +
+                       static_cast<double>(work.kv_bytes_read + work.kv_bytes_copied);
   return std::max(bytes / hw.bandwidth_bytes_per_s, flops / hw.peak_flops);
 }
 
 double step_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw) {
   if (work.empty()) return 0;
-  return step_floor_seconds(model, work, hw) + hw.step_overhead_s;
+  const double bw = hw.bandwidth_bytes_per_s;
+  const double gemms =
+      std::max(weight_bytes(model, work, hw) / bw, gemm_flops(model, work) / hw.peak_flops);
+  const double attention_rate =
+      hw.attention_flops_per_s > 0 ? hw.attention_flops_per_s : hw.peak_flops;
+  const double attention = static_cast<double>(work.kv_bytes_read + work.kv_bytes_copied) / bw +
+                           work.prefill_attention_flops / attention_rate;
+  const bool prefill = work.rows > work.decode_rows, decode = work.decode_rows > 0;
+  const double overhead = hw.step_overhead_s +
+                          hw.decode_row_overhead_s * static_cast<double>(work.decode_rows) +
+                          (prefill ? hw.prefill_step_overhead_s : 0) +
+                          (prefill && decode ? hw.mixed_step_overhead_s : 0);
+  return gemms + attention + overhead;
 }
 
 StepReport plan_decode_step(const ModelConfig& model, const DecodeWorkload& work,

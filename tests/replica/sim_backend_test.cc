@@ -151,12 +151,16 @@ TEST(SimBackend, PredictsTheMeasuredH200StepTable) {
     ASSERT_TRUE(in) << path;
     const nlohmann::json doc = nlohmann::json::parse(in);
     const int32_t context = doc["step_table"]["context"].get<int32_t>();
+    std::printf("context %d: decode rows, prefill tokens: measured / predicted ms (error)\n",
+                context);
     for (const auto& row : doc["step_table"]["rows"]) {
       const int32_t decode = row["decode"].get<int32_t>(), prefill = row["prefill"].get<int32_t>();
       const double measured = row["step_ms"].get<double>();
       // The benchmark's decoding requests are a few tokens past their prompt by then.
       const double predicted = ms(sim.predict(serving_step(decode, context + 16, prefill)));
       const double error = predicted / measured - 1;
+      std::printf("| %d | %d | %.2f | %.2f | %+.1f%% |\n", decode, prefill, measured, predicted,
+                  100 * error);
       EXPECT_LT(std::abs(error), 0.12)
           << decode << " decoding + " << prefill << " prefill at context " << context << ": "
           << predicted << " ms predicted, " << measured << " measured";

@@ -79,18 +79,24 @@ ModelCost cost_of(const ModelConfig& c) {
   return m;
 }
 
+// A prompt of `tokens` random letters, greedy, ignore_eos.
+GenerationRequest random_request(std::mt19937_64& rng, int tokens, int max_tokens) {
+  GenerationRequest r;
+  r.prompt.resize(tokens);
+  for (int32_t& t : r.prompt)
+    t = 'a' + static_cast<int32_t>(rng() % 26);
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
 std::vector<GenerationRequest> rollout_requests(const EngineBenchOptions& o) {
   std::vector<GenerationRequest> reqs;
   std::mt19937_64 rng(20261201);
   for (int g = 0; g < o.groups; ++g) {
-    GenerationRequest r;
-    r.prompt.resize(o.prefix);
-    for (int32_t& t : r.prompt)
-      t = 'a' + static_cast<int32_t>(rng() % 26);
+    GenerationRequest r = random_request(rng, o.prefix, o.gen);
     r.n = o.siblings;
-    r.params.temperature = 0;
-    r.params.max_tokens = o.gen;
-    r.params.ignore_eos = true;
     r.params.seed = 1 + g;
     reqs.push_back(std::move(r));
   }
@@ -309,17 +315,6 @@ struct StepCell {
   std::vector<double> wall_ms;  // timed repetitions (after one untimed)
   double ms() const { return median(wall_ms); }
 };
-
-GenerationRequest random_request(std::mt19937_64& rng, int tokens, int max_tokens) {
-  GenerationRequest r;
-  r.prompt.resize(tokens);
-  for (int32_t& t : r.prompt)
-    t = 'a' + static_cast<int32_t>(rng() % 26);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
 
 // Warm step times over decode rows x prefill chunks (cascade attention, CUDA graphs for the pure
 // decode steps, as a replica serves). Per decode count: a fresh engine, `decode` requests

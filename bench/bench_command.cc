@@ -155,6 +155,11 @@ Run add_bench_command(CLI::App& app) {
   routing->add_option("--replot", g->replot,
                       "draw --plot from this saved --out JSON instead of running anything");
   routing->add_flag("!--no-progress", g->progress, "no progress lines on stderr");
+  routing
+      ->add_option("--save-traces", g->save_traces,
+                   "write each synthetic trace as JSON lines into this folder (for --trace)")
+      ->check(CLI::ExistingDirectory);
+  routing->add_flag("--save-only", g->save_only, "with --save-traces: write them, replay nothing");
   auto p = std::make_shared<PressureBenchOptions>();
   CLI::App* pressure = bench->add_subcommand(
       "pressure", "long sibling groups at once on a small KV pool vs one at a time (CPU replica)");

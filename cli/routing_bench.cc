@@ -459,6 +459,30 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       }
     }
   }
+  if (!o.save_traces.empty() && o.trace.empty()) {
+    for (const auto& [name, trace] : traces) {
+      std::string file = name;
+      std::replace(file.begin(), file.end(), '/', '_');  // "chat@200/s" -> "chat@200_s"
+      const std::string path =
+          o.save_traces + "/" + file + "-seed" + std::to_string(o.seed) + ".jsonl";
+      std::ofstream out(path);
+      write_trace(out, trace);
+      if (!out) {
+        std::fprintf(stderr, "kvcascade bench routing: cannot write %s\n", path.c_str());
+        return 1;
+      }
+      std::fprintf(stderr, "kvcascade bench routing: %zu requests written to %s\n", trace.size(),
+                   path.c_str());
+    }
+  }
+  if (o.save_only) {
+    if (o.save_traces.empty() || !o.trace.empty()) {
+      std::fprintf(stderr,
+                   "kvcascade bench routing: --save-only needs --save-traces DIR and --mix\n");
+      return 2;
+    }
+    return 0;
+  }
   json results = json::array();
   std::vector<RoutingResult> rows;
   // Per trace: TTFT with no queueing, on a replica holding what the oracle holds.

@@ -31,9 +31,13 @@ struct RoutingBenchOptions {
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds
   double ttft_slo_ms = 500;
   double request_timeout_s = 120;
-  std::string out;       // JSON results (empty: none)
-  std::string plot;      // SVG of the results (cli/routing_plot.h; empty: none)
-  std::string replot;    // a saved --out JSON: only draw its --plot, run nothing
+  std::string out;     // JSON results (empty: none)
+  std::string plot;    // SVG of the results (cli/routing_plot.h; empty: none)
+  std::string replot;  // a saved --out JSON: only draw its --plot, run nothing
+  // Each synthetic trace written as JSON lines to DIR/<mix>[@<rate>]-seed<seed>.jsonl (a
+  // recorded trace for --trace); with save_only nothing is replayed.
+  std::string save_traces;
+  bool save_only = false;
   bool progress = true;  // a line per second while replaying
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -68,6 +69,13 @@ class Generator {
       }
     }
     out_.resize(m_.requests);
+    // An RL step cut by the resize: its group declares only the members that remain (a replica
+    // would otherwise hold them for the missing ones until its group wait ran out).
+    std::map<std::string, int32_t> members;
+    for (const TraceRequest& r : out_)
+      if (!r.group.empty()) ++members[r.group];
+    for (TraceRequest& r : out_)
+      if (!r.group.empty()) r.group_size = std::min(r.group_size, members[r.group]);
     std::stable_sort(out_.begin(), out_.end(),
                      [](const auto& a, const auto& b) { return a.arrival_s < b.arrival_s; });
     return std::move(out_);

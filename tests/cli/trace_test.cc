@@ -47,24 +47,33 @@ TEST(Trace, MixesAreDeterministicSortedAndExactlySized) {
 }
 
 TEST(Trace, RlMixHasBothShapesOfSteps) {
-  const auto trace = generate_trace(small("rl", 2000));
-  std::map<std::string, int> group_members;
-  int with_n = 0;
-  for (const TraceRequest& r : trace) {
-    if (!r.group.empty()) {
-      ++group_members[r.group];
-      EXPECT_EQ(r.group_size, 16);
-      EXPECT_EQ(r.n, 1);
+  // 2,046 requests cut group rl47-p1 after 5 of its 16 members (seed 1).
+  for (int32_t requests : {2000, 2046}) {
+    const auto trace = generate_trace(small("rl", requests));
+    std::map<std::string, int> group_members, declared;
+    int with_n = 0;
+    for (const TraceRequest& r : trace) {
+      if (!r.group.empty()) {
+        ++group_members[r.group];
+        declared[r.group] = r.group_size;
+        EXPECT_EQ(r.n, 1);
+      }
+      if (r.n == 16) ++with_n;
     }
-    if (r.n == 16) ++with_n;
+    EXPECT_GT(with_n, 0);
+    ASSERT_FALSE(group_members.empty());
+    // Every group but possibly the last is whole; every group declares what the trace holds (a
+    // group cut by the request count declares its remaining members).
+    int whole = 0;
+    for (const auto& [g, count] : group_members) {
+      whole += count == 16;
+      EXPECT_EQ(declared[g], count) << g << " of " << requests << " requests";
+    }
+    EXPECT_GE(whole, static_cast<int>(group_members.size()) - 1);
+    if (requests == 2046) {
+      EXPECT_EQ(group_members["rl47-p1"], 5);
+    }
   }
-  EXPECT_GT(with_n, 0);
-  ASSERT_FALSE(group_members.empty());
-  // Every group but possibly the last, cut by the request count, is whole.
-  int whole = 0;
-  for (const auto& [g, count] : group_members)
-    whole += count == 16;
-  EXPECT_GE(whole, static_cast<int>(group_members.size()) - 1);
 }
 
 TEST(Trace, ChatTurnsExtendTheirSessionAndNearMissesDivergeEarly) {

@@ -205,6 +205,17 @@ Run add_bench_command(CLI::App& app) {
                    "prompt tokens of each decoding request in the step table")
       ->check(CLI::Range(16, 32768))
       ->capture_default_str();
+  engine
+      ->add_option("--step-table-cached", e->step_table_cached,
+                   "tokens every step-table prompt has cached before its fresh part (16s)")
+      ->check(CLI::Range(0, 16384) & CLI::Validator(
+                                         [](const std::string& v) {
+                                           return std::stoi(v) % 16 == 0
+                                                      ? std::string{}
+                                                      : std::string{"must be a multiple of 16"};
+                                         },
+                                         "MULTIPLE OF 16"))
+      ->capture_default_str();
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
   auto gm = std::make_shared<GemmBenchFlags>();

@@ -313,13 +313,16 @@ json point_json(const Point& p) {
 struct StepCell {
   int decode = 0, prefill = 0;
   std::vector<double> wall_ms;  // timed repetitions (after one untimed)
+  double context_sum = 0;       // the decoding requests' mean context, summed over those steps
   double ms() const { return median(wall_ms); }
+  double decode_context() const { return wall_ms.empty() ? 0 : context_sum / wall_ms.size(); }
 };
 
 // Warm step times over decode rows x prefill chunks (cascade attention, CUDA graphs for the pure
 // decode steps, as a replica serves). Per decode count: a fresh engine, `decode` requests
 // prefilled and decoding; then per prefill size one untimed and `reps` timed steps, each with a
-// new prompt of that size (no cache hit) that finishes at its first token.
+// new prompt of that size (after the cached prefix, when there is one) that finishes at its first
+// token.
 bool run_step_table(const EngineBenchOptions& o, CudaBackend& backend, std::vector<StepCell>& out) {
   constexpr int kReps = 5;
   constexpr int kDecodeTokens = 512;  // outlasts the table's steps for one decode count
@@ -331,24 +334,51 @@ bool run_step_table(const EngineBenchOptions& o, CudaBackend& backend, std::vect
   for (int d : decodes) {
     Engine engine(backend, tokenizer, engine_config(o, true, backend.config()),
                   SteadyClock::instance());
+    std::map<uint64_t, int64_t> generated;  // by decoding request
     for (int i = 0; i < d; ++i) {
       auto id = engine.submit(random_request(rng, o.step_table_context, kDecodeTokens));
       if (!id.ok()) {
         std::fprintf(stderr, "bench engine: %s\n", id.error().message.c_str());
         return false;
       }
+      generated[*id] = 0;
     }
-    // Until every one decodes, then a few warm decode steps.
-    for (int steps = 0; d > 0; ++steps) {
-      StepResult r = engine.step();
+    auto step = [&](StepResult& r) {
+      r = engine.step();
       if (!r.error.empty()) {
         std::fprintf(stderr, "bench engine: %s\n", r.error.c_str());
         return false;
       }
+      for (const SequenceOutput& so : r.outputs) {
+        if (auto it = generated.find(so.group); it != generated.end()) {
+          it->second += so.num_new_tokens;
+        }
+      }
+      return true;
+    };
+    // Until every one decodes, then a few warm decode steps.
+    for (int steps = 0; d > 0; ++steps) {
+      StepResult r;
+      if (!step(r)) return false;
       if (r.stats.num_prefill_tokens == 0 && r.stats.num_decode_seqs == d && steps > 8) break;
       if (steps > 1000) {
         std::fprintf(stderr, "bench engine: step table: %d requests never all decoded\n", d);
         return false;
+      }
+    }
+    // The shared prefix, cached before anything is timed (untimed steps until it is done).
+    const GenerationRequest prefix = random_request(rng, o.step_table_cached, 1);
+    if (o.step_table_cached > 0) {
+      auto id = engine.submit(prefix);
+      if (!id.ok()) {
+        std::fprintf(stderr, "bench engine: step table: %s\n", id.error().message.c_str());
+        return false;
+      }
+      for (bool done = false; !done;) {
+        StepResult r;
+        if (!step(r)) return false;
+        done = std::any_of(r.finished.begin(), r.finished.end(),
+                           [&](const auto& g) { return g->id == *id; });
       }
     }
     for (int p : prefills) {
@@ -357,26 +387,31 @@ bool run_step_table(const EngineBenchOptions& o, CudaBackend& backend, std::vect
       StepCell cell{d, p, {}};
       for (int rep = 0; rep <= kReps; ++rep) {
         if (p > 0) {
-          auto id = engine.submit(random_request(rng, p, 1));
+          GenerationRequest q = random_request(rng, p, 1);
+          q.prompt.insert(q.prompt.begin(), prefix.prompt.begin(), prefix.prompt.end());
+          auto id = engine.submit(q);
           if (!id.ok()) {
             std::fprintf(stderr, "bench engine: step table: %s\n", id.error().message.c_str());
             return false;
           }
         }
+        double context = 0;  // each decoding request's prompt and tokens so far
+        for (const auto& [id, n] : generated)
+          context += static_cast<double>(o.step_table_context + n);
         const Clock::time_point t0 = Clock::now();
-        StepResult r = engine.step();
+        StepResult r;
+        if (!step(r)) return false;
         const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        if (!r.error.empty()) {
-          std::fprintf(stderr, "bench engine: %s\n", r.error.c_str());
-          return false;
-        }
         if (r.stats.num_prefill_tokens != p || r.stats.num_decode_seqs != d) {
           std::fprintf(stderr, "bench engine: step table cell (%d, %d) ran (%d, %d)\n", d, p,
                        static_cast<int>(r.stats.num_decode_seqs),
                        static_cast<int>(r.stats.num_prefill_tokens));
           return false;
         }
-        if (rep > 0) cell.wall_ms.push_back(wall);
+        if (rep > 0) {
+          cell.wall_ms.push_back(wall);
+          cell.context_sum += d > 0 ? context / d : 0;
+        }
       }
       std::fprintf(stderr, "  step table: %d decoding + %d prefill: %.3f ms\n", d, p, cell.ms());
       out.push_back(std::move(cell));
@@ -391,7 +426,7 @@ int step_table_main(const EngineBenchOptions& o, const ModelCost& m, double bw, 
   bo.block_size = 16;
   // 128 decoding requests of context + a few thousand steps, plus the largest prompt.
   bo.num_blocks = static_cast<int32_t>(128 * ((o.step_table_context + 512) / 16 + 2) +
-                                       o.max_tokens_per_step / 16 + 64);
+                                       (o.step_table_cached + o.max_tokens_per_step) / 16 + 64);
   bo.max_tokens_per_step = o.max_tokens_per_step;
   bo.max_num_seqs = 256;
   bo.decode_gemm = o.decode_gemm;
@@ -402,36 +437,40 @@ int step_table_main(const EngineBenchOptions& o, const ModelCost& m, double bw, 
   }
   std::vector<StepCell> cells;
   if (!run_step_table(o, **made, cells)) return 1;
+  const double cached = o.step_table_cached;
   std::printf(
-      "step table: warm steps (median of 5), decode requests with %d-token contexts + a fresh "
-      "prompt's prefill in the same step\n",
-      o.step_table_context);
-  std::printf("%7s %8s %9s %11s %11s %9s\n", "decode", "prefill", "step ms", "byte floor",
-              "FLOP floor", "over");
+      "step table: warm steps (median of 5), decode requests with %d-token prompts + a fresh "
+      "prompt's prefill in the same step, after %d cached tokens\n",
+      o.step_table_context, o.step_table_cached);
+  std::printf("%7s %8s %9s %9s %11s %11s %9s\n", "decode", "prefill", "context", "step ms",
+              "byte floor", "FLOP floor", "over");
   json rows = json::array();
   for (const StepCell& c : cells) {
-    // Weights once; each decode row's context KV; the chunk's causal attention and GEMM rows.
+    // Weights once; each decode row's context KV; the chunk's context KV, its causal attention
+    // (after the cached tokens) and its GEMM rows.
     const double kv_token =
         2.0 * m.config.num_hidden_layers * m.config.num_key_value_heads * m.config.head_dim * 2;
-    const double bytes = m.weight_bytes + kv_token * (c.decode * (o.step_table_context + 16.0) +
-                                                      static_cast<double>(c.prefill));
+    const double ctx = c.decode_context();
+    const double bytes = m.weight_bytes + kv_token * (c.decode * ctx + cached + c.prefill);
     const double flops = 2.0 * (m.matmul_params - m.lm_head_params) * (c.decode + c.prefill) +
                          2.0 * m.lm_head_params * (c.decode + (c.prefill > 0 ? 1 : 0)) +
-                         m.attn_flops_per_ctx_token * (c.decode * (o.step_table_context + 16.0) +
+                         m.attn_flops_per_ctx_token * (c.decode * ctx + double(c.prefill) * cached +
                                                        0.5 * double(c.prefill) * c.prefill);
     const double byte_floor = bytes / bw * 1e3, flop_floor = flops / peak * 1e3;
     const double over = c.ms() - std::max(byte_floor, flop_floor);
-    std::printf("%7d %8d %9.3f %11.3f %11.3f %9.3f\n", c.decode, c.prefill, c.ms(), byte_floor,
-                flop_floor, over);
+    std::printf("%7d %8d %9.1f %9.3f %11.3f %11.3f %9.3f\n", c.decode, c.prefill, ctx, c.ms(),
+                byte_floor, flop_floor, over);
     rows.push_back({{"decode", c.decode},
                     {"prefill", c.prefill},
+                    {"decode_context_mean", ctx},
                     {"step_ms", c.ms()},
                     {"reps_ms", c.wall_ms},
                     {"byte_floor_ms", byte_floor},
                     {"flop_floor_ms", flop_floor},
                     {"over_floor_ms", over}});
   }
-  result["step_table"] = {{"context", o.step_table_context}, {"rows", rows}};
+  result["step_table"] = {
+      {"context", o.step_table_context}, {"cached_prefix", o.step_table_cached}, {"rows", rows}};
   if (!o.out_json.empty()) {
     std::ofstream f(o.out_json);
     f << result.dump(2) << "\n";

@@ -33,6 +33,9 @@ struct EngineBenchOptions {
   // the same step): the shapes a serving replica's steps take, for the sim backend's model.
   bool step_table = false;
   int step_table_context = 1024;
+  // Each prefill prompt starts with this many tokens already cached (one shared prefix, prefilled
+  // before the table): chunks that start past a cache hit, as most routed prompts do.
+  int step_table_cached = 0;
 };
 
 // Returns 0 on success; 1 without a device or when a run fails.

@@ -37,8 +37,8 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
                  "--backend sim: bf16 TFLOP/s the GEMMs reach (default: the preset's)")
       ->check(CLI::Range(0.1, 1e5));
   cmd.add_option("--sim-step-overhead-ms", f.sim_step_overhead_ms,
-                 "--backend sim: fixed cost of a step beyond its GEMMs and KV reads (default: the "
-                 "preset's)")
+                 "--backend sim: the constant part of a step's cost beyond its GEMMs and attention "
+                 "(default: the preset's; its per-row and prefill parts stay)")
       ->check(CLI::Range(0.0, 1e4));
   cmd.add_option(
          "--kv-blocks", f.kv_blocks,

@@ -453,7 +453,10 @@ int run_routing_bench(const RoutingBenchOptions& o) {
         traces.emplace_back(name, generate_trace(*mix));
         continue;
       }
+      std::vector<std::string> labels;  // a rate given twice is replayed once
       for (double rate : o.rates) {
+        if (std::find(labels.begin(), labels.end(), rate_label(rate)) != labels.end()) continue;
+        labels.push_back(rate_label(rate));
         mix->rate_per_s = rate;
         traces.emplace_back(name + "@" + rate_label(rate) + "/s", generate_trace(*mix));
       }

@@ -83,7 +83,8 @@ double step_seconds(const ModelConfig& model, const StepWork& work, const Hardwa
   const double overhead = hw.step_overhead_s +
                           hw.decode_row_overhead_s * static_cast<double>(work.decode_rows) +
                           (prefill ? hw.prefill_step_overhead_s : 0) +
-                          (prefill && decode ? hw.mixed_step_overhead_s : 0);
+                          (prefill && decode ? hw.mixed_step_overhead_s : 0) +
+                          (work.cached_start_chunks > 0 ? hw.cached_prefill_overhead_s : 0);
   return gemms + attention + overhead;
 }
 

@@ -37,6 +37,9 @@ struct Hardware {
   double decode_row_overhead_s = 0;
   double prefill_step_overhead_s = 0;
   double mixed_step_overhead_s = 0;
+  // A step with a prefill chunk that starts after cached tokens (a prefix-cache hit, or a long
+  // prompt's later chunk): its attention takes the paged path over the cached context.
+  double cached_prefill_overhead_s = 0;
 };
 
 // What one forward pass moves and computes; step_work_of (replica/sim_backend.h) counts it from
@@ -49,6 +52,7 @@ struct StepWork {
   int64_t kv_bytes_copied = 0;  // copy-on-write block copies (read + write)
   double attention_flops = 0;   // QK^T and PV, 2 FLOPs per multiply-add
   double prefill_attention_flops = 0;  // of which the prefill chunks' (compute-bound)
+  int64_t cached_start_chunks = 0;     // prefill chunks that start after cached tokens
   bool empty() const { return rows == 0 && kv_bytes_copied == 0; }
 };
 

@@ -7,20 +7,22 @@
 namespace kvc {
 namespace {
 
-// Llama-3-8B on the H200, fitted to 100 warm steps measured by `kvcascade bench engine
-// --step-table` (decode rows 0-128 x prefill chunks 0-4,096 tokens, 1,024- and 3,072-token
-// contexts) and its cascade rollouts at 1-128 rows (bench/results/sim-h200-validation.md,
-// tools there): RMS error 3.4%, worst 9.3% (the old constant-overhead model: 15.6%, 35%).
-// Streaming read 4,550 GB/s (the runs' mean); GEMMs at 680 TFLOP/s (86% of cuBLASLt's 790 at
-// 8192^3); prefill attention at 218 TFLOP/s; 1.57 ms per step + 7.7 us per decode row, +0.29 ms
-// for a step with prefill chunks and +0.54 ms more when it also decodes.
+// Llama-3-8B on the H200, fitted by bench/fit_sim_model.py to 142 warm steps measured by
+// `kvcascade bench engine --step-table` (decode rows 0-128 x prefill chunks 0-4,096 tokens at
+// 1,024- and 3,072-token contexts, and after 2,048 cached tokens) and its cascade rollouts at
+// 1-128 rows (bench/results/sim-h200-validation.md): RMS error 3.5%, worst 10.6% (the first,
+// constant-overhead model: 14.2%, 37%). Streaming read 4,550 GB/s (the mean of those runs);
+// GEMMs at 650 TFLOP/s (82% of cuBLASLt's 790 at 8192^3); prefill attention at 343 TFLOP/s;
+// 1.69 ms per step + 7.6 us per decode row, +0.27 ms for a step with prefill chunks, +0.59 ms
+// more when it also decodes, +1.11 ms when a chunk starts after cached tokens.
 constexpr double kH200ReadBandwidth = 4.55e12;
-constexpr double kH200GemmRate = 680e12;
-constexpr double kH200AttentionRate = 218e12;
-constexpr double kH200StepOverhead = 1.57e-3;
-constexpr double kH200DecodeRowOverhead = 7.7e-6;
-constexpr double kH200PrefillStepOverhead = 0.29e-3;
-constexpr double kH200MixedStepOverhead = 0.54e-3;
+constexpr double kH200GemmRate = 650e12;
+constexpr double kH200AttentionRate = 343e12;
+constexpr double kH200StepOverhead = 1.69e-3;
+constexpr double kH200DecodeRowOverhead = 7.6e-6;
+constexpr double kH200PrefillStepOverhead = 0.27e-3;
+constexpr double kH200MixedStepOverhead = 0.59e-3;
+constexpr double kH200CachedPrefillOverhead = 1.11e-3;
 constexpr double kH200Memory = 141e9;
 constexpr double kH100Memory = 80e9;
 
@@ -51,6 +53,7 @@ Result<SimPreset> sim_preset(std::string_view name) {
     hw.decode_row_overhead_s = kH200DecodeRowOverhead;
     hw.prefill_step_overhead_s = kH200PrefillStepOverhead;
     hw.mixed_step_overhead_s = kH200MixedStepOverhead;
+    hw.cached_prefill_overhead_s = kH200CachedPrefillOverhead;
     p.memory_bytes = h200 ? kH200Memory : kH100Memory;
   } else {
     return Error{"unknown sim preset '" + std::string(name) +
@@ -91,6 +94,7 @@ StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len
   w.attention_flops =
       attention_flops_per_key(model) * static_cast<double>(len * start + len * (len + 1) / 2);
   w.prefill_attention_flops = w.attention_flops;
+  w.cached_start_chunks = start > 0 ? 1 : 0;
   return w;
 }
 
@@ -108,6 +112,7 @@ StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32
     w.kv_bytes_read += chunk.kv_bytes_read;
     w.attention_flops += chunk.attention_flops;
     w.prefill_attention_flops += chunk.prefill_attention_flops;
+    w.cached_start_chunks += chunk.cached_start_chunks;
   }
   const DecodeBatch& d = batch.decode;
   w.rows += d.size();

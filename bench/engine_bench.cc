@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/engine_bench_common.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/llama.h"
 #include "kernels/cuda/roofline.h"
@@ -57,40 +58,6 @@ struct ModeRun {
   int decode_steps = 0;
 };
 
-// Sizes and counts of the model a step's floor is computed from.
-struct ModelCost {
-  double matmul_params = 0;  // every weight matrix a decode step multiplies (LM head included)
-  double lm_head_params = 0;
-  double weight_bytes = 0;              // bytes a decode step reads: matrices and norms, bf16
-  double attn_flops_per_ctx_token = 0;  // per sequence and context token, all layers
-  ModelConfig config;
-};
-
-ModelCost cost_of(const ModelConfig& c) {
-  ModelCost m;
-  m.config = c;
-  const double h = c.hidden_size, q = double(c.num_attention_heads) * c.head_dim,
-               kv = double(c.num_key_value_heads) * c.head_dim, ff = c.intermediate_size;
-  const double per_layer = h * (q + 2 * kv) + q * h + 2 * ff * h + ff * h;
-  m.lm_head_params = double(c.vocab_size) * h;
-  m.matmul_params = c.num_hidden_layers * per_layer + m.lm_head_params;
-  m.weight_bytes = 2 * (m.matmul_params + (2.0 * c.num_hidden_layers + 1) * h);
-  m.attn_flops_per_ctx_token = 4.0 * q * c.num_hidden_layers;  // QK and PV
-  return m;
-}
-
-// A prompt of `tokens` random letters, greedy, ignore_eos.
-GenerationRequest random_request(std::mt19937_64& rng, int tokens, int max_tokens) {
-  GenerationRequest r;
-  r.prompt.resize(tokens);
-  for (int32_t& t : r.prompt)
-    t = 'a' + static_cast<int32_t>(rng() % 26);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
-
 std::vector<GenerationRequest> rollout_requests(const EngineBenchOptions& o) {
   std::vector<GenerationRequest> reqs;
   std::mt19937_64 rng(20261201);
@@ -101,17 +68,6 @@ std::vector<GenerationRequest> rollout_requests(const EngineBenchOptions& o) {
     reqs.push_back(std::move(r));
   }
   return reqs;
-}
-
-EngineConfig engine_config(const EngineBenchOptions& o, bool cascade, const ModelConfig& m) {
-  EngineConfig c;
-  c.cascade.enabled = cascade;
-  c.scheduler.max_num_seqs = std::max(256, o.groups * o.siblings);
-  c.scheduler.max_tokens_per_step = o.max_tokens_per_step;
-  c.scheduler.max_model_len = m.max_position_embeddings;
-  c.cascade.merge_bytes_per_member =
-      int64_t{3} * m.num_hidden_layers * m.num_attention_heads * (m.head_dim + 1) * 4;
-  return c;
 }
 
 // Blocks the rollout needs at most, with a little room.
@@ -236,12 +192,6 @@ bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade
   return true;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 struct Point {
   int s = 0;
   int steps = 0;
@@ -308,180 +258,6 @@ json point_json(const Point& p) {
           {"ratio", p.ratio()}};
 }
 
-// One cell of the step table: `decode` requests decoding, and a fresh `prefill`-token prompt
-// prefilled in the same step.
-struct StepCell {
-  int decode = 0, prefill = 0;
-  std::vector<double> wall_ms;  // timed repetitions (after one untimed)
-  double context_sum = 0;       // the decoding requests' mean context, summed over those steps
-  double ms() const { return median(wall_ms); }
-  double decode_context() const { return wall_ms.empty() ? 0 : context_sum / wall_ms.size(); }
-};
-
-// Warm step times over decode rows x prefill chunks (cascade attention, CUDA graphs for the pure
-// decode steps, as a replica serves). Per decode count: a fresh engine, `decode` requests
-// prefilled and decoding; then per prefill size one untimed and `reps` timed steps, each with a
-// new prompt of that size (after the cached prefix, when there is one) that finishes at its first
-// token.
-bool run_step_table(const EngineBenchOptions& o, CudaBackend& backend, std::vector<StepCell>& out) {
-  constexpr int kReps = 5;
-  constexpr int kDecodeTokens = 512;  // outlasts the table's steps for one decode count
-  const int decodes[] = {0, 1, 4, 16, 64, 128};
-  const int prefills[] = {0, 16, 64, 256, 512, 1024, 2048, 4096};
-  std::mt19937_64 rng(20261202);
-  ByteTokenizer tokenizer;
-  backend.set_graphs(true);
-  for (int d : decodes) {
-    Engine engine(backend, tokenizer, engine_config(o, true, backend.config()),
-                  SteadyClock::instance());
-    std::map<uint64_t, int64_t> generated;  // by decoding request
-    for (int i = 0; i < d; ++i) {
-      auto id = engine.submit(random_request(rng, o.step_table_context, kDecodeTokens));
-      if (!id.ok()) {
-        std::fprintf(stderr, "bench engine: %s\n", id.error().message.c_str());
-        return false;
-      }
-      generated[*id] = 0;
-    }
-    auto step = [&](StepResult& r) {
-      r = engine.step();
-      if (!r.error.empty()) {
-        std::fprintf(stderr, "bench engine: %s\n", r.error.c_str());
-        return false;
-      }
-      for (const SequenceOutput& so : r.outputs) {
-        if (auto it = generated.find(so.group); it != generated.end()) {
-          it->second += so.num_new_tokens;
-        }
-      }
-      return true;
-    };
-    // Until every one decodes, then a few warm decode steps.
-    for (int steps = 0; d > 0; ++steps) {
-      StepResult r;
-      if (!step(r)) return false;
-      if (r.stats.num_prefill_tokens == 0 && r.stats.num_decode_seqs == d && steps > 8) break;
-      if (steps > 1000) {
-        std::fprintf(stderr, "bench engine: step table: %d requests never all decoded\n", d);
-        return false;
-      }
-    }
-    // The shared prefix, cached before anything is timed (untimed steps until it is done).
-    const GenerationRequest prefix = random_request(rng, o.step_table_cached, 1);
-    if (o.step_table_cached > 0) {
-      auto id = engine.submit(prefix);
-      if (!id.ok()) {
-        std::fprintf(stderr, "bench engine: step table: %s\n", id.error().message.c_str());
-        return false;
-      }
-      for (bool done = false; !done;) {
-        StepResult r;
-        if (!step(r)) return false;
-        done = std::any_of(r.finished.begin(), r.finished.end(),
-                           [&](const auto& g) { return g->id == *id; });
-      }
-    }
-    for (int p : prefills) {
-      if (p == 0 && d == 0) continue;
-      if (p + d > o.max_tokens_per_step) continue;  // the budget counts decode rows too
-      StepCell cell{d, p, {}};
-      for (int rep = 0; rep <= kReps; ++rep) {
-        if (p > 0) {
-          GenerationRequest q = random_request(rng, p, 1);
-          q.prompt.insert(q.prompt.begin(), prefix.prompt.begin(), prefix.prompt.end());
-          auto id = engine.submit(q);
-          if (!id.ok()) {
-            std::fprintf(stderr, "bench engine: step table: %s\n", id.error().message.c_str());
-            return false;
-          }
-        }
-        double context = 0;  // each decoding request's prompt and tokens so far
-        for (const auto& [id, n] : generated)
-          context += static_cast<double>(o.step_table_context + n);
-        const Clock::time_point t0 = Clock::now();
-        StepResult r;
-        if (!step(r)) return false;
-        const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        if (r.stats.num_prefill_tokens != p || r.stats.num_decode_seqs != d) {
-          std::fprintf(stderr, "bench engine: step table cell (%d, %d) ran (%d, %d)\n", d, p,
-                       static_cast<int>(r.stats.num_decode_seqs),
-                       static_cast<int>(r.stats.num_prefill_tokens));
-          return false;
-        }
-        if (rep > 0) {
-          cell.wall_ms.push_back(wall);
-          cell.context_sum += d > 0 ? context / d : 0;
-        }
-      }
-      std::fprintf(stderr, "  step table: %d decoding + %d prefill: %.3f ms\n", d, p, cell.ms());
-      out.push_back(std::move(cell));
-    }
-  }
-  return true;
-}
-
-int step_table_main(const EngineBenchOptions& o, const ModelCost& m, double bw, double peak,
-                    json result) {
-  CudaBackendOptions bo;
-  bo.block_size = 16;
-  // 128 decoding requests of context + a few thousand steps, plus the largest prompt.
-  bo.num_blocks = static_cast<int32_t>(128 * ((o.step_table_context + 512) / 16 + 2) +
-                                       (o.step_table_cached + o.max_tokens_per_step) / 16 + 64);
-  bo.max_tokens_per_step = o.max_tokens_per_step;
-  bo.max_num_seqs = 256;
-  bo.decode_gemm = o.decode_gemm;
-  auto made = CudaBackend::create(m.config, nullptr, bo);
-  if (!made.ok()) {
-    std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());
-    return 1;
-  }
-  std::vector<StepCell> cells;
-  if (!run_step_table(o, **made, cells)) return 1;
-  const double cached = o.step_table_cached;
-  std::printf(
-      "step table: warm steps (median of 5), decode requests with %d-token prompts + a fresh "
-      "prompt's prefill in the same step, after %d cached tokens\n",
-      o.step_table_context, o.step_table_cached);
-  std::printf("%7s %8s %9s %9s %11s %11s %9s\n", "decode", "prefill", "context", "step ms",
-              "byte floor", "FLOP floor", "over");
-  json rows = json::array();
-  for (const StepCell& c : cells) {
-    // Weights once; each decode row's context KV; the chunk's context KV, its causal attention
-    // (after the cached tokens) and its GEMM rows.
-    const double kv_token =
-        2.0 * m.config.num_hidden_layers * m.config.num_key_value_heads * m.config.head_dim * 2;
-    const double ctx = c.decode_context();
-    const double bytes = m.weight_bytes + kv_token * (c.decode * ctx + cached + c.prefill);
-    const double flops = 2.0 * (m.matmul_params - m.lm_head_params) * (c.decode + c.prefill) +
-                         2.0 * m.lm_head_params * (c.decode + (c.prefill > 0 ? 1 : 0)) +
-                         m.attn_flops_per_ctx_token * (c.decode * ctx + double(c.prefill) * cached +
-                                                       0.5 * double(c.prefill) * c.prefill);
-    const double byte_floor = bytes / bw * 1e3, flop_floor = flops / peak * 1e3;
-    const double over = c.ms() - std::max(byte_floor, flop_floor);
-    std::printf("%7d %8d %9.1f %9.3f %11.3f %11.3f %9.3f\n", c.decode, c.prefill, ctx, c.ms(),
-                byte_floor, flop_floor, over);
-    rows.push_back({{"decode", c.decode},
-                    {"prefill", c.prefill},
-                    {"decode_context_mean", ctx},
-                    {"step_ms", c.ms()},
-                    {"reps_ms", c.wall_ms},
-                    {"byte_floor_ms", byte_floor},
-                    {"flop_floor_ms", flop_floor},
-                    {"over_floor_ms", over}});
-  }
-  result["step_table"] = {
-      {"context", o.step_table_context}, {"cached_prefix", o.step_table_cached}, {"rows", rows}};
-  if (!o.out_json.empty()) {
-    std::ofstream f(o.out_json);
-    f << result.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "bench engine: cannot write %s\n", o.out_json.c_str());
-      return 1;
-    }
-  }
-  return 0;
-}
-
 }  // namespace
 
 int run_engine_bench(const EngineBenchOptions& o) {
@@ -502,15 +278,15 @@ int run_engine_bench(const EngineBenchOptions& o) {
               peak / 1e12);
   std::printf("model %s: %.2f GB of weights read per decode step\n", o.preset.c_str(),
               m.weight_bytes / 1e9);
+  json result{{"device", kc::device_description()},
+              {"read_bandwidth_GBps", bw / 1e9},
+              {"gemm_bf16_TFLOPs", peak / 1e12},
+              {"preset", o.preset},
+              {"max_tokens_per_step", o.max_tokens_per_step},
+              {"weight_bytes_per_step", m.weight_bytes}};
   if (o.step_table) {
     std::fflush(stdout);
-    return step_table_main(o, m, bw, peak,
-                           {{"device", kc::device_description()},
-                            {"read_bandwidth_GBps", bw / 1e9},
-                            {"gemm_bf16_TFLOPs", peak / 1e12},
-                            {"preset", o.preset},
-                            {"max_tokens_per_step", o.max_tokens_per_step},
-                            {"weight_bytes_per_step", m.weight_bytes}});
+    return run_step_table(o, m, bw, peak, std::move(result));
   }
   std::printf("rollout: %d prompts x %d siblings, %d-token prefix, %d tokens each (greedy)\n\n",
               o.groups, o.siblings, o.prefix, o.gen);
@@ -541,16 +317,11 @@ int run_engine_bench(const EngineBenchOptions& o) {
   CudaBackend& backend = **made;
 
   const int rows = o.groups * o.siblings;
-  json result{{"device", kc::device_description()},
-              {"read_bandwidth_GBps", bw / 1e9},
-              {"gemm_bf16_TFLOPs", peak / 1e12},
-              {"preset", o.preset},
-              {"groups", o.groups},
-              {"siblings", o.siblings},
-              {"prefix", o.prefix},
-              {"gen", o.gen},
-              {"weight_bytes_per_step", m.weight_bytes},
-              {"decode_gemm", backend.model().decode_gemm()}};
+  result.update({{"groups", o.groups},
+                 {"siblings", o.siblings},
+                 {"prefix", o.prefix},
+                 {"gen", o.gen},
+                 {"decode_gemm", backend.model().decode_gemm()}});
   std::printf("decode GEMMs: %s\n\n", backend.model().decode_gemm()
                                           ? "Hopper decode GEMM (<= 128 rows), cuBLASLt above"
                                           : "cuBLASLt");
@@ -766,8 +537,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
       result["anchor"] = rows_j;
     }
   }
-  if (!o.out_json.empty()) std::ofstream(o.out_json) << result.dump(1) << "\n";
-  return 0;
+  return write_json(o.out_json, result) ? 0 : 1;
 }
 
 }  // namespace kvc::bench

@@ -421,6 +421,11 @@ int run_routing_bench(const RoutingBenchOptions& o) {
                  sim_preset(o.sim_preset).error().message.c_str());
     return 2;
   }
+  if (o.save_only && (o.save_traces.empty() || !o.trace.empty())) {
+    std::fprintf(stderr,
+                 "kvcascade bench routing: --save-only needs --save-traces DIR and --mix\n");
+    return 2;
+  }
   std::vector<std::pair<std::string, std::vector<TraceRequest>>> traces;
   if (!o.trace.empty() && !o.rates.empty()) {
     std::fprintf(stderr,
@@ -478,14 +483,7 @@ int run_routing_bench(const RoutingBenchOptions& o) {
                    path.c_str());
     }
   }
-  if (o.save_only) {
-    if (o.save_traces.empty() || !o.trace.empty()) {
-      std::fprintf(stderr,
-                   "kvcascade bench routing: --save-only needs --save-traces DIR and --mix\n");
-      return 2;
-    }
-    return 0;
-  }
+  if (o.save_only) return 0;
   json results = json::array();
   std::vector<RoutingResult> rows;
   // Per trace: TTFT with no queueing, on a replica holding what the oracle holds.

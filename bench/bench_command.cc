@@ -1,24 +1,20 @@
-// `kvcascade bench kernels`: the device benchmark of flat vs cascade decode (bench/kernel_bench.h).
-// `kvcascade bench router`: the router against direct access and nginx (cli/router_bench.h).
-// `kvcascade bench routing`: policies on a trace through sim replicas (cli/routing_bench.h).
-// `kvcascade bench pressure`: progress under KV memory pressure (cli/pressure_bench.h).
+// `kvcascade bench kernels`: the device benchmark of flat vs cascade decode (bench/cuda/kernel_bench.h).
+// `kvcascade bench router`: the router against direct access and nginx (bench/router_bench.h).
+// `kvcascade bench routing`: policies on a trace through sim replicas (bench/routing_bench.h).
+// `kvcascade bench pressure`: progress under KV memory pressure (bench/pressure_bench.h).
 // `kvcascade bench gemm`: the decode step's GEMMs, cuBLASLt vs the decode GEMM
-// (bench/gemm_bench.h). `kvcascade bench engine`: the RL rollout through the engine on the GPU
-// (bench/engine_bench.h).
+// (bench/cuda/gemm_bench.h). `kvcascade bench engine`: the RL rollout through the engine on the GPU
+// (bench/cuda/engine_bench.h).
+#include "bench/bench_command.h"
+
 #include <cstdio>
 #include <string>
 
-#include "cli/commands.h"
-#include "cli/pressure_bench.h"
-#include "cli/router_bench.h"
-#include "cli/routing_bench.h"
-#if KVCASCADE_HAVE_CUDA
-#include "bench/engine_bench.h"
-#include "bench/gemm_bench.h"
-#include "bench/kernel_bench.h"
-#endif
+#include "bench/pressure_bench.h"
+#include "bench/router_bench.h"
+#include "bench/routing_bench.h"
 
-namespace kvc::cli {
+namespace kvc::bench {
 namespace {
 
 struct BenchFlags {
@@ -28,16 +24,13 @@ struct BenchFlags {
   int only = -1;
 };
 
-int run_bench_kernels(const BenchFlags& f) {
-#if KVCASCADE_HAVE_CUDA
-  return bench::run_kernel_bench({f.out, f.quick, f.iters, f.only});
-#else
-  (void)f;
+// A GPU benchmark this binary does not have: a build without CUDA.
+int no_gpu(const char* name) {
   std::fprintf(stderr,
-               "kvcascade bench kernels: this binary was built without CUDA "
-               "(configure with -DKVCASCADE_CUDA=ON)\n");
+               "kvcascade bench %s: this binary has no GPU benchmarks (kvcascade-cuda has them, "
+               "built where nvcc is found)\n",
+               name);
   return 2;
-#endif
 }
 
 struct GemmBenchFlags {
@@ -46,48 +39,9 @@ struct GemmBenchFlags {
   std::string only;
 };
 
-int run_bench_gemm(const GemmBenchFlags& f) {
-#if KVCASCADE_HAVE_CUDA
-  return bench::run_gemm_bench({f.out, f.rows, f.iters, f.splits, f.only});
-#else
-  (void)f;
-  std::fprintf(stderr,
-               "kvcascade bench gemm: this binary was built without CUDA "
-               "(configure with -DKVCASCADE_CUDA=ON)\n");
-  return 2;
-#endif
-}
-
-#if KVCASCADE_HAVE_CUDA
-using EngineBenchFlags = bench::EngineBenchOptions;
-#else
-struct EngineBenchFlags {
-  std::string out_json, anchor_json, preset = "llama3-8b";
-  int groups = 2, siblings = 64, prefix = 4096, gen = 1024;
-  std::string attention = "both";
-  std::string graphs = "both";
-  int window = 20, max_tokens_per_step = 4096;
-  bool check_agreement = true;
-  bool profile = true;
-  bool decode_gemm = false;
-};
-#endif
-
-int run_bench_engine(const EngineBenchFlags& f) {
-#if KVCASCADE_HAVE_CUDA
-  return bench::run_engine_bench(f);
-#else
-  (void)f;
-  std::fprintf(stderr,
-               "kvcascade bench engine: this binary was built without CUDA "
-               "(configure with -DKVCASCADE_CUDA=ON)\n");
-  return 2;
-#endif
-}
-
 }  // namespace
 
-Run add_bench_command(CLI::App& app) {
+std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
@@ -170,7 +124,7 @@ Run add_bench_command(CLI::App& app) {
   pressure->add_option("-n", p->n, "samples per request")->check(CLI::Range(1, 64));
   pressure->add_option("--max-tokens", p->max_tokens, "tokens per sample (ignore_eos)")
       ->check(CLI::Range(1, 4000));
-  auto e = std::make_shared<EngineBenchFlags>();
+  auto e = std::make_shared<EngineBenchOptions>();
   CLI::App* engine = bench->add_subcommand(
       "engine",
       "an RL rollout through the engine on the GPU: decode steps vs their floors, "
@@ -231,14 +185,17 @@ Run add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 8));
   gemm->add_option("--only", gm->only, "this GEMM only")
       ->check(CLI::IsMember({"qkv", "o", "gate_up", "down", "lm_head"}));
-  return [f, r, router, g, routing, p, pressure, e, engine, gm, gemm] {
-    if (gemm->parsed()) return run_bench_gemm(*gm);
+  return [gpu, f, r, router, g, routing, p, pressure, e, engine, gm, gemm] {
+    if (gemm->parsed()) {
+      return gpu.gemm ? gpu.gemm({gm->out, gm->rows, gm->iters, gm->splits, gm->only})
+                      : no_gpu("gemm");
+    }
     if (router->parsed()) return run_router_bench(*r);
     if (routing->parsed()) return run_routing_bench(*g);
-    if (engine->parsed()) return run_bench_engine(*e);
+    if (engine->parsed()) return gpu.engine ? gpu.engine(*e) : no_gpu("engine");
     if (pressure->parsed()) return run_pressure_bench(*p);
-    return run_bench_kernels(*f);
+    return gpu.kernels ? gpu.kernels({f->out, f->quick, f->iters, f->only}) : no_gpu("kernels");
   };
 }
 
-}  // namespace kvc::cli
+}  // namespace kvc::bench

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "replica/cpu_backend.h"
-#include "replica/engine.h"
-#include "replica/weights.h"
+#include "replica/backend/cpu/cpu_backend.h"
+#include "replica/core/engine.h"
+#include "replica/model/weights.h"
 
 namespace kvc {
 namespace {

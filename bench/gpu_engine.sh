@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the engine on the GPU (issue 13): the CUDA tests, the whole-model tests,
+# One device call for the engine on the GPU: the CUDA tests, the whole-model tests,
 # compute-sanitizer on the whole-model test, and a serving run (replica --backend cuda + router +
 # loadgen). Runs binaries built on the development machine and copied, with the shared libraries
 # the GPU host lacks, into gpu-bin/ (bench/pack_gpu_bin.sh); writes everything under $OUT.

@@ -16,12 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/local_replica.h"
+#include "replica/server/local_replica.h"
 #include "cli/prometheus_process.h"
-#include "cli/router_stack.h"
+#include "router/router_stack.h"
 #include "cli/server_flags.h"
 #include "http/client.h"
-#include "replica/bandwidth_model.h"
+#include "replica/model/bandwidth_model.h"
 
 namespace kvc::cli {
 namespace {

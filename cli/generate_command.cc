@@ -12,8 +12,8 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
-#include "replica/engine.h"
-#include "replica/tokenizer.h"
+#include "replica/core/engine.h"
+#include "replica/tokenizer/tokenizer.h"
 
 namespace kvc::cli {
 namespace {
@@ -62,7 +62,7 @@ nlohmann::json step_json(int64_t index, const StepStats& s) {
           {"prefix_cache_hit_tokens", s.prefix_cache_hit_tokens}};
 }
 
-int run_generate(GenerateFlags f) {
+int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
   if (!f.prompt_file.empty()) {
     std::ifstream in(f.prompt_file, std::ios::binary);
     if (!in) {
@@ -77,12 +77,12 @@ int run_generate(GenerateFlags f) {
     std::fprintf(stderr, "kvcascade generate: give --prompt TEXT or --prompt-file F\n");
     return 2;
   }
-  auto tokenizer = make_tokenizer(f.engine);
+  auto tokenizer = make_tokenizer(f.engine.backend);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "kvcascade generate: %s\n", tokenizer.error().message.c_str());
     return 2;
   }
-  auto backend = make_backend(f.engine, **tokenizer);
+  auto backend = make_backend(backend_options(f.engine), **tokenizer, cuda);
   if (!backend.ok()) {
     std::fprintf(stderr, "kvcascade generate: %s\n", backend.error().message.c_str());
     return 2;
@@ -183,7 +183,7 @@ int run_generate(GenerateFlags f) {
 
 }  // namespace
 
-Run add_generate_command(CLI::App& app) {
+Run add_generate_command(CLI::App& app, const CudaEntry& cuda) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "run the engine on prompts and print the outputs");
   add_engine_flags(*cmd, f->engine);
@@ -202,7 +202,7 @@ Run add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", f->sampling.ignore_eos, "generate max-tokens even past EOS");
   cmd->add_flag("--json", f->json, "print one JSON object {choices, stats}");
   cmd->add_flag("--quiet", f->quiet, "no per-step lines");
-  return [f] { return run_generate(*f); };
+  return [f, maker = cuda.backend] { return run_generate(*f, maker); };
 }
 
 }  // namespace kvc::cli

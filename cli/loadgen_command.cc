@@ -1,14 +1,21 @@
-// `kvcascade loadgen`: closed-loop load against a router or a replica (cli/loadgen.h).
+// `kvcascade loadgen`: closed-loop load against a router or a replica (bench/loadgen.h).
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 
+#include "bench/loadgen.h"
 #include "cli/commands.h"
-#include "cli/loadgen.h"
 #include "http/client.h"
 
 namespace kvc::cli {
+
+using bench::can_connect;
+using bench::Endpoint;
+using bench::LoadStats;
+using bench::prepare_requests;
+using bench::run_closed_loop;
+using bench::Workload;
 namespace {
 
 struct LoadgenFlags {

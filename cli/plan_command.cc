@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "replica/bandwidth_model.h"
+#include "replica/model/bandwidth_model.h"
 
 namespace kvc::cli {
 namespace {

@@ -12,6 +12,9 @@
 #include "http/client.h"
 
 namespace kvc::cli {
+
+using bench::file_tail;
+using bench::free_loopback_port;
 namespace {
 
 using json = nlohmann::json;

@@ -11,10 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/child_process.h"
-#include "prefix_index/status.h"
+#include "base/status.h"
+#include "bench/child_process.h"
 
 namespace kvc::cli {
+
+using bench::ChildProcess;
 
 struct ScrapeTarget {
   std::string address;    // host:port

@@ -6,10 +6,10 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
-#include "cli/replica_stack.h"
+#include "replica/server/replica_stack.h"
 #include "cli/server_flags.h"
-#include "replica/sim_backend.h"
-#include "replica/tokenizer.h"
+#include "replica/backend/sim/sim_backend.h"
+#include "replica/tokenizer/tokenizer.h"
 
 namespace kvc::cli {
 namespace {
@@ -22,7 +22,11 @@ struct ReplicaFlags {
   bool check_config = false;
 };
 
-int run_replica(ReplicaFlags f) {
+int run_replica(ReplicaFlags f, CudaBackendMaker cuda) {
+  if (Status s = check_backend_options(f.engine.backend); !s.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", s.message().c_str());
+    return 2;
+  }
   if (f.check_config) {
     std::printf("kvcascade replica: configuration ok\n");
     return 0;
@@ -34,7 +38,7 @@ int run_replica(ReplicaFlags f) {
   }
   f.replica.api_keys = std::move(*keys);
   block_shutdown_signals();
-  auto tokenizer = make_tokenizer(f.engine);
+  auto tokenizer = make_tokenizer(f.engine.backend);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "kvcascade replica: %s\n", tokenizer.error().message.c_str());
     return 2;
@@ -45,7 +49,7 @@ int run_replica(ReplicaFlags f) {
     return 2;
   }
   f.replica.chat_template = *chat_template;
-  auto backend = make_backend(f.engine, **tokenizer);
+  auto backend = make_backend(backend_options(f.engine), **tokenizer, cuda);
   if (!backend.ok()) {
     std::fprintf(stderr, "kvcascade replica: %s\n", backend.error().message.c_str());
     return 2;
@@ -99,7 +103,7 @@ int run_replica(ReplicaFlags f) {
 
 }  // namespace
 
-Run add_replica_command(CLI::App& app) {
+Run add_replica_command(CLI::App& app, const CudaEntry& cuda) {
   auto f = std::make_shared<ReplicaFlags>();
   CLI::App* cmd = app.add_subcommand("replica", "serve one engine over an OpenAI-compatible API");
   add_engine_flags(*cmd, f->engine);
@@ -112,7 +116,7 @@ Run add_replica_command(CLI::App& app) {
   add_api_key_flags(*cmd, f->api_keys, "api-key",
                     "require Authorization: Bearer KEY on every path but /health");
   cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
-  return [f] { return run_replica(*f); };
+  return [f, maker = cuda.backend] { return run_replica(*f, maker); };
 }
 
 }  // namespace kvc::cli

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/router_stack.h"
+#include "router/router_stack.h"
 #include "cli/server_flags.h"
 #include "http/auth.h"
-#include "router/engine_signals.h"
+#include "router/fleet/engine_signals.h"
 
 namespace kvc::cli {
 namespace {

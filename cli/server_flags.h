@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "http/limits.h"
-#include "prefix_index/status.h"
+#include "base/status.h"
 
 namespace kvc::cli {
 

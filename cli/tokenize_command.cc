@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "replica/hf_tokenizer.h"
+#include "replica/tokenizer/hf_tokenizer.h"
 
 namespace kvc::cli {
 namespace {

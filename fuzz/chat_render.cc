@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_input.h"
-#include "prefix_index/chat_render.h"
+#include "api/chat_render.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Chat templates (prefix_index/chat_template.h) on random template sources and messages: the
+// Chat templates (api/chat_template.h) on random template sources and messages: the
 // input is a template (up to the first NUL) followed by message fields (fuzz_input.h).
 // Properties: never crashes or hangs (the step budget), errors are values; literal spans are
 // sorted, disjoint and inside the text; a message's content appears literal wherever it lands.
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_input.h"
-#include "prefix_index/chat_template.h"
+#include "api/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);

@@ -12,7 +12,7 @@
 
 #include "fuzz/fuzz_input.h"
 #include "kernels/cpu/ops.h"
-#include "replica/model_config.h"
+#include "replica/model/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -7,7 +7,7 @@
 #include <variant>
 
 #include "fuzz/fuzz_input.h"
-#include "prefix_index/openai_request.h"
+#include "api/openai_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

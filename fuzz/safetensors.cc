@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_input.h"
-#include "replica/safetensors.h"
+#include "replica/model/safetensors.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "http/server.h"
-#include "prefix_index/status.h"
+#include "base/status.h"
 
 namespace kvc::http {
 

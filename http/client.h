@@ -16,8 +16,8 @@
 
 #include "http/limits.h"
 #include "http/server.h"
-#include "prefix_index/clock.h"
-#include "prefix_index/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 
 namespace boost::asio {
 class io_context;

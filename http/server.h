@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "http/limits.h"
-#include "prefix_index/status.h"
 
 namespace boost::asio {
 class io_context;
@@ -53,7 +53,7 @@ class Responder {
   virtual void send(int status, std::string content_type, std::string body,
                     Headers extra_headers = {}) = 0;
   // Streaming: headers now (chunked transfer encoding), then chunks, then end(). Server-sent events
-  // are written by the caller as "data: ...\n\n" chunks via write() (see sse_event() in sse.h).
+  // are written by the caller as events framed by http::sse_event (sse.h) via write().
   virtual void start_stream(int status, std::string content_type, Headers extra_headers = {}) = 0;
   virtual void write(std::string chunk) = 0;  // queued; written in order; empty chunks are skipped
   virtual void end() = 0;

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "prefix_index/status.h"
+#include "base/status.h"
 
 namespace kvc::http {
 

@@ -20,7 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "prefix_index/block_hash.h"
-#include "prefix_index/status.h"
+#include "base/status.h"
 
 namespace kvc {
 

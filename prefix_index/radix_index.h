@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "prefix_index/block_hash.h"
-#include "prefix_index/clock.h"
+#include "base/clock.h"
 #include "prefix_index/kv_event.h"
-#include "prefix_index/status.h"
+#include "base/status.h"
 
 namespace kvc {
 

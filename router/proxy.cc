@@ -7,7 +7,8 @@
 
 #include "http/auth.h"
 #include "http/errors.h"
-#include "router/replica_auth.h"
+#include "http/sse.h"
+#include "router/fleet/replica_auth.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -22,9 +23,9 @@ constexpr size_t kMaxBufferedBody = size_t{8} << 20;
 // (do_choose), send it there (do_try), relay its answer (on_headers, on_chunk) and, when it ends
 // (on_done), finish, retry on another replica or end with an error. Callbacks hold it by
 // shared_ptr; it holds nothing that holds it.
-class RouterServer::ProxyAttempt : public std::enable_shared_from_this<ProxyAttempt> {
+class RouterServer::ProxiedRequest : public std::enable_shared_from_this<ProxiedRequest> {
  public:
-  explicit ProxyAttempt(RouterServer& server) : s_(server) {}
+  explicit ProxiedRequest(RouterServer& server) : s_(server) {}
 
   // Ends the exchange in flight as soon as the client leaves.
   void watch_client();
@@ -63,7 +64,7 @@ class RouterServer::ProxyAttempt : public std::enable_shared_from_this<ProxyAtte
   void on_headers(int upstream_status, const http::Headers& upstream);
   bool on_chunk(std::string_view bytes);
   void on_done(const Status& s, const std::shared_ptr<http::Cancellation>& cancellation,
-               int64_t prompt_tokens);
+               int64_t prompt_size);
   void prefill_started();
   void count_route();
   void start_client_stream();
@@ -104,14 +105,8 @@ RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& app
       siblings_(clock, config_.siblings),
       registry_(registry),
       metrics_(metrics),
-      clock_(clock) {
-  if (metrics_) retries_counter_ = &metrics_->router_retries_total.Add({});
-}
-
-void RouterServer::note_retry() {
-  ++stats_.retries;
-  if (retries_counter_ != nullptr) retries_counter_->Increment();
-}
+      stats_(metrics),
+      clock_(clock) {}
 
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
@@ -215,7 +210,7 @@ std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, std::
 
 void RouterServer::route(Endpoint endpoint, http::Request request,
                          std::shared_ptr<http::Responder> responder) {
-  ++stats_.requests;
+  stats_.note_request();
   const std::vector<ReplicaView> pool = pool_.snapshot();
   auto parsed = parse_for_routing(endpoint, request.body, config_.api, pool);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
@@ -256,7 +251,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
                      "invalid_request_error", "model");
     return;
   }
-  auto attempt = std::make_shared<ProxyAttempt>(*this);
+  auto attempt = std::make_shared<ProxiedRequest>(*this);
   attempt->responder = responder;
   attempt->watch_client();
   attempt->stream = req.stream;
@@ -292,8 +287,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     guessed = approx_.match(attempt->hashes);
   }
   if (exact.near_miss() || guessed.near_miss()) {
-    ++stats_.near_misses;
-    if (metrics_) metrics_->router_near_miss_prefixes_total.Add({}).Increment();
+    stats_.note_near_miss();
   }
   for (const ReplicaView& r : replicas) {
     Candidate c;
@@ -303,7 +297,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.matched_blocks = std::max(exact.blocks_for(r.index), guessed.blocks_for(r.index));
     // Without a load report (a plain OpenAI server, or metrics that failed) the prompt tokens
     // this router has in flight there stand in for its queue.
-    c.queued_prefill_tokens = r.load_reported ? r.queued_prefill_tokens : r.in_flight_prompt_tokens;
+    c.queued_prefill_tokens = r.load_reported ? r.queued_prefill_tokens : r.in_flight_prompt_bytes;
     c.running_sequences = r.running_sequences;
     c.waiting_sequences = r.waiting_sequences;
     c.in_flight_requests = r.in_flight;
@@ -316,20 +310,21 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   }
   RouteRequest& rr = attempt->route;
   rr.blocks = attempt->hashes;
-  rr.prompt_tokens = static_cast<int64_t>(prompt.size());
+  rr.prompt_bytes = static_cast<int64_t>(prompt.size());
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
   rr.max_tokens = req.max_tokens;
   rr.group_size = req.group_size;
   rr.group = group;
-  rr.affinity_key = prompt.substr(0, static_cast<size_t>(any.block_size) * 4);
+  rr.affinity_key = prompt.substr(
+      0, static_cast<size_t>(any.block_size) * static_cast<size_t>(config_.affinity_key_blocks));
   if (!attempt->start()) {
     http::send_error(*responder, 503, "no healthy replica serves model '" + req.model + "'",
                      "server_error");
   }
 }
 
-void RouterServer::ProxyAttempt::watch_client() {
+void RouterServer::ProxiedRequest::watch_client() {
   // A client that leaves ends the exchange in flight at once: the replica sees the connection
   // close and frees the group. (A non-streaming reply sends no byte before the generation is done,
   // so waiting for one to find the client gone would let the replica generate to the end.)
@@ -346,7 +341,7 @@ void RouterServer::ProxyAttempt::watch_client() {
   });
 }
 
-bool RouterServer::ProxyAttempt::start() {
+bool RouterServer::ProxiedRequest::start() {
   if (!do_choose()) return false;
   do_try();
   return true;
@@ -354,7 +349,7 @@ bool RouterServer::ProxyAttempt::start() {
 
 // Chooses among the candidates not tried yet (health re-read on a retry): an explicit routing
 // key first, then a sibling pin (policies that keep siblings together), then the policy.
-bool RouterServer::ProxyAttempt::do_choose() {
+bool RouterServer::ProxiedRequest::do_choose() {
   std::vector<ReplicaView> now;
   if (!tried.empty()) now = s_.pool_.snapshot();  // a retry: health may have changed
   for (Candidate& c : candidates) {
@@ -410,22 +405,8 @@ bool RouterServer::ProxyAttempt::do_choose() {
   return true;
 }
 
-void RouterServer::ProxyAttempt::count_route() {
-  prometheus::Counter* routed_counter = nullptr;
-  {
-    std::lock_guard lock(s_.stats_.mu);
-    const std::pair<std::string, std::string> key{replica_id, reason};
-    ++s_.stats_.routed[key];
-    if (s_.metrics_) {
-      // Looked up once per (replica, reason): Family::Add builds and hashes a label map.
-      prometheus::Counter*& c = s_.routed_counters_[key];
-      if (c == nullptr) {
-        c = &s_.metrics_->router_requests_total.Add({{"replica", replica_id}, {"reason", reason}});
-      }
-      routed_counter = c;
-    }
-  }
-  if (routed_counter != nullptr) routed_counter->Increment();
+void RouterServer::ProxiedRequest::count_route() {
+  s_.stats_.note_routed(replica_id, reason);
   if (s_.metrics_ && tried.size() == 1 && prompt_bytes > 0) {
     s_.metrics_->router_prefix_match_ratio_all.Observe(
         std::min(1.0, static_cast<double>(matched_bytes) / static_cast<double>(prompt_bytes)));
@@ -433,7 +414,7 @@ void RouterServer::ProxyAttempt::count_route() {
 }
 
 // Sends the request to the chosen replica.
-void RouterServer::ProxyAttempt::do_try() {
+void RouterServer::ProxiedRequest::do_try() {
   // Made before the exchange starts, so that the client leaving at any moment ends it.
   auto cancellation = std::make_shared<http::Cancellation>();
   {
@@ -448,17 +429,17 @@ void RouterServer::ProxyAttempt::do_try() {
     (void)s_.approx_.insert(replica, hashes);
   }
   count_route();
-  const auto prompt_tokens = static_cast<int64_t>(prompt_bytes);
-  pending_prefill = std::max<int64_t>(0, prompt_tokens - static_cast<int64_t>(matched_bytes));
+  const auto prompt_size = static_cast<int64_t>(prompt_bytes);
+  pending_prefill = std::max<int64_t>(0, prompt_size - static_cast<int64_t>(matched_bytes));
   // Ended if the replica is found dead.
-  s_.pool_.begin_request(replica, cancellation, prompt_tokens, pending_prefill);
+  s_.pool_.begin_request(replica, cancellation, prompt_size, pending_prefill);
   if (!view) {
-    s_.pool_.end_request(replica, false, cancellation, prompt_tokens, pending_prefill);
+    s_.pool_.end_request(replica, false, cancellation, prompt_size, pending_prefill);
     pending_prefill = 0;
     if (!do_choose()) {
       http::send_error(*responder, 503, "no healthy replica left", "server_error");
     } else {
-      s_.note_retry();
+      s_.stats_.note_retry();
       do_try();
     }
     return;
@@ -481,26 +462,26 @@ void RouterServer::ProxyAttempt::do_try() {
       view->host, view->port, request.method, request.target, request.body, headers,
       [self](int st, const http::Headers& upstream) { self->on_headers(st, upstream); },
       [self](std::string_view bytes) { return self->on_chunk(bytes); },
-      [self, cancellation, prompt_tokens](Status st) {
-        self->on_done(st, cancellation, prompt_tokens);
+      [self, cancellation, prompt_size](Status st) {
+        self->on_done(st, cancellation, prompt_size);
       },
       std::move(options));
 }
 
-void RouterServer::ProxyAttempt::prefill_started() {
+void RouterServer::ProxiedRequest::prefill_started() {
   if (pending_prefill == 0) return;
   s_.pool_.prefill_started(replica, pending_prefill);
   pending_prefill = 0;
 }
 
-void RouterServer::ProxyAttempt::on_headers(int upstream_status, const http::Headers& upstream) {
+void RouterServer::ProxiedRequest::on_headers(int upstream_status, const http::Headers& upstream) {
   status = upstream_status;
   if (status >= 500) return;  // may be retried: nothing sent yet
   content_type = http::find_header(upstream, "content-type").value_or("application/json");
   if (stream) start_client_stream();
 }
 
-bool RouterServer::ProxyAttempt::on_chunk(std::string_view bytes) {
+bool RouterServer::ProxiedRequest::on_chunk(std::string_view bytes) {
   if (status >= 500) return true;  // drain the error body, then retry
   prefill_started();               // the answer's first bytes: its prefill is done
   if (!sent_anything) {
@@ -516,13 +497,12 @@ bool RouterServer::ProxyAttempt::on_chunk(std::string_view bytes) {
   return !responder->client_gone();
 }
 
-void RouterServer::ProxyAttempt::on_done(const Status& s,
-                                         const std::shared_ptr<http::Cancellation>& cancellation,
-                                         int64_t prompt_tokens) {
+void RouterServer::ProxiedRequest::on_done(const Status& s,
+                                           const std::shared_ptr<http::Cancellation>& cancellation,
+                                           int64_t prompt_size) {
   const bool failed = !s.ok() || status >= 500;
   const bool client_gone = responder->client_gone();
-  s_.pool_.end_request(replica, !failed || client_gone, cancellation, prompt_tokens,
-                       pending_prefill);
+  s_.pool_.end_request(replica, !failed || client_gone, cancellation, prompt_size, pending_prefill);
   pending_prefill = 0;
   if (client_gone) return;  // nobody to answer; the replica did nothing wrong
   if (!failed) {
@@ -537,19 +517,15 @@ void RouterServer::ProxyAttempt::on_done(const Status& s,
     }
     return;
   }
-  ++s_.stats_.upstream_errors;
-  if (s_.metrics_) {
-    // Headers below 500 arrived (the reply may still be buffered here): mid-stream.
-    const char* kind = sent_anything || (status > 0 && status < 500) ? "midstream"
-                       : status >= 500                               ? "status"
-                                                                     : "connect";
-    s_.metrics_->router_upstream_errors_total.Add({{"replica", replica_id}, {"kind", kind}})
-        .Increment();
-  }
+  // Headers below 500 arrived (the reply may still be buffered here): mid-stream.
+  s_.stats_.note_upstream_error(replica_id, sent_anything || (status > 0 && status < 500)
+                                                ? "midstream"
+                                            : status >= 500 ? "status"
+                                                            : "connect");
   const std::string why = s.ok() ? "status " + std::to_string(status) : s.message();
   if (!sent_anything) {
     if (static_cast<int32_t>(tried.size()) < s_.config_.max_attempts && do_choose()) {
-      s_.note_retry();
+      s_.stats_.note_retry();
       do_try();
       return;
     }
@@ -558,25 +534,22 @@ void RouterServer::ProxyAttempt::on_done(const Status& s,
   }
   // Mid-stream: end cleanly with an error event the client can see.
   if (stream) {
-    responder->write(
-        "data: " +
-        http::error_body("upstream replica " + replica_id + " failed mid-stream: " + why,
-                         "server_error") +
-        "\n\n");
+    responder->write(http::sse_event(http::error_body(
+        "upstream replica " + replica_id + " failed mid-stream: " + why, "server_error")));
   }
   responder->end();
 }
 
 // What the router tells the client about the route it took. The matched length only on request:
 // without tenant isolation it says how much of this prompt somebody else has cached.
-http::Headers RouterServer::ProxyAttempt::client_headers() const {
+http::Headers RouterServer::ProxiedRequest::client_headers() const {
   http::Headers h = {{"x-kvcascade-replica", replica_id}, {"x-kvcascade-route-reason", reason}};
   if (debug_headers) h.emplace_back("x-kvcascade-matched-bytes", std::to_string(matched_bytes));
   return h;
 }
 
 // Starts the client's response as a stream (a streaming request, or a body too large to buffer).
-void RouterServer::ProxyAttempt::start_client_stream() {
+void RouterServer::ProxiedRequest::start_client_stream() {
   responder->start_stream(status, content_type, client_headers());
   sent_anything = true;
 }
@@ -590,7 +563,7 @@ std::string RouterServer::state_json() {
                  {"running", r.running_sequences},
                  {"waiting", r.waiting_sequences},
                  {"queued_prefill_tokens", r.queued_prefill_tokens},
-                 {"in_flight_prompt_tokens", r.in_flight_prompt_tokens},
+                 {"in_flight_prompt_bytes", r.in_flight_prompt_bytes},
                  {"pending_prefill_tokens", r.pending_prefill_tokens}};
     if (r.kv_usage) load["kv_usage"] = *r.kv_usage;
     if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
@@ -610,21 +583,9 @@ std::string RouterServer::state_json() {
     if (!r.error.empty()) replica["error"] = r.error;
     replicas.push_back(std::move(replica));
   }
-  json routed = json::array();
-  {
-    std::lock_guard lock(stats_.mu);
-    for (const auto& [key, n] : stats_.routed) {
-      routed.push_back({{"replica", key.first}, {"reason", key.second}, {"count", n}});
-    }
-  }
-  return json{{"policy", config_.policy},
-              {"replicas", replicas},
-              {"requests", stats_.requests.load()},
-              {"retries", stats_.retries.load()},
-              {"upstream_errors", stats_.upstream_errors.load()},
-              {"near_misses", stats_.near_misses.load()},
-              {"routed", routed}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  json state{{"policy", config_.policy}, {"replicas", replicas}};
+  stats_.to_json(state);
+  return state.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace kvc

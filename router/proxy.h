@@ -16,14 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "api/openai_request.h"
 #include "http/client.h"
 #include "http/server.h"
 #include "metrics/metrics.h"
-#include "prefix_index/openai_request.h"
 #include "prefix_index/radix_index.h"
-#include "router/policy.h"
-#include "router/replica_pool.h"
-#include "router/sibling_tracker.h"
+#include "router/fleet/replica_pool.h"
+#include "router/policy/policy.h"
+#include "router/policy/sibling_tracker.h"
+#include "router/router_stats.h"
 #include "router/tenant.h"
 
 namespace kvc {
@@ -54,14 +55,11 @@ struct RouterConfig {
   // An explicit affinity key: requests carrying this header (or SGLang gateway's
   // x-smg-routing-key) go to the replica the key's rendezvous hash picks, whatever the policy.
   std::string routing_key_header = "x-kvcascade-routing-key";
+  // Blocks at the start of a prompt that key its rendezvous hash (RouteRequest::affinity_key):
+  // prompts that share them go to the same replica while cold, so a later one finds the prefix.
+  int32_t affinity_key_blocks = 4;
   SiblingTrackerConfig siblings;
   ApiLimits api;
-};
-
-struct RouterStats {
-  std::atomic<int64_t> requests{0}, retries{0}, near_misses{0}, upstream_errors{0};
-  std::mutex mu;
-  std::map<std::pair<std::string, std::string>, int64_t> routed;  // (replica id, reason) -> count
 };
 
 class RouterServer {
@@ -77,9 +75,8 @@ class RouterServer {
   RouterStats& stats() { return stats_; }
 
  private:
-  class ProxyAttempt;  // one client request on its way to a replica (proxy.cc)
+  class ProxiedRequest;  // one client request on its way to a replica (proxy.cc)
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
-  void note_retry();
   // Replies to probes: 200 while at least one replica is healthy, else 503.
   void send_readiness(http::Responder& responder);
   std::string state_json();
@@ -93,12 +90,9 @@ class RouterServer {
   std::unique_ptr<Policy> policy_;
   std::mutex policy_mu_;
   SiblingTracker siblings_;
-  RouterStats stats_;
-  // (replica id, reason) -> its router_requests_total series; guarded by stats_.mu.
-  std::map<std::pair<std::string, std::string>, prometheus::Counter*> routed_counters_;
   prometheus::Registry* registry_;
   metrics::RouterMetrics* metrics_;
-  prometheus::Counter* retries_counter_ = nullptr;  // router_retries_total, when metrics_
+  RouterStats stats_;
   const Clock& clock_;
 };
 

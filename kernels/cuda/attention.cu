@@ -1,7 +1,7 @@
 // Decode attention kernels (see attention.h and docs/kernels-cuda.md). Two kinds of work, each a
-// 4-warp CTA that streams paged KV through a 3-stage cp.async pipeline in shared memory (16-byte
-// chunks, XOR-swizzled for ldmatrix) and runs scores and P·V on tensor cores (mma.sync m16n8k16,
-// fp32 accumulate) with an online softmax in fp32 registers (base 2):
+// 4-warp CTA that streams paged KV through a kStages-deep (2) cp.async pipeline in shared memory
+// (16-byte chunks, XOR-swizzled for ldmatrix) and runs scores and P·V on tensor cores (mma.sync
+// m16n8k16, fp32 accumulate) with an online softmax in fp32 registers (base 2):
 //  - prefix item (node, kv_head, chunk, row tile): 64 stacked query rows (members x GQA group),
 //    each warp 16 rows x all 64 tokens of a stage;
 //  - decode item (sequence, split, group of HW KV heads): warp w owns KV head HW * g + w (its query

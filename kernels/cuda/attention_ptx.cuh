@@ -29,7 +29,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kRescaleLog2 = 8.f;
 
-// Shared memory of a cascade_kernel CTA: 3 stages of K and V, 64 x D elements each (a prefix
+// Shared memory of a cascade_kernel CTA: kStages stages of K and V, 64 x D elements each (a prefix
 // stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads).
 template <int D, typename T>
 constexpr int smem_bytes() {

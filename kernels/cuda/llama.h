@@ -64,7 +64,7 @@ enum class LlamaTensor {
 // One step, as host arrays (views: nothing is copied until forward).
 struct LlamaStep {
   std::span<const int32_t> copy_pairs;  // [num_copies, 2] (src, dst)
-  // Prefill chunks, CSR (replica/backend.h PrefillBatch).
+  // Prefill chunks, CSR (replica/backend/backend.h PrefillBatch).
   std::span<const int32_t> prefill_tokens;
   std::span<const int32_t> token_indptr;  // [num_chunks + 1] (empty: no prefill)
   std::span<const int32_t> start_pos;
@@ -117,7 +117,7 @@ class LlamaModel {
   static std::pair<size_t, size_t> device_memory();
 
   // Every matrix uniform with standard deviation 1 / sqrt(fan_in), norms 1 (as
-  // replica/weights.h random_weights, not bit-equal to it): deterministic for the seed.
+  // replica/model/weights.h random_weights, not bit-equal to it): deterministic for the seed.
   std::string random_init(uint64_t seed);
   // Writes `count` values at element `offset` of a tensor (layer ignored for model tensors),
   // converting float32 to bf16 (round to nearest even) on the device, in 16 MiB pieces.

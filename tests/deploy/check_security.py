@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Renders a kustomize overlay and checks its security wiring (issue 12):
+"""Renders a kustomize overlay and checks its security wiring:
 
 - router probes: liveness on /livez (the process serves), readiness on /readyz (a replica is
   healthy); /health as liveness restarted every router during a replica outage;

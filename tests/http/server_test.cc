@@ -151,7 +151,7 @@ TEST(ServerTest, MalformedRequestLineIs400AndCloses) {
   }
 }
 
-// Request smuggling (issue 12): a front proxy and this server must never disagree on where a body
+// Request smuggling: a front proxy and this server must never disagree on where a body
 // ends, so any framing other than a lone "chunked" or a lone Content-Length is refused, and the
 // connection is closed without reading a body.
 TEST(ServerTest, AmbiguousFramingIs400AndCloses) {

@@ -1,5 +1,5 @@
-// The router in front of engines that are not kvcascade (issue 18): stand-ins that answer like
-// vLLM, SGLang and plain OpenAI servers (cli/fake_engine.h says which versions), and a mixed
+// The router in front of engines that are not kvcascade: stand-ins that answer like
+// vLLM, SGLang and plain OpenAI servers (bench/fake_engine.h says which versions), and a mixed
 // fleet with a real kvcascade replica. Real sockets on 127.0.0.1, port 0; every wait is a poll
 // with a deadline.
 #include <algorithm>
@@ -16,17 +16,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/fake_engine.h"
-#include "cli/local_replica.h"
-#include "cli/router_stack.h"
+#include "bench/fake_engine.h"
 #include "http/client.h"
+#include "replica/server/local_replica.h"
+#include "router/router_stack.h"
 
 namespace kvc {
 namespace {
 
-using cli::FakeEngine;
-using cli::FakeEngineOptions;
-using cli::FakeLoad;
+using bench::FakeEngine;
+using bench::FakeEngineOptions;
+using bench::FakeLoad;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -420,7 +420,7 @@ TEST_F(ForeignFleet, RetriesBreakerAndMetricsWorkTheSameForForeignReplicas) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(served(r), &b);
   }
-  EXPECT_GE(stack_->server().stats().retries.load(), 1);
+  EXPECT_GE(stack_->server().stats().retries(), 1);
   // Three failures in a row opened a's breaker: it left routing until a poll brings it back.
   EXPECT_GE(a.completions(), 1);
   EXPECT_LE(a.completions(), 3);

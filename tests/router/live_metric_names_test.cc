@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/local_replica.h"
-#include "cli/router_stack.h"
+#include "replica/server/local_replica.h"
+#include "router/router_stack.h"
 #include "http/client.h"
 
 namespace kvc {

@@ -9,12 +9,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/local_replica.h"
-#include "cli/router_stack.h"
 #include "http/client.h"
 #include "http/server.h"
+#include "replica/server/local_replica.h"
+#include "router/fleet/replica_pool.h"
 #include "router/proxy.h"
-#include "router/replica_pool.h"
+#include "router/router_stack.h"
 
 namespace kvc {
 namespace {
@@ -172,7 +172,7 @@ TEST_F(RouterTest, SiblingBurstsStayTogetherAndTenantsSpread) {
   EXPECT_GE(tenants.size(), 2u);
 }
 
-// Issue 15, through the router: eight requests sharing a `group` id (group_size 8) land on one
+// Through the router: eight requests sharing a `group` id (group_size 8) land on one
 // replica and are one group there (the prompt computed once: seven of eight report it cached).
 TEST_F(RouterTest, RequestsSharingAGroupIdAreOneGroupOnOneReplica) {
   start();
@@ -254,7 +254,7 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
   // Every try's pending prefill was handed back: by its answer, or by its failure.
   for (const json& r : state["replicas"]) {
     EXPECT_EQ(r["load"]["pending_prefill_tokens"], 0) << r.dump();
-    EXPECT_EQ(r["load"]["in_flight_prompt_tokens"], 0) << r.dump();
+    EXPECT_EQ(r["load"]["in_flight_prompt_bytes"], 0) << r.dump();
   }
 }
 
@@ -314,7 +314,7 @@ TEST(RouterStackTest, ReplicaFailingMidBodyIsRetried) {
     EXPECT_EQ(body["choices"].size(), 1u);
   }
   EXPECT_GE(broken_completions.load(), 1);  // round robin sent it requests, which were retried
-  EXPECT_GE(stack.server().stats().retries.load(), broken_completions.load());
+  EXPECT_GE(stack.server().stats().retries(), broken_completions.load());
   stack.stop();
   {
     std::lock_guard lock(mu);
@@ -451,7 +451,7 @@ TEST_F(RouterTest, BadInputAndAuth) {
   }
 }
 
-// Issue 12: /health answered 503 without a healthy replica and was the liveness probe, so a
+// /health answered 503 without a healthy replica and was the liveness probe, so a
 // replica outage restarted every router pod. /livez says the process serves; /readyz (and
 // /health, kept) say whether a replica can take traffic.
 TEST_F(RouterTest, LivezStaysUpWhileReadyzFollowsTheReplicas) {
@@ -475,7 +475,7 @@ TEST_F(RouterTest, LivezStaysUpWhileReadyzFollowsTheReplicas) {
   EXPECT_EQ(body.value("healthy_replicas", -1), 0);
 }
 
-// Issue 12: replicas behind the router can require a key. The router sends it on proxied
+// Replicas behind the router can require a key. The router sends it on proxied
 // requests, /v1/info and /v1/load polls and KV-event subscriptions; without it they are unusable.
 TEST_F(RouterTest, RouterSendsTheReplicaKeyEverywhere) {
   start_with(
@@ -516,7 +516,7 @@ int cached_tokens(const http::ClientResponse& r) {
   return j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
 }
 
-// Issue 12: the prefix cache was an oracle across tenants (guessing "PIN is 4711" came back
+// The prefix cache was an oracle across tenants (guessing "PIN is 4711" came back
 // cached). With isolation by API key, tenant B sees none of tenant A's cache, A still hits its
 // own, and a client's own cache_salt splits within its tenant but never escapes it.
 TEST_F(RouterTest, TenantsIsolatedByApiKeyNeverSeeEachOthersCache) {
@@ -574,8 +574,8 @@ TEST_F(RouterTest, WithoutIsolationTenantsSharePrefixes) {
   EXPECT_GE(cached_tokens(post(req, {{"authorization", "Bearer b"}})), 576);
 }
 
-// The matched-bytes header told any client how much of its prompt someone had cached (issue 12:
-// "PIN is 4711" matched 160 bytes, "4712" 48). It is off unless asked for.
+// The matched-bytes header told any client how much of its prompt someone had cached. It is off
+// unless asked for.
 TEST_F(RouterTest, MatchedBytesHeaderIsHiddenByDefault) {
   start();
   const json req = {{"model", "tiny"}, {"prompt", long_prompt("quiet")}, {"max_tokens", 1}};

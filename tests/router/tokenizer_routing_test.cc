@@ -1,6 +1,6 @@
 // Router + 2 tiny CPU replicas serving the real Llama 3 tokenizer and chat template (random
 // weights), on 127.0.0.1: the router hashes bytes, the replicas cache token blocks, and both
-// agree on which blocks a replica holds (replica/byte_space.h).
+// agree on which blocks a replica holds (replica/core/byte_space.h).
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/local_replica.h"
-#include "cli/router_stack.h"
+#include "replica/server/local_replica.h"
+#include "router/router_stack.h"
 #include "http/client.h"
-#include "replica/hf_tokenizer.h"
+#include "replica/tokenizer/hf_tokenizer.h"
 #include "tests/testing/reference_files.h"
 
 namespace kvc {

@@ -1,4 +1,4 @@
-// The router when clients or replicas misbehave (issue 12, sections 2, 3 and 5): clients that
+// The router when clients or replicas misbehave: clients that
 // leave, replicas that stall (before the first byte, mid-stream, under a health check) and
 // replicas whose circuit breaker opens. Real sockets on 127.0.0.1; every wait is bounded.
 #include <algorithm>
@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/local_replica.h"
-#include "cli/router_stack.h"
 #include "http/client.h"
+#include "replica/server/local_replica.h"
+#include "router/router_stack.h"
 #include "tests/http/raw_conn.h"
 #include "tests/testing/fake_replica.h"
 
@@ -60,7 +60,7 @@ std::string raw_post(const std::string& body) {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// Issue 12 §2: a client that leaves a non-streaming request used to leave the replica generating
+// A client that leaves a non-streaming request used to leave the replica generating
 // to the end (the router noticed only when upstream bytes arrived, and a non-streaming replica
 // sends none until it is done). The router now watches the client while it waits and closes the
 // upstream connection, which frees the group on the replica.
@@ -175,7 +175,7 @@ bool wait_exact(RouterStack& stack, const std::string& id) {
       10s);
 }
 
-// Issue 12 §3: a replica that accepts a streamed request and never answers used to hold it for
+// A replica that accepts a streamed request and never answers used to hold it for
 // the whole upstream timeout (10 minutes). Nothing reached the client before the first-byte
 // timeout, so the request is retried on the other replica.
 TEST_F(RouterWithFake, StreamWithoutFirstByteIsRetriedElsewhere) {
@@ -199,10 +199,10 @@ TEST_F(RouterWithFake, StreamWithoutFirstByteIsRetriedElsewhere) {
   EXPECT_EQ(fake_->num_completions(), 1);
   // The router hung up on the fake when it gave up (a real replica frees the group then).
   EXPECT_TRUE(eventually([&] { return fake_->num_completions_abandoned() == 1; }, 5s));
-  EXPECT_EQ(stack_->server().stats().retries.load(), 1);
+  EXPECT_EQ(stack_->server().stats().retries(), 1);
 }
 
-// Issue 12 §3: a stream that stops mid-way (first event sent, then silence) used to hang; after
+// A stream that stops mid-way (first event sent, then silence) used to hang; after
 // the idle timeout the client's stream ends with an OpenAI-style error event (it cannot be
 // retried: bytes reached the client).
 TEST_F(RouterWithFake, StreamStallingMidwayEndsWithAnErrorEvent) {
@@ -231,7 +231,7 @@ TEST_F(RouterWithFake, StreamStallingMidwayEndsWithAnErrorEvent) {
   EXPECT_TRUE(eventually([&] { return fake_->num_completions_abandoned() == 1; }, 5s));
 }
 
-// Issue 12 §3: a non-streamed reply that stops mid-body is buffered by the router, so nothing
+// A non-streamed reply that stops mid-body is buffered by the router, so nothing
 // reached the client: after the idle timeout it is retried and the client gets one whole 200.
 TEST_F(RouterWithFake, NonStreamingReplyStallingMidBodyIsRetried) {
   RouterStackConfig c;
@@ -251,7 +251,7 @@ TEST_F(RouterWithFake, NonStreamingReplyStallingMidBodyIsRetried) {
   EXPECT_EQ(fake_->num_completions(), 1);
 }
 
-// Issue 12 §3: `kill -STOP` on a replica: the health checks find it dead, and the requests it
+// `kill -STOP` on a replica: the health checks find it dead, and the requests it
 // holds — which would otherwise wait for their timeouts (here the defaults: a minute for the
 // stream's first byte, ten for the non-streamed reply) — end at once. Nothing of either reached
 // the client, so both are retried on the other replica.
@@ -277,10 +277,10 @@ TEST_F(RouterWithFake, RequestsInFlightOnADeadReplicaAreRetried) {
   }
   // Two failed polls of 300 ms each, 100 ms apart, then a retry on the CPU replica.
   EXPECT_LT(std::chrono::steady_clock::now() - stalled_at, 10s);
-  EXPECT_EQ(stack_->server().stats().retries.load(), 2);
+  EXPECT_EQ(stack_->server().stats().retries(), 2);
 }
 
-// Issue 12 §3: a stream that already sent bytes when its replica is found dead cannot be retried:
+// A stream that already sent bytes when its replica is found dead cannot be retried:
 // it ends with an error event saying why.
 TEST_F(RouterWithFake, StartedStreamOfADeadReplicaEndsWithAnErrorEvent) {
   RouterStackConfig c;
@@ -304,7 +304,7 @@ TEST_F(RouterWithFake, StartedStreamOfADeadReplicaEndsWithAnErrorEvent) {
   EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
 }
 
-// Issue 12 §5: when the circuit breaker opened, the replica's index entries used to stay (400
+// When the circuit breaker opened, the replica's index entries used to stay (400
 // blocks for 9 s in the probe), drawing prefix matches to it the moment it closed. They go when
 // it opens, and come back with a fresh snapshot once the replica is healthy again.
 TEST_F(RouterWithFake, OpenBreakerDropsTheReplicasIndexEntriesUntilItRecovers) {
@@ -357,7 +357,7 @@ TEST_F(RouterWithFake, OpenBreakerDropsApproximateEntriesToo) {
   EXPECT_EQ(open.value("approx_blocks", 999u), 0u) << open.dump();
 }
 
-// Issue 12 §5: kvcascade_router_retries_total was registered but never incremented.
+// Kvcascade_router_retries_total was registered but never incremented.
 TEST_F(RouterWithFake, RetriesAreCountedInMetrics) {
   RouterStackConfig c;
   c.router.policy = "round_robin";  // fake first, then (a retry) good

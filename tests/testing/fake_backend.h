@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "replica/backend.h"
+#include "replica/backend/backend.h"
 
 namespace kvc::testing {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "prefix_index/clock.h"
+#include "base/clock.h"
 
 namespace kvc::testing {
 

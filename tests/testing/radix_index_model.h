@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "prefix_index/block_hash.h"
-#include "prefix_index/clock.h"
+#include "base/clock.h"
 #include "prefix_index/radix_index.h"
 
 namespace kvc::testing {

@@ -1,35 +1,25 @@
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+// base/temp_dir.h for a test: created on construction (a failure is a test failure).
 #pragma once
-
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <string>
 
 #include <gtest/gtest.h>
 
+#include "base/temp_dir.h"
+
 namespace kvc::testing {
 
-class TempDir {
+class TempDir : public kvc::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvc_test_XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  TempDir() : kvc::TempDir(made()) {}
 
  private:
-  std::string path_;
+  static kvc::TempDir made() {
+    Result<kvc::TempDir> d = kvc::TempDir::create("test");
+    if (!d.ok()) {
+      ADD_FAILURE() << d.error().message;
+      return {};
+    }
+    return std::move(d).value();
+  }
 };
 
 }  // namespace kvc::testing

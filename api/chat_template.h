@@ -1,0 +1,52 @@
+// A model's own chat template (tokenizer_config.json's "chat_template", Jinja), rendered as
+// Hugging Face's apply_chat_template renders it: variables messages, bos_token, eos_token,
+// add_generation_prompt. The replica renders with it and publishes it in /v1/info; routers
+// render the same bytes to hash (DESIGN.md, "Block hashing"). Models without a template keep the
+// canonical rendering (chat_render.h).
+//
+// Every string taken from the request's messages is the client's text: the rendering reports
+// where it landed (`literal`), and the replica's tokenizer reads no special token there, so a
+// message holding "<|eot_id|>" cannot forge a turn.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "api/jinja.h"
+#include "base/status.h"
+#include "base/text_span.h"
+
+namespace kvc {
+
+struct RenderedPrompt {
+  std::string text;
+  std::vector<TextSpan> literal;  // sorted, disjoint: the client's text
+};
+
+class ChatTemplate {
+ public:
+  // The error names the line of a template that does not parse.
+  static Result<ChatTemplate> compile(std::string source, std::string bos_token,
+                                      std::string eos_token);
+
+  // messages: a JSON array of {"role": string, "content": string | [{"type":"text","text":...}]
+  // | null, ...}; other fields (name, tool_calls) reach the template as they are. Text parts are
+  // joined with "\n". Errors name the field, or quote the template's raise_exception.
+  Result<RenderedPrompt> render(const nlohmann::json& messages,
+                                bool add_generation_prompt = true) const;
+
+  const std::string& source() const { return source_; }
+  const std::string& bos_token() const { return bos_; }
+  const std::string& eos_token() const { return eos_; }
+  // {"template": ..., "bos_token": ..., "eos_token": ...}: how /v1/info publishes it.
+  nlohmann::json to_json() const;
+  static Result<ChatTemplate> from_json(const nlohmann::json& j);
+
+ private:
+  std::string source_, bos_, eos_;
+  jinja::Template template_;
+};
+
+}  // namespace kvc

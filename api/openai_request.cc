@@ -1,0 +1,264 @@
+#include "api/openai_request.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "api/chat_render.h"
+
+namespace kvc {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError bad(std::string param, std::string message) {
+  return ApiError{400, param.empty() ? message : param + ": " + message, std::move(param)};
+}
+
+// Reads an optional number field into `out` within [lo, hi].
+template <typename T>
+std::optional<ApiError> number(const json& j, const char* key, T& out, double lo, double hi,
+                               const char* range) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (std::is_integral_v<T> ? !it->is_number_integer() : !it->is_number()) {
+    return bad(key, std::is_integral_v<T> ? "must be an integer" : "must be a number");
+  }
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) return bad(key, std::string("must be ") + range);
+  out = it->get<T>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, ParseMode mode,
+                                     std::vector<std::string>& out, bool& token_ids) {
+  auto tokens_to_prompt = [&](const json& arr,
+                              const std::string& where) -> std::optional<ApiError> {
+    token_ids = true;
+    const int64_t max_id = mode == ParseMode::kFull ? 255 : int64_t{0xffffffff};
+    bool wide = false;  // kRouting: an id above 255 makes every id 4 bytes
+    for (size_t i = 0; i < arr.size(); ++i) {
+      if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 ||
+          arr[i].get<int64_t>() > max_id) {
+        return bad(where + "[" + std::to_string(i) + "]",
+                   mode == ParseMode::kFull
+                       ? "token ids must be integers 0-255 (the byte tokenizer)"
+                       : "token ids must be non-negative 32-bit integers");
+      }
+      wide = wide || arr[i].get<int64_t>() > 255;
+    }
+    std::string bytes;
+    for (const json& id : arr) {
+      const auto v = static_cast<uint32_t>(id.get<int64_t>());
+      if (!wide) {
+        bytes.push_back(static_cast<char>(v));
+        continue;
+      }
+      for (int b = 0; b < 4; ++b)
+        bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
+    }
+    out.push_back(std::move(bytes));
+    return std::nullopt;
+  };
+  if (p.is_string()) {
+    out.push_back(p.get<std::string>());
+    return std::nullopt;
+  }
+  if (!p.is_array() || p.empty()) {
+    return bad("prompt", "must be a string, an array of strings or an array of token ids");
+  }
+  if (p.size() > limits.max_prompts && !p[0].is_number_integer()) {
+    return bad("prompt", "at most " + std::to_string(limits.max_prompts) + " prompts per request");
+  }
+  if (p[0].is_number_integer()) return tokens_to_prompt(p, "prompt");
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string where = "prompt[" + std::to_string(i) + "]";
+    if (p[i].is_string()) {
+      out.push_back(p[i].get<std::string>());
+    } else if (p[i].is_array() && !p[i].empty()) {
+      if (auto e = tokens_to_prompt(p[i], where)) return e;
+    } else {
+      return bad(where, "must be a string or a non-empty array of token ids");
+    }
+  }
+  return std::nullopt;
+}
+
+// Chat messages the canonical rendering refuses, as bytes to route by: each message's JSON on
+// a line of its own, so that adding a message appends bytes.
+std::optional<std::string> routing_bytes_of_messages(const json& messages) {
+  if (!messages.is_array() || messages.empty()) return std::nullopt;
+  std::string out;
+  for (const json& m : messages)
+    out += m.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return out;
+}
+
+// kRouting: the fields a router routes by, best effort; the engine behind it checks the rest.
+void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
+  if (auto it = j.find("n"); it != j.end() && it->is_number_integer()) {
+    r.n = static_cast<int32_t>(std::clamp<int64_t>(it->get<int64_t>(), 1, limits.max_n));
+  }
+  if (auto it = j.find("stream"); it != j.end() && it->is_boolean()) r.stream = it->get<bool>();
+  auto text = [&](const char* key, size_t max) -> std::optional<std::string> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string() || it->get_ref<const std::string&>().size() > max) {
+      return std::nullopt;
+    }
+    return it->get<std::string>();
+  };
+  r.cache_salt = text("cache_salt", 1024).value_or("");
+  r.group = text("group", 256);
+}
+
+std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const ApiLimits& limits,
+                                     ParseMode mode, const ChatTemplateFor& template_for,
+                                     OpenAiRequest& r) {
+  if (!j.contains("model") || !j["model"].is_string()) return bad("model", "must be a string");
+  r.model = j["model"].get<std::string>();
+  if (endpoint == Endpoint::kCompletions) {
+    if (!j.contains("prompt")) return bad("prompt", "is required");
+    if (auto e = prompts_from(j["prompt"], limits, mode, r.prompts, r.token_id_prompts)) return e;
+  } else {
+    if (!j.contains("messages")) return bad("messages", "is required");
+    if (const auto tmpl = template_for ? template_for(r.model) : nullptr) {
+      Result<RenderedPrompt> rendered = tmpl->render(j["messages"]);
+      if (!rendered.ok()) return ApiError{400, rendered.error().message, "messages"};
+      r.prompts.push_back(std::move(rendered->text));
+      r.literal.push_back(std::move(rendered->literal));
+    } else {
+      Result<std::string> rendered = render_chat(j["messages"]);
+      std::optional<std::string> fallback;
+      if (!rendered.ok() && mode == ParseMode::kRouting) {
+        fallback = routing_bytes_of_messages(j["messages"]);
+      }
+      if (!rendered.ok() && !fallback) return ApiError{400, rendered.error().message, "messages"};
+      r.prompts.push_back(rendered.ok() ? std::move(rendered).value() : std::move(*fallback));
+    }
+  }
+  for (size_t i = 0; i < r.prompts.size(); ++i) {
+    if (r.prompts[i].empty()) return bad("prompt", "must not be empty");
+  }
+  if (mode == ParseMode::kRouting) {
+    routing_fields(j, limits, r);
+    return std::nullopt;
+  }
+  if (auto e =
+          number(j, "n", r.n, 1, limits.max_n, ("1 to " + std::to_string(limits.max_n)).c_str()))
+    return e;
+  const char* max_key =
+      endpoint == Endpoint::kChatCompletions && j.contains("max_completion_tokens")
+          ? "max_completion_tokens"
+          : "max_tokens";
+  if (auto e = number(j, max_key, r.max_tokens, 1, limits.max_tokens,
+                      ("1 to " + std::to_string(limits.max_tokens)).c_str()))
+    return e;
+  if (auto e = number(j, "temperature", r.temperature, 0, 2, "between 0 and 2")) return e;
+  if (auto e = number(j, "top_p", r.top_p, 1e-9, 1, "in (0, 1]")) return e;
+  if (auto e = number(j, "top_k", r.top_k, -1, 1 << 20, "-1, 0 (off) or a positive count"))
+    return e;
+  if (r.top_k < 0) r.top_k = 0;
+  if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return bad("seed", "must be an integer");
+    r.seed =
+        it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
+  }
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= limits.max_stop) {
+      for (const json& s : *it) {
+        if (!s.is_string()) return bad("stop", "must be a string or an array of strings");
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return bad("stop", "must be a string or an array of at most " +
+                             std::to_string(limits.max_stop) + " strings");
+    }
+    for (const std::string& s : r.stop) {
+      if (s.empty() || s.size() > limits.max_stop_bytes) {
+        return bad("stop",
+                   "stop strings must be 1 to " + std::to_string(limits.max_stop_bytes) + " bytes");
+      }
+    }
+  }
+  auto flag = [&](const char* key, bool& out) -> std::optional<ApiError> {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_boolean()) return bad(key, "must be a boolean");
+    out = it->get<bool>();
+    return std::nullopt;
+  };
+  if (auto e = flag("stream", r.stream)) return e;
+  if (auto e = flag("ignore_eos", r.ignore_eos)) return e;
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return bad("stream_options", "must be an object");
+    if (auto u = it->find("include_usage"); u != it->end()) {
+      if (!u->is_boolean()) return bad("stream_options.include_usage", "must be a boolean");
+      r.include_usage = u->get<bool>();
+    }
+  }
+  auto text = [&](const char* key, std::string& out, size_t max) -> std::optional<ApiError> {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_string()) return bad(key, "must be a string");
+    if (it->get_ref<const std::string&>().size() > max) {
+      return bad(key, "must be at most " + std::to_string(max) + " bytes");
+    }
+    out = it->get<std::string>();
+    return std::nullopt;
+  };
+  if (auto e = text("cache_salt", r.cache_salt, 1024)) return e;
+  if (auto e = text("user", r.user, 1024)) return e;
+  std::string group;
+  if (auto e = text("group", group, 256)) return e;
+  if (j.contains("group") && !j["group"].is_null()) r.group = group;
+  if (j.contains("group_size") && !j["group_size"].is_null()) {
+    if (auto e = number(j, "group_size", r.group_size, 1, 4096, "1 to 4096")) return e;
+    if (!r.group) return bad("group_size", "needs a group id (\"group\")");
+  }
+  for (const char* unsupported : {"logprobs", "tools", "functions", "echo", "suffix", "best_of"}) {
+    auto it = j.find(unsupported);
+    if (it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>())) {
+      return bad(unsupported, "is not supported by this server");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
+                                                           const ApiLimits& limits,
+                                                           const ChatTemplateFor& template_for,
+                                                           ParseMode mode) {
+  // nlohmann's lexer takes a NUL byte for the end of input, so "{...}\0garbage" would parse. A NUL
+  // is never valid in JSON text (raw or inside a string), so any NUL refuses the body.
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    return ApiError{400, "invalid JSON in the body at byte " + std::to_string(nul + 1), ""};
+  }
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    // nlohmann's message may quote the offending bytes (maybe not UTF-8): keep kind and offset.
+    const bool utf8 = std::string_view(e.what()).find("UTF-8") != std::string_view::npos;
+    return ApiError{400,
+                    std::string(utf8 ? "invalid UTF-8" : "invalid JSON") + " in the body at byte " +
+                        std::to_string(e.byte),
+                    ""};
+  } catch (const json::exception& e) {
+    return ApiError{400, "invalid JSON body", ""};
+  }
+  if (!j.is_object()) return bad("", "the body must be a JSON object");
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  try {
+    if (auto e = parse_fields(endpoint, j, limits, mode, template_for, r)) return *e;
+  } catch (const json::exception& e) {
+    return bad("", std::string("malformed request: ") + e.what());
+  }
+  return r;
+}
+
+}  // namespace kvc

@@ -1,0 +1,86 @@
+// The OpenAI-compatible request bodies both servers accept, parsed and validated once: the router
+// needs the prompt bytes (to hash them), n, the group id and the cache salt; the replica needs
+// everything. Errors carry the HTTP status and the offending field, for an OpenAI-style reply.
+//
+// Prompts are bytes: /v1/completions takes a string, an array of strings, an array of token ids
+// or an array of token-id arrays (with the byte tokenizer a token id is a byte, 0-255);
+// /v1/chat/completions renders `messages` with the model's chat template (chat_template.h) or,
+// for a model without one, with render_chat (chat_render.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "api/chat_template.h"
+#include "base/text_span.h"
+
+namespace kvc {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+struct ApiLimits {
+  int32_t max_n = 256;           // samples per prompt
+  int32_t max_tokens = 1 << 16;  // per sample
+  size_t max_prompts = 64;       // prompts in one /v1/completions batch
+  size_t max_stop = 4;           // stop strings (OpenAI's limit)
+  size_t max_stop_bytes = 256;
+};
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::vector<std::string> prompts;  // rendered prompt bytes, one per sibling group
+  // Per prompt (or none): byte ranges holding the client's text in a chat prompt rendered with a
+  // model's template, which the replica's tokenizer encodes as plain text (text_span.h).
+  std::vector<std::vector<TextSpan>> literal;
+  // Some prompt came as token ids (bytes 0-255): only a byte-tokenizer replica can serve it.
+  bool token_id_prompts = false;
+  int32_t n = 1;
+  int32_t max_tokens = 16;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // extension (vLLM): 0 = off
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;  // extension (vLLM)
+  bool stream = false;
+  bool include_usage = false;        // stream_options.include_usage
+  std::optional<std::string> group;  // extension: requests sharing a group id are siblings
+  int32_t group_size = 0;  // extension: requests the client sends with `group` (0: unsaid)
+  std::string cache_salt;  // extension: requests with different salts never share KV
+  std::string user;
+};
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  // the offending field, empty if none
+};
+
+// kFull: what a kvcascade replica serves, every field checked. kRouting: what a router needs to
+// route a request to another engine (vLLM, SGLang), which validates it itself: model, prompt
+// bytes, n, stream, group, cache_salt; other fields and their ranges are not checked, token ids
+// may exceed 255 (then every id is 4 little-endian bytes), and chat messages the canonical
+// rendering refuses (image parts, odd names) become the concatenation of each message's JSON, so
+// a conversation's next turn still extends its previous one. A body kFull accepts gets the same
+// prompt bytes in both modes.
+enum class ParseMode { kFull, kRouting };
+
+// The chat template of the model a request names (null: canonical rendering, chat_render.h).
+using ChatTemplateFor =
+    std::function<std::shared_ptr<const ChatTemplate>(const std::string& model)>;
+
+// Never throws. Unknown fields are ignored, as OpenAI-compatible servers do. Chat messages are
+// rendered with template_for(model) when it gives a template, else canonically.
+std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
+                                                           const ApiLimits& limits = {},
+                                                           const ChatTemplateFor& template_for = {},
+                                                           ParseMode mode = ParseMode::kFull);
+
+}  // namespace kvc

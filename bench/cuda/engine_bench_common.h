@@ -1,0 +1,45 @@
+// What `kvcascade bench engine`'s two modes share: the rollout (bench/cuda/engine_bench.cc) and the
+// step table (bench/cuda/step_table_bench.cc). Internal to the benchmark.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/cuda/engine_bench.h"
+#include "replica/core/engine.h"
+#include "replica/model/model_config.h"
+
+namespace kvc::bench {
+
+// Sizes and counts of the model a step's floor is computed from.
+struct ModelCost {
+  double matmul_params = 0;  // every weight matrix a decode step multiplies (LM head included)
+  double lm_head_params = 0;
+  double weight_bytes = 0;              // bytes a decode step reads: matrices and norms, bf16
+  double attn_flops_per_ctx_token = 0;  // per sequence and context token, all layers
+  ModelConfig config;
+};
+ModelCost cost_of(const ModelConfig& c);
+
+// A prompt of `tokens` random letters, greedy, ignore_eos.
+GenerationRequest random_request(std::mt19937_64& rng, int tokens, int max_tokens);
+
+// The engine as the benchmark runs it: cascade on or off, the options' step budget.
+EngineConfig engine_config(const EngineBenchOptions& o, bool cascade, const ModelConfig& m);
+
+// NAN for an empty vector.
+double median(std::vector<double> v);
+
+// Writes `doc` to `path` (nothing when path is empty); false, with a message, when it cannot.
+bool write_json(const std::string& path, const nlohmann::json& doc);
+
+// --step-table: warm step times over decode rows x prefill chunks, each next to its floors
+// (bandwidth `bw` bytes/s, GEMM `peak` FLOP/s, both measured by the caller); `header` goes into
+// the JSON as is. Returns the exit code.
+int run_step_table(const EngineBenchOptions& o, const ModelCost& m, double bw, double peak,
+                   nlohmann::json header);
+
+}  // namespace kvc::bench

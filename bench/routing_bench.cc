@@ -1,0 +1,557 @@
+#include "bench/routing_bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+
+#include "bench/loadgen.h"
+#include "replica/server/local_replica.h"
+#include "router/router_stack.h"
+#include "bench/routing_plot.h"
+#include "http/client.h"
+#include "prefix_index/block_hash.h"
+#include "api/chat_render.h"
+#include "replica/backend/sim/sim_backend.h"
+#include "router/policy/policy.h"
+
+namespace kvc::bench {
+namespace {
+
+using json = nlohmann::json;
+using Steady = std::chrono::steady_clock;
+constexpr size_t kBlock = 16;
+constexpr int32_t kMaxTokensPerStep = 2048;  // each sim replica's step budget
+constexpr size_t kRouterMaxConnections = 4096;
+
+double ms_since(Steady::time_point t0, Steady::time_point t) {
+  return std::chrono::duration<double, std::milli>(t - t0).count();
+}
+
+std::string prompt_bytes(const TraceRequest& r) {
+  if (!r.is_chat()) return r.prompt;
+  Result<std::string> s = render_chat(r.messages, true);
+  return s.ok() ? *s : std::string{};
+}
+
+std::string request_body(const TraceRequest& r, const std::string& model) {
+  json j = {{"model", model},     {"n", r.n},       {"max_tokens", r.max_tokens},
+            {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  if (r.is_chat()) {
+    j["messages"] = r.messages;
+  } else {
+    j["prompt"] = r.prompt;
+  }
+  if (!r.group.empty()) j["group"] = r.group;
+  if (r.group_size > 0) j["group_size"] = r.group_size;
+  return j.dump();
+}
+
+// One replayed request: filled on the client's I/O thread, read after `done`.
+struct Exchange {
+  Steady::time_point sent;
+  std::optional<Steady::time_point> first_token;
+  Steady::time_point finished;
+  int status = 0;
+  std::string replica;
+  std::string pending;  // SSE bytes not yet split into events
+  json usage;
+  std::string error;
+};
+
+// True when an SSE data event carries generated text (not just a role or the usage).
+bool has_text(std::string_view event) {
+  for (std::string_view key :
+       {std::string_view("\"text\":\""), std::string_view("\"content\":\"")}) {
+    const size_t at = event.find(key);
+    if (at != std::string_view::npos && at + key.size() < event.size() &&
+        event[at + key.size()] != '"') {
+      return true;
+    }
+  }
+  return false;
+}
+
+void on_body(Exchange& x, std::string_view bytes) {
+  x.pending.append(bytes);
+  size_t end;
+  while ((end = x.pending.find("\n\n")) != std::string::npos) {
+    const std::string event = x.pending.substr(0, end);
+    x.pending.erase(0, end + 2);
+    if (event.rfind("data: {", 0) != 0) continue;
+    if (!x.first_token && has_text(event)) x.first_token = Steady::now();
+    if (event.find("\"usage\":{") != std::string::npos) {
+      json j = json::parse(event.substr(6), nullptr, false);
+      if (!j.is_discarded() && j.contains("usage")) x.usage = j["usage"];
+    }
+    if (event.find("\"error\"") != std::string::npos && x.error.empty()) x.error = event.substr(6);
+  }
+}
+
+struct Fleet {
+  std::vector<std::unique_ptr<LocalReplica>> replicas;
+  std::map<std::string, size_t> index_of;  // replica id -> index
+};
+
+Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
+  Fleet f;
+  for (int32_t i = 0; i < o.replicas; ++i) {
+    Result<SimPreset> preset = sim_preset(o.sim_preset);
+    if (!preset.ok()) return Error{preset.error().message};
+    const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : sim_kv_blocks(*preset, 0.9, kBlock);
+    auto backend = std::make_unique<SimBackend>(std::move(preset).value(), blocks, kBlock,
+                                                SteadyClock::instance());
+    EngineConfig config;
+    config.scheduler.max_model_len = 32768;
+    config.scheduler.max_tokens_per_step = kMaxTokensPerStep;
+    const std::string id = "sim" + std::to_string(i);
+    f.replicas.push_back(std::make_unique<LocalReplica>(id, std::move(backend), config));
+    if (f.replicas.back()->port() == 0) return Error{"sim replica " + id + " could not listen"};
+    f.index_of[id] = static_cast<size_t>(i);
+  }
+  return f;
+}
+
+// Waits (bounded) until the router sees every replica healthy and subscribed to KV events.
+bool wait_ready(RouterStack& router, size_t replicas) {
+  for (int i = 0; i < 200; ++i) {
+    const auto views = router.pool().snapshot();
+    const auto ready = std::count_if(views.begin(), views.end(),
+                                     [](const ReplicaView& v) { return v.healthy && v.exact; });
+    if (static_cast<size_t>(ready) == replicas) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+double ratio_to_mean(const std::vector<int64_t>& work, double q) {
+  if (work.empty()) return 0;
+  const double mean = std::accumulate(work.begin(), work.end(), 0.0) / work.size();
+  if (mean <= 0) return 0;
+  std::vector<double> v(work.begin(), work.end());
+  return LoadStats::percentile(v, q) / mean;
+}
+
+}  // namespace
+
+double RoutingResult::hit_ratio() const {
+  return oracle_cached_tokens > 0 ? static_cast<double>(cached_tokens) / oracle_cached_tokens : 1;
+}
+double RoutingResult::max_over_mean_work() const {
+  return ratio_to_mean(replica_work, 1.0);
+}
+double RoutingResult::p99_over_mean_work() const {
+  return ratio_to_mean(replica_work, 0.99);
+}
+double RoutingResult::goodput() const {
+  if (requests == 0) return 0;
+  const auto good =
+      std::count_if(ttft_ms.begin(), ttft_ms.end(), [&](double t) { return t <= ttft_slo_ms; });
+  return static_cast<double>(good) / requests;
+}
+
+json RoutingResult::to_json() const {
+  auto pct = [](const std::vector<double>& v, double q) { return LoadStats::percentile(v, q); };
+  return {{"mix", mix},
+          {"policy", policy},
+          {"requests", requests},
+          {"errors", errors},
+          {"seconds", seconds},
+          {"prompt_tokens", prompt_tokens},
+          {"cached_tokens", cached_tokens},
+          {"oracle_cached_tokens", oracle_cached_tokens},
+          {"hit_ratio_vs_oracle", hit_ratio()},
+          {"replica_work_tokens", replica_work},
+          {"work_max_over_mean", max_over_mean_work()},
+          {"work_p99_over_mean", p99_over_mean_work()},
+          {"ttft_ms",
+           {{"p50", pct(ttft_ms, 0.5)}, {"p90", pct(ttft_ms, 0.9)}, {"p99", pct(ttft_ms, 0.99)}}},
+          {"e2e_ms",
+           {{"p50", pct(e2e_ms, 0.5)}, {"p90", pct(e2e_ms, 0.9)}, {"p99", pct(e2e_ms, 0.99)}}},
+          {"ttft_slo_ms", ttft_slo_ms},
+          {"goodput", goodput()},
+          {"busy", busy},
+          {"error_reasons", error_reasons}};
+}
+
+std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& trace) {
+  std::unordered_set<uint64_t> seen;
+  const BlockHash seed = chain_seed("oracle");
+  std::vector<int64_t> cached;
+  cached.reserve(trace.size());
+  for (const TraceRequest& r : trace) {
+    const std::vector<BlockHash> blocks = hash_blocks(seed, prompt_bytes(r), kBlock);
+    size_t hit = 0;
+    while (hit < blocks.size() && seen.count(blocks[hit].value))
+      ++hit;
+    cached.push_back(static_cast<int64_t>(hit * kBlock));
+    for (const BlockHash& b : blocks)
+      seen.insert(b.value);
+  }
+  return cached;
+}
+
+int64_t oracle_cached_tokens(const std::vector<TraceRequest>& trace) {
+  const std::vector<int64_t> cached = oracle_cached_per_request(trace);
+  return std::accumulate(cached.begin(), cached.end(), int64_t{0});
+}
+
+std::vector<double> ttft_floor_ms(const std::vector<TraceRequest>& trace, const SimPreset& preset,
+                                  int32_t max_tokens_per_step) {
+  const std::vector<int64_t> cached = oracle_cached_per_request(trace);
+  std::vector<double> ms;
+  ms.reserve(trace.size());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const auto tokens = static_cast<int64_t>(prompt_bytes(trace[i]).size());
+    // The engine reuses whole cached blocks short of the last token: a fully cached prompt
+    // recomputes its last block.
+    const int64_t reusable = std::max<int64_t>(tokens - 1, 0) / int64_t{kBlock} * int64_t{kBlock};
+    int64_t start = std::min(cached[i], reusable);
+    double s = 0;
+    while (start < tokens) {
+      const int64_t len = std::min<int64_t>(tokens - start, max_tokens_per_step);
+      const StepWork w = prefill_chunk_work(preset.model, start, len, start + len == tokens,
+                                            preset.hardware.kv_bytes_per_element);
+      s += step_seconds(preset.model, w, preset.hardware);
+      start += len;
+    }
+    ms.push_back(1e3 * s);
+  }
+  return ms;
+}
+
+Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const std::string& mix,
+                                  const std::string& policy, const RoutingBenchOptions& o) {
+  Result<Fleet> fleet = start_fleet(o);
+  if (!fleet.ok()) return fleet.error();
+  RouterStackConfig rc;
+  rc.router.policy = policy;
+  // Open-loop bursts hold many requests at once (an RL step is up to 64 requests at one instant,
+  // and queued ones keep their connections): the default 1,024 refused some with 503.
+  rc.limits.max_connections = kRouterMaxConnections;
+  for (const auto& r : fleet->replicas)
+    rc.replicas.push_back(r->address());
+  RouterStack router(rc);
+  Result<uint16_t> port = router.start("127.0.0.1", 0);
+  if (!port.ok()) return port.error();
+  if (!wait_ready(router, fleet->replicas.size())) {
+    return Error{"the router did not see every sim replica healthy and subscribed within 10 s"};
+  }
+  const std::string model = fleet->replicas[0]->engine().model().name;
+
+  std::vector<std::shared_ptr<Exchange>> xs(trace.size());
+  std::mutex mu;
+  std::condition_variable cv;  // a request finished
+  std::mutex tick_mu;
+  std::condition_variable tick;  // the replay ended (wakes the progress thread)
+  size_t done = 0;
+  std::atomic<size_t> sent{0};
+  // Declared after what its callbacks touch: its destructor ends them first.
+  http::ClientLimits limits;
+  limits.max_idle_per_host = 256;
+  http::Client client(limits);
+  std::atomic<bool> replaying{true};
+  const Steady::time_point t0 = Steady::now();
+  std::thread progress([&] {
+    while (o.progress) {
+      std::unique_lock lock(tick_mu);
+      if (tick.wait_for(lock, std::chrono::seconds(1), [&] { return !replaying; })) break;
+      size_t finished;
+      {
+        std::lock_guard done_lock(mu);
+        finished = done;
+      }
+      std::fprintf(stderr, "  [%s / %s] %5.1f s: sent %zu / %zu, done %zu\n", mix.c_str(),
+                   policy.c_str(), ms_since(t0, Steady::now()) / 1e3, sent.load(), trace.size(),
+                   finished);
+    }
+  });
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_s * 1e3));
+  for (size_t i = 0; i < trace.size(); ++i) {
+    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Steady::duration>(
+                                           std::chrono::duration<double>(trace[i].arrival_s)));
+    auto x = std::make_shared<Exchange>();
+    xs[i] = x;
+    x->sent = Steady::now();
+    http::StreamOptions so;
+    so.response_header_timeout = timeout;
+    so.body_idle_timeout = timeout;
+    client.stream(
+        "127.0.0.1", *port, "POST", trace[i].is_chat() ? "/v1/chat/completions" : "/v1/completions",
+        request_body(trace[i], model), {{"content-type", "application/json"}},
+        [x](int status, const http::Headers& headers) {
+          x->status = status;
+          for (const auto& [k, v] : headers) {
+            if (k == "x-kvcascade-replica") x->replica = v;
+          }
+        },
+        [x](std::string_view bytes) {
+          on_body(*x, bytes);
+          return true;
+        },
+        [x, &mu, &cv, &done](Status s) {
+          x->finished = Steady::now();
+          if (!s.ok() && x->error.empty()) x->error = s.message();
+          std::lock_guard lock(mu);
+          ++done;
+          cv.notify_all();
+        },
+        so);
+    ++sent;
+  }
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, timeout + std::chrono::seconds(5), [&] { return done == trace.size(); });
+  }
+  RoutingResult res;
+  res.seconds = ms_since(t0, Steady::now()) / 1e3;
+  {
+    std::lock_guard lock(tick_mu);
+    replaying = false;
+  }
+  tick.notify_all();
+  progress.join();
+  client.shutdown();  // anything still in flight ends (counted as an error below)...
+  {
+    std::unique_lock lock(mu);  // ...once its on_done ran: nothing writes an Exchange after this
+    cv.wait_for(lock, std::chrono::seconds(5), [&] { return done == trace.size(); });
+  }
+
+  res.mix = mix;
+  res.policy = policy;
+  res.ttft_slo_ms = o.ttft_slo_ms;
+  res.requests = static_cast<int64_t>(trace.size());
+  res.replica_work.assign(fleet->replicas.size(), 0);
+  res.oracle_cached_tokens = oracle_cached_tokens(trace);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Exchange& x = *xs[i];
+    const bool ok = x.status == 200 && x.error.empty() && x.usage.is_object() && x.first_token;
+    if (!ok) {
+      ++res.errors;
+      std::string why = x.status != 200 ? "status " + std::to_string(x.status) + ": " : "";
+      // A refused request's body is a JSON error, not SSE: it stays in `pending`.
+      why += !x.error.empty()                   ? x.error
+             : x.status != 200 && x.status != 0 ? x.pending
+             : !x.first_token                   ? "no token"
+                                                : "no usage";
+      ++res.error_reasons[why.substr(0, 160)];
+      continue;
+    }
+    const int64_t prompt = x.usage.value("prompt_tokens", int64_t{0});
+    const int64_t cached = x.usage["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+    const int64_t completion = x.usage.value("completion_tokens", int64_t{0});
+    res.prompt_tokens += prompt;
+    res.cached_tokens += cached;
+    auto it = fleet->index_of.find(x.replica);
+    if (it != fleet->index_of.end()) res.replica_work[it->second] += prompt - cached + completion;
+    res.ttft_ms.push_back(ms_since(x.sent, *x.first_token));
+    res.e2e_ms.push_back(ms_since(x.sent, x.finished));
+  }
+  double busy_s = 0;
+  for (const auto& r : fleet->replicas) {
+    if (const auto* sim = dynamic_cast<const SimBackend*>(&r->backend())) {
+      busy_s += std::chrono::duration<double>(sim->busy()).count();
+    }
+  }
+  res.busy =
+      res.seconds > 0 ? busy_s / (res.seconds * static_cast<double>(fleet->replicas.size())) : 0;
+  router.stop();
+  return res;
+}
+
+namespace {
+
+// 200 -> "200", 12.5 -> "12.5".
+std::string rate_label(double rate) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", rate);
+  return buf;
+}
+
+int write_plot(const json& doc, const std::string& path) {
+  Result<std::string> svg = routing_plot_svg(doc);
+  if (!svg.ok()) {
+    std::fprintf(stderr, "kvcascade bench routing: %s\n", svg.error().message.c_str());
+    return 1;
+  }
+  std::ofstream out(path);
+  out << *svg;
+  if (!out) {
+    std::fprintf(stderr, "kvcascade bench routing: cannot write %s\n", path.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "kvcascade bench routing: plot written to %s\n", path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int run_routing_bench(const RoutingBenchOptions& o) {
+  if (!o.replot.empty()) {
+    if (o.plot.empty()) {
+      std::fprintf(stderr, "kvcascade bench routing: --replot needs --plot FILE.svg\n");
+      return 2;
+    }
+    std::ifstream in(o.replot);
+    json doc = json::parse(in, nullptr, false);
+    if (!in.is_open() || doc.is_discarded()) {
+      std::fprintf(stderr, "kvcascade bench routing: cannot read %s as JSON\n", o.replot.c_str());
+      return 2;
+    }
+    return write_plot(doc, o.plot);
+  }
+  const std::vector<std::string> known = policy_names();
+  for (const std::string& p : o.policies) {
+    if (std::find(known.begin(), known.end(), p) == known.end()) {
+      std::fprintf(stderr, "kvcascade bench routing: unknown policy '%s'\n", p.c_str());
+      return 2;
+    }
+  }
+  if (!sim_preset(o.sim_preset).ok()) {
+    std::fprintf(stderr, "kvcascade bench routing: %s\n",
+                 sim_preset(o.sim_preset).error().message.c_str());
+    return 2;
+  }
+  if (o.save_only && (o.save_traces.empty() || !o.trace.empty())) {
+    std::fprintf(stderr,
+                 "kvcascade bench routing: --save-only needs --save-traces DIR and --mix\n");
+    return 2;
+  }
+  std::vector<std::pair<std::string, std::vector<TraceRequest>>> traces;
+  if (!o.trace.empty() && !o.rates.empty()) {
+    std::fprintf(stderr,
+                 "kvcascade bench routing: --rate applies to synthetic mixes, not to a --trace "
+                 "(its arrival times are replayed as recorded)\n");
+    return 2;
+  }
+  if (!o.trace.empty()) {
+    std::ifstream in(o.trace);
+    if (!in) {
+      std::fprintf(stderr, "kvcascade bench routing: cannot open %s\n", o.trace.c_str());
+      return 2;
+    }
+    Result<std::vector<TraceRequest>> t = read_trace(in, o.trace);
+    if (!t.ok()) {
+      std::fprintf(stderr, "kvcascade bench routing: %s\n", t.error().message.c_str());
+      return 2;
+    }
+    traces.emplace_back(o.trace, std::move(t).value());
+  } else {
+    for (const std::string& name : o.mixes) {
+      Result<TraceMix> mix = trace_mix(name);
+      if (!mix.ok()) {
+        std::fprintf(stderr, "kvcascade bench routing: %s\n", mix.error().message.c_str());
+        return 2;
+      }
+      mix->requests = o.requests;
+      mix->seed = o.seed;
+      if (o.rates.empty()) {
+        traces.emplace_back(name, generate_trace(*mix));
+        continue;
+      }
+      std::vector<std::string> labels;  // a rate given twice is replayed once
+      for (double rate : o.rates) {
+        if (std::find(labels.begin(), labels.end(), rate_label(rate)) != labels.end()) continue;
+        labels.push_back(rate_label(rate));
+        mix->rate_per_s = rate;
+        traces.emplace_back(name + "@" + rate_label(rate) + "/s", generate_trace(*mix));
+      }
+    }
+  }
+  if (!o.save_traces.empty() && o.trace.empty()) {
+    for (const auto& [name, trace] : traces) {
+      std::string file = name;
+      std::replace(file.begin(), file.end(), '/', '_');  // "chat@200/s" -> "chat@200_s"
+      const std::string path =
+          o.save_traces + "/" + file + "-seed" + std::to_string(o.seed) + ".jsonl";
+      std::ofstream out(path);
+      write_trace(out, trace);
+      if (!out) {
+        std::fprintf(stderr, "kvcascade bench routing: cannot write %s\n", path.c_str());
+        return 1;
+      }
+      std::fprintf(stderr, "kvcascade bench routing: %zu requests written to %s\n", trace.size(),
+                   path.c_str());
+    }
+  }
+  if (o.save_only) return 0;
+  json results = json::array();
+  std::vector<RoutingResult> rows;
+  // Per trace: TTFT with no queueing, on a replica holding what the oracle holds.
+  std::map<std::string, std::vector<double>> floors;
+  Result<SimPreset> preset = sim_preset(o.sim_preset);
+  if (!preset.ok()) {
+    std::fprintf(stderr, "kvcascade bench routing: %s\n", preset.error().message.c_str());
+    return 2;
+  }
+  json floor_json = json::object();
+  for (const auto& [mix, trace] : traces) {
+    floors[mix] = ttft_floor_ms(trace, *preset, kMaxTokensPerStep);
+    const std::vector<double>& f = floors[mix];
+    floor_json[mix] = {{"p50", LoadStats::percentile(f, 0.5)},
+                       {"p90", LoadStats::percentile(f, 0.9)},
+                       {"p99", LoadStats::percentile(f, 0.99)}};
+  }
+  for (const auto& [mix, trace] : traces) {
+    for (const std::string& policy : o.policies) {
+      std::fprintf(stderr,
+                   "kvcascade bench routing: %s, %zu requests, policy %s, %d sim replicas\n",
+                   mix.c_str(), trace.size(), policy.c_str(), o.replicas);
+      Result<RoutingResult> r = run_routing(trace, mix, policy, o);
+      if (!r.ok()) {
+        std::fprintf(stderr, "kvcascade bench routing: %s\n", r.error().message.c_str());
+        return 1;
+      }
+      results.push_back(r->to_json());
+      rows.push_back(std::move(r).value());
+    }
+  }
+  std::printf("%-10s %-20s %8s %9s %8s %8s %9s %9s %9s %9s %8s %6s %5s\n", "mix", "policy",
+              "requests", "hit/orcl", "max/mean", "p99/mean", "ttft p50", "ttft p90", "ttft p99",
+              "e2e p50", "goodput", "errors", "busy");
+  auto pct = [](const std::vector<double>& v, double q) { return LoadStats::percentile(v, q); };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RoutingResult& r = rows[i];
+    std::printf(
+        "%-10s %-20s %8lld %8.1f%% %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f %7.1f%% %6lld %4.0f%%\n",
+        r.mix.c_str(), r.policy.c_str(), static_cast<long long>(r.requests), 100 * r.hit_ratio(),
+        r.max_over_mean_work(), r.p99_over_mean_work(), pct(r.ttft_ms, 0.5), pct(r.ttft_ms, 0.9),
+        pct(r.ttft_ms, 0.99), pct(r.e2e_ms, 0.5), 100 * r.goodput(),
+        static_cast<long long>(r.errors), 100 * r.busy);
+    if (i + 1 == rows.size() || rows[i + 1].mix != r.mix) {
+      const std::vector<double>& f = floors[r.mix];
+      std::printf("%-10s %-20s %8s %9s %8s %8s %9.1f %9.1f %9.1f\n", r.mix.c_str(), "(floor)", "",
+                  "", "", "", pct(f, 0.5), pct(f, 0.9), pct(f, 0.99));
+    }
+  }
+  std::printf(
+      "(latencies in ms; hit/orcl: prompt tokens served from cache / an infinite single "
+      "cache's; work: uncached prompt + completion tokens per replica; goodput: TTFT <= "
+      "%.0f ms; busy: mean share of the replay a replica's simulated device was stepping; (floor): "
+      "TTFT with no queueing on a replica holding what that cache holds)\n",
+      o.ttft_slo_ms);
+  const json doc{{"replicas", o.replicas},
+                 {"sim_preset", o.sim_preset},
+                 {"results", results},
+                 {"ttft_floor_ms", floor_json}};
+  if (!o.out.empty()) {
+    std::ofstream out(o.out);
+    out << doc.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "kvcascade bench routing: cannot write %s\n", o.out.c_str());
+      return 1;
+    }
+  }
+  return o.plot.empty() ? 0 : write_plot(doc, o.plot);
+}
+
+}  // namespace kvc::bench

@@ -1,0 +1,84 @@
+// `kvcascade bench routing`: a trace replayed open-loop (arrival times honoured)
+// through a router per policy in front of R sim replicas (replica/backend/sim/sim_backend.h: the
+// real engine and prefix cache, each step sleeping the time an H200 would take). Per policy: prompt
+// tokens served from cache against an oracle (one infinite cache over the same trace), max/mean and
+// p99/mean of per-replica work (uncached prefill + decode tokens), TTFT p50/p90/p99, end-to-end
+// latency, goodput (requests within a TTFT SLO) and errors. Each policy starts from cold replicas.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/trace.h"
+#include "replica/backend/sim/sim_backend.h"
+
+namespace kvc::bench {
+
+struct RoutingBenchOptions {
+  std::vector<std::string> mixes = {"mixed"};  // synthetic mixes (bench/trace.h), unless `trace`
+  std::string trace;                           // a recorded trace (JSON lines) instead
+  int32_t requests = 1000;                     // per synthetic mix
+  // Mean arrival rates: each mix is replayed at each (named "chat@200/s"); empty: the mix's own.
+  std::vector<double> rates;
+  uint64_t seed = 1;
+  std::vector<std::string> policies = {"kvcascade", "sglang_cache_aware", "consistent_hash",
+                                       "least_load", "round_robin"};
+  int32_t replicas = 16;
+  std::string sim_preset = "h200-llama3-8b";
+  int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds
+  double ttft_slo_ms = 500;
+  double request_timeout_s = 120;
+  std::string out;     // JSON results (empty: none)
+  std::string plot;    // SVG of the results (bench/routing_plot.h; empty: none)
+  std::string replot;  // a saved --out JSON: only draw its --plot, run nothing
+  // Each synthetic trace written as JSON lines to DIR/<mix>[@<rate>]-seed<seed>.jsonl (a
+  // recorded trace for --trace); with save_only nothing is replayed.
+  std::string save_traces;
+  bool save_only = false;
+  bool progress = true;  // a line per second while replaying
+};
+
+// What one policy did on one trace.
+struct RoutingResult {
+  std::string mix, policy;
+  int64_t requests = 0, errors = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, oracle_cached_tokens = 0;
+  std::vector<int64_t> replica_work;             // uncached prompt + completion tokens, per replica
+  std::vector<double> ttft_ms, e2e_ms;           // of the requests that succeeded
+  std::map<std::string, int64_t> error_reasons;  // status and message, truncated
+  double ttft_slo_ms = 0;
+  double seconds = 0;
+  // Mean share of the replay each sim replica's device was busy (its simulated step time over
+  // the replay's wall time): how loaded the fleet was.
+  double busy = 0;
+
+  double hit_ratio() const;  // cached / oracle cached
+  double max_over_mean_work() const;
+  double p99_over_mean_work() const;
+  double goodput() const;  // share of all requests with TTFT <= the SLO
+  nlohmann::json to_json() const;
+};
+
+// The oracle: prompt tokens one infinite cache (full 16-token blocks, byte tokens) would serve
+// over the trace in arrival order.
+int64_t oracle_cached_tokens(const std::vector<TraceRequest>& trace);
+// ...and per request, in trace order.
+std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& trace);
+
+// The TTFT floor of each request (ms): its prompt beyond what the oracle holds prefilled on an
+// idle replica (no queue, no step in progress) in chunks of max_tokens_per_step, each chunk one
+// step of the sim's bandwidth model. No policy's TTFT goes below it.
+std::vector<double> ttft_floor_ms(const std::vector<TraceRequest>& trace, const SimPreset& preset,
+                                  int32_t max_tokens_per_step);
+
+// Replays `trace` through a router with `policy` in front of fresh sim replicas.
+Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const std::string& mix,
+                                  const std::string& policy, const RoutingBenchOptions& options);
+
+// Every (mix, policy): prints progress and a table, writes JSON. Returns the exit code.
+int run_routing_bench(const RoutingBenchOptions& options);
+
+}  // namespace kvc::bench

@@ -1,0 +1,128 @@
+// What the engine asks of a backend: run the model over one mixed batch of prefill chunks and
+// decode tokens against the paged KV cache, and return logits. The CPU backend implements it on
+// kernels/cpu; the CUDA backend on kernels/cuda. The scheduler never sees a backend's memory.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cascade_plan.h"
+#include "base/status.h"
+#include "replica/model/model_config.h"
+#include "replica/backend/sampler.h"
+
+namespace kvc {
+
+// A run of one sequence's prompt (or of tokens being recomputed after preemption), as the engine
+// describes it; PrefillBatch::add appends it to the batch's CSR arrays.
+struct PrefillChunk {
+  std::vector<int32_t> tokens;  // token ids at positions [start_pos, start_pos + tokens.size())
+  int32_t start_pos = 0;
+  // Blocks covering positions [0, start_pos + tokens.size()): position p lives in block
+  // block_table[p / block_size] at slot p % block_size. KV of [0, start_pos) is already there.
+  std::vector<int32_t> block_table;
+  bool want_logits = false;  // logits of the chunk's last token (the prompt is complete)
+};
+
+// Every prefill chunk of a step in CSR form (the layout the device kernels take, copied as is):
+// chunk c's tokens are tokens[token_indptr[c] .. token_indptr[c + 1]) at positions from
+// start_pos[c]; its block table is block_indices[block_indptr[c] .. block_indptr[c + 1]).
+struct PrefillBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> token_indptr{0};
+  std::vector<int32_t> start_pos;
+  std::vector<int32_t> block_indptr{0};
+  std::vector<int32_t> block_indices;
+  std::vector<uint8_t> want_logits;  // 1: the chunk's last token gives a row of logits
+
+  void add(const PrefillChunk& chunk);
+  int32_t num_chunks() const { return static_cast<int32_t>(start_pos.size()); }
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t chunk_tokens(int32_t c) const { return token_indptr[c + 1] - token_indptr[c]; }
+  const int32_t* chunk_blocks(int32_t c) const { return block_indices.data() + block_indptr[c]; }
+  int32_t chunk_num_blocks(int32_t c) const { return block_indptr[c + 1] - block_indptr[c]; }
+  bool empty() const { return start_pos.empty(); }
+};
+
+// One new token for each of a set of sequences.
+struct DecodeBatch {
+  std::vector<int32_t> tokens;     // the token fed to each sequence
+  std::vector<int32_t> positions;  // its position
+  std::vector<int32_t> slots;      // where its KV goes: block_id * block_size + offset
+  // Attention of each sequence over its context including the new token's slot; flat or cascade.
+  kernels::CascadePlan plan;
+  int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+};
+
+// One token to draw from a row of logits. Sampling is a pure function of (logits row, params,
+// seed, sibling, position) on every backend (replica/backend/sampler.h), so a preempted sibling that
+// recomputes draws the same tokens.
+struct SampleRequest {
+  int32_t logits_row = 0;  // row of the batch's logits (ForwardBatch::num_logit_rows order)
+  int32_t sibling = 0;
+  int32_t position = 0;  // the position of the token being drawn
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+};
+
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0;  // log_softmax of the raw logits (over the sampled vocabulary) at the token
+};
+
+struct ForwardBatch {
+  // Copy-on-write: (src, dst) block pairs to copy, in every layer, before anything else.
+  std::vector<std::pair<int32_t, int32_t>> block_copies;
+  PrefillBatch prefill;
+  DecodeBatch decode;
+  // Tokens to draw; several may read one logits row (the n siblings' first tokens).
+  std::vector<SampleRequest> samples;
+  int32_t sample_vocab = 0;    // only ids below it are drawn (the model's vocab may be padded)
+  bool return_logits = false;  // also hand the logits back (tests, debugging): a host copy
+
+  // Rows of the logits: chunks with want_logits, in order, then every decode sequence.
+  int32_t num_logit_rows() const {
+    int32_t n = decode.size();
+    for (uint8_t w : prefill.want_logits)
+      n += w ? 1 : 0;
+    return n;
+  }
+};
+
+struct ForwardOutput {
+  std::vector<SampledToken> samples;  // one per ForwardBatch::samples entry, in order
+  // [num_logit_rows, vocab_size] float32 when the batch asked for them, else empty.
+  std::vector<float> logits;
+};
+
+// log_softmax(logits)[token], accumulated in double.
+float log_softmax_at(std::span<const float> logits, int32_t token);
+
+// Draws batch.samples from host logits [num_logit_rows, vocab] with the CPU Sampler: the sampling
+// of backends whose logits live on the host (the CPU backend, test fakes).
+void sample_on_host(const ForwardBatch& batch, std::span<const float> logits, int32_t vocab,
+                    Sampler& sampler, std::vector<SampledToken>& out);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int32_t num_blocks() const = 0;
+  virtual int32_t block_size() const = 0;
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+  // Bytes of one KV element in this backend's cache (4: float32, 2: fp16/bf16): the planner's
+  // cost model and the KV-bytes metrics use it.
+  virtual int32_t kv_bytes_per_element() const = 0;
+  int64_t kv_bytes_per_token() const { return config().kv_bytes_per_token(kv_bytes_per_element()); }
+  // Runs the model over the batch and draws the requested tokens. An error (a failed launch,
+  // device memory exhausted) leaves the KV of this batch's sequences undefined: the engine ends
+  // them. Block copies are applied in order, before any KV write.
+  virtual Status forward(const ForwardBatch& batch, ForwardOutput& out) = 0;
+};
+
+}  // namespace kvc

@@ -1,0 +1,222 @@
+#include "replica/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+namespace kvc {
+
+namespace cpu = kernels::cpu;
+
+CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size)
+    : weights_(std::move(weights)), num_blocks_(num_blocks), block_size_(block_size) {
+  assert(check_weight_shapes(weights_).ok());
+  assert(num_blocks > 0 && block_size > 0);
+  const ModelConfig& c = weights_.config;
+  shape_ = {c.num_attention_heads, c.num_key_value_heads, c.head_dim, block_size,
+            1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  rope_ = {c.rope_theta,           c.rope_llama3,           c.rope_factor,
+           c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position};
+  const size_t floats = static_cast<size_t>(num_blocks) * block_size * kv_row();
+  k_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
+  v_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
+}
+
+void CpuBackend::check_batch(const ForwardBatch& batch) const {
+#ifndef NDEBUG
+  const int64_t bs = block_size_;
+  auto valid_block = [&](int32_t b) { return b >= 0 && b < num_blocks_; };
+  auto valid_token = [&](int32_t t) { return t >= 0 && t < config().vocab_size; };
+  for (const auto& [src, dst] : batch.block_copies) {
+    assert(valid_block(src) && valid_block(dst));
+  }
+  const PrefillBatch& p = batch.prefill;
+  assert(static_cast<int32_t>(p.token_indptr.size()) == p.num_chunks() + 1);
+  assert(static_cast<int32_t>(p.block_indptr.size()) == p.num_chunks() + 1);
+  assert(static_cast<int32_t>(p.want_logits.size()) == p.num_chunks());
+  for (int32_t c = 0; c < p.num_chunks(); ++c) {
+    const int64_t end = p.start_pos[c] + int64_t{p.chunk_tokens(c)};
+    assert(p.chunk_tokens(c) > 0 && p.start_pos[c] >= 0);
+    assert(int64_t{p.chunk_num_blocks(c)} * bs >= end);
+    for (int64_t i = 0; i < (end + bs - 1) / bs; ++i)
+      assert(valid_block(p.chunk_blocks(c)[i]));
+  }
+  assert(std::all_of(p.tokens.begin(), p.tokens.end(), valid_token));
+  for (const SampleRequest& r : batch.samples)
+    assert(r.logits_row >= 0 && r.logits_row < batch.num_logit_rows());
+  const DecodeBatch& d = batch.decode;
+  const kernels::CascadePlan& plan = d.plan;
+  assert(d.positions.size() == d.tokens.size() && d.slots.size() == d.tokens.size());
+  assert(std::all_of(d.tokens.begin(), d.tokens.end(), valid_token));
+  if (d.size() == 0) return;
+  assert(plan.num_seqs == d.size());
+  assert(static_cast<int32_t>(plan.suffix_len.size()) == d.size());
+  assert(static_cast<int32_t>(plan.suffix_block_indptr.size()) == d.size() + 1);
+  assert(std::all_of(plan.node_block_indices.begin(), plan.node_block_indices.end(), valid_block));
+  assert(
+      std::all_of(plan.suffix_block_indices.begin(), plan.suffix_block_indices.end(), valid_block));
+  // Each sequence attends exactly positions [0, position], the new token last, in its suffix.
+  std::vector<int64_t> context(d.size(), 0);
+  for (int n = 0; n < plan.num_nodes(); ++n) {
+    const int64_t tokens = (plan.node_block_indptr[n + 1] - plan.node_block_indptr[n]) * bs;
+    for (int32_t i = plan.node_seq_indptr[n]; i < plan.node_seq_indptr[n + 1]; ++i) {
+      assert(plan.node_seq_indices[i] >= 0 && plan.node_seq_indices[i] < d.size());
+      context[plan.node_seq_indices[i]] += tokens;
+    }
+  }
+  for (int32_t s = 0; s < d.size(); ++s) {
+    const int32_t first = plan.suffix_block_indptr[s];
+    const int64_t len = plan.suffix_len[s];
+    assert(len >= 1 && len <= (plan.suffix_block_indptr[s + 1] - first) * bs);
+    assert(context[s] + len == int64_t{d.positions[s]} + 1);
+    const int64_t last = len - 1;
+    assert(d.slots[s] == plan.suffix_block_indices[first + last / bs] * bs + last % bs);
+    (void)first;
+    (void)last;
+  }
+#else
+  (void)batch;
+#endif
+}
+
+void CpuBackend::copy_blocks(const ForwardBatch& batch) {
+  const size_t block_floats = static_cast<size_t>(block_size_) * kv_row();
+  for (const auto& [src, dst] : batch.block_copies) {
+    if (src == dst) continue;
+    for (int layer = 0; layer < config().num_hidden_layers; ++layer) {
+      for (float* cache : {k_cache(layer), v_cache(layer)}) {
+        std::memcpy(cache + dst * block_floats, cache + src * block_floats,
+                    block_floats * sizeof(float));
+      }
+    }
+  }
+}
+
+void CpuBackend::gather_rows(const ForwardBatch& batch) {
+  tokens_.clear();
+  positions_.clear();
+  kv_dst_.clear();
+  logit_rows_.clear();
+  const PrefillBatch& pb = batch.prefill;
+  for (int32_t c = 0; c < pb.num_chunks(); ++c) {
+    const int32_t* table = pb.chunk_blocks(c);
+    for (int32_t i = 0; i < pb.chunk_tokens(c); ++i) {
+      const int32_t p = pb.start_pos[c] + i;
+      tokens_.push_back(pb.tokens[pb.token_indptr[c] + i]);
+      positions_.push_back(p);
+      kv_dst_.push_back(int64_t{table[p / block_size_]} * block_size_ + p % block_size_);
+    }
+    if (pb.want_logits[c]) logit_rows_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
+  }
+  const DecodeBatch& d = batch.decode;
+  for (int32_t i = 0; i < d.size(); ++i) {
+    logit_rows_.push_back(static_cast<int32_t>(tokens_.size()));
+    tokens_.push_back(d.tokens[i]);
+    positions_.push_back(d.positions[i]);
+    kv_dst_.push_back(d.slots[i]);
+  }
+}
+
+void CpuBackend::attention(int layer, const ForwardBatch& batch) {
+  const int64_t qd = int64_t{shape_.num_q_heads} * shape_.head_dim;
+  int64_t row = 0;
+  const PrefillBatch& pb = batch.prefill;
+  for (int32_t c = 0; c < pb.num_chunks(); ++c) {
+    const int n = pb.chunk_tokens(c);
+    cpu::paged_prefill(shape_, q_.data() + row * qd, k_cache(layer), v_cache(layer),
+                       pb.chunk_blocks(c), pb.start_pos[c], n, attn_.data() + row * qd);
+    row += n;
+  }
+  if (batch.decode.size() > 0) {
+    cpu::cascade_decode(shape_, q_.data() + row * qd, k_cache(layer), v_cache(layer),
+                        batch.decode.plan, attn_.data() + row * qd, /*lse=*/nullptr, cascade_ws_);
+  }
+}
+
+void CpuBackend::mlp(const LayerWeights& l, int rows) {
+  const ModelConfig& c = config();
+  const int h = c.hidden_size, ff = c.intermediate_size;
+  cpu::rms_norm(x_.data(), l.mlp_norm.data(), xn_.data(), rows, h, c.rms_norm_eps);
+  gate_up_.resize(static_cast<size_t>(rows) * 2 * ff);
+  act_.resize(static_cast<size_t>(rows) * ff);
+  cpu::matmul(xn_.data(), l.w_gate_up.data(), gate_up_.data(), rows, 2 * ff, h);
+  cpu::silu_mul(gate_up_.data(), act_.data(), rows, ff);
+  cpu::matmul(act_.data(), l.w_down.data(), proj_.data(), rows, h, ff);
+  cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
+}
+
+Status CpuBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
+  if (Status s = compute_logits(batch, logits_); !s.ok()) return s;
+  sample_on_host(batch, logits_, config().vocab_size, sampler_, out.samples);
+  if (batch.return_logits) {
+    out.logits = logits_;
+  } else {
+    out.logits.clear();
+  }
+  return Status::Ok();
+}
+
+Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>& logits) {
+  check_batch(batch);
+  copy_blocks(batch);
+  gather_rows(batch);
+  const ModelConfig& c = config();
+  const int h = c.hidden_size, d = c.head_dim;
+  const int qd = c.num_attention_heads * d, kvd = c.num_key_value_heads * d;
+  const int num_logits = static_cast<int>(logit_rows_.size());
+  assert(num_logits == batch.num_logit_rows());
+  logits.resize(static_cast<size_t>(num_logits) * c.vocab_size);
+  int rows = static_cast<int>(tokens_.size());
+  if (rows == 0) return Status::Ok();
+
+  const size_t n = rows;
+  x_.resize(n * h);
+  xn_.resize(n * h);
+  q_.resize(n * qd);
+  k_.resize(n * kvd);
+  v_.resize(n * kvd);
+  attn_.resize(n * qd);
+  proj_.resize(n * h);
+  for (int r = 0; r < rows; ++r) {
+    const float* e = weights_.embed.data() + static_cast<size_t>(tokens_[r]) * h;
+    std::copy(e, e + h, x_.data() + static_cast<size_t>(r) * h);
+  }
+
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LayerWeights& l = weights_.layers[layer];
+    cpu::rms_norm(x_.data(), l.attn_norm.data(), xn_.data(), rows, h, c.rms_norm_eps);
+    cpu::matmul(xn_.data(), l.wq.data(), q_.data(), rows, qd, h);
+    cpu::matmul(xn_.data(), l.wk.data(), k_.data(), rows, kvd, h);
+    cpu::matmul(xn_.data(), l.wv.data(), v_.data(), rows, kvd, h);
+    cpu::rope(q_.data(), positions_.data(), rows, c.num_attention_heads, d, rope_);
+    cpu::rope(k_.data(), positions_.data(), rows, c.num_key_value_heads, d, rope_);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(k_.data() + int64_t{r} * kvd, kvd, k_cache(layer) + kv_dst_[r] * kv_row());
+      std::copy_n(v_.data() + int64_t{r} * kvd, kvd, v_cache(layer) + kv_dst_[r] * kv_row());
+    }
+    attention(layer, batch);
+
+    if (layer == c.num_hidden_layers - 1) {
+      // Past the last KV write only the rows that return logits matter: move them to the front,
+      // in output order (logit_rows_ ascends, so no row is overwritten before it is moved).
+      for (int i = 0; i < num_logits; ++i) {
+        const int r = logit_rows_[i];
+        if (r == i) continue;
+        std::copy_n(x_.data() + int64_t{r} * h, h, x_.data() + int64_t{i} * h);
+        std::copy_n(attn_.data() + int64_t{r} * qd, qd, attn_.data() + int64_t{i} * qd);
+      }
+      rows = num_logits;
+      if (rows == 0) return Status::Ok();
+    }
+    cpu::matmul(attn_.data(), l.wo.data(), proj_.data(), rows, h, qd);
+    cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
+    mlp(l, rows);
+  }
+
+  cpu::rms_norm(x_.data(), weights_.final_norm.data(), xn_.data(), rows, h, c.rms_norm_eps);
+  cpu::matmul(xn_.data(), weights_.output_embedding().data(), logits.data(), rows, c.vocab_size, h);
+  return Status::Ok();
+}
+
+}  // namespace kvc

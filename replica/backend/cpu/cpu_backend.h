@@ -1,0 +1,77 @@
+// The CPU backend: the model in float32 on kernels/cpu over a paged KV cache in host memory. It is
+// the reference the CUDA backend is compared with and the backend of the CPU demo.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_shape.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/ops.h"
+#include "replica/backend/backend.h"
+#include "replica/model/weights.h"
+
+namespace kvc {
+
+class CpuBackend final : public Backend {
+ public:
+  // Allocates the KV cache: 2 * layers * num_blocks * block_size * kv_heads * head_dim floats
+  // (kv_cache_bytes). Preconditions: check_weight_shapes(weights) is ok; num_blocks > 0,
+  // block_size > 0.
+  CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size);
+
+  static int64_t kv_cache_bytes(const ModelConfig& config, int32_t num_blocks, int32_t block_size) {
+    return config.kv_bytes_per_token(sizeof(float)) * num_blocks * block_size;
+  }
+
+  const ModelConfig& config() const override { return weights_.config; }
+  int32_t num_blocks() const override { return num_blocks_; }
+  int32_t block_size() const override { return block_size_; }
+  std::string name() const override { return "cpu"; }
+  int32_t kv_bytes_per_element() const override { return sizeof(float); }
+
+  // Not thread-safe: one forward at a time (the kernels inside are threaded).
+  Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
+  // The model alone: logits resized to [batch.num_logit_rows(), vocab_size], float32.
+  Status compute_logits(const ForwardBatch& batch, std::vector<float>& logits);
+
+ private:
+  // Asserts that every block id, slot, position and plan index is in range and consistent.
+  void check_batch(const ForwardBatch& batch) const;
+  void copy_blocks(const ForwardBatch& batch);
+  // Fills tokens_, positions_, kv_dst_ (cache row of each token) and logit_rows_.
+  void gather_rows(const ForwardBatch& batch);
+  void attention(int layer, const ForwardBatch& batch);
+  void mlp(const LayerWeights& l, int rows);
+
+  float* k_cache(int layer) { return k_cache_[layer].data(); }
+  float* v_cache(int layer) { return v_cache_[layer].data(); }
+  // Floats per cache row (one token of one layer): kv_heads * head_dim.
+  int64_t kv_row() const { return int64_t{shape_.num_kv_heads} * shape_.head_dim; }
+
+  ModelWeights weights_;
+  int32_t num_blocks_;
+  int32_t block_size_;
+  kernels::AttentionShape shape_;
+  kernels::cpu::RopeConfig rope_;
+  // Per layer, [num_blocks, block_size, kv_heads, head_dim].
+  std::vector<std::vector<float>> k_cache_, v_cache_;
+
+  // Scratch reused across calls (vectors only grow). Rows: prefill tokens, then decode tokens.
+  std::vector<int32_t> tokens_, positions_;
+  std::vector<int64_t> kv_dst_;      // cache row (block * block_size + slot) of each row's KV
+  std::vector<int32_t> logit_rows_;  // rows whose logits are returned, in output order
+  std::vector<float> x_;             // residual stream [rows, h]
+  std::vector<float> xn_;            // normalised [rows, h]
+  std::vector<float> q_, k_, v_;     // [rows, q_heads * d], [rows, kv_heads * d] x 2
+  std::vector<float> attn_;          // [rows, q_heads * d]
+  std::vector<float> proj_;          // [rows, h], o_proj / down_proj output
+  std::vector<float> gate_up_;       // [rows, 2 * ff]
+  std::vector<float> act_;           // [rows, ff]
+  kernels::cpu::CascadeWorkspace cascade_ws_;
+  std::vector<float> logits_;
+  Sampler sampler_;
+};
+
+}  // namespace kvc

@@ -1,0 +1,294 @@
+#include "replica/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/llama.h"
+
+namespace kvc {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+kc::LlamaDims dims_of(const ModelConfig& c) {
+  kc::LlamaDims d;
+  d.hidden = c.hidden_size;
+  d.intermediate = c.intermediate_size;
+  d.layers = c.num_hidden_layers;
+  d.q_heads = c.num_attention_heads;
+  d.kv_heads = c.num_key_value_heads;
+  d.head_dim = c.head_dim;
+  d.vocab = c.vocab_size;
+  d.rms_eps = c.rms_norm_eps;
+  d.rope = {c.rope_theta,           c.rope_llama3,           c.rope_factor,
+            c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position};
+  d.tied_embeddings = c.tie_word_embeddings;
+  return d;
+}
+
+std::string mib(size_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(ModelConfig config, std::unique_ptr<kc::LlamaModel> model,
+                         int32_t num_blocks, int32_t block_size, CudaBackendMemory memory)
+    : config_(std::move(config)),
+      model_(std::move(model)),
+      num_blocks_(num_blocks),
+      block_size_(block_size),
+      memory_(std::move(memory)) {}
+
+CudaBackend::~CudaBackend() = default;
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& config,
+                                                           const CudaBackendOptions& o) {
+  if (!kc::device_available()) return Error{"--backend cuda: " + kc::device_description()};
+  if (Status s = config.validate(); !s.ok()) return Error{s.message()};
+  const kc::LlamaDims dims = dims_of(config);
+  kc::LlamaCapacity cap;
+  cap.block_size = o.block_size;
+  cap.max_tokens = std::max(o.max_tokens_per_step, o.max_num_seqs);
+  cap.max_samples = std::max(o.max_num_seqs, 1);
+  // A step's chunks belong to distinct sequences (a group's prompt, or a sibling recomputing),
+  // so there are at most max_num_seqs; each carries its sequence's block table from position 0.
+  cap.max_chunks = std::min(cap.max_tokens, std::max(o.max_num_seqs, 1) + 16);
+  cap.max_copies = std::max(o.max_num_seqs, 64);  // at most one per writing sequence
+  const int64_t blocks_per_seq =
+      (int64_t{config.max_position_embeddings} + o.block_size - 1) / o.block_size;
+  cap.max_blocks = static_cast<int>(std::min<int64_t>(blocks_per_seq * cap.max_chunks, 1 << 26));
+  CudaBackendMemory mem;
+  mem.device = kc::device_description();
+  std::tie(mem.device_free, mem.device_total) = kc::LlamaModel::device_memory();
+  mem.weight_bytes = kc::LlamaModel::weight_bytes(dims);
+  mem.workspace_bytes = kc::LlamaModel::workspace_bytes(dims, cap);
+  const size_t block_bytes = kc::LlamaModel::kv_bytes(dims, 1, o.block_size);
+  int64_t blocks = o.num_blocks;
+  if (blocks <= 0) {
+    // The budget is a share of the whole device; what is already in use counts against it.
+    const double budget = o.gpu_memory_utilization * static_cast<double>(mem.device_total) -
+                          static_cast<double>(mem.device_total - mem.device_free);
+    const double left =
+        budget - static_cast<double>(mem.weight_bytes) - static_cast<double>(mem.workspace_bytes);
+    blocks = left > 0 ? static_cast<int64_t>(left / static_cast<double>(block_bytes)) : 0;
+    if (blocks < 1) {
+      return Error{"not enough device memory: weights " + mib(mem.weight_bytes) + " + workspace " +
+                   mib(mem.workspace_bytes) + " leave no room for the KV cache " +
+                   "within --gpu-memory-utilization " + std::to_string(o.gpu_memory_utilization) +
+                   " of " + mib(mem.device_total) + " (" + mib(mem.device_free) + " free)"};
+    }
+    blocks = std::min<int64_t>(blocks, 1 << 24);
+  }
+  cap.num_blocks = static_cast<int>(blocks);
+  mem.kv_bytes = kc::LlamaModel::kv_bytes(dims, cap.num_blocks, o.block_size);
+  std::string error;
+  auto model = kc::LlamaModel::create(dims, cap, error);
+  if (!model) return Error{"--backend cuda: " + error};
+  model->set_graphs(o.cuda_graphs);
+  model->set_decode_gemm(o.decode_gemm);
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(config, std::move(model), cap.num_blocks, o.block_size, mem));
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& config,
+                                                         const ModelWeights* weights,
+                                                         const CudaBackendOptions& o) {
+  auto made = allocate(config, o);
+  if (!made.ok()) return made;
+  std::unique_ptr<CudaBackend> b = std::move(made).value();
+  kc::LlamaModel& m = *b->model_;
+  if (weights == nullptr) {
+    if (std::string e = m.random_init(o.weights_seed); !e.empty()) return Error{e};
+    return b;
+  }
+  if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
+  using T = kc::LlamaTensor;
+  const size_t h = config.hidden_size, q = size_t(config.num_attention_heads) * config.head_dim,
+               kv = size_t(config.num_key_value_heads) * config.head_dim;
+  auto up = [&](T t, int layer, size_t offset, const std::vector<float>& v) {
+    return m.upload(t, layer, offset, v.data(), v.size());
+  };
+  std::string e = up(T::kEmbed, 0, 0, weights->embed);
+  if (e.empty()) e = up(T::kFinalNorm, 0, 0, weights->final_norm);
+  if (e.empty() && !config.tie_word_embeddings) e = up(T::kLmHead, 0, 0, weights->lm_head);
+  for (int l = 0; e.empty() && l < config.num_hidden_layers; ++l) {
+    const LayerWeights& w = weights->layers[l];
+    for (auto [t, off, v] : {std::tuple{T::kAttnNorm, size_t{0}, &w.attn_norm},
+                             {T::kQkv, size_t{0}, &w.wq},
+                             {T::kQkv, q * h, &w.wk},
+                             {T::kQkv, (q + kv) * h, &w.wv},
+                             {T::kO, size_t{0}, &w.wo},
+                             {T::kMlpNorm, size_t{0}, &w.mlp_norm},
+                             {T::kGateUp, size_t{0}, &w.w_gate_up},
+                             {T::kDown, size_t{0}, &w.w_down}}) {
+      if (e.empty()) e = up(t, l, off, *v);
+    }
+  }
+  if (!e.empty()) return Error{"uploading weights: " + e};
+  return b;
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder,
+                                                       const CudaBackendOptions& o) {
+  Result<HfFolder> f = HfFolder::open(folder);
+  if (!f.ok()) return Error{f.error().message};
+  const ModelConfig& c = f->config();
+  auto made = allocate(c, o);
+  if (!made.ok()) return made;
+  std::unique_ptr<CudaBackend> b = std::move(made).value();
+  kc::LlamaModel& m = *b->model_;
+  using T = kc::LlamaTensor;
+  const int64_t h = c.hidden_size, q = int64_t{c.num_attention_heads} * c.head_dim,
+                kv = int64_t{c.num_key_value_heads} * c.head_dim, ff = c.intermediate_size,
+                vocab = c.vocab_size;
+  // Pieces of at most 16M values go through one host buffer (the mapping may be unaligned).
+  constexpr size_t kPiece = size_t{1} << 24;
+  std::vector<uint16_t> half;
+  std::vector<float> single;
+  auto put = [&](const std::string& name, std::vector<int64_t> shape, T t, int layer,
+                 size_t offset) -> Status {
+    Result<TensorView> v = f->tensor(name, shape);
+    if (!v.ok()) return Error{v.error().message};
+    const size_t n = static_cast<size_t>(v->numel());
+    const std::byte* src = v->bytes.data();
+    for (size_t i = 0; i < n; i += kPiece) {
+      const size_t k = std::min(kPiece, n - i);
+      std::string e;
+      if (v->dtype == DType::kF32) {
+        single.resize(k);
+        std::memcpy(single.data(), src + i * 4, k * 4);
+        e = m.upload(t, layer, offset + i, single.data(), k);
+      } else {
+        half.resize(k);
+        std::memcpy(half.data(), src + i * 2, k * 2);
+        e = m.upload_half(t, layer, offset + i, half.data(), k, v->dtype == DType::kF16);
+      }
+      if (!e.empty()) return Error{name + ": " + e};
+    }
+    return Status::Ok();
+  };
+  std::vector<std::tuple<std::string, std::vector<int64_t>, T, int, size_t>> specs;
+  specs.emplace_back("model.embed_tokens.weight", std::vector<int64_t>{vocab, h}, T::kEmbed, 0, 0);
+  specs.emplace_back("model.norm.weight", std::vector<int64_t>{h}, T::kFinalNorm, 0, 0);
+  if (!c.tie_word_embeddings) {
+    specs.emplace_back("lm_head.weight", std::vector<int64_t>{vocab, h}, T::kLmHead, 0, 0);
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    specs.emplace_back(p + "input_layernorm.weight", std::vector<int64_t>{h}, T::kAttnNorm, l, 0);
+    specs.emplace_back(p + "self_attn.q_proj.weight", std::vector<int64_t>{q, h}, T::kQkv, l, 0);
+    specs.emplace_back(p + "self_attn.k_proj.weight", std::vector<int64_t>{kv, h}, T::kQkv, l,
+                       size_t(q * h));
+    specs.emplace_back(p + "self_attn.v_proj.weight", std::vector<int64_t>{kv, h}, T::kQkv, l,
+                       size_t((q + kv) * h));
+    specs.emplace_back(p + "self_attn.o_proj.weight", std::vector<int64_t>{h, q}, T::kO, l, 0);
+    specs.emplace_back(p + "post_attention_layernorm.weight", std::vector<int64_t>{h}, T::kMlpNorm,
+                       l, 0);
+    specs.emplace_back(p + "mlp.gate_proj.weight", std::vector<int64_t>{ff, h}, T::kGateUp, l, 0);
+    specs.emplace_back(p + "mlp.up_proj.weight", std::vector<int64_t>{ff, h}, T::kGateUp, l,
+                       size_t(ff * h));
+    specs.emplace_back(p + "mlp.down_proj.weight", std::vector<int64_t>{h, ff}, T::kDown, l, 0);
+  }
+  for (auto& [name, shape, t, layer, offset] : specs) {
+    if (Status s = put(name, shape, t, layer, offset); !s.ok()) return Error{s.message()};
+  }
+  return b;
+}
+
+void CudaBackend::set_profile(bool on) {
+  model_->set_profile(on);
+}
+
+void CudaBackend::set_graphs(bool on) {
+  model_->set_graphs(on);
+}
+
+Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
+  kc::LlamaStep st;
+  copies_.clear();
+  for (auto [src, dst] : batch.block_copies) {
+    copies_.push_back(src);
+    copies_.push_back(dst);
+  }
+  st.copy_pairs = copies_;
+  const PrefillBatch& p = batch.prefill;
+  if (!p.empty()) {
+    st.prefill_tokens = p.tokens;
+    st.token_indptr = p.token_indptr;
+    st.start_pos = p.start_pos;
+    st.block_indptr = p.block_indptr;
+    st.block_indices = p.block_indices;
+    st.want_logits = p.want_logits;
+  }
+  st.decode_tokens = batch.decode.tokens;
+  st.decode_positions = batch.decode.positions;
+  st.decode_slots = batch.decode.slots;
+  st.plan = &batch.decode.plan;
+  sample_rows_.clear();
+  params_.resize(batch.samples.size() * sizeof(kernels::sampling::SampleParams));
+  auto* params = reinterpret_cast<kernels::sampling::SampleParams*>(params_.data());
+  for (size_t k = 0; k < batch.samples.size(); ++k) {
+    const SampleRequest& r = batch.samples[k];
+    sample_rows_.push_back(r.logits_row);
+    kernels::sampling::SampleParams sp;
+    sp.seed = r.seed;
+    sp.temperature = r.temperature;
+    sp.top_p = r.top_p;
+    sp.top_k = r.top_k;
+    sp.sibling = r.sibling;
+    sp.position = r.position;
+    params[k] = sp;
+  }
+  st.sample_rows = sample_rows_;
+  st.sample_params = {params, batch.samples.size()};
+  st.sample_vocab = batch.sample_vocab;
+  st.return_logits = batch.return_logits;
+  kc::LlamaOutput result;
+  if (std::string e = model_->forward(st, result); !e.empty()) return Error{e};
+  timing_ = {
+      result.host_us, result.prep_us, result.wait_us, result.device_us, std::move(result.profile),
+      result.graph};
+  out.samples.resize(result.tokens.size());
+  for (size_t k = 0; k < result.tokens.size(); ++k)
+    out.samples[k] = SampledToken{result.tokens[k], result.logprobs[k]};
+  out.logits = std::move(result.logits);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int32_t min_vocab) {
+  CudaBackendOptions o;
+  o.num_blocks = f.kv_blocks;
+  o.block_size = f.block_size;
+  o.gpu_memory_utilization = f.memory_utilization_or_default();
+  o.max_tokens_per_step = f.max_tokens_per_step;
+  o.max_num_seqs = f.max_num_seqs;
+  o.weights_seed = f.seed_or_default();
+  o.cuda_graphs = f.cuda_graphs.value_or(true);
+  o.decode_gemm = f.decode_gemm;
+  Result<std::unique_ptr<CudaBackend>> made = Error{""};
+  if (!f.model_dir.empty()) {
+    made = CudaBackend::load(f.model_dir, o);
+  } else {
+    auto config = preset_config(f.preset_or_default());
+    if (!config.ok()) return Error{config.error().message};
+    config->vocab_size = std::max(config->vocab_size, min_vocab);
+    made = CudaBackend::create(*config, nullptr, o);
+  }
+  if (!made.ok()) return Error{made.error().message};
+  const CudaBackendMemory& m = (*made)->memory();
+  auto mib = [](size_t b) { return static_cast<double>(b) / (1 << 20); };
+  std::fprintf(stderr,
+               "cuda backend on %s: weights %.0f MiB, workspace %.0f MiB, KV cache %.0f MiB (%d "
+               "blocks of %d tokens, bf16); %.0f of %.0f MiB were free\n",
+               m.device.c_str(), mib(m.weight_bytes), mib(m.workspace_bytes), mib(m.kv_bytes),
+               (*made)->num_blocks(), (*made)->block_size(), mib(m.device_free),
+               mib(m.device_total));
+  return std::unique_ptr<Backend>(std::move(made).value());
+}
+
+}  // namespace kvc

@@ -1,0 +1,100 @@
+// The CUDA backend: the engine's model on one GPU through kernels/cuda/llama.h (bf16 weights and
+// KV cache, cuBLASLt GEMMs, tensor-core prefill, flat or cascade decode executing the planner's
+// plan, sampling on the device). The only part of replica/ that links kernels/cuda, through
+// CUDA-free headers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "replica/backend/backend.h"
+#include "replica/backend/backend_options.h"
+#include "replica/model/weights.h"
+
+namespace kvc::kernels::cuda {
+class LlamaModel;
+}
+
+namespace kvc {
+
+struct CudaBackendOptions {
+  int32_t num_blocks = 0;  // 0: as many as gpu_memory_utilization leaves room for
+  int32_t block_size = 16;
+  double gpu_memory_utilization = 0.9;  // share of the device's memory this process may use
+  int32_t max_tokens_per_step = 512;    // the scheduler's budget: rows of one step
+  int32_t max_num_seqs = 256;           // sequences of one step (tokens drawn)
+  uint64_t weights_seed = 1234;         // for random_init
+  bool cuda_graphs = true;   // decode steps replayed as CUDA graphs (kernels/cuda/llama.h)
+  bool decode_gemm = false;  // the Hopper decode GEMM where it runs (kernels/cuda/decode_gemm.h)
+};
+
+// What start-up allocated (printed in the start-up log).
+struct CudaBackendMemory {
+  size_t weight_bytes = 0;
+  size_t kv_bytes = 0;
+  size_t workspace_bytes = 0;
+  size_t device_free = 0;
+  size_t device_total = 0;
+  std::string device;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Random-initialised weights on the device (deterministic for options.weights_seed), or the
+  // given host weights converted to bf16. Errors: no device, not enough memory, unsupported
+  // shape.
+  static Result<std::unique_ptr<CudaBackend>> create(const ModelConfig& config,
+                                                     const ModelWeights* weights,
+                                                     const CudaBackendOptions& options);
+  // Loads a Hugging Face folder (config.json + safetensors shards, BF16/F16/F32) straight to the
+  // device, tensor by tensor in pieces: no float32 copy of the model on the host.
+  static Result<std::unique_ptr<CudaBackend>> load(const std::string& folder,
+                                                   const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  const ModelConfig& config() const override { return config_; }
+  int32_t num_blocks() const override { return num_blocks_; }
+  int32_t block_size() const override { return block_size_; }
+  std::string name() const override { return "cuda"; }
+  int32_t kv_bytes_per_element() const override { return 2; }
+  Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
+
+  const CudaBackendMemory& memory() const { return memory_; }
+  // Where the last forward's time went (benchmarks): host work until the wait, the wait, and
+  // the step on the device (CUDA events), in microseconds.
+  struct StepTiming {
+    double host_us = 0, prep_us = 0, wait_us = 0, device_us = 0;
+    std::vector<std::pair<std::string, double>> profile;  // with set_profile: device us per op
+    bool graph = false;                                   // ran as a CUDA graph replay
+  };
+  const StepTiming& last_timing() const { return timing_; }
+  void set_profile(bool on);
+  void set_graphs(bool on);
+  kernels::cuda::LlamaModel& model() { return *model_; }
+
+ private:
+  CudaBackend(ModelConfig config, std::unique_ptr<kernels::cuda::LlamaModel> model,
+              int32_t num_blocks, int32_t block_size, CudaBackendMemory memory);
+  static Result<std::unique_ptr<CudaBackend>> allocate(const ModelConfig& config,
+                                                       const CudaBackendOptions& options);
+
+  ModelConfig config_;
+  std::unique_ptr<kernels::cuda::LlamaModel> model_;
+  int32_t num_blocks_;
+  int32_t block_size_;
+  CudaBackendMemory memory_;
+  StepTiming timing_;
+  // Scratch reused across steps.
+  std::vector<int32_t> copies_, sample_rows_;
+  std::vector<uint8_t> params_;  // kernels::sampling::SampleParams
+};
+
+// The backend factory's CUDA maker (replica/server/backend_factory.h: CudaBackendMaker): the
+// options' preset (vocabulary grown to min_vocab) or model folder on the device; prints what it
+// allocated (weights, workspace, KV) to stderr.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options, int32_t min_vocab);
+
+}  // namespace kvc

@@ -1,0 +1,82 @@
+// The simulated backend (`--backend sim`): no math and no KV memory. Each forward takes the time
+// the bandwidth model predicts for a GPU (weights + KV bytes read / bandwidth, FLOPs / peak, plus
+// a measured per-step overhead), waited out on the injected Clock, and draws deterministic
+// tokens. The real engine, scheduler, block pool and prefix cache run around it, so dozens of
+// sim replicas on a small machine queue and cache like real ones (fleet-scale routing
+// evaluation; docs/architecture.md, "Sim backend").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/clock.h"
+#include "replica/backend/backend.h"
+#include "replica/model/bandwidth_model.h"
+
+namespace kvc {
+
+// A model shape on a device: "h200-llama3-8b" (calibrated on bench/results/engine-h200.md),
+// "h100-llama3-8b" (the seed's bandwidth, H100 peak, the H200's overhead).
+struct SimPreset {
+  std::string name;
+  ModelConfig model;
+  Hardware hardware;
+  double memory_bytes = 0;  // device memory: weights and the KV pool share it
+};
+
+Result<SimPreset> sim_preset(std::string_view name);
+std::vector<std::string> sim_preset_names();
+
+// KV blocks that fit in `utilization` x memory after the weights (at least 1).
+int32_t sim_kv_blocks(const SimPreset& preset, double utilization, int32_t block_size);
+
+// One prefill chunk of `len` tokens after `start` cached ones: its rows, its logits row (when
+// wanted), the KV it reads (its whole context) and its causal attention FLOPs.
+StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len, bool logits,
+                            int kv_bytes_per_element);
+
+// What a batch moves and computes: rows, logits rows, the KV the plan reads (each shared node
+// once, each suffix per sequence), each prefill chunk's context, copy-on-write copies.
+StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32_t block_size,
+                      int kv_bytes_per_element);
+
+// The token a sim sibling draws at a position: a pure function of (seed, sibling, position), a
+// lower-case letter or a space (never EOS: sim sequences run to max_tokens or a stop string).
+int32_t sim_token(uint64_t seed, int32_t sibling, int32_t position);
+
+class SimBackend final : public Backend {
+ public:
+  // Preconditions: num_blocks > 0, block_size > 0, preset.model.validate() is ok.
+  SimBackend(SimPreset preset, int32_t num_blocks, int32_t block_size, Clock& clock);
+
+  const ModelConfig& config() const override { return preset_.model; }
+  int32_t num_blocks() const override { return num_blocks_; }
+  int32_t block_size() const override { return block_size_; }
+  std::string name() const override { return "sim"; }
+  int32_t kv_bytes_per_element() const override { return preset_.hardware.kv_bytes_per_element; }
+  const SimPreset& preset() const { return preset_; }
+
+  // The predicted device time of the batch.
+  Clock::Duration predict(const ForwardBatch& batch) const;
+  // Waits predict(batch) from the call on the clock, then returns the tokens. Logits, when
+  // asked for, are zeros.
+  Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
+
+  // Simulated device time so far (sum of predictions), for tests and utilisation; safe to read
+  // from another thread than the engine's.
+  Clock::Duration busy() const { return Clock::Duration{busy_ns_.load()}; }
+  int64_t num_forwards() const { return num_forwards_.load(); }
+
+ private:
+  SimPreset preset_;
+  int32_t num_blocks_;
+  int32_t block_size_;
+  Clock& clock_;
+  std::atomic<int64_t> busy_ns_{0};
+  std::atomic<int64_t> num_forwards_{0};
+};
+
+}  // namespace kvc

@@ -1,0 +1,159 @@
+#include "replica/core/block_pool.h"
+
+#include <cassert>
+#include <utility>
+
+namespace kvc {
+namespace {
+
+// Appends `event` to `events`, folding it into the last event when that says the same thing in
+// one: a stored event whose parent is the last hash of the previous stored event continues its
+// chain, and consecutive removed events are one set.
+void append_coalesced(std::vector<KvEvent>& events, KvEvent event) {
+  if (!events.empty()) {
+    if (auto* stored = std::get_if<KvStored>(&event)) {
+      auto* last = std::get_if<KvStored>(&events.back());
+      if (last != nullptr && !last->hashes.empty() && stored->parent == last->hashes.back()) {
+        last->hashes.insert(last->hashes.end(), stored->hashes.begin(), stored->hashes.end());
+        return;
+      }
+    } else if (auto* removed = std::get_if<KvRemoved>(&event)) {
+      if (auto* last = std::get_if<KvRemoved>(&events.back())) {
+        last->hashes.insert(last->hashes.end(), removed->hashes.begin(), removed->hashes.end());
+        return;
+      }
+    }
+  }
+  events.push_back(std::move(event));
+}
+
+}  // namespace
+
+BlockPool::BlockPool(int32_t num_blocks, int32_t block_size)
+    : block_size_(block_size),
+      refcount_(num_blocks, 0),
+      hash_(num_blocks),
+      parent_(num_blocks),
+      lru_pos_(num_blocks) {
+  assert(num_blocks > 0 && block_size > 0);
+  for (int32_t b = 0; b < num_blocks; ++b)
+    free_.insert(free_.end(), b);
+}
+
+std::optional<int32_t> BlockPool::allocate() {
+  int32_t block;
+  if (!free_.empty()) {
+    block = *free_.begin();
+    free_.erase(free_.begin());
+  } else if (!lru_.empty()) {
+    block = lru_.front();
+    lru_.pop_front();
+    evict(block);
+  } else {
+    return std::nullopt;
+  }
+  refcount_[block] = 1;
+  return block;
+}
+
+// Precondition: `block` has just left the LRU.
+void BlockPool::evict(int32_t block) {
+  const BlockHash hash = *hash_[block];
+  by_hash_.erase(hash);
+  hash_[block].reset();
+  parent_[block].reset();
+  emit(KvRemoved{{hash}});
+}
+
+void BlockPool::ref(int32_t block) {
+  assert(block >= 0 && block < num_blocks());
+  if (refcount_[block] == 0) {
+    // only a cached block can be revived: a free one holds no KV anyone could want
+    assert(hash_[block].has_value());
+    lru_.erase(lru_pos_[block]);
+  }
+  ++refcount_[block];
+}
+
+void BlockPool::release(int32_t block) {
+  assert(block >= 0 && block < num_blocks());
+  assert(refcount_[block] > 0);
+  if (--refcount_[block] > 0) return;
+  if (hash_[block]) {
+    lru_pos_[block] = lru_.insert(lru_.end(), block);
+  } else {
+    free_.insert(block);
+  }
+}
+
+std::optional<int32_t> BlockPool::lookup(BlockHash hash) const {
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool BlockPool::commit(int32_t block, BlockHash hash, std::optional<BlockHash> parent) {
+  assert(block >= 0 && block < num_blocks());
+  assert(refcount_[block] > 0);
+  assert(parent != hash);
+  if (hash_[block] || by_hash_.contains(hash)) return false;
+  hash_[block] = hash;
+  parent_[block] = parent;
+  by_hash_.emplace(hash, block);
+  emit(KvStored{parent, {hash}});
+  return true;
+}
+
+std::optional<BlockHash> BlockPool::hash_of(int32_t block) const {
+  assert(block >= 0 && block < num_blocks());
+  return hash_[block];
+}
+
+BlockPoolCounts BlockPool::counts() const {
+  BlockPoolCounts c;
+  c.num_blocks_total = num_blocks();
+  c.num_blocks_free = static_cast<int32_t>(free_.size());
+  c.num_blocks_cached = static_cast<int32_t>(lru_.size());
+  c.num_blocks_used = c.num_blocks_total - c.num_blocks_free - c.num_blocks_cached;
+  return c;
+}
+
+void BlockPool::emit(KvEvent event) {
+  append_coalesced(events_, std::move(event));
+}
+
+std::vector<KvEvent> BlockPool::take_events() {
+  return std::exchange(events_, {});
+}
+
+std::vector<KvEvent> BlockPool::snapshot() const {
+  // The held blocks form a forest over parent hashes. Roots are blocks whose parent is not held;
+  // each tree is walked depth first, children by block id, so the order is deterministic and a
+  // chain comes out as one coalesced event.
+  std::unordered_map<BlockHash, std::vector<int32_t>> children;
+  std::vector<int32_t> stack;
+  for (int32_t b = num_blocks() - 1; b >= 0; --b) {
+    if (!hash_[b]) continue;
+    if (parent_[b] && by_hash_.contains(*parent_[b])) {
+      children[*parent_[b]].push_back(b);  // descending ids: popped from the back lowest first
+    } else {
+      stack.push_back(b);  // a root: its event names its parent even when that is not held
+    }
+  }
+  std::vector<KvEvent> events;
+  size_t visited = 0;
+  while (!stack.empty()) {
+    const int32_t b = stack.back();
+    stack.pop_back();
+    ++visited;
+    append_coalesced(events, KvStored{parent_[b], {*hash_[b]}});
+    auto it = children.find(*hash_[b]);
+    if (it != children.end()) stack.insert(stack.end(), it->second.begin(), it->second.end());
+  }
+  // a parent cycle (never produced by chained hashing) would leave blocks unvisited
+  assert(visited == by_hash_.size());
+  (void)visited;
+  return events;
+}
+
+}  // namespace kvc

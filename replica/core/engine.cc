@@ -1,0 +1,337 @@
+#include "replica/core/engine.h"
+
+#include <algorithm>
+#include <cassert>
+#include <span>
+
+namespace kvc {
+namespace {
+
+// Bytes at the end of `text` that could still grow into a stop string: held back from streaming.
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& stop : stops) {
+    for (size_t k = std::min(stop.size() - 1, text.size()); k > hold; --k) {
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+// Bytes at the end of text[0, end) that begin a UTF-8 sequence still missing its continuation
+// bytes: held back from streaming, so a character split over two tokens is sent whole (a client
+// decoding each delta would otherwise see two replacement characters where the whole text has
+// one character).
+size_t utf8_holdback(const std::string& text, size_t end) {
+  for (size_t k = 1; k <= 3 && k <= end; ++k) {
+    const auto c = static_cast<unsigned char>(text[end - k]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = (c & 0xE0) == 0xC0   ? 2
+                        : (c & 0xF0) == 0xE0 ? 3
+                        : (c & 0xF8) == 0xF0 ? 4
+                                             : 1;
+    return need > k ? k : 0;
+  }
+  return 0;  // only continuation bytes (or none): nothing a later byte could complete
+}
+
+}  // namespace
+
+Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config,
+               const Clock& clock)
+    : backend_(backend),
+      tokenizer_(tokenizer),
+      config_(config),
+      clock_(clock),
+      pool_(backend.num_blocks(), backend.block_size()),
+      kv_(pool_),
+      scheduler_(config.scheduler, kv_),
+      planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()) {
+  if (!tokenizer.tokens_are_bytes() && tokenizer.round_trips()) {
+    byte_space_.emplace();
+    kv_.set_byte_space(&*byte_space_);
+  }
+}
+
+BlockHash Engine::chain_seed(const std::string& cache_salt) const {
+  return kvc::chain_seed(backend_.config().name, cache_salt);
+}
+
+std::vector<KvEvent> Engine::take_kv_events() {
+  std::vector<KvEvent> events = pool_.take_events();
+  if (tokenizer_.tokens_are_bytes()) return events;
+  if (!byte_space_) return {};
+  return byte_space_->translate(events);
+}
+
+std::vector<KvEvent> Engine::kv_snapshot() const {
+  if (tokenizer_.tokens_are_bytes()) return pool_.snapshot();
+  if (!byte_space_) return {};
+  return byte_space_->snapshot(pool_.snapshot());
+}
+
+void Engine::hash_token(Sequence& s, int32_t token) const {
+  append_token_key(s.hasher, token);
+  if (!s.byte_hasher) return;
+  const std::string bytes = tokenizer_.token_bytes(token);
+  s.byte_hasher->append(bytes);
+  s.byte_ends.push_back(static_cast<uint32_t>(s.byte_hasher->num_bytes()));
+}
+
+Sequence Engine::prompt_template(const SequenceGroup& g, const std::string& cache_salt) const {
+  const size_t bs = static_cast<size_t>(backend_.block_size());
+  // Token-id chains are the replica's own: seeded apart from the router's byte chains.
+  const BlockHash token_seed = kvc::chain_seed(
+      backend_.config().name + '\x1f' + "token-ids:" + tokenizer_.name(), cache_salt);
+  Sequence s(-1, BlockHasher(token_seed, 4 * bs));
+  if (byte_space_) s.byte_hasher.emplace(g.chain_seed, bs);
+  s.tokens = g.prompt;
+  s.byte_ends.reserve(byte_space_ ? g.prompt.size() : 0);
+  for (int32_t t : g.prompt)
+    hash_token(s, t);
+  return s;
+}
+
+Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request) {
+  const int32_t vocab = std::min(tokenizer_.vocab_size(), backend_.config().vocab_size);
+  for (int32_t t : request.prompt) {
+    // The byte tokenizer's EOS (256) is no byte: it cannot be part of a prompt.
+    if (t < 0 || t >= vocab || (tokenizer_.tokens_are_bytes() && t == tokenizer_.eos_token())) {
+      return Error{"prompt token " + std::to_string(t) + " is not a valid input token"};
+    }
+  }
+  if (request.params.max_tokens < 1) return Error{"max_tokens must be at least 1"};
+  auto g = std::make_unique<SequenceGroup>();
+  g->num_samples = request.n;
+  g->prompt = std::move(request.prompt);
+  g->params = std::move(request.params);
+  g->chain_seed = chain_seed(request.cache_salt);
+  if (!tokenizer_.tokens_are_bytes()) g->prompt_template = prompt_template(*g, request.cache_salt);
+  g->affinity = std::move(request.group);
+  if (!g->affinity.empty()) g->declared_group_size = request.group_size;
+  g->arrived = clock_.now();
+  if (Status s = scheduler_.check_fits(*g); !s.ok()) return Error{s.message()};
+  return g;
+}
+
+Result<uint64_t> Engine::submit(GenerationRequest request) {
+  Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(request));
+  if (!g.ok()) return g.error();
+  const uint64_t id = (*g)->id = next_group_id_++;
+  scheduler_.add(std::move(*g));
+  return id;
+}
+
+Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenerationRequest> requests) {
+  std::vector<std::unique_ptr<SequenceGroup>> groups;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(requests[i]));
+    if (!g.ok()) {
+      if (requests.size() == 1) return g.error();
+      return Error{"prompt[" + std::to_string(i) + "]: " + g.error().message};
+    }
+    groups.push_back(std::move(*g));
+  }
+  std::vector<uint64_t> ids;
+  for (auto& g : groups) {
+    ids.push_back(g->id = next_group_id_++);
+    scheduler_.add(std::move(g));
+  }
+  return ids;
+}
+
+void Engine::abort(uint64_t group_id) {
+  scheduler_.abort(group_id);
+}
+
+std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
+  std::vector<SequenceGroup*> members{&group};
+  for (SequenceGroup* f : scheduler_.prompt_followers(group))
+    members.push_back(f);
+  return members;
+}
+
+ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
+  ForwardBatch batch;
+  batch.block_copies = work.block_copies;
+  for (const ScheduledChunk& c : work.prefill) {
+    const Sequence& s = c.seq();
+    PrefillChunk chunk;
+    chunk.tokens.assign(s.tokens.begin() + c.start, s.tokens.begin() + c.start + c.length);
+    chunk.start_pos = c.start;
+    chunk.block_table.assign(s.block_table.begin(),
+                             s.block_table.begin() + kv_.blocks_for(c.start + c.length));
+    chunk.want_logits = c.want_logits;
+    stats.num_prefill_tokens += c.length;
+    batch.prefill.add(chunk);
+  }
+  // Tokens to draw, in the order step() consumes them: each new group's n first tokens from its
+  // prompt's last logits row, then one per decode.
+  auto request = [](int32_t row, const SequenceGroup& g, int32_t sibling, int32_t position) {
+    const SamplingParams& p = g.params;
+    return SampleRequest{row, sibling, position, p.temperature, p.top_k, p.top_p, p.seed};
+  };
+  // Members of the group's affinity that share its prompt computation draw theirs from the same
+  // row, each with its own parameters.
+  int32_t row = 0;
+  for (const ScheduledChunk& c : work.prefill) {
+    if (!c.want_logits) continue;
+    const int32_t pos = static_cast<int32_t>(c.group->prompt.size());
+    for (const SequenceGroup* m : prompt_members(*c.group)) {
+      if (!m->seqs.empty()) continue;
+      for (int32_t i = 0; i < m->num_samples; ++i)
+        batch.samples.push_back(request(row, *m, i, pos));
+    }
+    ++row;
+  }
+  for (const ScheduledDecode& d : work.decode)
+    batch.samples.push_back(request(row++, *d.group, d.sibling, d.seq().length()));
+  batch.sample_vocab = std::min(backend_.config().vocab_size, tokenizer_.vocab_size());
+  batch.return_logits = static_cast<bool>(observer_);
+  std::vector<PlannerSeq> planner_seqs;
+  const int32_t bs = backend_.block_size();
+  for (const ScheduledDecode& d : work.decode) {
+    const Sequence& s = d.seq();
+    const int32_t pos = s.length() - 1;
+    batch.decode.tokens.push_back(s.tokens.back());
+    batch.decode.positions.push_back(pos);
+    batch.decode.slots.push_back(s.block_table[pos / bs] * bs + pos % bs);
+    planner_seqs.push_back(PlannerSeq{s.block_table, s.length()});
+  }
+  batch.decode.plan = planner_.plan(planner_seqs, &stats.cascade);
+  stats.num_decode_seqs = batch.decode.size();
+  stats.num_block_copies = static_cast<int32_t>(batch.block_copies.size());
+  return batch;
+}
+
+void Engine::fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result) {
+  // The batch's KV is undefined now: end every group that had work in it.
+  std::vector<uint64_t> ids;
+  for (const auto& c : work.prefill) {
+    for (const SequenceGroup* m : prompt_members(*c.group))  // their prompt was in this batch
+      ids.push_back(m->id);
+  }
+  for (const auto& d : work.decode)
+    ids.push_back(d.group->id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (uint64_t id : ids)
+    scheduler_.abort(id);
+  result.error = "backend: " + status.message();
+}
+
+void Engine::emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result) {
+  size_t safe = s.text.size();
+  if (!s.finished()) {
+    safe -= stop_holdback(s.text, g.params.stop);
+    safe -= utf8_holdback(s.text, safe);
+  }
+  std::string delta;
+  if (safe > s.num_text_emitted) {
+    delta = s.text.substr(s.num_text_emitted, safe - s.num_text_emitted);
+    s.num_text_emitted = safe;
+  }
+  result.outputs.push_back(SequenceOutput{g.id, s.sibling, std::move(delta), new_tokens, s.finish});
+}
+
+void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result) {
+  if (tokenizer_.is_eos(token) && !g.params.ignore_eos) {
+    scheduler_.finish(g, s.sibling, FinishReason::kStop);
+    return emit(g, s, 1, result);
+  }
+  s.tokens.push_back(token);
+  if (!tokenizer_.tokens_are_bytes()) {
+    hash_token(s, token);
+  } else {
+    if (token >= 256) s.hash_chain_ended = true;
+    if (!s.hash_chain_ended) s.hasher.append_byte(static_cast<uint8_t>(token));
+  }
+  const size_t before = s.text.size();
+  s.text += tokenizer_.decode(token);
+  // A stop string may end inside the new bytes: search from where it could start.
+  for (const std::string& stop : g.params.stop) {
+    if (stop.empty()) continue;
+    const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+    const size_t at = s.text.find(stop, from);
+    if (at != std::string::npos) {
+      s.text.resize(at);
+      scheduler_.finish(g, s.sibling, FinishReason::kStop);
+      return emit(g, s, 1, result);
+    }
+  }
+  const int32_t generated = s.length() - static_cast<int32_t>(g.prompt.size());
+  if (generated >= g.params.max_tokens) scheduler_.finish(g, s.sibling, FinishReason::kLength);
+  emit(g, s, 1, result);
+}
+
+StepResult Engine::step() {
+  StepResult result;
+  const Clock::TimePoint start = clock_.now();
+  SchedulerOutput work = scheduler_.schedule(start);
+  StepStats& stats = result.stats;
+  stats.schedule = clock_.now() - start;
+  stats.admitted = work.admitted;
+  stats.preempted = work.preempted;
+  stats.prefix_cache_query_tokens = work.prefix_cache_query_tokens;
+  stats.prefix_cache_hit_tokens = work.prefix_cache_hit_tokens;
+  if (!work.empty()) {
+    const Clock::TimePoint built_from = clock_.now();
+    const ForwardBatch batch = build_batch(work, stats);
+    const Clock::TimePoint forward_from = clock_.now();
+    stats.build = forward_from - built_from;
+    const Status forwarded = backend_.forward(batch, out_);
+    stats.forward = clock_.now() - forward_from;
+    if (Status s = forwarded; !s.ok()) {
+      fail_batch(work, s, result);
+      result.finished = scheduler_.take_finished();
+      return result;
+    }
+    assert(out_.samples.size() == batch.samples.size());
+    const int32_t vocab = backend_.config().vocab_size;
+    auto observe = [&](uint64_t group, int32_t sibling, int32_t position, int32_t r) {
+      if (!observer_) return;
+      observer_(group, sibling, position,
+                std::span<const float>(out_.logits.data() + static_cast<size_t>(r) * vocab,
+                                       batch.sample_vocab));
+    };
+    size_t k = 0;  // next sampled token
+    for (const ScheduledChunk& c : work.prefill) {
+      scheduler_.complete_chunk(c);
+      SequenceGroup& leader = *c.group;
+      const bool prompt_done =
+          c.sibling < 0 && leader.prompt_seq->num_computed == leader.prompt_seq->length();
+      if (!prompt_done) continue;
+      // The group and every member sharing its prompt fork now, in build_batch's order.
+      for (SequenceGroup* m : prompt_members(leader)) {
+        SequenceGroup& g = *m;
+        std::vector<int32_t> first;
+        if (c.want_logits && g.seqs.empty()) {
+          for (int32_t i = 0; i < g.num_samples; ++i, ++k) {
+            const SampleRequest& req = batch.samples[k];
+            observe(g.id, i, req.position, req.logits_row);
+            first.push_back(out_.samples[k].token);
+          }
+        }
+        scheduler_.fork_siblings(g, first);
+        for (size_t i = 0; i < first.size(); ++i)
+          append_token(g, g.seqs[i], first[i], result);
+      }
+    }
+    for (const ScheduledDecode& d : work.decode) {
+      scheduler_.complete_decode(d);
+      Sequence& s = d.seq();
+      const SampleRequest& req = batch.samples[k];
+      observe(d.group->id, s.sibling, req.position, req.logits_row);
+      append_token(*d.group, s, out_.samples[k++].token, result);
+    }
+    assert(k == batch.samples.size());
+  }
+  result.finished = scheduler_.take_finished();
+  stats.duration = clock_.now() - start;
+  return result;
+}
+
+}  // namespace kvc

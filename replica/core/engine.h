@@ -1,0 +1,145 @@
+// The replica engine's step loop: schedule -> build the ForwardBatch (with the cascade plan and
+// the tokens to draw) -> backend forward (model and sampling) -> append tokens, stop, finish.
+// Single-threaded: the server runs it on its own thread and talks to it through a channel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "replica/backend/backend.h"
+#include "replica/core/block_pool.h"
+#include "replica/core/byte_space.h"
+#include "replica/core/cascade_planner.h"
+#include "replica/core/kv_cache.h"
+#include "replica/backend/sampler.h"
+#include "replica/core/scheduler.h"
+#include "replica/tokenizer/tokenizer.h"
+
+namespace kvc {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  CascadeConfig cascade;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int32_t n = 1;
+  SamplingParams params;
+  std::string cache_salt;  // requests with different salts never share KV
+  std::string group;       // requests naming the same group are scheduled as one unit
+  int32_t group_size = 0;  // requests the client will send with this group (0: not declared)
+};
+
+// New text of one sibling this step.
+struct SequenceOutput {
+  uint64_t group;
+  int32_t sibling;
+  std::string text_delta;
+  int32_t num_new_tokens;
+  FinishReason finish;  // kNone while it runs
+};
+
+struct StepStats {
+  Clock::Duration duration{};
+  // Where the step's time went: scheduling, building the batch (cascade planning included), the
+  // backend's forward (model and sampling); the rest is appending tokens and stop checks.
+  Clock::Duration schedule{}, build{}, forward{};
+  int32_t num_decode_seqs = 0;
+  int32_t num_prefill_tokens = 0;
+  int32_t num_block_copies = 0;
+  CascadeStats cascade;
+  std::vector<uint64_t> admitted, preempted;
+  int32_t prefix_cache_query_tokens = 0;
+  int32_t prefix_cache_hit_tokens = 0;
+};
+
+struct StepResult {
+  std::vector<SequenceOutput> outputs;
+  std::vector<std::unique_ptr<SequenceGroup>> finished;  // groups completed this step
+  StepStats stats;
+  std::string error;  // non-empty when the backend failed and the step's groups were ended
+};
+
+class Engine {
+ public:
+  Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config, const Clock& clock);
+
+  // Validates and queues a group; the error says why it can never run here.
+  Result<uint64_t> submit(GenerationRequest request);
+  // Validates every request first, then queues all of them, or none: the error of the first
+  // request that can never run, prefixed with "prompt[i]: " when there are several. Group ids in
+  // request order.
+  Result<std::vector<uint64_t>> submit_all(std::vector<GenerationRequest> requests);
+  void abort(uint64_t group_id);
+  // One forward pass (or nothing, when there is no work).
+  StepResult step();
+  bool has_work() const { return scheduler_.has_work(); }
+  // Work is queued but none can start for this long (declared groups waiting for their
+  // members): an engine loop sleeps that long unless a command arrives.
+  std::optional<Clock::Duration> held_for() const {
+    const Clock::TimePoint now = clock_.now();
+    const std::optional<Clock::TimePoint> until = scheduler_.held_until(now);
+    if (!until) return std::nullopt;
+    return std::max(Clock::Duration::zero(), *until - now);
+  }
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  const BlockPool& pool() const { return pool_; }
+  BlockPool& pool() { return pool_; }
+  const ModelConfig& model() const { return backend_.config(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const EngineConfig& config() const { return config_; }
+  const Clock& clock() const { return clock_; }  // the engine loop reads its time here too
+  // The router's chain seed (hash_model + cache_salt): byte blocks, and with the byte tokenizer
+  // the prefix cache's keys too.
+  BlockHash chain_seed(const std::string& cache_salt) const;
+
+  // KV events since the last call, in router key space (byte blocks): the pool's own with the
+  // byte tokenizer, translated from token blocks with any other (byte_space.h), none when the
+  // tokenizer does not give its input back byte for byte.
+  std::vector<KvEvent> take_kv_events();
+  // Every byte block held, parents first: a new subscriber's snapshot.
+  std::vector<KvEvent> kv_snapshot() const;
+
+  // Sees every row of logits a token is sampled from (tests, debugging, future logprobs).
+  using LogitsObserver = std::function<void(uint64_t group, int32_t sibling, int32_t position,
+                                            std::span<const float> logits)>;
+  void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
+
+ private:
+  // The group a request describes, or why it can never run here.
+  Result<std::unique_ptr<SequenceGroup>> prepare(GenerationRequest request);
+  // A non-byte tokenizer: the prompt's sequence with token-id keys and its byte-space track.
+  Sequence prompt_template(const SequenceGroup& g, const std::string& cache_salt) const;
+  // Extends s's hash chains (token keys, byte space) by one token.
+  void hash_token(Sequence& s, int32_t token) const;
+  ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
+  // The group and the members whose prompt it computes (Scheduler::prompt_followers).
+  std::vector<SequenceGroup*> prompt_members(SequenceGroup& group) const;
+  void append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result);
+  void fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result);
+  void emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result);
+
+  Backend& backend_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  const Clock& clock_;
+  BlockPool pool_;
+  KvCacheManager kv_;
+  Scheduler scheduler_;
+  CascadePlanner planner_;
+  ForwardOutput out_;
+  std::optional<ByteSpaceEvents> byte_space_;  // set for tokenizers that round-trip bytes
+  LogitsObserver observer_;
+  uint64_t next_group_id_ = 1;
+};
+
+}  // namespace kvc

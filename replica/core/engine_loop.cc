@@ -1,0 +1,264 @@
+#include "replica/core/engine_loop.h"
+
+#include <cassert>
+
+namespace kvc {
+
+EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics)
+    : engine_(engine),
+      replica_id_(std::move(replica_id)),
+      metrics_(metrics),
+      load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0},
+      thread_([this] { run(); }) {
+  // Every series a dashboard plots exists from the start (at zero), not only after its first
+  // event: "no data" and "zero" look different on a graph. The per-step ones are kept.
+  if (!metrics_) return;
+  metrics::ReplicaMetrics& m = *metrics_;
+  run_on_engine_thread([this, &m](Engine& engine) {
+    auto st = std::make_unique<StepSeries>();
+    st->shared_prefix_tokens =
+        &m.decode_batch_shared_prefix_tokens.Add({}, metrics::token_buckets());
+    st->sibling_count = &m.decode_batch_sibling_count.Add({}, metrics::count_buckets());
+    st->decode_batch_size = &m.decode_batch_size.Add({}, metrics::count_buckets());
+    st->decode_step_seconds = &m.decode_step_seconds.Add(
+        {{"attention", engine.config().cascade.enabled ? "cascade" : "flat"}},
+        metrics::seconds_buckets());
+    for (int kept = 0; kept < 2; ++kept) {
+      for (int i = 0; i < kNumCascadeReasons; ++i) {
+        const auto r = static_cast<CascadeReason>(i);
+        // A kept level's reason is "pays", a dropped one's any other: create those that occur.
+        if ((r == CascadeReason::kPays) != (kept == 1)) continue;
+        st->decisions[kept][static_cast<int>(r)] = &m.cascade_decisions_total.Add(
+            {{"decision", kept ? "cascade" : "flat"}, {"reason", cascade_reason_name(r)}});
+      }
+    }
+    st->kv_read_prefix = &m.kv_bytes_read_total.Add({{"kind", "prefix"}});
+    st->kv_read_suffix = &m.kv_bytes_read_total.Add({{"kind", "suffix"}});
+    st->kv_saved = &m.kv_bytes_saved_total.Add({});
+    st->cache_query = &m.prefix_cache_query_tokens_total.Add({});
+    st->cache_hit = &m.prefix_cache_hit_tokens_total.Add({});
+    st->preemptions = &m.preemptions_total.Add({});
+    m.request_ttft_seconds.Add({}, metrics::seconds_buckets());
+    m.request_tpot_seconds.Add({}, metrics::seconds_buckets());
+    m.prompt_tokens_total.Add({});
+    st->generated = &m.generation_tokens_total.Add({});
+    st->blocks_used = &m.kv_blocks.Add({{"state", "used"}});
+    st->blocks_cached = &m.kv_blocks.Add({{"state", "cached"}});
+    st->blocks_free = &m.kv_blocks.Add({{"state", "free"}});
+    st->groups_waiting = &m.groups.Add({{"state", "waiting"}});
+    st->groups_running = &m.groups.Add({{"state", "running"}});
+    const BlockPoolCounts b = engine.pool().counts();
+    st->blocks_used->Set(b.num_blocks_used);
+    st->blocks_cached->Set(b.num_blocks_cached);
+    st->blocks_free->Set(b.num_blocks_free);
+    series_ = std::move(st);
+  });
+}
+
+EngineLoop::~EngineLoop() {
+  stop();
+}
+
+void EngineLoop::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+bool EngineLoop::stopped() const {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+bool EngineLoop::post(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    commands_.push_back(std::move(fn));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+void EngineLoop::submit(std::vector<GenerationRequest> requests, std::vector<GroupSink> sinks,
+                        OnSubmitted on_submitted) {
+  assert(requests.size() == sinks.size());
+  // Shared: if the loop refuses the command, the callback is still here to be told so.
+  auto callback = std::make_shared<OnSubmitted>(std::move(on_submitted));
+  const bool queued =
+      post([this, callback, requests = std::move(requests), sinks = std::move(sinks)]() mutable {
+        Result<std::vector<uint64_t>> ids = engine_.submit_all(std::move(requests));
+        if (ids.ok()) {
+          for (size_t i = 0; i < ids->size(); ++i)
+            sinks_.emplace((*ids)[i], std::move(sinks[i]));
+        }
+        (*callback)(std::move(ids));
+      });
+  if (!queued) (*callback)(Error{"the engine is shutting down"});
+}
+
+void EngineLoop::abort(uint64_t group_id) {
+  post([this, group_id] { engine_.abort(group_id); });
+}
+
+std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber) {
+  uint64_t sid = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return std::nullopt;
+    sid = next_subscriber_++;
+  }
+  // Commands run in order, so an unsubscribe posted after this finds the subscriber.
+  const bool queued = post([this, sid, subscriber = std::move(subscriber)]() mutable {
+    // Changes not yet published belong before the snapshot for everyone else.
+    publish_kv_events();
+    Subscriber& s = subscribers_[sid];
+    s.fn = std::move(subscriber);
+    KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
+    for (KvEvent& e : engine_.kv_snapshot())
+      snapshot.events.push_back(std::move(e));
+    s.fn(snapshot);
+  });
+  if (!queued) return std::nullopt;
+  return sid;
+}
+
+void EngineLoop::unsubscribe_kv_events(uint64_t id) {
+  post([this, id] { subscribers_.erase(id); });
+}
+
+LoadSnapshot EngineLoop::load() const {
+  std::lock_guard lock(mu_);
+  return load_;
+}
+
+void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
+  std::promise<void> done;
+  auto finished = done.get_future();
+  // Commands queued before stop() still run (run() drains them), so this never waits forever.
+  if (!post([&] {
+        fn(engine_);
+        done.set_value();
+      })) {
+    return;
+  }
+  finished.wait();
+}
+
+void EngineLoop::publish_kv_events() {
+  std::vector<KvEvent> events = engine_.take_kv_events();
+  if (events.empty()) return;
+  for (auto& [id, s] : subscribers_) {
+    s.fn(KvEventBatch{replica_id_, s.next_seq++, false, events});
+  }
+}
+
+void EngineLoop::observe(const StepResult& result) {
+  if (!series_) return;
+  StepSeries& m = *series_;
+  const StepStats& s = result.stats;
+  if (s.num_decode_seqs > 0) {
+    m.decode_batch_size->Observe(s.num_decode_seqs);
+    m.decode_step_seconds->Observe(std::chrono::duration<double>(s.duration).count());
+    for (const LevelDecision& d : s.cascade.decisions) {
+      m.shared_prefix_tokens->Observe(d.shared_tokens);
+      m.sibling_count->Observe(d.members);
+      if (prometheus::Counter* c = m.decisions[d.kept ? 1 : 0][static_cast<int>(d.reason)]) {
+        c->Increment();
+      }
+    }
+    m.kv_read_prefix->Increment(static_cast<double>(s.cascade.kv_bytes_shared));
+    m.kv_read_suffix->Increment(
+        static_cast<double>(s.cascade.kv_bytes_cascade - s.cascade.kv_bytes_shared));
+    m.kv_saved->Increment(
+        static_cast<double>(s.cascade.kv_bytes_flat - s.cascade.kv_bytes_cascade));
+  }
+  m.cache_query->Increment(s.prefix_cache_query_tokens);
+  m.cache_hit->Increment(s.prefix_cache_hit_tokens);
+  m.preemptions->Increment(static_cast<double>(s.preempted.size()));
+  int64_t generated = 0;
+  for (const SequenceOutput& o : result.outputs)
+    generated += o.num_new_tokens;
+  m.generated->Increment(static_cast<double>(generated));
+  const BlockPoolCounts b = engine_.pool().counts();
+  m.blocks_used->Set(b.num_blocks_used);
+  m.blocks_cached->Set(b.num_blocks_cached);
+  m.blocks_free->Set(b.num_blocks_free);
+  const SchedulerCounts c = engine_.scheduler().counts();
+  m.groups_waiting->Set(c.num_groups_waiting);
+  m.groups_running->Set(c.num_groups_running);
+}
+
+void EngineLoop::dispatch(StepResult& result) {
+  for (const SequenceOutput& o : result.outputs) {
+    auto it = sinks_.find(o.group);
+    if (it != sinks_.end() && it->second.on_output) it->second.on_output(o);
+  }
+  for (const auto& g : result.finished) {
+    auto it = sinks_.find(g->id);
+    if (it == sinks_.end()) continue;
+    if (it->second.on_finished) it->second.on_finished(*g, result.error);
+    sinks_.erase(it);
+  }
+}
+
+void EngineLoop::run() {
+  Clock::TimePoint last_publish = engine_.clock().now();
+  while (true) {
+    std::deque<std::function<void()>> commands;
+    {
+      // Queued work that cannot start yet (a declared group waiting for its members) sleeps
+      // until it can, or until a command (a new member) arrives.
+      const std::optional<Clock::Duration> held = engine_.held_for();
+      const auto timeout =
+          held ? std::min<std::chrono::nanoseconds>(kHeartbeat, *held) : kHeartbeat;
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, timeout, [&] {
+        return stopping_ || !commands_.empty() || (engine_.has_work() && !held);
+      });
+      if (stopping_) break;
+      commands.swap(commands_);
+    }
+    // Idle streams get an empty batch now and then, so proxies and clients do not cut them.
+    if (engine_.clock().now() - last_publish >= kHeartbeat) {
+      for (auto& [id, s] : subscribers_)
+        s.fn(KvEventBatch{replica_id_, s.next_seq++, false, {}});
+      last_publish = engine_.clock().now();
+    }
+    for (auto& c : commands)
+      c();
+    if (engine_.has_work()) {
+      StepResult result = engine_.step();
+      ++num_steps_;
+      observe(result);
+      dispatch(result);
+    }
+    publish_kv_events();
+    LoadSnapshot snap{engine_.scheduler().counts(), engine_.pool().counts(), num_steps_,
+                      engine_.scheduler().num_preemptions()};
+    std::lock_guard lock(mu_);
+    load_ = snap;
+  }
+  // Shutting down: end every group still queued or running, so no caller waits forever.
+  std::deque<std::function<void()>> commands;
+  {
+    std::lock_guard lock(mu_);
+    commands.swap(commands_);
+  }
+  for (auto& c : commands)
+    c();
+  std::vector<uint64_t> ids;
+  for (const auto& [id, _] : sinks_)
+    ids.push_back(id);
+  for (uint64_t id : ids)
+    engine_.abort(id);
+  StepResult result;
+  result.finished = engine_.step().finished;
+  result.error = "the engine is shutting down";
+  dispatch(result);
+}
+
+}  // namespace kvc

@@ -1,0 +1,118 @@
+#include "replica/core/kv_cache.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace kvc {
+
+KvCacheManager::CachedPrefix KvCacheManager::find_cached_prefix(const Sequence& seq,
+                                                                int32_t max_tokens) const {
+  CachedPrefix found;
+  const auto& hashes = seq.hasher.hashes();
+  const int32_t limit =
+      std::min<int32_t>(static_cast<int32_t>(hashes.size()), max_tokens / block_size());
+  for (int32_t i = 0; i < limit; ++i) {
+    const auto block = pool_.lookup(hashes[i]);
+    if (!block) break;
+    ++found.blocks;
+    if (pool_.refcount(*block) == 0) ++found.blocks_in_lru;
+  }
+  return found;
+}
+
+int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens) {
+  assert(seq.block_table.empty() && seq.num_computed == 0);
+  const CachedPrefix found = find_cached_prefix(seq, max_tokens);
+  for (int32_t i = 0; i < found.blocks; ++i) {
+    const int32_t block = *pool_.lookup(seq.hasher.hashes()[i]);
+    pool_.ref(block);
+    seq.block_table.push_back(block);
+  }
+  seq.num_computed = found.blocks * block_size();
+  seq.num_committed_blocks = found.blocks;
+  return seq.num_computed;
+}
+
+bool KvCacheManager::prepare_write(Sequence& seq, int32_t end, BlockCopies& copies) {
+  assert(end >= seq.num_computed);
+  const int32_t needed = blocks_for(end);
+  const size_t old_blocks = seq.block_table.size();
+  std::vector<int32_t> taken;
+  // The partial block the first new token goes into may be shared with siblings: copy it.
+  std::optional<std::pair<int32_t, int32_t>> cow;
+  const int32_t first = seq.num_computed / block_size();
+  if (seq.num_computed % block_size() != 0 && first < static_cast<int32_t>(old_blocks) &&
+      end > seq.num_computed && pool_.refcount(seq.block_table[first]) > 1) {
+    const auto fresh = pool_.allocate();
+    if (!fresh) return false;
+    taken.push_back(*fresh);
+    cow = std::pair(seq.block_table[first], *fresh);
+  }
+  while (static_cast<int32_t>(old_blocks + taken.size() - (cow ? 1 : 0)) < needed) {
+    const auto fresh = pool_.allocate();
+    if (!fresh) {
+      for (int32_t b : taken)
+        pool_.release(b);
+      return false;
+    }
+    taken.push_back(*fresh);
+  }
+  size_t next = 0;
+  if (cow) {
+    pool_.release(cow->first);
+    seq.block_table[first] = cow->second;
+    copies.push_back(*cow);
+    next = 1;
+  }
+  for (; next < taken.size(); ++next)
+    seq.block_table.push_back(taken[next]);
+  return true;
+}
+
+void KvCacheManager::commit_computed(Sequence& seq) {
+  const auto& hashes = seq.hasher.hashes();
+  // Blocks past the end of the hash chain (see Sequence::hash_chain_ended) stay private.
+  const int32_t full =
+      std::min<int32_t>(seq.num_computed / block_size(), static_cast<int32_t>(hashes.size()));
+  assert(seq.hash_chain_ended ||
+         static_cast<int32_t>(hashes.size()) >= seq.num_computed / block_size());
+  for (int32_t i = seq.num_committed_blocks; i < full; ++i) {
+    const std::optional<BlockHash> parent = i > 0 ? std::optional(hashes[i - 1]) : std::nullopt;
+    if (pool_.commit(seq.block_table[i], hashes[i], parent) && byte_space_ && seq.byte_hasher)
+      own_byte_blocks(seq, i, hashes[i]);
+  }
+  seq.num_committed_blocks = std::max(seq.num_committed_blocks, full);
+}
+
+void KvCacheManager::own_byte_blocks(const Sequence& seq, int32_t i, BlockHash token_block) {
+  const size_t bs = static_cast<size_t>(block_size());
+  const size_t end = seq.byte_ends[static_cast<size_t>(i + 1) * bs - 1];
+  const size_t begin = i > 0 ? seq.byte_ends[static_cast<size_t>(i) * bs - 1] : 0;
+  const size_t first = begin / bs, last = end / bs;  // byte blocks [first, last) become whole
+  const std::vector<BlockHash>& bytes = seq.byte_hasher->hashes();
+  assert(last <= bytes.size());
+  const std::optional<BlockHash> parent =
+      first > 0 ? std::optional(bytes[first - 1]) : std::nullopt;
+  byte_space_->own(token_block, parent,
+                   std::vector<BlockHash>(bytes.begin() + first, bytes.begin() + last));
+}
+
+void KvCacheManager::fork(const Sequence& from, Sequence& to) {
+  assert(to.block_table.empty());
+  for (int32_t b : from.block_table)
+    pool_.ref(b);
+  to.block_table = from.block_table;
+  to.num_computed = from.num_computed;
+  to.num_committed_blocks = from.num_committed_blocks;
+}
+
+void KvCacheManager::release(Sequence& seq) {
+  // Children before parents, so the LRU evicts a chain's tail before its head.
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it)
+    pool_.release(*it);
+  seq.block_table.clear();
+  seq.num_computed = 0;
+  seq.num_committed_blocks = 0;
+}
+
+}  // namespace kvc

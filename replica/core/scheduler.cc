@@ -1,0 +1,644 @@
+#include "replica/core/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <climits>
+#include <cmath>
+#include <string_view>
+#include <unordered_set>
+
+namespace kvc {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+const char* group_state_name(GroupState s) {
+  switch (s) {
+    case GroupState::kWaiting:
+      return "waiting";
+    case GroupState::kPrompt:
+      return "prompt";
+    case GroupState::kRunning:
+      return "running";
+    case GroupState::kFinished:
+      return "finished";
+  }
+  return "";
+}
+
+struct Scheduler::StepState {
+  SchedulerOutput out;
+  int32_t budget = 0;
+  int32_t num_seqs = 0;  // sequences of groups running after this step's admissions
+};
+
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv)
+    : config_(config), kv_(kv), growth_ratio_(config.growth_ratio_max) {
+  // Every running sequence must be able to decode in every step.
+  config_.max_tokens_per_step = std::max(config_.max_tokens_per_step, config_.max_num_seqs);
+}
+
+// The length a sibling now `length` tokens long is projected to reach.
+int32_t Scheduler::projected_length(const SequenceGroup& g, int32_t length) const {
+  if (!config_.project_growth) return length;
+  const int32_t end = static_cast<int32_t>(g.prompt.size()) + g.params.max_tokens;
+  const int32_t left = std::max(0, end - length);
+  const bool certain = g.params.ignore_eos && g.params.stop.empty();
+  if (certain) return length + left;
+  return length + static_cast<int32_t>(std::ceil(growth_ratio_ * left));
+}
+
+// Blocks the running groups are projected to need beyond those they hold: each live sibling up
+// to its projected length (recompute included), counting the prompt's full blocks as shared.
+int32_t Scheduler::projected_growth_of_running() const {
+  if (!config_.project_growth) return 0;
+  int64_t blocks = 0;
+  for (const auto& g : running_) {
+    const int32_t shared_full = static_cast<int32_t>(g->prompt.size()) / kv_.block_size();
+    const int32_t prompt_len = static_cast<int32_t>(g->prompt.size());
+    if (g->seqs.empty()) {
+      const int32_t own = kv_.blocks_for(projected_length(*g, prompt_len)) - shared_full;
+      blocks += static_cast<int64_t>(g->num_samples) * std::max(0, own);
+      continue;
+    }
+    for (const Sequence& s : g->seqs) {
+      if (s.finished()) continue;
+      const int32_t held = std::max(shared_full, static_cast<int32_t>(s.block_table.size()));
+      blocks += std::max(0, kv_.blocks_for(projected_length(*g, s.length())) - held);
+    }
+  }
+  return static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
+}
+
+int32_t Scheduler::worst_case_blocks(const SequenceGroup& g) const {
+  const int64_t prompt = static_cast<int64_t>(g.prompt.size());
+  const int32_t shared_full = static_cast<int32_t>(prompt / kv_.block_size());
+  const int32_t per_sibling = kv_.blocks_for(prompt + g.params.max_tokens) - shared_full;
+  return kv_.blocks_for(prompt) + g.num_samples * per_sibling;
+}
+
+Status Scheduler::check_fits(const SequenceGroup& g) const {
+  if (g.prompt.empty()) return Error{"prompt is empty"};
+  if (g.num_samples < 1) return Error{"n must be at least 1"};
+  if (g.num_samples > config_.max_num_seqs) {
+    return Error{"n = " + std::to_string(g.num_samples) +
+                 " is more than this replica runs at once (" +
+                 std::to_string(config_.max_num_seqs) + ")"};
+  }
+  const int64_t total = static_cast<int64_t>(g.prompt.size()) + g.params.max_tokens;
+  if (total > config_.max_model_len) {
+    return Error{"prompt (" + std::to_string(g.prompt.size()) + " tokens) + max_tokens (" +
+                 std::to_string(g.params.max_tokens) + ") exceeds the model length " +
+                 std::to_string(config_.max_model_len)};
+  }
+  if (!g.affinity.empty() && g.declared_group_size > 1) {
+    // A declared group is admitted whole: all of it must fit at once.
+    const int64_t seqs = int64_t{g.num_samples} * g.declared_group_size;
+    // The members share the prompt's blocks.
+    const int64_t prompt_blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size()));
+    const int64_t blocks =
+        prompt_blocks + (worst_case_blocks(g) - prompt_blocks) * g.declared_group_size;
+    if (seqs > config_.max_num_seqs || blocks > kv_.pool().num_blocks()) {
+      return Error{"group_size " + std::to_string(g.declared_group_size) +
+                   " x n = " + std::to_string(g.num_samples) + " needs " + std::to_string(seqs) +
+                   " sequences and up to " + std::to_string(blocks) +
+                   " KV blocks at once; this replica runs " + std::to_string(config_.max_num_seqs) +
+                   " sequences with " + std::to_string(kv_.pool().num_blocks()) + " blocks"};
+    }
+  }
+  const int32_t worst = worst_case_blocks(g);
+  if (worst > kv_.pool().num_blocks()) {
+    return Error{"the group needs up to " + std::to_string(worst) + " KV blocks (" +
+                 std::to_string(g.num_samples) + " samples of up to " + std::to_string(total) +
+                 " tokens) but the pool has " + std::to_string(kv_.pool().num_blocks()) +
+                 "; lower n or max_tokens"};
+  }
+  return Status::Ok();
+}
+
+void Scheduler::add(std::unique_ptr<SequenceGroup> group) {
+  assert(check_fits(*group).ok());
+  group->arrival = next_arrival_++;
+  group->state = GroupState::kWaiting;
+  waiting_.push_back(std::move(group));
+}
+
+void Scheduler::release_all(SequenceGroup& g) {
+  if (g.prompt_seq) {
+    kv_.release(*g.prompt_seq);
+    g.prompt_seq.reset();
+  }
+  for (Sequence& s : g.seqs)
+    kv_.release(s);
+}
+
+void Scheduler::abort(uint64_t group_id) {
+  auto end_group = [&](std::unique_ptr<SequenceGroup> g) {
+    promote_followers(*g);
+    release_all(*g);
+    for (Sequence& s : g->seqs)
+      if (!s.finished()) s.finish = FinishReason::kAbort;
+    g->state = GroupState::kFinished;
+    finished_.push_back(std::move(g));
+  };
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id == group_id) {
+      auto g = std::move(*it);
+      waiting_.erase(it);
+      return end_group(std::move(g));
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->id == group_id) {
+      auto g = std::move(*it);
+      running_.erase(it);
+      return end_group(std::move(g));
+    }
+  }
+}
+
+void Scheduler::preempt(SequenceGroup& g, StepState& step) {
+  promote_followers(g);
+  g.prompt_leader = 0;  // re-admission looks for a leader again
+  release_all(g);
+  g.state = GroupState::kWaiting;
+  g.preempted = true;
+  ++g.num_preemptions;
+  ++num_preemptions_;
+  growth_ratio_ = config_.growth_ratio_max;  // outputs run longer than projected
+  step.out.preempted.push_back(g.id);
+  // Take back whatever was scheduled for it this step.
+  std::erase_if(step.out.decode, [&](const ScheduledDecode& d) {
+    if (d.group != &g) return false;
+    ++step.budget;
+    return true;
+  });
+  std::erase_if(step.out.prefill, [&](const ScheduledChunk& c) {
+    if (c.group != &g) return false;
+    step.budget += c.length;
+    return true;
+  });
+  for (const Sequence& s : g.seqs)
+    step.num_seqs -= s.finished() ? 0 : 1;
+  auto it =
+      std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &g; });
+  std::unique_ptr<SequenceGroup> owned = std::move(*it);
+  running_.erase(it);
+  // Preempted groups wait ahead of new ones, among themselves in arrival order.
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) {
+    return !w->preempted || w->arrival > owned->arrival;
+  });
+  waiting_.insert(pos, std::move(owned));
+}
+
+bool Scheduler::prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end,
+                                   StepState& step) {
+  while (!kv_.prepare_write(seq, end, step.out.block_copies)) {
+    // Out of blocks: preempt the most recently admitted group with every group sharing its
+    // affinity; that may include the owner itself.
+    bool owner_preempted = false;
+    for (SequenceGroup* victim : affinity_set(*preemption_victim())) {
+      owner_preempted = owner_preempted || victim == &owner;
+      preempt(*victim, step);
+    }
+    if (owner_preempted) return false;
+  }
+  return true;
+}
+
+// The most recently admitted group whose affinity set spares the oldest running group: the
+// oldest is never preempted for a younger one, so it always runs to its end (check_fits
+// guarantees it fits alone). Only when every running group belongs to the oldest's set (which fits
+// the pool by construction) is that set the victim.
+SequenceGroup* Scheduler::preemption_victim() const {
+  const SequenceGroup* oldest = running_.front().get();
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    SequenceGroup& g = **it;
+    if (&g == oldest) break;
+    const auto set = affinity_set(g);
+    if (std::find(set.begin(), set.end(), oldest) == set.end()) return &g;
+  }
+  return running_.back().get();
+}
+
+// Decodes and recompute chunks of a running group; false if the group was preempted.
+bool Scheduler::schedule_running(SequenceGroup& g, StepState& step) {
+  for (Sequence& s : g.seqs) {
+    if (s.finished() || s.num_computed != s.length() - 1) continue;
+    if (!prepare_or_preempt(g, s, s.length(), step)) return false;
+    step.out.decode.push_back(ScheduledDecode{&g, s.sibling});
+    --step.budget;
+  }
+  return true;
+}
+
+bool Scheduler::schedule_prompt_chunk(SequenceGroup& g, StepState& step) {
+  if (g.state == GroupState::kPrompt) {
+    if (g.prompt_leader != 0) return true;  // the leader's chunks compute this prompt
+    Sequence& p = *g.prompt_seq;
+    const int32_t len = std::min(step.budget, p.length() - p.num_computed);
+    if (len <= 0) return true;
+    const bool completes = p.num_computed + len == p.length();
+    step.out.prefill.push_back(
+        ScheduledChunk{&g, -1, p.num_computed, len, completes && g.seqs.empty()});
+    step.budget -= len;
+    return true;
+  }
+  // Recompute after preemption: each sibling's own tokens, all but the last (the next input).
+  for (Sequence& s : g.seqs) {
+    if (s.finished() || s.num_computed >= s.length() - 1) continue;
+    const int32_t len = std::min(step.budget, s.length() - 1 - s.num_computed);
+    if (len <= 0) return true;
+    if (!prepare_or_preempt(g, s, s.num_computed + len, step)) return false;
+    step.out.prefill.push_back(ScheduledChunk{&g, s.sibling, s.num_computed, len, false});
+    step.budget -= len;
+  }
+  return true;
+}
+
+std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
+  std::vector<SequenceGroup*> set{&g};
+  if (g.affinity.empty()) return set;
+  const bool running = g.state == GroupState::kPrompt || g.state == GroupState::kRunning;
+  auto add_partners = [&](const auto& groups) {
+    for (const auto& other : groups) {
+      if (other.get() != &g && other->affinity == g.affinity) set.push_back(other.get());
+    }
+  };
+  if (running) {
+    add_partners(running_);
+  } else {
+    add_partners(waiting_);
+  }
+  // Only a set that could run to completion on its own is a unit: otherwise its members would
+  // preempt each other forever. Larger sets are scheduled member by member.
+  // Members with the same prompt share its blocks: counted once.
+  int64_t blocks = 0, seqs = 0;
+  std::vector<const SequenceGroup*> counted;
+  auto count = [&](const auto& groups) {
+    for (const auto& other : groups) {
+      if (other->affinity != g.affinity) continue;
+      blocks += worst_case_blocks(*other);
+      seqs += other->num_samples;
+      for (const SequenceGroup* c : counted) {
+        if (c->prompt == other->prompt && c->chain_seed == other->chain_seed) {
+          blocks -= kv_.blocks_for(static_cast<int64_t>(other->prompt.size()));
+          break;
+        }
+      }
+      counted.push_back(other.get());
+    }
+  };
+  count(running_);
+  count(waiting_);
+  if (blocks > kv_.pool().num_blocks() || seqs > config_.max_num_seqs) return {&g};
+  return set;
+}
+
+Sequence Scheduler::prompt_sequence(const SequenceGroup& g) const {
+  if (g.prompt_template) return *g.prompt_template;
+  Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+  prompt.tokens = g.prompt;
+  for (int32_t t : g.prompt)
+    prompt.hasher.append_byte(static_cast<uint8_t>(t));
+  return prompt;
+}
+
+Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
+                                                     bool prompt_shared) const {
+  AdmissionNeeds needs;
+  needs.seqs = g.num_samples;
+  if (!g.seqs.empty()) {
+    needs.seqs = 0;
+    for (const Sequence& s : g.seqs)
+      needs.seqs += s.finished() ? 0 : 1;
+  }
+  if (!prompt_shared) {
+    const Sequence prompt = prompt_sequence(g);
+    // Leave at least one prompt token to compute: its logits give the first tokens.
+    const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
+    needs.blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks +
+                   cached.blocks_in_lru;
+  }
+  // Each sibling's private blocks up to its projected length: a preempted group's whole
+  // recompute footprint plus its growth, so it is not re-admitted only to be preempted again.
+  const int32_t shared_full = static_cast<int32_t>(g.prompt.size()) / kv_.block_size();
+  auto own = [&](int32_t length) {
+    return std::max(config_.reserve_blocks_per_sibling,
+                    kv_.blocks_for(projected_length(g, length)) - shared_full);
+  };
+  if (g.seqs.empty()) {
+    needs.blocks += g.num_samples * own(static_cast<int32_t>(g.prompt.size()));
+  } else {
+    for (const Sequence& s : g.seqs)
+      needs.blocks += s.finished() ? 0 : own(s.length());
+  }
+  return needs;
+}
+
+// Precondition: admission_needs(g) fits.
+void Scheduler::admit(SequenceGroup& g, StepState& step) {
+  std::optional<Sequence> shared;
+  int32_t hit = 0;
+  if (SequenceGroup* leader = prompt_leader_for(g)) {
+    // The prompt is being computed for another member: share its blocks, compute nothing.
+    shared.emplace(prompt_sequence(g));
+    kv_.fork(*leader->prompt_seq, *shared);
+    g.prompt_leader = leader->id;
+    hit = shared->length();
+  }
+  Sequence prompt = shared ? std::move(*shared) : prompt_sequence(g);
+  if (!shared) {
+    hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1);
+    const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
+    assert(ok);  // checked by the caller
+    (void)ok;
+  }
+  step.out.prefix_cache_query_tokens += prompt.length();
+  step.out.prefix_cache_hit_tokens += hit;
+  if (!g.preempted) g.num_cached_prompt_tokens = hit;
+  g.prompt_seq.emplace(std::move(prompt));
+  g.state = GroupState::kPrompt;
+  step.num_seqs +=
+      g.seqs.empty()
+          ? g.num_samples
+          : static_cast<int32_t>(std::count_if(g.seqs.begin(), g.seqs.end(),
+                                               [](const Sequence& s) { return !s.finished(); }));
+  step.out.admitted.push_back(g.id);
+  auto it =
+      std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w.get() == &g; });
+  std::unique_ptr<SequenceGroup> owned = std::move(*it);
+  waiting_.erase(it);
+  auto pos = std::upper_bound(running_.begin(), running_.end(), owned->arrival,
+                              [](uint64_t a, const auto& r) { return a < r->arrival; });
+  running_.insert(pos, std::move(owned));
+  schedule_prompt_chunk(g, step);
+}
+
+// Admits the group at the head of the queue together with the waiting groups sharing its
+// affinity, all or none.
+bool Scheduler::try_admit_with_partners(SequenceGroup& head, StepState& step) {
+  std::vector<SequenceGroup*> set = affinity_set(head);
+  // Blocks free for newcomers once the running groups have grown as projected.
+  const int32_t room = kv_.pool().num_allocatable() - projected_growth_of_running();
+  AdmissionNeeds total;
+  for (size_t i = 0; i < set.size(); ++i) {
+    const SequenceGroup& g = *set[i];
+    // A member whose prompt another member computes (running, or admitted just before it)
+    // needs no prompt blocks of its own.
+    bool shared = prompt_leader_for(g) != nullptr;
+    for (size_t j = 0; j < i && !shared; ++j)
+      shared = same_prompt(*set[j], g);
+    const AdmissionNeeds n = admission_needs(g, shared);
+    total.seqs += n.seqs;
+    total.blocks += n.blocks;
+  }
+  if (step.num_seqs + total.seqs <= config_.max_num_seqs && total.blocks <= room) {
+    for (SequenceGroup* g : set)
+      admit(*g, step);
+    return true;
+  }
+  // Together they do not fit now. Wait for running groups to finish, unless waiting cannot help
+  // (nothing runs, or the set could never fit at once): then the head goes alone.
+  const bool never_together = total.seqs > config_.max_num_seqs ||
+                              total.blocks > kv_.pool().num_blocks() || running_.empty();
+  if (set.size() == 1 || !never_together) return false;
+  const AdmissionNeeds alone = admission_needs(head, prompt_leader_for(head) != nullptr);
+  if (step.num_seqs + alone.seqs > config_.max_num_seqs || alone.blocks > room) return false;
+  admit(head, step);
+  return true;
+}
+
+// Members of one affinity whose prompt computation can be shared: same prompt and salt, and both
+// new or both recomputing (so the leader's last chunk asks for logits exactly when they need them).
+bool Scheduler::same_prompt(const SequenceGroup& a, const SequenceGroup& b) {
+  return !a.affinity.empty() && a.affinity == b.affinity && a.chain_seed == b.chain_seed &&
+         a.seqs.empty() == b.seqs.empty() && a.prompt == b.prompt;
+}
+
+SequenceGroup* Scheduler::prompt_leader_for(const SequenceGroup& g) const {
+  if (g.affinity.empty()) return nullptr;
+  for (const auto& r : running_) {
+    if (r.get() != &g && r->state == GroupState::kPrompt && r->prompt_leader == 0 &&
+        r->prompt_seq && same_prompt(*r, g)) {
+      return r.get();
+    }
+  }
+  return nullptr;
+}
+
+std::vector<SequenceGroup*> Scheduler::prompt_followers(const SequenceGroup& leader) const {
+  std::vector<SequenceGroup*> out;
+  for (const auto& r : running_) {
+    if (r->prompt_leader == leader.id && r.get() != &leader) out.push_back(r.get());
+  }
+  return out;
+}
+
+// The leader goes away (preempted, aborted) before its prompt completed: its first follower
+// computes the rest of the prompt (it holds the same blocks, computed as far as the leader got)
+// and the others follow it.
+void Scheduler::promote_followers(const SequenceGroup& leader) {
+  const std::vector<SequenceGroup*> followers = prompt_followers(leader);
+  for (SequenceGroup* f : followers)
+    f->prompt_leader = f == followers.front() ? 0 : followers.front()->id;
+}
+
+bool Scheduler::waits_for_members(const SequenceGroup& g, Clock::TimePoint now) const {
+  if (g.declared_group_size <= 1 || g.affinity.empty() || g.preempted) return false;
+  for (const auto& r : running_) {
+    if (r->affinity == g.affinity) return false;  // late member: joins at once
+  }
+  int32_t present = 0;
+  Clock::TimePoint first = g.arrived;
+  for (const auto& w : waiting_) {
+    if (w->affinity != g.affinity) continue;
+    ++present;
+    first = std::min(first, w->arrived);
+  }
+  return present < g.declared_group_size && now - first < config_.group_wait;
+}
+
+std::optional<Clock::TimePoint> Scheduler::held_until(Clock::TimePoint now) const {
+  if (!running_.empty() || waiting_.empty()) return std::nullopt;
+  std::optional<Clock::TimePoint> until;
+  for (const auto& w : waiting_) {
+    if (!waits_for_members(*w, now)) return std::nullopt;
+    Clock::TimePoint first = w->arrived;
+    for (const auto& o : waiting_) {
+      if (o->affinity == w->affinity) first = std::min(first, o->arrived);
+    }
+    const Clock::TimePoint end = first + config_.group_wait;
+    if (!until || end < *until) until = end;
+  }
+  return until;
+}
+
+SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
+  growth_ratio_ = std::max(config_.growth_ratio_min, growth_ratio_ - config_.growth_ratio_decay);
+  StepState step;
+  step.budget = config_.max_tokens_per_step;
+  for (const auto& g : running_) {
+    for (const Sequence& s : g->seqs)
+      step.num_seqs += s.finished() ? 0 : 1;
+    if (g->seqs.empty()) step.num_seqs += g->num_samples;
+  }
+  // 1. Decodes first, oldest groups first. Preemption can remove groups (and their affinity
+  // partners) anywhere in the list, so walk a snapshot and skip those no longer running.
+  std::vector<SequenceGroup*> order;
+  for (const auto& g : running_)
+    order.push_back(g.get());
+  auto still_running = [&](SequenceGroup* g) {
+    return g->state == GroupState::kPrompt || g->state == GroupState::kRunning;
+  };
+  for (SequenceGroup* g : order) {
+    if (still_running(g) && g->state == GroupState::kRunning) schedule_running(*g, step);
+  }
+  // 2. Prompt and recompute chunks with the budget left.
+  for (SequenceGroup* g : order) {
+    if (step.budget <= 0) break;
+    if (still_running(g)) schedule_prompt_chunk(*g, step);
+  }
+  // 3. Admissions, strictly first come first served (preempted groups are at the front), except
+  // that declared groups still waiting for their members (at most group_wait) let later groups
+  // pass.
+  while (step.budget > 0) {
+    SequenceGroup* head = nullptr;
+    for (const auto& w : waiting_) {
+      if (!waits_for_members(*w, now)) {
+        head = w.get();
+        break;
+      }
+    }
+    if (head == nullptr || !try_admit_with_partners(*head, step)) break;
+  }
+  // Copies into blocks of groups preempted later in the step are moot. (Only a step that both
+  // copied and preempted can hold such copies: skip the set of every live block otherwise, which
+  // costs more than the rest of the schedule at 128 long sequences.)
+  if (step.out.preempted.empty() || step.out.block_copies.empty()) return std::move(step.out);
+  std::unordered_set<int32_t> live;
+  for (const auto& g : running_) {
+    if (g->prompt_seq)
+      live.insert(g->prompt_seq->block_table.begin(), g->prompt_seq->block_table.end());
+    for (const Sequence& s : g->seqs)
+      live.insert(s.block_table.begin(), s.block_table.end());
+  }
+  std::erase_if(step.out.block_copies, [&](const auto& c) { return !live.contains(c.second); });
+  return std::move(step.out);
+}
+
+void Scheduler::complete_chunk(const ScheduledChunk& chunk) {
+  Sequence& s = chunk.seq();
+  assert(s.num_computed == chunk.start);
+  s.num_computed += chunk.length;
+  kv_.commit_computed(s);
+  if (chunk.sibling >= 0) return;
+  // The followers' prompts are the same blocks: computed (and committed) as far as this one.
+  for (SequenceGroup* f : prompt_followers(*chunk.group)) {
+    f->prompt_seq->num_computed = s.num_computed;
+    f->prompt_seq->num_committed_blocks = s.num_committed_blocks;
+  }
+}
+
+void Scheduler::fork_siblings(SequenceGroup& g, const std::vector<int32_t>& first_tokens) {
+  assert(g.state == GroupState::kPrompt && g.prompt_seq &&
+         g.prompt_seq->num_computed == g.prompt_seq->length());
+  Sequence& prompt = *g.prompt_seq;
+  if (g.seqs.empty()) {
+    assert(static_cast<int32_t>(first_tokens.size()) == g.num_samples);
+    for (int32_t i = 0; i < g.num_samples; ++i) {
+      Sequence s(i, prompt.hasher);
+      s.tokens = prompt.tokens;
+      s.byte_hasher = prompt.byte_hasher;
+      s.byte_ends = prompt.byte_ends;
+      kv_.fork(prompt, s);
+      g.seqs.push_back(std::move(s));
+    }
+  } else {
+    for (Sequence& s : g.seqs) {
+      if (!s.finished()) kv_.fork(prompt, s);
+    }
+  }
+  kv_.release(prompt);
+  g.prompt_seq.reset();
+  g.state = GroupState::kRunning;
+  g.preempted = false;
+  g.prompt_leader = 0;
+}
+
+void Scheduler::complete_decode(const ScheduledDecode& d) {
+  Sequence& s = d.seq();
+  assert(s.num_computed == s.length() - 1);
+  s.num_computed += 1;
+  kv_.commit_computed(s);
+}
+
+void Scheduler::finish(SequenceGroup& g, int32_t sibling, FinishReason reason) {
+  Sequence& s = g.seqs[sibling];
+  assert(!s.finished());
+  s.finish = reason;
+  kv_.release(s);
+  if (!g.all_finished()) return;
+  g.state = GroupState::kFinished;
+  auto it =
+      std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &g; });
+  assert(it != running_.end());
+  finished_.push_back(std::move(*it));
+  running_.erase(it);
+}
+
+std::vector<std::unique_ptr<SequenceGroup>> Scheduler::take_finished() {
+  return std::exchange(finished_, {});
+}
+
+SchedulerCounts Scheduler::counts() const {
+  SchedulerCounts c;
+  // Requests sharing an affinity are one group: running if any member runs.
+  std::unordered_set<std::string_view> running_sets, waiting_sets;
+  for (const auto& g : running_) {
+    if (g->affinity.empty() || running_sets.insert(g->affinity).second) ++c.num_groups_running;
+  }
+  for (const auto& g : waiting_) {
+    if (g->affinity.empty() ||
+        (!running_sets.contains(g->affinity) && waiting_sets.insert(g->affinity).second)) {
+      ++c.num_groups_waiting;
+    }
+    int32_t seqs = g->num_samples;
+    int64_t tokens = static_cast<int64_t>(g->prompt.size());
+    if (!g->seqs.empty()) {
+      seqs = 0;
+      for (const Sequence& s : g->seqs) {
+        if (s.finished()) continue;
+        ++seqs;
+        tokens += s.length() - 1 - static_cast<int64_t>(g->prompt.size());
+      }
+    }
+    c.num_seqs_waiting += seqs;
+    c.num_prefill_tokens_queued += tokens;
+  }
+  for (const auto& g : running_) {
+    if (g->prompt_seq && g->prompt_leader == 0) {
+      c.num_prefill_tokens_queued += g->prompt_seq->length() - g->prompt_seq->num_computed;
+    }
+    if (g->seqs.empty()) c.num_seqs_running += g->num_samples;
+    for (const Sequence& s : g->seqs) {
+      if (s.finished()) continue;
+      ++c.num_seqs_running;
+      c.num_prefill_tokens_queued += std::max(0, s.length() - 1 - s.num_computed);
+    }
+  }
+  return c;
+}
+
+}  // namespace kvc

@@ -1,0 +1,74 @@
+// Model weights in float32, in the layouts the kernels take (HF Linear [out, in], row-major):
+// random-initialised from a config, or read from a Hugging Face folder (config.json +
+// *.safetensors). h = hidden_size, d = head_dim, ff = intermediate_size.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "replica/model/model_config.h"
+#include "replica/model/safetensors.h"
+
+namespace kvc {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [h]
+  std::vector<float> wq;         // [q_heads * d, h]
+  std::vector<float> wk;         // [kv_heads * d, h]
+  std::vector<float> wv;         // [kv_heads * d, h]
+  std::vector<float> wo;         // [h, q_heads * d]
+  std::vector<float> mlp_norm;   // [h]
+  std::vector<float> w_gate_up;  // [2 * ff, h]: the ff gate rows, then the ff up rows
+  std::vector<float> w_down;     // [h, ff]
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  std::vector<float> embed;  // [vocab, h]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;  // [h]
+  std::vector<float> lm_head;     // [vocab, h]; empty when config.tie_word_embeddings
+
+  // The output projection [vocab, h]: lm_head, or embed when tied.
+  const std::vector<float>& output_embedding() const {
+    return config.tie_word_embeddings ? embed : lm_head;
+  }
+};
+
+// Every tensor has the size its config implies (lm_head empty exactly when tied).
+Status check_weight_shapes(const ModelWeights& weights);
+
+// Deterministic for (config, seed), whatever the thread count: every matrix uniform with
+// standard deviation 1 / sqrt(fan_in) (its last dimension), norms 1. Not HF's 0.02: with it the
+// layers' outputs are small next to the tied embedding, so each token's own logit wins and greedy
+// decoding repeats one token; at unit scale attention is not uniform and the tiny model's next
+// tokens depend on the context (tests/replica/backend/cpu/cpu_backend_test.cc checks this).
+// Precondition: config.validate() is ok.
+ModelWeights random_weights(const ModelConfig& config, uint64_t seed);
+
+// A Hugging Face model folder, opened: config.json parsed (the model is named after the folder)
+// and every *.safetensors file mapped (tensors may be spread over shards). Nothing is read yet.
+class HfFolder {
+ public:
+  static Result<HfFolder> open(const std::string& folder);
+  const ModelConfig& config() const { return config_; }
+  // Tensor `name`, which must have exactly `shape` and dtype F32, F16 or BF16; errors name it.
+  Result<TensorView> tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+
+ private:
+  std::string folder_;
+  ModelConfig config_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, size_t> shard_of_;  // tensor name -> index in shards_
+};
+
+// Reads config.json (the model is named after the folder) and every *.safetensors file in
+// `folder` (tensors may be spread over shards), converting F32/F16/BF16 to float32. Errors name
+// the missing file or tensor, or the tensor whose shape differs from the config's.
+Result<ModelWeights> load_hf_weights(const std::string& folder);
+
+}  // namespace kvc

@@ -1,0 +1,140 @@
+#include "replica/server/backend_factory.h"
+
+#include <filesystem>
+#include <string>
+
+#include "replica/backend/cpu/cpu_backend.h"
+#include "replica/backend/sim/sim_backend.h"
+#include "replica/model/weights.h"
+#include "replica/tokenizer/hf_tokenizer.h"
+
+namespace kvc {
+namespace {
+
+Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32_t min_vocab) {
+  ModelWeights weights;
+  if (!o.model_dir.empty()) {
+    auto loaded = load_hf_weights(o.model_dir);
+    if (!loaded.ok()) return Error{loaded.error().message};
+    weights = std::move(loaded).value();
+  } else {
+    auto config = preset_config(o.preset_or_default());
+    if (!config.ok()) return Error{config.error().message};
+    if (o.preset_or_default() != "tiny") {
+      return Error{
+          "the CPU backend runs only the tiny preset (llama3-8b is for the GPU: "
+          "--backend cuda)"};
+    }
+    config->vocab_size = std::max(config->vocab_size, min_vocab);
+    weights = random_weights(*config, o.seed_or_default());
+  }
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
+      std::move(weights), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size));
+}
+
+Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock& clock) {
+  Result<SimPreset> preset = sim_preset(o.sim_preset.value_or("h200-llama3-8b"));
+  if (!preset.ok()) return Error{preset.error().message};
+  Hardware& hw = preset->hardware;
+  if (o.sim_bandwidth_gbps) hw.bandwidth_bytes_per_s = *o.sim_bandwidth_gbps * 1e9;
+  if (o.sim_peak_tflops) hw.peak_flops = *o.sim_peak_tflops * 1e12;
+  if (o.sim_step_overhead_ms) hw.step_overhead_s = *o.sim_step_overhead_ms * 1e-3;
+  const int32_t blocks =
+      o.kv_blocks > 0 ? o.kv_blocks
+                      : sim_kv_blocks(*preset, o.memory_utilization_or_default(), o.block_size);
+  return std::unique_ptr<Backend>(
+      std::make_unique<SimBackend>(std::move(preset).value(), blocks, o.block_size, clock));
+}
+
+}  // namespace
+
+Status check_backend_options(const BackendOptions& o) {
+  const std::string& b = o.backend;
+  if (b != "cpu" && b != "cuda" && b != "sim") {
+    return Error{"--backend " + b + ": not a backend (cpu, cuda or sim)"};
+  }
+  // Each entry: an option that only some backends read, whether it was given, and who reads it.
+  struct Only {
+    const char* flag;
+    bool given;
+    bool read;
+    const char* readers;
+  };
+  const bool sim = b == "sim", cuda = b == "cuda";
+  const Only only[] = {
+      {"--preset", o.preset.has_value(), !sim, "cpu and cuda (sim: --sim-preset)"},
+      {"--model", !o.model_dir.empty(), !sim, "cpu and cuda (sim: --sim-preset)"},
+      {"--weights-seed", o.weights_seed.has_value(), !sim, "cpu and cuda"},
+      {"--gpu-memory-utilization", o.gpu_memory_utilization.has_value(), cuda || sim,
+       "cuda and sim"},
+      {"--no-cuda-graphs", o.cuda_graphs.has_value(), cuda, "cuda"},
+      {"--decode-gemm", o.decode_gemm, cuda, "cuda"},
+      {"--sim-preset", o.sim_preset.has_value(), sim, "sim"},
+      {"--sim-bandwidth-gbps", o.sim_bandwidth_gbps.has_value(), sim, "sim"},
+      {"--sim-peak-tflops", o.sim_peak_tflops.has_value(), sim, "sim"},
+      {"--sim-step-overhead-ms", o.sim_step_overhead_ms.has_value(), sim, "sim"},
+  };
+  for (const Only& x : only) {
+    if (x.given && !x.read) {
+      return Error{std::string(x.flag) + " is not read by --backend " + b + " (only by " +
+                   x.readers + "): leave it out"};
+    }
+  }
+  return {};
+}
+
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const BackendOptions& o) {
+  std::string dir = o.tokenizer_dir;
+  if (dir.empty() && !o.model_dir.empty() &&
+      std::filesystem::exists(o.model_dir + "/tokenizer.json")) {
+    dir = o.model_dir;
+  }
+  if (dir.empty()) return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
+  auto t = HfTokenizer::load_dir(dir);
+  if (!t.ok()) return Error{t.error().message};
+  return std::unique_ptr<Tokenizer>(std::move(t).value());
+}
+
+Result<std::shared_ptr<const ChatTemplate>> make_chat_template(const Tokenizer& tokenizer) {
+  const auto* hf = dynamic_cast<const HfTokenizer*>(&tokenizer);
+  if (hf == nullptr || hf->chat().chat_template.empty())
+    return std::shared_ptr<const ChatTemplate>();
+  auto t =
+      ChatTemplate::compile(hf->chat().chat_template, hf->chat().bos_token, hf->chat().eos_token);
+  if (!t.ok()) return Error{"tokenizer_config.json: chat_template: " + t.error().message};
+  return std::shared_ptr<const ChatTemplate>(std::make_shared<ChatTemplate>(std::move(*t)));
+}
+
+Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& o, const Tokenizer& tokenizer,
+                                              CudaBackendMaker cuda, Clock& clock) {
+  if (Status s = check_backend_options(o); !s.ok()) return Error{s.message()};
+  Result<std::unique_ptr<Backend>> made = Error{""};
+  if (o.backend == "cuda") {
+    if (cuda == nullptr) {
+      return Error{
+          "--backend cuda: this binary has no CUDA backend (run kvcascade-cuda, built where "
+          "nvcc is found)"};
+    }
+    made = cuda(o, tokenizer.vocab_size());
+  } else if (o.backend == "sim") {
+    made = make_sim_backend(o, clock);
+  } else {
+    made = make_cpu_backend(o, tokenizer.vocab_size());
+  }
+  if (made.ok() && (*made)->config().vocab_size < tokenizer.vocab_size()) {
+    return Error{"the model's vocabulary (" + std::to_string((*made)->config().vocab_size) +
+                 ") is smaller than its tokenizer's (" + std::to_string(tokenizer.vocab_size()) +
+                 "): wrong --tokenizer?"};
+  }
+  return made;
+}
+
+EngineConfig fit_engine_config(EngineConfig c, const Backend& backend) {
+  const ModelConfig& m = backend.config();
+  c.scheduler.max_model_len = m.max_position_embeddings;
+  c.cascade.merge_bytes_per_member =
+      int64_t{3} * m.num_hidden_layers * m.num_attention_heads * (m.head_dim + 1) * 4;
+  return c;
+}
+
+}  // namespace kvc

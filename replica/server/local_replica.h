@@ -1,0 +1,99 @@
+// An in-process replica on <host>:<port 0>: the tiny model (random weights) on the CPU backend
+// (bytes, or a real tokenizer and chat template), wired as `kvcascade replica` wires one
+// (replica/server/replica_stack.h). Used by `kvcascade demo`, `kvcascade bench pressure` and the tests.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "replica/server/replica_stack.h"
+#include "replica/backend/cpu/cpu_backend.h"
+#include "replica/model/weights.h"
+
+namespace kvc {
+
+class LocalReplica {
+ public:
+  // Every local replica serves the same random model (weights seed 3), so their outputs agree.
+  // api_keys: when not empty, every path but /health needs "Authorization: Bearer KEY".
+  LocalReplica(std::string id, int32_t kv_blocks = 256, const std::string& host = "127.0.0.1",
+               http::ServerLimits limits = {}, std::vector<std::string> api_keys = {}) {
+    ReplicaStackConfig c;
+    c.server.api_keys = std::move(api_keys);
+    c.limits = limits;
+    init(std::move(id), kv_blocks, host, std::make_shared<ByteTokenizer>(), std::move(c));
+  }
+  // The tiny model with a real tokenizer (its vocabulary grown to the tokenizer's, random
+  // weights) and, when given, the model's chat template.
+  LocalReplica(std::string id, std::shared_ptr<const Tokenizer> tokenizer,
+               std::shared_ptr<const ChatTemplate> chat_template, int32_t kv_blocks = 256) {
+    ReplicaStackConfig c;
+    c.server.chat_template = std::move(chat_template);
+    init(std::move(id), kv_blocks, "127.0.0.1", std::move(tokenizer), std::move(c));
+  }
+
+  // Any backend (the sim backend of fleet-scale routing tests and `bench routing`), the byte
+  // tokenizer.
+  LocalReplica(std::string id, std::unique_ptr<Backend> backend, EngineConfig config,
+               const std::string& host = "127.0.0.1", http::ServerLimits limits = {},
+               std::vector<std::string> api_keys = {}) {
+    id_ = id;
+    host_ = host;
+    ReplicaStackConfig c;
+    c.engine = std::move(config);
+    c.server.replica_id = id;
+    c.server.api_keys = std::move(api_keys);
+    c.limits = limits;
+    stack_ = std::make_unique<ReplicaStack>(std::move(backend), std::make_shared<ByteTokenizer>(),
+                                            std::move(c));
+    auto port = stack_->listen(host_, 0);
+    port_ = port.ok() ? *port : 0;
+  }
+
+  // Stops serving (connections cut, port closed): the replica "dies".
+  void stop() { stack_->stop_http(); }
+  uint16_t port() const { return port_; }
+  const Backend& backend() { return stack_->backend(); }
+  const std::string& id() const { return id_; }
+  std::string address() const { return host_ + ":" + std::to_string(port_); }
+  const Engine& engine() const { return stack_->engine(); }
+  EngineLoop& loop() { return stack_->loop(); }  // tests hold the engine thread through it
+
+ private:
+  void init(std::string id, int32_t kv_blocks, const std::string& host,
+            std::shared_ptr<const Tokenizer> tokenizer, ReplicaStackConfig c) {
+    id_ = id;
+    host_ = host;
+    c.engine.scheduler.max_model_len = 4096;
+    c.server.replica_id = id;
+    auto backend = std::make_unique<CpuBackend>(weights(tokenizer->vocab_size()), kv_blocks, 16);
+    stack_ = std::make_unique<ReplicaStack>(std::move(backend), std::move(tokenizer), std::move(c));
+    auto port = stack_->listen(host_, 0);
+    port_ = port.ok() ? *port : 0;
+  }
+  // One set of weights per vocabulary size, shared by every local replica.
+  static const ModelWeights& weights(int32_t vocab) {
+    static std::mutex mu;
+    static std::map<int32_t, std::unique_ptr<ModelWeights>> by_vocab;
+    std::lock_guard lock(mu);
+    auto& w = by_vocab[vocab];
+    if (!w) {
+      ModelConfig c = *preset_config("tiny");
+      c.vocab_size = std::max(c.vocab_size, vocab);
+      w = std::make_unique<ModelWeights>(random_weights(c, 3));
+    }
+    return *w;
+  }
+
+  std::unique_ptr<ReplicaStack> stack_;
+  std::string id_;
+  std::string host_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace kvc

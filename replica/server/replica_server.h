@@ -1,0 +1,57 @@
+// The replica's OpenAI-compatible HTTP server, on http/ and the EngineLoop:
+//   POST /v1/completions, POST /v1/chat/completions (streaming or not), GET /v1/models,
+//   GET /health, GET /v1/info (model, block size, replica id, tokenizer, chat template), GET
+//   /v1/load (queue and KV
+//   occupancy), GET /v1/kv_events (SSE of KV events in router key space, snapshot first).
+// HEAD is answered wherever GET is. With API keys, every path but /health needs one.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "http/server.h"
+#include "api/openai_request.h"
+#include "replica/core/engine_loop.h"
+
+namespace kvc {
+
+struct ReplicaServerConfig {
+  std::string replica_id = "replica-0";
+  std::string served_model_name;  // defaults to the model's name
+  ApiLimits api;
+  // When not empty, every path but /health needs "Authorization: Bearer KEY" with one of these
+  // (several: a key can be rotated without downtime).
+  std::vector<std::string> api_keys;
+  // The model's chat template (published in /v1/info for routers); null: canonical rendering.
+  std::shared_ptr<const ChatTemplate> chat_template;
+};
+
+class ReplicaServer {
+ public:
+  // registry/metrics: what /metrics exposes and where request timings go; may be null.
+  ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServerConfig config,
+                prometheus::Registry* registry = nullptr,
+                metrics::ReplicaMetrics* metrics = nullptr);
+  // The handler to give an http::Server.
+  void handle(http::Request request, std::shared_ptr<http::Responder> responder);
+  const ReplicaServerConfig& config() const { return config_; }
+
+ private:
+  void generate(Endpoint endpoint, const http::Request& request,
+                std::shared_ptr<http::Responder> responder);
+  void kv_events(std::shared_ptr<http::Responder> responder);
+  std::string info_json() const;
+  std::string load_json() const;
+  std::string models_json() const;
+
+  EngineLoop& loop_;
+  const Engine& engine_;
+  prometheus::Registry* registry_;
+  metrics::ReplicaMetrics* metrics_;
+  ReplicaServerConfig config_;
+  std::atomic<uint64_t> next_request_{1};
+};
+
+}  // namespace kvc

@@ -1,0 +1,74 @@
+// What the router reads from the engines behind it, per kind of engine, as pure functions of the
+// bodies they answer (router/fleet/replica_probe.h does the HTTP):
+//   kvcascade  /v1/info (identity, hash model, block size), /v1/load, KV events (exact index);
+//   vllm       /health, /v1/models, /metrics: vllm:num_requests_running / _waiting,
+//              vllm:kv_cache_usage_perc (gpu_cache_usage_perc before v0.10), cache_config_info;
+//   sglang     /health, /v1/models, /get_load (per DP rank) or /metrics: sglang:num_running_reqs,
+//              sglang:num_queue_reqs, sglang:token_usage, sglang:max_total_num_tokens;
+//   openai     /health if present, /v1/models; no load signal (the router counts its own).
+// A body that is garbage (bad JSON, wrong types, not Prometheus text) is an Error naming what was
+// missing, never an exception.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/chat_template.h"
+#include "base/status.h"
+
+namespace kvc {
+
+enum class ReplicaKind { kAuto, kKvcascade, kVllm, kSglang, kOpenai };
+
+std::string_view replica_kind_name(ReplicaKind kind);  // "auto", "kvcascade", "vllm", ...
+std::optional<ReplicaKind> parse_replica_kind(std::string_view name);
+std::vector<std::string> replica_kind_names();
+
+// kvcascade's /v1/info.
+struct KvcascadeInfo {
+  std::string replica_id;  // empty if not given
+  std::string model;
+  std::string hash_model;  // the chain seed's model name (defaults to model)
+  int32_t block_size = 16;
+  // The replica's chat template (null: canonical rendering); chat requests are hashed as the
+  // replica will tokenize them. A template this router cannot compile: null, and the reason.
+  std::shared_ptr<const ChatTemplate> chat_template;
+  std::string chat_template_error;
+  // What the replica's tokenizer puts around a completion's prompt (BOS): hashed with it.
+  std::string completion_prefix, completion_suffix;
+};
+// Error unless the body is a JSON object naming a model (what tells a kvcascade replica apart).
+Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size);
+
+// One reading of a replica's load. Counts are requests (sequences for kvcascade).
+struct ReplicaLoad {
+  int64_t queued_prefill_tokens = 0;  // kvcascade only
+  int64_t running = 0;
+  int64_t waiting = 0;
+  std::optional<double> kv_usage;             // share of the KV cache in use, 0..1
+  std::optional<int64_t> kv_capacity_tokens;  // what the KV cache holds in all
+};
+Result<ReplicaLoad> read_kvcascade_load(std::string_view body);
+Result<ReplicaLoad> read_vllm_metrics(std::string_view text);
+Result<ReplicaLoad> read_sglang_metrics(std::string_view text);
+// SGLang's /get_load: an array with one object per DP rank ({dp_rank, num_reqs (running and
+// waiting), num_waiting_reqs, num_tokens}), or, in older versions, one object.
+Result<ReplicaLoad> read_sglang_load(std::string_view body);
+
+// /v1/models: {"object":"list","data":[{"id":..., "owned_by":...}, ...]}.
+struct ModelList {
+  std::vector<std::string> ids;  // at least one
+  std::string owned_by;          // of the first model ("vllm", "sglang", ...); may be empty
+};
+Result<ModelList> read_model_list(std::string_view body);
+
+// The kind a replica's answers point to: owned_by of its models, else the namespace of its
+// metrics ("vllm:", "sglang:"); kOpenai when neither says.
+ReplicaKind kind_from_owner(std::string_view owned_by);
+ReplicaKind kind_from_metrics(std::string_view metrics_text);
+
+}  // namespace kvc

@@ -1,0 +1,341 @@
+#include "router/fleet/replica_pool.h"
+
+#include <cstdio>
+
+#include <algorithm>
+#include <cmath>
+
+#include "http/sse.h"
+#include "router/fleet/replica_auth.h"
+#include "router/fleet/replica_probe.h"
+
+namespace kvc {
+
+struct ReplicaPool::Replica {
+  ReplicaView view;
+  ReplicaProbe probe;     // used by the poller only
+  bool detected = false;  // the probe learned the kind since the replica was last unhealthy
+  int32_t consecutive_failures = 0;
+  int32_t failed_polls = 0;  // in a row
+  Clock::TimePoint open_until{};
+  // Proxied exchanges in flight that asked to be ended if the replica dies.
+  std::unordered_set<std::shared_ptr<http::Cancellation>> exchanges;
+  // KV-event subscription.
+  bool subscribing = false;
+  Clock::TimePoint next_subscribe{};
+  std::chrono::milliseconds backoff{};  // PoolConfig::resubscribe_backoff_min at first
+  uint64_t expected_seq = 0;
+  std::unique_ptr<http::SseParser> parser;
+  std::shared_ptr<http::Cancellation> subscription;  // the feed in flight
+  // Bumped (under mu_, before the index is cleared) whenever the replica's index entries are
+  // dropped: a feed of an older generation applies nothing more.
+  std::atomic<uint64_t> index_generation{0};
+  std::atomic<bool> removed{false};
+};
+
+ReplicaPool::ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu,
+                         const Clock& clock, PoolConfig config, RadixIndex* approx)
+    : client_(client),
+      index_(index),
+      index_mu_(index_mu),
+      approx_(approx),
+      clock_(clock),
+      config_(config) {}
+
+ReplicaPool::~ReplicaPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto& r : replicas_)
+      if (r) r->removed = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<uint32_t> ReplicaPool::add(const std::string& address, ReplicaKind kind) {
+  auto r = std::make_shared<Replica>();
+  r->backoff = config_.resubscribe_backoff_min;
+  r->probe = ReplicaProbe(kind != ReplicaKind::kAuto ? kind : config_.default_kind);
+  if (!http::parse_host_port(address, r->view.host, r->view.port)) {
+    return Error{"replica address '" + address + "' is not host:port"};
+  }
+  r->view.replica_id = r->view.host + ":" + std::to_string(r->view.port);
+  r->view.block_size = config_.default_block_size;
+  std::lock_guard lock(mu_);
+  for (const auto& other : replicas_) {
+    if (other && other->view.host == r->view.host && other->view.port == r->view.port) {
+      return other->view.index;
+    }
+  }
+  r->view.index = static_cast<uint32_t>(replicas_.size());
+  replicas_.push_back(r);
+  return r->view.index;
+}
+
+void ReplicaPool::remove(uint32_t index) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  replicas_[index]->removed = true;
+  forget_blocks_locked(*replicas_[index]);
+  replicas_[index].reset();
+}
+
+// What the indexes hold for the replica goes (it may come back restarted, its cache empty), and
+// its KV-event feed is cut so that it resubscribes, with a fresh snapshot, once it is healthy
+// again: a replica that was only slow would otherwise keep its feed and never send again what
+// was dropped here.
+void ReplicaPool::forget_blocks_locked(Replica& r) {
+  ++r.index_generation;
+  if (r.subscription) r.subscription->cancel("replica " + r.view.replica_id + " left routing");
+  std::lock_guard index_lock(index_mu_);  // lock order: pool, then index
+  index_.clear(r.view.index);
+  if (approx_ != nullptr) approx_->clear(r.view.index);
+}
+
+void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
+  std::vector<uint32_t> keep;
+  for (const std::string& a : addresses) {
+    if (auto i = add(a); i.ok()) keep.push_back(*i);
+  }
+  std::vector<uint32_t> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& r : replicas_) {
+      if (r && std::find(keep.begin(), keep.end(), r->view.index) == keep.end()) {
+        gone.push_back(r->view.index);
+      }
+    }
+  }
+  for (uint32_t i : gone)
+    remove(i);
+}
+
+std::vector<ReplicaView> ReplicaPool::snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<ReplicaView> out;
+  const Clock::TimePoint now = clock_.now();
+  for (const auto& r : replicas_) {
+    if (!r) continue;
+    ReplicaView v = r->view;
+    v.healthy = v.healthy && now >= r->open_until;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
+  return replicas_[index]->view;
+}
+
+void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation,
+                                int64_t prompt_bytes, int64_t prefill_tokens) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  Replica& r = *replicas_[index];
+  ++r.view.in_flight;
+  r.view.in_flight_prompt_bytes += prompt_bytes;
+  r.view.pending_prefill_tokens += prefill_tokens;
+  if (cancellation) r.exchanges.insert(std::move(cancellation));
+}
+
+void ReplicaPool::prefill_started(uint32_t index, int64_t prefill_tokens) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  replicas_[index]->view.pending_prefill_tokens -= prefill_tokens;
+}
+
+void ReplicaPool::end_request(uint32_t index, bool ok,
+                              const std::shared_ptr<http::Cancellation>& cancellation,
+                              int64_t prompt_bytes, int64_t prefill_tokens) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  Replica& r = *replicas_[index];
+  --r.view.in_flight;
+  r.view.in_flight_prompt_bytes -= prompt_bytes;
+  r.view.pending_prefill_tokens -= prefill_tokens;
+  if (cancellation) r.exchanges.erase(cancellation);
+  if (ok) {
+    r.consecutive_failures = 0;
+    return;
+  }
+  if (++r.consecutive_failures >= config_.failures_to_open) {
+    r.open_until = clock_.now() + config_.open_for;
+    // The breaker opened: the replica leaves routing, and the index (else its stale entries
+    // would keep drawing prefix matches to it the moment the breaker closes).
+    if (r.view.healthy) forget_blocks_locked(r);
+    r.view.healthy = false;  // until a poll succeeds
+  }
+}
+
+void ReplicaPool::poll(Replica& r) {
+  ProbeConfig pc;
+  pc.timeout = config_.poll_timeout;
+  pc.max_body_bytes = config_.max_probe_body_bytes;
+  pc.default_block_size = config_.default_block_size;
+  pc.headers = replica_auth_headers(config_.replica_api_key);
+  // Detect at start and on reconnect: what comes back on the address may be another engine.
+  ProbeResult p = r.probe.run(client_, r.view.host, r.view.port, pc, !r.detected);
+  std::unique_lock lock(mu_);
+  if (p.identity) {
+    if (r.view.kind != p.kind && r.view.healthy) forget_blocks_locked(r);  // another engine
+    r.view.kind = p.kind;
+    r.view.models = std::move(p.models);
+    r.view.hash_model = std::move(p.hash_model);
+    r.view.block_size = p.block_size;
+    r.view.replica_id =
+        p.replica_id.empty() ? r.view.host + ":" + std::to_string(r.view.port) : p.replica_id;
+    r.view.chat_template = std::move(p.chat_template);
+    r.view.completion_prefix = std::move(p.completion_prefix);
+    r.view.completion_suffix = std::move(p.completion_suffix);
+    // A template this router cannot render: route by the canonical rendering (only the hit
+    // estimate suffers), and say so.
+    if (!p.chat_template_error.empty()) {
+      std::fprintf(stderr, "router: replica %s: chat template: %s\n", r.view.replica_id.c_str(),
+                   p.chat_template_error.c_str());
+    }
+  }
+  r.view.error = p.error;
+  if (p.healthy) {
+    r.detected = true;
+    r.failed_polls = 0;
+    r.view.load_reported = p.load.has_value();
+    const ReplicaLoad load = p.load.value_or(ReplicaLoad{});
+    r.view.queued_prefill_tokens = load.queued_prefill_tokens;
+    r.view.running_sequences = load.running;
+    r.view.waiting_sequences = load.waiting;
+    r.view.kv_usage = load.kv_usage;
+    if (load.kv_capacity_tokens && load.kv_capacity_tokens != r.view.kv_capacity_tokens) {
+      r.view.kv_capacity_tokens = load.kv_capacity_tokens;
+      set_approx_capacity_locked(r);
+    }
+    r.view.load_error = p.load_error;
+    if (clock_.now() >= r.open_until) r.view.healthy = true;
+    return;
+  }
+  r.detected = false;
+  // It went away: what it held is gone from routing until its next snapshot.
+  if (r.view.healthy) forget_blocks_locked(r);
+  r.view.healthy = false;
+  if (++r.failed_polls < config_.failed_polls_to_dead) return;
+  // Dead (stopped, or stalled like a process under SIGSTOP): its exchanges would wait for their
+  // timeouts; they end now.
+  const std::vector<std::shared_ptr<http::Cancellation>> dead_exchanges(r.exchanges.begin(),
+                                                                        r.exchanges.end());
+  const std::string why = "replica " + r.view.replica_id + " stopped answering health checks";
+  lock.unlock();
+  for (const auto& c : dead_exchanges)
+    c->cancel(why);
+}
+
+// Its KV capacity in router blocks (bytes): a foreign replica's approximate entries are bounded
+// by what it can hold, so the index forgets about as fast as the replica evicts.
+void ReplicaPool::set_approx_capacity_locked(const Replica& r) {
+  if (approx_ == nullptr || !config_.derive_approx_capacity || !r.view.kv_capacity_tokens) return;
+  const double blocks = static_cast<double>(*r.view.kv_capacity_tokens) *
+                        config_.approx_bytes_per_token / std::max(1, r.view.block_size);
+  std::lock_guard index_lock(index_mu_);  // lock order: pool, then index
+  approx_->set_capacity(r.view.index, static_cast<size_t>(std::clamp(blocks, 1.0, 1e12)));
+}
+
+void ReplicaPool::poll_now() {
+  std::lock_guard round(poll_mu_);  // one round at a time: a probe serves one poll
+  std::vector<std::shared_ptr<Replica>> rs;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& r : replicas_)
+      if (r) rs.push_back(r);
+  }
+  // In parallel: a replica that stalls costs its own poll_timeout, not every other replica's.
+  std::vector<std::thread> polls;
+  for (size_t i = 1; i < rs.size(); ++i)
+    polls.emplace_back([this, r = rs[i]] { poll(*r); });
+  if (!rs.empty()) poll(*rs.front());
+  for (std::thread& t : polls)
+    t.join();
+  for (auto& r : rs) {
+    bool want = false;
+    {
+      std::lock_guard lock(mu_);
+      // Only kvcascade replicas publish KV events; the others are routed approximately.
+      want = r->view.healthy && r->view.kind == ReplicaKind::kKvcascade && !r->subscribing &&
+             clock_.now() >= r->next_subscribe && !r->removed;
+      if (want) r->subscribing = true;
+    }
+    if (want) subscribe(r->view.index);
+  }
+  ++poll_rounds_;  // every round, background or called
+}
+
+// Streams /v1/kv_events into the index. The first batch is a snapshot: it replaces whatever the
+// index held for the replica. A gap in sequence numbers or a broken stream resubscribes (with
+// backoff), which brings a fresh snapshot.
+void ReplicaPool::subscribe(uint32_t index) {
+  std::shared_ptr<Replica> r;
+  auto cancellation = std::make_shared<http::Cancellation>();
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (index >= replicas_.size() || !replicas_[index]) return;
+    r = replicas_[index];
+    r->parser = std::make_unique<http::SseParser>(config_.max_kv_event_bytes);
+    r->expected_seq = 0;
+    r->subscription = cancellation;
+    generation = r->index_generation.load();
+  }
+  auto status = std::make_shared<int>(0);
+  http::StreamOptions options;
+  options.cancellation = cancellation;
+  client_.stream(
+      r->view.host, r->view.port, "GET", "/v1/kv_events", "",
+      replica_auth_headers(config_.replica_api_key),
+      [status](int s, const http::Headers&) { *status = s; },
+      [this, r, index, status, generation](std::string_view bytes) {
+        if (*status != 200 || r->removed) return false;
+        auto events = r->parser->feed(bytes);
+        if (!events.ok()) return false;
+        for (const http::SseEvent& e : *events) {
+          auto batch = decode_kv_event_batch(e.data);
+          if (!batch.ok()) return false;
+          {
+            std::lock_guard lock(mu_);
+            if (batch->seq != r->expected_seq) return false;  // missed events: resubscribe
+            if (r->index_generation.load() != generation) return false;
+            ++r->expected_seq;
+            r->view.exact = true;
+            r->backoff = config_.resubscribe_backoff_min;
+          }
+          std::lock_guard lock(index_mu_);
+          if (r->index_generation.load() != generation) return false;  // forgotten meanwhile
+          if (batch->snapshot) index_.clear(index);
+          for (const KvEvent& ev : batch->events)
+            (void)index_.apply(index, ev);
+        }
+        return true;
+      },
+      [this, r, cancellation](Status) {
+        std::lock_guard lock(mu_);
+        if (r->subscription == cancellation) r->subscription.reset();
+        r->subscribing = false;
+        r->view.exact = false;
+        r->next_subscribe = clock_.now() + r->backoff;
+        r->backoff = std::min(r->backoff * 2, config_.resubscribe_backoff_max);
+      },
+      std::move(options));
+}
+
+void ReplicaPool::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void ReplicaPool::run() {
+  while (true) {
+    poll_now();
+    std::unique_lock lock(mu_);
+    if (wake_.wait_for(lock, config_.poll_interval, [&] { return stopping_; })) return;
+  }
+}
+
+}  // namespace kvc

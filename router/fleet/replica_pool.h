@@ -1,0 +1,151 @@
+// The router's view of its replicas: address, kind (kvcascade, vLLM, SGLang, any OpenAI-compatible
+// server; detected at start and on reconnect, or forced), identity (models, hash model, block
+// size), health (periodic polls, router/fleet/replica_probe.h, and a circuit breaker fed by proxy
+// outcomes), load (the replica's own report, else what this router sent it), and the KV events
+// of each kvcascade replica applied to the shared RadixIndex (exact mode). Every other replica,
+// and a kvcascade replica whose /v1/kv_events cannot be subscribed, is routed in approximate
+// mode: the router inserts what it sends there and lets entries expire, within a per-replica
+// capacity derived from the KV capacity its metrics state. A replica that leaves routing (a failed
+// poll, an open breaker) leaves the index too, and a replica found dead has its proxied exchanges
+// ended.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "api/chat_template.h"
+#include "base/clock.h"
+#include "http/client.h"
+#include "prefix_index/radix_index.h"
+#include "router/fleet/engine_signals.h"
+#include "router/policy/policy.h"
+
+namespace kvc {
+
+struct PoolConfig {
+  std::chrono::milliseconds poll_interval{500};   // health and load of every replica
+  std::chrono::milliseconds poll_timeout{2000};   // a poll not answered within it failed
+  size_t max_probe_body_bytes = size_t{4} << 20;  // a larger answer to a poll (/metrics) is refused
+  ReplicaKind default_kind = ReplicaKind::kAuto;  // of replicas added without one (DNS discovery)
+  // A failed poll takes the replica out of routing; this many in a row make it dead: the
+  // exchanges it still has in flight are ended (and retried elsewhere if nothing reached the
+  // client yet), instead of waiting for a stalled process.
+  int32_t failed_polls_to_dead = 2;
+  int32_t failures_to_open = 3;              // consecutive proxy failures open the breaker
+  std::chrono::milliseconds open_for{2000};  // then no traffic for this long
+  // A KV-event subscription that ended is retried after a backoff doubling from min to max.
+  std::chrono::milliseconds resubscribe_backoff_min{100};
+  std::chrono::milliseconds resubscribe_backoff_max{5000};
+  size_t max_kv_event_bytes = size_t{8} << 20;  // one SSE event of a replica's KV-event feed
+  int32_t default_block_size = 16;
+  std::string replica_api_key;  // sent on polls and KV-event subscriptions (replica --api-key)
+  // Approximate index capacity of a replica whose metrics state its KV capacity (vLLM, SGLang):
+  // its KV tokens x bytes per token / block size router blocks. Off: the index's own capacity.
+  bool derive_approx_capacity = true;
+  double approx_bytes_per_token = 4.0;  // router blocks are bytes; ~4 bytes per BPE token
+};
+
+struct ReplicaView {  // a copy, safe to use without the pool's lock
+  uint32_t index = 0;
+  std::string host;
+  uint16_t port = 0;
+  std::string replica_id;  // from /v1/info; the address until known (and for foreign replicas)
+  ReplicaKind kind = ReplicaKind::kAuto;  // kAuto until detected
+  std::string hash_model;                 // kvcascade only (foreign: the request's model)
+  std::vector<std::string> models;
+  // The replica's chat template from /v1/info (null: canonical rendering): chat requests are
+  // hashed as the replica will tokenize them.
+  std::shared_ptr<const ChatTemplate> chat_template;
+  // Put around a completion prompt before hashing, as the replica's tokenizer does (BOS).
+  std::string completion_prefix, completion_suffix;
+  int32_t block_size = 16;
+  bool healthy = false;
+  bool exact = false;  // KV events subscribed
+  // The replica's last load report; load_reported false when it has none (openai kind) or its
+  // load signal failed (load_error says why): the router's own counts stand in.
+  bool load_reported = false;
+  int64_t queued_prefill_tokens = 0, running_sequences = 0, waiting_sequences = 0;
+  std::optional<double> kv_usage;             // 0..1, when reported
+  std::optional<int64_t> kv_capacity_tokens;  // when reported
+  std::string error;                          // why the last poll failed
+  std::string load_error;
+  // Sent by this router and not yet answered: requests, and their prompts' bytes.
+  int64_t in_flight = 0;
+  int64_t in_flight_prompt_bytes = 0;
+  // The prompt tokens this router expects the replica to compute (those it did not hold) for
+  // requests whose answer has not started: fresher than a load report (polled every
+  // poll_interval). Shown in /router/state; not in the policy's cost: tried there, it moved
+  // requests off their prefixes' holders under load (rl mix: hits 95% -> 92% of the oracle).
+  int64_t pending_prefill_tokens = 0;
+};
+
+class ReplicaPool {
+ public:
+  // `index` is fed by the replicas' KV events; `approx` (optional) holds the entries the router
+  // inserts for replicas without them. Both are guarded by index_mu; a replica that leaves
+  // routing leaves both.
+  ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu, const Clock& clock,
+              PoolConfig config = {}, RadixIndex* approx = nullptr);
+  ~ReplicaPool();  // stops the poller and the subscriptions
+
+  // "host:port" (an http:// prefix is accepted); kAuto: detected (else default_kind when that is
+  // set). Returns the replica's index.
+  Result<uint32_t> add(const std::string& address, ReplicaKind kind = ReplicaKind::kAuto);
+  // The replica is gone (DNS, operator): its entries leave the index.
+  void remove(uint32_t index);
+  // Replaces the set of addresses (DNS discovery): new ones added, missing ones removed.
+  void set_addresses(const std::vector<std::string>& addresses);
+  void start();  // background polling and subscriptions
+  // One synchronous poll of every replica (tests, start-up).
+  void poll_now();
+  // Poll rounds completed so far (tests wait for rounds instead of sleeping).
+  uint64_t num_poll_rounds() const { return poll_rounds_.load(); }
+
+  std::vector<ReplicaView> snapshot() const;
+  std::optional<ReplicaView> get(uint32_t index) const;
+  // Proxy outcomes feed the circuit breaker and the in-flight counts. `cancellation`, when given,
+  // is cancelled if the replica is found dead while the exchange is in flight; pass the same one
+  // to end_request.
+  // prompt_bytes: the request's, counted in flight until end_request (give the same number).
+  // prefill_tokens: its uncached prompt tokens, pending until prefill_started or end_request
+  // (give end_request what prefill_started did not take).
+  void begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation = nullptr,
+                     int64_t prompt_bytes = 0, int64_t prefill_tokens = 0);
+  // The answer started (its first bytes came back): the replica has done the prefill.
+  void prefill_started(uint32_t index, int64_t prefill_tokens);
+  void end_request(uint32_t index, bool ok,
+                   const std::shared_ptr<http::Cancellation>& cancellation = nullptr,
+                   int64_t prompt_bytes = 0, int64_t prefill_tokens = 0);
+
+ private:
+  struct Replica;
+  void poll(Replica& r);
+  void set_approx_capacity_locked(const Replica& r);
+  void subscribe(uint32_t index);
+  void forget_blocks_locked(Replica& r);
+  void run();
+
+  http::Client& client_;
+  RadixIndex& index_;
+  std::mutex& index_mu_;
+  RadixIndex* approx_;
+  const Clock& clock_;
+  PoolConfig config_;
+  std::mutex poll_mu_;  // held through a round of polls
+  std::atomic<uint64_t> poll_rounds_{0};
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvc

@@ -1,0 +1,338 @@
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "router/policy/policy.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvc {
+
+uint64_t rendezvous_score(uint64_t key, const std::string& replica_id) {
+  return XXH3_64bits_withSeed(replica_id.data(), replica_id.size(), key);
+}
+
+namespace {
+
+std::vector<const Candidate*> healthy(std::span<const Candidate> candidates) {
+  std::vector<const Candidate*> out;
+  for (const Candidate& c : candidates)
+    if (c.healthy) out.push_back(&c);
+  assert(!out.empty());
+  return out;
+}
+
+int64_t decode_load(const Candidate& c) {
+  return c.running_sequences + c.waiting_sequences + c.in_flight_requests;
+}
+
+uint64_t affinity(const RouteRequest& r) {
+  return XXH3_64bits(r.affinity_key.data(), r.affinity_key.size());
+}
+
+// The candidate with the highest rendezvous score for `key` (ties cannot happen in practice;
+// lowest replica index otherwise).
+const Candidate* rendezvous(const std::vector<const Candidate*>& cs, uint64_t key) {
+  const Candidate* best = nullptr;
+  uint64_t best_score = 0;
+  for (const Candidate* c : cs) {
+    const uint64_t s = rendezvous_score(key, c->id);
+    if (!best || s > best_score) best = c, best_score = s;
+  }
+  return best;
+}
+
+class RoundRobin final : public Policy {
+ public:
+  std::string name() const override { return "round_robin"; }
+  RouteDecision choose(const RouteRequest&, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    return {cs[next_++ % cs.size()]->replica, "round_robin"};
+  }
+
+ private:
+  uint64_t next_ = 0;
+};
+
+class LeastLoad final : public Policy {
+ public:
+  std::string name() const override { return "least_load"; }
+  RouteDecision choose(const RouteRequest&, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    const Candidate* best = *std::min_element(cs.begin(), cs.end(), [](auto* a, auto* b) {
+      return decode_load(*a) + a->queued_prefill_tokens / 256 <
+             decode_load(*b) + b->queued_prefill_tokens / 256;
+    });
+    return {best->replica, "least_load"};
+  }
+};
+
+class ConsistentHash final : public Policy {
+ public:
+  std::string name() const override { return "consistent_hash"; }
+  RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
+    return {rendezvous(healthy(candidates), affinity(r))->replica, "consistent_hash"};
+  }
+};
+
+// SGLang router's cache-aware rule (its Rust defaults: 0.5 / 32 / 1.1): when load is
+// imbalanced, the shortest queue; otherwise the longest prefix match if it covers more than
+// cache_threshold of the prompt, else the replica whose tree is smallest.
+class SglangCacheAware final : public Policy {
+ public:
+  explicit SglangCacheAware(SglangPolicyConfig c) : c_(c) {}
+  std::string name() const override { return "sglang_cache_aware"; }
+  RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    auto load = [](const Candidate* c) { return c->in_flight_requests; };
+    const auto [lo, hi] = std::minmax_element(cs.begin(), cs.end(),
+                                              [&](auto* a, auto* b) { return load(a) < load(b); });
+    const bool imbalanced = load(*hi) - load(*lo) > c_.balance_abs_threshold &&
+                            static_cast<double>(load(*hi)) > c_.balance_rel_threshold * load(*lo);
+    if (imbalanced) return {(*lo)->replica, "load_balance"};
+    const Candidate* best = *std::max_element(cs.begin(), cs.end(), [](auto* a, auto* b) {
+      return a->matched_blocks < b->matched_blocks;
+    });
+    const double rate = r.prompt_bytes > 0
+                            ? static_cast<double>(best->matched_blocks * r.block_size) /
+                                  static_cast<double>(r.prompt_bytes)
+                            : 0.0;
+    if (rate > c_.cache_threshold) return {best->replica, "prefix_match"};
+    const Candidate* smallest = *std::min_element(
+        cs.begin(), cs.end(), [](auto* a, auto* b) { return a->index_blocks < b->index_blocks; });
+    return {smallest->replica, "smallest_tree"};
+  }
+
+ private:
+  SglangPolicyConfig c_;
+};
+
+// cost(r) = a * uncached prefill tokens + b * queued prefill tokens + c * decode load, over the
+// replicas a bounded-load rule allows; cold prompts by rendezvous of their first blocks, hot
+// prefixes spread over the top rendezvous replicas when their holder is overloaded.
+class KvCascade final : public Policy {
+ public:
+  explicit KvCascade(KvCascadePolicyConfig c) : c_(c) {}
+  std::string name() const override { return "kvcascade"; }
+  bool pins_siblings() const override { return true; }
+
+  void retried(const RouteRequest& r, const Candidate& from, const Candidate& to) override {
+    if (c_.work_bound_factor <= 0) return;
+    if (declared_members(r) > 1) {
+      // This member and the ones still to come (the router pins them to `to` now).
+      if (auto it = groups_.find(*r.group); it != groups_.end() && it->second.replica == from.id) {
+        move_group(it->second, declared_members(r) - it->second.seen + 1, to.id);
+        return;
+      }
+    }
+    const double moved = std::min(planned_work(r, from), recent(from));
+    recent_[from.id] -= moved;
+    recent_[to.id] += moved;
+  }
+
+  void record(const RouteRequest& r, const Candidate& chosen) override {
+    if (c_.work_bound_factor <= 0) return;
+    // A declared group is counted whole when its first member is placed (the others follow it
+    // there), so groups placed meanwhile see it; its later members add nothing, unless they land
+    // elsewhere (a pin that expired, a routing key): then the members still to come are counted
+    // there instead. Once all members were seen the id is forgotten (clients reuse ids).
+    const int32_t members = declared_members(r);
+    if (members > 1) {
+      if (auto it = groups_.find(*r.group); it != groups_.end()) {
+        CountedGroup& g = it->second;
+        if (g.replica != chosen.id) move_group(g, members - g.seen, chosen.id);
+        if (++g.seen >= members) groups_.erase(it);
+        return;
+      }
+    }
+    const double w = planned_work(r, chosen);
+    // One routed request per member: the decay and the mean request as if each came alone.
+    const double decay = std::pow(c_.work_decay, members), keep = std::pow(0.99, members);
+    for (auto& [id, v] : recent_)
+      v *= decay;
+    const double per = w / members;
+    mean_request_ = mean_request_ == 0 ? per : keep * mean_request_ + (1 - keep) * per;
+    recent_[chosen.id] += w;
+    if (members > 1) {
+      groups_[*r.group] = CountedGroup{chosen.id, per, 1};
+      group_order_.push_back(*r.group);
+      // Bounded: groups whose members never all come are forgotten oldest first.
+      while (group_order_.size() > kCountedGroups) {
+        groups_.erase(group_order_.front());
+        group_order_.pop_front();
+      }
+    }
+  }
+
+  RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
+    const auto cs = healthy(candidates);
+    int64_t total = 0;
+    for (const Candidate* c : cs)
+      total += decode_load(*c);
+    // Bounded load: nobody takes more than factor x its fair share after this request, plus a
+    // little slack so small or stale loads do not push a prefix away from its holder.
+    const double cap =
+        c_.bounded_load_factor * static_cast<double>(total + r.n) / static_cast<double>(cs.size()) +
+        static_cast<double>(r.n + c_.bounded_load_slack);
+    // Bounded work (KvCascadePolicyConfig::work_bound_factor).
+    double work_total = 0;
+    for (const Candidate* c : cs)
+      work_total += recent(*c);
+    // A declared group lands whole where its first member goes: it is placed by the work of all
+    // its members (planned_work).
+    // Staying is worth the prefill that moving would redo: a replica holding more of the prompt
+    // than any other may exceed the bound by work_lead_factor x that many tokens (once for a
+    // group: its later members find the prompt cached wherever it goes).
+    size_t top = 0, second = 0;  // the two longest matches
+    for (const Candidate* c : cs) {
+      second = std::max(second, std::min(top, c->matched_blocks));
+      top = std::max(top, c->matched_blocks);
+    }
+    auto lead_tokens = [&](const Candidate& c) {
+      return c.matched_blocks == top && top > second
+                 ? c_.work_lead_factor * static_cast<double>(top - second) * r.block_size
+                 : 0.0;
+    };
+    auto work_ok = [&](const Candidate& c) {
+      if (c_.work_bound_factor <= 0 || mean_request_ == 0) return true;
+      const double w = planned_work(r, c);
+      const double bound =
+          c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
+          c_.work_slack_requests * mean_request_ + lead_tokens(c);
+      return recent(c) + w <= bound;
+    };
+    std::vector<const Candidate*> allowed;
+    for (const Candidate* c : cs) {
+      if (static_cast<double>(decode_load(*c) + r.n) <= cap && work_ok(*c)) allowed.push_back(c);
+    }
+    if (allowed.empty()) {
+      allowed.push_back(*std::min_element(cs.begin(), cs.end(), [&](auto* a, auto* b) {
+        return std::pair(decode_load(*a), recent(*a)) < std::pair(decode_load(*b), recent(*b));
+      }));
+    }
+    const uint64_t key = affinity(r);
+    size_t longest = 0;
+    const Candidate* holder = nullptr;
+    for (const Candidate* c : cs) {
+      if (c->matched_blocks > longest) longest = c->matched_blocks, holder = c;
+    }
+    if (longest == 0) return {rendezvous(allowed, key)->replica, "cold_rendezvous"};
+
+    const Candidate* best = nullptr;
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (const Candidate* c : allowed) {
+      const double cost = this->cost(r, *c);
+      // Equal costs: rendezvous order, so independent routers agree.
+      if (cost < best_cost ||
+          (cost == best_cost && rendezvous_score(key, c->id) > rendezvous_score(key, best->id))) {
+        best = c, best_cost = cost;
+      }
+    }
+    const bool holder_allowed = std::find(allowed.begin(), allowed.end(), holder) != allowed.end();
+    if (!holder_allowed && best->matched_blocks > 0) {
+      // The holder is over its bound but another replica under it holds part of the prefix: the
+      // cheapest of those (the prefix has replicated there before).
+      return {best->replica, "hot_spread"};
+    }
+    if (!holder_allowed) {
+      // The prefix is hot and its holder overloaded: spread it over the top rendezvous replicas.
+      std::vector<const Candidate*> ranked = allowed;
+      std::sort(ranked.begin(), ranked.end(), [&](auto* a, auto* b) {
+        return rendezvous_score(key, a->id) > rendezvous_score(key, b->id);
+      });
+      ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(c_.hot_spread)));
+      const Candidate* spread =
+          *std::min_element(ranked.begin(), ranked.end(),
+                            [&](auto* a, auto* b) { return cost(r, *a) < cost(r, *b); });
+      return {spread->replica, "hot_spread"};
+    }
+    return {best->replica, best->matched_blocks > 0 ? "prefix_match" : "least_cost"};
+  }
+
+ private:
+  double cost(const RouteRequest& r, const Candidate& c) const {
+    const int64_t cached = static_cast<int64_t>(c.matched_blocks) * r.block_size;
+    const int64_t uncached = std::max<int64_t>(0, r.prompt_bytes - cached);
+    const double pressure =
+        c.kv_usage > c_.kv_pressure_start
+            ? (std::min(c.kv_usage, 1.0) - c_.kv_pressure_start) / (1.0 - c_.kv_pressure_start)
+            : 0.0;
+    const double queued =
+        static_cast<double>(c.queued_prefill_tokens) + pressure * c_.kv_pressure_tokens;
+    return c_.weight_uncached_prefill * static_cast<double>(uncached) +
+           c_.weight_queued_prefill * queued +
+           c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
+  }
+
+  struct CountedGroup {
+    std::string replica;  // where its work is counted
+    double per_member = 0;
+    int32_t seen = 0;  // members recorded so far
+  };
+  // Moves `members` members' share of a group's counted work to replica `to`.
+  void move_group(CountedGroup& g, int32_t members, const std::string& to) {
+    const double moved = std::min(g.per_member * members, recent(g.replica));
+    recent_[g.replica] -= moved;
+    recent_[to] += moved;
+    g.replica = to;
+  }
+  double recent(const std::string& id) const {
+    auto it = recent_.find(id);
+    return it == recent_.end() ? 0.0 : it->second;
+  }
+  double recent(const Candidate& c) const { return recent(c.id); }
+  static int32_t declared_members(const RouteRequest& r) {
+    return r.group && r.group_size > 1 ? r.group_size : 1;
+  }
+  // The work a request brings to c: its uncached prompt once (a declared group's later members
+  // find it cached) and every sample's completion (all members' for a group's first member).
+  static double planned_work(const RouteRequest& r, const Candidate& c) {
+    const int64_t cached = static_cast<int64_t>(c.matched_blocks) * r.block_size;
+    return static_cast<double>(std::max<int64_t>(0, r.prompt_bytes - cached)) +
+           static_cast<double>(declared_members(r)) * static_cast<double>(r.n) *
+               static_cast<double>(std::max<int64_t>(r.max_tokens, 1));
+  }
+
+  static constexpr size_t kCountedGroups = 8192;
+  KvCascadePolicyConfig c_;
+  std::unordered_map<std::string, double> recent_;        // replica id -> decayed routed work
+  double mean_request_ = 0;                               // mean work of a request (EWMA)
+  std::unordered_map<std::string, CountedGroup> groups_;  // declared groups being counted
+  std::deque<std::string> group_order_;                   // ...oldest first (bounded)
+};
+
+}  // namespace
+
+RouteDecision route_by_key(std::string_view key, std::span<const Candidate> candidates) {
+  const uint64_t h = XXH3_64bits(key.data(), key.size());
+  return {rendezvous(healthy(candidates), h)->replica, "routing_key"};
+}
+
+std::unique_ptr<Policy> make_kvcascade_policy(KvCascadePolicyConfig config) {
+  return std::make_unique<KvCascade>(config);
+}
+
+std::unique_ptr<Policy> make_sglang_policy(SglangPolicyConfig config) {
+  return std::make_unique<SglangCacheAware>(config);
+}
+
+std::unique_ptr<Policy> make_policy(const std::string& name) {
+  if (name == "kvcascade") return make_kvcascade_policy({});
+  if (name == "round_robin") return std::make_unique<RoundRobin>();
+  if (name == "least_load") return std::make_unique<LeastLoad>();
+  if (name == "consistent_hash") return std::make_unique<ConsistentHash>();
+  if (name == "sglang_cache_aware") return make_sglang_policy({});
+  return nullptr;
+}
+
+std::vector<std::string> policy_names() {
+  return {"kvcascade", "round_robin", "least_load", "consistent_hash", "sglang_cache_aware"};
+}
+
+}  // namespace kvc

@@ -1,0 +1,116 @@
+// Routing policies: given a request's prefix-match results and each replica's load, choose a
+// replica and say why. Pure functions of their inputs (plus the policy's own small state), so
+// they are tested without sockets and several routers given the same inputs agree.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefix_index/block_hash.h"
+
+namespace kvc {
+
+// One replica as the router sees it when a request arrives.
+struct Candidate {
+  uint32_t replica = 0;  // index in the router's pool (also the RadixIndex ReplicaId)
+  std::string id;        // its --replica-id, for stable hashing across routers
+  bool healthy = true;
+  size_t matched_blocks = 0;  // leading blocks of the request the replica holds
+  // Load: the replica's last /v1/load report plus what this router sent since.
+  int64_t queued_prefill_tokens = 0;
+  int64_t running_sequences = 0;
+  int64_t waiting_sequences = 0;
+  int64_t in_flight_requests = 0;  // sent by this router, not yet answered
+  double kv_usage = 0;             // share of its KV cache in use (engines that report it), 0..1
+  size_t index_blocks = 0;         // blocks the router's index holds for it (SGLang's tree size)
+};
+
+struct RouteRequest {
+  std::span<const BlockHash> blocks;  // the prompt's chained block hashes
+  int64_t prompt_bytes = 0;           // the prompt's size (the byte tokenizer's tokens)
+  int32_t block_size = 16;
+  int32_t n = 1;                     // samples: decode load counts n times
+  int64_t max_tokens = 0;            // per sample: the completion work it may ask for
+  int32_t group_size = 0;            // requests declared for `group` (0: not declared)
+  std::optional<std::string> group;  // user-supplied sibling group id
+  // The prompt's first RouterConfig::affinity_key_blocks blocks: the key of rendezvous and
+  // consistent hashing (cold prompts, the consistent_hash policy).
+  std::string affinity_key;
+};
+
+struct RouteDecision {
+  uint32_t replica = 0;
+  std::string reason;  // "prefix_match", "least_load", "sibling_pinned", "cold_rendezvous", ...
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  // Precondition: at least one candidate is healthy. Returns a healthy candidate's replica.
+  virtual RouteDecision choose(const RouteRequest& request,
+                               std::span<const Candidate> candidates) = 0;
+  // Whether the router keeps siblings (the same `group`, or identical prompts close together:
+  // router/policy/sibling_tracker.h) on the replica this policy chose for the first of them.
+  virtual bool pins_siblings() const { return false; }
+  // Every request the router sends, however it chose the replica (pinned siblings, routing
+  // keys): policies that balance the work they route count it here.
+  virtual void record(const RouteRequest& request, const Candidate& chosen) {}
+  // A request recorded on `from` was sent to `to` instead (its try there failed before any
+  // answer): what record() counted for it moves with it.
+  virtual void retried(const RouteRequest& request, const Candidate& from, const Candidate& to) {}
+};
+
+struct KvCascadePolicyConfig {
+  double weight_uncached_prefill = 1.0;  // a: per prompt token the replica must compute
+  double weight_queued_prefill = 1.0;    // b: per token already queued there
+  double weight_decode = 16.0;           // c: per running/waiting sequence (n counts n times)
+  // A prefix is hot when more than this share of its cost-equal replicas would be overloaded:
+  // bounded-load rendezvous spreads it over up to `hot_spread` replicas.
+  int32_t hot_spread = 2;
+  double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load...
+  int32_t bounded_load_slack = 32;    // ...plus this many sequences
+  // Bounded work: besides sequences, each replica's recently routed work (its uncached prompt
+  // tokens + n x max_tokens per request, decayed by work_decay per routed request; a declared
+  // group counted whole at its first member) may exceed the mean by work_bound_factor, plus
+  // work_slack_requests mean requests, plus work_lead_factor x the prefill it saves (the prompt
+  // tokens it holds beyond any other replica: moving redoes them and delays the request by
+  // them). A prefix whose holder is over the bound moves to the cheapest replica under it (its
+  // prefix then replicates to as many replicas as its load needs). 0: off.
+  double work_bound_factor = 1.1;
+  double work_slack_requests = 4.0;
+  double work_lead_factor = 2.0;
+  double work_decay = 0.999;
+  // KV pressure (engines reporting their KV-cache usage, e.g. vLLM's kv_cache_usage_perc): past
+  // kv_pressure_start, new work there waits for memory or preempts, so the replica is charged as
+  // if its queue held up to kv_pressure_tokens more prefill tokens (linearly, at 100% usage).
+  double kv_pressure_start = 0.9;
+  double kv_pressure_tokens = 16384;
+};
+
+struct SglangPolicyConfig {  // SGLang router's Rust defaults
+  double cache_threshold = 0.5;
+  int64_t balance_abs_threshold = 32;
+  double balance_rel_threshold = 1.1;
+};
+
+// name: "kvcascade", "round_robin", "least_load", "consistent_hash", "sglang_cache_aware".
+std::unique_ptr<Policy> make_policy(const std::string& name);
+std::unique_ptr<Policy> make_kvcascade_policy(KvCascadePolicyConfig config);
+std::unique_ptr<Policy> make_sglang_policy(SglangPolicyConfig config);
+std::vector<std::string> policy_names();
+
+// Highest-random-weight hash of (key, replica id): the rendezvous score.
+uint64_t rendezvous_score(uint64_t key, const std::string& replica_id);
+
+// An explicit affinity key (a session, an RL rollout): the healthy candidate with the highest
+// rendezvous score for it, whatever the policy, reason "routing_key". Every router agrees, and a
+// key moves only when its replica leaves. Precondition: at least one candidate is healthy.
+RouteDecision route_by_key(std::string_view key, std::span<const Candidate> candidates);
+
+}  // namespace kvc

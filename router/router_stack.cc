@@ -1,0 +1,86 @@
+#include "router/router_stack.h"
+
+#include <algorithm>
+
+namespace kvc {
+namespace {
+
+RadixIndexConfig approx_config(const RouterStackConfig& c) {
+  RadixIndexConfig r;
+  r.capacity_blocks_per_replica = c.approx_capacity_blocks;
+  r.ttl = c.approx_ttl;
+  return r;
+}
+
+// Proxied requests set their own timeouts (RouterConfig); these are for the pool's polls and
+// KV-event feeds.
+http::ClientLimits client_limits() {
+  http::ClientLimits l;
+  l.body_idle_timeout = std::chrono::hours(24);  // KV-event streams are long-lived
+  return l;
+}
+
+// One replica key for everything the router sends a replica: proxied requests and pool traffic.
+RouterStackConfig with_replica_key(RouterStackConfig c) {
+  c.pool.replica_api_key = c.router.replica_api_key;
+  return c;
+}
+
+}  // namespace
+
+RouterStack::RouterStack(RouterStackConfig config)
+    : config_(with_replica_key(std::move(config))),
+      index_(SteadyClock::instance()),
+      approx_(SteadyClock::instance(), approx_config(config_)),
+      metrics_(registry_) {
+  http_ = std::make_unique<http::Server>(
+      config_.limits,
+      [this](http::Request r, std::shared_ptr<http::Responder> w) {
+        server_->handle(std::move(r), std::move(w));
+      },
+      config_.http_threads);
+  client_ = std::make_unique<http::Client>(client_limits(), http_->io_context());
+  pool_ = std::make_unique<ReplicaPool>(*client_, index_, index_mu_, SteadyClock::instance(),
+                                        config_.pool, &approx_);
+  server_ = std::make_unique<RouterServer>(*pool_, index_, approx_, index_mu_, *client_,
+                                           SteadyClock::instance(), config_.router, &registry_,
+                                           &metrics_);
+}
+
+RouterStack::~RouterStack() {
+  stop();
+}
+
+Result<uint16_t> RouterStack::start(const std::string& host, uint16_t port) {
+  const std::vector<ReplicaKind>& kinds = config_.replica_kinds;
+  if (kinds.size() > 1 && kinds.size() != config_.replicas.size()) {
+    return Error{"give one replica kind for all replicas or one per replica (" +
+                 std::to_string(kinds.size()) + " kinds for " +
+                 std::to_string(config_.replicas.size()) + " replicas)"};
+  }
+  for (size_t i = 0; i < config_.replicas.size(); ++i) {
+    const ReplicaKind kind =
+        kinds.empty() ? ReplicaKind::kAuto : kinds[std::min(i, kinds.size() - 1)];
+    if (auto added = pool_->add(config_.replicas[i], kind); !added.ok()) {
+      return Error{added.error().message};
+    }
+  }
+  if (!config_.replica_dns.empty()) {
+    dns_ = std::make_unique<DnsDiscovery>(*pool_, config_.replica_dns, config_.dns_interval);
+    if (Status s = dns_->start(); !s.ok()) return Error{s.message()};
+  }
+  pool_->poll_now();
+  pool_->start();
+  return http_->listen(host, port);
+}
+
+void RouterStack::stop() {
+  // The client's exchanges (KV-event subscriptions, requests in flight) end while the server's
+  // threads still run them; then the server stops and joins its threads. The server object
+  // stays: the client's io_context is its.
+  if (client_) client_->shutdown();
+  if (http_) http_->stop();
+  dns_.reset();
+}
+
+}  // namespace kvc

@@ -1,0 +1,151 @@
+#include "api/openai_request.h"
+
+#include <gtest/gtest.h>
+
+namespace kvc {
+namespace {
+
+OpenAiRequest ok(Endpoint e, std::string_view body) {
+  auto r = parse_openai_request(e, body);
+  EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(r))
+      << (std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).message : "");
+  return std::holds_alternative<OpenAiRequest>(r) ? std::get<OpenAiRequest>(r) : OpenAiRequest{};
+}
+
+ApiError err(Endpoint e, std::string_view body) {
+  auto r = parse_openai_request(e, body);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(OpenAiRequest, CompletionsFieldsAndPromptForms) {
+  const auto r = ok(Endpoint::kCompletions, R"({"model":"tiny","prompt":"hi","n":8,
+      "max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":4,"seed":7,"stop":["\n","END"],
+      "stream":true,"stream_options":{"include_usage":true},"group":"g1","cache_salt":"t",
+      "ignore_eos":true,"some_unknown_field":{}})");
+  EXPECT_EQ(r.model, "tiny");
+  EXPECT_EQ(r.prompts, std::vector<std::string>{"hi"});
+  EXPECT_EQ(r.n, 8);
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
+  EXPECT_EQ(r.top_k, 4);
+  EXPECT_EQ(r.seed, 7u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  EXPECT_EQ(r.group, "g1");
+  EXPECT_EQ(r.cache_salt, "t");
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a","b"]})").prompts.size(), 2u);
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[104,105]})").prompts,
+            std::vector<std::string>{"hi"});
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[[104],[105]]})").prompts,
+            (std::vector<std::string>{"h", "i"}));
+}
+
+TEST(OpenAiRequest, ChatRendersMessages) {
+  const auto r = ok(Endpoint::kChatCompletions,
+                    R"({"model":"m","messages":[{"role":"user","content":"hi"}],
+                        "max_completion_tokens":3})");
+  EXPECT_EQ(r.prompts, std::vector<std::string>{"<|start|>user\nhi<|end|>\n<|start|>assistant\n"});
+  EXPECT_EQ(r.max_tokens, 3);
+  EXPECT_EQ(err(Endpoint::kChatCompletions,
+                R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})")
+                .param,
+            "messages");
+}
+
+TEST(OpenAiRequest, InvalidFieldsNameTheField) {
+  const Endpoint c = Endpoint::kCompletions;
+  EXPECT_EQ(err(c, "{").message.find("invalid JSON"), 0u);
+  EXPECT_EQ(err(c, "[1]").status, 400);
+  EXPECT_EQ(err(c, R"({"prompt":"x"})").param, "model");
+  EXPECT_EQ(err(c, R"({"model":5,"prompt":"x"})").param, "model");
+  EXPECT_EQ(err(c, R"({"model":"m"})").param, "prompt");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":""})").param, "prompt");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":{}})").param, "prompt");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":[300]})").param, "prompt[0]");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":0})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":100000})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":"2"})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":1.5})").param, "n");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","temperature":-1})").param, "temperature");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","top_p":0})").param, "top_p");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop":[1]})").param, "stop");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop":["a","b","c","d","e"]})").param, "stop");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream":"yes"})").param, "stream");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","seed":"1"})").param, "seed");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","logprobs":5})").param, "logprobs");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":1}})").param,
+            "stream_options.include_usage");
+  const ApiError utf8 = err(c, "{\"model\":\"m\",\"prompt\":\"\xff\xfe\"}");
+  EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
+}
+
+// nlohmann's lexer reads a NUL byte as the end of input, so a valid JSON text followed by
+// "\0garbage" used to parse. A NUL is never valid in JSON text, raw or in a string.
+TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {
+  const Endpoint c = Endpoint::kCompletions;
+  const std::string body = R"({"model":"m","prompt":"x"})";
+  ok(c, body);
+  ok(c, body + " \r\n\t");  // trailing whitespace is part of JSON text
+  for (const std::string& tail : {std::string("\0garbage", 8), std::string(1, '\0'),
+                                  std::string(" \0", 2), std::string("x"), std::string("{}")}) {
+    const ApiError e = err(c, body + tail);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.message.find("invalid JSON"), 0u) << e.message;
+  }
+  const ApiError inside = err(c, std::string("{\"model\":\"m\",\"prompt\":\"a\0b\"}", 28));
+  EXPECT_EQ(inside.status, 400);
+  const ApiError chat = err(Endpoint::kChatCompletions,
+                            std::string(R"({"model":"m","messages":[]})") + std::string("\0x", 2));
+  EXPECT_EQ(chat.message.find("invalid JSON"), 0u) << chat.message;
+}
+
+// kRouting: what a router in front of another engine needs, and nothing that engine judges.
+TEST(OpenAiRequest, RoutingModeTakesWhatOtherEnginesAccept) {
+  auto routing = [](Endpoint e, std::string_view body) {
+    auto r = parse_openai_request(e, body, {}, {}, ParseMode::kRouting);
+    EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(r))
+        << (std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).message : "");
+    return std::holds_alternative<OpenAiRequest>(r) ? std::get<OpenAiRequest>(r) : OpenAiRequest{};
+  };
+  // Token ids of a real tokenizer, logprobs, out-of-range sampling: refused in full mode only.
+  const char* body =
+      R"({"model":"llama","prompt":[128000,9906,1917],"logprobs":5,"temperature":7,"n":3,)"
+      R"("stream":true,"cache_salt":"s","group":"g","max_tokens":1000000})";
+  EXPECT_EQ(err(Endpoint::kCompletions, body).param, "prompt[0]");
+  const OpenAiRequest r = routing(Endpoint::kCompletions, body);
+  EXPECT_EQ(r.model, "llama");
+  EXPECT_EQ(r.prompts.front(), std::string("\x00\xf4\x01\x00\xb2\x26\x00\x00\x7d\x07\x00\x00", 12));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.cache_salt, "s");
+  EXPECT_EQ(r.group, "g");
+  // Byte-sized ids give the full mode's bytes.
+  EXPECT_EQ(routing(Endpoint::kCompletions, R"({"model":"m","prompt":[104,105]})").prompts.front(),
+            "hi");
+  // Chat with an image part: each message's JSON, so the next turn extends this one.
+  const std::string turn1 =
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})";
+  const std::string turn2 =
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]},)"
+      R"({"role":"assistant","content":"a cat"},{"role":"user","content":"why?"}]})";
+  err(Endpoint::kChatCompletions, turn1);
+  const std::string p1 = routing(Endpoint::kChatCompletions, turn1).prompts.front();
+  const std::string p2 = routing(Endpoint::kChatCompletions, turn2).prompts.front();
+  EXPECT_EQ(p2.substr(0, p1.size()), p1);
+  // A body the full mode accepts renders alike in both modes.
+  const char* chat = R"({"model":"m","messages":[{"role":"user","content":"hello"}]})";
+  EXPECT_EQ(routing(Endpoint::kChatCompletions, chat).prompts,
+            ok(Endpoint::kChatCompletions, chat).prompts);
+  // Still refused: no model, no prompt, not JSON.
+  for (const char* bad :
+       {R"({"prompt":"x"})", R"({"model":"m"})", "{", R"({"model":"m","prompt":[-1]})"}) {
+    EXPECT_TRUE(std::holds_alternative<ApiError>(
+        parse_openai_request(Endpoint::kCompletions, bad, {}, {}, ParseMode::kRouting)))
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace kvc

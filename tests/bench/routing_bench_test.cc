@@ -1,0 +1,97 @@
+// The routing evaluation, small (the CI check of the routing evaluation): ~300 requests of the
+// mixed trace through the router over real sockets on 127.0.0.1 in front of 4 sim replicas, for the
+// kvcascade policy. Bounds are generous (a loaded 2-core machine moves decisions that depend on
+// timing); they catch a policy that stops following cached prefixes or piles work on one replica.
+#include "bench/routing_bench.h"
+
+#include <gtest/gtest.h>
+
+#include "bench/routing_plot.h"
+
+namespace kvc::bench {
+namespace {
+
+TEST(RoutingBench, OracleCountsEveryRepeatedFullBlock) {
+  TraceRequest a;
+  a.prompt = std::string(40, 'a');  // 2 full blocks
+  TraceRequest b = a;
+  b.prompt += std::string(20, 'b');  // the same 2 blocks, then 1 more full block
+  TraceRequest c;
+  c.prompt = std::string(40, 'c');
+  EXPECT_EQ(oracle_cached_tokens({a, b, c, b}), 32 + 48);
+}
+
+// The TTFT floor: a prompt seen before (the oracle holds it) costs one short step; a new long one
+// a step per chunk of the step budget, and more the longer it is.
+TEST(RoutingBench, TtftFloorFollowsWhatTheOracleHolds) {
+  const SimPreset preset = *sim_preset("h200-llama3-8b");
+  TraceRequest a;
+  a.prompt = std::string(3000, 'a');
+  TraceRequest b;
+  b.prompt = std::string(6000, 'b');
+  const std::vector<double> ms = ttft_floor_ms({a, a, b}, preset, 2048);
+  ASSERT_EQ(ms.size(), 3u);
+  EXPECT_GT(ms[0], 0);
+  EXPECT_LT(ms[1], ms[0] / 3);  // cached but for the last token: one small step
+  EXPECT_GT(ms[2], ms[0]);      // 3 chunks against 2
+  EXPECT_EQ(oracle_cached_per_request({a, a, b}),
+            (std::vector<int64_t>{0, 2992, 0}));  // full 16-token blocks
+}
+
+// The plot: one bar pair per (mix, policy), every policy in the legend, the values written on it;
+// a document without results, or a result missing a field, is a clear error.
+TEST(RoutingPlot, DrawsEveryMixAndPolicyAndRefusesIncompleteResults) {
+  nlohmann::json doc = {{"results", nlohmann::json::array()}};
+  for (const char* mix : {"chat", "rl"}) {
+    for (const char* policy : {"kvcascade", "round_robin"}) {
+      RoutingResult r;
+      r.mix = mix;
+      r.policy = policy;
+      r.requests = 3;
+      r.replica_work = {10, 20, 30};
+      r.ttft_ms = {12.0, 18.5, 730.0};
+      r.cached_tokens = 90;
+      r.oracle_cached_tokens = 100;
+      doc["results"].push_back(r.to_json());
+    }
+  }
+  Result<std::string> svg = routing_plot_svg(doc);
+  ASSERT_TRUE(svg.ok()) << svg.error().message;
+  EXPECT_EQ(svg->rfind("<svg", 0), 0u);
+  EXPECT_NE(svg->find("</svg>"), std::string::npos);
+  for (const char* s : {"kvcascade", "round_robin", "chat: TTFT", "rl: max/mean", "1.50", "90.0%"})
+    EXPECT_NE(svg->find(s), std::string::npos) << s;
+  size_t rects = 0;
+  for (size_t at = svg->find("<rect"); at != std::string::npos; at = svg->find("<rect", at + 1))
+    ++rects;
+  EXPECT_EQ(rects, 1u + 2u + 4u * 3u);  // background, legend, per result: TTFT, p90 mark, work
+  EXPECT_FALSE(routing_plot_svg(nlohmann::json::object()).ok());
+  doc["results"][1].erase("ttft_ms");
+  Result<std::string> bad = routing_plot_svg(doc);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("lacks a field"), std::string::npos);
+}
+
+TEST(RoutingBench, KvcascadeOnFourSimReplicasKeepsHitsAndBalance) {
+  TraceMix mix = *trace_mix("mixed");
+  mix.requests = 300;
+  mix.rate_per_s = 30;
+  const std::vector<TraceRequest> trace = generate_trace(mix);
+  RoutingBenchOptions o;
+  o.replicas = 4;
+  o.progress = false;
+  o.request_timeout_s = 30;
+  Result<RoutingResult> r = run_routing(trace, "mixed", "kvcascade", o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->errors, 0);
+  EXPECT_EQ(r->requests, 300);
+  EXPECT_GT(r->oracle_cached_tokens, 0);
+  EXPECT_GE(r->hit_ratio(), 0.70) << r->to_json().dump();
+  EXPECT_LE(r->hit_ratio(), 1.0);
+  EXPECT_LE(r->max_over_mean_work(), 1.7) << r->to_json().dump();
+  EXPECT_EQ(r->replica_work.size(), 4u);
+  EXPECT_EQ(r->ttft_ms.size(), 300u);
+}
+
+}  // namespace
+}  // namespace kvc::bench

@@ -1,0 +1,203 @@
+// Engine tests on the tiny model (random weights) with the CPU backend.
+#include "replica/core/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "replica/backend/cpu/cpu_backend.h"
+#include "replica/model/weights.h"
+#include "tests/testing/fake_clock.h"
+
+namespace kvc {
+namespace {
+
+struct RunOutput {
+  std::map<std::pair<uint64_t, int32_t>, std::string> texts;
+  std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> tokens;
+  // Gap between the best and second-best logit at each (group, sibling, position).
+  std::map<std::tuple<uint64_t, int32_t, int32_t>, float> gaps;
+  std::vector<StepStats> steps;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static ModelWeights& weights() {
+    static ModelWeights w = random_weights(*preset_config("tiny"), 42);
+    return w;
+  }
+
+  RunOutput run(const std::vector<GenerationRequest>& requests, bool cascade, int32_t blocks = 512,
+                int32_t block_size = 16) {
+    CpuBackend backend(weights(), blocks, block_size);
+    EngineConfig config;
+    config.cascade.enabled = cascade;
+    config.cascade.min_shared_tokens = 16;
+    config.cascade.pass_overhead_bytes = 0;
+    Engine engine(backend, tokenizer_, config, clock_);
+    RunOutput out;
+    engine.set_logits_observer([&](uint64_t g, int32_t s, int32_t pos, std::span<const float> l) {
+      std::vector<float> sorted(l.begin(), l.end());
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      out.gaps[{g, s, pos}] = sorted[0] - sorted[1];
+    });
+    for (const auto& r : requests)
+      EXPECT_TRUE(engine.submit(r).ok());
+    while (engine.has_work()) {
+      StepResult step = engine.step();
+      for (const auto& o : step.outputs)
+        out.texts[{o.group, o.sibling}] += o.text_delta;
+      for (const auto& g : step.finished) {
+        for (const Sequence& s : g->seqs) {
+          out.tokens[{g->id, s.sibling}].assign(s.tokens.begin() + g->prompt.size(),
+                                                s.tokens.end());
+        }
+      }
+      out.steps.push_back(step.stats);
+    }
+    EXPECT_EQ(engine.pool().counts().num_blocks_used, 0);
+    return out;
+  }
+
+  GenerationRequest request(const std::string& prompt, int32_t n, float temperature,
+                            int32_t max_tokens, uint64_t seed = 7) {
+    GenerationRequest r;
+    r.prompt = tokenizer_.encode(prompt);
+    r.n = n;
+    r.params.temperature = temperature;
+    r.params.max_tokens = max_tokens;
+    r.params.seed = seed;
+    r.params.ignore_eos = true;
+    return r;
+  }
+
+  ByteTokenizer tokenizer_;
+  testing::FakeClock clock_;
+};
+
+const std::string kSystem =
+    "You are a helpful assistant. Answer briefly and cite the document when you can. ";
+
+TEST_F(EngineTest, GreedyCascadeEqualsFlat) {
+  std::vector<GenerationRequest> reqs;
+  reqs.push_back(request(kSystem + "Document A: the cat sat on the mat. Q: where?", 4, 0, 24));
+  reqs.push_back(request(kSystem + "Document B: rain in Spain. Q: what falls?", 3, 0, 24));
+  reqs.push_back(request("Short prompt with no shared prefix", 1, 0, 24));
+  const RunOutput flat = run(reqs, false);
+  const RunOutput cascade = run(reqs, true);
+  // The cascade run really used cascade levels.
+  int kept = 0;
+  for (const auto& s : cascade.steps)
+    kept += s.cascade.num_levels_kept();
+  EXPECT_GT(kept, 0);
+  ASSERT_EQ(flat.tokens.size(), cascade.tokens.size());
+  for (const auto& [key, ft] : flat.tokens) {
+    const auto& ct = cascade.tokens.at(key);
+    ASSERT_EQ(ft.size(), ct.size());
+    const auto diff = std::mismatch(ft.begin(), ft.end(), ct.begin());
+    if (diff.first == ft.end()) continue;
+    // A flip is only acceptable at a near-tie of the two routes' logits.
+    const int32_t pos =
+        static_cast<int32_t>(reqs[key.first - 1].prompt.size() + (diff.first - ft.begin()));
+    const float gap = flat.gaps.at({key.first, key.second, pos});
+    EXPECT_LT(gap, 1e-4f) << "group " << key.first << " sample " << key.second
+                          << " diverged at position " << pos << " with a logit gap of " << gap;
+  }
+}
+
+TEST_F(EngineTest, SameSeedSameOutputDifferentSeedDifferent) {
+  const std::string p = kSystem + "Tell a story.";
+  const RunOutput a = run({request(p, 3, 1.0f, 20, 11)}, true);
+  const RunOutput b = run({request(p, 3, 1.0f, 20, 11)}, true);
+  const RunOutput c = run({request(p, 3, 1.0f, 20, 12)}, true);
+  EXPECT_EQ(a.texts, b.texts);
+  EXPECT_NE(a.texts, c.texts);
+  // Siblings of one group draw different samples.
+  EXPECT_NE(a.texts.at({1, 0}), a.texts.at({1, 1}));
+}
+
+TEST_F(EngineTest, SecondRequestWithSamePromptComputesOnlyTheSuffix) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  const GenerationRequest r = request(kSystem + "Q1", 1, 0, 4);  // 82 tokens: 5 full blocks
+  ASSERT_EQ(r.prompt.size(), 82u);
+  ASSERT_TRUE(engine.submit(r).ok());
+  while (engine.has_work())
+    engine.step();
+  ASSERT_TRUE(engine.submit(r).ok());
+  const StepResult first = engine.step();
+  EXPECT_EQ(first.stats.prefix_cache_query_tokens, 82);
+  EXPECT_EQ(first.stats.prefix_cache_hit_tokens, 80);
+  EXPECT_EQ(first.stats.num_prefill_tokens, 2);  // only the suffix is computed
+}
+
+TEST_F(EngineTest, SiblingsSharePromptBlocksAndFormOneCascadeLevel) {
+  CpuBackend backend(weights(), 256, 16);
+  EngineConfig config;
+  config.cascade.min_shared_tokens = 16;
+  Engine engine(backend, tokenizer_, config, clock_);
+  GenerationRequest r = request(std::string(512, 'x'), 8, 1.0f, 6);
+  ASSERT_TRUE(engine.submit(r).ok());
+  engine.step();  // prefill + first tokens
+  const StepResult decode = engine.step();
+  ASSERT_EQ(decode.stats.num_decode_seqs, 8);
+  ASSERT_EQ(decode.stats.cascade.num_levels_kept(), 1);
+  const LevelDecision& level = decode.stats.cascade.decisions[0];
+  EXPECT_EQ(level.members, 8);
+  EXPECT_EQ(level.shared_tokens, 512);
+  // 32 shared prompt blocks + one private block per sibling.
+  EXPECT_EQ(engine.pool().counts().num_blocks_used, 32 + 8);
+}
+
+TEST_F(EngineTest, RejectsAGroupThatCouldNeverFit) {
+  CpuBackend backend(weights(), 16, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  const auto id = engine.submit(request(std::string(100, 'y'), 8, 1.0f, 64));
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.error().message.find("KV blocks"), std::string::npos) << id.error().message;
+}
+
+// A batch of prompts is queued whole or not at all: a request whose second prompt can never run
+// must not have started its first (a stream answered 200, then an error event).
+TEST_F(EngineTest, SubmitAllQueuesEveryRequestOrNone) {
+  CpuBackend backend(weights(), 16, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  auto refused =
+      engine.submit_all({request("fits", 1, 1.0f, 4), request(std::string(100, 'y'), 8, 1.0f, 64)});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message.find("prompt[1]: "), 0u) << refused.error().message;
+  EXPECT_FALSE(engine.has_work());
+  auto queued = engine.submit_all({request("one", 1, 1.0f, 4), request("two", 2, 1.0f, 4)});
+  ASSERT_TRUE(queued.ok()) << queued.error().message;
+  ASSERT_EQ(queued->size(), 2u);
+  EXPECT_LT((*queued)[0], (*queued)[1]);
+  EXPECT_EQ(engine.scheduler().counts().num_groups_waiting, 2);
+}
+
+TEST_F(EngineTest, StopStringsAndLengthEndSequences) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  GenerationRequest r = request(kSystem, 1, 0, 40);
+  const RunOutput free_run = run({r}, true);
+  const std::string text = free_run.texts.at({1, 0});
+  ASSERT_GE(text.size(), 10u);
+  r.params.stop = {text.substr(5, 3)};
+  ASSERT_TRUE(engine.submit(r).ok());
+  std::string got;
+  FinishReason reason = FinishReason::kNone;
+  while (engine.has_work()) {
+    for (const auto& o : engine.step().outputs) {
+      got += o.text_delta;
+      if (o.finish != FinishReason::kNone) reason = o.finish;
+    }
+  }
+  EXPECT_EQ(reason, FinishReason::kStop);
+  EXPECT_EQ(got, text.substr(0, text.find(r.params.stop[0])));
+  EXPECT_EQ(free_run.tokens.at({1, 0}).size(), 40u);  // length-limited run made exactly 40
+}
+
+}  // namespace
+}  // namespace kvc

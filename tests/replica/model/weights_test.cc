@@ -1,0 +1,300 @@
+// Random initialisation (deterministic, sensibly scaled) and loading a Hugging Face folder:
+// sharded, mixed dtypes, tied and untied output embeddings, and the errors of a broken folder.
+#include "replica/model/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "replica/model/safetensors.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvc {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Small enough to write and read in milliseconds; GQA 2:1, ff not a multiple of h.
+ModelConfig small_config(bool tied) {
+  ModelConfig c;
+  c.name = "small";
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 96;
+  c.vocab_size = 50;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+nlohmann::json config_json(const ModelConfig& c) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"hidden_size", c.hidden_size},
+          {"num_hidden_layers", c.num_hidden_layers},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_key_value_heads},
+          {"intermediate_size", c.intermediate_size},
+          {"vocab_size", c.vocab_size},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", c.tie_word_embeddings},
+          {"torch_dtype", "bfloat16"}};
+}
+
+// One tensor of a checkpoint as Hugging Face names it, and the dtype the test stores it in.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+  DType dtype;
+};
+
+// The model's tensors under their HF names. Layer 0 is BF16, layer 1 mixes F16 and BF16, the
+// embeddings and norms are F32, lm_head BF16.
+std::vector<HfTensor> hf_tensors(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, ff = c.intermediate_size;
+  std::vector<HfTensor> t;
+  t.push_back({"model.embed_tokens.weight", {c.vocab_size, h}, w.embed, DType::kF32});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const LayerWeights& l = w.layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const DType attn = i == 0 ? DType::kBF16 : DType::kF16;
+    t.push_back({p + "input_layernorm.weight", {h}, l.attn_norm, DType::kF32});
+    t.push_back({p + "self_attn.q_proj.weight", {q, h}, l.wq, attn});
+    t.push_back({p + "self_attn.k_proj.weight", {kv, h}, l.wk, attn});
+    t.push_back({p + "self_attn.v_proj.weight", {kv, h}, l.wv, attn});
+    t.push_back({p + "self_attn.o_proj.weight", {h, q}, l.wo, attn});
+    t.push_back({p + "post_attention_layernorm.weight", {h}, l.mlp_norm, DType::kF32});
+    const auto mid = l.w_gate_up.begin() + ff * h;
+    t.push_back({p + "mlp.gate_proj.weight", {ff, h}, {l.w_gate_up.begin(), mid}, DType::kBF16});
+    t.push_back({p + "mlp.up_proj.weight", {ff, h}, {mid, l.w_gate_up.end()}, DType::kBF16});
+    t.push_back({p + "mlp.down_proj.weight", {h, ff}, l.w_down, DType::kBF16});
+  }
+  t.push_back({"model.norm.weight", {h}, w.final_norm, DType::kF32});
+  if (!c.tie_word_embeddings) {
+    t.push_back({"lm_head.weight", {c.vocab_size, h}, w.lm_head, DType::kBF16});
+  }
+  return t;
+}
+
+float rounded(float x, DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+      return f16_to_float(float_to_f16(x));
+    case DType::kBF16:
+      return bf16_to_float(float_to_bf16(x));
+    default:
+      return x;
+  }
+}
+
+// config.json and the tensors split over two shards (plus a stray tensor HF checkpoints carry).
+void write_folder(const std::string& dir, const nlohmann::json& config,
+                  const std::vector<HfTensor>& tensors) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  std::vector<NamedTensor> shard[2];
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const HfTensor& t = tensors[i];
+    shard[i < tensors.size() / 2 ? 0 : 1].push_back(
+        make_tensor(t.name, t.dtype, t.shape, t.values));
+  }
+  const std::vector<float> inv_freq(8, 0.5f);
+  shard[0].push_back(
+      make_tensor("model.layers.0.self_attn.rotary_emb.inv_freq", DType::kF32, {8}, inv_freq));
+  ASSERT_TRUE(write_safetensors(dir + "/model-00001-of-00002.safetensors", shard[0]).ok());
+  ASSERT_TRUE(write_safetensors(dir + "/model-00002-of-00002.safetensors", shard[1]).ok());
+}
+
+std::string load_error(const std::string& dir) {
+  Result<ModelWeights> w = load_hf_weights(dir);
+  EXPECT_FALSE(w.ok());
+  return w.ok() ? "" : w.error().message;
+}
+
+TEST(RandomWeights, DeterministicPerSeed) {
+  const ModelConfig c = small_config(false);
+  const ModelWeights a = random_weights(c, 1), b = random_weights(c, 1),
+                     other = random_weights(c, 2);
+  ASSERT_TRUE(check_weight_shapes(a).ok());
+  EXPECT_EQ(a.embed, b.embed);
+  EXPECT_EQ(a.lm_head, b.lm_head);
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    EXPECT_EQ(a.layers[i].wq, b.layers[i].wq);
+    EXPECT_EQ(a.layers[i].w_gate_up, b.layers[i].w_gate_up);
+    EXPECT_EQ(a.layers[i].w_down, b.layers[i].w_down);
+    EXPECT_NE(a.layers[i].wq, other.layers[i].wq);
+  }
+  EXPECT_NE(a.embed, other.embed);
+  // Distinct tensors draw distinct streams.
+  EXPECT_NE(a.layers[0].wk, a.layers[0].wv);
+  EXPECT_NE(a.embed, a.lm_head);
+}
+
+TEST(RandomWeights, ScaledByFanIn) {
+  const ModelWeights w = random_weights(small_config(true), 3);
+  EXPECT_TRUE(w.lm_head.empty());
+  EXPECT_EQ(&w.output_embedding(), &w.embed);
+  auto moments = [](const std::vector<float>& x) {
+    double sum = 0, sq = 0;
+    for (float v : x) {
+      sum += v;
+      sq += double{v} * v;
+    }
+    const double mean = sum / x.size();
+    return std::pair{mean, std::sqrt(sq / x.size() - mean * mean)};
+  };
+  const auto [gate_mean, gate_std] = moments(w.layers[1].w_gate_up);  // fan-in 64
+  EXPECT_NEAR(gate_std, 0.125, 0.005);
+  EXPECT_NEAR(gate_mean, 0.0, 0.005);
+  EXPECT_NEAR(moments(w.layers[0].w_down).second, 1 / std::sqrt(96.0), 0.005);  // fan-in 96
+  EXPECT_NEAR(moments(w.embed).second, 0.125, 0.005);
+  for (const LayerWeights& l : w.layers) {
+    EXPECT_EQ(l.attn_norm, std::vector<float>(64, 1.0f));
+    EXPECT_EQ(l.mlp_norm, std::vector<float>(64, 1.0f));
+  }
+  EXPECT_EQ(w.final_norm, std::vector<float>(64, 1.0f));
+}
+
+TEST(CheckWeightShapes, CatchesAWrongSize) {
+  ModelWeights w = random_weights(small_config(false), 1);
+  ASSERT_TRUE(check_weight_shapes(w).ok());
+  w.layers[1].wv.pop_back();
+  EXPECT_FALSE(check_weight_shapes(w).ok());
+  w = random_weights(small_config(true), 1);
+  w.lm_head = w.embed;  // tied weights carry no lm_head
+  EXPECT_FALSE(check_weight_shapes(w).ok());
+}
+
+void expect_loaded(const ModelWeights& original, const ModelWeights& loaded) {
+  const std::vector<HfTensor> want = hf_tensors(original), got = hf_tensors(loaded);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(want[i].name);
+    ASSERT_EQ(got[i].values.size(), want[i].values.size());
+    for (size_t j = 0; j < want[i].values.size(); ++j) {
+      const float x = want[i].values[j];
+      ASSERT_EQ(got[i].values[j], rounded(x, want[i].dtype)) << j;
+      // half an ulp: at most 2^-8 relative for bf16, 2^-25 for an f16 subnormal
+      ASSERT_LE(std::abs(got[i].values[j] - x), std::max(std::abs(x) * 0x1p-8f, 0x1p-25f)) << j;
+    }
+  }
+}
+
+TEST(LoadHfWeights, ShardedMixedDtypesUntied) {
+  testing::TempDir tmp;
+  const ModelWeights w = random_weights(small_config(false), 5);
+  const std::string dir = tmp.file("my-model");
+  write_folder(dir, config_json(w.config), hf_tensors(w));
+
+  Result<ModelWeights> loaded = load_hf_weights(dir + "/");
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->config.name, "my-model");
+  EXPECT_EQ(loaded->config.hidden_size, 64);
+  EXPECT_EQ(loaded->config.num_key_value_heads, 2);
+  EXPECT_FALSE(loaded->config.tie_word_embeddings);
+  ASSERT_TRUE(check_weight_shapes(*loaded).ok());
+  EXPECT_EQ(&loaded->output_embedding(), &loaded->lm_head);
+  expect_loaded(w, *loaded);
+}
+
+TEST(LoadHfWeights, TiedEmbeddings) {
+  testing::TempDir tmp;
+  const ModelWeights w = random_weights(small_config(true), 6);
+  write_folder(tmp.path(), config_json(w.config), hf_tensors(w));
+  Result<ModelWeights> loaded = load_hf_weights(tmp.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_TRUE(loaded->lm_head.empty());
+  EXPECT_EQ(&loaded->output_embedding(), &loaded->embed);
+  expect_loaded(w, *loaded);
+}
+
+// HfFolder (the CUDA backend streams tensors through it): views of the mapped tensors, their
+// dtype as stored, and errors naming a missing or mis-shaped tensor.
+TEST(HfFolder, TensorsAsStoredAndShapeErrors) {
+  testing::TempDir tmp;
+  const ModelWeights w = random_weights(small_config(false), 7);
+  write_folder(tmp.path(), config_json(w.config), hf_tensors(w));
+  Result<HfFolder> f = HfFolder::open(tmp.path());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->config().hidden_size, 64);
+  const int64_t q = int64_t{w.config.num_attention_heads} * w.config.head_dim;
+  Result<TensorView> wq = f->tensor("model.layers.0.self_attn.q_proj.weight", {q, 64});
+  ASSERT_TRUE(wq.ok()) << wq.error().message;
+  EXPECT_EQ(wq->dtype, DType::kBF16);
+  EXPECT_EQ(wq->numel(), q * 64);
+  Result<TensorView> wrong = f->tensor("model.norm.weight", {65});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.error().message, HasSubstr("model.norm.weight"));
+  EXPECT_THAT(wrong.error().message, HasSubstr("[64]"));
+  Result<TensorView> missing = f->tensor("model.layers.9.mlp.down_proj.weight", {64, 96});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.error().message, HasSubstr("missing tensor"));
+}
+
+TEST(LoadHfWeights, FolderErrors) {
+  testing::TempDir tmp;
+  const ModelWeights w = random_weights(small_config(false), 7);
+  const nlohmann::json config = config_json(w.config);
+
+  std::filesystem::create_directories(tmp.file("empty"));
+  EXPECT_THAT(load_error(tmp.file("empty")), HasSubstr("no config.json"));
+  EXPECT_THAT(load_error(tmp.file("absent")), HasSubstr("no config.json"));
+
+  nlohmann::json broken = config;
+  broken.erase("hidden_size");
+  write_folder(tmp.file("bad-config"), broken, hf_tensors(w));
+  EXPECT_THAT(load_error(tmp.file("bad-config")), HasSubstr("hidden_size"));
+
+  std::filesystem::create_directories(tmp.file("no-shards"));
+  std::ofstream(tmp.file("no-shards/config.json")) << config.dump();
+  EXPECT_THAT(load_error(tmp.file("no-shards")), HasSubstr("no *.safetensors"));
+
+  std::vector<HfTensor> tensors = hf_tensors(w);
+  std::erase_if(tensors,
+                [](const HfTensor& t) { return t.name == "model.layers.1.mlp.up_proj.weight"; });
+  write_folder(tmp.file("missing"), config, tensors);
+  EXPECT_THAT(load_error(tmp.file("missing")),
+              HasSubstr("missing tensor 'model.layers.1.mlp.up_proj.weight'"));
+
+  tensors = hf_tensors(w);
+  std::erase_if(tensors, [](const HfTensor& t) { return t.name == "lm_head.weight"; });
+  write_folder(tmp.file("untied-without-head"), config, tensors);
+  EXPECT_THAT(load_error(tmp.file("untied-without-head")),
+              HasSubstr("missing tensor 'lm_head.weight'"));
+
+  tensors = hf_tensors(w);
+  for (HfTensor& t : tensors) {
+    if (t.name == "model.layers.1.mlp.up_proj.weight") {
+      t.shape = {96, 63};
+      t.values.resize(96 * 63);
+    }
+  }
+  write_folder(tmp.file("misshaped"), config, tensors);
+  EXPECT_THAT(
+      load_error(tmp.file("misshaped")),
+      HasSubstr("model.layers.1.mlp.up_proj.weight: shape [96, 63] in file, expected [96, 64]"));
+
+  write_folder(tmp.file("duplicate"), config, hf_tensors(w));
+  const std::vector<float> norm(64, 1.0f);
+  ASSERT_TRUE(write_safetensors(tmp.file("duplicate/extra.safetensors"),
+                                {make_tensor("model.norm.weight", DType::kF32, {64}, norm)})
+                  .ok());
+  EXPECT_THAT(load_error(tmp.file("duplicate")), HasSubstr("'model.norm.weight' is in both"));
+
+  write_folder(tmp.file("corrupt-shard"), config, hf_tensors(w));
+  std::ofstream(tmp.file("corrupt-shard/model-00002-of-00002.safetensors")) << "garbage";
+  EXPECT_THAT(load_error(tmp.file("corrupt-shard")), HasSubstr("model-00002-of-00002.safetensors"));
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,101 @@
+// Metric values after known workloads, read back from a replica's /metrics over HTTP.
+#include <regex>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "replica/server/local_replica.h"
+#include "replica/server/replica_stack.h"
+#include "http/client.h"
+#include "tests/testing/fake_clock.h"
+
+namespace kvc {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The value of the first sample line that starts with `series` (name and labels as exposed).
+double sample(const std::string& text, const std::string& series) {
+  size_t at = 0;
+  while ((at = text.find(series, at)) != std::string::npos) {
+    if (at == 0 || text[at - 1] == '\n') {
+      const size_t sp = text.find(' ', at + series.size());
+      return std::stod(text.substr(sp + 1, text.find('\n', sp) - sp - 1));
+    }
+    at += series.size();
+  }
+  return -1;
+}
+
+TEST(ReplicaMetrics, SiblingsAndSharedPrefixOfOneNEightRequest) {
+  LocalReplica replica("m0", 512);
+  http::Client client;
+  const std::string prompt(512, 'p');
+  auto r = client.request(
+      "127.0.0.1", replica.port(), "POST", "/v1/completions",
+      nlohmann::json{
+          {"model", "tiny"}, {"prompt", prompt}, {"n", 8}, {"max_tokens", 6}, {"ignore_eos", true}}
+          .dump(),
+      {{"content-type", "application/json"}}, 60s);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200);
+  auto m = client.request("127.0.0.1", replica.port(), "GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->header("content-type").value_or("").find("text/plain"), std::string::npos);
+  const std::string& t = m->body;
+  // Every decode step saw one level of 8 siblings sharing >= 496 tokens (the full prompt
+  // blocks): the sibling-count histogram has all its samples in the le=8 bucket, none below.
+  const double steps = sample(t, "kvcascade_decode_batch_sibling_count_count");
+  EXPECT_GE(steps, 5);
+  EXPECT_EQ(sample(t, "kvcascade_decode_batch_sibling_count_bucket{le=\"4\"}"), 0);
+  EXPECT_EQ(sample(t, "kvcascade_decode_batch_sibling_count_bucket{le=\"8\"}"), steps);
+  EXPECT_EQ(sample(t, "kvcascade_decode_batch_shared_prefix_tokens_bucket{le=\"256\"}"), 0);
+  EXPECT_GE(sample(t, "kvcascade_decode_batch_shared_prefix_tokens_sum") / steps, 496);
+  EXPECT_GE(sample(t, "kvcascade_cascade_decisions_total{decision=\"cascade\",reason=\"pays\"}"),
+            steps);
+  EXPECT_GT(sample(t, "kvcascade_kv_bytes_saved_total"), 0);
+  EXPECT_EQ(sample(t, "kvcascade_prefix_cache_query_tokens_total"), 512);
+  EXPECT_EQ(sample(t, "kvcascade_generation_tokens_total"), 48);
+  EXPECT_EQ(sample(t, "kvcascade_prompt_tokens_total"), 512);
+  EXPECT_EQ(sample(t, "kvcascade_request_ttft_seconds_count"), 1);
+  EXPECT_EQ(sample(t, "kvcascade_kv_blocks{state=\"used\"}"), 0);
+  EXPECT_GE(sample(t, "kvcascade_kv_blocks{state=\"cached\"}"), 32);
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// Request latencies read the engine's injected Clock: with a clock that stands still, a whole
+// request takes no time at all (TTFT sum 0, one observation), however long it really ran.
+TEST(ReplicaMetrics, LatenciesReadTheInjectedClock) {
+  static const ModelWeights weights = random_weights(*preset_config("tiny"), 3);
+  testing::FakeClock clock;
+  ReplicaStackConfig c;
+  c.engine.scheduler.max_model_len = 4096;
+  c.server.replica_id = "clocked";
+  ReplicaStack stack(std::make_unique<CpuBackend>(weights, 256, 16),
+                     std::make_shared<ByteTokenizer>(), c, clock);
+  auto port = stack.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  http::Client client;
+  auto r = client.request(
+      "127.0.0.1", *port, "POST", "/v1/completions",
+      nlohmann::json{
+          {"model", "tiny"}, {"prompt", "hello"}, {"max_tokens", 4}, {"ignore_eos", true}}
+          .dump(),
+      {{"content-type", "application/json"}}, 60s);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200);
+  auto m = client.request("127.0.0.1", *port, "GET", "/metrics", "", {}, 10s);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(sample(m->body, "kvcascade_request_ttft_seconds_count"), 1);
+  EXPECT_EQ(sample(m->body, "kvcascade_request_ttft_seconds_sum"), 0);
+  EXPECT_EQ(sample(m->body, "kvcascade_request_tpot_seconds_sum"), 0);
+}
+
+}  // namespace
+}  // namespace kvc

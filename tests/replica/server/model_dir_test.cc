@@ -1,0 +1,141 @@
+// `kvcascade replica --model DIR` with a real tokenizer folder, wired as the command wires it
+// (BackendOptions -> make_tokenizer / make_chat_template / make_backend -> ReplicaStack): a tiny
+// Llama checkpoint written here (random bf16 weights, the real Llama 3 vocabulary size) next to
+// the real Llama 3 tokenizer.json and tokenizer_config.json. Completions and chat are served,
+// chat through the model's own template, and a second chat turn reuses the first one's KV.
+// Skips when scripts/fetch-npm-refs.sh has not fetched the tokenizer.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "replica/server/backend_factory.h"
+#include "replica/server/replica_stack.h"
+#include "http/client.h"
+#include "replica/model/safetensors.h"
+#include "tests/testing/reference_files.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvc {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+// A 1-layer Llama (hidden 32) with the Llama 3 tokenizer's vocabulary, random bf16 weights.
+void write_tiny_llama(const std::string& dir, int64_t vocab) {
+  const int64_t h = 32, heads = 2, kv_heads = 1, d = 16, ff = 64;
+  std::ofstream(dir + "/config.json") << json{
+      {"architectures", {"LlamaForCausalLM"}},
+      {"hidden_size", h},
+      {"num_hidden_layers", 1},
+      {"num_attention_heads", heads},
+      {"num_key_value_heads", kv_heads},
+      {"head_dim", d},
+      {"intermediate_size", ff},
+      {"vocab_size", vocab},
+      {"max_position_embeddings", 4096},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", 500000.0},
+      {"tie_word_embeddings", true},
+      {"bos_token_id", 128000},
+      {"eos_token_id", 128009},
+      {"torch_dtype", "bfloat16"}}.dump(2);
+  std::mt19937 rng(5);
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape, bool ones = false) {
+    int64_t n = 1;
+    for (int64_t s : shape)
+      n *= s;
+    std::vector<float> v(static_cast<size_t>(n), 1.0f);
+    if (!ones) {
+      std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+      for (float& x : v)
+        x = u(rng);
+    }
+    return make_tensor(name, DType::kBF16, shape, v);
+  };
+  const std::string l = "model.layers.0.";
+  std::vector<NamedTensor> t;
+  t.push_back(tensor("model.embed_tokens.weight", {vocab, h}));
+  t.push_back(tensor("model.norm.weight", {h}, true));
+  t.push_back(tensor(l + "input_layernorm.weight", {h}, true));
+  t.push_back(tensor(l + "self_attn.q_proj.weight", {heads * d, h}));
+  t.push_back(tensor(l + "self_attn.k_proj.weight", {kv_heads * d, h}));
+  t.push_back(tensor(l + "self_attn.v_proj.weight", {kv_heads * d, h}));
+  t.push_back(tensor(l + "self_attn.o_proj.weight", {h, heads * d}));
+  t.push_back(tensor(l + "post_attention_layernorm.weight", {h}, true));
+  t.push_back(tensor(l + "mlp.gate_proj.weight", {ff, h}));
+  t.push_back(tensor(l + "mlp.up_proj.weight", {ff, h}));
+  t.push_back(tensor(l + "mlp.down_proj.weight", {h, ff}));
+  ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", t).ok());
+}
+
+TEST(ModelDirReplica, ServesCompletionsAndChatWithTheModelsTokenizerAndTemplate) {
+  const std::string tok_dir = testing::llama3_tokenizer_dir();
+  if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
+  testing::TempDir dir;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(tok_dir + "/" + f, dir.file(f));
+  write_tiny_llama(dir.path(), 128256);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+
+  BackendOptions f;
+  f.model_dir = dir.path();
+  f.kv_blocks = 512;
+  auto tokenizer = make_tokenizer(f);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
+  EXPECT_NE((*tokenizer)->name(), "bytes");
+  auto chat_template = make_chat_template(**tokenizer);
+  ASSERT_TRUE(chat_template.ok()) << chat_template.error().message;
+  ASSERT_NE(*chat_template, nullptr) << "tokenizer_config.json has a chat_template";
+  auto backend = make_backend(f, **tokenizer);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  ReplicaStackConfig c;
+  c.engine = fit_engine_config(EngineConfig{}, **backend);
+  c.server.replica_id = "model-dir";
+  c.server.chat_template = *chat_template;
+  ReplicaStack stack(std::move(*backend), std::shared_ptr<const Tokenizer>(std::move(*tokenizer)),
+                     c);
+  auto port = stack.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  http::Client client;
+  auto post = [&](const std::string& path, const json& body) {
+    auto r = client.request("127.0.0.1", *port, "POST", path, body.dump(),
+                            {{"content-type", "application/json"}}, 60s);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? json::parse(r->body) : json{};
+  };
+  const std::string model = stack.server().config().served_model_name;
+  const json completion = post("/v1/completions", {{"model", model},
+                                                   {"prompt", "The capital of France is"},
+                                                   {"max_tokens", 5},
+                                                   {"ignore_eos", true}});
+  ASSERT_TRUE(completion.contains("choices")) << completion.dump();
+  // "The capital of France is" is 5 Llama 3 tokens (its 24 bytes would be 24 byte tokens).
+  EXPECT_EQ(completion["usage"]["prompt_tokens"], 5) << completion.dump();
+  EXPECT_EQ(completion["usage"]["completion_tokens"], 5);
+
+  const json turn1 = {{"role", "system"}, {"content", std::string(400, 'a') + " be brief."}};
+  const json first =
+      post("/v1/chat/completions", {{"model", model},
+                                    {"messages", {turn1, {{"role", "user"}, {"content", "Hi"}}}},
+                                    {"max_tokens", 3}});
+  ASSERT_TRUE(first.contains("choices")) << first.dump();
+  const json second = post("/v1/chat/completions",
+                           {{"model", model},
+                            {"messages", {turn1, {{"role", "user"}, {"content", "Hello again"}}}},
+                            {"max_tokens", 3}});
+  ASSERT_TRUE(second.contains("choices")) << second.dump();
+  EXPECT_GT(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 32)
+      << "the shared system turn is reused";
+  // The model's template, not the canonical rendering: Llama 3's header tokens are in the prompt
+  // (each counts one token, so the prompt is far shorter than its bytes).
+  EXPECT_LT(second["usage"]["prompt_tokens"].get<int>(), 200);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,120 @@
+// What the router reads from engines, against bodies in their real shapes (the versions are
+// those bench/fake_engine.h mimics: vLLM v0.6-v0.10, SGLang v0.4.9-v0.5).
+#include "router/fleet/engine_signals.h"
+
+#include <gtest/gtest.h>
+
+namespace kvc {
+namespace {
+
+TEST(EngineSignals, VllmMetricsOfV010) {
+  const char* text =
+      R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B"} 3.0
+vllm:num_requests_running{engine="1",model_name="meta-llama/Llama-3.1-8B"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B"} 7.0
+vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B"} 0.5
+vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_cpu_blocks="None",num_gpu_blocks="2000"} 1.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4.0
+)";
+  auto load = read_vllm_metrics(text);
+  ASSERT_TRUE(load.ok()) << load.error().message;
+  EXPECT_EQ(load->running, 5);
+  EXPECT_EQ(load->waiting, 7);
+  EXPECT_EQ(load->kv_usage, 0.5);  // the fullest engine
+  EXPECT_EQ(load->kv_capacity_tokens, 32000);
+}
+
+TEST(EngineSignals, VllmMetricsBeforeV010) {
+  auto load = read_vllm_metrics(
+      "vllm:num_requests_running{model_name=\"m\"} 1.0\n"
+      "vllm:num_requests_waiting{model_name=\"m\"} 0.0\n"
+      "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.9\n");
+  ASSERT_TRUE(load.ok());
+  EXPECT_EQ(load->running, 1);
+  EXPECT_EQ(load->kv_usage, 0.9);
+  EXPECT_EQ(load->kv_capacity_tokens, std::nullopt);
+}
+
+TEST(EngineSignals, GarbageMetricsAreAnErrorThatSaysWhy) {
+  for (const char* text : {"", "<html><body>502 Bad Gateway</body></html>", "\x01\x02\xff",
+                           "vllm:num_requests_running{model_name=\"m} 1\n"}) {
+    auto load = read_vllm_metrics(text);
+    ASSERT_FALSE(load.ok()) << text;
+    EXPECT_NE(load.error().message.find("vllm:num_requests_running"), std::string::npos);
+  }
+  // Absurd values are clamped, not trusted: no overflow, usage stays a share.
+  auto load = read_vllm_metrics(
+      "vllm:num_requests_running 1e300\nvllm:num_requests_waiting -5\n"
+      "vllm:kv_cache_usage_perc 40\nvllm:cache_config_info{block_size=\"x\",num_gpu_blocks=\"9\"} "
+      "1\n");
+  ASSERT_TRUE(load.ok());
+  EXPECT_EQ(load->running, 1000000000000);
+  EXPECT_EQ(load->waiting, 0);
+  EXPECT_EQ(load->kv_usage, 1.0);
+  EXPECT_EQ(load->kv_capacity_tokens, std::nullopt);
+}
+
+TEST(EngineSignals, SglangMetricsAndGetLoad) {
+  auto m = read_sglang_metrics(
+      "sglang:num_running_reqs{model_name=\"q\"} 4.0\nsglang:num_queue_reqs{model_name=\"q\"} 9.0\n"
+      "sglang:token_usage{model_name=\"q\"} 0.3\nsglang:max_total_num_tokens{model_name=\"q\"} "
+      "161721.0\n");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->running, 4);
+  EXPECT_EQ(m->waiting, 9);
+  EXPECT_EQ(m->kv_usage, 0.3);
+  EXPECT_EQ(m->kv_capacity_tokens, 161721);
+  // Two DP ranks; num_reqs counts running and waiting.
+  auto l = read_sglang_load(R"([{"dp_rank":0,"num_reqs":10,"num_waiting_reqs":4,"num_tokens":900},)"
+                            R"({"dp_rank":1,"num_reqs":2,"num_waiting_reqs":0,"num_tokens":10}])");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->running, 8);
+  EXPECT_EQ(l->waiting, 4);
+  auto legacy = read_sglang_load(R"({"load": 3})");
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_EQ(legacy->running, 3);
+  for (const char* bad : {"", "[]", "[1,2]", R"([{"num_reqs":"many"}])", R"({"x":1})", "null"}) {
+    EXPECT_FALSE(read_sglang_load(bad).ok()) << bad;
+  }
+}
+
+TEST(EngineSignals, KvcascadeInfoAndLoadNeverThrowOnWrongTypes) {
+  auto info = read_kvcascade_info(R"({"replica_id":"r0","model":"tiny","block_size":16})", 16);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->hash_model, "tiny");
+  EXPECT_FALSE(read_kvcascade_info(R"({"model":"tiny"})", 16).ok());  // not kvcascade's
+  EXPECT_FALSE(read_kvcascade_info(R"({"model":7,"block_size":16})", 16).ok());
+  EXPECT_FALSE(read_kvcascade_info(R"({"model":"m","block_size":0})", 16).ok());
+  EXPECT_FALSE(read_kvcascade_info("[1]", 16).ok());
+  auto load = read_kvcascade_load(R"({"running_sequences":"x","waiting_sequences":[],"q":{}})");
+  ASSERT_TRUE(load.ok());  // wrong types read as zero
+  EXPECT_EQ(load->running, 0);
+  EXPECT_FALSE(read_kvcascade_load("[]").ok());
+  EXPECT_FALSE(read_kvcascade_load("{").ok());
+}
+
+TEST(EngineSignals, ModelListAndKindDetection) {
+  auto list = read_model_list(
+      R"({"object":"list","data":[{"id":"llama","object":"model","owned_by":"vllm","root":"llama"},)"
+      R"({"id":"llama-lora","object":"model","owned_by":"vllm","parent":"llama"},{"id":5},"x"]})");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->ids, (std::vector<std::string>{"llama", "llama-lora"}));
+  EXPECT_EQ(kind_from_owner(list->owned_by), ReplicaKind::kVllm);
+  EXPECT_EQ(kind_from_owner("sglang"), ReplicaKind::kSglang);
+  EXPECT_EQ(kind_from_owner("organization-owner"), ReplicaKind::kOpenai);
+  EXPECT_FALSE(read_model_list(R"({"data":[]})").ok());
+  EXPECT_FALSE(read_model_list(R"({"data":{}})").ok());
+  EXPECT_FALSE(read_model_list("not json").ok());
+  EXPECT_EQ(kind_from_metrics("sglang:num_running_reqs 1\n"), ReplicaKind::kSglang);
+  EXPECT_EQ(kind_from_metrics("process_cpu_seconds_total 1\n"), ReplicaKind::kOpenai);
+  EXPECT_EQ(parse_replica_kind("vllm"), ReplicaKind::kVllm);
+  EXPECT_EQ(parse_replica_kind("VLLM"), std::nullopt);
+  for (const std::string& name : replica_kind_names())
+    EXPECT_EQ(replica_kind_name(*parse_replica_kind(name)), name);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,349 @@
+#include "router/policy/policy.h"
+
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace kvc {
+namespace {
+
+std::vector<Candidate> three() {
+  std::vector<Candidate> cs(3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    cs[i].replica = i;
+    cs[i].id = "replica-" + std::to_string(i);
+  }
+  return cs;
+}
+
+RouteRequest request(int64_t prompt_bytes, std::string key = "k") {
+  RouteRequest r;
+  r.prompt_bytes = prompt_bytes;
+  r.affinity_key = std::move(key);
+  return r;
+}
+
+TEST(KvCascadePolicy, LongestMatchWinsAtEqualLoad) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 30;
+  cs[2].matched_blocks = 10;
+  const RouteDecision d = p->choose(request(512), cs);
+  EXPECT_EQ(d.replica, 1u);
+  EXPECT_EQ(d.reason, "prefix_match");
+}
+
+// A holder whose KV cache is nearly full (as an engine's metrics report it) is charged for the
+// wait: a long match there loses to a cold replica with room; at ordinary usage it wins.
+TEST(KvCascadePolicy, KvPressureOutweighsAMatch) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 120;  // 1,920 of 2,048 tokens
+  cs[1].kv_usage = 0.5;
+  EXPECT_EQ(p->choose(request(2048), cs).replica, 1u);
+  cs[1].kv_usage = 0.99;
+  EXPECT_NE(p->choose(request(2048), cs).replica, 1u);
+}
+
+// Bounded work: a holder that was sent far more than its share recently loses its prefix to a
+// replica under the bound, preferring one that holds part of it; a declared group is placed by the
+// work of all its members.
+TEST(KvCascadePolicy, BoundedWorkMovesAHotPrefixOffItsHolder) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 30;
+  RouteRequest r = request(512);
+  r.block_size = 16;
+  r.max_tokens = 64;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  for (int i = 0; i < 40; ++i)
+    p->record(r, cs[1]);  // the prefix's traffic all went to its holder
+  p->record(r, cs[0]);
+  p->record(r, cs[2]);
+  const RouteDecision moved = p->choose(r, cs);
+  EXPECT_NE(moved.replica, 1u);
+  cs[2].matched_blocks = 20;  // replica 2 holds part of it: the cheapest under the bound
+  EXPECT_EQ(p->choose(r, cs).replica, 2u);
+  EXPECT_EQ(p->choose(r, cs).reason, "hot_spread");
+  // Balanced again: the holder keeps it.
+  for (int i = 0; i < 40; ++i) {
+    p->record(r, cs[0]);
+    p->record(r, cs[2]);
+  }
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+}
+
+// A burst of declared groups (RL: each prompt's samples sent as separate requests sharing a
+// `group`) whose first members all arrive before the rest: each group's whole work counts when
+// its first member is placed, so the next group sees it and the burst spreads evenly; the later
+// members (pinned by the router to the first's replica) add nothing more.
+TEST(KvCascadePolicy, DeclaredGroupsCountWholeAtTheirFirstMember) {
+  // Little slack: three replicas and six groups, where a group is a large share of the work.
+  KvCascadePolicyConfig config;
+  config.work_slack_requests = 0.5;
+  auto p = make_kvcascade_policy(config);
+  auto cs = three();
+  std::map<uint32_t, int> groups_on;
+  for (int i = 0; i < 3; ++i) {  // some ordinary traffic first, evenly spread
+    RouteRequest single = request(512, "single");
+    single.max_tokens = 64;
+    for (int j = 0; j < 5; ++j)
+      p->record(single, cs[i]);
+  }
+  std::vector<std::string> ids;
+  for (int g = 0; g < 6; ++g)
+    ids.push_back("step-1-prompt-" + std::to_string(g));
+  std::vector<uint32_t> placed;
+  for (const std::string& id : ids) {
+    RouteRequest first = request(512, id);
+    first.max_tokens = 64;
+    first.group = id;
+    first.group_size = 16;
+    const RouteDecision d = p->choose(first, cs);
+    p->record(first, cs[d.replica]);
+    placed.push_back(d.replica);
+    ++groups_on[d.replica];
+  }
+  for (size_t g = 0; g < ids.size(); ++g) {  // the members follow their first
+    RouteRequest member = request(512, ids[g]);
+    member.max_tokens = 64;
+    member.group = ids[g];
+    member.group_size = 16;
+    for (int m = 1; m < 16; ++m)
+      p->record(member, cs[placed[g]]);
+  }
+  for (const auto& [replica, count] : groups_on)
+    EXPECT_EQ(count, 2) << "replica " << replica;
+  // The members added nothing: after the next burst the groups are still even (within one).
+  for (int g = 0; g < 6; ++g) {
+    RouteRequest first = request(512, "step-2-prompt-" + std::to_string(g));
+    first.max_tokens = 64;
+    first.group = "step-2-prompt-" + std::to_string(g);
+    first.group_size = 16;
+    const RouteDecision d = p->choose(first, cs);
+    p->record(first, cs[d.replica]);
+    ++groups_on[d.replica];
+  }
+  int lo = 1 << 30, hi = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    lo = std::min(lo, groups_on[i]);
+    hi = std::max(hi, groups_on[i]);
+  }
+  EXPECT_LE(hi - lo, 1) << groups_on[0] << " " << groups_on[1] << " " << groups_on[2];
+}
+
+// A declared group's work is its prompt once (its later members find it cached) plus every
+// member's completion. Counted so, it fits under the bound of a replica with room when its
+// prefix's holder was sent far more than its share; counted as members x (prompt + completion)
+// it fitted nowhere, and the group fell back to the replica with the fewest sequences: here
+// the overworked holder.
+TEST(KvCascadePolicy, AGroupLeavesAnOverworkedHolderForAReplicaWithRoom) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  RouteRequest single = request(512, "single");
+  single.block_size = 16;
+  single.max_tokens = 64;
+  for (int i = 0; i < 12; ++i)
+    p->record(single, cs[1]);  // the holder got far more than its share
+  for (int i = 0; i < 3; ++i) {
+    p->record(single, cs[0]);
+    p->record(single, cs[2]);
+  }
+  cs[1].matched_blocks = 30;  // it holds the group's prompt
+  cs[0].running_sequences = 40;
+  cs[1].running_sequences = 10;
+  cs[2].running_sequences = 45;
+  RouteRequest first = request(512, "group");
+  first.block_size = 16;
+  first.max_tokens = 64;
+  first.group = "rl-step-1-prompt-0";
+  first.group_size = 16;
+  const RouteDecision d = p->choose(first, cs);
+  EXPECT_NE(d.replica, 1u) << d.reason;
+}
+
+// A group id is forgotten once all its members were recorded: a client reusing ids (p0..p63 every
+// RL step) has every new group counted. A group whose first member is retried elsewhere has its
+// counted work follow it.
+TEST(KvCascadePolicy, ReusedGroupIdsAreCountedAgainAndRetriesMoveTheWork) {
+  KvCascadePolicyConfig config;
+  config.work_slack_requests = 0.5;
+  auto p = make_kvcascade_policy(config);
+  auto cs = three();
+  RouteRequest single = request(512, "single");
+  single.max_tokens = 64;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j)
+      p->record(single, cs[i]);
+  auto group = [] {
+    RouteRequest g = request(512, "p0");
+    g.max_tokens = 64;
+    g.group = "p0";  // the same id every step
+    g.group_size = 4;
+    return g;
+  };
+  // Steps of one group of 4 (id reused): each step's group is counted, so they rotate.
+  std::map<uint32_t, int> on;
+  for (int step = 0; step < 6; ++step) {
+    const RouteRequest g = group();
+    const uint32_t d = p->choose(g, cs).replica;
+    for (int m = 0; m < 4; ++m)
+      p->record(g, cs[d]);
+    ++on[d];
+  }
+  EXPECT_EQ(on.size(), 3u);
+  // A retry: the first member recorded on 0, then sent to 1 (0 failed): the next group avoids 1
+  // (it carries the work now), not 0.
+  RouteRequest g = group();
+  g.group = "retried";
+  p->record(g, cs[0]);
+  p->retried(g, cs[0], cs[1]);
+  RouteRequest next = group();
+  next.group = "next";
+  EXPECT_NE(p->choose(next, cs).replica, 1u);
+}
+
+TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[0].matched_blocks = 2;            // saves 32 tokens of prefill...
+  cs[0].queued_prefill_tokens = 5000;  // ...behind 5000 queued ones
+  const RouteDecision d = p->choose(request(512), cs);
+  EXPECT_NE(d.replica, 0u);
+}
+
+TEST(KvCascadePolicy, ColdPromptsSpreadByRendezvousAndRoutersAgree) {
+  auto a = make_policy("kvcascade");
+  auto b = make_policy("kvcascade");
+  auto cs = three();
+  std::map<uint32_t, int> hits;
+  for (int k = 0; k < 3000; ++k) {
+    const RouteRequest r = request(100, "prefix-" + std::to_string(k));
+    const RouteDecision da = a->choose(r, cs), db = b->choose(r, cs);
+    ASSERT_EQ(da.replica, db.replica);
+    EXPECT_EQ(da.reason, "cold_rendezvous");
+    ++hits[da.replica];
+  }
+  for (auto [replica, n] : hits)
+    EXPECT_NEAR(n, 1000, 150) << replica;
+}
+
+TEST(KvCascadePolicy, HotPrefixSpreadsWhenItsHolderIsOverloaded) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[0].matched_blocks = 32;
+  cs[0].running_sequences = 100;  // far above a fair share
+  const RouteDecision d = p->choose(request(512), cs);
+  EXPECT_NE(d.replica, 0u);
+  EXPECT_EQ(d.reason, "hot_spread");
+}
+
+TEST(KvCascadePolicy, UnhealthyReplicasAreNeverChosen) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[1].matched_blocks = 30;
+  cs[1].healthy = false;
+  for (int k = 0; k < 100; ++k) {
+    EXPECT_NE(p->choose(request(512, std::to_string(k)), cs).replica, 1u);
+  }
+}
+
+TEST(SglangPolicy, ImbalanceThenPrefixThenSmallestTree) {
+  auto p = make_policy("sglang_cache_aware");
+  auto cs = three();
+  cs[0].matched_blocks = 20;  // 320 of 512 tokens: rate 0.625 > 0.5
+  cs[2].index_blocks = 0;
+  cs[0].index_blocks = cs[1].index_blocks = 100;
+  EXPECT_EQ(p->choose(request(512), cs).reason, "prefix_match");
+  EXPECT_EQ(p->choose(request(512), cs).replica, 0u);
+  cs[0].matched_blocks = 10;  // rate 0.31: below the threshold
+  const RouteDecision low = p->choose(request(512), cs);
+  EXPECT_EQ(low.reason, "smallest_tree");
+  EXPECT_EQ(low.replica, 2u);
+  // Imbalanced: max - min > 32 and max > 1.1 x min.
+  cs[0].matched_blocks = 32;
+  cs[0].in_flight_requests = 40;
+  cs[1].in_flight_requests = 3;
+  cs[2].in_flight_requests = 5;
+  const RouteDecision bal = p->choose(request(512), cs);
+  EXPECT_EQ(bal.reason, "load_balance");
+  EXPECT_EQ(bal.replica, 1u);
+  cs[0].in_flight_requests = 30;  // difference 27: balanced enough
+  EXPECT_EQ(p->choose(request(512), cs).replica, 0u);
+}
+
+TEST(SimplePolicies, RoundRobinLeastLoadConsistentHash) {
+  auto cs = three();
+  auto rr = make_policy("round_robin");
+  EXPECT_EQ(rr->choose(request(1), cs).replica, 0u);
+  EXPECT_EQ(rr->choose(request(1), cs).replica, 1u);
+  cs[2].healthy = false;
+  EXPECT_EQ(rr->choose(request(1), cs).replica, 0u);  // 2 skipped
+  cs[2].healthy = true;
+
+  auto ll = make_policy("least_load");
+  cs[0].running_sequences = 5;
+  cs[1].running_sequences = 1;
+  cs[2].running_sequences = 3;
+  EXPECT_EQ(ll->choose(request(1), cs).replica, 1u);
+
+  // Removing a replica moves only the keys that lived on it.
+  auto ch = make_policy("consistent_hash");
+  std::map<std::string, uint32_t> before;
+  for (int k = 0; k < 500; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    before[key] = ch->choose(request(1, key), cs).replica;
+  }
+  cs[1].healthy = false;
+  for (const auto& [key, replica] : before) {
+    const uint32_t now = ch->choose(request(1, key), cs).replica;
+    if (replica != 1) {
+      EXPECT_EQ(now, replica) << key;
+    }
+  }
+  EXPECT_EQ(make_policy("nonsense"), nullptr);
+}
+
+// An explicit routing key pins by rendezvous: the same key, the same replica, whatever the load
+// and the prefix matches; keys spread; a key moves only when its replica leaves.
+TEST(RouteByKey, PinsByRendezvousAndMovesOnlyWhenItsReplicaLeaves) {
+  auto cs = three();
+  std::map<std::string, uint32_t> before;
+  std::set<uint32_t> used;
+  for (int k = 0; k < 300; ++k) {
+    const std::string key = "rollout-" + std::to_string(k);
+    const RouteDecision d = route_by_key(key, cs);
+    EXPECT_EQ(d.reason, "routing_key");
+    before[key] = d.replica;
+    used.insert(d.replica);
+  }
+  EXPECT_EQ(used.size(), 3u);
+  cs[0].running_sequences = 1000;  // load and matches do not move a key
+  cs[1].matched_blocks = 50;
+  for (const auto& [key, replica] : before)
+    EXPECT_EQ(route_by_key(key, cs).replica, replica) << key;
+  cs[2].healthy = false;
+  for (const auto& [key, replica] : before) {
+    const uint32_t now = route_by_key(key, cs).replica;
+    EXPECT_NE(now, 2u);
+    if (replica != 2) {
+      EXPECT_EQ(now, replica) << key;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// Sibling pinning is the policy's own choice (the router asks it; it never compares names).
+TEST(PolicyInterface, OnlyKvcascadePinsSiblings) {
+  for (const std::string& name : policy_names())
+    EXPECT_EQ(make_policy(name)->pins_siblings(), name == "kvcascade") << name;
+}
+
+}  // namespace
+}  // namespace kvc

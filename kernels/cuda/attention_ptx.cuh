@@ -25,9 +25,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kStages = 2;
 constexpr int kWideStages = 3;
 constexpr int kHeadsTile = 16;  // tokens of a decode stage
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kRescaleLog2 = 8.f;
 
 // Shared memory of a cascade_kernel CTA: kStages stages of K and V, 64 x D elements each (a prefix
 // stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads).
@@ -43,7 +40,8 @@ static_assert(kHeadsTile * kCascadeHeadsPerCta == kTile);
 
 // ---- small device helpers -------------------------------------------------------------------
 
-#include "kernels/cuda/warp_ops.cuh"  // pack2, mma16816, ldmatrix, ex2, cp.async
+#include "kernels/cuda/online_softmax.cuh"  // OnlineSoftmax, kLog2e, kLn2
+#include "kernels/cuda/warp_ops.cuh"        // pack2, mma16816, ldmatrix, ex2, cp.async
 
 // Programmatic dependent launch (sm_90): the attention kernels let the merge launch early; the
 // merge waits for their completion (and memory) before it reads a partial. No-ops elsewhere and

@@ -173,101 +173,31 @@ __device__ __forceinline__ void load_q(uint32_t (&qf)[D / 16][4], const void* q,
   }
 }
 
-// The running softmax state of this thread's two rows (qr and qr + 8 of the warp's 16): raw-score
-// maxima, sums of 2^(score * scale_log2 - max * scale_log2), and O accumulators (D / 8 n-tiles).
+// The online softmax of a CTA's warp rows (online_softmax.cuh), with the decode and prefix
+// items' output: a normalised partial and its LSE, merged later by merge_state.
 template <int D>
-struct RowState {
-  float o[D / 8][4];
-  float m_lo, m_hi, l_lo, l_hi;
-
-  __device__ __forceinline__ RowState() {
-    m_lo = m_hi = -CUDART_INF_F;
-    l_lo = l_hi = 0.f;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  }
-
+struct RowState : OnlineSoftmax<D> {
   // Folds one tile of raw scores s (NJ n-tiles of 8 tokens; element c of s[j] is token
   // tbase + 8j + (c & 1)) into the state and turns s into the tile's probabilities. Tokens at or
   // past t_end are masked when `partial`.
   template <int NJ>
   __device__ __forceinline__ void softmax(float (&s)[NJ][4], float scale_log2, bool partial,
                                           int tbase, int t_end) {
-    float mx_lo = -CUDART_INF_F, mx_hi = -CUDART_INF_F;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      if (partial) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if (tbase + j * 8 + (c & 1) >= t_end) s[j][c] = -CUDART_INF_F;
-      }
-      mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
-      mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
-    }
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
-    }
-    // Lazy rescaling: a row's reference maximum moves only when the tile's maximum exceeds it by
-    // more than 2^kRescaleLog2 after scaling, so probabilities stay below 2^kRescaleLog2 (l and O
-    // are fp32) and most tiles skip the O rescale. The quad shares mx (reduced above), so its
-    // threads agree; the branch is taken when any row of the warp moves. First tile: m is -inf.
-    const bool up_lo = (mx_lo - m_lo) * scale_log2 > kRescaleLog2;  // false for -inf - -inf
-    const bool up_hi = (mx_hi - m_hi) * scale_log2 > kRescaleLog2;
-    if (__any_sync(0xffffffffu, up_lo || up_hi)) {
-      const float mn_lo = up_lo ? mx_lo : m_lo, mn_hi = up_hi ? mx_hi : m_hi;
-      // A row that has seen only masked tokens keeps reference 0 so that no -inf - -inf appears.
-      const float a_lo =
-          ex2(fmaf(m_lo, scale_log2, mn_lo == -CUDART_INF_F ? 0.f : -mn_lo * scale_log2));
-      const float a_hi =
-          ex2(fmaf(m_hi, scale_log2, mn_hi == -CUDART_INF_F ? 0.f : -mn_hi * scale_log2));
-      m_lo = mn_lo;
-      m_hi = mn_hi;
-      l_lo *= a_lo;
-      l_hi *= a_hi;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][0] *= a_lo;
-        o[n][1] *= a_lo;
-        o[n][2] *= a_hi;
-        o[n][3] *= a_hi;
-      }
-    }
-    const float ref_lo = m_lo == -CUDART_INF_F ? 0.f : m_lo * scale_log2;
-    const float ref_hi = m_hi == -CUDART_INF_F ? 0.f : m_hi * scale_log2;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      s[j][0] = ex2(fmaf(s[j][0], scale_log2, -ref_lo));
-      s[j][1] = ex2(fmaf(s[j][1], scale_log2, -ref_lo));
-      s[j][2] = ex2(fmaf(s[j][2], scale_log2, -ref_hi));
-      s[j][3] = ex2(fmaf(s[j][3], scale_log2, -ref_hi));
-      l_lo += s[j][0] + s[j][1];
-      l_hi += s[j][2] + s[j][3];
-    }
+    const int lim[2] = {t_end, t_end};
+    this->fold(s, scale_log2, partial, tbase, lim);
   }
 
   // Writes row h (0: qr, 1: qr + 8) as a normalised partial at part row pr (after the sums were
   // reduced across the quad).
   __device__ __forceinline__ void store(const AttendParams& p, int h, int64_t pr, int qc,
                                         float scale_log2) const {
-    const float l = h == 0 ? l_lo : l_hi;
-    const float m = h == 0 ? m_lo : m_hi;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = this->inv_sum(h);
     float* dst = p.part_o + pr * D + qc * 2;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
       *reinterpret_cast<float2*>(dst + n * 8) =
-          make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-    if (qc == 0) p.part_lse[pr] = l > 0.f ? (m * scale_log2 + log2f(l)) * kLn2 : -CUDART_INF_F;
-  }
-  __device__ __forceinline__ void reduce_sums() {
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
-      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
-    }
+          make_float2(this->o[n][2 * h] * inv, this->o[n][2 * h + 1] * inv);
+    if (qc == 0) p.part_lse[pr] = this->lse(h, scale_log2);
   }
 };
 

@@ -41,12 +41,6 @@ constexpr int kStages = 2;
 constexpr int ctas_per_sm(int head_dim) {
   return head_dim == 64 ? 4 : 3;
 }
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-// Lazy rescaling threshold (log2 units): a row's reference maximum moves only when a step's
-// maximum exceeds it by more than this, so probabilities stay below 2^8 and most steps skip the
-// O rescale.
-constexpr float kRescaleLog2 = 8.f;
 
 template <int D, typename T>
 constexpr int smem_bytes() {
@@ -88,7 +82,8 @@ __host__ __device__ constexpr uint32_t pair_offset(uint32_t pair0, int k) {
 
 // ---- device helpers -----------------------------------------------------------------------
 
-#include "kernels/cuda/warp_ops.cuh"  // pack2, mma16816, ldmatrix, ex2, cp.async
+#include "kernels/cuda/online_softmax.cuh"  // OnlineSoftmax, kLog2e, kLn2
+#include "kernels/cuda/warp_ops.cuh"        // pack2, mma16816, ldmatrix, ex2, cp.async
 
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::);
@@ -210,90 +205,6 @@ struct TileLoader {
   }
 };
 
-// ---- online softmax -----------------------------------------------------------------------
-
-// This thread's share of its warp's 16 rows: rows qr (h = 0) and qr + 8 (h = 1), with raw-score
-// reference maxima m, sums l of 2^(s * scale_log2 - m * scale_log2) over this thread's columns,
-// and O accumulators (D / 8 n-tiles of the m16n8 layout: o[n][2h], o[n][2h + 1] are row h,
-// columns 8n + 2 qc and + 1).
-template <int D>
-struct RowState {
-  float o[D / 8][4];
-  float m[2], l[2];
-
-  __device__ __forceinline__ RowState() {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      m[h] = -CUDART_INF_F;
-      l[h] = 0.f;
-    }
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  }
-
-  // Folds NJ n-tiles of raw scores into the state and turns s into their probabilities. Element
-  // c of s[j] is row c / 2, token tbase + 8j + (c & 1); when `masked`, tokens at or past the
-  // row's limit lim[c / 2] get probability 0.
-  template <int NJ>
-  __device__ __forceinline__ void softmax(float (&s)[NJ][4], float scale_log2, bool masked,
-                                          int tbase, const int (&lim)[2]) {
-    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      if (masked) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if (tbase + j * 8 + (c & 1) >= lim[c >> 1]) s[j][c] = -CUDART_INF_F;
-      }
-      mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1)
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], off));
-    }
-    // The quad shares mx (reduced above), so its four threads agree on every decision. A row
-    // with no key yet has m = -inf: any finite maximum moves it; -inf - -inf is NaN, not > 8.
-    bool up[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      up[h] = (mx[h] - m[h]) * scale_log2 > kRescaleLog2;
-    if (__any_sync(0xffffffffu, up[0] || up[1])) {
-      float a[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float mn = up[h] ? mx[h] : m[h];
-        // A row that has seen only masked keys keeps reference 0: no -inf - -inf.
-        a[h] = ex2(fmaf(m[h], scale_log2, mn == -CUDART_INF_F ? 0.f : -mn * scale_log2));
-        m[h] = mn;
-        l[h] *= a[h];
-      }
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][0] *= a[0];
-        o[n][1] *= a[0];
-        o[n][2] *= a[1];
-        o[n][3] *= a[1];
-      }
-    }
-    float ref[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      ref[h] = m[h] == -CUDART_INF_F ? 0.f : m[h] * scale_log2;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        s[j][c] = ex2(fmaf(s[j][c], scale_log2, -ref[c >> 1]));
-      l[0] += s[j][0] + s[j][1];
-      l[1] += s[j][2] + s[j][3];
-    }
-  }
-};
-
 // ---- the kernel -----------------------------------------------------------------------------
 
 // A work item's geometry, read from the plan and the CSR arrays.
@@ -371,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
   cp_async_commit();
 
   const uint32_t k_off = k_lane_offset(lane, 0, kPitch), v_off = v_lane_offset(lane, 0, kPitch);
-  RowState<D> st;
+  OnlineSoftmax<D> st;
 
   for (int t0 = 0, stage = 0; t0 < kv_end; t0 += kTile, stage ^= 1) {
     cp_async_wait_all();
@@ -405,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
         }
       }
 
-      st.softmax(s, p.scale_log2, t + kSub > lo_lim, t + 2 * qc, lim);
+      st.fold(s, p.scale_log2, t + kSub > lo_lim, t + 2 * qc, lim);
 
       // O += P V: P's accumulator layout is the A fragment of the next product (k-step kk =
       // keys 16kk .. 16kk + 15).
@@ -428,13 +339,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
   }
   cp_async_wait_all();  // only empty groups can be left; no copy outlives the CTA
 
-  // Each thread summed its own columns: the row sums are the quad's.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1)
-      st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], off);
-  }
+  st.reduce_sums();
   // The item is read again rather than held in registers through the loop.
   const Item it = Item::load(p);
   T* out = static_cast<T*>(p.out);
@@ -443,15 +348,14 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
     const int r = it.row0 + warp * 16 + qr + 8 * h;
     if (r >= it.rows) continue;
     const int row = it.q_row(p, r);
-    const float l = st.l[h];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = st.inv_sum(h);
     // Columns 2 qc and 2 qc + 1 of each n-tile.
     uint32_t* dst = reinterpret_cast<uint32_t*>(out + int64_t{row} * D) + qc;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
       dst[n * 4] = pack2<T>(st.o[n][2 * h] * inv, st.o[n][2 * h + 1] * inv);
     if (p.lse != nullptr && qc == 0) {
-      p.lse[row] = l > 0.f ? (st.m[h] * p.scale_log2 + log2f(l)) * kLn2 : -CUDART_INF_F;
+      p.lse[row] = st.lse(h, p.scale_log2);
     }
   }
 }

@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "http/client.h"
 #include "http/server.h"
 #include "metrics/metrics.h"
 #include "router/fleet/dns_discovery.h"
-#include "router/proxy.h"
 #include "router/fleet/replica_pool.h"
+#include "router/proxy.h"
 
 namespace kvc {
 
@@ -37,7 +38,9 @@ struct RouterStackConfig {
 
 class RouterStack {
  public:
-  explicit RouterStack(RouterStackConfig config);
+  // `clock`: the indexes' TTLs, the pool's health and backoff, the proxy's timings and sibling
+  // windows (tests pass a FakeClock); it must outlive the stack.
+  explicit RouterStack(RouterStackConfig config, const Clock& clock = SteadyClock::instance());
   ~RouterStack();
 
   // Adds the replicas, starts polling/subscriptions and listens. Returns the bound port.

@@ -15,6 +15,7 @@
 #include "router/fleet/replica_pool.h"
 #include "router/proxy.h"
 #include "router/router_stack.h"
+#include "tests/testing/fake_clock.h"
 
 namespace kvc {
 namespace {
@@ -256,6 +257,38 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
     EXPECT_EQ(r["load"]["pending_prefill_tokens"], 0) << r.dump();
     EXPECT_EQ(r["load"]["in_flight_prompt_bytes"], 0) << r.dump();
   }
+}
+
+// The stack runs on the clock it is given: identical prompts are a sibling burst while the
+// tracker's window (2 s) lasts on that clock, and are not once it has passed there, however
+// little real time went by.
+TEST(RouterStackTest, SiblingWindowRunsOnTheInjectedClock) {
+  testing::FakeClock clock;
+  LocalReplica a("a"), b("b");
+  RouterStackConfig c;
+  c.replicas = {a.address(), b.address()};
+  c.pool.poll_interval = 100ms;
+  RouterStack stack(c, clock);
+  auto port = stack.start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.error().message;
+  for (int i = 0; i < 100; ++i) {
+    auto s = stack.pool().snapshot();
+    if (std::count_if(s.begin(), s.end(), [](auto& r) { return r.healthy && r.exact; }) == 2) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  http::Client client;
+  auto reason = [&] {
+    const json req = {{"model", "tiny"}, {"prompt", "a burst of siblings"}, {"max_tokens", 1}};
+    auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", req.dump(),
+                            {{"content-type", "application/json"}}, 120s);
+    EXPECT_TRUE(r.ok() && r->status == 200) << (r.ok() ? r->body : r.error().message);
+    return r.ok() ? r->header("x-kvcascade-route-reason").value_or("?") : std::string("?");
+  };
+  EXPECT_NE(reason(), "sibling_pinned");  // the first of the burst
+  EXPECT_EQ(reason(), "sibling_pinned");  // within the window: the fake clock has not moved
+  clock.advance(10s);
+  EXPECT_NE(reason(), "sibling_pinned");  // the window has passed on the stack's clock
+  stack.stop();
 }
 
 // A replica that sends the headers and part of a non-streaming reply, then drops the connection:

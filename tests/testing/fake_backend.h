@@ -31,11 +31,17 @@ class FakeBackend final : public Backend {
   int32_t kv_bytes_per_element() const override { return 4; }
 
   int64_t num_forward_calls() const { return calls_; }
+  // The next forward call fails (the engine must end that batch's groups and keep the rest).
+  void fail_next_forward() { fail_next_ = true; }
   int64_t num_node_reads() const { return node_reads_; }  // sequences served by cascade nodes
 
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override {
     std::vector<float>& logits = out.logits;
     ++calls_;
+    if (fail_next_) {
+      fail_next_ = false;
+      return Error{"injected device failure"};
+    }
     for (auto [src, dst] : batch.block_copies) {
       check_block(src);
       check_block(dst);
@@ -96,6 +102,7 @@ class FakeBackend final : public Backend {
 
  private:
   static constexpr uint64_t kSeed = 0x6b7663617363ull;
+  bool fail_next_ = false;
 
   static uint64_t mix(uint64_t x) {
     x ^= x >> 33;

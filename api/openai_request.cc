@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/chat_render.h"
+#include "api/key_space.h"
 
 namespace kvc {
 namespace {
@@ -35,29 +36,21 @@ std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, Par
   auto tokens_to_prompt = [&](const json& arr,
                               const std::string& where) -> std::optional<ApiError> {
     token_ids = true;
-    const int64_t max_id = mode == ParseMode::kFull ? 255 : int64_t{0xffffffff};
-    bool wide = false;  // kRouting: an id above 255 makes every id 4 bytes
+    const TokenIdBytes how =
+        mode == ParseMode::kFull ? TokenIdBytes::kOneByte : TokenIdBytes::kWidenPastByte;
+    std::vector<int64_t> ids;
+    ids.reserve(arr.size());
     for (size_t i = 0; i < arr.size(); ++i) {
       if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 ||
-          arr[i].get<int64_t>() > max_id) {
+          arr[i].get<int64_t>() > max_token_id(how)) {
         return bad(where + "[" + std::to_string(i) + "]",
                    mode == ParseMode::kFull
                        ? "token ids must be integers 0-255 (the byte tokenizer)"
                        : "token ids must be non-negative 32-bit integers");
       }
-      wide = wide || arr[i].get<int64_t>() > 255;
+      ids.push_back(arr[i].get<int64_t>());
     }
-    std::string bytes;
-    for (const json& id : arr) {
-      const auto v = static_cast<uint32_t>(id.get<int64_t>());
-      if (!wide) {
-        bytes.push_back(static_cast<char>(v));
-        continue;
-      }
-      for (int b = 0; b < 4; ++b)
-        bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
-    }
-    out.push_back(std::move(bytes));
+    out.push_back(token_id_bytes(ids, how));
     return std::nullopt;
   };
   if (p.is_string()) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/key_space.h"
 #include "http/auth.h"
 #include "http/errors.h"
 #include "http/sse.h"
@@ -91,14 +92,11 @@ std::optional<std::string> with_cache_salt(const std::string& body, const std::s
 
 }  // namespace
 
-RouterServer::RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& approx,
-                           std::mutex& index_mu, http::Client& client, const Clock& clock,
-                           RouterConfig config, prometheus::Registry* registry,
+RouterServer::RouterServer(ReplicaPool& pool, FleetIndexes& indexes, http::Client& client,
+                           const Clock& clock, RouterConfig config, prometheus::Registry* registry,
                            metrics::RouterMetrics* metrics)
     : pool_(pool),
-      index_(index),
-      approx_(approx),
-      index_mu_(index_mu),
+      indexes_(indexes),
       client_(client),
       config_(std::move(config)),
       policy_(make_policy(config_.policy)),
@@ -140,10 +138,10 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
     if (!only("GET")) return;
     if (metrics_) {
       const std::vector<ReplicaView> views = pool_.snapshot();
-      std::lock_guard lock(index_mu_);
+      std::lock_guard lock(indexes_.mu);
       for (const ReplicaView& r : views) {
         metrics_->router_index_blocks.Add({{"replica", r.replica_id}})
-            .Set(static_cast<double>(index_.num_blocks(r.index) + approx_.num_blocks(r.index)));
+            .Set(static_cast<double>(indexes_.num_blocks_locked(r.index)));
       }
     }
     responder->send(200, metrics::kContentType, metrics::expose(*registry_));
@@ -268,7 +266,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   const bool wrapped = endpoint == Endpoint::kCompletions &&
                        (!any.completion_prefix.empty() || !any.completion_suffix.empty());
   const std::string wrapped_prompt =
-      wrapped ? any.completion_prefix + req.prompts.front() + any.completion_suffix : std::string();
+      wrapped ? completion_bytes(any.completion_prefix, req.prompts.front(), any.completion_suffix)
+              : std::string();
   const std::string& prompt = wrapped ? wrapped_prompt : req.prompts.front();
   const std::string& hash_model = seed_from != replicas.end() ? any.hash_model : req.model;
   attempt->hashes = hash_blocks(chain_seed(hash_model, cache_salt), prompt, any.block_size);
@@ -282,9 +281,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
 
   MatchResult exact, guessed;
   {
-    std::lock_guard lock(index_mu_);
-    exact = index_.match(attempt->hashes);
-    guessed = approx_.match(attempt->hashes);
+    std::lock_guard lock(indexes_.mu);
+    exact = indexes_.exact.match(attempt->hashes);
+    guessed = indexes_.approx.match(attempt->hashes);
   }
   if (exact.near_miss() || guessed.near_miss()) {
     stats_.note_near_miss();
@@ -303,8 +302,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.in_flight_requests = r.in_flight;
     c.kv_usage = r.kv_usage.value_or(0.0);
     {
-      std::lock_guard lock(index_mu_);
-      c.index_blocks = index_.num_blocks(r.index) + approx_.num_blocks(r.index);
+      std::lock_guard lock(indexes_.mu);
+      c.index_blocks = indexes_.num_blocks_locked(r.index);
     }
     attempt->candidates.push_back(std::move(c));
   }
@@ -425,8 +424,8 @@ void RouterServer::ProxiedRequest::do_try() {
   auto view = s_.pool_.get(replica);
   if (view && !view->exact) {
     // Approximate mode: this replica publishes no KV events; remember what we sent it.
-    std::lock_guard lock(s_.index_mu_);
-    (void)s_.approx_.insert(replica, hashes);
+    std::lock_guard lock(s_.indexes_.mu);
+    (void)s_.indexes_.approx.insert(replica, hashes);
   }
   count_route();
   const auto prompt_size = static_cast<int64_t>(prompt_bytes);
@@ -557,7 +556,7 @@ void RouterServer::ProxiedRequest::start_client_stream() {
 std::string RouterServer::state_json() {
   json replicas = json::array();
   const std::vector<ReplicaView> views = pool_.snapshot();  // before the index lock (lock order)
-  std::lock_guard index_lock(index_mu_);
+  std::lock_guard index_lock(indexes_.mu);
   for (const ReplicaView& r : views) {
     json load = {{"reported", r.load_reported},
                  {"running", r.running_sequences},
@@ -578,8 +577,8 @@ std::string RouterServer::state_json() {
                     {"block_size", r.block_size},
                     {"in_flight", r.in_flight},
                     {"load", std::move(load)},
-                    {"index_blocks", index_.num_blocks(r.index)},
-                    {"approx_blocks", approx_.num_blocks(r.index)}};
+                    {"index_blocks", indexes_.exact.num_blocks(r.index)},
+                    {"approx_blocks", indexes_.approx.num_blocks(r.index)}};
     if (!r.error.empty()) replica["error"] = r.error;
     replicas.push_back(std::move(replica));
   }

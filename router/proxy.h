@@ -64,12 +64,12 @@ struct RouterConfig {
 
 class RouterServer {
  public:
-  // `index` holds exact-mode entries (fed by the pool's KV-event subscriptions) and `approx`
-  // the entries the router inserts itself for replicas without KV events (TTL + LRU).
-  // registry/metrics: /metrics and its counters; may be null.
-  RouterServer(ReplicaPool& pool, RadixIndex& index, RadixIndex& approx, std::mutex& index_mu,
-               http::Client& client, const Clock& clock, RouterConfig config,
-               prometheus::Registry* registry = nullptr, metrics::RouterMetrics* metrics = nullptr);
+  // `indexes`: what each replica holds (the pool feeds the exact one; the proxy inserts into the
+  // approximate one for replicas without KV events). registry/metrics: /metrics and its
+  // counters; may be null.
+  RouterServer(ReplicaPool& pool, FleetIndexes& indexes, http::Client& client, const Clock& clock,
+               RouterConfig config, prometheus::Registry* registry = nullptr,
+               metrics::RouterMetrics* metrics = nullptr);
 
   void handle(http::Request request, std::shared_ptr<http::Responder> responder);
   RouterStats& stats() { return stats_; }
@@ -82,9 +82,7 @@ class RouterServer {
   std::string state_json();
 
   ReplicaPool& pool_;
-  RadixIndex& index_;
-  RadixIndex& approx_;
-  std::mutex& index_mu_;
+  FleetIndexes& indexes_;
   http::Client& client_;
   RouterConfig config_;
   std::unique_ptr<Policy> policy_;

@@ -30,8 +30,7 @@ RouterStackConfig with_replica_key(RouterStackConfig c) {
 
 RouterStack::RouterStack(RouterStackConfig config, const Clock& clock)
     : config_(with_replica_key(std::move(config))),
-      index_(clock),
-      approx_(clock, approx_config(config_)),
+      indexes_(clock, approx_config(config_)),
       metrics_(registry_) {
   http_ = std::make_unique<http::Server>(
       config_.limits,
@@ -40,9 +39,9 @@ RouterStack::RouterStack(RouterStackConfig config, const Clock& clock)
       },
       config_.http_threads);
   client_ = std::make_unique<http::Client>(client_limits(), http_->io_context());
-  pool_ = std::make_unique<ReplicaPool>(*client_, index_, index_mu_, clock, config_.pool, &approx_);
-  server_ = std::make_unique<RouterServer>(*pool_, index_, approx_, index_mu_, *client_, clock,
-                                           config_.router, &registry_, &metrics_);
+  pool_ = std::make_unique<ReplicaPool>(*client_, indexes_, clock, config_.pool);
+  server_ = std::make_unique<RouterServer>(*pool_, indexes_, *client_, clock, config_.router,
+                                           &registry_, &metrics_);
 }
 
 RouterStack::~RouterStack() {

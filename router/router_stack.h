@@ -49,14 +49,11 @@ class RouterStack {
 
   ReplicaPool& pool() { return *pool_; }
   RouterServer& server() { return *server_; }
-  RadixIndex& index() { return index_; }
-  std::mutex& index_mutex() { return index_mu_; }
+  FleetIndexes& indexes() { return indexes_; }
 
  private:
   RouterStackConfig config_;
-  RadixIndex index_;
-  RadixIndex approx_;
-  std::mutex index_mu_;
+  FleetIndexes indexes_;
   std::unique_ptr<http::Server> http_;
   std::unique_ptr<http::Client> client_;
   prometheus::Registry registry_;

@@ -49,8 +49,9 @@ Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config
       pool_(backend.num_blocks(), backend.block_size()),
       kv_(pool_),
       scheduler_(config.scheduler, kv_),
-      planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()) {
-  if (!tokenizer.tokens_are_bytes() && tokenizer.round_trips()) {
+      planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()),
+      key_space_(kvc::key_space(tokenizer.tokens_are_bytes(), tokenizer.round_trips())) {
+  if (key_space_ == KeySpace::kTokenIds) {
     byte_space_.emplace();
     kv_.set_byte_space(&*byte_space_);
   }
@@ -62,34 +63,39 @@ BlockHash Engine::chain_seed(const std::string& cache_salt) const {
 
 std::vector<KvEvent> Engine::take_kv_events() {
   std::vector<KvEvent> events = pool_.take_events();
-  if (tokenizer_.tokens_are_bytes()) return events;
-  if (!byte_space_) return {};
-  return byte_space_->translate(events);
+  switch (key_space_) {
+    case KeySpace::kBytes:
+      return events;
+    case KeySpace::kTokenIds:
+      return byte_space_->translate(events);
+    case KeySpace::kPrivateTokenIds:
+      break;
+  }
+  return {};
 }
 
 std::vector<KvEvent> Engine::kv_snapshot() const {
-  if (tokenizer_.tokens_are_bytes()) return pool_.snapshot();
-  if (!byte_space_) return {};
-  return byte_space_->snapshot(pool_.snapshot());
+  switch (key_space_) {
+    case KeySpace::kBytes:
+      return pool_.snapshot();
+    case KeySpace::kTokenIds:
+      return byte_space_->snapshot(pool_.snapshot());
+    case KeySpace::kPrivateTokenIds:
+      break;
+  }
+  return {};
 }
 
 void Engine::hash_token(Sequence& s, int32_t token) const {
-  append_token_key(s.hasher, token);
-  if (!s.byte_hasher) return;
-  const std::string bytes = tokenizer_.token_bytes(token);
-  s.byte_hasher->append(bytes);
-  s.byte_ends.push_back(static_cast<uint32_t>(s.byte_hasher->num_bytes()));
+  s.keys.append(token, [this](int32_t t) { return tokenizer_.token_bytes(t); });
 }
 
-Sequence Engine::prompt_template(const SequenceGroup& g, const std::string& cache_salt) const {
-  const size_t bs = static_cast<size_t>(backend_.block_size());
+Sequence Engine::prompt_sequence(const SequenceGroup& g, const std::string& cache_salt) const {
   // Token-id chains are the replica's own: seeded apart from the router's byte chains.
   const BlockHash token_seed = kvc::chain_seed(
       backend_.config().name + '\x1f' + "token-ids:" + tokenizer_.name(), cache_salt);
-  Sequence s(-1, BlockHasher(token_seed, 4 * bs));
-  if (byte_space_) s.byte_hasher.emplace(g.chain_seed, bs);
+  Sequence s(-1, SequenceKeys(key_space_, backend_.block_size(), g.chain_seed, token_seed));
   s.tokens = g.prompt;
-  s.byte_ends.reserve(byte_space_ ? g.prompt.size() : 0);
   for (int32_t t : g.prompt)
     hash_token(s, t);
   return s;
@@ -99,7 +105,7 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
   const int32_t vocab = std::min(tokenizer_.vocab_size(), backend_.config().vocab_size);
   for (int32_t t : request.prompt) {
     // The byte tokenizer's EOS (256) is no byte: it cannot be part of a prompt.
-    if (t < 0 || t >= vocab || (tokenizer_.tokens_are_bytes() && t == tokenizer_.eos_token())) {
+    if (t < 0 || t >= vocab || (key_space_ == KeySpace::kBytes && t == tokenizer_.eos_token())) {
       return Error{"prompt token " + std::to_string(t) + " is not a valid input token"};
     }
   }
@@ -109,7 +115,7 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
   g->prompt = std::move(request.prompt);
   g->params = std::move(request.params);
   g->chain_seed = chain_seed(request.cache_salt);
-  if (!tokenizer_.tokens_are_bytes()) g->prompt_template = prompt_template(*g, request.cache_salt);
+  g->prompt_template = prompt_sequence(*g, request.cache_salt);
   g->affinity = std::move(request.group);
   if (!g->affinity.empty()) g->declared_group_size = request.group_size;
   g->arrived = clock_.now();
@@ -243,12 +249,7 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResu
     return emit(g, s, 1, result);
   }
   s.tokens.push_back(token);
-  if (!tokenizer_.tokens_are_bytes()) {
-    hash_token(s, token);
-  } else {
-    if (token >= 256) s.hash_chain_ended = true;
-    if (!s.hash_chain_ended) s.hasher.append_byte(static_cast<uint8_t>(token));
-  }
+  hash_token(s, token);
   const size_t before = s.text.size();
   s.text += tokenizer_.decode(token);
   // A stop string may end inside the new bytes: search from where it could start.

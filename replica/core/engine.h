@@ -14,11 +14,11 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "replica/backend/backend.h"
+#include "replica/backend/sampler.h"
 #include "replica/core/block_pool.h"
 #include "replica/core/byte_space.h"
 #include "replica/core/cascade_planner.h"
 #include "replica/core/kv_cache.h"
-#include "replica/backend/sampler.h"
 #include "replica/core/scheduler.h"
 #include "replica/tokenizer/tokenizer.h"
 
@@ -96,6 +96,8 @@ class Engine {
   BlockPool& pool() { return pool_; }
   const ModelConfig& model() const { return backend_.config(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  // How this replica keys its prefix cache and reads token-id prompts (api/key_space.h).
+  KeySpace key_space() const { return key_space_; }
   const EngineConfig& config() const { return config_; }
   const Clock& clock() const { return clock_; }  // the engine loop reads its time here too
   // The router's chain seed (hash_model + cache_salt): byte blocks, and with the byte tokenizer
@@ -117,9 +119,9 @@ class Engine {
  private:
   // The group a request describes, or why it can never run here.
   Result<std::unique_ptr<SequenceGroup>> prepare(GenerationRequest request);
-  // A non-byte tokenizer: the prompt's sequence with token-id keys and its byte-space track.
-  Sequence prompt_template(const SequenceGroup& g, const std::string& cache_salt) const;
-  // Extends s's hash chains (token keys, byte space) by one token.
+  // The prompt as a sequence with its keys in this replica's key space.
+  Sequence prompt_sequence(const SequenceGroup& g, const std::string& cache_salt) const;
+  // Extends s's keys by one token.
   void hash_token(Sequence& s, int32_t token) const;
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
   // The group and the members whose prompt it computes (Scheduler::prompt_followers).
@@ -137,7 +139,8 @@ class Engine {
   Scheduler scheduler_;
   CascadePlanner planner_;
   ForwardOutput out_;
-  std::optional<ByteSpaceEvents> byte_space_;  // set for tokenizers that round-trip bytes
+  KeySpace key_space_;                         // the tokenizer's (api/key_space.h)
+  std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;
 };

@@ -8,7 +8,7 @@ namespace kvc {
 KvCacheManager::CachedPrefix KvCacheManager::find_cached_prefix(const Sequence& seq,
                                                                 int32_t max_tokens) const {
   CachedPrefix found;
-  const auto& hashes = seq.hasher.hashes();
+  const auto& hashes = seq.keys.hashes();
   const int32_t limit =
       std::min<int32_t>(static_cast<int32_t>(hashes.size()), max_tokens / block_size());
   for (int32_t i = 0; i < limit; ++i) {
@@ -24,7 +24,7 @@ int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens) 
   assert(seq.block_table.empty() && seq.num_computed == 0);
   const CachedPrefix found = find_cached_prefix(seq, max_tokens);
   for (int32_t i = 0; i < found.blocks; ++i) {
-    const int32_t block = *pool_.lookup(seq.hasher.hashes()[i]);
+    const int32_t block = *pool_.lookup(seq.keys.hashes()[i]);
     pool_.ref(block);
     seq.block_table.push_back(block);
   }
@@ -70,15 +70,16 @@ bool KvCacheManager::prepare_write(Sequence& seq, int32_t end, BlockCopies& copi
 }
 
 void KvCacheManager::commit_computed(Sequence& seq) {
-  const auto& hashes = seq.hasher.hashes();
-  // Blocks past the end of the hash chain (see Sequence::hash_chain_ended) stay private.
+  const auto& hashes = seq.keys.hashes();
+  // Blocks past the end of the hash chain (SequenceKeys::chain_ended) stay private.
   const int32_t full =
       std::min<int32_t>(seq.num_computed / block_size(), static_cast<int32_t>(hashes.size()));
-  assert(seq.hash_chain_ended ||
+  assert(seq.keys.chain_ended() ||
          static_cast<int32_t>(hashes.size()) >= seq.num_computed / block_size());
   for (int32_t i = seq.num_committed_blocks; i < full; ++i) {
     const std::optional<BlockHash> parent = i > 0 ? std::optional(hashes[i - 1]) : std::nullopt;
-    if (pool_.commit(seq.block_table[i], hashes[i], parent) && byte_space_ && seq.byte_hasher)
+    if (pool_.commit(seq.block_table[i], hashes[i], parent) && byte_space_ &&
+        seq.keys.has_byte_space())
       own_byte_blocks(seq, i, hashes[i]);
   }
   seq.num_committed_blocks = std::max(seq.num_committed_blocks, full);
@@ -86,10 +87,10 @@ void KvCacheManager::commit_computed(Sequence& seq) {
 
 void KvCacheManager::own_byte_blocks(const Sequence& seq, int32_t i, BlockHash token_block) {
   const size_t bs = static_cast<size_t>(block_size());
-  const size_t end = seq.byte_ends[static_cast<size_t>(i + 1) * bs - 1];
-  const size_t begin = i > 0 ? seq.byte_ends[static_cast<size_t>(i) * bs - 1] : 0;
+  const size_t end = seq.keys.byte_end(static_cast<size_t>(i + 1) * bs - 1);
+  const size_t begin = i > 0 ? seq.keys.byte_end(static_cast<size_t>(i) * bs - 1) : 0;
   const size_t first = begin / bs, last = end / bs;  // byte blocks [first, last) become whole
-  const std::vector<BlockHash>& bytes = seq.byte_hasher->hashes();
+  const std::vector<BlockHash>& bytes = seq.keys.byte_hashes();
   assert(last <= bytes.size());
   const std::optional<BlockHash> parent =
       first > 0 ? std::optional(bytes[first - 1]) : std::nullopt;

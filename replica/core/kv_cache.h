@@ -19,8 +19,9 @@ class KvCacheManager {
  public:
   explicit KvCacheManager(BlockPool& pool) : pool_(pool) {}
 
-  // Committed token blocks tell `events` which router byte blocks they cover (sequences with a
-  // byte_hasher). Null: the byte tokenizer, whose blocks are router blocks already.
+  // Committed token blocks tell `events` which router byte blocks they cover (sequences whose
+  // keys have a byte space: KeySpace::kTokenIds). Null: no translation (the byte tokenizer's
+  // blocks are router blocks already).
   void set_byte_space(ByteSpaceEvents* events) { byte_space_ = events; }
 
   BlockPool& pool() { return pool_; }
@@ -48,7 +49,7 @@ class KvCacheManager {
   bool prepare_write(Sequence& seq, int32_t end, BlockCopies& copies);
 
   // After the KV of [0, seq.num_computed) is in the cache: hands newly full blocks to the prefix
-  // cache (stored events). Precondition: seq.hasher has hashed at least num_computed tokens,
+  // cache (stored events). Precondition: seq.keys has hashed at least num_computed tokens,
   // unless its chain ended.
   void commit_computed(Sequence& seq);
 

@@ -308,10 +308,10 @@ std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
 
 Sequence Scheduler::prompt_sequence(const SequenceGroup& g) const {
   if (g.prompt_template) return *g.prompt_template;
-  Sequence prompt(-1, BlockHasher(g.chain_seed, kv_.block_size()));
+  Sequence prompt(-1, SequenceKeys(KeySpace::kBytes, kv_.block_size(), g.chain_seed, {}));
   prompt.tokens = g.prompt;
   for (int32_t t : g.prompt)
-    prompt.hasher.append_byte(static_cast<uint8_t>(t));
+    prompt.keys.append(t);
   return prompt;
 }
 
@@ -558,10 +558,8 @@ void Scheduler::fork_siblings(SequenceGroup& g, const std::vector<int32_t>& firs
   if (g.seqs.empty()) {
     assert(static_cast<int32_t>(first_tokens.size()) == g.num_samples);
     for (int32_t i = 0; i < g.num_samples; ++i) {
-      Sequence s(i, prompt.hasher);
+      Sequence s(i, prompt.keys);
       s.tokens = prompt.tokens;
-      s.byte_hasher = prompt.byte_hasher;
-      s.byte_ends = prompt.byte_ends;
       kv_.fork(prompt, s);
       g.seqs.push_back(std::move(s));
     }

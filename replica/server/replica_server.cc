@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/key_space.h"
 #include "http/auth.h"
 #include "http/errors.h"
 #include "http/sse.h"
@@ -295,13 +296,11 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                                               metrics_, engine_.clock());
 
   const Tokenizer& tokenizer = engine_.tokenizer();
-  if (req.token_id_prompts && !tokenizer.tokens_are_bytes()) {
-    http::send_error(*responder, 400,
-                     "prompts as token ids are read as bytes, and this replica tokenizes with its "
-                     "model's tokenizer (" +
-                         tokenizer.name() + "): send the prompt as text",
-                     "invalid_request_error", "prompt");
-    return;
+  if (req.token_id_prompts) {
+    if (auto refused = token_id_prompt_refusal(engine_.key_space(), tokenizer.name())) {
+      http::send_error(*responder, 400, *refused, "invalid_request_error", "prompt");
+      return;
+    }
   }
   std::vector<GenerationRequest> groups;
   std::vector<GroupSink> sinks;
@@ -313,8 +312,8 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                                                       ? std::span<const TextSpan>(req.literal[p])
                                                       : std::span<const TextSpan>());
     } else {
-      g.prompt = tokenizer.encode(tokenizer.completion_prefix() + req.prompts[p] +
-                                  tokenizer.completion_suffix());
+      g.prompt = tokenizer.encode(completion_bytes(tokenizer.completion_prefix(), req.prompts[p],
+                                                   tokenizer.completion_suffix()));
     }
     g.n = req.n;
     g.params.temperature = req.temperature;
@@ -390,6 +389,7 @@ std::string ReplicaServer::info_json() const {
        // and hash the bytes; a completion prompt is hashed and tokenized with the tokenizer's
        // prefix (BOS) and suffix around it.
        {"chat_template", config_.chat_template ? config_.chat_template->to_json() : json(nullptr)},
+       {"key_space", key_space_name(engine_.key_space())},
        {"completion_prefix", engine_.tokenizer().completion_prefix()},
        {"completion_suffix", engine_.tokenizer().completion_suffix()},
        {"num_kv_blocks", engine_.pool().num_blocks()},

@@ -33,14 +33,9 @@ struct ReplicaPool::Replica {
   std::atomic<bool> removed{false};
 };
 
-ReplicaPool::ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu,
-                         const Clock& clock, PoolConfig config, RadixIndex* approx)
-    : client_(client),
-      index_(index),
-      index_mu_(index_mu),
-      approx_(approx),
-      clock_(clock),
-      config_(config) {}
+ReplicaPool::ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
+                         PoolConfig config)
+    : client_(client), indexes_(indexes), clock_(clock), config_(config) {}
 
 ReplicaPool::~ReplicaPool() {
   {
@@ -88,9 +83,9 @@ void ReplicaPool::remove(uint32_t index) {
 void ReplicaPool::forget_blocks_locked(Replica& r) {
   ++r.index_generation;
   if (r.subscription) r.subscription->cancel("replica " + r.view.replica_id + " left routing");
-  std::lock_guard index_lock(index_mu_);  // lock order: pool, then index
-  index_.clear(r.view.index);
-  if (approx_ != nullptr) approx_->clear(r.view.index);
+  std::lock_guard index_lock(indexes_.mu);  // lock order: pool, then index
+  indexes_.exact.clear(r.view.index);
+  indexes_.approx.clear(r.view.index);
 }
 
 void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
@@ -233,11 +228,11 @@ void ReplicaPool::poll(Replica& r) {
 // Its KV capacity in router blocks (bytes): a foreign replica's approximate entries are bounded
 // by what it can hold, so the index forgets about as fast as the replica evicts.
 void ReplicaPool::set_approx_capacity_locked(const Replica& r) {
-  if (approx_ == nullptr || !config_.derive_approx_capacity || !r.view.kv_capacity_tokens) return;
+  if (!config_.derive_approx_capacity || !r.view.kv_capacity_tokens) return;
   const double blocks = static_cast<double>(*r.view.kv_capacity_tokens) *
                         config_.approx_bytes_per_token / std::max(1, r.view.block_size);
-  std::lock_guard index_lock(index_mu_);  // lock order: pool, then index
-  approx_->set_capacity(r.view.index, static_cast<size_t>(std::clamp(blocks, 1.0, 1e12)));
+  std::lock_guard index_lock(indexes_.mu);  // lock order: pool, then index
+  indexes_.approx.set_capacity(r.view.index, static_cast<size_t>(std::clamp(blocks, 1.0, 1e12)));
 }
 
 void ReplicaPool::poll_now() {
@@ -307,11 +302,11 @@ void ReplicaPool::subscribe(uint32_t index) {
             r->view.exact = true;
             r->backoff = config_.resubscribe_backoff_min;
           }
-          std::lock_guard lock(index_mu_);
+          std::lock_guard lock(indexes_.mu);
           if (r->index_generation.load() != generation) return false;  // forgotten meanwhile
-          if (batch->snapshot) index_.clear(index);
+          if (batch->snapshot) indexes_.exact.clear(index);
           for (const KvEvent& ev : batch->events)
-            (void)index_.apply(index, ev);
+            (void)indexes_.exact.apply(index, ev);
         }
         return true;
       },

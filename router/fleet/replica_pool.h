@@ -26,6 +26,7 @@
 #include "http/client.h"
 #include "prefix_index/radix_index.h"
 #include "router/fleet/engine_signals.h"
+#include "router/fleet/fleet_indexes.h"
 #include "router/policy/policy.h"
 
 namespace kvc {
@@ -89,11 +90,10 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
 
 class ReplicaPool {
  public:
-  // `index` is fed by the replicas' KV events; `approx` (optional) holds the entries the router
-  // inserts for replicas without them. Both are guarded by index_mu; a replica that leaves
-  // routing leaves both.
-  ReplicaPool(http::Client& client, RadixIndex& index, std::mutex& index_mu, const Clock& clock,
-              PoolConfig config = {}, RadixIndex* approx = nullptr);
+  // Feeds indexes.exact from the replicas' KV events; a replica that leaves routing leaves both
+  // indexes.
+  ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
+              PoolConfig config = {});
   ~ReplicaPool();  // stops the poller and the subscriptions
 
   // "host:port" (an http:// prefix is accepted); kAuto: detected (else default_kind when that is
@@ -134,9 +134,7 @@ class ReplicaPool {
   void run();
 
   http::Client& client_;
-  RadixIndex& index_;
-  std::mutex& index_mu_;
-  RadixIndex* approx_;
+  FleetIndexes& indexes_;
   const Clock& clock_;
   PoolConfig config_;
   std::mutex poll_mu_;  // held through a round of polls

@@ -356,8 +356,8 @@ TEST_F(ForeignFleet, MixedFleetWithAKvcascadeReplica) {
     if (replica == "kvc0") {  // its KV events, not the router's guess, bring the prefix
       const auto hashes = hash_blocks(chain_seed(kvc0.hash_model), prefix, kvc0.block_size);
       ASSERT_TRUE(eventually([&] {
-        std::lock_guard lock(stack_->index_mutex());
-        return stack_->index().match(hashes).blocks_for(kvc0.index) == hashes.size();
+        std::lock_guard lock(stack_->indexes().mu);
+        return stack_->indexes().exact.match(hashes).blocks_for(kvc0.index) == hashes.size();
       }));
     }
     const auto b = post({{"model", "tiny"}, {"prompt", prefix + " b"}, {"max_tokens", 1}});

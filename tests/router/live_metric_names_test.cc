@@ -10,9 +10,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "http/client.h"
 #include "replica/server/local_replica.h"
 #include "router/router_stack.h"
-#include "http/client.h"
 
 namespace kvc {
 namespace {

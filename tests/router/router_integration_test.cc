@@ -44,10 +44,9 @@ class RouterTest : public ::testing::Test {
       replicas_.push_back(std::make_unique<LocalReplica>(
           "r" + std::to_string(i), blocks, "127.0.0.1", http::ServerLimits{}, replica_keys));
     }
-    index_ = std::make_unique<RadixIndex>(clock_);
     RadixIndexConfig ac;
     ac.ttl = std::chrono::seconds(600);
-    approx_ = std::make_unique<RadixIndex>(clock_, ac);
+    indexes_ = std::make_unique<FleetIndexes>(clock_, ac);
     http::ClientLimits cl;
     cl.body_idle_timeout = std::chrono::hours(1);
     cl.response_header_timeout = std::chrono::minutes(10);  // as RouterStack: whole generations
@@ -56,13 +55,12 @@ class RouterTest : public ::testing::Test {
     pc.poll_interval = 100ms;
     RouterConfig rc;
     configure(rc, pc);
-    pool_ = std::make_unique<ReplicaPool>(*client_, *index_, index_mu_, clock_, pc);
+    pool_ = std::make_unique<ReplicaPool>(*client_, *indexes_, clock_, pc);
     for (auto& r : replicas_)
       ASSERT_TRUE(pool_->add(r->address()).ok());
     pool_->poll_now();
     pool_->start();
-    router_ =
-        std::make_unique<RouterServer>(*pool_, *index_, *approx_, index_mu_, *client_, clock_, rc);
+    router_ = std::make_unique<RouterServer>(*pool_, *indexes_, *client_, clock_, rc);
     http_ = std::make_unique<http::Server>(
         http::ServerLimits{}, [this](http::Request r, std::shared_ptr<http::Responder> w) {
           router_->handle(std::move(r), std::move(w));
@@ -104,9 +102,9 @@ class RouterTest : public ::testing::Test {
   void wait_for_index(size_t blocks) {
     for (int i = 0; i < 200; ++i) {
       {
-        std::lock_guard lock(index_mu_);
+        std::lock_guard lock(indexes_->mu);
         for (uint32_t r = 0; r < 3; ++r)
-          if (index_->num_blocks(r) >= blocks) return;
+          if (indexes_->exact.num_blocks(r) >= blocks) return;
       }
       std::this_thread::sleep_for(20ms);
     }
@@ -115,8 +113,7 @@ class RouterTest : public ::testing::Test {
 
   SteadyClock& clock_ = SteadyClock::instance();
   std::vector<std::unique_ptr<LocalReplica>> replicas_;
-  std::unique_ptr<RadixIndex> index_, approx_;
-  std::mutex index_mu_;
+  std::unique_ptr<FleetIndexes> indexes_;
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<ReplicaPool> pool_;
   prometheus::Registry registry_;
@@ -433,16 +430,16 @@ TEST_F(RouterTest, ExactIndexFollowsEvictionsOnSmallPools) {
       const BlockPool& pool = replicas_[k]->engine().pool();
       for (int32_t b = 0; b < pool.num_blocks(); ++b)
         hashed += pool.hash_of(b).has_value();
-      std::lock_guard lock(index_mu_);
-      agreed = agreed && index_->num_blocks(k) == hashed;
+      std::lock_guard lock(indexes_->mu);
+      agreed = agreed && indexes_->exact.num_blocks(k) == hashed;
     }
   }
   EXPECT_TRUE(agreed);
-  std::lock_guard lock(index_mu_);
+  std::lock_guard lock(indexes_->mu);
   size_t total = 0;
   for (uint32_t k = 0; k < 3; ++k) {
-    EXPECT_LE(index_->num_blocks(k), 64u);
-    total += index_->num_blocks(k);
+    EXPECT_LE(indexes_->exact.num_blocks(k), 64u);
+    total += indexes_->exact.num_blocks(k);
   }
   EXPECT_LT(total, 10u * 36u);  // evictions happened (and were followed)
 }

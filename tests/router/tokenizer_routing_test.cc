@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "replica/server/local_replica.h"
-#include "router/router_stack.h"
 #include "http/client.h"
+#include "replica/server/local_replica.h"
 #include "replica/tokenizer/hf_tokenizer.h"
+#include "router/router_stack.h"
 #include "tests/testing/reference_files.h"
 
 namespace kvc {
@@ -74,9 +74,9 @@ class TokenizerRoutingTest : public ::testing::Test {
   void wait_for_index(size_t blocks) {
     for (int i = 0; i < 400; ++i) {
       {
-        std::lock_guard lock(router_->index_mutex());
+        std::lock_guard lock(router_->indexes().mu);
         for (uint32_t r = 0; r < 2; ++r)
-          if (router_->index().num_blocks(r) >= blocks) return;
+          if (router_->indexes().exact.num_blocks(r) >= blocks) return;
       }
       std::this_thread::sleep_for(20ms);
     }

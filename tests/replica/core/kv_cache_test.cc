@@ -16,17 +16,17 @@ using ::testing::ElementsAre;
 constexpr int32_t kBlock = 4;
 
 Sequence make_seq(const std::string& text) {
-  Sequence s(0, BlockHasher(chain_seed("tiny"), kBlock));
+  Sequence s(0, SequenceKeys(KeySpace::kBytes, kBlock, chain_seed("tiny"), {}));
   for (char c : text) {
     s.tokens.push_back(static_cast<uint8_t>(c));
-    s.hasher.append_byte(static_cast<uint8_t>(c));
+    s.keys.append(static_cast<uint8_t>(c));
   }
   return s;
 }
 
 void append(Sequence& s, char c) {
   s.tokens.push_back(static_cast<uint8_t>(c));
-  s.hasher.append_byte(static_cast<uint8_t>(c));
+  s.keys.append(static_cast<uint8_t>(c));
 }
 
 TEST(KvCacheManager, PromptSiblingsCopyOnWriteAndPrefixReuse) {
@@ -97,9 +97,9 @@ TEST(KvCacheManager, PromptSiblingsCopyOnWriteAndPrefixReuse) {
   EXPECT_EQ(pool.refcount(0), 1);
 
   // Different cache salt: a different chain, no reuse.
-  Sequence salted(0, BlockHasher(chain_seed("tiny", "tenant-b"), kBlock));
+  Sequence salted(0, SequenceKeys(KeySpace::kBytes, kBlock, chain_seed("tiny", "tenant-b"), {}));
   for (char ch : std::string("abcdefghij"))
-    salted.hasher.append_byte(static_cast<uint8_t>(ch));
+    salted.keys.append(static_cast<uint8_t>(ch));
   EXPECT_EQ(kv.find_cached_prefix(salted, 9).blocks, 0);
 }
 
@@ -145,7 +145,7 @@ TEST(KvCacheManager, EventsMatchThePoolsContent) {
   }
   // The router's longest match agrees with what the pool can reuse.
   Sequence probe = make_seq("aaaabbbbdddd");
-  EXPECT_EQ(router.match(probe.hasher.hashes()).blocks_for(0),
+  EXPECT_EQ(router.match(probe.keys.hashes()).blocks_for(0),
             static_cast<size_t>(kv.find_cached_prefix(probe, 12).blocks));
 }
 

@@ -21,10 +21,9 @@ TEST(DnsDiscovery, ResolvesLocalhostAndFeedsThePool) {
   EXPECT_FALSE(resolve_all("no-such-host.invalid", 1).ok());
 
   testing::FakeClock clock;
-  RadixIndex index(clock);
-  std::mutex mu;
+  FleetIndexes indexes(clock);
   http::Client client;
-  ReplicaPool pool(client, index, mu, clock);
+  ReplicaPool pool(client, indexes, clock);
   DnsDiscovery dns(pool, "localhost:8123", 50ms);
   ASSERT_TRUE(dns.start().ok());
   for (int i = 0; i < 100 && pool.snapshot().empty(); ++i)
@@ -46,10 +45,9 @@ TEST(DnsDiscovery, ResolvesLocalhostAndFeedsThePool) {
 
 TEST(ReplicaPool, RejectsMalformedAddresses) {
   testing::FakeClock clock;
-  RadixIndex index(clock);
-  std::mutex mu;
+  FleetIndexes indexes(clock);
   http::Client client;
-  ReplicaPool pool(client, index, mu, clock);
+  ReplicaPool pool(client, indexes, clock);
   EXPECT_FALSE(pool.add("no-port").ok());
   EXPECT_FALSE(pool.add("host:99999").ok());
   EXPECT_FALSE(pool.add("host:abc").ok());

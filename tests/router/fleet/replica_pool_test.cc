@@ -16,9 +16,8 @@ namespace {
 TEST(ReplicaPoolCounts, PendingPrefillLastsUntilTheAnswerStartsOrTheTryEnds) {
   http::Client client;
   SteadyClock clock;
-  RadixIndex index(clock);
-  std::mutex index_mu;
-  ReplicaPool pool(client, index, index_mu, clock);
+  FleetIndexes indexes(clock);
+  ReplicaPool pool(client, indexes, clock);
   auto a = pool.add("127.0.0.1:1");
   ASSERT_TRUE(a.ok());
   const uint32_t r = *a;

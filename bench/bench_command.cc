@@ -1,10 +1,10 @@
-// `kvcascade bench kernels`: the device benchmark of flat vs cascade decode (bench/cuda/kernel_bench.h).
-// `kvcascade bench router`: the router against direct access and nginx (bench/router_bench.h).
-// `kvcascade bench routing`: policies on a trace through sim replicas (bench/routing_bench.h).
-// `kvcascade bench pressure`: progress under KV memory pressure (bench/pressure_bench.h).
-// `kvcascade bench gemm`: the decode step's GEMMs, cuBLASLt vs the decode GEMM
-// (bench/cuda/gemm_bench.h). `kvcascade bench engine`: the RL rollout through the engine on the GPU
-// (bench/cuda/engine_bench.h).
+// `kvcascade bench kernels`: the device benchmark of flat vs cascade decode
+// (bench/cuda/kernel_bench.h). `kvcascade bench router`: the router against direct access and nginx
+// (bench/router_bench.h). `kvcascade bench routing`: policies on a trace through sim replicas
+// (bench/routing_bench.h). `kvcascade bench pressure`: progress under KV memory pressure
+// (bench/pressure_bench.h). `kvcascade bench gemm`: the decode step's GEMMs, cuBLASLt vs the decode
+// GEMM (bench/cuda/gemm_bench.h). `kvcascade bench engine`: the RL rollout through the engine on
+// the GPU (bench/cuda/engine_bench.h).
 #include "bench/bench_command.h"
 
 #include <cstdio>
@@ -17,13 +17,6 @@
 namespace kvc::bench {
 namespace {
 
-struct BenchFlags {
-  std::string out;
-  bool quick = false;
-  int iters = 20;
-  int only = -1;
-};
-
 // A GPU benchmark this binary does not have: a build without CUDA.
 int no_gpu(const char* name) {
   std::fprintf(stderr,
@@ -33,21 +26,15 @@ int no_gpu(const char* name) {
   return 2;
 }
 
-struct GemmBenchFlags {
-  std::string out;
-  int rows = 128, iters = 20, splits = 0;
-  std::string only;
-};
-
 }  // namespace
 
 std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
-  auto f = std::make_shared<BenchFlags>();
+  auto f = std::make_shared<KernelBenchOptions>();
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   CLI::App* kernels = bench->add_subcommand(
       "kernels", "flat vs cascade decode attention on the GPU, next to the byte floor");
-  kernels->add_option("--out", f->out, "write the results as JSON to this file");
+  kernels->add_option("--out", f->out_json, "write the results as JSON to this file");
   kernels->add_flag("--quick", f->quick, "the worked example and the tree only");
   kernels->add_option("--iters", f->iters, "timed runs per measurement (median reported)")
       ->check(CLI::Range(3, 1000));
@@ -172,11 +159,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       ->capture_default_str();
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
-  auto gm = std::make_shared<GemmBenchFlags>();
+  auto gm = std::make_shared<GemmBenchOptions>();
   CLI::App* gemm = bench->add_subcommand(
       "gemm",
       "the decode step's GEMMs: cuBLASLt vs the Hopper decode GEMM, next to the byte floor");
-  gemm->add_option("--out", gm->out, "write the results as JSON to this file");
+  gemm->add_option("--out", gm->out_json, "write the results as JSON to this file");
   gemm->add_option("--rows", gm->rows, "activation rows (sequences in the decode batch)")
       ->check(CLI::Range(1, 128));
   gemm->add_option("--iters", gm->iters, "graph replays per measurement (median reported)")
@@ -187,14 +174,13 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       ->check(CLI::IsMember({"qkv", "o", "gate_up", "down", "lm_head"}));
   return [gpu, f, r, router, g, routing, p, pressure, e, engine, gm, gemm] {
     if (gemm->parsed()) {
-      return gpu.gemm ? gpu.gemm({gm->out, gm->rows, gm->iters, gm->splits, gm->only})
-                      : no_gpu("gemm");
+      return gpu.gemm ? gpu.gemm(*gm) : no_gpu("gemm");
     }
     if (router->parsed()) return run_router_bench(*r);
     if (routing->parsed()) return run_routing_bench(*g);
     if (engine->parsed()) return gpu.engine ? gpu.engine(*e) : no_gpu("engine");
     if (pressure->parsed()) return run_pressure_bench(*p);
-    return gpu.kernels ? gpu.kernels({f->out, f->quick, f->iters, f->only}) : no_gpu("kernels");
+    return gpu.kernels ? gpu.kernels(*f) : no_gpu("kernels");
   };
 }
 

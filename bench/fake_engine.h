@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "http/server.h"
 #include "base/status.h"
+#include "http/server.h"
 #include "router/fleet/engine_signals.h"
 
 namespace kvc::bench {

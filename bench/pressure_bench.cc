@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "replica/server/local_replica.h"
 #include "http/client.h"
+#include "replica/server/local_replica.h"
 
 namespace kvc::bench {
 namespace {

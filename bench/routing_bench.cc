@@ -14,15 +14,15 @@
 #include <thread>
 #include <unordered_set>
 
+#include "api/chat_render.h"
 #include "bench/loadgen.h"
-#include "replica/server/local_replica.h"
-#include "router/router_stack.h"
 #include "bench/routing_plot.h"
 #include "http/client.h"
 #include "prefix_index/block_hash.h"
-#include "api/chat_render.h"
 #include "replica/backend/sim/sim_backend.h"
+#include "replica/server/local_replica.h"
 #include "router/policy/policy.h"
+#include "router/router_stack.h"
 
 namespace kvc::bench {
 namespace {

@@ -38,8 +38,8 @@ bool needs_cuda(CLI::App& app, const CudaEntry& cuda) {
 int exec_kvcascade_cuda(char** argv) {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::filesystem::path cuda = (ec ? std::filesystem::path(argv[0]) : self).parent_path() /
-                                     "kvcascade-cuda";
+  const std::filesystem::path cuda =
+      (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "kvcascade-cuda";
   if (!std::filesystem::exists(cuda)) {
     std::fprintf(stderr,
                  "kvcascade: this command needs the GPU, and this binary has no CUDA code; "

@@ -16,12 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "replica/server/local_replica.h"
 #include "cli/prometheus_process.h"
-#include "router/router_stack.h"
 #include "cli/server_flags.h"
 #include "http/client.h"
 #include "replica/model/bandwidth_model.h"
+#include "replica/server/local_replica.h"
+#include "router/router_stack.h"
 
 namespace kvc::cli {
 namespace {

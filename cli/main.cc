@@ -3,4 +3,6 @@
 // kvcascade-cuda (cli/main_cuda.cc).
 #include "cli/commands.h"
 
-int main(int argc, char** argv) { return kvc::cli::run_kvcascade(argc, argv, {}); }
+int main(int argc, char** argv) {
+  return kvc::cli::run_kvcascade(argc, argv, {});
+}

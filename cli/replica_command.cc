@@ -6,9 +6,9 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
-#include "replica/server/replica_stack.h"
 #include "cli/server_flags.h"
 #include "replica/backend/sim/sim_backend.h"
+#include "replica/server/replica_stack.h"
 #include "replica/tokenizer/tokenizer.h"
 
 namespace kvc::cli {

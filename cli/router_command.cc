@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "router/router_stack.h"
 #include "cli/server_flags.h"
 #include "http/auth.h"
 #include "router/fleet/engine_signals.h"
+#include "router/router_stack.h"
 
 namespace kvc::cli {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "http/limits.h"
 #include "base/status.h"
+#include "http/limits.h"
 
 namespace kvc::cli {
 

@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fuzz/fuzz_input.h"
 #include "api/chat_render.h"
+#include "fuzz/fuzz_input.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fuzz/fuzz_input.h"
 #include "api/chat_template.h"
+#include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);

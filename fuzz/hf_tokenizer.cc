@@ -1,7 +1,7 @@
-// The Hugging Face tokenizer (replica/tokenizer/hf_tokenizer.h). The first input byte picks the case:
-// odd: the input is a tokenizer.json, which must load or be refused with an error (never crash);
-// even: the rest is text for a small byte-level tokenizer with added tokens, which must encode
-// any bytes (invalid UTF-8 included) to ids whose bytes give the text back, with or without
+// The Hugging Face tokenizer (replica/tokenizer/hf_tokenizer.h). The first input byte picks the
+// case: odd: the input is a tokenizer.json, which must load or be refused with an error (never
+// crash); even: the rest is text for a small byte-level tokenizer with added tokens, which must
+// encode any bytes (invalid UTF-8 included) to ids whose bytes give the text back, with or without
 // literal spans.
 #include <cstdint>
 #include <string>

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <variant>
 
-#include "fuzz/fuzz_input.h"
 #include "api/openai_request.h"
+#include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

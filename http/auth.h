@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "http/server.h"
 #include "base/status.h"
+#include "http/server.h"
 
 namespace kvc::http {
 

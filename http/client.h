@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "http/limits.h"
-#include "http/server.h"
 #include "base/clock.h"
 #include "base/status.h"
+#include "http/limits.h"
+#include "http/server.h"
 
 namespace boost::asio {
 class io_context;

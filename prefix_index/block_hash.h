@@ -5,7 +5,8 @@
 //
 // With the byte tokenizer one token is one byte, so the router's byte blocks and the replica's
 // token blocks are the same blocks and their hashes are equal by construction. With a model's own
-// tokenizer the replica publishes the byte blocks its token blocks cover (replica/core/byte_space.h).
+// tokenizer the replica publishes the byte blocks its token blocks cover
+// (replica/core/byte_space.h).
 #pragma once
 
 #include <cstddef>

@@ -19,8 +19,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "prefix_index/block_hash.h"
 #include "base/status.h"
+#include "prefix_index/block_hash.h"
 
 namespace kvc {
 

@@ -21,10 +21,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "prefix_index/block_hash.h"
 #include "base/clock.h"
-#include "prefix_index/kv_event.h"
 #include "base/status.h"
+#include "prefix_index/block_hash.h"
+#include "prefix_index/kv_event.h"
 
 namespace kvc {
 

@@ -37,7 +37,7 @@ allowed() {
     replica/backend/cuda)
       echo "replica/backend/cuda replica/backend replica/model kernels/cuda kernels/cpu kernels base" ;;
     replica/core)
-      echo "replica/core replica/backend replica/tokenizer replica/model prefix_index metrics kernels base" ;;
+      echo "replica/core replica/backend replica/tokenizer replica/model api prefix_index metrics kernels base" ;;
     replica/server)
       echo "replica/server replica/core replica/backend replica/backend/cpu replica/backend/sim" \
         "replica/tokenizer replica/model api http metrics prefix_index kernels base" ;;

@@ -1,6 +1,6 @@
-// `kvcascade bench engine --step-table` (bench/cuda/engine_bench.h): warm step times of the real engine
-// on the GPU over decode rows x prefill chunk, the shapes a serving replica steps; what the sim
-// backend's step model is fitted to (bench/fit_sim_model.py).
+// `kvcascade bench engine --step-table` (bench/cuda/engine_bench.h): warm step times of the real
+// engine on the GPU over decode rows x prefill chunk, the shapes a serving replica steps; what the
+// sim backend's step model is fitted to (bench/fit_sim_model.py).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

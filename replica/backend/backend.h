@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cascade_plan.h"
 #include "base/status.h"
-#include "replica/model/model_config.h"
+#include "kernels/cascade_plan.h"
 #include "replica/backend/sampler.h"
+#include "replica/model/model_config.h"
 
 namespace kvc {
 
@@ -58,8 +58,8 @@ struct DecodeBatch {
 };
 
 // One token to draw from a row of logits. Sampling is a pure function of (logits row, params,
-// seed, sibling, position) on every backend (replica/backend/sampler.h), so a preempted sibling that
-// recomputes draws the same tokens.
+// seed, sibling, position) on every backend (replica/backend/sampler.h), so a preempted sibling
+// that recomputes draws the same tokens.
 struct SampleRequest {
   int32_t logits_row = 0;  // row of the batch's logits (ForwardBatch::num_logit_rows order)
   int32_t sibling = 0;

@@ -307,12 +307,8 @@ std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
 }
 
 Sequence Scheduler::prompt_sequence(const SequenceGroup& g) const {
-  if (g.prompt_template) return *g.prompt_template;
-  Sequence prompt(-1, SequenceKeys(KeySpace::kBytes, kv_.block_size(), g.chain_seed, {}));
-  prompt.tokens = g.prompt;
-  for (int32_t t : g.prompt)
-    prompt.keys.append(t);
-  return prompt;
+  assert(g.prompt_template);  // Engine::prepare hashes every prompt
+  return *g.prompt_template;
 }
 
 Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,

@@ -51,8 +51,7 @@ struct SequenceGroup {
   uint64_t arrival = 0;  // admission order: lower runs first and is preempted last
   int32_t num_samples = 1;
   std::vector<int32_t> prompt;
-  // The prompt as a sequence, hashed in the replica's key space (Engine::prepare fills it; when
-  // absent, in tests that build groups by hand, the scheduler hashes the prompt as bytes).
+  // The prompt as a sequence, hashed in the replica's key space (Engine::prepare fills it).
   std::optional<Sequence> prompt_template;
   SamplingParams params;
   BlockHash chain_seed;  // model + cache_salt

@@ -1,6 +1,7 @@
 // An in-process replica on <host>:<port 0>: the tiny model (random weights) on the CPU backend
 // (bytes, or a real tokenizer and chat template), wired as `kvcascade replica` wires one
-// (replica/server/replica_stack.h). Used by `kvcascade demo`, `kvcascade bench pressure` and the tests.
+// (replica/server/replica_stack.h). Used by `kvcascade demo`, `kvcascade bench pressure` and the
+// tests.
 #pragma once
 
 #include <algorithm>
@@ -11,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "replica/server/replica_stack.h"
 #include "replica/backend/cpu/cpu_backend.h"
 #include "replica/model/weights.h"
+#include "replica/server/replica_stack.h"
 
 namespace kvc {
 

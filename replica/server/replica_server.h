@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "http/server.h"
 #include "api/openai_request.h"
+#include "http/server.h"
 #include "replica/core/engine_loop.h"
 
 namespace kvc {

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "base/clock.h"
 #include "http/server.h"
 #include "metrics/metrics.h"
-#include "base/clock.h"
 #include "replica/backend/backend.h"
 #include "replica/core/engine.h"
 #include "replica/core/engine_loop.h"

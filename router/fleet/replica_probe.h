@@ -1,6 +1,6 @@
-// One health-and-load poll of one replica, per its kind (router/fleet/engine_signals.h): at start and
-// whenever the pool asks (the replica was unhealthy: it may have come back as something else), the
-// kind is detected or confirmed and the identity (models, hash model, block size) read; every
+// One health-and-load poll of one replica, per its kind (router/fleet/engine_signals.h): at start
+// and whenever the pool asks (the replica was unhealthy: it may have come back as something else),
+// the kind is detected or confirmed and the identity (models, hash model, block size) read; every
 // poll checks health and reads the load. Every answer is size-capped and the whole poll shares
 // one deadline, so a replica answering slowly, hugely or with garbage costs one poll_timeout at
 // most and never more memory than the cap.

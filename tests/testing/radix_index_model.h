@@ -10,8 +10,8 @@
 #include <set>
 #include <vector>
 
-#include "prefix_index/block_hash.h"
 #include "base/clock.h"
+#include "prefix_index/block_hash.h"
 #include "prefix_index/radix_index.h"
 
 namespace kvc::testing {

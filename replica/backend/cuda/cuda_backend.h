@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
 // The backend factory's CUDA maker (replica/server/backend_factory.h: CudaBackendMaker): the
 // options' preset (vocabulary grown to min_vocab) or model folder on the device; prints what it
 // allocated (weights, workspace, KV) to stderr.
-Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options, int32_t min_vocab);
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options,
+                                                   int32_t min_vocab);
 
 }  // namespace kvc

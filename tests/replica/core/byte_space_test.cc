@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "replica/core/engine.h"
-#include "replica/tokenizer/hf_tokenizer.h"
 #include "replica/model/model_config.h"
+#include "replica/tokenizer/hf_tokenizer.h"
 #include "tests/testing/fake_backend.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/reference_files.h"

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "http/client.h"
 #include "replica/server/local_replica.h"
 #include "replica/server/replica_stack.h"
-#include "http/client.h"
 #include "tests/testing/fake_clock.h"
 
 namespace kvc {

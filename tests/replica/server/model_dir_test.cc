@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "replica/server/backend_factory.h"
-#include "replica/server/replica_stack.h"
 #include "http/client.h"
 #include "replica/model/safetensors.h"
+#include "replica/server/backend_factory.h"
+#include "replica/server/replica_stack.h"
 #include "tests/testing/reference_files.h"
 #include "tests/testing/temp_dir.h"
 

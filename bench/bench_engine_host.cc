@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (r.stats.num_prefill_tokens == 0) steps.emplace_back(s, ms);
     for (const auto& o : r.outputs)
-      if (o.group == 1 && o.sibling == 0) s += o.num_new_tokens;
+      if (o.group_id == 1 && o.sibling == 0) s += o.num_new_tokens;
   }
   std::printf("host work per step, %d x %d, prefix %d:\n", groups, siblings, prefix);
   for (int point : {16, 256, 1024}) {

@@ -95,7 +95,7 @@ BackendOptions backend_options(const EngineFlags& f) {
 EngineConfig engine_config(const EngineFlags& f, const Backend& backend) {
   EngineConfig c = f.engine;
   c.cascade.enabled = f.attention == "cascade";
-  c.scheduler.group_wait = std::chrono::milliseconds(f.group_wait_ms);
+  c.scheduler.affinity_wait = std::chrono::milliseconds(f.group_wait_ms);
   return fit_engine_config(std::move(c), backend);
 }
 

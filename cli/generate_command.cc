@@ -117,7 +117,7 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
     StepResult r = engine.step();
     const StepStats& s = r.stats;
     for (const SequenceOutput& o : r.outputs) {
-      Choice& c = choices[{prompt_of.at(o.group), o.sibling}];
+      Choice& c = choices[{prompt_of.at(o.group_id), o.sibling}];
       c.text += o.text_delta;
       if (o.finish != FinishReason::kNone) c.finish = finish_reason_name(o.finish);
     }

@@ -172,7 +172,7 @@ bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade
       }
     }
     for (const SequenceOutput& so : step.outputs) {
-      if (so.sibling == 0) generated[so.group] += so.num_new_tokens;
+      if (so.sibling == 0) generated[so.group_id] += so.num_new_tokens;
       out.generated += so.num_new_tokens;
     }
     for (const auto& g : step.finished) {

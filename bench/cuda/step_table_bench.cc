@@ -62,7 +62,7 @@ bool measure_cells(const EngineBenchOptions& o, CudaBackend& backend, std::vecto
         return false;
       }
       for (const SequenceOutput& so : r.outputs) {
-        if (auto it = generated.find(so.group); it != generated.end()) {
+        if (auto it = generated.find(so.group_id); it != generated.end()) {
           it->second += so.num_new_tokens;
         }
       }

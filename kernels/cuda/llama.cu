@@ -97,22 +97,18 @@ std::pair<size_t, size_t> LlamaModel::device_memory() {
   return {free_bytes, total};
 }
 
-std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCapacity& c,
-                                               std::string& error) {
+Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const LlamaCapacity& c) {
   if (d.head_dim != 64 && d.head_dim != 128) {
-    error = "head_dim " + std::to_string(d.head_dim) + " is not supported (64 or 128)";
-    return nullptr;
+    return Error{"head_dim " + std::to_string(d.head_dim) + " is not supported (64 or 128)"};
   }
   if (d.q_heads % d.kv_heads != 0 || d.hidden % 8 != 0 || d.intermediate % 8 != 0) {
-    error = "unsupported model shape (heads, hidden or intermediate size)";
-    return nullptr;
+    return Error{"unsupported model shape (heads, hidden or intermediate size)"};
   }
   std::unique_ptr<LlamaModel> m(new LlamaModel(d, c));
   Impl& I = *m->impl_;
-  auto fail = [&](const char* what, cudaError_t e) {
-    error = std::string(what) + ": " + cudaGetErrorString(e);
+  auto fail = [](const std::string& what, cudaError_t e) {
     (void)cudaGetLastError();
-    return nullptr;
+    return Error{what + ": " + cudaGetErrorString(e)};
   };
   if (cudaError_t e = cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking); e)
     return fail("cudaStreamCreate", e);
@@ -121,10 +117,7 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
   const TensorSizes s = sizes_of(d);
   const size_t weights = weight_bytes(d);
   if (cudaError_t e = I.alloc(&I.weights, weights); e) {
-    error = "cannot allocate " + std::to_string(weights >> 20) +
-            " MiB of weights: " + cudaGetErrorString(e);
-    (void)cudaGetLastError();
-    return nullptr;
+    return fail("cannot allocate " + std::to_string(weights >> 20) + " MiB of weights", e);
   }
   auto* p = static_cast<__nv_bfloat16*>(I.weights);
   auto take = [&](size_t n) {
@@ -146,10 +139,9 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
   }
   I.kv_layout = {d.layers, c.num_blocks, c.block_size, d.kv_heads, d.head_dim, KvDtype::kBF16};
   if (cudaError_t e = I.alloc(&I.kv, I.kv_layout.bytes()); e) {
-    error = "cannot allocate " + std::to_string(I.kv_layout.bytes() >> 20) + " MiB of KV cache (" +
-            std::to_string(c.num_blocks) + " blocks): " + cudaGetErrorString(e);
-    (void)cudaGetLastError();
-    return nullptr;
+    return fail("cannot allocate " + std::to_string(I.kv_layout.bytes() >> 20) +
+                    " MiB of KV cache (" + std::to_string(c.num_blocks) + " blocks)",
+                e);
   }
   const size_t t = c.max_tokens, h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
@@ -184,8 +176,7 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
     return fail("cudaMallocHost", e);
   I.gemm = std::make_unique<Gemm>();
   if (!I.gemm->ok()) {
-    error = "cuBLASLt could not be initialised (handle or its 32 MiB workspace)";
-    return nullptr;
+    return Error{"cuBLASLt could not be initialised (handle or its 32 MiB workspace)"};
   }
   I.rope = make_rope_table(d.head_dim, d.rope);
   I.shape = {d.q_heads, d.kv_heads, d.head_dim, c.block_size,
@@ -196,7 +187,7 @@ std::unique_ptr<LlamaModel> LlamaModel::create(const LlamaDims& d, const LlamaCa
       (e = I.grow(&I.decode_ws, &I.decode_ws_bytes, 16 << 20))) {
     return fail("allocating plan buffers", e);
   }
-  return m;
+  return std::move(m);  // NOLINT: nvcc does not move into a converting return
 }
 
 size_t LlamaModel::tensor_elements(LlamaTensor t) const {
@@ -256,17 +247,18 @@ bool is_layer_tensor(LlamaTensor t) {
 
 }  // namespace
 
-std::string LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const float* host,
-                               size_t count) {
-  if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers)) return "layer out of range";
-  if (offset + count > tensor_elements(t)) return "upload past the end of the tensor";
+Status LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const float* host,
+                          size_t count) {
+  if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers))
+    return Error{"layer out of range"};
+  if (offset + count > tensor_elements(t)) return Error{"upload past the end of the tensor"};
   auto* dst = static_cast<__nv_bfloat16*>(tensor_ptr(*impl_, t, layer)) + offset;
   // float32 pieces go through one device staging buffer and are rounded to bf16 there.
   const size_t piece = size_t{1} << 22;
   float* staging = nullptr;
   KVC_TRY(cudaMalloc(&staging, std::min(piece, count) * sizeof(float)), "upload staging");
-  std::string error;
-  for (size_t i = 0; i < count && error.empty(); i += piece) {
+  Status status;
+  for (size_t i = 0; i < count && status.ok(); i += piece) {
     const size_t n = std::min(piece, count - i);
     // On the step stream: a plain cudaMemcpy from pageable memory may return before its DMA
     // lands, and the stream does not wait for the legacy default stream.
@@ -277,16 +269,17 @@ std::string LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const fl
       e = cudaGetLastError();
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(impl_->stream);
-    if (e != cudaSuccess) error = std::string("upload: ") + cudaGetErrorString(e);
+    if (e != cudaSuccess) status = Error{std::string("upload: ") + cudaGetErrorString(e)};
   }
   cudaFree(staging);
-  return error;
+  return status;
 }
 
-std::string LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,
-                                    size_t count, bool is_fp16) {
-  if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers)) return "layer out of range";
-  if (offset + count > tensor_elements(t)) return "upload past the end of the tensor";
+Status LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,
+                               size_t count, bool is_fp16) {
+  if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers))
+    return Error{"layer out of range"};
+  if (offset + count > tensor_elements(t)) return Error{"upload past the end of the tensor"};
   auto* dst = static_cast<uint16_t*>(tensor_ptr(*impl_, t, layer)) + offset;
   KVC_TRY(cudaMemcpyAsync(dst, host, count * 2, cudaMemcpyHostToDevice, impl_->stream), "upload");
   KVC_TRY(cudaStreamSynchronize(impl_->stream), "upload");
@@ -330,7 +323,7 @@ LlamaModel::GraphStats LlamaModel::graph_stats() const {
   return s;
 }
 
-std::string LlamaModel::random_init(uint64_t seed) {
+Status LlamaModel::random_init(uint64_t seed) {
   Impl& I = *impl_;
   uint64_t index = 0;
   auto matrix = [&](void* p, size_t n, int fan_in) -> cudaError_t {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "kernels/cascade_plan.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/sampling_rule.h"
@@ -99,10 +100,10 @@ struct LlamaOutput {
 
 class LlamaModel {
  public:
-  // Allocates weights (uninitialised), the KV cache and the workspaces; nullptr and `error` set
-  // when the device lacks memory or the shape is unsupported (head_dim 64/128, even heads).
-  static std::unique_ptr<LlamaModel> create(const LlamaDims& dims, const LlamaCapacity& capacity,
-                                            std::string& error);
+  // Allocates weights (uninitialised), the KV cache and the workspaces; an error when the device
+  // lacks memory or the shape is unsupported (head_dim 64/128, even heads).
+  static Result<std::unique_ptr<LlamaModel>> create(const LlamaDims& dims,
+                                                    const LlamaCapacity& capacity);
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
@@ -118,18 +119,18 @@ class LlamaModel {
 
   // Every matrix uniform with standard deviation 1 / sqrt(fan_in), norms 1 (as
   // replica/model/weights.h random_weights, not bit-equal to it): deterministic for the seed.
-  std::string random_init(uint64_t seed);
+  Status random_init(uint64_t seed);
   // Writes `count` values at element `offset` of a tensor (layer ignored for model tensors),
   // converting float32 to bf16 (round to nearest even) on the device, in 16 MiB pieces.
-  std::string upload(LlamaTensor t, int layer, size_t offset, const float* host, size_t count);
+  Status upload(LlamaTensor t, int layer, size_t offset, const float* host, size_t count);
   // Same for raw bf16 (or fp16, converted on the device) values.
-  std::string upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,
-                          size_t count, bool is_fp16);
+  Status upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host, size_t count,
+                     bool is_fp16);
   size_t tensor_elements(LlamaTensor t) const;
 
-  // Runs the step and draws its tokens. An error string names the failed operation; the KV of the
+  // Runs the step and draws its tokens. An error names the failed operation; the KV of the
   // step's sequences is then undefined, and the model stays usable for other sequences.
-  std::string forward(const LlamaStep& step, LlamaOutput& out);
+  Status forward(const LlamaStep& step, LlamaOutput& out);
   // Per-operation device times in LlamaOutput::profile (no graphs while on).
   void set_profile(bool on);
 
@@ -163,7 +164,7 @@ class LlamaModel {
 
  private:
   LlamaModel(LlamaDims dims, LlamaCapacity capacity);
-  std::string run_step(const LlamaStep& step, LlamaOutput& out);
+  Status run_step(const LlamaStep& step, LlamaOutput& out);
   LlamaDims dims_;
   LlamaCapacity capacity_;
   std::unique_ptr<Impl> impl_;

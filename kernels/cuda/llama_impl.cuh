@@ -13,12 +13,12 @@
 #include "kernels/cuda/llama.h"
 #include "kernels/cuda/ops.h"
 
-// Returns the failed operation's name and the CUDA error from the enclosing function.
-#define KVC_TRY(expr, what)                                           \
-  do {                                                                \
-    if (cudaError_t kvc_err_ = (expr); kvc_err_ != cudaSuccess) {     \
-      return std::string(what) + ": " + cudaGetErrorString(kvc_err_); \
-    }                                                                 \
+// Returns an Error naming the failed operation and the CUDA error from the enclosing function.
+#define KVC_TRY(expr, what)                                                         \
+  do {                                                                              \
+    if (cudaError_t kvc_err_ = (expr); kvc_err_ != cudaSuccess) {                   \
+      return ::kvc::Error{std::string(what) + ": " + cudaGetErrorString(kvc_err_)}; \
+    }                                                                               \
   } while (0)
 
 // An operation of the step: KVC_TRY, then a profile mark named after it.

@@ -13,18 +13,18 @@
 
 namespace kvc::kernels::cuda {
 
-std::string LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
-  std::string error = run_step(st, out);
-  if (!error.empty()) {
+Status LlamaModel::forward(const LlamaStep& st, LlamaOutput& out) {
+  Status status = run_step(st, out);
+  if (!status.ok()) {
     // Operations already queued may still read the staging buffers the next step rewrites:
     // let them drain, and clear a non-sticky error, before anything else runs.
     cudaStreamSynchronize(impl_->stream);
     (void)cudaGetLastError();
   }
-  return error;
+  return status;
 }
 
-std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
+Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point entered = Clock::now();
   Impl& I = *impl_;
@@ -39,7 +39,7 @@ std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   if (rows > c.max_tokens || num_chunks > c.max_chunks ||
       static_cast<int>(st.block_indices.size()) > c.max_blocks || num_samples > c.max_samples ||
       num_copies > c.max_copies) {
-    return "step exceeds the capacity the model was created for";
+    return Error{"step exceeds the capacity the model was created for"};
   }
   out.tokens.assign(num_samples, 0);
   out.logprobs.assign(num_samples, 0.0f);
@@ -80,7 +80,7 @@ std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   for (int k = 0; k < num_samples; ++k) {
     const int32_t r = st.sample_rows[k];
     if (r < 0 || r >= static_cast<int32_t>(act_row_of_logit_row.size())) {
-      return "sample reads a logits row the step does not produce";
+      return Error{"sample reads a logits row the step does not produce"};
     }
     hw[sl.sample_act_rows + k] = act_row_of_logit_row[r];
   }
@@ -99,7 +99,8 @@ std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   DeviceCascadePlan dplan;
   size_t decode_ws_need = 0;
   if (decode_rows > 0) {
-    if (st.plan == nullptr || st.plan->num_seqs != decode_rows) return "decode without a plan";
+    if (st.plan == nullptr || st.plan->num_seqs != decode_rows)
+      return Error{"decode without a plan"};
     dplan = make_device_plan(*st.plan, I.shape);
     KVC_TRY(I.grow(&I.decode_plan_buf, &I.decode_plan_bytes, dplan.device_bytes()),
             "decode plan buffer");
@@ -134,7 +135,7 @@ std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   }
   // 3-4: the layers, the LM head, sampling and the tokens' copy back: enqueued as they are, or
   // captured into (and replayed from) a CUDA graph for a pure decode step.
-  auto body = [&]() -> std::string {
+  auto body = [&]() -> Status {
     if (rows > 0) {
       // 3. Embeddings.
       KVC_OP(embedding_gather(I.embed, d.vocab, h, dw + sl.tokens, rows, I.x, s),
@@ -239,14 +240,15 @@ std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     Impl::GraphEntry* entry = I.find_graph(key);
     if (entry == nullptr && key == I.last_key) {
       KVC_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "graph capture");
-      std::string failed = body();
+      const Status captured = body();
+      std::string failed = captured.message();
       cudaGraph_t graph = nullptr;
       cudaError_t e = cudaStreamEndCapture(s, &graph);
       cudaGraphExec_t exec = nullptr;
-      if (failed.empty() && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+      if (captured.ok() && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
       if (graph != nullptr) cudaGraphDestroy(graph);
-      if (failed.empty() && e != cudaSuccess) failed = cudaGetErrorString(e);
-      if (!failed.empty()) {
+      if (captured.ok() && e != cudaSuccess) failed = cudaGetErrorString(e);
+      if (!captured.ok() || e != cudaSuccess) {
         (void)cudaGetLastError();
         I.graphs_on = false;
         I.drop_graphs();
@@ -275,7 +277,7 @@ std::string LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     I.last_key.clear();
   }
   if (!out.graph) {
-    if (std::string e = body(); !e.empty()) return e;
+    if (Status e = body(); !e.ok()) return e;
   }
   KVC_TRY(cudaEventRecord(I.step_end, s), "event");
   const Clock::time_point waiting = Clock::now();

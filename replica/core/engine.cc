@@ -116,8 +116,8 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
   g->params = std::move(request.params);
   g->chain_seed = chain_seed(request.cache_salt);
   g->prompt_template = prompt_sequence(*g, request.cache_salt);
-  g->affinity = std::move(request.group);
-  if (!g->affinity.empty()) g->declared_group_size = request.group_size;
+  g->affinity = std::move(request.affinity);
+  if (!g->affinity.empty()) g->declared_affinity_size = request.affinity_size;
   g->arrived = clock_.now();
   if (Status s = scheduler_.check_fits(*g); !s.ok()) return Error{s.message()};
   return g;

@@ -34,13 +34,16 @@ struct GenerationRequest {
   int32_t n = 1;
   SamplingParams params;
   std::string cache_salt;  // requests with different salts never share KV
-  std::string group;       // requests naming the same group are scheduled as one unit
-  int32_t group_size = 0;  // requests the client will send with this group (0: not declared)
+  // The client's `group` id (an affinity group: requests naming it are scheduled as one unit, each
+  // still its own SequenceGroup) and its `group_size` (requests the client will send with it; 0:
+  // not declared). Not to be confused with SequenceGroup, the n siblings of one request.
+  std::string affinity;
+  int32_t affinity_size = 0;
 };
 
 // New text of one sibling this step.
 struct SequenceOutput {
-  uint64_t group;
+  uint64_t group_id;  // the SequenceGroup
   int32_t sibling;
   std::string text_delta;
   int32_t num_new_tokens;

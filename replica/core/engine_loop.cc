@@ -194,7 +194,7 @@ void EngineLoop::observe(const StepResult& result) {
 
 void EngineLoop::dispatch(StepResult& result) {
   for (const SequenceOutput& o : result.outputs) {
-    auto it = sinks_.find(o.group);
+    auto it = sinks_.find(o.group_id);
     if (it != sinks_.end() && it->second.on_output) it->second.on_output(o);
   }
   for (const auto& g : result.finished) {

@@ -102,15 +102,15 @@ Status Scheduler::check_fits(const SequenceGroup& g) const {
                  std::to_string(g.params.max_tokens) + ") exceeds the model length " +
                  std::to_string(config_.max_model_len)};
   }
-  if (!g.affinity.empty() && g.declared_group_size > 1) {
+  if (!g.affinity.empty() && g.declared_affinity_size > 1) {
     // A declared group is admitted whole: all of it must fit at once.
-    const int64_t seqs = int64_t{g.num_samples} * g.declared_group_size;
+    const int64_t seqs = int64_t{g.num_samples} * g.declared_affinity_size;
     // The members share the prompt's blocks.
     const int64_t prompt_blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size()));
     const int64_t blocks =
-        prompt_blocks + (worst_case_blocks(g) - prompt_blocks) * g.declared_group_size;
+        prompt_blocks + (worst_case_blocks(g) - prompt_blocks) * g.declared_affinity_size;
     if (seqs > config_.max_num_seqs || blocks > kv_.pool().num_blocks()) {
-      return Error{"group_size " + std::to_string(g.declared_group_size) +
+      return Error{"group_size " + std::to_string(g.declared_affinity_size) +
                    " x n = " + std::to_string(g.num_samples) + " needs " + std::to_string(seqs) +
                    " sequences and up to " + std::to_string(blocks) +
                    " KV blocks at once; this replica runs " + std::to_string(config_.max_num_seqs) +
@@ -452,7 +452,7 @@ void Scheduler::promote_followers(const SequenceGroup& leader) {
 }
 
 bool Scheduler::waits_for_members(const SequenceGroup& g, Clock::TimePoint now) const {
-  if (g.declared_group_size <= 1 || g.affinity.empty() || g.preempted) return false;
+  if (g.declared_affinity_size <= 1 || g.affinity.empty() || g.preempted) return false;
   for (const auto& r : running_) {
     if (r->affinity == g.affinity) return false;  // late member: joins at once
   }
@@ -463,7 +463,7 @@ bool Scheduler::waits_for_members(const SequenceGroup& g, Clock::TimePoint now) 
     ++present;
     first = std::min(first, w->arrived);
   }
-  return present < g.declared_group_size && now - first < config_.group_wait;
+  return present < g.declared_affinity_size && now - first < config_.affinity_wait;
 }
 
 std::optional<Clock::TimePoint> Scheduler::held_until(Clock::TimePoint now) const {
@@ -475,7 +475,7 @@ std::optional<Clock::TimePoint> Scheduler::held_until(Clock::TimePoint now) cons
     for (const auto& o : waiting_) {
       if (o->affinity == w->affinity) first = std::min(first, o->arrived);
     }
-    const Clock::TimePoint end = first + config_.group_wait;
+    const Clock::TimePoint end = first + config_.affinity_wait;
     if (!until || end < *until) until = end;
   }
   return until;
@@ -507,7 +507,7 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
     if (still_running(g)) schedule_prompt_chunk(*g, step);
   }
   // 3. Admissions, strictly first come first served (preempted groups are at the front), except
-  // that declared groups still waiting for their members (at most group_wait) let later groups
+  // that declared groups still waiting for their members (at most affinity_wait) let later groups
   // pass.
   while (step.budget > 0) {
     SequenceGroup* head = nullptr;

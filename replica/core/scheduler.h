@@ -43,9 +43,9 @@ struct SchedulerConfig {
   double growth_ratio_min = 0.1;      // the floor it decays to
   double growth_ratio_decay = 0.001;  // per step without a preemption
   int32_t max_model_len = 16384;      // prompt + max_tokens
-  // How long the first members of a declared group (SequenceGroup::declared_group_size) wait for
-  // the rest before starting with those present.
-  Clock::Duration group_wait = std::chrono::seconds(2);
+  // How long the first members of a declared affinity group
+  // (SequenceGroup::declared_affinity_size) wait for the rest before starting with those present.
+  Clock::Duration affinity_wait = std::chrono::seconds(2);
 };
 
 // One prefill chunk: tokens [start, start + length) of a group's prompt sequence

@@ -61,9 +61,9 @@ struct SequenceGroup {
   // stands alone.
   std::string affinity;
   // Requests the client declared for the affinity (`group_size`; 0: not declared). Until that
-  // many have arrived, or SchedulerConfig::group_wait after this one arrived, the set waits
+  // many have arrived, or SchedulerConfig::affinity_wait after this one arrived, the set waits
   // (unless a member already runs: late members join at once).
-  int32_t declared_group_size = 0;
+  int32_t declared_affinity_size = 0;
   Clock::TimePoint arrived{};  // when submitted (engine clock)
   // A member computing nothing of its own prompt: it shares the prompt blocks of the running
   // member with this id (same affinity, prompt and salt) and forks its siblings when that

@@ -324,8 +324,8 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.ignore_eos = req.ignore_eos;
     g.params.seed = seed + p;
     g.cache_salt = req.cache_salt;
-    if (req.group) g.group = *req.group;
-    g.group_size = req.group_size;
+    if (req.group) g.affinity = *req.group;
+    g.affinity_size = req.group_size;
     GroupSink sink;
     sink.on_output = [state, p](const SequenceOutput& o) { state->on_output(p, o); };
     sink.on_finished = [state, p](const SequenceGroup& g, const std::string& error) {

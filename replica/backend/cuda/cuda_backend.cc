@@ -86,9 +86,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   }
   cap.num_blocks = static_cast<int>(blocks);
   mem.kv_bytes = kc::LlamaModel::kv_bytes(dims, cap.num_blocks, o.block_size);
-  std::string error;
-  auto model = kc::LlamaModel::create(dims, cap, error);
-  if (!model) return Error{"--backend cuda: " + error};
+  Result<std::unique_ptr<kc::LlamaModel>> created = kc::LlamaModel::create(dims, cap);
+  if (!created.ok()) return Error{"--backend cuda: " + created.error().message};
+  std::unique_ptr<kc::LlamaModel> model = std::move(created).value();
   model->set_graphs(o.cuda_graphs);
   model->set_decode_gemm(o.decode_gemm);
   return std::unique_ptr<CudaBackend>(
@@ -103,7 +103,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& conf
   std::unique_ptr<CudaBackend> b = std::move(made).value();
   kc::LlamaModel& m = *b->model_;
   if (weights == nullptr) {
-    if (std::string e = m.random_init(o.weights_seed); !e.empty()) return Error{e};
+    if (Status s = m.random_init(o.weights_seed); !s.ok()) return Error{s.message()};
     return b;
   }
   if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
@@ -113,10 +113,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& conf
   auto up = [&](T t, int layer, size_t offset, const std::vector<float>& v) {
     return m.upload(t, layer, offset, v.data(), v.size());
   };
-  std::string e = up(T::kEmbed, 0, 0, weights->embed);
-  if (e.empty()) e = up(T::kFinalNorm, 0, 0, weights->final_norm);
-  if (e.empty() && !config.tie_word_embeddings) e = up(T::kLmHead, 0, 0, weights->lm_head);
-  for (int l = 0; e.empty() && l < config.num_hidden_layers; ++l) {
+  Status e = up(T::kEmbed, 0, 0, weights->embed);
+  if (e.ok()) e = up(T::kFinalNorm, 0, 0, weights->final_norm);
+  if (e.ok() && !config.tie_word_embeddings) e = up(T::kLmHead, 0, 0, weights->lm_head);
+  for (int l = 0; e.ok() && l < config.num_hidden_layers; ++l) {
     const LayerWeights& w = weights->layers[l];
     for (auto [t, off, v] : {std::tuple{T::kAttnNorm, size_t{0}, &w.attn_norm},
                              {T::kQkv, size_t{0}, &w.wq},
@@ -126,10 +126,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& conf
                              {T::kMlpNorm, size_t{0}, &w.mlp_norm},
                              {T::kGateUp, size_t{0}, &w.w_gate_up},
                              {T::kDown, size_t{0}, &w.w_down}}) {
-      if (e.empty()) e = up(t, l, off, *v);
+      if (e.ok()) e = up(t, l, off, *v);
     }
   }
-  if (!e.empty()) return Error{"uploading weights: " + e};
+  if (!e.ok()) return Error{"uploading weights: " + e.message()};
   return b;
 }
 
@@ -158,7 +158,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
     const std::byte* src = v->bytes.data();
     for (size_t i = 0; i < n; i += kPiece) {
       const size_t k = std::min(kPiece, n - i);
-      std::string e;
+      Status e;
       if (v->dtype == DType::kF32) {
         single.resize(k);
         std::memcpy(single.data(), src + i * 4, k * 4);
@@ -168,7 +168,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
         std::memcpy(half.data(), src + i * 2, k * 2);
         e = m.upload_half(t, layer, offset + i, half.data(), k, v->dtype == DType::kF16);
       }
-      if (!e.empty()) return Error{name + ": " + e};
+      if (!e.ok()) return Error{name + ": " + e.message()};
     }
     return Status::Ok();
   };
@@ -249,7 +249,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   st.sample_vocab = batch.sample_vocab;
   st.return_logits = batch.return_logits;
   kc::LlamaOutput result;
-  if (std::string e = model_->forward(st, result); !e.empty()) return Error{e};
+  if (Status s = model_->forward(st, result); !s.ok()) return s;
   timing_ = {
       result.host_us, result.prep_us, result.wait_us, result.device_us, std::move(result.profile),
       result.graph};

@@ -49,7 +49,7 @@ class EngineTest : public ::testing::Test {
     while (engine.has_work()) {
       StepResult step = engine.step();
       for (const auto& o : step.outputs)
-        out.texts[{o.group, o.sibling}] += o.text_delta;
+        out.texts[{o.group_id, o.sibling}] += o.text_delta;
       for (const auto& g : step.finished) {
         for (const Sequence& s : g->seqs) {
           out.tokens[{g->id, s.sibling}].assign(s.tokens.begin() + g->prompt.size(),

@@ -1,6 +1,6 @@
 // Sibling groups across requests: requests sharing a `group` id are one sibling group
 // in the engine. Their prompt is computed once (the others share its blocks and draw their first
-// tokens from its logits), a declared group_size is admitted whole (or after group_wait with
+// tokens from its logits), a declared group_size is admitted whole (or after affinity_wait with
 // those present), late members join at once, and preemption and counts treat the set as one.
 // The tiny model on the CPU backend, a FakeClock.
 #include <algorithm>
@@ -35,7 +35,7 @@ class GroupMembersTest : public ::testing::Test {
     config.cascade.pass_overhead_bytes = 0;
     config.scheduler.max_tokens_per_step = tokens_per_step;
     config.scheduler.max_num_seqs = std::min(256, tokens_per_step);
-    config.scheduler.group_wait = 2s;
+    config.scheduler.affinity_wait = 2s;
     engine_ = std::make_unique<Engine>(*backend_, tokenizer_, config, clock_);
   }
 
@@ -48,8 +48,8 @@ class GroupMembersTest : public ::testing::Test {
     r.params.max_tokens = max_tokens;
     r.params.seed = seed;
     r.params.ignore_eos = true;
-    r.group = group;
-    r.group_size = group_size;
+    r.affinity = group;
+    r.affinity_size = group_size;
     return r;
   }
 
@@ -124,7 +124,7 @@ TEST_F(GroupMembersTest, EightRequestsAreOneGroupWithOnePrefill) {
   // The same prompt as one request with n = 8, on a fresh engine: the same greedy tokens.
   make_engine();
   GenerationRequest one = member("", 0);
-  one.group.clear();
+  one.affinity.clear();
   one.n = 8;
   submit(one);
   const Run ref = drain();
@@ -144,14 +144,14 @@ TEST_F(GroupMembersTest, SampledMembersKeepTheirOwnSeeds) {
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     make_engine();
     GenerationRequest r = member("", 0, 16, 1.0f, seed);
-    r.group.clear();
+    r.affinity.clear();
     const uint64_t id = submit(r);
     const Run alone = drain();
     EXPECT_EQ(alone.tokens.at(id), grouped.tokens.at(ids[seed - 1])) << "seed " << seed;
   }
 }
 
-// A declared group waits for its members; missing members are waited for group_wait, then the
+// A declared group waits for its members; missing members are waited for affinity_wait, then the
 // group starts with those present. The engine reports how long it is held (a loop sleeps).
 TEST_F(GroupMembersTest, DeclaredGroupWaitsForItsMembersThenForTheTimeout) {
   make_engine();
@@ -194,7 +194,7 @@ TEST_F(GroupMembersTest, AWaitingGroupLetsOthersPass) {
   make_engine();
   submit(member("late", 3));
   GenerationRequest other = member("", 0);
-  other.group.clear();
+  other.affinity.clear();
   const uint64_t other_id = submit(other);
   Run run;
   step_once(run);
@@ -229,7 +229,7 @@ TEST_F(GroupMembersTest, SmallPoolRunsTheWholeGroupOrNone) {
   // Each member: 9 prompt blocks shared + up to 8 own blocks (prompt 139 + 120 tokens).
   make_engine(/*blocks=*/48);
   GenerationRequest big = member("", 0, 400);
-  big.group.clear();
+  big.affinity.clear();
   big.prompt = tokenizer_.encode(std::string(300, 'x'));
   submit(big);
   Run run;
@@ -277,7 +277,7 @@ TEST_F(GroupMembersTest, LeaderAbortedMidPrefillHandsThePromptOn) {
 
   make_engine();
   GenerationRequest one = member("", 0);
-  one.group.clear();
+  one.affinity.clear();
   const uint64_t ref = submit(one);
   EXPECT_EQ(drain().tokens.at(ref), rest.tokens.at(ids[1]));
 }

@@ -74,13 +74,13 @@ Workload random_workload(std::mt19937_64& rng, int min_requests = 1, int max_req
     if (rng() % 7 == 0) r.cache_salt = "tenant-b";
     r.params.ignore_eos = rng() % 6 == 0;
     if (rng() % 3 == 0)
-      r.group = "affinity-" +
-                std::to_string(rng() % 2);  // EOS then becomes a token that ends the hash chain
+      r.affinity = "affinity-" +
+                   std::to_string(rng() % 2);  // EOS then becomes a token that ends the hash chain
     // Members of an affinity often send the same prompt (GRPO rollouts one request at a time):
     // its computation is shared (Scheduler::prompt_followers).
-    if (!r.group.empty() && rng() % 2 == 0) {
+    if (!r.affinity.empty() && rng() % 2 == 0) {
       for (auto it = w.requests.rbegin(); it != w.requests.rend(); ++it) {
-        if (it->group == r.group) {
+        if (it->affinity == r.affinity) {
           r.prompt = it->prompt;
           r.cache_salt = it->cache_salt;
           break;
@@ -230,7 +230,7 @@ RunResult run(const Workload& w, int32_t num_blocks, bool cascade, bool check,
     replay_events();
     out.tokens += step.stats.num_prefill_tokens + step.stats.num_decode_seqs;
     for (const SequenceOutput& o : step.outputs) {
-      out.texts[{request_of.at(o.group), o.sibling}] += o.text_delta;
+      out.texts[{request_of.at(o.group_id), o.sibling}] += o.text_delta;
     }
     for (const auto& g : step.finished) {
       for (const Sequence& s : g->seqs)

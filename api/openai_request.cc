@@ -31,6 +31,16 @@ std::optional<ApiError> number(const json& j, const char* key, T& out, double lo
   return std::nullopt;
 }
 
+// The same for a field whose absence matters (the replica fills it from the model's defaults).
+template <typename T>
+std::optional<ApiError> number(const json& j, const char* key, std::optional<T>& out, double lo,
+                               double hi, const char* range) {
+  T v{};
+  if (auto e = number(j, key, v, lo, hi, range)) return e;
+  if (auto it = j.find(key); it != j.end() && !it->is_null()) out = v;
+  return std::nullopt;
+}
+
 std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, ParseMode mode,
                                      std::vector<std::string>& out, bool& token_ids) {
   auto tokens_to_prompt = [&](const json& arr,
@@ -150,7 +160,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
   if (auto e = number(j, "top_p", r.top_p, 1e-9, 1, "in (0, 1]")) return e;
   if (auto e = number(j, "top_k", r.top_k, -1, 1 << 20, "-1, 0 (off) or a positive count"))
     return e;
-  if (r.top_k < 0) r.top_k = 0;
+  if (r.top_k && *r.top_k < 0) r.top_k = 0;
   if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) return bad("seed", "must be an integer");
     r.seed =

@@ -43,9 +43,10 @@ struct OpenAiRequest {
   bool token_id_prompts = false;
   int32_t n = 1;
   int32_t max_tokens = 16;
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int32_t top_k = 0;  // extension (vLLM): 0 = off
+  // Absent: the model's default (its generation_config.json), else 1, 1 and off.
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;  // extension (vLLM): 0 = off
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool ignore_eos = false;  // extension (vLLM)

@@ -87,6 +87,9 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
     std::fprintf(stderr, "kvcascade generate: %s\n", backend.error().message.c_str());
     return 2;
   }
+  if (std::string note = generation_config_note((*backend)->config()); !note.empty()) {
+    std::fprintf(stderr, "kvcascade generate: note: %s\n", note.c_str());
+  }
   Engine engine(**backend, **tokenizer, engine_config(f.engine, **backend),
                 SteadyClock::instance());
   std::map<uint64_t, size_t> prompt_of;

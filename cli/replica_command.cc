@@ -54,6 +54,9 @@ int run_replica(ReplicaFlags f, CudaBackendMaker cuda) {
     std::fprintf(stderr, "kvcascade replica: %s\n", backend.error().message.c_str());
     return 2;
   }
+  if (std::string note = generation_config_note((*backend)->config()); !note.empty()) {
+    std::fprintf(stderr, "kvcascade replica: note: %s\n", note.c_str());
+  }
   ReplicaStackConfig rc;
   rc.engine = engine_config(f.engine, **backend);
   rc.server = f.replica;

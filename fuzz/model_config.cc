@@ -39,7 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const float v : x)
     FUZZ_CHECK(std::isfinite(v));
 
-  const nlohmann::json j = nlohmann::json::parse(text);
+  const nlohmann::json top = nlohmann::json::parse(text);
+  // The fields are read from text_config where a checkpoint nests them there.
+  const nlohmann::json& j =
+      top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
   const std::pair<const char*, int> fields[] = {
       {"hidden_size", config->hidden_size},
       {"num_hidden_layers", config->num_hidden_layers},

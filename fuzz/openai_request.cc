@@ -28,9 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!p.empty());
   FUZZ_CHECK(r.n >= 1 && r.n <= limits.max_n);
   FUZZ_CHECK(r.max_tokens >= 1 && r.max_tokens <= limits.max_tokens);
-  FUZZ_CHECK(r.temperature >= 0 && r.temperature <= 2);
-  FUZZ_CHECK(r.top_p > 0 && r.top_p <= 1);
-  FUZZ_CHECK(r.top_k >= 0);
+  FUZZ_CHECK(r.temperature.value_or(1) >= 0 && r.temperature.value_or(1) <= 2);
+  FUZZ_CHECK(r.top_p.value_or(1) > 0 && r.top_p.value_or(1) <= 1);
+  FUZZ_CHECK(r.top_k.value_or(0) >= 0);
   FUZZ_CHECK(r.stop.size() <= limits.max_stop);
   return 0;
 }

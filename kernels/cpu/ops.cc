@@ -111,6 +111,38 @@ void rms_norm(const float* x, const float* w, float* y, int rows, int dim, float
       std::max<int64_t>(1, kElemsPerChunk / std::max(dim, 1)));
 }
 
+void add_bias(float* y, const float* bias, int rows, int n) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + int64_t{r} * n;
+    for (int i = 0; i < n; ++i)
+      yr[i] += bias[i];
+  }
+}
+
+void qkv_bias_norm(float* qkv, int64_t stride, int rows, int q_heads, int kv_heads, int head_dim,
+                   const float* bias, const float* q_norm, const float* k_norm, float eps,
+                   StorageType storage) {
+  const int heads = q_heads + 2 * kv_heads;
+  for (int r = 0; r < rows; ++r) {
+    float* row = qkv + r * stride;
+    for (int h = 0; h < heads; ++h) {
+      float* x = row + int64_t{h} * head_dim;
+      if (bias != nullptr) {
+        for (int i = 0; i < head_dim; ++i)
+          x[i] = round_to(x[i] + bias[int64_t{h} * head_dim + i], storage);
+      }
+      const float* w = h < q_heads ? q_norm : h < q_heads + kv_heads ? k_norm : nullptr;
+      if (w == nullptr) continue;
+      double sum_sq = 0;
+      for (int i = 0; i < head_dim; ++i)
+        sum_sq += static_cast<double>(x[i]) * x[i];
+      const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / head_dim + eps));
+      for (int i = 0; i < head_dim; ++i)
+        x[i] = round_to(w[i] * round_to(x[i] * inv, storage), storage);
+    }
+  }
+}
+
 void rope_inv_freq(int head_dim, const RopeConfig& cfg, double* inv_freq) {
   for (int i = 0; i < head_dim / 2; ++i) {
     double f = 1.0 / std::pow(static_cast<double>(cfg.theta), 2.0 * i / head_dim);

@@ -53,6 +53,19 @@ void silu_mul(const float* gate_up, float* out, int rows, int inter);
 // y += x (the residual connection). x, y: [n], float32.
 void add_inplace(float* y, const float* x, int64_t n);
 
+// y[r] += bias for every row r (a Linear's bias). y: [rows, n]; bias: [n]; float32.
+void add_bias(float* y, const float* bias, int rows, int n);
+
+// The family options between the QKV projection and RoPE, on fused QKV rows (each row: q_heads
+// heads of q, then kv_heads of k, then kv_heads of v, head_dim values each, `stride` apart):
+// bias (null: none; [(q_heads + 2 * kv_heads) * head_dim]) is added to every value, then each q
+// head is RMS-normalised with q_norm and each k head with k_norm (null: not normalised; [head_dim];
+// HF Qwen3RMSNorm). With `storage` other than kF32, values are rounded as the device stores them:
+// after the bias, after the normalisation, after the norm weight (the CUDA twin's rounding points).
+void qkv_bias_norm(float* qkv, int64_t stride, int rows, int q_heads, int kv_heads, int head_dim,
+                   const float* bias, const float* q_norm, const float* k_norm, float eps,
+                   StorageType storage = StorageType::kF32);
+
 // out[t] = table[tokens[t]]; a token outside [0, vocab) gives a zero row.
 // table: [vocab, hidden]; tokens: [num_tokens]; out: [num_tokens, hidden]; float32.
 void embedding_gather(const float* table, int vocab, int hidden, const int32_t* tokens,

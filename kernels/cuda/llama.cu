@@ -43,14 +43,20 @@ __global__ void fill_bf16_kernel(__nv_bfloat16* out, size_t n, float value) {
 }
 
 struct TensorSizes {
-  size_t embed, attn_norm, qkv, o, mlp_norm, gate_up, down, final_norm, lm_head;
+  size_t embed, attn_norm, qkv, qkv_bias, qk_norm, o, mlp_norm, gate_up, down, final_norm, lm_head;
 };
+// Every tensor starts 16-byte aligned (the vector loads): sizes round up to 8 bf16 values.
+size_t padded(size_t n) {
+  return (n + 7) / 8 * 8;
+}
 TensorSizes sizes_of(const LlamaDims& d) {
   const size_t h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
   return {size_t(d.vocab) * h,
           h,
           (q + 2 * kv) * h,
+          d.qkv_bias ? q + 2 * kv : 0,
+          d.qk_norm ? size_t(d.head_dim) : 0,
           h * q,
           h,
           2 * ff * h,
@@ -59,7 +65,8 @@ TensorSizes sizes_of(const LlamaDims& d) {
           d.tied_embeddings ? 0 : size_t(d.vocab) * h};
 }
 size_t layer_elements(const TensorSizes& s) {
-  return s.attn_norm + s.qkv + s.o + s.mlp_norm + s.gate_up + s.down;
+  return padded(s.attn_norm) + s.qkv + padded(s.qkv_bias) + 2 * padded(s.qk_norm) + s.o +
+         padded(s.mlp_norm) + s.gate_up + s.down;
 }
 
 }  // namespace
@@ -70,7 +77,7 @@ LlamaModel::~LlamaModel() = default;
 
 size_t LlamaModel::weight_bytes(const LlamaDims& d) {
   const TensorSizes s = sizes_of(d);
-  return 2 * (s.embed + s.final_norm + s.lm_head + layer_elements(s) * d.layers);
+  return 2 * (s.embed + padded(s.final_norm) + s.lm_head + layer_elements(s) * d.layers);
 }
 
 size_t LlamaModel::kv_bytes(const LlamaDims& d, int num_blocks, int block_size) {
@@ -122,7 +129,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   auto* p = static_cast<__nv_bfloat16*>(I.weights);
   auto take = [&](size_t n) {
     void* at = p;
-    p += n;
+    p += padded(n);
     return at;
   };
   I.embed = take(s.embed);
@@ -132,6 +139,11 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   for (auto& l : I.layers) {
     l.attn_norm = take(s.attn_norm);
     l.qkv = take(s.qkv);
+    if (d.qkv_bias) l.qkv_bias = take(s.qkv_bias);
+    if (d.qk_norm) {
+      l.q_norm = take(s.qk_norm);
+      l.k_norm = take(s.qk_norm);
+    }
     l.o = take(s.o);
     l.mlp_norm = take(s.mlp_norm);
     l.gate_up = take(s.gate_up);
@@ -199,6 +211,11 @@ size_t LlamaModel::tensor_elements(LlamaTensor t) const {
       return s.attn_norm;
     case LlamaTensor::kQkv:
       return s.qkv;
+    case LlamaTensor::kQkvBias:
+      return s.qkv_bias;
+    case LlamaTensor::kQNorm:
+    case LlamaTensor::kKNorm:
+      return s.qk_norm;
     case LlamaTensor::kO:
       return s.o;
     case LlamaTensor::kMlpNorm:
@@ -229,6 +246,12 @@ void* tensor_ptr(LlamaModel::Impl& I, LlamaTensor t, int layer) {
       return I.layers[layer].attn_norm;
     case LlamaTensor::kQkv:
       return I.layers[layer].qkv;
+    case LlamaTensor::kQkvBias:
+      return I.layers[layer].qkv_bias;
+    case LlamaTensor::kQNorm:
+      return I.layers[layer].q_norm;
+    case LlamaTensor::kKNorm:
+      return I.layers[layer].k_norm;
     case LlamaTensor::kO:
       return I.layers[layer].o;
     case LlamaTensor::kMlpNorm:
@@ -252,6 +275,7 @@ Status LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const float* 
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers))
     return Error{"layer out of range"};
   if (offset + count > tensor_elements(t)) return Error{"upload past the end of the tensor"};
+  if (count == 0) return Status::Ok();
   auto* dst = static_cast<__nv_bfloat16*>(tensor_ptr(*impl_, t, layer)) + offset;
   // float32 pieces go through one device staging buffer and are rounded to bf16 there.
   const size_t piece = size_t{1} << 22;
@@ -280,6 +304,7 @@ Status LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, const ui
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers))
     return Error{"layer out of range"};
   if (offset + count > tensor_elements(t)) return Error{"upload past the end of the tensor"};
+  if (count == 0) return Status::Ok();
   auto* dst = static_cast<uint16_t*>(tensor_ptr(*impl_, t, layer)) + offset;
   KVC_TRY(cudaMemcpyAsync(dst, host, count * 2, cudaMemcpyHostToDevice, impl_->stream), "upload");
   KVC_TRY(cudaStreamSynchronize(impl_->stream), "upload");
@@ -341,6 +366,11 @@ Status LlamaModel::random_init(uint64_t seed) {
   for (auto& l : I.layers) {
     KVC_TRY(ones(l.attn_norm, s.attn_norm), "random init");
     KVC_TRY(matrix(l.qkv, s.qkv, h), "random init");
+    if (dims_.qkv_bias) KVC_TRY(matrix(l.qkv_bias, s.qkv_bias, q), "random init");
+    if (dims_.qk_norm) {
+      KVC_TRY(ones(l.q_norm, s.qk_norm), "random init");
+      KVC_TRY(ones(l.k_norm, s.qk_norm), "random init");
+    }
     KVC_TRY(matrix(l.o, s.o, q), "random init");
     KVC_TRY(ones(l.mlp_norm, s.mlp_norm), "random init");
     KVC_TRY(matrix(l.gate_up, s.gate_up, h), "random init");

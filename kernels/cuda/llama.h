@@ -1,8 +1,8 @@
-// A Llama-architecture model on the device: bf16 weights, an fp32 residual stream, a paged bf16 KV
-// cache, cuBLASLt GEMMs, chunked causal prefill and flat/cascade decode attention, and sampling
-// on the device (logits never leave it unless asked). The engine's CUDA backend
-// (replica/cuda/) drives it through this header, which carries no CUDA types: replica/ never
-// includes CUDA headers.
+// A Llama-architecture model on the device (with the Qwen options: q/k/v biases, q/k norms): bf16
+// weights, an fp32 residual stream, a paged bf16 KV cache, cuBLASLt GEMMs, chunked causal prefill
+// and flat/cascade decode attention, and sampling on the device (logits never leave it unless
+// asked). The engine's CUDA backend (replica/cuda/) drives it through this header, which carries no
+// CUDA types: replica/ never includes CUDA headers.
 //
 // Memory: weights, the KV cache and every workspace are allocated by create() for the capacity
 // given; a step allocates only when a cascade plan outgrows the plan/workspace buffers sized at
@@ -35,6 +35,8 @@ struct LlamaDims {
   float rms_eps = 1e-5f;
   cpu::RopeConfig rope;
   bool tied_embeddings = false;
+  bool qkv_bias = false;  // biases on the q, k and v projections (Qwen2)
+  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3)
 };
 
 struct LlamaCapacity {
@@ -49,11 +51,16 @@ struct LlamaCapacity {
 
 // The tensors of the model, as the device stores them (bf16, row-major, HF [out, in] layout).
 // kQkv is [(q_heads + 2 * kv_heads) * head_dim, hidden]: the q_proj rows, then k_proj, then
-// v_proj; kGateUp is [2 * intermediate, hidden]: gate rows, then up rows.
+// v_proj; kGateUp is [2 * intermediate, hidden]: gate rows, then up rows. kQkvBias
+// [(q_heads + 2 * kv_heads) * head_dim] exists with dims.qkv_bias, kQNorm and kKNorm [head_dim]
+// with dims.qk_norm (tensor_elements 0 otherwise).
 enum class LlamaTensor {
   kEmbed,
   kAttnNorm,
   kQkv,
+  kQkvBias,
+  kQNorm,
+  kKNorm,
   kO,
   kMlpNorm,
   kGateUp,

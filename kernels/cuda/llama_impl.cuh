@@ -41,6 +41,7 @@ struct LlamaModel::Impl {
   void* lm_head = nullptr;  // == embed when tied
   struct Layer {
     void *attn_norm, *qkv, *o, *mlp_norm, *gate_up, *down;
+    void *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr;  // family options
   };
   std::vector<Layer> layers;
   void* weights = nullptr;  // one allocation

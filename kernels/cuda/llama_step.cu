@@ -155,6 +155,11 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         auto* qkv = static_cast<__nv_bfloat16*>(I.qkv);
         KVC_OP(g.run(I.xn, L.qkv, qkv, rows, static_cast<int>(qkv_row), h, GemmOut::kBF16, s),
                "qkv_proj");
+        if (d.qkv_bias || d.qk_norm) {  // Qwen2's biases, Qwen3's q/k norms
+          KVC_OP(qkv_bias_norm(qkv, qkv_row, rows, d.q_heads, d.kv_heads, d.head_dim, L.qkv_bias,
+                               L.q_norm, L.k_norm, d.rms_eps, s),
+                 "qkv_bias_norm");
+        }
         KVC_OP(rope_kv_append(qkv, qkv_row, d.q_heads, qkv + qd, qkv_row, qkv + qd + kvd, qkv_row,
                               d.kv_heads, d.head_dim, I.rope_cs, rows, I.q, qd, dw + sl.slots,
                               KvDtype::kBF16, kc, vc, s),

@@ -344,6 +344,57 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
   }
 }
 
+// ---- family options between the QKV projection and RoPE ---------------------------------------
+
+// One row per block, one warp per head (q heads, then k, then v): bias added and rounded to bf16,
+// then q and k heads RMS-normalised (fp32), rounded, times the norm weight, rounded (HF's
+// Qwen3RMSNorm in bf16). v heads are only touched with a bias.
+__global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int kv_heads,
+                                     int head_dim, const bf16* bias, const bf16* q_norm,
+                                     const bf16* k_norm, float eps) {
+  constexpr int kMaxPerLane = 8;  // head_dim <= 256
+  bf16* row = qkv + blockIdx.x * stride;
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int heads = bias != nullptr ? q_heads + 2 * kv_heads : q_heads + kv_heads;
+  for (int h = warp; h < heads; h += warps) {
+    const bf16* w = h < q_heads ? q_norm : h < q_heads + kv_heads ? k_norm : nullptr;
+    bf16* x = row + int64_t{h} * head_dim;
+    float v[kMaxPerLane];
+    float sum_sq = 0;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int i = lane + 32 * j;
+      v[j] = 0;
+      if (i >= head_dim) continue;
+      float f = __bfloat162float(x[i]);
+      if (bias != nullptr) {
+        f = __bfloat162float(
+            __float2bfloat16_rn(f + __bfloat162float(bias[int64_t{h} * head_dim + i])));
+      }
+      v[j] = f;
+      sum_sq += f * f;
+    }
+    if (w != nullptr) {
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2)
+        sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+      const float inv = rsqrtf(sum_sq / head_dim + eps);
+#pragma unroll
+      for (int j = 0; j < kMaxPerLane; ++j) {
+        const int i = lane + 32 * j;
+        if (i >= head_dim) continue;
+        const float n = __bfloat162float(__float2bfloat16_rn(v[j] * inv));
+        v[j] = n * __bfloat162float(w[i]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int i = lane + 32 * j;
+      if (i < head_dim) x[i] = __float2bfloat16_rn(v[j]);
+    }
+  }
+}
+
 // ---- block copies ---------------------------------------------------------------------------
 
 // blockIdx.x: the pair; blockIdx.y: the cache (2 * layer + {0: K, 1: V}). Elements are 2 bytes.
@@ -522,6 +573,22 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
   } else {
     launch(static_cast<bf16*>(k_cache), static_cast<bf16*>(v_cache));
   }
+  return cudaGetLastError();
+}
+
+cudaError_t qkv_bias_norm(void* qkv, int64_t stride, int rows, int q_heads, int kv_heads,
+                          int head_dim, const void* bias, const void* q_norm, const void* k_norm,
+                          float eps, cudaStream_t stream) {
+  if (rows == 0 || (bias == nullptr && q_norm == nullptr)) return cudaSuccess;
+  if (rows < 0 || q_heads < 0 || kv_heads <= 0 || head_dim <= 0 || head_dim > 256 ||
+      (q_norm == nullptr) != (k_norm == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  const int heads = bias != nullptr ? q_heads + 2 * kv_heads : q_heads + kv_heads;
+  const int threads = 32 * std::min(heads, 16);
+  qkv_bias_norm_kernel<<<rows, threads, 0, stream>>>(
+      static_cast<bf16*>(qkv), stride, q_heads, kv_heads, head_dim, static_cast<const bf16*>(bias),
+      static_cast<const bf16*>(q_norm), static_cast<const bf16*>(k_norm), eps);
   return cudaGetLastError();
 }
 

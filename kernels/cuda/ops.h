@@ -78,6 +78,17 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
                            int64_t q_out_stride, const int32_t* slots, KvDtype cache_dtype,
                            void* k_cache, void* v_cache, cudaStream_t stream = nullptr);
 
+// The family options between the QKV projection and RoPE, in place on fused bf16 QKV rows (each:
+// q_heads heads of q, kv_heads of k, kv_heads of v; `stride` elements apart): bias (null: none;
+// [(q_heads + 2 * kv_heads) * head_dim] bf16) added, then, with q_norm and k_norm (both or
+// neither; [head_dim] bf16), every q and k head RMS-normalised (HF Qwen3RMSNorm). Rounded to bf16
+// after the bias, after the normalisation and after the weight; CPU twin
+// kernels/cpu/ops.h qkv_bias_norm with StorageType::kBF16. head_dim <= 256. Nothing to do (no
+// bias, no norms): no launch.
+cudaError_t qkv_bias_norm(void* qkv, int64_t stride, int rows, int q_heads, int kv_heads,
+                          int head_dim, const void* bias, const void* q_norm, const void* k_norm,
+                          float eps, cudaStream_t stream = nullptr);
+
 // out = bf16(silu(gate) * up) in fp32, silu(g) = g / (1 + exp(-g)) (HF rounds silu(gate) to bf16
 // first). gate_up: [rows, 2 * inter] bf16, each row gate then up; out: [rows, inter] bf16.
 cudaError_t silu_mul(const void* gate_up, void* out, int rows, int inter,

@@ -55,6 +55,14 @@ Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config
     byte_space_.emplace();
     kv_.set_byte_space(&*byte_space_);
   }
+  // The model's own end ids (generation_config.json: Llama 3 Instruct ends on any of three) are
+  // ids of its tokenizer: the byte tokenizer's ids are bytes, which they do not name.
+  if (!tokenizer.tokens_are_bytes()) model_eos_ = backend.config().eos_token_ids;
+}
+
+bool Engine::is_eos(int32_t token) const {
+  return tokenizer_.is_eos(token) ||
+         std::find(model_eos_.begin(), model_eos_.end(), token) != model_eos_.end();
 }
 
 BlockHash Engine::chain_seed(const std::string& cache_salt) const {
@@ -244,7 +252,7 @@ void Engine::emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult&
 }
 
 void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result) {
-  if (tokenizer_.is_eos(token) && !g.params.ignore_eos) {
+  if (is_eos(token) && !g.params.ignore_eos) {
     scheduler_.finish(g, s.sibling, FinishReason::kStop);
     return emit(g, s, 1, result);
   }

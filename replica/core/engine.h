@@ -120,6 +120,8 @@ class Engine {
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
 
  private:
+  // The token ends a sequence: the tokenizer's EOS, or one of the model's end ids.
+  bool is_eos(int32_t token) const;
   // The group a request describes, or why it can never run here.
   Result<std::unique_ptr<SequenceGroup>> prepare(GenerationRequest request);
   // The prompt as a sequence with its keys in this replica's key space.
@@ -143,6 +145,7 @@ class Engine {
   CascadePlanner planner_;
   ForwardOutput out_;
   KeySpace key_space_;                         // the tokenizer's (api/key_space.h)
+  std::vector<int32_t> model_eos_;             // the model's end ids besides the tokenizer's
   std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;

@@ -1,5 +1,6 @@
 #include "replica/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -10,7 +11,8 @@ namespace kvc {
 int64_t ModelConfig::num_parameters() const {
   const int64_t h = hidden_size, q = int64_t{num_attention_heads} * head_dim,
                 kv = int64_t{num_key_value_heads} * head_dim, ff = intermediate_size;
-  const int64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * ff + 2 * h;
+  const int64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * ff + 2 * h +
+                            (qkv_bias ? q + 2 * kv : 0) + (qk_norm ? 2 * int64_t{head_dim} : 0);
   const int64_t embed = int64_t{vocab_size} * h;
   return num_hidden_layers * per_layer + embed * (tie_word_embeddings ? 1 : 2) + h;
 }
@@ -140,19 +142,212 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, std::string n
 
 namespace {
 
-Result<ModelConfig> parse_fields(const nlohmann::json& j, std::string name) {
+struct Architecture {
+  const char* architecture;
+  const char* model_type;
+  ModelFamily family;
+};
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", ModelFamily::kLlama},
+    {"MistralForCausalLM", "mistral", ModelFamily::kMistral},
+    {"Qwen2ForCausalLM", "qwen2", ModelFamily::kQwen2},
+    {"Qwen3ForCausalLM", "qwen3", ModelFamily::kQwen3},
+};
+
+Status refuse(const std::string& field, const std::string& why) {
+  return Error{"config.json: " + field + ": " + why};
+}
+
+// The architecture, from `architectures` (its one entry) or else `model_type`.
+Status read_architecture(const nlohmann::json& top, const nlohmann::json& j, ModelConfig& c) {
+  std::string architecture;
+  if (auto a = top.find("architectures"); a != top.end() && !a->is_null()) {
+    if (!a->is_array() || a->size() != 1 || !(*a)[0].is_string()) {
+      return refuse("architectures", "expected a list of one name");
+    }
+    architecture = (*a)[0].get<std::string>();
+    for (const Architecture& x : kArchitectures) {
+      if (architecture == x.architecture) {
+        c.family = x.family;
+        c.architecture = architecture;
+        return Status::Ok();
+      }
+    }
+    return refuse("architectures", "'" + architecture + "' is not implemented (implemented: " +
+                                       implemented_architectures() + ")");
+  }
+  static const nlohmann::json kNone;
+  const nlohmann::json* found = &kNone;
+  for (const nlohmann::json* o : {&j, &top}) {
+    if (auto it = o->find("model_type"); it != o->end()) {
+      found = &*it;
+      break;
+    }
+  }
+  const nlohmann::json& mt = *found;
+  if (!mt.is_string()) {
+    return refuse("architectures",
+                  "missing, and no model_type either: cannot tell what model this is "
+                  "(implemented: " +
+                      implemented_architectures() + ")");
+  }
+  const std::string type = mt.get<std::string>();
+  for (const Architecture& x : kArchitectures) {
+    if (type == x.model_type) {
+      c.family = x.family;
+      c.architecture = x.architecture;
+      return Status::Ok();
+    }
+  }
+  return refuse("model_type", "'" + type + "' is not implemented (implemented: " +
+                                  implemented_architectures() + ")");
+}
+
+// The RoPE parameters: transformers 5's rope_parameters {rope_type, rope_theta, ...} or the
+// classic top-level rope_theta with rope_scaling {rope_type | type, ...}.
+Status read_rope(const nlohmann::json& j, ModelConfig& c) {
+  const nlohmann::json* scaling = nullptr;
+  std::string where;
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && !rp->is_null()) {
+    if (!rp->is_object()) return refuse("rope_parameters", "expected an object");
+    if (rp->contains("full_attention") || rp->contains("sliding_attention")) {
+      return refuse("rope_parameters", "per-layer-type RoPE parameters are not implemented");
+    }
+    if (Status s = read_field(*rp, "rope_theta", c.rope_theta, true); !s.ok()) {
+      return refuse("rope_parameters", s.message());
+    }
+    scaling = &*rp;
+    where = "rope_parameters";
+  } else {
+    if (Status s = read_field(j, "rope_theta", c.rope_theta, false); !s.ok()) return s;
+    if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+      if (!rs->is_object()) return refuse("rope_scaling", "expected an object");
+      scaling = &*rs;
+      where = "rope_scaling";
+    }
+  }
+  if (scaling == nullptr) return Status::Ok();
+  std::string type = "default", type_key = "rope_type";
+  for (const char* key : {"rope_type", "type"}) {
+    if (auto t = scaling->find(key); t != scaling->end() && !t->is_null()) {
+      if (!t->is_string()) return refuse(where + "." + key, "expected a string");
+      type = t->get<std::string>();
+      type_key = key;
+      break;
+    }
+  }
+  if (type == "default") return Status::Ok();
+  if (type != "llama3") {
+    return refuse(where + "." + type_key,
+                  "'" + type + "' is not implemented (implemented: default, llama3)");
+  }
+  c.rope_llama3 = true;
+  for (const Status& s : {
+           read_field(*scaling, "factor", c.rope_factor, true),
+           read_field(*scaling, "low_freq_factor", c.rope_low_freq_factor, false),
+           read_field(*scaling, "high_freq_factor", c.rope_high_freq_factor, false),
+           read_field(*scaling, "original_max_position_embeddings", c.rope_original_max_position,
+                      false),
+       }) {
+    if (!s.ok()) return Error{where + ": " + s.message()};
+  }
+  return Status::Ok();
+}
+
+// The options of the family, and what it does not have refused by name.
+Status read_family_options(const nlohmann::json& j, ModelConfig& c) {
+  auto flag = [&](const char* key) -> Result<bool> {
+    bool v = false;
+    if (Status s = read_field(j, key, v, false); !s.ok()) return Error{s.message()};
+    return v;
+  };
+  Result<bool> attention_bias = flag("attention_bias");
+  Result<bool> mlp_bias = flag("mlp_bias");
+  if (!attention_bias.ok()) return Error{attention_bias.error().message};
+  if (!mlp_bias.ok()) return Error{mlp_bias.error().message};
+  if (*mlp_bias) return refuse("mlp_bias", "true is not implemented (no family has MLP biases)");
+  if (*attention_bias) {
+    return refuse("attention_bias", std::string("true is not implemented for ") +
+                                        model_family_name(c.family) +
+                                        " (it would add biases to q, k, v and o)");
+  }
+  c.qkv_bias = c.family == ModelFamily::kQwen2;  // Qwen2's q/k/v biases are implicit
+  c.qk_norm = c.family == ModelFamily::kQwen3;
+  if (auto act = j.find("hidden_act"); act != j.end() && !act->is_null()) {
+    if (!act->is_string() || act->get<std::string>() != "silu") {
+      return refuse("hidden_act", act->dump() + " is not implemented (implemented: \"silu\")");
+    }
+  }
+  if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
+    return refuse("quantization_config", "quantized weights are not supported yet");
+  }
+  // A sliding window shorter than the context served would change attention: not implemented.
+  // Qwen's sliding_window applies only with use_sliding_window.
+  bool window_used = true;
+  if (Result<bool> u = flag("use_sliding_window"); !u.ok()) {
+    return Error{u.error().message};
+  } else if (j.contains("use_sliding_window")) {
+    window_used = *u;
+  }
+  if (auto w = j.find("sliding_window"); window_used && w != j.end() && !w->is_null()) {
+    if (!w->is_number_integer()) return refuse("sliding_window", "expected an integer or null");
+    const int64_t window = w->get<int64_t>();
+    if (window < c.max_position_embeddings) {
+      return refuse("sliding_window",
+                    std::to_string(window) + " is shorter than the context served (" +
+                        "max_position_embeddings " + std::to_string(c.max_position_embeddings) +
+                        "): sliding-window attention is not implemented");
+    }
+  }
+  if (auto lt = j.find("layer_types"); window_used && lt != j.end() && lt->is_array()) {
+    for (const auto& t : *lt) {
+      if (!t.is_string() || t.get<std::string>() != "full_attention") {
+        return refuse("layer_types", t.dump() + " is not implemented (only \"full_attention\")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// An id or a list of ids (eos_token_id in config.json and generation_config.json).
+Status read_token_ids(const nlohmann::json& j, const char* key, std::vector<int32_t>& out,
+                      const char* file) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  std::vector<int32_t> ids;
+  auto one = [&](const nlohmann::json& v) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxVocabSize) {
+      return false;
+    }
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    return true;
+  };
+  bool ok = it->is_array() ? std::all_of(it->begin(), it->end(), one) : one(*it);
+  if (!ok) {
+    return Error{std::string(file) + ": " + key + ": expected a token id or a list of them"};
+  }
+  out = std::move(ids);
+  return Status::Ok();
+}
+
+Result<ModelConfig> parse_fields(const nlohmann::json& top, std::string name) {
   ModelConfig c;
   c.name = std::move(name);
+  // Multimodal checkpoints nest the language model's fields in text_config.
+  const nlohmann::json& j =
+      top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
+  if (Status s = read_architecture(top, j, c); !s.ok()) return Error{s.message()};
+  c.rms_norm_eps = 1e-6f;  // every family's default in transformers
   for (const Status& s : {
            read_field(j, "hidden_size", c.hidden_size, true),
            read_field(j, "num_hidden_layers", c.num_hidden_layers, true),
            read_field(j, "num_attention_heads", c.num_attention_heads, true),
            read_field(j, "intermediate_size", c.intermediate_size, true),
            read_field(j, "vocab_size", c.vocab_size, true),
-           read_field(j, "rope_theta", c.rope_theta, false),
            read_field(j, "rms_norm_eps", c.rms_norm_eps, false),
            read_field(j, "max_position_embeddings", c.max_position_embeddings, false),
-           read_field(j, "tie_word_embeddings", c.tie_word_embeddings, false),
+           read_field(top.contains("tie_word_embeddings") ? top : j, "tie_word_embeddings",
+                      c.tie_word_embeddings, false),
        }) {
     if (!s.ok()) return Error{s.message()};
   }
@@ -162,26 +357,83 @@ Result<ModelConfig> parse_fields(const nlohmann::json& j, std::string name) {
   }
   c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
   if (Status s = read_field(j, "head_dim", c.head_dim, false); !s.ok()) return Error{s.message()};
-  if (auto rs = j.find("rope_scaling"); rs != j.end() && rs->is_object()) {
-    const auto type = rs->value("rope_type", rs->value("type", std::string()));
-    if (type == "llama3") {
-      c.rope_llama3 = true;
-      for (const Status& s : {
-               read_field(*rs, "factor", c.rope_factor, true),
-               read_field(*rs, "low_freq_factor", c.rope_low_freq_factor, false),
-               read_field(*rs, "high_freq_factor", c.rope_high_freq_factor, false),
-               read_field(*rs, "original_max_position_embeddings", c.rope_original_max_position,
-                          false),
-           }) {
-        if (!s.ok()) return Error{"rope_scaling: " + s.message()};
-      }
-    } else if (!type.empty() && type != "default") {
-      return Error{"config.json: rope_scaling type '" + type + "' is not supported"};
-    }
+  if (Status s = read_rope(j, c); !s.ok()) return Error{s.message()};
+  if (Status s = read_family_options(j, c); !s.ok()) return Error{s.message()};
+  if (Status s = read_token_ids(j, "eos_token_id", c.eos_token_ids, "config.json"); !s.ok()) {
+    return Error{s.message()};
   }
   if (Status s = c.validate(); !s.ok()) return Error{s.message()};
   return c;
 }
 
 }  // namespace
+
+Status parse_generation_config(std::string_view json_text, ModelConfig& c) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return Error{std::string("generation_config.json: ") + e.what()};
+  }
+  if (!j.is_object()) return Error{"generation_config.json: not a JSON object"};
+  std::vector<int32_t> eos;
+  if (Status s = read_token_ids(j, "eos_token_id", eos, "generation_config.json"); !s.ok()) {
+    return s;
+  }
+  if (!eos.empty()) c.eos_token_ids = std::move(eos);
+  GenerationDefaults g;
+  auto number = [&](const char* key, auto& out, double lo, double hi) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return Status::Ok();
+    if (!it->is_number() || it->get<double>() < lo || it->get<double>() > hi) {
+      return Error{std::string("generation_config.json: ") + key + ": expected a number in [" +
+                   std::to_string(lo) + ", " + std::to_string(hi) + "]"};
+    }
+    out = static_cast<std::remove_reference_t<decltype(*out)>>(it->get<double>());
+    return Status::Ok();
+  };
+  for (const Status& s :
+       {number("temperature", g.temperature, 0, 2), number("top_p", g.top_p, 1e-9, 1),
+        number("top_k", g.top_k, 0, 1 << 20)}) {
+    if (!s.ok()) return s;
+  }
+  if (g.top_k && *g.top_k == 0) g.top_k.reset();
+  // Sampling defaults the sampler does not implement; named so the replica can say so.
+  for (const char* key : {"repetition_penalty", "presence_penalty", "frequency_penalty", "min_p",
+                          "typical_p", "no_repeat_ngram_size"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    const bool neutral =
+        it->is_number() && (std::string(key) == "repetition_penalty" ? it->get<double>() == 1.0
+                            : std::string(key) == "typical_p"        ? it->get<double>() == 1.0
+                                                                     : it->get<double>() == 0.0);
+    if (!neutral) g.unsupported.push_back(key);
+  }
+  c.generation = std::move(g);
+  return Status::Ok();
+}
+
+std::string implemented_architectures() {
+  std::string s;
+  for (const Architecture& x : kArchitectures) {
+    if (!s.empty()) s += ", ";
+    s += x.architecture;
+  }
+  return s;
+}
+
+const char* model_family_name(ModelFamily f) {
+  switch (f) {
+    case ModelFamily::kLlama:
+      return "llama";
+    case ModelFamily::kMistral:
+      return "mistral";
+    case ModelFamily::kQwen2:
+      return "qwen2";
+    case ModelFamily::kQwen3:
+      return "qwen3";
+  }
+  return "?";
+}
+
 }  // namespace kvc

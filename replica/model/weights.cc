@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "kernels/cpu/parallel.h"
@@ -16,54 +17,98 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One tensor of the model: its Hugging Face name, shape, and where its values go.
+// One tensor of the model and where its float32 values go.
 struct Slot {
-  std::string hf_name;
-  std::vector<int64_t> shape;
+  const TensorSpec* spec;
   float* dst;
   bool is_norm;
 };
 
-// Sizes every tensor of `w` for w.config and lists them, in a fixed order (random_weights' seeds
-// depend on it). The fused gate_up tensor is two slots: gate rows, then up rows.
-std::vector<Slot> allocate(ModelWeights& w) {
+bool is_norm(TensorKind k) {
+  return k == TensorKind::kAttnNorm || k == TensorKind::kMlpNorm || k == TensorKind::kFinalNorm ||
+         k == TensorKind::kQNorm || k == TensorKind::kKNorm;
+}
+
+// Sizes every tensor of `w` for w.config and lists where each spec's values go.
+std::vector<Slot> allocate(ModelWeights& w, const std::vector<TensorSpec>& specs) {
   const ModelConfig& c = w.config;
-  const int64_t h = c.hidden_size, q = int64_t{c.num_attention_heads} * c.head_dim,
-                kv = int64_t{c.num_key_value_heads} * c.head_dim, ff = c.intermediate_size,
-                vocab = c.vocab_size;
-  std::vector<Slot> slots;
-  auto add = [&](std::vector<float>& v, std::string name, std::vector<int64_t> shape,
-                 bool is_norm = false) {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    v.resize(n);
-    slots.push_back({std::move(name), std::move(shape), v.data(), is_norm});
-  };
-  add(w.embed, "model.embed_tokens.weight", {vocab, h});
+  const size_t h = c.hidden_size, d = c.head_dim, q = size_t(c.num_attention_heads) * d,
+               kv = size_t(c.num_key_value_heads) * d, ff = c.intermediate_size,
+               vocab = c.vocab_size;
+  w.embed.resize(vocab * h);
+  w.final_norm.resize(h);
+  w.lm_head.resize(c.tie_word_embeddings ? 0 : vocab * h);
   w.layers.resize(c.num_hidden_layers);
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    LayerWeights& l = w.layers[i];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    add(l.attn_norm, p + "input_layernorm.weight", {h}, true);
-    add(l.wq, p + "self_attn.q_proj.weight", {q, h});
-    add(l.wk, p + "self_attn.k_proj.weight", {kv, h});
-    add(l.wv, p + "self_attn.v_proj.weight", {kv, h});
-    add(l.wo, p + "self_attn.o_proj.weight", {h, q});
-    add(l.mlp_norm, p + "post_attention_layernorm.weight", {h}, true);
+  for (LayerWeights& l : w.layers) {
+    l.attn_norm.resize(h);
+    l.wq.resize(q * h);
+    l.wk.resize(kv * h);
+    l.wv.resize(kv * h);
+    l.wo.resize(h * q);
+    l.mlp_norm.resize(h);
     l.w_gate_up.resize(2 * ff * h);
-    slots.push_back({p + "mlp.gate_proj.weight", {ff, h}, l.w_gate_up.data(), false});
-    slots.push_back({p + "mlp.up_proj.weight", {ff, h}, l.w_gate_up.data() + ff * h, false});
-    add(l.w_down, p + "mlp.down_proj.weight", {h, ff});
+    l.w_down.resize(h * ff);
+    if (c.qkv_bias) {
+      l.bq.resize(q);
+      l.bk.resize(kv);
+      l.bv.resize(kv);
+    }
+    if (c.qk_norm) {
+      l.q_norm.resize(d);
+      l.k_norm.resize(d);
+    }
   }
-  add(w.final_norm, "model.norm.weight", {h}, true);
-  if (!c.tie_word_embeddings) add(w.lm_head, "lm_head.weight", {vocab, h});
+  std::vector<Slot> slots;
+  for (const TensorSpec& t : specs) {
+    LayerWeights& l = w.layers[t.layer];
+    const size_t off = static_cast<size_t>(t.offset);
+    float* dst = nullptr;
+    switch (t.kind) {
+      case TensorKind::kEmbed:
+        dst = w.embed.data();
+        break;
+      case TensorKind::kFinalNorm:
+        dst = w.final_norm.data();
+        break;
+      case TensorKind::kLmHead:
+        dst = w.lm_head.data();
+        break;
+      case TensorKind::kAttnNorm:
+        dst = l.attn_norm.data();
+        break;
+      case TensorKind::kQkv:  // q rows, then k, then v
+        dst = off == 0 ? l.wq.data() : off == q * h ? l.wk.data() : l.wv.data();
+        break;
+      case TensorKind::kQkvBias:
+        dst = off == 0 ? l.bq.data() : off == q ? l.bk.data() : l.bv.data();
+        break;
+      case TensorKind::kQNorm:
+        dst = l.q_norm.data();
+        break;
+      case TensorKind::kKNorm:
+        dst = l.k_norm.data();
+        break;
+      case TensorKind::kO:
+        dst = l.wo.data();
+        break;
+      case TensorKind::kMlpNorm:
+        dst = l.mlp_norm.data();
+        break;
+      case TensorKind::kGateUp:  // gate rows, then up
+        dst = l.w_gate_up.data() + off;
+        break;
+      case TensorKind::kDown:
+        dst = l.w_down.data();
+        break;
+    }
+    slots.push_back({&t, dst, is_norm(t.kind)});
+  }
   return slots;
 }
 
 int64_t numel(const Slot& s) {
   int64_t n = 1;
-  for (int64_t d : s.shape)
+  for (int64_t d : s.spec->shape)
     n *= d;
   return n;
 }
@@ -101,6 +146,39 @@ std::string folder_name(const std::string& folder) {
 
 }  // namespace
 
+std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, d = c.head_dim, q = int64_t{c.num_attention_heads} * d,
+                kv = int64_t{c.num_key_value_heads} * d, ff = c.intermediate_size,
+                vocab = c.vocab_size;
+  using K = TensorKind;
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {vocab, h}, K::kEmbed, 0, 0});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    specs.push_back({p + "input_layernorm.weight", {h}, K::kAttnNorm, i, 0});
+    specs.push_back({p + "self_attn.q_proj.weight", {q, h}, K::kQkv, i, 0});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, h}, K::kQkv, i, q * h});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, h}, K::kQkv, i, (q + kv) * h});
+    if (c.qkv_bias) {
+      specs.push_back({p + "self_attn.q_proj.bias", {q}, K::kQkvBias, i, 0});
+      specs.push_back({p + "self_attn.k_proj.bias", {kv}, K::kQkvBias, i, q});
+      specs.push_back({p + "self_attn.v_proj.bias", {kv}, K::kQkvBias, i, q + kv});
+    }
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {d}, K::kQNorm, i, 0});
+      specs.push_back({p + "self_attn.k_norm.weight", {d}, K::kKNorm, i, 0});
+    }
+    specs.push_back({p + "self_attn.o_proj.weight", {h, q}, K::kO, i, 0});
+    specs.push_back({p + "post_attention_layernorm.weight", {h}, K::kMlpNorm, i, 0});
+    specs.push_back({p + "mlp.gate_proj.weight", {ff, h}, K::kGateUp, i, 0});
+    specs.push_back({p + "mlp.up_proj.weight", {ff, h}, K::kGateUp, i, ff * h});
+    specs.push_back({p + "mlp.down_proj.weight", {h, ff}, K::kDown, i, 0});
+  }
+  specs.push_back({"model.norm.weight", {h}, K::kFinalNorm, 0, 0});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {vocab, h}, K::kLmHead, 0, 0});
+  return specs;
+}
+
 Status check_weight_shapes(const ModelWeights& weights) {
   const ModelConfig& c = weights.config;
   const size_t h = c.hidden_size, q = size_t(c.num_attention_heads) * c.head_dim,
@@ -113,7 +191,11 @@ Status check_weight_shapes(const ModelWeights& weights) {
     const LayerWeights& l = weights.layers[i];
     ok = l.attn_norm.size() == h && l.wq.size() == q * h && l.wk.size() == kv * h &&
          l.wv.size() == kv * h && l.wo.size() == h * q && l.mlp_norm.size() == h &&
-         l.w_gate_up.size() == 2 * ff * h && l.w_down.size() == h * ff;
+         l.w_gate_up.size() == 2 * ff * h && l.w_down.size() == h * ff &&
+         l.bq.size() == (c.qkv_bias ? q : 0) && l.bk.size() == (c.qkv_bias ? kv : 0) &&
+         l.bv.size() == (c.qkv_bias ? kv : 0) &&
+         l.q_norm.size() == (c.qk_norm ? size_t(c.head_dim) : 0) &&
+         l.k_norm.size() == (c.qk_norm ? size_t(c.head_dim) : 0);
   }
   if (!ok) {
     return Error{"model weights do not match the shape of config '" + c.name + "'"};
@@ -124,13 +206,14 @@ Status check_weight_shapes(const ModelWeights& weights) {
 ModelWeights random_weights(const ModelConfig& config, uint64_t seed) {
   ModelWeights w;
   w.config = config;
-  const std::vector<Slot> slots = allocate(w);
+  const std::vector<TensorSpec> specs = hf_tensor_specs(config);
+  const std::vector<Slot> slots = allocate(w, specs);
   for (size_t i = 0; i < slots.size(); ++i) {
     const Slot& s = slots[i];
     if (s.is_norm) {
       std::fill(s.dst, s.dst + numel(s), 1.0f);
     } else {
-      const float stddev = 1.0f / std::sqrt(static_cast<float>(s.shape.back()));
+      const float stddev = 1.0f / std::sqrt(static_cast<float>(s.spec->shape.back()));
       fill_uniform(s.dst, numel(s), splitmix64_mix(seed ^ splitmix64_mix(i + 1)), stddev);
     }
   }
@@ -161,9 +244,21 @@ Result<HfFolder> HfFolder::open(const std::string& folder) {
   if (shard_paths.empty()) return Error{folder + ": no *.safetensors files"};
   std::sort(shard_paths.begin(), shard_paths.end());
 
+  const fs::path generation_path = dir / "generation_config.json";
+  if (fs::is_regular_file(generation_path, ec)) {
+    std::ifstream in(generation_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return Error{generation_path.string() + ": cannot read"};
+    if (Status s = parse_generation_config(text.str(), *config); !s.ok()) {
+      return Error{folder + ": " + s.message()};
+    }
+  }
+
   HfFolder f;
   f.folder_ = folder;
   f.config_ = std::move(config).value();
+  f.specs_ = hf_tensor_specs(f.config_);
   for (const std::string& path : shard_paths) {
     Result<SafetensorsFile> file = SafetensorsFile::open(path);
     if (!file.ok()) return Error{file.error().message};
@@ -176,7 +271,32 @@ Result<HfFolder> HfFolder::open(const std::string& folder) {
     }
     f.shards_.push_back(std::move(file).value());
   }
+  if (Status s = f.check_every_tensor_read(); !s.ok()) return Error{s.message()};
   return f;
+}
+
+Status HfFolder::check_every_tensor_read() const {
+  std::set<std::string> read;
+  for (const TensorSpec& t : specs_)
+    read.insert(t.name);
+  auto harmless = [&](const std::string& name) {
+    const std::string rotary = "rotary_emb.inv_freq";
+    return (name.size() >= rotary.size() &&
+            name.compare(name.size() - rotary.size(), rotary.size(), rotary) == 0) ||
+           (name == "lm_head.weight" && config_.tie_word_embeddings);
+  };
+  std::vector<std::string> extra;
+  for (const auto& [name, shard] : shard_of_) {
+    if (!read.count(name) && !harmless(name)) extra.push_back(name);
+  }
+  if (extra.empty()) return Status::Ok();
+  std::string list;
+  for (size_t i = 0; i < extra.size() && i < 3; ++i)
+    list += (i ? ", '" : "'") + extra[i] + "'";
+  if (extra.size() > 3) list += " and " + std::to_string(extra.size() - 3) + " more";
+  return Error{folder_ + ": the checkpoint has tensors a " + config_.architecture +
+               " (as config.json describes it) does not read: " + list +
+               "; config.json does not describe these weights"};
 }
 
 Result<TensorView> HfFolder::tensor(const std::string& name,
@@ -204,8 +324,10 @@ Result<ModelWeights> load_hf_weights(const std::string& folder) {
   if (!f.ok()) return Error{f.error().message};
   ModelWeights w;
   w.config = f->config();
-  for (const Slot& s : allocate(w)) {
-    if (Status st = f->read_f32(s.hf_name, s.shape, s.dst); !st.ok()) return Error{st.message()};
+  for (const Slot& s : allocate(w, f->specs())) {
+    if (Status st = f->read_f32(s.spec->name, s.spec->shape, s.dst); !st.ok()) {
+      return Error{st.message()};
+    }
   }
   return w;
 }

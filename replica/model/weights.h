@@ -23,6 +23,10 @@ struct LayerWeights {
   std::vector<float> mlp_norm;   // [h]
   std::vector<float> w_gate_up;  // [2 * ff, h]: the ff gate rows, then the ff up rows
   std::vector<float> w_down;     // [h, ff]
+  // Family options (empty when the model has none): q/k/v biases [q_heads * d], [kv_heads * d],
+  // [kv_heads * d] (Qwen2); per-head RMSNorm weights of q and k [d] (Qwen3).
+  std::vector<float> bq, bk, bv;
+  std::vector<float> q_norm, k_norm;
 };
 
 struct ModelWeights {
@@ -49,19 +53,52 @@ Status check_weight_shapes(const ModelWeights& weights);
 // Precondition: config.validate() is ok.
 ModelWeights random_weights(const ModelConfig& config, uint64_t seed);
 
-// A Hugging Face model folder, opened: config.json parsed (the model is named after the folder)
-// and every *.safetensors file mapped (tensors may be spread over shards). Nothing is read yet.
+// One tensor of a Hugging Face checkpoint the model reads: its name, its shape, and where it goes
+// (kind, layer, element offset into the kind's tensor: q, k and v are one fused QKV tensor, gate
+// and up one GateUp tensor, on every backend).
+enum class TensorKind {
+  kEmbed,
+  kAttnNorm,
+  kQkv,
+  kQkvBias,
+  kQNorm,
+  kKNorm,
+  kO,
+  kMlpNorm,
+  kGateUp,
+  kDown,
+  kFinalNorm,
+  kLmHead
+};
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorKind kind;
+  int layer;       // 0 for the model-wide tensors
+  int64_t offset;  // elements into the (fused) tensor of `kind`
+};
+// Every tensor `config` reads, in a fixed order (random_weights' seeds depend on it).
+std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& config);
+
+// A Hugging Face model folder, opened: config.json parsed (the model is named after the folder),
+// generation_config.json read when present, and every *.safetensors file mapped (tensors may be
+// spread over shards). Nothing is read yet. A checkpoint tensor the model would not read is an
+// error (a wrong config would otherwise serve a different model), except known harmless extras
+// (rotary caches, an lm_head next to tied embeddings).
 class HfFolder {
  public:
   static Result<HfFolder> open(const std::string& folder);
   const ModelConfig& config() const { return config_; }
+  const std::vector<TensorSpec>& specs() const { return specs_; }
   // Tensor `name`, which must have exactly `shape` and dtype F32, F16 or BF16; errors name it.
   Result<TensorView> tensor(const std::string& name, const std::vector<int64_t>& shape) const;
   Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
 
  private:
+  Status check_every_tensor_read() const;
   std::string folder_;
   ModelConfig config_;
+  std::vector<TensorSpec> specs_;
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, size_t> shard_of_;  // tensor name -> index in shards_
 };

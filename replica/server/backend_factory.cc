@@ -129,6 +129,16 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& o, const Tok
   return made;
 }
 
+std::string generation_config_note(const ModelConfig& m) {
+  if (m.generation.unsupported.empty()) return {};
+  std::string names;
+  for (const std::string& u : m.generation.unsupported)
+    names += (names.empty() ? "" : ", ") + u;
+  return "generation_config.json sets " + names +
+         ", which the sampler does not implement: not applied (requests get its temperature, "
+         "top_p and top_k)";
+}
+
 EngineConfig fit_engine_config(EngineConfig c, const Backend& backend) {
   const ModelConfig& m = backend.config();
   c.scheduler.max_model_len = m.max_position_embeddings;

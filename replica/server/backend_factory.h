@@ -39,6 +39,10 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& options,
                                               CudaBackendMaker cuda = nullptr,
                                               Clock& clock = SteadyClock::instance());
 
+// A line for the operator when the model's generation_config.json sets defaults the sampler does
+// not implement (e.g. repetition_penalty): they are not applied. Empty when there are none.
+std::string generation_config_note(const ModelConfig& model);
+
 // `config` with what the backend decides: the longest sequence (the model's positions) and the
 // cascade planner's merge cost per member (its partials: O in fp32 + LSE, written, read back and
 // merged, per layer).

@@ -17,6 +17,19 @@ namespace {
 
 using json = nlohmann::json;
 
+// The model's generation_config.json defaults: what requests that leave a field out get, and the
+// defaults it sets that are not applied.
+json generation_defaults_json(const ModelConfig& m) {
+  const GenerationDefaults& g = m.generation;
+  json j = json::object();
+  if (g.temperature) j["temperature"] = *g.temperature;
+  if (g.top_p) j["top_p"] = *g.top_p;
+  if (g.top_k) j["top_k"] = *g.top_k;
+  j["eos_token_ids"] = m.eos_token_ids;
+  j["not_applied"] = g.unsupported;
+  return j;
+}
+
 std::optional<std::string_view> param_or_null(const std::string& param) {
   return param.empty() ? std::nullopt : std::optional<std::string_view>(param);
 }
@@ -316,9 +329,11 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                                                    tokenizer.completion_suffix()));
     }
     g.n = req.n;
-    g.params.temperature = req.temperature;
-    g.params.top_p = req.top_p;
-    g.params.top_k = req.top_k;
+    // What the request leaves out comes from the model's generation_config.json.
+    const GenerationDefaults& d = engine_.model().generation;
+    g.params.temperature = req.temperature.value_or(d.temperature.value_or(1.0f));
+    g.params.top_p = req.top_p.value_or(d.top_p.value_or(1.0f));
+    g.params.top_k = req.top_k.value_or(d.top_k.value_or(0));
     g.params.max_tokens = req.max_tokens;
     g.params.stop = req.stop;
     g.params.ignore_eos = req.ignore_eos;
@@ -396,11 +411,14 @@ std::string ReplicaServer::info_json() const {
        {"max_model_len", engine_.config().scheduler.max_model_len},
        {"max_n", config_.api.max_n},
        {"architecture",
-        {{"layers", m.num_hidden_layers},
+        {{"name", m.architecture},
+         {"family", model_family_name(m.family)},
+         {"layers", m.num_hidden_layers},
          {"hidden_size", m.hidden_size},
          {"num_attention_heads", m.num_attention_heads},
          {"num_key_value_heads", m.num_key_value_heads},
          {"head_dim", m.head_dim}}},
+       {"generation_defaults", generation_defaults_json(m)},
        {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
 }
 

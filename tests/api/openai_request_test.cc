@@ -27,14 +27,16 @@ TEST(OpenAiRequest, CompletionsFieldsAndPromptForms) {
   EXPECT_EQ(r.prompts, std::vector<std::string>{"hi"});
   EXPECT_EQ(r.n, 8);
   EXPECT_EQ(r.max_tokens, 5);
-  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
-  EXPECT_EQ(r.top_k, 4);
+  EXPECT_FLOAT_EQ(r.temperature.value_or(-1), 0.5f);
+  EXPECT_EQ(r.top_k.value_or(-1), 4);
   EXPECT_EQ(r.seed, 7u);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
   EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
   EXPECT_EQ(r.group, "g1");
   EXPECT_EQ(r.cache_salt, "t");
   EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a","b"]})").prompts.size(), 2u);
+  EXPECT_FALSE(ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x"})").temperature);
+  EXPECT_FALSE(ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x"})").top_k);
   EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[104,105]})").prompts,
             std::vector<std::string>{"hi"});
   EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[[104],[105]]})").prompts,

@@ -189,6 +189,17 @@ Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>&
     cpu::matmul(xn_.data(), l.wq.data(), q_.data(), rows, qd, h);
     cpu::matmul(xn_.data(), l.wk.data(), k_.data(), rows, kvd, h);
     cpu::matmul(xn_.data(), l.wv.data(), v_.data(), rows, kvd, h);
+    if (c.qkv_bias) {  // Qwen2
+      cpu::add_bias(q_.data(), l.bq.data(), rows, qd);
+      cpu::add_bias(k_.data(), l.bk.data(), rows, kvd);
+      cpu::add_bias(v_.data(), l.bv.data(), rows, kvd);
+    }
+    if (c.qk_norm) {  // Qwen3: every head of q and of k, before RoPE
+      cpu::rms_norm(q_.data(), l.q_norm.data(), q_.data(), rows * c.num_attention_heads, d,
+                    c.rms_norm_eps);
+      cpu::rms_norm(k_.data(), l.k_norm.data(), k_.data(), rows * c.num_key_value_heads, d,
+                    c.rms_norm_eps);
+    }
     cpu::rope(q_.data(), positions_.data(), rows, c.num_attention_heads, d, rope_);
     cpu::rope(k_.data(), positions_.data(), rows, c.num_key_value_heads, d, rope_);
     for (int r = 0; r < rows; ++r) {

@@ -27,7 +27,40 @@ kc::LlamaDims dims_of(const ModelConfig& c) {
   d.rope = {c.rope_theta,           c.rope_llama3,           c.rope_factor,
             c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position};
   d.tied_embeddings = c.tie_word_embeddings;
+  d.qkv_bias = c.qkv_bias;
+  d.qk_norm = c.qk_norm;
   return d;
+}
+
+kc::LlamaTensor device_tensor(TensorKind k) {
+  using T = kc::LlamaTensor;
+  switch (k) {
+    case TensorKind::kEmbed:
+      return T::kEmbed;
+    case TensorKind::kAttnNorm:
+      return T::kAttnNorm;
+    case TensorKind::kQkv:
+      return T::kQkv;
+    case TensorKind::kQkvBias:
+      return T::kQkvBias;
+    case TensorKind::kQNorm:
+      return T::kQNorm;
+    case TensorKind::kKNorm:
+      return T::kKNorm;
+    case TensorKind::kO:
+      return T::kO;
+    case TensorKind::kMlpNorm:
+      return T::kMlpNorm;
+    case TensorKind::kGateUp:
+      return T::kGateUp;
+    case TensorKind::kDown:
+      return T::kDown;
+    case TensorKind::kFinalNorm:
+      return T::kFinalNorm;
+    case TensorKind::kLmHead:
+      return T::kLmHead;
+  }
+  return T::kEmbed;
 }
 
 std::string mib(size_t bytes) {
@@ -122,11 +155,16 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& conf
                              {T::kQkv, size_t{0}, &w.wq},
                              {T::kQkv, q * h, &w.wk},
                              {T::kQkv, (q + kv) * h, &w.wv},
+                             {T::kQkvBias, size_t{0}, &w.bq},
+                             {T::kQkvBias, q, &w.bk},
+                             {T::kQkvBias, q + kv, &w.bv},
+                             {T::kQNorm, size_t{0}, &w.q_norm},
+                             {T::kKNorm, size_t{0}, &w.k_norm},
                              {T::kO, size_t{0}, &w.wo},
                              {T::kMlpNorm, size_t{0}, &w.mlp_norm},
                              {T::kGateUp, size_t{0}, &w.w_gate_up},
                              {T::kDown, size_t{0}, &w.w_down}}) {
-      if (e.ok()) e = up(t, l, off, *v);
+      if (e.ok() && !v->empty()) e = up(t, l, off, *v);
     }
   }
   if (!e.ok()) return Error{"uploading weights: " + e.message()};
@@ -143,14 +181,11 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
   std::unique_ptr<CudaBackend> b = std::move(made).value();
   kc::LlamaModel& m = *b->model_;
   using T = kc::LlamaTensor;
-  const int64_t h = c.hidden_size, q = int64_t{c.num_attention_heads} * c.head_dim,
-                kv = int64_t{c.num_key_value_heads} * c.head_dim, ff = c.intermediate_size,
-                vocab = c.vocab_size;
   // Pieces of at most 16M values go through one host buffer (the mapping may be unaligned).
   constexpr size_t kPiece = size_t{1} << 24;
   std::vector<uint16_t> half;
   std::vector<float> single;
-  auto put = [&](const std::string& name, std::vector<int64_t> shape, T t, int layer,
+  auto put = [&](const std::string& name, const std::vector<int64_t>& shape, T t, int layer,
                  size_t offset) -> Status {
     Result<TensorView> v = f->tensor(name, shape);
     if (!v.ok()) return Error{v.error().message};
@@ -172,30 +207,11 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
     }
     return Status::Ok();
   };
-  std::vector<std::tuple<std::string, std::vector<int64_t>, T, int, size_t>> specs;
-  specs.emplace_back("model.embed_tokens.weight", std::vector<int64_t>{vocab, h}, T::kEmbed, 0, 0);
-  specs.emplace_back("model.norm.weight", std::vector<int64_t>{h}, T::kFinalNorm, 0, 0);
-  if (!c.tie_word_embeddings) {
-    specs.emplace_back("lm_head.weight", std::vector<int64_t>{vocab, h}, T::kLmHead, 0, 0);
-  }
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    specs.emplace_back(p + "input_layernorm.weight", std::vector<int64_t>{h}, T::kAttnNorm, l, 0);
-    specs.emplace_back(p + "self_attn.q_proj.weight", std::vector<int64_t>{q, h}, T::kQkv, l, 0);
-    specs.emplace_back(p + "self_attn.k_proj.weight", std::vector<int64_t>{kv, h}, T::kQkv, l,
-                       size_t(q * h));
-    specs.emplace_back(p + "self_attn.v_proj.weight", std::vector<int64_t>{kv, h}, T::kQkv, l,
-                       size_t((q + kv) * h));
-    specs.emplace_back(p + "self_attn.o_proj.weight", std::vector<int64_t>{h, q}, T::kO, l, 0);
-    specs.emplace_back(p + "post_attention_layernorm.weight", std::vector<int64_t>{h}, T::kMlpNorm,
-                       l, 0);
-    specs.emplace_back(p + "mlp.gate_proj.weight", std::vector<int64_t>{ff, h}, T::kGateUp, l, 0);
-    specs.emplace_back(p + "mlp.up_proj.weight", std::vector<int64_t>{ff, h}, T::kGateUp, l,
-                       size_t(ff * h));
-    specs.emplace_back(p + "mlp.down_proj.weight", std::vector<int64_t>{h, ff}, T::kDown, l, 0);
-  }
-  for (auto& [name, shape, t, layer, offset] : specs) {
-    if (Status s = put(name, shape, t, layer, offset); !s.ok()) return Error{s.message()};
+  for (const TensorSpec& t : f->specs()) {
+    if (Status s = put(t.name, t.shape, device_tensor(t.kind), t.layer, size_t(t.offset));
+        !s.ok()) {
+      return Error{s.message()};
+    }
   }
   return b;
 }

@@ -43,12 +43,13 @@ TEST(BandwidthModel, ShortPrefixFewSiblingsDoesNotPay) {
 }
 
 TEST(BandwidthModel, ParsesHuggingFaceConfig) {
-  const auto c = parse_model_config(R"({"hidden_size": 64, "num_hidden_layers": 2,
+  const auto c =
+      parse_model_config(R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
       "vocab_size": 300, "rope_theta": 500000.0, "tie_word_embeddings": true,
       "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})",
-                                    "m");
+                         "m");
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(c->head_dim, 16);
   EXPECT_EQ(c->gqa_group(), 2);

@@ -3,7 +3,9 @@
 #include "replica/model/model_config.h"
 
 #include <string>
+#include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace kvc {
@@ -12,7 +14,7 @@ namespace {
 // A small valid config with `extra` fields appended; a repeated key's last value wins, so `extra`
 // may override the defaults.
 std::string config_with(const std::string& extra) {
-  return R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+  return R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
              "intermediate_size": 128, "vocab_size": 300)" +
          (extra.empty() ? "" : ", " + extra) + "}";
 }
@@ -33,9 +35,10 @@ TEST(ModelConfigTest, IntegersBeyond32BitsAreRefusedNotTruncated) {
 
 TEST(ModelConfigTest, HugeSizesAreRefused) {
   // Each within int32, but the parameter count overflowed int64 (UBSan: signed overflow).
-  auto c = parse_model_config(R"({"hidden_size": 2147483640, "num_hidden_layers": 2147483640,
+  auto c = parse_model_config(
+      R"({"model_type": "llama", "hidden_size": 2147483640, "num_hidden_layers": 2147483640,
       "num_attention_heads": 4, "intermediate_size": 2147483640, "vocab_size": 2147483640})",
-                              "m");
+      "m");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("supported maximum"), std::string::npos) << c.error().message;
 }
@@ -76,6 +79,172 @@ TEST(ModelConfigTest, Llama3RopeScalingMustBeUsable) {
       "original_max_position_embeddings": 0)"),
                                   "m")
                    .ok());
+}
+
+// A config of one family with `extra` fields (overriding the defaults).
+std::string family_config(const std::string& architecture, const std::string& extra = "") {
+  return R"({"architectures": [")" + architecture +
+         R"("], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300,
+             "max_position_embeddings": 4096)" +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+std::string refusal(const std::string& text) {
+  auto c = parse_model_config(text, "m");
+  return c.ok() ? "(accepted)" : c.error().message;
+}
+
+// transformers 5 writes rope_parameters; earlier versions rope_theta and rope_scaling at the top
+// level. Both read as the same model.
+TEST(ModelConfigTest, BothRopeLayoutsReadTheSame) {
+  auto v5 = parse_model_config(family_config("LlamaForCausalLM", R"("rope_parameters": {
+      "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+                               "m");
+  auto classic = parse_model_config(family_config("LlamaForCausalLM", R"("rope_theta": 500000.0,
+      "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+                                    "m");
+  ASSERT_TRUE(v5.ok()) << v5.error().message;
+  ASSERT_TRUE(classic.ok()) << classic.error().message;
+  for (const ModelConfig* c : {&*v5, &*classic}) {
+    EXPECT_EQ(c->rope_theta, 500000.0f);
+    EXPECT_TRUE(c->rope_llama3);
+    EXPECT_EQ(c->rope_factor, 32.0f);
+    EXPECT_EQ(c->rope_original_max_position, 8192);
+  }
+  auto plain = parse_model_config(
+      family_config("MistralForCausalLM",
+                    R"("rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0})"),
+      "m");
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain->rope_theta, 1000000.0f);
+  EXPECT_FALSE(plain->rope_llama3);
+  EXPECT_EQ(plain->family, ModelFamily::kMistral);
+}
+
+TEST(ModelConfigTest, RopeTypesNotImplementedAreRefusedByName) {
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("rope_parameters": {
+      "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0})")),
+              ::testing::HasSubstr("rope_parameters.rope_type: 'yarn' is not implemented"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM",
+                                    R"("rope_scaling": {"type": "linear", "factor": 2.0})")),
+              ::testing::HasSubstr("rope_scaling.type: 'linear' is not implemented"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("rope_parameters": {"rope_type":
+      "default"})")),
+              ::testing::HasSubstr("rope_theta"));
+}
+
+TEST(ModelConfigTest, FamiliesAndTheirOptions) {
+  struct Case {
+    std::string architecture, model_type;
+    ModelFamily family;
+    bool qkv_bias, qk_norm;
+  };
+  for (const Case& k : {Case{"LlamaForCausalLM", "llama", ModelFamily::kLlama, false, false},
+                        Case{"MistralForCausalLM", "mistral", ModelFamily::kMistral, false, false},
+                        Case{"Qwen2ForCausalLM", "qwen2", ModelFamily::kQwen2, true, false},
+                        Case{"Qwen3ForCausalLM", "qwen3", ModelFamily::kQwen3, false, true}}) {
+    auto by_arch = parse_model_config(family_config(k.architecture), "m");
+    ASSERT_TRUE(by_arch.ok()) << by_arch.error().message;
+    EXPECT_EQ(by_arch->family, k.family) << k.architecture;
+    EXPECT_EQ(by_arch->architecture, k.architecture);
+    EXPECT_EQ(by_arch->qkv_bias, k.qkv_bias) << k.architecture;
+    EXPECT_EQ(by_arch->qk_norm, k.qk_norm) << k.architecture;
+    // Without architectures, model_type decides.
+    auto by_type = parse_model_config(
+        R"({"model_type": ")" + k.model_type +
+            R"(", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 300})",
+        "m");
+    ASSERT_TRUE(by_type.ok()) << by_type.error().message;
+    EXPECT_EQ(by_type->family, k.family) << k.model_type;
+  }
+  // transformers' default when the field is absent.
+  EXPECT_EQ(parse_model_config(family_config("Qwen3ForCausalLM"), "m")->rms_norm_eps, 1e-6f);
+}
+
+TEST(ModelConfigTest, WhatIsNotImplementedIsRefusedWithTheFieldNamed) {
+  using ::testing::HasSubstr;
+  EXPECT_THAT(refusal(family_config("GemmaForCausalLM")),
+              HasSubstr("architectures: 'GemmaForCausalLM' is not implemented"));
+  EXPECT_THAT(refusal(family_config("Qwen2VLForConditionalGeneration")),
+              HasSubstr("architectures"));
+  EXPECT_THAT(refusal(R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "intermediate_size": 128, "vocab_size": 300})"),
+              HasSubstr("architectures: missing, and no model_type"));
+  EXPECT_THAT(refusal(R"({"model_type": "phi3", "hidden_size": 64})"),
+              HasSubstr("model_type: 'phi3' is not implemented"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("attention_bias": true)")),
+              HasSubstr("attention_bias"));
+  EXPECT_THAT(refusal(family_config("Qwen3ForCausalLM", R"("attention_bias": true)")),
+              HasSubstr("attention_bias"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("mlp_bias": true)")),
+              HasSubstr("mlp_bias"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("hidden_act": "gelu")")),
+              HasSubstr("hidden_act"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM",
+                                    R"("quantization_config": {"quant_method": "fp8"})")),
+              HasSubstr("quantization_config"));
+  // Mistral v0.1's window of 4096 is shorter than its context: refused. null is no window.
+  EXPECT_THAT(refusal(family_config("MistralForCausalLM", R"("sliding_window": 1024)")),
+              HasSubstr("sliding_window: 1024 is shorter than the context served"));
+  EXPECT_EQ(refusal(family_config("MistralForCausalLM", R"("sliding_window": null)")),
+            "(accepted)");
+  EXPECT_EQ(refusal(family_config("MistralForCausalLM", R"("sliding_window": 4096)")),
+            "(accepted)");
+  // Qwen's window applies only with use_sliding_window.
+  EXPECT_EQ(refusal(family_config("Qwen2ForCausalLM",
+                                  R"("use_sliding_window": false, "sliding_window": 1024,
+                                     "layer_types": ["sliding_attention", "full_attention"])")),
+            "(accepted)");
+  EXPECT_THAT(refusal(family_config("Qwen2ForCausalLM",
+                                    R"("use_sliding_window": true, "sliding_window": 1024)")),
+              HasSubstr("sliding_window"));
+  EXPECT_THAT(refusal(family_config("Qwen3ForCausalLM",
+                                    R"("layer_types": ["full_attention", "sliding_attention"])")),
+              HasSubstr("layer_types"));
+}
+
+TEST(ModelConfigTest, TextConfigNestingIsRead) {
+  auto c = parse_model_config(R"({"architectures": ["MistralForCausalLM"], "text_config": {
+      "model_type": "mistral", "hidden_size": 64, "num_hidden_layers": 3,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+      "intermediate_size": 128, "vocab_size": 300, "rope_theta": 1000000.0}})",
+                              "m");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->num_hidden_layers, 3);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->rope_theta, 1000000.0f);
+}
+
+TEST(ModelConfigTest, EosIdsAndGenerationDefaults) {
+  auto c = parse_model_config(family_config("LlamaForCausalLM", R"("eos_token_id": 7)"), "m");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{7});
+  // Llama 3 Instruct: generation_config.json ends on any of three ids, and replaces config.json's.
+  ASSERT_TRUE(parse_generation_config(R"({"eos_token_id": [128001, 128008, 128009],
+      "temperature": 0.6, "top_p": 0.9, "do_sample": true, "repetition_penalty": 1.0})",
+                                      *c)
+                  .ok());
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c->generation.temperature, 0.6f);
+  EXPECT_EQ(c->generation.top_p, 0.9f);
+  EXPECT_FALSE(c->generation.top_k.has_value());
+  EXPECT_TRUE(c->generation.unsupported.empty());  // a repetition_penalty of 1 is no penalty
+
+  ModelConfig q = *parse_model_config(family_config("Qwen2ForCausalLM"), "m");
+  ASSERT_TRUE(parse_generation_config(R"({"top_k": 20, "repetition_penalty": 1.05})", q).ok());
+  EXPECT_EQ(q.generation.top_k, 20);
+  EXPECT_EQ(q.generation.unsupported, std::vector<std::string>{"repetition_penalty"});
+
+  EXPECT_FALSE(parse_generation_config(R"({"eos_token_id": "x"})", q).ok());
+  EXPECT_FALSE(parse_generation_config(R"({"temperature": -1})", q).ok());
+  EXPECT_FALSE(parse_generation_config("[1]", q).ok());
+  EXPECT_FALSE(
+      parse_model_config(family_config("LlamaForCausalLM", R"("eos_token_id": [1, -2])"), "m")
+          .ok());
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ ModelConfig small_config(bool tied) {
 }
 
 nlohmann::json config_json(const ModelConfig& c) {
-  return {{"architectures", {"LlamaForCausalLM"}},
+  return {{"architectures", {c.architecture}},
+          {"head_dim", c.head_dim},
           {"hidden_size", c.hidden_size},
           {"num_hidden_layers", c.num_hidden_layers},
           {"num_attention_heads", c.num_attention_heads},
@@ -72,6 +73,15 @@ std::vector<HfTensor> hf_tensors(const ModelWeights& w) {
     t.push_back({p + "self_attn.q_proj.weight", {q, h}, l.wq, attn});
     t.push_back({p + "self_attn.k_proj.weight", {kv, h}, l.wk, attn});
     t.push_back({p + "self_attn.v_proj.weight", {kv, h}, l.wv, attn});
+    if (!l.bq.empty()) {  // Qwen2
+      t.push_back({p + "self_attn.q_proj.bias", {q}, l.bq, attn});
+      t.push_back({p + "self_attn.k_proj.bias", {kv}, l.bk, attn});
+      t.push_back({p + "self_attn.v_proj.bias", {kv}, l.bv, attn});
+    }
+    if (!l.q_norm.empty()) {  // Qwen3
+      t.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, l.q_norm, DType::kF32});
+      t.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, l.k_norm, DType::kBF16});
+    }
     t.push_back({p + "self_attn.o_proj.weight", {h, q}, l.wo, attn});
     t.push_back({p + "post_attention_layernorm.weight", {h}, l.mlp_norm, DType::kF32});
     const auto mid = l.w_gate_up.begin() + ff * h;
@@ -294,6 +304,63 @@ TEST(LoadHfWeights, FolderErrors) {
   write_folder(tmp.file("corrupt-shard"), config, hf_tensors(w));
   std::ofstream(tmp.file("corrupt-shard/model-00002-of-00002.safetensors")) << "garbage";
   EXPECT_THAT(load_error(tmp.file("corrupt-shard")), HasSubstr("model-00002-of-00002.safetensors"));
+}
+
+// Qwen2's q/k/v biases and Qwen3's q/k norms load where the family has them, and are required.
+TEST(LoadHfWeights, FamilyTensors) {
+  for (const auto& [architecture, family] : {std::pair{"Qwen2ForCausalLM", ModelFamily::kQwen2},
+                                             std::pair{"Qwen3ForCausalLM", ModelFamily::kQwen3}}) {
+    SCOPED_TRACE(architecture);
+    testing::TempDir tmp;
+    ModelConfig c = small_config(true);
+    c.architecture = architecture;
+    c.family = family;
+    c.qkv_bias = family == ModelFamily::kQwen2;
+    c.qk_norm = family == ModelFamily::kQwen3;
+    const ModelWeights w = random_weights(c, 8);
+    ASSERT_TRUE(check_weight_shapes(w).ok());
+    write_folder(tmp.file("m"), config_json(c), hf_tensors(w));
+    Result<ModelWeights> loaded = load_hf_weights(tmp.file("m"));
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    EXPECT_EQ(loaded->config.family, family);
+    expect_loaded(w, *loaded);
+    if (c.qkv_bias) {
+      EXPECT_EQ(loaded->layers[1].bk.size(), size_t(c.num_key_value_heads * c.head_dim));
+    } else {
+      EXPECT_EQ(loaded->layers[1].k_norm.size(), size_t(c.head_dim));
+    }
+
+    // A tensor the family needs is missing: named.
+    std::vector<HfTensor> tensors = hf_tensors(w);
+    const std::string needed = c.qkv_bias ? "model.layers.1.self_attn.v_proj.bias"
+                                          : "model.layers.1.self_attn.q_norm.weight";
+    std::erase_if(tensors, [&](const HfTensor& t) { return t.name == needed; });
+    write_folder(tmp.file("missing"), config_json(c), tensors);
+    EXPECT_THAT(load_error(tmp.file("missing")), HasSubstr("missing tensor '" + needed + "'"));
+
+    // The same tensors under a Llama config: Llama reads neither biases nor q/k norms, so the
+    // config does not describe the checkpoint (it would serve a different model).
+    nlohmann::json as_llama = config_json(c);
+    as_llama["architectures"] = {"LlamaForCausalLM"};
+    write_folder(tmp.file("as-llama"), as_llama, hf_tensors(w));
+    const std::string error = load_error(tmp.file("as-llama"));
+    EXPECT_THAT(error, HasSubstr("does not read"));
+    EXPECT_THAT(error, HasSubstr(c.qkv_bias ? "q_proj.bias" : "q_norm.weight"));
+  }
+}
+
+TEST(LoadHfWeights, GenerationConfigIsRead) {
+  testing::TempDir tmp;
+  const ModelWeights w = random_weights(small_config(false), 9);
+  write_folder(tmp.path(), config_json(w.config), hf_tensors(w));
+  std::ofstream(tmp.file("generation_config.json"))
+      << R"({"eos_token_id": [3, 4, 5], "temperature": 0.6, "top_p": 0.9})";
+  Result<HfFolder> f = HfFolder::open(tmp.path());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->config().eos_token_ids, (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ(f->config().generation.temperature, 0.6f);
+  std::ofstream(tmp.file("generation_config.json")) << R"({"eos_token_id": "end"})";
+  EXPECT_THAT(load_error(tmp.path()), HasSubstr("generation_config.json: eos_token_id"));
 }
 
 }  // namespace

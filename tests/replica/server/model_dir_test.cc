@@ -137,5 +137,59 @@ TEST(ModelDirReplica, ServesCompletionsAndChatWithTheModelsTokenizerAndTemplate)
   EXPECT_LT(second["usage"]["prompt_tokens"].get<int>(), 200);
 }
 
+// generation_config.json's sampling defaults fill what a request leaves out (vLLM's
+// --generation-config auto), and /v1/info says what they are.
+TEST(ModelDirReplica, GenerationConfigDefaultsFillWhatTheRequestLeavesOut) {
+  const std::string tok_dir = testing::llama3_tokenizer_dir();
+  if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
+  testing::TempDir dir;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(tok_dir + "/" + f, dir.file(f));
+  write_tiny_llama(dir.path(), 128256);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  std::ofstream(dir.file("generation_config.json"))
+      << R"({"eos_token_id": [128001, 128008, 128009], "temperature": 0.0,
+             "repetition_penalty": 1.1})";
+  BackendOptions f;
+  f.model_dir = dir.path();
+  f.kv_blocks = 256;
+  auto tokenizer = make_tokenizer(f);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
+  auto backend = make_backend(f, **tokenizer);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  EXPECT_NE(generation_config_note((*backend)->config()).find("repetition_penalty"),
+            std::string::npos);
+  ReplicaStackConfig c;
+  c.engine = fit_engine_config(EngineConfig{}, **backend);
+  ReplicaStack stack(std::move(*backend), std::shared_ptr<const Tokenizer>(std::move(*tokenizer)),
+                     c);
+  auto port = stack.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  http::Client client;
+  auto send = [&](const std::string& method, const std::string& path, const json& body) {
+    auto r = client.request("127.0.0.1", *port, method, path, body.is_null() ? "" : body.dump(),
+                            {{"content-type", "application/json"}}, 60s);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? json::parse(r->body) : json{};
+  };
+  const json info = send("GET", "/v1/info", nullptr);
+  EXPECT_EQ(info["generation_defaults"]["temperature"], 0.0) << info.dump();
+  EXPECT_EQ(info["generation_defaults"]["eos_token_ids"], json({128001, 128008, 128009}));
+  EXPECT_EQ(info["generation_defaults"]["not_applied"], json({"repetition_penalty"}));
+  const std::string model = stack.server().config().served_model_name;
+  auto text = [&](const json& extra) {
+    json body = {
+        {"model", model}, {"prompt", "Once upon a time"}, {"max_tokens", 8}, {"ignore_eos", true}};
+    body.update(extra);
+    const json r = send("POST", "/v1/completions", body);
+    EXPECT_TRUE(r.contains("choices")) << r.dump();
+    return r.contains("choices") ? r["choices"][0]["text"].get<std::string>() : "";
+  };
+  // No temperature: the default 0 (greedy), whatever the seed.
+  EXPECT_EQ(text({{"seed", 1}}), text({{"seed", 2}}));
+  // A request's own temperature wins: at 1 over a 128k vocabulary two seeds differ.
+  EXPECT_NE(text({{"seed", 1}, {"temperature", 1.0}}), text({{"seed", 2}, {"temperature", 1.0}}));
+}
+
 }  // namespace
 }  // namespace kvc

@@ -111,7 +111,9 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
   struct Choice {
     std::string text;
     std::string finish;
+    std::vector<int32_t> token_ids;  // generated, as the model drew them
   };
+  std::vector<std::vector<int32_t>> prompt_ids(f.prompts.size());
   std::map<std::pair<size_t, int32_t>, Choice> choices;
   nlohmann::json steps = nlohmann::json::array();
   int64_t step_index = 0, preemptions = 0, hit = 0, query = 0, kv_flat = 0, kv_read = 0;
@@ -123,6 +125,14 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
       Choice& c = choices[{prompt_of.at(o.group_id), o.sibling}];
       c.text += o.text_delta;
       if (o.finish != FinishReason::kNone) c.finish = finish_reason_name(o.finish);
+    }
+    for (const auto& g : r.finished) {
+      const size_t p = prompt_of.at(g->id);
+      prompt_ids[p] = g->prompt;
+      for (const Sequence& seq : g->seqs) {
+        choices[{p, seq.sibling}].token_ids.assign(
+            seq.tokens.begin() + static_cast<int64_t>(g->prompt.size()), seq.tokens.end());
+      }
     }
     preemptions += static_cast<int64_t>(s.preempted.size());
     hit += s.prefix_cache_hit_tokens;
@@ -154,8 +164,10 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
       out["choices"].push_back({{"prompt_index", key.first},
                                 {"index", key.second},
                                 {"text", c.text},
+                                {"token_ids", c.token_ids},
                                 {"finish_reason", c.finish}});
     }
+    out["prompt_token_ids"] = prompt_ids;
     out["stats"] = {{"steps", steps},
                     {"num_steps", step_index},
                     {"seconds", seconds},
@@ -203,7 +215,8 @@ Run add_generate_command(CLI::App& app, const CudaEntry& cuda) {
   cmd->add_option("--seed", f->sampling.seed, "sampling seed (same seed, same output)");
   cmd->add_option("--stop", f->sampling.stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", f->sampling.ignore_eos, "generate max-tokens even past EOS");
-  cmd->add_flag("--json", f->json, "print one JSON object {choices, stats}");
+  cmd->add_flag("--json", f->json,
+                "print one JSON object {choices (with token_ids), prompt_token_ids, stats}");
   cmd->add_flag("--quiet", f->quiet, "no per-step lines");
   return [f, maker = cuda.backend] { return run_generate(*f, maker); };
 }

@@ -127,18 +127,21 @@ void qkv_bias_norm(float* qkv, int64_t stride, int rows, int q_heads, int kv_hea
     float* row = qkv + r * stride;
     for (int h = 0; h < heads; ++h) {
       float* x = row + int64_t{h} * head_dim;
+      const float* w = h < q_heads ? q_norm : h < q_heads + kv_heads ? k_norm : nullptr;
+      if (bias == nullptr && w == nullptr) continue;
       if (bias != nullptr) {
         for (int i = 0; i < head_dim; ++i)
-          x[i] = round_to(x[i] + bias[int64_t{h} * head_dim + i], storage);
+          x[i] += bias[int64_t{h} * head_dim + i];
       }
-      const float* w = h < q_heads ? q_norm : h < q_heads + kv_heads ? k_norm : nullptr;
-      if (w == nullptr) continue;
-      double sum_sq = 0;
-      for (int i = 0; i < head_dim; ++i)
-        sum_sq += static_cast<double>(x[i]) * x[i];
-      const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / head_dim + eps));
-      for (int i = 0; i < head_dim; ++i)
-        x[i] = round_to(w[i] * round_to(x[i] * inv, storage), storage);
+      if (w != nullptr) {
+        double sum_sq = 0;
+        for (int i = 0; i < head_dim; ++i)
+          sum_sq += static_cast<double>(x[i]) * x[i];
+        const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / head_dim + eps));
+        for (int i = 0; i < head_dim; ++i)
+          x[i] = x[i] * inv * w[i];
+      }
+      round_to(x, head_dim, storage);
     }
   }
 }

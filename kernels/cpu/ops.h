@@ -60,8 +60,8 @@ void add_bias(float* y, const float* bias, int rows, int n);
 // heads of q, then kv_heads of k, then kv_heads of v, head_dim values each, `stride` apart):
 // bias (null: none; [(q_heads + 2 * kv_heads) * head_dim]) is added to every value, then each q
 // head is RMS-normalised with q_norm and each k head with k_norm (null: not normalised; [head_dim];
-// HF Qwen3RMSNorm). With `storage` other than kF32, values are rounded as the device stores them:
-// after the bias, after the normalisation, after the norm weight (the CUDA twin's rounding points).
+// HF Qwen3RMSNorm). With `storage` other than kF32, the values written are rounded as the device
+// stores them, once at the end (the CUDA twin's rounding).
 void qkv_bias_norm(float* qkv, int64_t stride, int rows, int q_heads, int kv_heads, int head_dim,
                    const float* bias, const float* q_norm, const float* k_norm, float eps,
                    StorageType storage = StorageType::kF32);

@@ -346,9 +346,10 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
 
 // ---- family options between the QKV projection and RoPE ---------------------------------------
 
-// One row per block, one warp per head (q heads, then k, then v): bias added and rounded to bf16,
-// then q and k heads RMS-normalised (fp32), rounded, times the norm weight, rounded (HF's
-// Qwen3RMSNorm in bf16). v heads are only touched with a bias.
+// One row per block, one warp per head (q heads, then k, then v): the bias added and, for q and k
+// heads with norms, the RMS normalisation and the norm weight applied, all in fp32 with one
+// rounding to bf16 at the end (closer to a float32 model than rounding at every step as a bf16
+// transformers model does). v heads are only touched with a bias.
 __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int kv_heads,
                                      int head_dim, const bf16* bias, const bf16* q_norm,
                                      const bf16* k_norm, float eps) {
@@ -366,13 +367,9 @@ __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int
       const int i = lane + 32 * j;
       v[j] = 0;
       if (i >= head_dim) continue;
-      float f = __bfloat162float(x[i]);
-      if (bias != nullptr) {
-        f = __bfloat162float(
-            __float2bfloat16_rn(f + __bfloat162float(bias[int64_t{h} * head_dim + i])));
-      }
-      v[j] = f;
-      sum_sq += f * f;
+      v[j] = __bfloat162float(x[i]);
+      if (bias != nullptr) v[j] += __bfloat162float(bias[int64_t{h} * head_dim + i]);
+      sum_sq += v[j] * v[j];
     }
     if (w != nullptr) {
 #pragma unroll
@@ -382,9 +379,7 @@ __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int
 #pragma unroll
       for (int j = 0; j < kMaxPerLane; ++j) {
         const int i = lane + 32 * j;
-        if (i >= head_dim) continue;
-        const float n = __bfloat162float(__float2bfloat16_rn(v[j] * inv));
-        v[j] = n * __bfloat162float(w[i]);
+        if (i < head_dim) v[j] = v[j] * inv * __bfloat162float(w[i]);
       }
     }
 #pragma unroll

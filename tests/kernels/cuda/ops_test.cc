@@ -226,6 +226,54 @@ TEST_F(CudaOpsTest, RopeWritesQToAContiguousBuffer) {
   expect_bf16_close(got_k, k, "k in place");
 }
 
+// The Qwen options between the QKV GEMM and RoPE: bias (Qwen2), per-head q/k RMSNorm (Qwen3),
+// both, on a fused QKV buffer with a row stride wider than the row.
+TEST_F(CudaOpsTest, QkvBiasNormMatchesTwin) {
+  const float eps = 1e-6f;
+  for (int head_dim : {64, 128}) {
+    for (auto [q_heads, kv_heads] : {std::pair{4, 1}, std::pair{32, 8}, std::pair{14, 2}}) {
+      for (int mode = 0; mode < 3; ++mode) {  // 0: bias, 1: norms, 2: both
+        for (int rows : {1, 45}) {
+          const bool bias = mode != 1, norms = mode != 0;
+          const int row = (q_heads + 2 * kv_heads) * head_dim, stride = row + 64;
+          const std::string what = "d " + std::to_string(head_dim) + " heads " +
+                                   std::to_string(q_heads) + "/" + std::to_string(kv_heads) +
+                                   " mode " + std::to_string(mode) + " rows " +
+                                   std::to_string(rows);
+          std::vector<float> qkv = random_bf16(rng_, static_cast<size_t>(rows) * stride);
+          const std::vector<float> b = random_bf16(rng_, row, 0.5f);
+          std::vector<float> qn = random_bf16(rng_, head_dim, 0.3f),
+                             kn = random_bf16(rng_, head_dim, 0.3f);
+          for (auto* w : {&qn, &kn}) {
+            for (float& v : *w)
+              v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
+          }
+          DeviceBuffer d_qkv = upload(to_bits(qkv)), d_b = upload(to_bits(b)),
+                       d_qn = upload(to_bits(qn)), d_kn = upload(to_bits(kn));
+          ASSERT_EQ(cuda::qkv_bias_norm(d_qkv.data(), stride, rows, q_heads, kv_heads, head_dim,
+                                        bias ? d_b.data() : nullptr, norms ? d_qn.data() : nullptr,
+                                        norms ? d_kn.data() : nullptr, eps),
+                    cudaSuccess);
+          cuda::synchronize_or_die("qkv_bias_norm");
+          const std::vector<uint16_t> got = download<uint16_t>(d_qkv, qkv.size());
+          std::vector<float> want = qkv;
+          cpu::qkv_bias_norm(want.data(), stride, rows, q_heads, kv_heads, head_dim,
+                             bias ? b.data() : nullptr, norms ? qn.data() : nullptr,
+                             norms ? kn.data() : nullptr, eps, cpu::StorageType::kBF16);
+          expect_bf16_close(got, want, what);
+          // The padding past each row is never written.
+          for (int r = 0; r < rows; ++r) {
+            for (int i = row; i < stride; ++i) {
+              const size_t at = static_cast<size_t>(r) * stride + i;
+              ASSERT_EQ(got[at], to_bits(std::vector<float>{qkv[at]})[0]) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, SiluMulMatchesTwin) {
   for (int inter : {64, 100, 1408, 4096}) {
     for (int rows : {1, 37, 300}) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -38,8 +39,22 @@ struct RunOutput {
   int levels_kept = 0;
 };
 
-ModelWeights bf16_weights() {
-  ModelWeights w = random_weights(*preset_config("tiny"), 42);
+// The tiny preset's weights in `family` (Qwen2: q/k/v biases, Qwen3: q/k norms, scaled off 1 so
+// that they change the output), rounded to bf16 as the device stores them.
+ModelWeights bf16_weights(ModelFamily family = ModelFamily::kLlama) {
+  ModelConfig c = *preset_config("tiny");
+  c.family = family;
+  c.qkv_bias = family == ModelFamily::kQwen2;
+  c.qk_norm = family == ModelFamily::kQwen3;
+  ModelWeights w = random_weights(c, 42);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (LayerWeights& l : w.layers) {
+    for (auto* v : {&l.q_norm, &l.k_norm}) {
+      for (float& x : *v)
+        x = u(rng);
+    }
+  }
   auto round = [](std::vector<float>& v) {
     for (float& x : v)
       x = bf16_to_float(float_to_bf16(x));
@@ -48,7 +63,8 @@ ModelWeights bf16_weights() {
   round(w.final_norm);
   round(w.lm_head);
   for (LayerWeights& l : w.layers) {
-    for (auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.mlp_norm, &l.w_gate_up, &l.w_down})
+    for (auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.mlp_norm, &l.w_gate_up, &l.w_down,
+                    &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm})
       round(*v);
   }
   return w;
@@ -67,17 +83,19 @@ class CudaBackendTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<Backend> cuda(int32_t blocks, int32_t block_size = 16, bool decode_gemm = false) {
+  std::unique_ptr<Backend> cuda(int32_t blocks, int32_t block_size = 16, bool decode_gemm = false,
+                                const ModelWeights& w = weights()) {
     CudaBackendOptions o;
     o.num_blocks = blocks;
     o.block_size = block_size;
     o.decode_gemm = decode_gemm;
-    auto b = CudaBackend::create(weights().config, &weights(), o);
+    auto b = CudaBackend::create(w.config, &w, o);
     EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.error().message);
     return b.ok() ? std::unique_ptr<Backend>(std::move(b).value()) : nullptr;
   }
-  std::unique_ptr<Backend> cpu(int32_t blocks, int32_t block_size = 16) {
-    return std::make_unique<CpuBackend>(weights(), blocks, block_size);
+  std::unique_ptr<Backend> cpu(int32_t blocks, int32_t block_size = 16,
+                               const ModelWeights& w = weights()) {
+    return std::make_unique<CpuBackend>(w, blocks, block_size);
   }
 
   RunOutput run(Backend& backend, const std::vector<GenerationRequest>& requests, bool cascade,
@@ -206,6 +224,42 @@ TEST_F(CudaBackendTest, TinyLogitsMatchCpuBackend) {
                    std::to_string(worst));
     std::printf("%s%s: %d logit rows compared, worst relative L2 %.3g\n",
                 cascade ? "cascade" : "flat", decode_gemm ? " (decode GEMM)" : "", compared, worst);
+  }
+}
+
+// The Qwen families on the device (Qwen2's q/k/v biases, Qwen3's q/k norms through
+// qkv_bias_norm) against the CPU backend on the same bf16 weights, flat and cascade.
+TEST_F(CudaBackendTest, QwenFamiliesMatchCpuBackend) {
+  std::vector<GenerationRequest> reqs;
+  reqs.push_back(request(kSystem + "Document A: the cat sat on the mat. Q: where?", 4, 0, 24));
+  reqs.push_back(request("Short prompt with no shared prefix", 1, 0, 24));
+  for (ModelFamily family : {ModelFamily::kQwen2, ModelFamily::kQwen3}) {
+    const ModelWeights w = bf16_weights(family);
+    for (bool cascade : {false, true}) {
+      SCOPED_TRACE(std::string(model_family_name(family)) + (cascade ? " cascade" : " flat"));
+      auto c = cpu(512, 16, w);
+      auto g = cuda(512, 16, false, w);
+      ASSERT_TRUE(g);
+      const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
+      const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
+      int compared = 0;
+      double worst = 0;
+      for (const auto& [key, ct] : ref.tokens) {
+        const auto& gt = dev.tokens.at(key);
+        const int32_t prompt = static_cast<int32_t>(reqs[std::get<0>(key) - 1].prompt.size());
+        for (size_t i = 0; i < ct.size(); ++i) {
+          const Key k{key.first, key.second, prompt + static_cast<int32_t>(i)};
+          const double e = rel_l2(dev.logits.at(k), ref.logits.at(k));
+          worst = std::max(worst, e);
+          EXPECT_LE(e, 2e-2) << "position " << std::get<2>(k);
+          ++compared;
+          if (ct[i] != gt[i]) break;
+        }
+      }
+      EXPECT_GT(compared, 50);
+      std::printf("%s %s: %d logit rows compared, worst relative L2 %.3g\n",
+                  model_family_name(family), cascade ? "cascade" : "flat", compared, worst);
+    }
   }
 }
 

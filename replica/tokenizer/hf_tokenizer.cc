@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <utf8proc.h>
+#include <nlohmann/json.hpp>
 
 namespace kvc {
 namespace {

@@ -18,16 +18,22 @@ using nlohmann::json;
 
 const std::string kGolden = KVC_SOURCE_DIR "/tests/api/golden/";
 
-// name -> template; llama3 only when the npm cache holds it.
+// name -> template; the real ones only when the npm cache holds them.
 std::map<std::string, ChatTemplate> golden_templates() {
   std::map<std::string, ChatTemplate> out;
-  const std::string dir = testing::llama3_tokenizer_dir();
-  if (!dir.empty()) {
+  for (auto [name, package] :
+       {std::pair{"llama3", "tokenizer-llama3"}, std::pair{"llama3_1", "tokenizer-llama3_1"},
+        std::pair{"qwen3", "tokenizer-qwen3"}}) {
+    const std::string dir = testing::npm_tokenizer_dir(package);
+    if (dir.empty()) continue;
     const json config = json::parse(testing::read_text_file(dir + "/tokenizer_config.json"));
-    auto t =
-        ChatTemplate::compile(config["chat_template"], config["bos_token"], config["eos_token"]);
-    EXPECT_TRUE(t.ok()) << t.error().message;
-    if (t.ok()) out.emplace("llama3", std::move(*t));
+    auto text = [&](const char* key) {
+      return config.contains(key) && config[key].is_string() ? config[key].get<std::string>()
+                                                             : std::string();
+    };
+    auto t = ChatTemplate::compile(text("chat_template"), text("bos_token"), text("eos_token"));
+    EXPECT_TRUE(t.ok()) << name << ": " << t.error().message;
+    if (t.ok()) out.emplace(name, std::move(*t));
   }
   for (const char* name : {"chatml", "mistral", "kitchen_sink"}) {
     const std::string source =
@@ -54,7 +60,7 @@ TEST(ChatTemplate, MatchesTheReferenceRenderer) {
     auto r = t->second.render(cases.at(g["case"]), g["add_generation_prompt"]);
     // One known divergence: `none | trim` is an error to @huggingface/jinja but "None" to
     // Python's Jinja2 (what transformers renders with), which we follow.
-    if (g["template"] == "llama3" && g["case"] == "null_content") {
+    if ((g["template"] == "llama3" || g["template"] == "llama3_1") && g["case"] == "null_content") {
       ASSERT_TRUE(r.ok()) << r.error().message;
       EXPECT_NE(r->text.find("None<|eot_id|>"), std::string::npos) << r->text;
       continue;

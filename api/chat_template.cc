@@ -6,20 +6,21 @@ namespace kvc {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 // The message as the template sees it: content parts joined into one string.
-Result<json> normalize_message(const json& m, size_t i) {
+Result<ordered_json> normalize_message(const ordered_json& m, size_t i) {
   const std::string field = "messages[" + std::to_string(i) + "]";
   if (!m.is_object()) return Error{field + ": expected an object"};
   const auto role = m.find("role");
   if (role == m.end() || !role->is_string()) return Error{field + ".role: expected a string"};
-  json out = m;
+  ordered_json out = m;
   const auto content = m.find("content");
   if (content == m.end()) return Error{field + ".content: missing"};
   if (content->is_array()) {
     std::string text;
     for (size_t k = 0; k < content->size(); ++k) {
-      const json& part = (*content)[k];
+      const ordered_json& part = (*content)[k];
       const std::string where = field + ".content[" + std::to_string(k) + "]";
       if (!part.is_object()) return Error{where + ": expected an object"};
       if (part.contains("type") && part["type"] != "text")
@@ -50,22 +51,43 @@ Result<ChatTemplate> ChatTemplate::compile(std::string source, std::string bos_t
   return c;
 }
 
-Result<RenderedPrompt> ChatTemplate::render(const json& messages,
-                                            bool add_generation_prompt) const {
+Result<RenderedPrompt> ChatTemplate::render(const ordered_json& messages,
+                                            bool add_generation_prompt,
+                                            ChatTemplateInputs inputs) const {
   if (!messages.is_array()) return Error{"messages: expected an array"};
   if (messages.empty()) return Error{"messages: must not be empty"};
-  json normalized = json::array();
+  ordered_json normalized = ordered_json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     auto m = normalize_message(messages[i], i);
     if (!m.ok()) return m.error();
     normalized.push_back(std::move(*m));
   }
-  const std::vector<std::pair<std::string, jinja::Value>> variables = {
+  std::vector<std::pair<std::string, jinja::Value>> variables = {
       {"messages", jinja::Value::from_json(normalized, /*literal=*/true)},
       {"bos_token", jinja::Value::string(bos_)},
       {"eos_token", jinja::Value::string(eos_)},
       {"add_generation_prompt", jinja::Value::boolean(add_generation_prompt)},
   };
+  if (inputs.tools != nullptr && !inputs.tools->is_null()) {
+    if (!inputs.tools->is_array()) return Error{"tools: expected an array"};
+    for (size_t i = 0; i < inputs.tools->size(); ++i) {
+      if (!(*inputs.tools)[i].is_object()) {
+        return Error{"tools[" + std::to_string(i) + "]: expected an object"};
+      }
+    }
+    variables.emplace_back("tools", jinja::Value::from_json(*inputs.tools, /*literal=*/true));
+  }
+  if (inputs.kwargs != nullptr && !inputs.kwargs->is_null()) {
+    if (!inputs.kwargs->is_object()) return Error{"chat_template_kwargs: expected an object"};
+    for (auto it = inputs.kwargs->begin(); it != inputs.kwargs->end(); ++it) {
+      for (const auto& [name, value] : variables) {
+        if (name == it.key()) {
+          return Error{"chat_template_kwargs." + it.key() + ": a name the server sets itself"};
+        }
+      }
+      variables.emplace_back(it.key(), jinja::Value::from_json(it.value(), /*literal=*/true));
+    }
+  }
   auto text = template_.render(variables);
   if (!text.ok()) return text.error();
   RenderedPrompt out;

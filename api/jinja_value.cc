@@ -58,34 +58,47 @@ Value Value::function(Function f) {
   return x;
 }
 
-Value Value::from_json(const nlohmann::json& j, bool literal) {
+namespace {
+
+template <typename BasicJson>
+Value value_from_json(const BasicJson& j, bool literal) {
   switch (j.type()) {
     case nlohmann::json::value_t::null:
-      return none();
+      return Value::none();
     case nlohmann::json::value_t::boolean:
-      return boolean(j.get<bool>());
+      return Value::boolean(j.template get<bool>());
     case nlohmann::json::value_t::number_integer:
     case nlohmann::json::value_t::number_unsigned:
-      return integer(j.get<int64_t>());
+      return Value::integer(j.template get<int64_t>());
     case nlohmann::json::value_t::number_float:
-      return number(j.get<double>());
+      return Value::number(j.template get<double>());
     case nlohmann::json::value_t::string:
-      return string(j.get<std::string>(), literal);
+      return Value::string(j.template get<std::string>(), literal);
     case nlohmann::json::value_t::array: {
       Array a;
       for (const auto& e : j)
-        a.push_back(from_json(e, literal));
-      return array(std::move(a));
+        a.push_back(value_from_json(e, literal));
+      return Value::array(std::move(a));
     }
     case nlohmann::json::value_t::object: {
       Object o;
       for (auto it = j.begin(); it != j.end(); ++it)
-        o.emplace_back(it.key(), from_json(it.value(), literal));
-      return object(std::move(o));
+        o.emplace_back(it.key(), value_from_json(it.value(), literal));
+      return Value::object(std::move(o));
     }
     default:
       return Value();
   }
+}
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::json& j, bool literal) {
+  return value_from_json(j, literal);
+}
+
+Value Value::from_json(const nlohmann::ordered_json& j, bool literal) {
+  return value_from_json(j, literal);
 }
 
 bool Value::truthy() const {

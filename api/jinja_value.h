@@ -67,6 +67,7 @@ struct Value {
   static Value function(Function f);
   // JSON to a value; every string in it is literal when `literal` (the client's messages).
   static Value from_json(const nlohmann::json& j, bool literal);
+  static Value from_json(const nlohmann::ordered_json& j, bool literal);  // keys in their order
 
   bool is_undefined() const { return kind == Kind::kUndefined; }
   bool is_string() const { return kind == Kind::kString; }

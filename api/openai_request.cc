@@ -114,7 +114,8 @@ void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
   r.group = text("group", 256);
 }
 
-std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const ApiLimits& limits,
+std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j,
+                                     const nlohmann::ordered_json* ordered, const ApiLimits& limits,
                                      ParseMode mode, const ChatTemplateFor& template_for,
                                      OpenAiRequest& r) {
   if (!j.contains("model") || !j["model"].is_string()) return bad("model", "must be a string");
@@ -125,8 +126,22 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
     if (const auto tmpl = template_for ? template_for(r.model) : nullptr) {
-      Result<RenderedPrompt> rendered = tmpl->render(j["messages"]);
-      if (!rendered.ok()) return ApiError{400, rendered.error().message, "messages"};
+      // The model's template sees messages, tools and chat_template_kwargs with their keys in the
+      // client's order (a template's tojson writes them so).
+      auto field = [&](const char* key) -> const nlohmann::ordered_json* {
+        auto it = ordered->find(key);
+        return it == ordered->end() ? nullptr : &*it;
+      };
+      Result<RenderedPrompt> rendered =
+          tmpl->render(*field("messages"), true,
+                       ChatTemplateInputs{field("tools"), field("chat_template_kwargs")});
+      if (!rendered.ok()) {
+        const std::string& m = rendered.error().message;
+        const char* param = m.starts_with("tools")                  ? "tools"
+                            : m.starts_with("chat_template_kwargs") ? "chat_template_kwargs"
+                                                                    : "messages";
+        return ApiError{400, m, param};
+      }
       r.prompts.push_back(std::move(rendered->text));
       r.literal.push_back(std::move(rendered->literal));
     } else {
@@ -136,6 +151,11 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
         fallback = routing_bytes_of_messages(j["messages"]);
       }
       if (!rendered.ok() && !fallback) return ApiError{400, rendered.error().message, "messages"};
+      // The canonical rendering has no place for tools: a replica without the model's template
+      // refuses them rather than drop them (a router only hashes, and lets the replica say so).
+      if (mode == ParseMode::kFull && j.contains("tools") && !j["tools"].is_null()) {
+        return bad("tools", "this model has no chat template to describe tools with");
+      }
       r.prompts.push_back(rendered.ok() ? std::move(rendered).value() : std::move(*fallback));
     }
   }
@@ -221,6 +241,9 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
     if (!r.group) return bad("group_size", "needs a group id (\"group\")");
   }
   for (const char* unsupported : {"logprobs", "tools", "functions", "echo", "suffix", "best_of"}) {
+    // Chat requests give tools to the model's template (above).
+    if (endpoint == Endpoint::kChatCompletions && std::string_view(unsupported) == "tools")
+      continue;
     auto it = j.find(unsupported);
     if (it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>())) {
       return bad(unsupported, "is not supported by this server");
@@ -254,10 +277,15 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, st
     return ApiError{400, "invalid JSON body", ""};
   }
   if (!j.is_object()) return bad("", "the body must be a JSON object");
+  // Chat requests a template renders: the same body once more, keeping the order of keys.
+  nlohmann::ordered_json ordered;
+  if (endpoint == Endpoint::kChatCompletions && template_for) {
+    ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  }
   OpenAiRequest r;
   r.endpoint = endpoint;
   try {
-    if (auto e = parse_fields(endpoint, j, limits, mode, template_for, r)) return *e;
+    if (auto e = parse_fields(endpoint, j, &ordered, limits, mode, template_for, r)) return *e;
   } catch (const json::exception& e) {
     return bad("", std::string("malformed request: ") + e.what());
   }

@@ -1,6 +1,11 @@
 #include "api/openai_request.h"
 
+#include <memory>
+#include <string>
+
 #include <gtest/gtest.h>
+
+#include "api/chat_template.h"
 
 namespace kvc {
 namespace {
@@ -147,6 +152,63 @@ TEST(OpenAiRequest, RoutingModeTakesWhatOtherEnginesAccept) {
         parse_openai_request(Endpoint::kCompletions, bad, {}, {}, ParseMode::kRouting)))
         << bad;
   }
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// A chat request's tools and chat_template_kwargs reach the model's template as apply_chat_template
+// passes them (keys in the client's order); without a template, tools are refused, not dropped.
+TEST(OpenAiRequest, ToolsAndTemplateKwargsReachTheModelsTemplate) {
+  auto tmpl = ChatTemplate::compile(
+      "{% if tools %}TOOLS {% for t in tools %}{{ t | tojson }}{% endfor %}\n{% endif %}"
+      "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+      "{% if enable_thinking is defined and not enable_thinking %}NO-THINK{% endif %}",
+      "", "");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
+  const auto shared = std::make_shared<const ChatTemplate>(std::move(*tmpl));
+  const ChatTemplateFor template_for = [&](const std::string&) { return shared; };
+  auto parse = [&](std::string_view body, ParseMode mode = ParseMode::kFull,
+                   const ChatTemplateFor& t = {}) {
+    return parse_openai_request(Endpoint::kChatCompletions, body, ApiLimits{}, t ? t : template_for,
+                                mode);
+  };
+  const std::string_view body = R"({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+      "chat_template_kwargs": {"enable_thinking": false}})";
+  auto r = parse(body);
+  ASSERT_TRUE(std::holds_alternative<OpenAiRequest>(r)) << std::get<ApiError>(r).message;
+  EXPECT_EQ(std::get<OpenAiRequest>(r).prompts[0],
+            // (trim_blocks: the newline after a block tag is dropped)
+            "TOOLS {\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}"
+            "user: hi\nNO-THINK");
+
+  auto param_of = [&](std::string_view b, ParseMode mode = ParseMode::kFull,
+                      const ChatTemplateFor& t = {}) {
+    auto x = parse(b, mode, t);
+    return std::holds_alternative<ApiError>(x) ? std::get<ApiError>(x).param : "(accepted)";
+  };
+  EXPECT_EQ(param_of(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                         "tools": {"name": "f"}})"),
+            "tools");
+  EXPECT_EQ(param_of(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                         "chat_template_kwargs": {"messages": []}})"),
+            "chat_template_kwargs");
+  EXPECT_EQ(param_of(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                         "chat_template_kwargs": [1]})"),
+            "chat_template_kwargs");
+  // No template: the canonical rendering cannot carry tools.
+  const ChatTemplateFor none = [](const std::string&) { return nullptr; };
+  EXPECT_EQ(param_of(body, ParseMode::kFull, none), "tools");
+  EXPECT_EQ(param_of(body, ParseMode::kRouting, none), "(accepted)");
+  // Completions have no tools.
+  auto c = parse_openai_request(Endpoint::kCompletions,
+                                R"({"model": "m", "prompt": "x", "tools": [{}]})", ApiLimits{});
+  ASSERT_TRUE(std::holds_alternative<ApiError>(c));
+  EXPECT_EQ(std::get<ApiError>(c).param, "tools");
 }
 
 }  // namespace

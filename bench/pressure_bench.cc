@@ -18,7 +18,7 @@ namespace {
 using json = nlohmann::json;
 using Seconds = std::chrono::duration<double>;
 
-// The request of the probe: "group K " + 30 bytes, n siblings, ignore_eos.
+// One group of the memory-pressure probe: "group K " + 30 bytes, n siblings, ignore_eos.
 std::string request_body(const PressureBenchOptions& o, int g) {
   return json{{"model", "tiny"},
               {"prompt", "group " + std::to_string(g) + " " + std::string(30, 'a' + g % 26)},

@@ -281,8 +281,8 @@ Status LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const float* 
   const size_t piece = size_t{1} << 22;
   float* staging = nullptr;
   KVC_TRY(cudaMalloc(&staging, std::min(piece, count) * sizeof(float)), "upload staging");
-  Status status;
-  for (size_t i = 0; i < count && status.ok(); i += piece) {
+  std::string failed;
+  for (size_t i = 0; i < count && failed.empty(); i += piece) {
     const size_t n = std::min(piece, count - i);
     // On the step stream: a plain cudaMemcpy from pageable memory may return before its DMA
     // lands, and the stream does not wait for the legacy default stream.
@@ -293,10 +293,11 @@ Status LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const float* 
       e = cudaGetLastError();
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(impl_->stream);
-    if (e != cudaSuccess) status = Error{std::string("upload: ") + cudaGetErrorString(e)};
+    if (e != cudaSuccess) failed = std::string("upload: ") + cudaGetErrorString(e);
   }
   cudaFree(staging);
-  return status;
+  if (!failed.empty()) return Error{failed};
+  return Status::Ok();
 }
 
 Status LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,

@@ -555,8 +555,9 @@ void HfTokenizer::pre_tokenize(size_t step, std::string_view piece,
       }
       return pre_tokenize(step + 1, std::string_view(text).substr(from), out);
     }
-    case Step::kPrepend:
+    case Step::kPrepend:  // normalizer steps: never pre-tokenizers
     case Step::kReplace:
+    case Step::kNfc:
       return pre_tokenize(step + 1, piece, out);
   }
 }

@@ -185,6 +185,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("-n", type=int, default=8)
     ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="random checkpoints per family (seed 0 is the committed table's)")
     args = ap.parse_args()
     import torch
     import transformers
@@ -197,8 +199,10 @@ def main():
                "max_tokens": args.max_tokens, "n": args.n, "prompts": len(QUESTIONS),
                "rows": []}
     work = tempfile.mkdtemp(prefix="hf-parity-")
-    for seed, family in enumerate(args.families.split(",")):
-        folder = os.path.join(work, family)
+    runs = [(family, i + 1000 * k) for i, family in enumerate(args.families.split(","))
+            for k in range(args.seeds)]
+    for family, seed in runs:
+        folder = os.path.join(work, f"{family}-{seed}")
         saved = build_checkpoint(folder, COMMON, ALL[family], seed)
         ref = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device).eval()
         # transformers' own attention paths agree with each other (sdpa vs eager).
@@ -208,7 +212,7 @@ def main():
         with torch.no_grad():
             sdpa_eager = float((ref(probe).logits - eager(probe).logits).abs().max())
         del eager
-        results.setdefault("sdpa_vs_eager", {})[family] = sdpa_eager
+        results.setdefault("sdpa_vs_eager", {})[f"{family}-{seed}"] = sdpa_eager
         print(f"{family}: transformers sdpa vs eager, largest logit difference {sdpa_eager:.2e}",
               flush=True)
         cache = {}
@@ -218,7 +222,7 @@ def main():
                     out = generate(args.kvcascade, folder, backend, attention, args.max_tokens,
                                    args.n)
                 except RuntimeError as e:
-                    results["rows"].append({"family": family, "backend": backend,
+                    results["rows"].append({"family": family, "seed": seed, "backend": backend,
                                             "attention": attention, "error": str(e)})
                     print(family, backend, attention, "ERROR", e, flush=True)
                     continue
@@ -243,7 +247,8 @@ def main():
                         ties += share <= 0.05
                     if first is not None:
                         first_misses.append(first)
-                row = {"family": family, "architecture": saved.get("architectures", ["?"])[0],
+                row = {"family": family, "seed": seed,
+                       "architecture": saved.get("architectures", ["?"])[0],
                        "layout": ALL[family].get("layout", "v5"), "backend": backend,
                        "attention": attention, "tokens": total, "agree": agree,
                        "agreement": agree / total if total else 0.0,
@@ -253,7 +258,7 @@ def main():
                        "levels_kept": sum(1 for s in out["stats"]["steps"]
                                           for lv in s["cascade_levels"] if lv["kept"])}
                 results["rows"].append(row)
-                print(f"{family:15} {backend:5} {attention:8} {agree}/{total} "
+                print(f"{family:15} s{seed:<5} {backend:5} {attention:8} {agree}/{total} "
                       f"({100 * row['agreement']:.1f}%), disagreements {total - agree} "
                       f"(near-ties {ties}), worst margin {worst_abs:.4f} = {100 * worst:.2f}% "
                       f"of top1-top5", flush=True)

@@ -8,7 +8,8 @@
 namespace kvc {
 namespace {
 
-using nlohmann::json;
+// Ordered like the request parser's JSON (api/openai_request.cc), so nothing is converted.
+using json = nlohmann::ordered_json;
 
 // How every marker of the format begins ("<|start|>", "<|end|>").
 constexpr std::string_view kMarkerOpen = "<|";
@@ -153,7 +154,8 @@ Status append_message(const json& message, std::string_view field, std::string& 
 
 }  // namespace
 
-Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) {
+Result<std::string> render_chat(const nlohmann::ordered_json& messages,
+                                bool add_generation_prompt) {
   if (!messages.is_array()) return field_error("messages", "expected an array");
   if (messages.empty()) return field_error("messages", "must not be empty");
   std::string out;

@@ -30,6 +30,7 @@ inline constexpr char kChatGenerationPrompt[] = "<|start|>assistant\n";
 //   "content": string | [{"type":"text","text":...}, ...] | null (assistant/tool only),
 //   "name": optional string}.
 // Errors name the field, e.g. "messages[2].content[1].type: only text parts are supported".
-Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt = true);
+Result<std::string> render_chat(const nlohmann::ordered_json& messages,
+                                bool add_generation_prompt = true);
 
 }  // namespace kvc

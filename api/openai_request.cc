@@ -10,7 +10,9 @@
 namespace kvc {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: a chat template's tojson writes the client's keys in the client's order, as Python's
+// json.dumps does (api/chat_template.h).
+using json = nlohmann::ordered_json;
 
 ApiError bad(std::string param, std::string message) {
   return ApiError{400, param.empty() ? message : param + ": " + message, std::move(param)};
@@ -114,8 +116,7 @@ void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
   r.group = text("group", 256);
 }
 
-std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j,
-                                     const nlohmann::ordered_json* ordered, const ApiLimits& limits,
+std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const ApiLimits& limits,
                                      ParseMode mode, const ChatTemplateFor& template_for,
                                      OpenAiRequest& r) {
   if (!j.contains("model") || !j["model"].is_string()) return bad("model", "must be a string");
@@ -126,15 +127,12 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j,
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
     if (const auto tmpl = template_for ? template_for(r.model) : nullptr) {
-      // The model's template sees messages, tools and chat_template_kwargs with their keys in the
-      // client's order (a template's tojson writes them so).
-      auto field = [&](const char* key) -> const nlohmann::ordered_json* {
-        auto it = ordered->find(key);
-        return it == ordered->end() ? nullptr : &*it;
+      auto field = [&](const char* key) -> const json* {
+        auto it = j.find(key);
+        return it == j.end() ? nullptr : &*it;
       };
-      Result<RenderedPrompt> rendered =
-          tmpl->render(*field("messages"), true,
-                       ChatTemplateInputs{field("tools"), field("chat_template_kwargs")});
+      Result<RenderedPrompt> rendered = tmpl->render(
+          j["messages"], true, ChatTemplateInputs{field("tools"), field("chat_template_kwargs")});
       if (!rendered.ok()) {
         const std::string& m = rendered.error().message;
         const char* param = m.starts_with("tools")                  ? "tools"
@@ -277,15 +275,10 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, st
     return ApiError{400, "invalid JSON body", ""};
   }
   if (!j.is_object()) return bad("", "the body must be a JSON object");
-  // Chat requests a template renders: the same body once more, keeping the order of keys.
-  nlohmann::ordered_json ordered;
-  if (endpoint == Endpoint::kChatCompletions && template_for) {
-    ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  }
   OpenAiRequest r;
   r.endpoint = endpoint;
   try {
-    if (auto e = parse_fields(endpoint, j, &ordered, limits, mode, template_for, r)) return *e;
+    if (auto e = parse_fields(endpoint, j, limits, mode, template_for, r)) return *e;
   } catch (const json::exception& e) {
     return bad("", std::string("malformed request: ") + e.what());
   }

@@ -202,31 +202,31 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   return std::move(m);  // NOLINT: nvcc does not move into a converting return
 }
 
-size_t LlamaModel::tensor_elements(LlamaTensor t) const {
+size_t LlamaModel::tensor_elements(ModelTensor t) const {
   const TensorSizes s = sizes_of(dims_);
   switch (t) {
-    case LlamaTensor::kEmbed:
+    case ModelTensor::kEmbed:
       return s.embed;
-    case LlamaTensor::kAttnNorm:
+    case ModelTensor::kAttnNorm:
       return s.attn_norm;
-    case LlamaTensor::kQkv:
+    case ModelTensor::kQkv:
       return s.qkv;
-    case LlamaTensor::kQkvBias:
+    case ModelTensor::kQkvBias:
       return s.qkv_bias;
-    case LlamaTensor::kQNorm:
-    case LlamaTensor::kKNorm:
+    case ModelTensor::kQNorm:
+    case ModelTensor::kKNorm:
       return s.qk_norm;
-    case LlamaTensor::kO:
+    case ModelTensor::kO:
       return s.o;
-    case LlamaTensor::kMlpNorm:
+    case ModelTensor::kMlpNorm:
       return s.mlp_norm;
-    case LlamaTensor::kGateUp:
+    case ModelTensor::kGateUp:
       return s.gate_up;
-    case LlamaTensor::kDown:
+    case ModelTensor::kDown:
       return s.down;
-    case LlamaTensor::kFinalNorm:
+    case ModelTensor::kFinalNorm:
       return s.final_norm;
-    case LlamaTensor::kLmHead:
+    case ModelTensor::kLmHead:
       return dims_.tied_embeddings ? s.embed : s.lm_head;
   }
   return 0;
@@ -234,43 +234,43 @@ size_t LlamaModel::tensor_elements(LlamaTensor t) const {
 
 namespace {
 
-void* tensor_ptr(LlamaModel::Impl& I, LlamaTensor t, int layer) {
+void* tensor_ptr(LlamaModel::Impl& I, ModelTensor t, int layer) {
   switch (t) {
-    case LlamaTensor::kEmbed:
+    case ModelTensor::kEmbed:
       return I.embed;
-    case LlamaTensor::kFinalNorm:
+    case ModelTensor::kFinalNorm:
       return I.final_norm;
-    case LlamaTensor::kLmHead:
+    case ModelTensor::kLmHead:
       return I.lm_head;
-    case LlamaTensor::kAttnNorm:
+    case ModelTensor::kAttnNorm:
       return I.layers[layer].attn_norm;
-    case LlamaTensor::kQkv:
+    case ModelTensor::kQkv:
       return I.layers[layer].qkv;
-    case LlamaTensor::kQkvBias:
+    case ModelTensor::kQkvBias:
       return I.layers[layer].qkv_bias;
-    case LlamaTensor::kQNorm:
+    case ModelTensor::kQNorm:
       return I.layers[layer].q_norm;
-    case LlamaTensor::kKNorm:
+    case ModelTensor::kKNorm:
       return I.layers[layer].k_norm;
-    case LlamaTensor::kO:
+    case ModelTensor::kO:
       return I.layers[layer].o;
-    case LlamaTensor::kMlpNorm:
+    case ModelTensor::kMlpNorm:
       return I.layers[layer].mlp_norm;
-    case LlamaTensor::kGateUp:
+    case ModelTensor::kGateUp:
       return I.layers[layer].gate_up;
-    case LlamaTensor::kDown:
+    case ModelTensor::kDown:
       return I.layers[layer].down;
   }
   return nullptr;
 }
 
-bool is_layer_tensor(LlamaTensor t) {
-  return t != LlamaTensor::kEmbed && t != LlamaTensor::kFinalNorm && t != LlamaTensor::kLmHead;
+bool is_layer_tensor(ModelTensor t) {
+  return t != ModelTensor::kEmbed && t != ModelTensor::kFinalNorm && t != ModelTensor::kLmHead;
 }
 
 }  // namespace
 
-Status LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const float* host,
+Status LlamaModel::upload(ModelTensor t, int layer, size_t offset, const float* host,
                           size_t count) {
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers))
     return Error{"layer out of range"};
@@ -300,7 +300,7 @@ Status LlamaModel::upload(LlamaTensor t, int layer, size_t offset, const float* 
   return Status::Ok();
 }
 
-Status LlamaModel::upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host,
+Status LlamaModel::upload_half(ModelTensor t, int layer, size_t offset, const uint16_t* host,
                                size_t count, bool is_fp16) {
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers))
     return Error{"layer out of range"};

@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "kernels/cascade_plan.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/model_tensor.h"
 #include "kernels/sampling_rule.h"
 
 namespace kvc::kernels::cuda {
@@ -49,26 +50,8 @@ struct LlamaCapacity {
   int max_copies = 1024;   // copy-on-write block pairs of one step
 };
 
-// The tensors of the model, as the device stores them (bf16, row-major, HF [out, in] layout).
-// kQkv is [(q_heads + 2 * kv_heads) * head_dim, hidden]: the q_proj rows, then k_proj, then
-// v_proj; kGateUp is [2 * intermediate, hidden]: gate rows, then up rows. kQkvBias
-// [(q_heads + 2 * kv_heads) * head_dim] exists with dims.qkv_bias, kQNorm and kKNorm [head_dim]
-// with dims.qk_norm (tensor_elements 0 otherwise).
-enum class LlamaTensor {
-  kEmbed,
-  kAttnNorm,
-  kQkv,
-  kQkvBias,
-  kQNorm,
-  kKNorm,
-  kO,
-  kMlpNorm,
-  kGateUp,
-  kDown,
-  kFinalNorm,
-  kLmHead
-};
-
+// The tensors of the model (kernels/model_tensor.h), as the device stores them: bf16. The Qwen
+// tensors have tensor_elements 0 when dims lack the option.
 // One step, as host arrays (views: nothing is copied until forward).
 struct LlamaStep {
   std::span<const int32_t> copy_pairs;  // [num_copies, 2] (src, dst)
@@ -129,11 +112,11 @@ class LlamaModel {
   Status random_init(uint64_t seed);
   // Writes `count` values at element `offset` of a tensor (layer ignored for model tensors),
   // converting float32 to bf16 (round to nearest even) on the device, in 16 MiB pieces.
-  Status upload(LlamaTensor t, int layer, size_t offset, const float* host, size_t count);
+  Status upload(ModelTensor t, int layer, size_t offset, const float* host, size_t count);
   // Same for raw bf16 (or fp16, converted on the device) values.
-  Status upload_half(LlamaTensor t, int layer, size_t offset, const uint16_t* host, size_t count,
+  Status upload_half(ModelTensor t, int layer, size_t offset, const uint16_t* host, size_t count,
                      bool is_fp16);
-  size_t tensor_elements(LlamaTensor t) const;
+  size_t tensor_elements(ModelTensor t) const;
 
   // Runs the step and draws its tokens. An error names the failed operation; the KV of the
   // step's sequences is then undefined, and the model stays usable for other sequences.

@@ -398,16 +398,15 @@ Status parse_generation_config(std::string_view json_text, ModelConfig& c) {
     if (!s.ok()) return s;
   }
   if (g.top_k && *g.top_k == 0) g.top_k.reset();
-  // Sampling defaults the sampler does not implement; named so the replica can say so.
-  for (const char* key : {"repetition_penalty", "presence_penalty", "frequency_penalty", "min_p",
-                          "typical_p", "no_repeat_ngram_size"}) {
+  // Sampling defaults the sampler does not implement, unless at their neutral value; named so the
+  // replica can say so.
+  for (const auto& [key, neutral] :
+       {std::pair{"repetition_penalty", 1.0}, std::pair{"presence_penalty", 0.0},
+        std::pair{"frequency_penalty", 0.0}, std::pair{"min_p", 0.0}, std::pair{"typical_p", 1.0},
+        std::pair{"no_repeat_ngram_size", 0.0}}) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
-    const bool neutral =
-        it->is_number() && (std::string(key) == "repetition_penalty" ? it->get<double>() == 1.0
-                            : std::string(key) == "typical_p"        ? it->get<double>() == 1.0
-                                                                     : it->get<double>() == 0.0);
-    if (!neutral) g.unsupported.push_back(key);
+    if (!it->is_number() || it->get<double>() != neutral) g.unsupported.push_back(key);
   }
   c.generation = std::move(g);
   return Status::Ok();

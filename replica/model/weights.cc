@@ -17,20 +17,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One tensor of the model and where its float32 values go.
-struct Slot {
-  const TensorSpec* spec;
-  float* dst;
-  bool is_norm;
-};
+using kernels::ModelTensor;
 
-bool is_norm(TensorKind k) {
-  return k == TensorKind::kAttnNorm || k == TensorKind::kMlpNorm || k == TensorKind::kFinalNorm ||
-         k == TensorKind::kQNorm || k == TensorKind::kKNorm;
+bool is_norm(ModelTensor k) {
+  return k == ModelTensor::kAttnNorm || k == ModelTensor::kMlpNorm ||
+         k == ModelTensor::kFinalNorm || k == ModelTensor::kQNorm || k == ModelTensor::kKNorm;
 }
 
-// Sizes every tensor of `w` for w.config and lists where each spec's values go.
-std::vector<Slot> allocate(ModelWeights& w, const std::vector<TensorSpec>& specs) {
+// Sizes every tensor of `w` for w.config.
+void allocate(ModelWeights& w) {
   const ModelConfig& c = w.config;
   const size_t h = c.hidden_size, d = c.head_dim, q = size_t(c.num_attention_heads) * d,
                kv = size_t(c.num_key_value_heads) * d, ff = c.intermediate_size,
@@ -58,59 +53,10 @@ std::vector<Slot> allocate(ModelWeights& w, const std::vector<TensorSpec>& specs
       l.k_norm.resize(d);
     }
   }
-  std::vector<Slot> slots;
-  for (const TensorSpec& t : specs) {
-    LayerWeights& l = w.layers[t.layer];
-    const size_t off = static_cast<size_t>(t.offset);
-    float* dst = nullptr;
-    switch (t.kind) {
-      case TensorKind::kEmbed:
-        dst = w.embed.data();
-        break;
-      case TensorKind::kFinalNorm:
-        dst = w.final_norm.data();
-        break;
-      case TensorKind::kLmHead:
-        dst = w.lm_head.data();
-        break;
-      case TensorKind::kAttnNorm:
-        dst = l.attn_norm.data();
-        break;
-      case TensorKind::kQkv:  // q rows, then k, then v
-        dst = off == 0 ? l.wq.data() : off == q * h ? l.wk.data() : l.wv.data();
-        break;
-      case TensorKind::kQkvBias:
-        dst = off == 0 ? l.bq.data() : off == q ? l.bk.data() : l.bv.data();
-        break;
-      case TensorKind::kQNorm:
-        dst = l.q_norm.data();
-        break;
-      case TensorKind::kKNorm:
-        dst = l.k_norm.data();
-        break;
-      case TensorKind::kO:
-        dst = l.wo.data();
-        break;
-      case TensorKind::kMlpNorm:
-        dst = l.mlp_norm.data();
-        break;
-      case TensorKind::kGateUp:  // gate rows, then up
-        dst = l.w_gate_up.data() + off;
-        break;
-      case TensorKind::kDown:
-        dst = l.w_down.data();
-        break;
-    }
-    slots.push_back({&t, dst, is_norm(t.kind)});
-  }
-  return slots;
 }
 
-int64_t numel(const Slot& s) {
-  int64_t n = 1;
-  for (int64_t d : s.spec->shape)
-    n *= d;
-  return n;
+float* mutable_values(ModelWeights& w, const TensorSpec& t) {
+  return const_cast<float*>(tensor_values(w, t));
 }
 
 uint64_t splitmix64_mix(uint64_t z) {
@@ -146,11 +92,51 @@ std::string folder_name(const std::string& folder) {
 
 }  // namespace
 
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+const float* tensor_values(const ModelWeights& w, const TensorSpec& t) {
+  const ModelConfig& c = w.config;
+  const int64_t h = c.hidden_size, q = int64_t{c.num_attention_heads} * c.head_dim;
+  const LayerWeights& l = w.layers[t.layer];
+  switch (t.kind) {
+    case ModelTensor::kEmbed:
+      return w.embed.data();
+    case ModelTensor::kFinalNorm:
+      return w.final_norm.data();
+    case ModelTensor::kLmHead:
+      return w.lm_head.data();
+    case ModelTensor::kAttnNorm:
+      return l.attn_norm.data();
+    case ModelTensor::kQkv:  // q rows, then k, then v
+      return t.offset == 0 ? l.wq.data() : t.offset == q * h ? l.wk.data() : l.wv.data();
+    case ModelTensor::kQkvBias:
+      return t.offset == 0 ? l.bq.data() : t.offset == q ? l.bk.data() : l.bv.data();
+    case ModelTensor::kQNorm:
+      return l.q_norm.data();
+    case ModelTensor::kKNorm:
+      return l.k_norm.data();
+    case ModelTensor::kO:
+      return l.wo.data();
+    case ModelTensor::kMlpNorm:
+      return l.mlp_norm.data();
+    case ModelTensor::kGateUp:  // gate rows, then up
+      return l.w_gate_up.data() + t.offset;
+    case ModelTensor::kDown:
+      return l.w_down.data();
+  }
+  return nullptr;
+}
+
 std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& c) {
   const int64_t h = c.hidden_size, d = c.head_dim, q = int64_t{c.num_attention_heads} * d,
                 kv = int64_t{c.num_key_value_heads} * d, ff = c.intermediate_size,
                 vocab = c.vocab_size;
-  using K = TensorKind;
+  using K = ModelTensor;
   std::vector<TensorSpec> specs;
   specs.push_back({"model.embed_tokens.weight", {vocab, h}, K::kEmbed, 0, 0});
   for (int i = 0; i < c.num_hidden_layers; ++i) {
@@ -206,15 +192,16 @@ Status check_weight_shapes(const ModelWeights& weights) {
 ModelWeights random_weights(const ModelConfig& config, uint64_t seed) {
   ModelWeights w;
   w.config = config;
+  allocate(w);
   const std::vector<TensorSpec> specs = hf_tensor_specs(config);
-  const std::vector<Slot> slots = allocate(w, specs);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const Slot& s = slots[i];
-    if (s.is_norm) {
-      std::fill(s.dst, s.dst + numel(s), 1.0f);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
+    float* dst = mutable_values(w, s);
+    if (is_norm(s.kind)) {
+      std::fill(dst, dst + s.numel(), 1.0f);
     } else {
-      const float stddev = 1.0f / std::sqrt(static_cast<float>(s.spec->shape.back()));
-      fill_uniform(s.dst, numel(s), splitmix64_mix(seed ^ splitmix64_mix(i + 1)), stddev);
+      const float stddev = 1.0f / std::sqrt(static_cast<float>(s.shape.back()));
+      fill_uniform(dst, s.numel(), splitmix64_mix(seed ^ splitmix64_mix(i + 1)), stddev);
     }
   }
   return w;
@@ -324,8 +311,9 @@ Result<ModelWeights> load_hf_weights(const std::string& folder) {
   if (!f.ok()) return Error{f.error().message};
   ModelWeights w;
   w.config = f->config();
-  for (const Slot& s : allocate(w, f->specs())) {
-    if (Status st = f->read_f32(s.spec->name, s.spec->shape, s.dst); !st.ok()) {
+  allocate(w);
+  for (const TensorSpec& s : f->specs()) {
+    if (Status st = f->read_f32(s.name, s.shape, mutable_values(w, s)); !st.ok()) {
       return Error{st.message()};
     }
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/model_tensor.h"
 #include "replica/model/model_config.h"
 #include "replica/model/safetensors.h"
 
@@ -54,31 +55,21 @@ Status check_weight_shapes(const ModelWeights& weights);
 ModelWeights random_weights(const ModelConfig& config, uint64_t seed);
 
 // One tensor of a Hugging Face checkpoint the model reads: its name, its shape, and where it goes
-// (kind, layer, element offset into the kind's tensor: q, k and v are one fused QKV tensor, gate
-// and up one GateUp tensor, on every backend).
-enum class TensorKind {
-  kEmbed,
-  kAttnNorm,
-  kQkv,
-  kQkvBias,
-  kQNorm,
-  kKNorm,
-  kO,
-  kMlpNorm,
-  kGateUp,
-  kDown,
-  kFinalNorm,
-  kLmHead
-};
+// (kernels/model_tensor.h: the tensor, its layer, the element offset into it, since q/k/v are one
+// fused QKV tensor and gate/up one GateUp tensor on every backend).
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
-  TensorKind kind;
+  kernels::ModelTensor kind;
   int layer;       // 0 for the model-wide tensors
   int64_t offset;  // elements into the (fused) tensor of `kind`
+  int64_t numel() const;
 };
 // Every tensor `config` reads, in a fixed order (random_weights' seeds depend on it).
 std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& config);
+// Where `spec`'s values are in `weights` (spec.numel() floats). Precondition: the weights have
+// their config's shapes (check_weight_shapes) and spec is one of hf_tensor_specs(its config).
+const float* tensor_values(const ModelWeights& weights, const TensorSpec& spec);
 
 // A Hugging Face model folder, opened: config.json parsed (the model is named after the folder),
 // generation_config.json read when present, and every *.safetensors file mapped (tensors may be

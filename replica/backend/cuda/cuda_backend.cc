@@ -32,37 +32,6 @@ kc::LlamaDims dims_of(const ModelConfig& c) {
   return d;
 }
 
-kc::LlamaTensor device_tensor(TensorKind k) {
-  using T = kc::LlamaTensor;
-  switch (k) {
-    case TensorKind::kEmbed:
-      return T::kEmbed;
-    case TensorKind::kAttnNorm:
-      return T::kAttnNorm;
-    case TensorKind::kQkv:
-      return T::kQkv;
-    case TensorKind::kQkvBias:
-      return T::kQkvBias;
-    case TensorKind::kQNorm:
-      return T::kQNorm;
-    case TensorKind::kKNorm:
-      return T::kKNorm;
-    case TensorKind::kO:
-      return T::kO;
-    case TensorKind::kMlpNorm:
-      return T::kMlpNorm;
-    case TensorKind::kGateUp:
-      return T::kGateUp;
-    case TensorKind::kDown:
-      return T::kDown;
-    case TensorKind::kFinalNorm:
-      return T::kFinalNorm;
-    case TensorKind::kLmHead:
-      return T::kLmHead;
-  }
-  return T::kEmbed;
-}
-
 std::string mib(size_t bytes) {
   return std::to_string(bytes >> 20) + " MiB";
 }
@@ -140,34 +109,11 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& conf
     return b;
   }
   if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
-  using T = kc::LlamaTensor;
-  const size_t h = config.hidden_size, q = size_t(config.num_attention_heads) * config.head_dim,
-               kv = size_t(config.num_key_value_heads) * config.head_dim;
-  auto up = [&](T t, int layer, size_t offset, const std::vector<float>& v) {
-    return m.upload(t, layer, offset, v.data(), v.size());
-  };
-  Status e = up(T::kEmbed, 0, 0, weights->embed);
-  if (e.ok()) e = up(T::kFinalNorm, 0, 0, weights->final_norm);
-  if (e.ok() && !config.tie_word_embeddings) e = up(T::kLmHead, 0, 0, weights->lm_head);
-  for (int l = 0; e.ok() && l < config.num_hidden_layers; ++l) {
-    const LayerWeights& w = weights->layers[l];
-    for (auto [t, off, v] : {std::tuple{T::kAttnNorm, size_t{0}, &w.attn_norm},
-                             {T::kQkv, size_t{0}, &w.wq},
-                             {T::kQkv, q * h, &w.wk},
-                             {T::kQkv, (q + kv) * h, &w.wv},
-                             {T::kQkvBias, size_t{0}, &w.bq},
-                             {T::kQkvBias, q, &w.bk},
-                             {T::kQkvBias, q + kv, &w.bv},
-                             {T::kQNorm, size_t{0}, &w.q_norm},
-                             {T::kKNorm, size_t{0}, &w.k_norm},
-                             {T::kO, size_t{0}, &w.wo},
-                             {T::kMlpNorm, size_t{0}, &w.mlp_norm},
-                             {T::kGateUp, size_t{0}, &w.w_gate_up},
-                             {T::kDown, size_t{0}, &w.w_down}}) {
-      if (e.ok() && !v->empty()) e = up(t, l, off, *v);
-    }
+  for (const TensorSpec& t : hf_tensor_specs(weights->config)) {
+    const Status e =
+        m.upload(t.kind, t.layer, size_t(t.offset), tensor_values(*weights, t), size_t(t.numel()));
+    if (!e.ok()) return Error{"uploading weights: " + t.name + ": " + e.message()};
   }
-  if (!e.ok()) return Error{"uploading weights: " + e.message()};
   return b;
 }
 
@@ -180,7 +126,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
   if (!made.ok()) return made;
   std::unique_ptr<CudaBackend> b = std::move(made).value();
   kc::LlamaModel& m = *b->model_;
-  using T = kc::LlamaTensor;
+  using T = kernels::ModelTensor;
   // Pieces of at most 16M values go through one host buffer (the mapping may be unaligned).
   constexpr size_t kPiece = size_t{1} << 24;
   std::vector<uint16_t> half;
@@ -208,8 +154,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
     return Status::Ok();
   };
   for (const TensorSpec& t : f->specs()) {
-    if (Status s = put(t.name, t.shape, device_tensor(t.kind), t.layer, size_t(t.offset));
-        !s.ok()) {
+    if (Status s = put(t.name, t.shape, t.kind, t.layer, size_t(t.offset)); !s.ok()) {
       return Error{s.message()};
     }
   }

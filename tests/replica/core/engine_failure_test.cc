@@ -10,18 +10,12 @@
 #include "replica/model/model_config.h"
 #include "tests/testing/fake_backend.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/requests.h"
 
 namespace kvc {
 namespace {
 
-GenerationRequest request(const std::string& prompt, int32_t n, int32_t max_tokens) {
-  GenerationRequest r;
-  r.prompt.assign(prompt.begin(), prompt.end());
-  r.n = n;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
+using testing::bytes_request;
 
 TEST(EngineFailure, FailedBatchEndsItsGroupsAndTheRestRunOn) {
   ModelConfig model = *preset_config("tiny");
@@ -33,8 +27,8 @@ TEST(EngineFailure, FailedBatchEndsItsGroupsAndTheRestRunOn) {
   config.scheduler.max_num_seqs = 2;  // one n=2 group runs, the other waits
   Engine engine(backend, tokenizer, config, clock);
 
-  auto a = engine.submit(request(std::string(40, 'a'), 2, 20));
-  auto b = engine.submit(request(std::string(40, 'b'), 2, 5));
+  auto a = engine.submit(bytes_request(std::string(40, 'a'), 2, 20));
+  auto b = engine.submit(bytes_request(std::string(40, 'b'), 2, 5));
   ASSERT_TRUE(a.ok() && b.ok());
   for (int i = 0; i < 3; ++i) {  // a's prompt, then decode steps
     StepResult r = engine.step();
@@ -50,7 +44,7 @@ TEST(EngineFailure, FailedBatchEndsItsGroupsAndTheRestRunOn) {
     EXPECT_EQ(s.finish, FinishReason::kAbort);
 
   // b runs to its end, and a group submitted after the failure is served.
-  auto c = engine.submit(request(std::string(40, 'c'), 1, 4));
+  auto c = engine.submit(bytes_request(std::string(40, 'c'), 1, 4));
   ASSERT_TRUE(c.ok());
   std::set<uint64_t> done;
   for (int i = 0; i < 100 && engine.has_work(); ++i) {

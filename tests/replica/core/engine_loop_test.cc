@@ -19,20 +19,14 @@
 #include "replica/tokenizer/tokenizer.h"
 #include "tests/testing/fake_backend.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/requests.h"
 
 namespace kvc {
 namespace {
 
 using namespace std::chrono_literals;
 
-GenerationRequest request(const std::string& prompt, int32_t n, int32_t max_tokens) {
-  GenerationRequest r;
-  r.prompt.assign(prompt.begin(), prompt.end());
-  r.n = n;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
+using testing::bytes_request;
 
 // What one group's callbacks saw, in the order they came (all on the engine thread).
 struct Recorder {
@@ -112,7 +106,7 @@ TEST_F(EngineLoopTest, AnswerFirstThenEachSiblingsOutputsThenOneFinish) {
   EngineLoop loop(engine_, "r0");
   Recorder rec;
   std::vector<GroupSink> sinks{rec.sink()};
-  loop.submit({request(std::string(40, 'a'), 3, 7)}, std::move(sinks), rec.on_submitted());
+  loop.submit({bytes_request(std::string(40, 'a'), 3, 7)}, std::move(sinks), rec.on_submitted());
   wait(rec.finished);
   std::lock_guard lock(rec.mu);
   ASSERT_GE(rec.log.size(), 3u);
@@ -135,7 +129,8 @@ TEST_F(EngineLoopTest, OneBadRequestRefusesTheWholeSubmission) {
   EngineLoop loop(engine_, "r0");
   Recorder good, bad;
   std::vector<GroupSink> sinks{good.sink(), bad.sink()};
-  loop.submit({request("fine", 1, 4), request("bad", 1, 0)}, std::move(sinks), bad.on_submitted());
+  loop.submit({bytes_request("fine", 1, 4), bytes_request("bad", 1, 0)}, std::move(sinks),
+              bad.on_submitted());
   wait(bad.submitted);
   std::string error;
   {
@@ -157,13 +152,14 @@ TEST_F(EngineLoopTest, AbortEndsTheGroupAndOthersRunOn) {
   // 200 tokens.
   auto answer = victim.on_submitted();
   std::vector<GroupSink> sinks{victim.sink()};
-  loop.submit({request(std::string(40, 'v'), 2, 200)}, std::move(sinks),
+  loop.submit({bytes_request(std::string(40, 'v'), 2, 200)}, std::move(sinks),
               [&](Result<std::vector<uint64_t>> r) {
                 if (r.ok()) loop.abort(r->front());
                 answer(std::move(r));
               });
   std::vector<GroupSink> other_sinks{other.sink()};
-  loop.submit({request(std::string(40, 'o'), 1, 5)}, std::move(other_sinks), other.on_submitted());
+  loop.submit({bytes_request(std::string(40, 'o'), 1, 5)}, std::move(other_sinks),
+              other.on_submitted());
   wait(victim.finished);
   wait(other.finished);
   {
@@ -195,7 +191,7 @@ TEST_F(EngineLoopTest, StopEndsRunningGroupsWithAnErrorAndRefusesLaterWork) {
       std::this_thread::sleep_for(1ms);
   };
   std::vector<GroupSink> sinks{std::move(sink)};
-  loop->submit({request(std::string(40, 's'), 2, 300)}, std::move(sinks), rec.on_submitted());
+  loop->submit({bytes_request(std::string(40, 's'), 2, 300)}, std::move(sinks), rec.on_submitted());
   wait(first_output);
   loop->stop();
   wait(rec.finished);
@@ -211,7 +207,7 @@ TEST_F(EngineLoopTest, StopEndsRunningGroupsWithAnErrorAndRefusesLaterWork) {
   std::optional<std::string> refused;
   const std::thread::id caller = std::this_thread::get_id();
   std::thread::id answered_on;
-  loop->submit({request("late", 1, 3)}, {GroupSink{}}, [&](Result<std::vector<uint64_t>> r) {
+  loop->submit({bytes_request("late", 1, 3)}, {GroupSink{}}, [&](Result<std::vector<uint64_t>> r) {
     answered_on = std::this_thread::get_id();
     refused = r.ok() ? "" : r.error().message;
   });
@@ -239,7 +235,7 @@ TEST_F(EngineLoopTest, KvSubscribersGetASnapshotThenNumberedChanges) {
 
   Recorder rec;
   std::vector<GroupSink> sinks{rec.sink()};
-  loop.submit({request(std::string(64, 'k'), 2, 3)}, std::move(sinks), rec.on_submitted());
+  loop.submit({bytes_request(std::string(64, 'k'), 2, 3)}, std::move(sinks), rec.on_submitted());
   wait(rec.finished);
   // A later subscriber's snapshot holds what the first one was told of, as one picture.
   auto sid2 = loop.subscribe_kv_events([&](const KvEventBatch& b) {
@@ -259,7 +255,9 @@ TEST_F(EngineLoopTest, KvSubscribersGetASnapshotThenNumberedChanges) {
   for (size_t i = 0; i < first.size(); ++i) {
     EXPECT_EQ(first[i].replica, "r7");
     EXPECT_EQ(first[i].seq, i) << "batch " << i;
-    if (i > 0) EXPECT_FALSE(first[i].snapshot);
+    if (i > 0) {
+      EXPECT_FALSE(first[i].snapshot);
+    }
     for (const KvEvent& e : first[i].events) {
       if (const auto* s = std::get_if<KvStored>(&e)) stored += s->hashes.size();
     }
@@ -287,7 +285,7 @@ TEST_F(EngineLoopTest, LoadCountsStepsAndIsIdleAfterward) {
   EngineLoop loop(engine_, "r0");
   Recorder rec;
   std::vector<GroupSink> sinks{rec.sink()};
-  loop.submit({request(std::string(20, 'l'), 1, 6)}, std::move(sinks), rec.on_submitted());
+  loop.submit({bytes_request(std::string(20, 'l'), 1, 6)}, std::move(sinks), rec.on_submitted());
   wait(rec.finished);
   loop.run_on_engine_thread([](Engine&) {});  // the snapshot after the last step is published
   const LoadSnapshot load = loop.load();

@@ -74,13 +74,18 @@ void write_tiny_llama(const std::string& dir, int64_t vocab) {
   ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", t).ok());
 }
 
+// A model folder as --model reads it: the tiny Llama with the real Llama 3 tokenizer files.
+void write_model_dir(const std::string& tok_dir, const testing::TempDir& dir) {
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(tok_dir + "/" + f, dir.file(f));
+  write_tiny_llama(dir.path(), 128256);
+}
+
 TEST(ModelDirReplica, ServesCompletionsAndChatWithTheModelsTokenizerAndTemplate) {
   const std::string tok_dir = testing::llama3_tokenizer_dir();
   if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
   testing::TempDir dir;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    std::filesystem::copy_file(tok_dir + "/" + f, dir.file(f));
-  write_tiny_llama(dir.path(), 128256);
+  write_model_dir(tok_dir, dir);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
 
   BackendOptions f;
@@ -143,9 +148,7 @@ TEST(ModelDirReplica, GenerationConfigDefaultsFillWhatTheRequestLeavesOut) {
   const std::string tok_dir = testing::llama3_tokenizer_dir();
   if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
   testing::TempDir dir;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    std::filesystem::copy_file(tok_dir + "/" + f, dir.file(f));
-  write_tiny_llama(dir.path(), 128256);
+  write_model_dir(tok_dir, dir);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   std::ofstream(dir.file("generation_config.json"))
       << R"({"eos_token_id": [128001, 128008, 128009], "temperature": 0.0,

@@ -75,6 +75,15 @@ const ModelWeights& weights() {
   return w;
 }
 
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -165,21 +174,34 @@ class CudaBackendTest : public ::testing::Test {
     RecordProperty("flips", flips);
   }
 
+  // Logits of every sampled position of `dev` against `ref`'s (relative L2 <= 2e-2) while the
+  // two runs' tokens agree: up to and including the first differing token's position. Returns
+  // the rows compared and the worst error.
+  static std::pair<int, double> expect_logits_close(const RunOutput& ref, const RunOutput& dev,
+                                                    const std::vector<GenerationRequest>& reqs) {
+    int compared = 0;
+    double worst = 0;
+    for (const auto& [key, ct] : ref.tokens) {
+      const auto& gt = dev.tokens.at(key);
+      const int32_t prompt = static_cast<int32_t>(reqs[std::get<0>(key) - 1].prompt.size());
+      for (size_t i = 0; i < ct.size(); ++i) {
+        const Key k{key.first, key.second, prompt + static_cast<int32_t>(i)};
+        const double e = rel_l2(dev.logits.at(k), ref.logits.at(k));
+        worst = std::max(worst, e);
+        EXPECT_LE(e, 2e-2) << "position " << std::get<2>(k);
+        ++compared;
+        if (ct[i] != gt[i]) break;
+      }
+    }
+    return {compared, worst};
+  }
+
   ByteTokenizer tokenizer_;
   testing::FakeClock clock_;
 };
 
 const std::string kSystem =
     "You are a helpful assistant. Answer briefly and cite the document when you can. ";
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 // Logits of every sampled position agree with the CPU backend's (float32 model on the same
 // bf16-rounded weights) while the two runs' tokens agree, flat and cascade; with cuBLASLt and,
@@ -202,22 +224,7 @@ TEST_F(CudaBackendTest, TinyLogitsMatchCpuBackend) {
     if (cascade) {
       EXPECT_GT(dev.levels_kept, 0);
     }
-    int compared = 0;
-    double worst = 0;
-    for (const auto& [key, ct] : ref.tokens) {
-      const auto& gt = dev.tokens.at(key);
-      const int32_t prompt = static_cast<int32_t>(reqs[std::get<0>(key) - 1].prompt.size());
-      // Positions whose context is the same in both runs: up to and including the first
-      // differing token's position.
-      for (size_t i = 0; i < ct.size(); ++i) {
-        const Key k{key.first, key.second, prompt + static_cast<int32_t>(i)};
-        const double e = rel_l2(dev.logits.at(k), ref.logits.at(k));
-        worst = std::max(worst, e);
-        EXPECT_LE(e, 2e-2) << "position " << std::get<2>(k);
-        ++compared;
-        if (ct[i] != gt[i]) break;
-      }
-    }
+    const auto [compared, worst] = expect_logits_close(ref, dev, reqs);
     EXPECT_GT(compared, 100);
     RecordProperty(std::string(cascade ? "worst_rel_l2_cascade" : "worst_rel_l2_flat") +
                        (decode_gemm ? "_decode_gemm" : ""),
@@ -242,20 +249,7 @@ TEST_F(CudaBackendTest, QwenFamiliesMatchCpuBackend) {
       ASSERT_TRUE(g);
       const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
       const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
-      int compared = 0;
-      double worst = 0;
-      for (const auto& [key, ct] : ref.tokens) {
-        const auto& gt = dev.tokens.at(key);
-        const int32_t prompt = static_cast<int32_t>(reqs[std::get<0>(key) - 1].prompt.size());
-        for (size_t i = 0; i < ct.size(); ++i) {
-          const Key k{key.first, key.second, prompt + static_cast<int32_t>(i)};
-          const double e = rel_l2(dev.logits.at(k), ref.logits.at(k));
-          worst = std::max(worst, e);
-          EXPECT_LE(e, 2e-2) << "position " << std::get<2>(k);
-          ++compared;
-          if (ct[i] != gt[i]) break;
-        }
-      }
+      const auto [compared, worst] = expect_logits_close(ref, dev, reqs);
       EXPECT_GT(compared, 50);
       std::printf("%s %s: %d logit rows compared, worst relative L2 %.3g\n",
                   model_family_name(family), cascade ? "cascade" : "flat", compared, worst);

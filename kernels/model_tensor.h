@@ -1,0 +1,26 @@
+// The tensors of the model as every backend stores them (HF Linear [out, in] layout, row-major):
+// the checkpoint loader (replica/model/weights.h) says where each Hugging Face tensor goes, the
+// device model (kernels/cuda/llama.h) takes uploads by it. kQkv is [(q_heads + 2 * kv_heads) *
+// head_dim, hidden]: the q_proj rows, then k_proj, then v_proj; kGateUp is [2 * intermediate,
+// hidden]: gate rows, then up rows. kQkvBias [(q_heads + 2 * kv_heads) * head_dim] exists with
+// q/k/v biases (Qwen2), kQNorm and kKNorm [head_dim] with per-head q/k norms (Qwen3).
+#pragma once
+
+namespace kvc::kernels {
+
+enum class ModelTensor {
+  kEmbed,
+  kAttnNorm,
+  kQkv,
+  kQkvBias,
+  kQNorm,
+  kKNorm,
+  kO,
+  kMlpNorm,
+  kGateUp,
+  kDown,
+  kFinalNorm,
+  kLmHead
+};
+
+}  // namespace kvc::kernels

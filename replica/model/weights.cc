@@ -82,6 +82,14 @@ void fill_uniform(float* dst, int64_t n, uint64_t key, float stddev) {
       /*min_chunk=*/int64_t{1} << 15);
 }
 
+Result<std::string> read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return Error{path.string() + ": cannot read"};
+  return text.str();
+}
+
 std::string folder_name(const std::string& folder) {
   std::error_code ec;
   fs::path p = fs::absolute(folder, ec).lexically_normal();
@@ -214,11 +222,9 @@ Result<HfFolder> HfFolder::open(const std::string& folder) {
   if (!fs::is_regular_file(config_path, ec)) {
     return Error{folder + ": no config.json (expected a Hugging Face model folder)"};
   }
-  std::ifstream config_file(config_path);
-  std::stringstream config_text;
-  config_text << config_file.rdbuf();
-  if (!config_file) return Error{config_path.string() + ": cannot read"};
-  Result<ModelConfig> config = parse_model_config(config_text.str(), folder_name(folder));
+  Result<std::string> config_text = read_text(config_path);
+  if (!config_text.ok()) return config_text.error();
+  Result<ModelConfig> config = parse_model_config(*config_text, folder_name(folder));
   if (!config.ok()) return Error{folder + ": " + config.error().message};
 
   std::vector<std::string> shard_paths;
@@ -233,11 +239,9 @@ Result<HfFolder> HfFolder::open(const std::string& folder) {
 
   const fs::path generation_path = dir / "generation_config.json";
   if (fs::is_regular_file(generation_path, ec)) {
-    std::ifstream in(generation_path);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) return Error{generation_path.string() + ": cannot read"};
-    if (Status s = parse_generation_config(text.str(), *config); !s.ok()) {
+    Result<std::string> text = read_text(generation_path);
+    if (!text.ok()) return text.error();
+    if (Status s = parse_generation_config(*text, *config); !s.ok()) {
       return Error{folder + ": " + s.message()};
     }
   }

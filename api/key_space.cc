@@ -51,12 +51,4 @@ std::string token_id_bytes(std::span<const int64_t> ids, TokenIdBytes how) {
   return bytes;
 }
 
-std::optional<std::string> token_id_prompt_refusal(KeySpace space,
-                                                   std::string_view tokenizer_name) {
-  if (space == KeySpace::kBytes) return std::nullopt;
-  return "prompts as token ids are read as bytes, and this replica tokenizes with its model's "
-         "tokenizer (" +
-         std::string(tokenizer_name) + "): send the prompt as text";
-}
-
 }  // namespace kvc

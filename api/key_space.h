@@ -46,8 +46,4 @@ int64_t max_token_id(TokenIdBytes how);  // 255 or 2^32 - 1
 // Precondition: every id is in [0, max_token_id(how)].
 std::string token_id_bytes(std::span<const int64_t> ids, TokenIdBytes how);
 
-// Why a replica in `space` (tokenizer `tokenizer_name`) refuses prompts given as token ids;
-// nullopt when it reads them (kBytes: the ids are the bytes).
-std::optional<std::string> token_id_prompt_refusal(KeySpace space, std::string_view tokenizer_name);
-
 }  // namespace kvc

@@ -14,6 +14,8 @@ namespace {
 // json.dumps does (api/chat_template.h).
 using json = nlohmann::ordered_json;
 
+constexpr int32_t kMaxLogprobs = 20;  // OpenAI's top_logprobs limit
+
 ApiError bad(std::string param, std::string message) {
   return ApiError{400, param.empty() ? message : param + ": " + message, std::move(param)};
 }
@@ -44,29 +46,37 @@ std::optional<ApiError> number(const json& j, const char* key, std::optional<T>&
 }
 
 std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, ParseMode mode,
-                                     std::vector<std::string>& out, bool& token_ids) {
+                                     OpenAiRequest& r) {
+  std::vector<std::string>& out = r.prompts;
+  auto text_prompt = [&](std::string text) {
+    out.push_back(std::move(text));
+    if (r.token_id_prompts) r.prompt_token_ids.emplace_back();
+  };
   auto tokens_to_prompt = [&](const json& arr,
                               const std::string& where) -> std::optional<ApiError> {
-    token_ids = true;
-    const TokenIdBytes how =
-        mode == ParseMode::kFull ? TokenIdBytes::kOneByte : TokenIdBytes::kWidenPastByte;
+    // A model's token ids are int32 (the replica checks them against its vocabulary); a router
+    // in front of other engines takes any 32-bit id.
+    const int64_t max_id =
+        mode == ParseMode::kFull ? INT32_MAX : max_token_id(TokenIdBytes::kWidenPastByte);
     std::vector<int64_t> ids;
     ids.reserve(arr.size());
     for (size_t i = 0; i < arr.size(); ++i) {
       if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 ||
-          arr[i].get<int64_t>() > max_token_id(how)) {
+          arr[i].get<int64_t>() > max_id) {
         return bad(where + "[" + std::to_string(i) + "]",
-                   mode == ParseMode::kFull
-                       ? "token ids must be integers 0-255 (the byte tokenizer)"
-                       : "token ids must be non-negative 32-bit integers");
+                   mode == ParseMode::kFull ? "token ids must be integers 0 to 2^31 - 1"
+                                            : "token ids must be non-negative 32-bit integers");
       }
       ids.push_back(arr[i].get<int64_t>());
     }
-    out.push_back(token_id_bytes(ids, how));
+    if (!r.token_id_prompts) r.prompt_token_ids.resize(out.size());  // earlier text prompts
+    r.token_id_prompts = true;
+    out.push_back(token_id_bytes(ids, TokenIdBytes::kWidenPastByte));
+    r.prompt_token_ids.emplace_back(ids.begin(), ids.end());
     return std::nullopt;
   };
   if (p.is_string()) {
-    out.push_back(p.get<std::string>());
+    text_prompt(p.get<std::string>());
     return std::nullopt;
   }
   if (!p.is_array() || p.empty()) {
@@ -79,7 +89,7 @@ std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, Par
   for (size_t i = 0; i < p.size(); ++i) {
     const std::string where = "prompt[" + std::to_string(i) + "]";
     if (p[i].is_string()) {
-      out.push_back(p[i].get<std::string>());
+      text_prompt(p[i].get<std::string>());
     } else if (p[i].is_array() && !p[i].empty()) {
       if (auto e = tokens_to_prompt(p[i], where)) return e;
     } else {
@@ -123,7 +133,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
   r.model = j["model"].get<std::string>();
   if (endpoint == Endpoint::kCompletions) {
     if (!j.contains("prompt")) return bad("prompt", "is required");
-    if (auto e = prompts_from(j["prompt"], limits, mode, r.prompts, r.token_id_prompts)) return e;
+    if (auto e = prompts_from(j["prompt"], limits, mode, r)) return e;
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
     if (const auto tmpl = template_for ? template_for(r.model) : nullptr) {
@@ -238,7 +248,21 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const Api
     if (auto e = number(j, "group_size", r.group_size, 1, 4096, "1 to 4096")) return e;
     if (!r.group) return bad("group_size", "needs a group id (\"group\")");
   }
-  for (const char* unsupported : {"logprobs", "tools", "functions", "echo", "suffix", "best_of"}) {
+  if (auto e = flag("return_token_ids", r.return_token_ids)) return e;
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto e = number(j, "logprobs", r.logprobs, 0, kMaxLogprobs, "an integer 0 to 20")) return e;
+  } else {
+    bool want = false;
+    if (auto e = flag("logprobs", want)) return e;
+    int32_t top = 0;
+    if (auto e = number(j, "top_logprobs", top, 0, kMaxLogprobs, "an integer 0 to 20")) return e;
+    if (!want && j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
+      return bad("top_logprobs", "needs \"logprobs\": true");
+    }
+    if (want) r.logprobs = top;
+  }
+  for (const char* unsupported :
+       {"tools", "functions", "echo", "suffix", "best_of", "prompt_logprobs"}) {
     // Chat requests give tools to the model's template (above).
     if (endpoint == Endpoint::kChatCompletions && std::string_view(unsupported) == "tools")
       continue;

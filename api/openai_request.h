@@ -3,7 +3,8 @@
 // everything. Errors carry the HTTP status and the offending field, for an OpenAI-style reply.
 //
 // Prompts are bytes: /v1/completions takes a string, an array of strings, an array of token ids
-// or an array of token-id arrays (with the byte tokenizer a token id is a byte, 0-255);
+// or an array of token-id arrays (kept as ids in prompt_token_ids; their bytes are the ids as
+// token_id_bytes(kWidenPastByte) writes them: with the byte tokenizer a token id is a byte);
 // /v1/chat/completions renders `messages` with the model's chat template (chat_template.h) or,
 // for a model without one, with render_chat (chat_render.h).
 #pragma once
@@ -39,8 +40,11 @@ struct OpenAiRequest {
   // Per prompt (or none): byte ranges holding the client's text in a chat prompt rendered with a
   // model's template, which the replica's tokenizer encodes as plain text (text_span.h).
   std::vector<std::vector<TextSpan>> literal;
-  // Some prompt came as token ids (bytes 0-255): only a byte-tokenizer replica can serve it.
+  // Some prompt came as token ids.
   bool token_id_prompts = false;
+  // Per prompt: its token ids when it came as ids (the replica feeds them to the model as they
+  // are: no BOS added), else empty. Empty altogether when no prompt came as ids.
+  std::vector<std::vector<int32_t>> prompt_token_ids;
   int32_t n = 1;
   int32_t max_tokens = 16;
   // Absent: the model's default (its generation_config.json), else 1, 1 and off.
@@ -50,6 +54,11 @@ struct OpenAiRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool ignore_eos = false;  // extension (vLLM)
+  // -1: no logprobs. Else each generated token's logprob and the `logprobs` (0-20) most likely
+  // tokens': completions' "logprobs": k, chat's "logprobs": true with "top_logprobs": k.
+  int32_t logprobs = -1;
+  // extension (vLLM): each choice carries its prompt's token ids and its own.
+  bool return_token_ids = false;
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   std::optional<std::string> group;  // extension: requests sharing a group id are siblings

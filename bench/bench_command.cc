@@ -157,6 +157,10 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                                          },
                                          "MULTIPLE OF 16"))
       ->capture_default_str();
+  engine
+      ->add_option("--logprobs", e->logprobs,
+                   "every sibling asks for each token's logprob and the top-K logprobs (0-20)")
+      ->check(CLI::Range(0, 20));
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
   auto gm = std::make_shared<GemmBenchOptions>();

@@ -61,6 +61,10 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_option("--block-size", b.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   cmd.add_option("--attention", f.attention, "cascade, or flat (bit-reproducible)")
       ->check(CLI::IsMember({"cascade", "flat"}));
+  cmd.add_option("--logprobs-mode", f.logprobs_mode,
+                 "logprobs of the model's distribution (raw: log-softmax of the logits) or of the "
+                 "one tokens are drawn from (processed: after temperature, top-k and top-p)")
+      ->check(CLI::IsMember({"raw", "processed"}));
   auto& s = f.engine.scheduler;
   cmd.add_option("--max-num-seqs", s.max_num_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16));
@@ -95,6 +99,7 @@ BackendOptions backend_options(const EngineFlags& f) {
 EngineConfig engine_config(const EngineFlags& f, const Backend& backend) {
   EngineConfig c = f.engine;
   c.cascade.enabled = f.attention == "cascade";
+  c.processed_logprobs = f.logprobs_mode == "processed";
   c.scheduler.affinity_wait = std::chrono::milliseconds(f.group_wait_ms);
   return fit_engine_config(std::move(c), backend);
 }

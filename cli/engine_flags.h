@@ -19,6 +19,7 @@ namespace kvc::cli {
 struct EngineFlags {
   BackendOptions backend;             // the model, tokenizer and backend flags
   std::string attention = "cascade";  // or "flat"
+  std::string logprobs_mode = "raw";  // or "processed"
   int64_t group_wait_ms = 2000;       // SchedulerConfig::affinity_wait
   EngineConfig engine;
 };

@@ -38,9 +38,23 @@ struct SampleParams {
   int32_t top_k = 0;         // <= 0 or >= vocab: off; 1: greedy
   int32_t sibling = 0;
   int32_t position = 0;
-  int32_t reserved = 0;
+  // Logprobs the row reports besides its chosen token's: the top_logprobs() most likely tokens
+  // (0-kMaxTopLogprobs), of the raw distribution or, with kProcessedLogprobs, of the one the
+  // token was drawn from (logprob_norm).
+  int32_t logprobs = 0;
 };
 static_assert(sizeof(SampleParams) == 32);
+
+inline constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit for top_logprobs
+inline constexpr int32_t kTopLogprobsMask = 0xFF;
+inline constexpr int32_t kProcessedLogprobs = 0x100;
+KVC_SAMPLING_FN int top_logprobs(const SampleParams& p) {
+  const int k = p.logprobs & kTopLogprobsMask;
+  return k < kMaxTopLogprobs ? k : kMaxTopLogprobs;
+}
+KVC_SAMPLING_FN bool processed_logprobs(const SampleParams& p) {
+  return (p.logprobs & kProcessedLogprobs) != 0;
+}
 
 // Fixed-point bits of the probability mass: mass(x) = floor(2^40 * exp((x - max) / T)).
 inline constexpr int kMassBits = 40;
@@ -233,6 +247,22 @@ KVC_SAMPLING_FN float gumbel(uint64_t key, int32_t token) {
     e = -fp::log_positive(fp::sub(1.0f, w));
   }
   return -fp::log_positive(e);
+}
+
+// How a row's logprobs are read off its logits: logprob(x, id) = x * scale - lse for the tokens
+// within `cut`, -inf for the others. Raw logprobs (log_softmax of the logits): scale 1, the
+// row's log-sum-exp, every token. Processed ones (the distribution the token is drawn from):
+// scale 1 / T, the log-sum-exp of x / T over the candidates, cut at the candidates' cutoff; a
+// greedy row is a point mass on its argmax (scale 0, lse 0, cut at the argmax).
+struct LogprobNorm {
+  float scale = 1.0f;
+  float lse = 0.0f;
+  Cutoff cut;
+};
+
+KVC_SAMPLING_FN float logprob(const LogprobNorm& n, float x, int32_t id) {
+  if (x != x || !within(order_key(x), id, n.cut)) return -INFINITY;
+  return fp::add(fp::sub(fp::mul(x, n.scale), n.lse), 0.0f);  // + 0: a point mass is 0, not -0
 }
 
 // The Gumbel-max score of a token.

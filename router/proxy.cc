@@ -262,13 +262,20 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     return r.kind == ReplicaKind::kKvcascade && !r.hash_model.empty();
   });
   const ReplicaView& any = seed_from != replicas.end() ? *seed_from : replicas.front();
+  // A prompt given as token ids is fed to the model as is: hashed as the bytes its tokens stand
+  // for, from the replica's token table (kTokenIds; with the byte tokenizer the ids are bytes).
+  const std::vector<int32_t>* ids = req.prompt_token_ids.empty() || req.prompt_token_ids[0].empty()
+                                        ? nullptr
+                                        : &req.prompt_token_ids[0];
+  std::optional<std::string> id_bytes;
+  if (ids != nullptr && any.token_table) id_bytes = any.token_table->prompt_bytes(*ids);
   // A completion is hashed with the special tokens the replica's tokenizer puts around it (BOS).
-  const bool wrapped = endpoint == Endpoint::kCompletions &&
+  const bool wrapped = ids == nullptr && endpoint == Endpoint::kCompletions &&
                        (!any.completion_prefix.empty() || !any.completion_suffix.empty());
   const std::string wrapped_prompt =
       wrapped ? completion_bytes(any.completion_prefix, req.prompts.front(), any.completion_suffix)
               : std::string();
-  const std::string& prompt = wrapped ? wrapped_prompt : req.prompts.front();
+  const std::string& prompt = id_bytes ? *id_bytes : wrapped ? wrapped_prompt : req.prompts.front();
   const std::string& hash_model = seed_from != replicas.end() ? any.hash_model : req.model;
   attempt->hashes = hash_blocks(chain_seed(hash_model, cache_salt), prompt, any.block_size);
   const uint64_t prompt_hash = XXH3_64bits_withSeed(

@@ -65,6 +65,7 @@ std::vector<GenerationRequest> rollout_requests(const EngineBenchOptions& o) {
     GenerationRequest r = random_request(rng, o.prefix, o.gen);
     r.n = o.siblings;
     r.params.seed = 1 + g;
+    r.params.logprobs = o.logprobs;
     reqs.push_back(std::move(r));
   }
   return reqs;
@@ -288,8 +289,9 @@ int run_engine_bench(const EngineBenchOptions& o) {
     std::fflush(stdout);
     return run_step_table(o, m, bw, peak, std::move(result));
   }
-  std::printf("rollout: %d prompts x %d siblings, %d-token prefix, %d tokens each (greedy)\n\n",
-              o.groups, o.siblings, o.prefix, o.gen);
+  std::printf("rollout: %d prompts x %d siblings, %d-token prefix, %d tokens each (greedy)%s\n\n",
+              o.groups, o.siblings, o.prefix, o.gen,
+              o.logprobs >= 0 ? (", top-" + std::to_string(o.logprobs) + " logprobs").c_str() : "");
   std::fflush(stdout);
 
   const std::vector<GenerationRequest> reqs = rollout_requests(o);
@@ -321,6 +323,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
                  {"siblings", o.siblings},
                  {"prefix", o.prefix},
                  {"gen", o.gen},
+                 {"logprobs", o.logprobs},
                  {"decode_gemm", backend.model().decode_gemm()}});
   std::printf("decode GEMMs: %s\n\n", backend.model().decode_gemm()
                                           ? "Hopper decode GEMM (<= 128 rows), cuBLASLt above"

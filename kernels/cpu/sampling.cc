@@ -106,6 +106,31 @@ int32_t gumbel_argmax(const float* x, int vocab, const SampleParams& p, Cutoff c
   return token;
 }
 
+// The normalizer of the row's logprobs (sampling::LogprobNorm), in double.
+sampling::LogprobNorm logprob_norm(const float* x, int vocab, const SampleParams& p,
+                                   const RowStats& st, Cutoff c) {
+  sampling::LogprobNorm n;
+  if (!sampling::processed_logprobs(p)) {
+    n.lse = static_cast<float>(st.lse);
+    return n;
+  }
+  if (is_greedy(p)) {
+    if (st.argmax != INT32_MAX) n.cut = {sampling::order_key(x[st.argmax]), st.argmax};
+    n.scale = 0.0f;
+    return n;
+  }
+  n.scale = sampling::inverse_temperature(p.temperature);
+  n.cut = c;
+  const double top = static_cast<double>(st.max) * n.scale;
+  double sum = 0;
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (x[i] == x[i] && sampling::within(sampling::order_key(x[i]), i, c))
+      sum += std::exp(static_cast<double>(x[i]) * n.scale - top);
+  }
+  n.lse = static_cast<float>(top + std::log(sum));
+  return n;
+}
+
 }  // namespace
 
 Cutoff candidate_cutoff(const float* logits, int vocab, const SampleParams& params,
@@ -118,21 +143,61 @@ SampleResult sample(const float* logits, int vocab, const SampleParams& params,
                     SampleScratch& scratch) {
   const RowStats st = row_stats(logits, vocab);
   int32_t token = st.argmax;
+  Cutoff c;
   if (!is_greedy(params)) {
-    token = gumbel_argmax(logits, vocab, params, cutoff(logits, vocab, params, st.max, scratch));
+    c = cutoff(logits, vocab, params, st.max, scratch);
+    token = gumbel_argmax(logits, vocab, params, c);
   }
   if (token == INT32_MAX) token = 0;
-  return {token, static_cast<float>(static_cast<double>(logits[token]) - st.lse)};
+  SampleResult r;
+  r.token = token;
+  r.norm = logprob_norm(logits, vocab, params, st, c);
+  r.logprob = sampling::processed_logprobs(params)
+                  ? sampling::logprob(r.norm, logits[token], token)
+                  : static_cast<float>(static_cast<double>(logits[token]) - st.lse);
+  return r;
+}
+
+int top_logprobs(const float* logits, int vocab, const sampling::LogprobNorm& norm, int k,
+                 int32_t* ids, float* logprobs) {
+  k = std::clamp(k, 0, sampling::kMaxTopLogprobs);
+  // The k best of the row, kept sorted: k is small, and most tokens lose to the k-th at once.
+  int n = 0;
+  for (int32_t i = 0; i < vocab && k > 0; ++i) {
+    const float x = logits[i];
+    if (x != x) continue;
+    if (n == k && !sampling::better(x, i, logits[ids[n - 1]], ids[n - 1])) continue;
+    int at = n < k ? n++ : n - 1;
+    while (at > 0 && sampling::better(x, i, logits[ids[at - 1]], ids[at - 1])) {
+      ids[at] = ids[at - 1];
+      --at;
+    }
+    ids[at] = i;
+  }
+  for (int j = 0; j < n; ++j)
+    logprobs[j] = sampling::logprob(norm, logits[ids[j]], ids[j]);
+  return n;
 }
 
 void sample_rows(const float* logits, int rows, int vocab, int64_t vocab_stride,
-                 const SampleParams* params, int32_t* tokens, float* logprobs) {
+                 const SampleParams* params, int32_t* tokens, float* logprobs, int32_t* top_ids,
+                 float* top_logprobs_out) {
+  constexpr int K = sampling::kMaxTopLogprobs;
   parallel_for(rows, [&](int64_t begin, int64_t end) {
     SampleScratch scratch;
     for (int64_t r = begin; r < end; ++r) {
-      const SampleResult res = sample(logits + r * vocab_stride, vocab, params[r], scratch);
+      const float* row = logits + r * vocab_stride;
+      const SampleResult res = sample(row, vocab, params[r], scratch);
       tokens[r] = res.token;
       if (logprobs != nullptr) logprobs[r] = res.logprob;
+      if (top_ids == nullptr) continue;
+      int32_t* ids = top_ids + r * K;
+      float* lps = top_logprobs_out + r * K;
+      const int n = top_logprobs(row, vocab, res.norm, sampling::top_logprobs(params[r]), ids, lps);
+      for (int j = n; j < K; ++j) {
+        ids[j] = -1;
+        lps[j] = -std::numeric_limits<float>::infinity();
+      }
     }
   });
 }

@@ -12,7 +12,10 @@ namespace kvc::kernels::cpu {
 
 struct SampleResult {
   int32_t token = 0;
-  float logprob = 0;  // log_softmax(logits)[token] of the raw logits (no temperature, no cut)
+  // The token's logprob: log_softmax of the raw logits, or with kProcessedLogprobs of the
+  // distribution it was drawn from (sampling::LogprobNorm).
+  float logprob = 0;
+  sampling::LogprobNorm norm;  // how the row's other logprobs are read (top_logprobs)
 };
 
 // Buffers sample() reuses between calls (top-k / top-p candidates).
@@ -24,14 +27,23 @@ struct SampleScratch {
 SampleResult sample(const float* logits, int vocab, const sampling::SampleParams& params,
                     SampleScratch& scratch);
 
+// The k (<= kMaxTopLogprobs) first tokens of the row in the token order (logit descending, id
+// ascending; NaN never), with their logprobs under `norm`: ids[i], logprobs[i]. Returns how many
+// were written (fewer than k only when the row has fewer non-NaN logits).
+int top_logprobs(const float* logits, int vocab, const sampling::LogprobNorm& norm, int k,
+                 int32_t* ids, float* logprobs);
+
 // The last token the rule keeps as a candidate, in the token order (the default Cutoff when
 // neither top-k nor top-p cuts). For tests: every sampled token must lie within it.
 sampling::Cutoff candidate_cutoff(const float* logits, int vocab,
                                   const sampling::SampleParams& params, SampleScratch& scratch);
 
 // Every row, threaded over rows. logits: [rows, vocab_stride], the first vocab of each row
-// sampleable; params, tokens: [rows]; logprobs: [rows] or null.
+// sampleable; params, tokens: [rows]; logprobs: [rows] or null. top_ids, top_logprobs:
+// [rows, kMaxTopLogprobs] or null: each row's top_logprobs(params) first tokens, the rest of
+// its entries -1 and -inf.
 void sample_rows(const float* logits, int rows, int vocab, int64_t vocab_stride,
-                 const sampling::SampleParams* params, int32_t* tokens, float* logprobs);
+                 const sampling::SampleParams* params, int32_t* tokens, float* logprobs,
+                 int32_t* top_ids = nullptr, float* top_logprobs = nullptr);
 
 }  // namespace kvc::kernels::cpu

@@ -91,6 +91,9 @@ size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
   size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff) +
                t * d.head_dim / 2 * 8;  // RoPE's (cos, sin)
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
+  // Sampling's outputs: token, logprob, norm, top logprobs (ids and values).
+  act +=
+      size_t(c.max_samples) * (8 + sizeof(sampling::LogprobNorm) + 8 * sampling::kMaxTopLogprobs);
   // + the GEMM workspace (32 MiB), the initial plan buffers (~22.5 MiB) and slack.
   return act + stage_layout(c).total + (size_t{64} << 20);
 }
@@ -175,6 +178,10 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   a(reinterpret_cast<void**>(&I.logits), size_t(c.max_samples) * d.vocab * 4);
   a(reinterpret_cast<void**>(&I.tokens_out), size_t(c.max_samples) * 4);
   a(reinterpret_cast<void**>(&I.logprobs_out), size_t(c.max_samples) * 4);
+  const size_t top_entries = size_t(c.max_samples) * sampling::kMaxTopLogprobs;
+  a(reinterpret_cast<void**>(&I.norms_out), size_t(c.max_samples) * sizeof(sampling::LogprobNorm));
+  a(reinterpret_cast<void**>(&I.top_ids_out), top_entries * 4);
+  a(reinterpret_cast<void**>(&I.top_logprobs_out), top_entries * 4);
   const StageLayout sl = stage_layout(c);
   I.stage_bytes = sl.total;
   a(reinterpret_cast<void**>(&I.dev_stage), sl.total);
@@ -185,6 +192,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   if ((e = cudaMallocHost(reinterpret_cast<void**>(&I.host_tokens_out), c.max_samples * 4)))
     return fail("cudaMallocHost", e);
   if ((e = cudaMallocHost(reinterpret_cast<void**>(&I.host_logprobs_out), c.max_samples * 4)))
+    return fail("cudaMallocHost", e);
+  if ((e = cudaMallocHost(reinterpret_cast<void**>(&I.host_top_ids_out), top_entries * 4)) ||
+      (e = cudaMallocHost(reinterpret_cast<void**>(&I.host_top_logprobs_out), top_entries * 4)))
     return fail("cudaMallocHost", e);
   I.gemm = std::make_unique<Gemm>();
   if (!I.gemm->ok()) {

@@ -71,18 +71,24 @@ struct LlamaStep {
   std::span<const int32_t> sample_rows;
   std::span<const sampling::SampleParams> sample_params;
   int sample_vocab = 0;  // ids below it are drawn
+  // The most top logprobs a sample asks for (sampling::top_logprobs of its params); > 0: the
+  // step runs the top-logprobs kernel after sampling and copies its results back.
+  int top_logprobs = 0;
   bool return_logits = false;
 };
 
 struct LlamaOutput {
   std::vector<int32_t> tokens;  // one per sample
   std::vector<float> logprobs;  // one per sample
-  std::vector<float> logits;    // [logit rows, vocab] when asked
-  double host_us = 0;           // forward's host work: staging, plans, launches (until the wait)
-  double prep_us = 0;           // of which before the first launch (staging and plans on the host)
-  double wait_us = 0;           // waiting for the device at the end of the step
-  double device_us = 0;         // the step on the device, first to last operation (CUDA events)
-  bool graph = false;           // the step ran as a CUDA graph replay (set_graphs)
+  // With LlamaStep::top_logprobs: [samples, kMaxTopLogprobs] each (unused entries -1, -inf).
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+  std::vector<float> logits;  // [logit rows, vocab] when asked
+  double host_us = 0;         // forward's host work: staging, plans, launches (until the wait)
+  double prep_us = 0;         // of which before the first launch (staging and plans on the host)
+  double wait_us = 0;         // waiting for the device at the end of the step
+  double device_us = 0;       // the step on the device, first to last operation (CUDA events)
+  bool graph = false;         // the step ran as a CUDA graph replay (set_graphs)
   // With set_profile(true): device microseconds per operation name, summed over layers, in
   // order of first appearance (an event after every operation; slows the step a little).
   std::vector<std::pair<std::string, double>> profile;

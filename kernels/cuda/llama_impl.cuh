@@ -56,6 +56,9 @@ struct LlamaModel::Impl {
   float* logits = nullptr;  // [max_samples, vocab]
   int32_t* tokens_out = nullptr;
   float* logprobs_out = nullptr;
+  sampling::LogprobNorm* norms_out = nullptr;  // [max_samples]
+  int32_t* top_ids_out = nullptr;              // [max_samples, kMaxTopLogprobs]
+  float* top_logprobs_out = nullptr;           // [max_samples, kMaxTopLogprobs]
 
   // Staging: one pinned host buffer and its device twin, copied in one cudaMemcpyAsync.
   char* host_stage = nullptr;
@@ -63,6 +66,8 @@ struct LlamaModel::Impl {
   size_t stage_bytes = 0;
   int32_t* host_tokens_out = nullptr;
   float* host_logprobs_out = nullptr;
+  int32_t* host_top_ids_out = nullptr;
+  float* host_top_logprobs_out = nullptr;
 
   // Plans and their workspaces (grow on demand, then stay).
   void* prefill_plan_buf = nullptr;
@@ -156,6 +161,8 @@ struct LlamaModel::Impl {
     if (host_stage) cudaFreeHost(host_stage);
     if (host_tokens_out) cudaFreeHost(host_tokens_out);
     if (host_logprobs_out) cudaFreeHost(host_logprobs_out);
+    if (host_top_ids_out) cudaFreeHost(host_top_ids_out);
+    if (host_top_logprobs_out) cudaFreeHost(host_top_logprobs_out);
     for (cudaEvent_t e : marks)
       cudaEventDestroy(e);
     if (step_begin) cudaEventDestroy(step_begin);

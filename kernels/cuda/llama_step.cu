@@ -43,6 +43,8 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   }
   out.tokens.assign(num_samples, 0);
   out.logprobs.assign(num_samples, 0.0f);
+  out.top_ids.clear();
+  out.top_logprobs.clear();
   out.logits.clear();
 
   // 1. Host staging: every index array of the step, then one copy to the device.
@@ -200,8 +202,21 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
       KVC_OP(g.run(I.xs, I.lm_head, I.logits, num_samples, d.vocab, h, GemmOut::kF32, s),
              "lm_head");
       KVC_OP(sample(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab, d.vocab,
-                    dparams, I.tokens_out, I.logprobs_out, s),
+                    dparams, I.tokens_out, I.logprobs_out, I.norms_out, s),
              "sample");
+      if (st.top_logprobs > 0) {
+        KVC_OP(top_logprobs(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab,
+                            d.vocab, dparams, I.norms_out, I.top_ids_out, I.top_logprobs_out,
+                            st.top_logprobs, s),
+               "top logprobs");
+        const size_t top_bytes = size_t(num_samples) * sampling::kMaxTopLogprobs * 4;
+        KVC_TRY(cudaMemcpyAsync(I.host_top_ids_out, I.top_ids_out, top_bytes,
+                                cudaMemcpyDeviceToHost, s),
+                "top logprobs copy");
+        KVC_TRY(cudaMemcpyAsync(I.host_top_logprobs_out, I.top_logprobs_out, top_bytes,
+                                cudaMemcpyDeviceToHost, s),
+                "top logprobs copy");
+      }
       KVC_TRY(cudaMemcpyAsync(I.host_tokens_out, I.tokens_out, num_samples * 4,
                               cudaMemcpyDeviceToHost, s),
               "tokens copy");
@@ -219,6 +234,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     std::vector<int64_t> key{rows,
                              num_samples,
                              st.sample_vocab,
+                             st.top_logprobs,
                              dplan.num_seqs,
                              dplan.num_nodes,
                              dplan.num_node_items,
@@ -312,6 +328,11 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   out.device_us = device_ms * 1e3;
   std::memcpy(out.tokens.data(), I.host_tokens_out, num_samples * 4);
   std::memcpy(out.logprobs.data(), I.host_logprobs_out, num_samples * 4);
+  if (st.top_logprobs > 0) {
+    const size_t entries = size_t(num_samples) * sampling::kMaxTopLogprobs;
+    out.top_ids.assign(I.host_top_ids_out, I.host_top_ids_out + entries);
+    out.top_logprobs.assign(I.host_top_logprobs_out, I.host_top_logprobs_out + entries);
+  }
   if (st.return_logits) {
     // Row r of the output holds the logits of the first sample that reads row r.
     const size_t v = d.vocab;

@@ -46,37 +46,42 @@ struct Source {
   bool list;  // read Smem::list_* instead of the row
 };
 
-// Calls f(x, id, valid) for every token of src. Every lane of a warp makes the same calls
-// (valid false past the end), so f may use warp collectives.
+// Calls f(x, id, valid) for every token of a logits row of n tokens (float4 loads when vec).
+// Every lane of a warp makes the same calls (valid false past the end), so f may use warp
+// collectives.
 template <class F>
-__device__ __forceinline__ void for_each(const Smem& s, const Source& src, F&& f) {
+__device__ __forceinline__ void for_each_in_row(const float* row, int n, bool vec, F&& f) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (src.list) {
-    const int n = s.list_n;
-    for (int base = warp * 32; base < n; base += kThreads) {
-      const int i = base + lane;
-      const bool valid = i < n;
-      f(valid ? s.list_x[i] : 0.0f, valid ? s.list_id[i] : 0, valid);
-    }
-    return;
-  }
-  const int chunks = (src.n + 3) >> 2;
+  const int chunks = (n + 3) >> 2;
   for (int base = warp * 32; base < chunks; base += kThreads) {
     const int c = base + lane;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (c < chunks) {
-      if (src.vec && 4 * c + 4 <= src.n) {
-        const float4 q = __ldg(reinterpret_cast<const float4*>(src.row) + c);
+      if (vec && 4 * c + 4 <= n) {
+        const float4 q = __ldg(reinterpret_cast<const float4*>(row) + c);
         v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
       } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          if (4 * c + j < src.n) v[j] = src.row[4 * c + j];
+          if (4 * c + j < n) v[j] = row[4 * c + j];
       }
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      f(v[j], 4 * c + j, c < chunks && 4 * c + j < src.n);
+      f(v[j], 4 * c + j, c < chunks && 4 * c + j < n);
+  }
+}
+
+// The same for every token of src: the row, or the candidate list.
+template <class F>
+__device__ __forceinline__ void for_each(const Smem& s, const Source& src, F&& f) {
+  if (!src.list) return for_each_in_row(src.row, src.n, src.vec, f);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n = s.list_n;
+  for (int base = warp * 32; base < n; base += kThreads) {
+    const int i = base + lane;
+    const bool valid = i < n;
+    f(valid ? s.list_x[i] : 0.0f, valid ? s.list_id[i] : 0, valid);
   }
 }
 
@@ -109,6 +114,21 @@ __device__ void block_best(Smem& s, float& v, int32_t& i) {
     if (sampling::better(s.red_v[0][w], s.red_i[0][w], v, i)) v = s.red_v[0][w], i = s.red_i[0][w];
   }
   __syncthreads();
+}
+
+// The sum of v over the block, in every thread.
+__device__ float block_sum(Smem& s, float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(kFull, v, o);
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) s.red_v[0][warp] = v;
+  __syncthreads();
+  float sum = 0.0f;
+  for (int w = 0; w < kWarps; ++w)
+    sum += s.red_v[0][w];
+  __syncthreads();
+  return sum;
 }
 
 // ---- radix select ---------------------------------------------------------------------------
@@ -340,6 +360,7 @@ struct SampleArgs {
   const SampleParams* params;
   int32_t* tokens;
   float* logprobs;
+  sampling::LogprobNorm* norms;
 };
 
 // One CTA per row. The first pass over the logits gives the argmax, the log-sum-exp and, for a
@@ -401,19 +422,112 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(const SampleArgs a)
     lse_merge(m, sum, s.red_v[2][w], s.red_v[3][w]);
   __syncthreads();
 
+  Cutoff c;
   if (greedy) {
     token = argmax;
   } else if (cut) {
-    const Cutoff c = find_cutoff(s, src, p, max_x, inv_t);  // may move src to the list
+    c = find_cutoff(s, src, p, max_x, inv_t);  // may move src to the list
     token = race(s, src, c, inv_t, key);
   }
   if (token == INT32_MAX) token = 0;
+  // The row's logprob normalizer (sampling::LogprobNorm).
+  const bool processed = sampling::processed_logprobs(p);
+  sampling::LogprobNorm norm;
+  if (!processed) {
+    norm.lse = m == -kInf ? -kInf : m + logf(sum);
+  } else if (greedy) {
+    norm.scale = 0.0f;
+    if (argmax != INT32_MAX) norm.cut = {sampling::order_key(max_x), argmax};
+  } else {
+    // log-sum-exp of x / T over the candidates (src holds every one of them).
+    norm.scale = inv_t;
+    norm.cut = c;
+    const float top = max_x * inv_t;
+    float part = 0.0f;
+    for_each(s, src, [&](float x, int32_t id, bool valid) {
+      if (valid && x == x && sampling::within(sampling::order_key(x), id, c))
+        part += __expf(x * inv_t - top);
+    });
+    norm.lse = top + logf(block_sum(s, part));
+  }
   if (threadIdx.x == 0) {
     a.tokens[row] = token;
     if (a.logprobs != nullptr) {
-      const float lse = m == -kInf ? -kInf : m + logf(sum);
-      a.logprobs[row] = src.row[token] - lse;
+      a.logprobs[row] =
+          processed ? sampling::logprob(norm, src.row[token], token) : src.row[token] - norm.lse;
     }
+    if (a.norms != nullptr) a.norms[row] = norm;
+  }
+}
+
+// ---- top logprobs ---------------------------------------------------------------------------
+
+constexpr int kTopK = sampling::kMaxTopLogprobs;
+
+struct TopArgs {
+  const float* logits;
+  int64_t stride;
+  int vocab;
+  bool vec;
+  const SampleParams* params;
+  const sampling::LogprobNorm* norms;
+  int32_t* ids;     // [rows, kTopK]
+  float* logprobs;  // [rows, kTopK]
+};
+
+// One CTA per row: each thread keeps the K best of its share of the row, sorted, in registers
+// (fully unrolled, constant indices; K >= every row's k: 5 or kTopK, so the common k <= 5 inserts
+// into a short list); the row's k best are then k rounds of a block argmax over the threads'
+// heads, the winner's thread popping its head.
+template <int K>
+__global__ void __launch_bounds__(kThreads) top_logprobs_kernel(const TopArgs a) {
+  __shared__ float red_v[kWarps];
+  __shared__ int32_t red_i[kWarps];
+  const int64_t row = blockIdx.x;
+  const int k = min(sampling::top_logprobs(a.params[row]), K);
+  int32_t* out_ids = a.ids + row * kTopK;
+  float* out_lps = a.logprobs + row * kTopK;
+  if (threadIdx.x < kTopK) out_ids[threadIdx.x] = -1, out_lps[threadIdx.x] = -kInf;
+  if (k == 0) return;
+  const float* x_row = a.logits + row * a.stride;
+  float tv[K];
+  int32_t ti[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    tv[j] = -kInf, ti[j] = INT32_MAX;
+  for_each_in_row(x_row, a.vocab, a.vec, [&](float x, int32_t id, bool valid) {
+    if (!valid || x != x || !sampling::better(x, id, tv[K - 1], ti[K - 1])) return;
+    bool placed = false;
+#pragma unroll
+    for (int j = K - 1; j > 0; --j) {
+      if (placed) continue;
+      if (sampling::better(x, id, tv[j - 1], ti[j - 1])) {
+        tv[j] = tv[j - 1], ti[j] = ti[j - 1];
+      } else {
+        tv[j] = x, ti[j] = id, placed = true;
+      }
+    }
+    if (!placed) tv[0] = x, ti[0] = id;
+  });
+  const sampling::LogprobNorm norm = a.norms[row];
+  const int warp = threadIdx.x >> 5;
+  for (int r = 0; r < k; ++r) {
+    float v = tv[0];
+    int32_t i = ti[0];
+    warp_best(v, i);
+    if ((threadIdx.x & 31) == 0) red_v[warp] = v, red_i[warp] = i;
+    __syncthreads();
+    for (int w = 0; w < kWarps; ++w)
+      if (sampling::better(red_v[w], red_i[w], v, i)) v = red_v[w], i = red_i[w];
+    __syncthreads();
+    if (i == INT32_MAX) break;  // the row has fewer than k numbers
+    if (ti[0] == i) {           // ids are unique: one thread pops
+#pragma unroll
+      for (int j = 0; j < K - 1; ++j)
+        tv[j] = tv[j + 1], ti[j] = ti[j + 1];
+      tv[K - 1] = -kInf, ti[K - 1] = INT32_MAX;
+    }
+    if (threadIdx.x == 0) out_ids[r] = i, out_lps[r] = sampling::logprob(norm, v, i);
   }
 }
 
@@ -421,15 +535,30 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(const SampleArgs a)
 
 cudaError_t sample(const float* logits, int rows, int vocab, int64_t vocab_stride,
                    const SampleParams* params, int32_t* tokens, float* logprobs,
-                   cudaStream_t stream) {
+                   sampling::LogprobNorm* norms, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (rows < 0 || vocab < 1 || vocab_stride < vocab) return cudaErrorInvalidValue;
   static const cudaError_t attr = cudaFuncSetAttribute(
       sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem));
   if (attr != cudaSuccess) return attr;
   const bool vec = vocab_stride % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
-  const SampleArgs args{logits, vocab_stride, vocab, vec, params, tokens, logprobs};
+  const SampleArgs args{logits, vocab_stride, vocab, vec, params, tokens, logprobs, norms};
   sample_kernel<<<rows, kThreads, sizeof(Smem), stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t top_logprobs(const float* logits, int rows, int vocab, int64_t vocab_stride,
+                         const SampleParams* params, const sampling::LogprobNorm* norms,
+                         int32_t* ids, float* logprobs, int max_k, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (rows < 0 || vocab < 1 || vocab_stride < vocab) return cudaErrorInvalidValue;
+  const bool vec = vocab_stride % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+  const TopArgs args{logits, vocab_stride, vocab, vec, params, norms, ids, logprobs};
+  if (max_k <= 5) {
+    top_logprobs_kernel<5><<<rows, kThreads, 0, stream>>>(args);
+  } else {
+    top_logprobs_kernel<kTopK><<<rows, kThreads, 0, stream>>>(args);
+  }
   return cudaGetLastError();
 }
 

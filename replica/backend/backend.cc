@@ -24,21 +24,46 @@ float log_softmax_at(std::span<const float> logits, int32_t token) {
   return static_cast<float>(logits[token] - max_logit - std::log(sum));
 }
 
+kernels::sampling::SampleParams SampleRequest::params() const {
+  kernels::sampling::SampleParams p;
+  p.seed = seed;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.sibling = sibling;
+  p.position = position;
+  p.logprobs = std::clamp(top_logprobs, 0, kernels::sampling::kMaxTopLogprobs) |
+               (processed_logprobs ? kernels::sampling::kProcessedLogprobs : 0);
+  return p;
+}
+
+std::vector<TokenLogprob> top_logprobs_of(const SampleRequest& r, const int32_t* ids,
+                                          const float* logprobs) {
+  std::vector<TokenLogprob> top;
+  const int k = kernels::sampling::top_logprobs(r.params());
+  for (int j = 0; j < k && ids[j] >= 0; ++j)
+    top.push_back(TokenLogprob{ids[j], logprobs[j]});
+  return top;
+}
+
 void sample_on_host(const ForwardBatch& batch, std::span<const float> logits, int32_t vocab,
-                    Sampler& sampler, std::vector<SampledToken>& out) {
+                    std::vector<SampledToken>& out) {
   out.clear();
   const int32_t sample_vocab = batch.sample_vocab > 0 ? std::min(batch.sample_vocab, vocab) : vocab;
+  kernels::cpu::SampleScratch scratch;
+  int32_t ids[kernels::sampling::kMaxTopLogprobs];
+  float lps[kernels::sampling::kMaxTopLogprobs];
   for (const SampleRequest& r : batch.samples) {
     assert(r.logits_row >= 0 && r.logits_row < batch.num_logit_rows());
-    const std::span<const float> row = logits.subspan(static_cast<size_t>(r.logits_row) * vocab,
-                                                      static_cast<size_t>(sample_vocab));
-    SamplingParams params;
-    params.temperature = r.temperature;
-    params.top_k = r.top_k;
-    params.top_p = r.top_p;
-    params.seed = r.seed;
-    const int32_t token = sampler.sample(row, params, r.sibling, r.position);
-    out.push_back(SampledToken{token, log_softmax_at(row, token)});
+    const float* row = logits.data() + static_cast<size_t>(r.logits_row) * vocab;
+    const kernels::sampling::SampleParams p = r.params();
+    const kernels::cpu::SampleResult s = kernels::cpu::sample(row, sample_vocab, p, scratch);
+    SampledToken t{s.token, s.logprob, {}};
+    const int n = kernels::cpu::top_logprobs(row, sample_vocab, s.norm,
+                                             kernels::sampling::top_logprobs(p), ids, lps);
+    for (int j = 0; j < n; ++j)
+      t.top.push_back(TokenLogprob{ids[j], lps[j]});
+    out.push_back(std::move(t));
   }
 }
 

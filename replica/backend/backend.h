@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "kernels/cascade_plan.h"
+#include "kernels/sampling_rule.h"
 #include "replica/backend/sampler.h"
 #include "replica/model/model_config.h"
 
@@ -68,11 +69,27 @@ struct SampleRequest {
   int32_t top_k = 0;
   float top_p = 1.0f;
   uint64_t seed = 0;
+  // Logprobs to report besides the token's own: the top_logprobs (0-20) most likely tokens;
+  // processed: of the distribution the token is drawn from (after temperature, top-k, top-p),
+  // not of the raw logits (kernels/sampling_rule.h LogprobNorm).
+  int32_t top_logprobs = 0;
+  bool processed_logprobs = false;
+
+  // The row's parameters as both samplers take them.
+  kernels::sampling::SampleParams params() const;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
 };
 
 struct SampledToken {
   int32_t token = 0;
-  float logprob = 0;  // log_softmax of the raw logits (over the sampled vocabulary) at the token
+  // The token's log-probability over the sampled vocabulary: log_softmax of the raw logits, or
+  // of the processed distribution (SampleRequest::processed_logprobs).
+  float logprob = 0;
+  std::vector<TokenLogprob> top;  // SampleRequest::top_logprobs entries, most likely first
 };
 
 struct ForwardBatch {
@@ -103,10 +120,16 @@ struct ForwardOutput {
 // log_softmax(logits)[token], accumulated in double.
 float log_softmax_at(std::span<const float> logits, int32_t token);
 
-// Draws batch.samples from host logits [num_logit_rows, vocab] with the CPU Sampler: the sampling
-// of backends whose logits live on the host (the CPU backend, test fakes).
+// Draws batch.samples from host logits [num_logit_rows, vocab] with the CPU sampler
+// (kernels/cpu/sampling.h), top logprobs included: the sampling of backends whose logits live on
+// the host (the CPU backend, test fakes).
 void sample_on_host(const ForwardBatch& batch, std::span<const float> logits, int32_t vocab,
-                    Sampler& sampler, std::vector<SampledToken>& out);
+                    std::vector<SampledToken>& out);
+
+// The top logprobs of sample k from arrays of kMaxTopLogprobs entries per sample (the device's
+// output layout; entries with id -1 are past the row's count).
+std::vector<TokenLogprob> top_logprobs_of(const SampleRequest& r, const int32_t* ids,
+                                          const float* logprobs);
 
 class Backend {
  public:

@@ -22,6 +22,8 @@ struct SamplingParams {
   int32_t max_tokens = 16;
   std::vector<std::string> stop;  // generation ends before the first occurrence of any of these
   bool ignore_eos = false;
+  // -1: no logprobs; k in 0-20: each generated token's logprob and the k most likely tokens'.
+  int32_t logprobs = -1;
 };
 
 // A uniform draw in [0, 1) for sibling `sibling` at token position `position` (from the same

@@ -184,9 +184,13 @@ ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) 
   }
   // Tokens to draw, in the order step() consumes them: each new group's n first tokens from its
   // prompt's last logits row, then one per decode.
-  auto request = [](int32_t row, const SequenceGroup& g, int32_t sibling, int32_t position) {
+  const bool processed = config_.processed_logprobs;
+  auto request = [processed](int32_t row, const SequenceGroup& g, int32_t sibling,
+                             int32_t position) {
     const SamplingParams& p = g.params;
-    return SampleRequest{row, sibling, position, p.temperature, p.top_k, p.top_p, p.seed};
+    return SampleRequest{row,      sibling, position, p.temperature,
+                         p.top_k,  p.top_p, p.seed,   std::max(0, p.logprobs),
+                         processed};
   };
   // Members of the group's affinity that share its prompt computation draw theirs from the same
   // row, each with its own parameters.
@@ -237,7 +241,7 @@ void Engine::fail_batch(const SchedulerOutput& work, const Status& status, StepR
   result.error = "backend: " + status.message();
 }
 
-void Engine::emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result) {
+void Engine::emit(SequenceGroup& g, Sequence& s, GeneratedToken token, StepResult& result) {
   size_t safe = s.text.size();
   if (!s.finished()) {
     safe -= stop_holdback(s.text, g.params.stop);
@@ -248,18 +252,26 @@ void Engine::emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult&
     delta = s.text.substr(s.num_text_emitted, safe - s.num_text_emitted);
     s.num_text_emitted = safe;
   }
-  result.outputs.push_back(SequenceOutput{g.id, s.sibling, std::move(delta), new_tokens, s.finish});
+  std::vector<GeneratedToken> tokens;
+  tokens.push_back(std::move(token));
+  result.outputs.push_back(
+      SequenceOutput{g.id, s.sibling, std::move(delta), 1, s.finish, std::move(tokens)});
 }
 
-void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result) {
+void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
+                          StepResult& result) {
+  const int32_t token = sampled.token;
+  GeneratedToken out{token, sampled.logprob, {}, {}};
+  if (g.params.logprobs >= 0) out.top = std::move(sampled.top);
   if (is_eos(token) && !g.params.ignore_eos) {
     scheduler_.finish(g, s.sibling, FinishReason::kStop);
-    return emit(g, s, 1, result);
+    return emit(g, s, std::move(out), result);
   }
   s.tokens.push_back(token);
   hash_token(s, token);
   const size_t before = s.text.size();
-  s.text += tokenizer_.decode(token);
+  out.text = tokenizer_.decode(token);
+  s.text += out.text;
   // A stop string may end inside the new bytes: search from where it could start.
   for (const std::string& stop : g.params.stop) {
     if (stop.empty()) continue;
@@ -268,12 +280,12 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResu
     if (at != std::string::npos) {
       s.text.resize(at);
       scheduler_.finish(g, s.sibling, FinishReason::kStop);
-      return emit(g, s, 1, result);
+      return emit(g, s, std::move(out), result);
     }
   }
   const int32_t generated = s.length() - static_cast<int32_t>(g.prompt.size());
   if (generated >= g.params.max_tokens) scheduler_.finish(g, s.sibling, FinishReason::kLength);
-  emit(g, s, 1, result);
+  emit(g, s, std::move(out), result);
 }
 
 StepResult Engine::step() {
@@ -317,6 +329,7 @@ StepResult Engine::step() {
       for (SequenceGroup* m : prompt_members(leader)) {
         SequenceGroup& g = *m;
         std::vector<int32_t> first;
+        const size_t first_sample = k;
         if (c.want_logits && g.seqs.empty()) {
           for (int32_t i = 0; i < g.num_samples; ++i, ++k) {
             const SampleRequest& req = batch.samples[k];
@@ -326,7 +339,7 @@ StepResult Engine::step() {
         }
         scheduler_.fork_siblings(g, first);
         for (size_t i = 0; i < first.size(); ++i)
-          append_token(g, g.seqs[i], first[i], result);
+          append_token(g, g.seqs[i], out_.samples[first_sample + i], result);
       }
     }
     for (const ScheduledDecode& d : work.decode) {
@@ -334,7 +347,7 @@ StepResult Engine::step() {
       Sequence& s = d.seq();
       const SampleRequest& req = batch.samples[k];
       observe(d.group->id, s.sibling, req.position, req.logits_row);
-      append_token(*d.group, s, out_.samples[k++].token, result);
+      append_token(*d.group, s, out_.samples[k++], result);
     }
     assert(k == batch.samples.size());
   }

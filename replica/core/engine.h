@@ -27,6 +27,9 @@ namespace kvc {
 struct EngineConfig {
   SchedulerConfig scheduler;
   CascadeConfig cascade;
+  // Logprobs of the distribution tokens are drawn from (after temperature, top-k, top-p), not
+  // of the model's raw logits (--logprobs-mode processed).
+  bool processed_logprobs = false;
 };
 
 struct GenerationRequest {
@@ -41,6 +44,15 @@ struct GenerationRequest {
   int32_t affinity_size = 0;
 };
 
+// A token a sibling generated (the model's EOS included: it is the last one then).
+struct GeneratedToken {
+  int32_t id = 0;
+  float logprob = 0;  // SampledToken::logprob
+  // Its text: the bytes the tokenizer gives it (empty for an EOS, which adds no text).
+  std::string text;
+  std::vector<TokenLogprob> top;  // the most likely tokens, when the request asked for logprobs
+};
+
 // New text of one sibling this step.
 struct SequenceOutput {
   uint64_t group_id;  // the SequenceGroup
@@ -48,6 +60,10 @@ struct SequenceOutput {
   std::string text_delta;
   int32_t num_new_tokens;
   FinishReason finish;  // kNone while it runs
+  // The tokens of this step (num_new_tokens of them). Their text and text_delta differ when
+  // bytes are held back (a stop string may be forming, a character is split) or cut (a stop
+  // string was found).
+  std::vector<GeneratedToken> tokens;
 };
 
 struct StepStats {
@@ -131,9 +147,10 @@ class Engine {
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
   // The group and the members whose prompt it computes (Scheduler::prompt_followers).
   std::vector<SequenceGroup*> prompt_members(SequenceGroup& group) const;
-  void append_token(SequenceGroup& g, Sequence& s, int32_t token, StepResult& result);
+  // Takes the token's top entries (moved out of `token`).
+  void append_token(SequenceGroup& g, Sequence& s, SampledToken& token, StepResult& result);
   void fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result);
-  void emit(SequenceGroup& g, Sequence& s, int32_t new_tokens, StepResult& result);
+  void emit(SequenceGroup& g, Sequence& s, GeneratedToken token, StepResult& result);
 
   Backend& backend_;
   const Tokenizer& tokenizer_;

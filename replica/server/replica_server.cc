@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "api/key_space.h"
+#include "api/token_table.h"
 #include "http/auth.h"
 #include "http/errors.h"
 #include "http/sse.h"
+#include "replica/server/token_json.h"
 
 namespace kvc {
 namespace {
@@ -51,9 +53,10 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
  public:
   RequestState(OpenAiRequest req, std::string id, std::string model,
                std::shared_ptr<http::Responder> responder, metrics::ReplicaMetrics* metrics,
-               const Clock& clock)
+               const Clock& clock, const Tokenizer& tokenizer)
       : metrics_(metrics),
         clock_(clock),
+        tokenizer_(tokenizer),
         start_(clock.now()),
         req_(std::move(req)),
         id_(std::move(id)),
@@ -61,7 +64,11 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
         created_(unix_seconds()),
         responder_(std::move(responder)) {
     choices_.resize(req_.prompts.size() * req_.n);
+    prompt_ids_.resize(req_.prompts.size());
   }
+
+  // The token ids of prompt p (before any output: return_token_ids reports them).
+  void set_prompt_ids(size_t p, std::vector<int32_t> ids) { prompt_ids_[p] = std::move(ids); }
 
   bool chat() const { return req_.endpoint == Endpoint::kChatCompletions; }
   const OpenAiRequest& request() const { return req_; }
@@ -83,19 +90,28 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     c.text += o.text_delta;
     c.tokens += o.num_new_tokens;
     if (o.finish != FinishReason::kNone) c.finish = finish_reason_name(o.finish);
-    if (!req_.stream) return;
+    if (!req_.stream) {
+      if (req_.logprobs >= 0 || req_.return_token_ids)
+        c.generated.insert(c.generated.end(), o.tokens.begin(), o.tokens.end());
+      return;
+    }
     if (!started_) start_stream_locked();
     const size_t index = prompt_index * req_.n + o.sibling;
     json delta;
     if (chat()) {
-      delta = {{"index", index}, {"delta", {{"content", o.text_delta}}}, {"logprobs", nullptr}};
+      delta = {{"index", index}, {"delta", {{"content", o.text_delta}}}};
       if (!c.sent_role) {
         delta["delta"]["role"] = "assistant";
-        c.sent_role = true;
       }
     } else {
-      delta = {{"index", index}, {"text", o.text_delta}, {"logprobs", nullptr}};
+      delta = {{"index", index}, {"text", o.text_delta}};
     }
+    delta["logprobs"] = logprobs_locked(o.tokens, c);
+    if (req_.return_token_ids) {
+      if (!c.sent_role) delta["prompt_token_ids"] = prompt_ids_[prompt_index];
+      delta["token_ids"] = token_ids_json(o.tokens);
+    }
+    c.sent_role = true;
     delta["finish_reason"] =
         o.finish == FinishReason::kNone ? json(nullptr) : json(finish_reason_name(o.finish));
     responder_->write(http::sse_event(dump(chunk_envelope({delta}))));
@@ -129,8 +145,18 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     std::string text;
     std::string finish;
     int64_t tokens = 0;
-    bool sent_role = false;
+    bool sent_role = false;  // a stream's first chunk for this choice went out
+    // Without a stream, with logprobs or token ids: every generated token.
+    std::vector<GeneratedToken> generated;
+    size_t text_offset = 0;  // completions' logprobs: the text before the next token
   };
+
+  // The choice's logprobs for these tokens (null without logprobs).
+  json logprobs_locked(std::span<const GeneratedToken> tokens, Choice& c) const {
+    if (req_.logprobs < 0) return nullptr;
+    return chat() ? chat_logprobs_json(tokens, tokenizer_)
+                  : completion_logprobs_json(tokens, tokenizer_, c.text_offset);
+  }
 
   json chunk_envelope(json choices) const {
     return {{"id", id_},
@@ -198,16 +224,20 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     }
     json choices = json::array();
     for (size_t i = 0; i < choices_.size(); ++i) {
-      const Choice& c = choices_[i];
+      Choice& c = choices_[i];
+      json choice = {{"index", i}};
       if (chat()) {
-        choices.push_back({{"index", i},
-                           {"message", {{"role", "assistant"}, {"content", c.text}}},
-                           {"logprobs", nullptr},
-                           {"finish_reason", c.finish}});
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       } else {
-        choices.push_back(
-            {{"index", i}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", c.finish}});
+        choice["text"] = c.text;
       }
+      choice["logprobs"] = logprobs_locked(c.generated, c);
+      choice["finish_reason"] = c.finish;
+      if (req_.return_token_ids) {
+        choice["prompt_token_ids"] = prompt_ids_[i / req_.n];
+        choice["token_ids"] = token_ids_json(c.generated);
+      }
+      choices.push_back(std::move(choice));
     }
     json body = {{"id", id_},
                  {"object", chat() ? "chat.completion" : "text_completion"},
@@ -219,7 +249,8 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   }
 
   metrics::ReplicaMetrics* metrics_;
-  const Clock& clock_;  // the engine's: TTFT and TPOT read the injected clock
+  const Clock& clock_;          // the engine's: TTFT and TPOT read the injected clock
+  const Tokenizer& tokenizer_;  // the strings of logprobs' tokens
   Clock::TimePoint start_;
   std::optional<Clock::TimePoint> first_token_;
   OpenAiRequest req_;
@@ -229,6 +260,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   std::mutex mu_;
   std::vector<uint64_t> groups_;
   std::vector<Choice> choices_;
+  std::vector<std::vector<int32_t>> prompt_ids_;  // per prompt
   size_t groups_done_ = 0;
   int64_t prompt_tokens_ = 0, cached_tokens_ = 0;
   std::string error_;
@@ -245,6 +277,14 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
       metrics_(metrics),
       config_(std::move(config)) {
   if (config_.served_model_name.empty()) config_.served_model_name = engine_.model().name;
+  if (engine_.key_space() == KeySpace::kTokenIds) {
+    const Tokenizer& t = engine_.tokenizer();
+    TokenTable table;
+    table.bytes.reserve(t.vocab_size());
+    for (int32_t id = 0; id < t.vocab_size(); ++id)
+      table.bytes.push_back(t.token_bytes(id));
+    token_table_ = encode_token_table(table);
+  }
 }
 
 void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
@@ -267,6 +307,17 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
     if (only("GET")) responder->send(200, "application/json", models_json());
   } else if (path == "/v1/info") {
     if (only("GET")) responder->send(200, "application/json", info_json());
+  } else if (path == "/v1/token_bytes") {
+    if (!only("GET")) return;
+    if (token_table_.empty()) {
+      http::send_error(*responder, 404,
+                       std::string("no token table: this replica's key space is ") +
+                           key_space_name(engine_.key_space()) +
+                           " (token ids are bytes, or its tokens do not give their text back)",
+                       "not_found_error");
+      return;
+    }
+    responder->send(200, "application/octet-stream", token_table_);
   } else if (path == "/v1/load") {
     if (only("GET")) responder->send(200, "application/json", load_json());
   } else if (path == "/v1/kv_events") {
@@ -305,21 +356,17 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   const std::string id = (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") +
                          config_.replica_id + "-" + std::to_string(number);
   const uint64_t seed = req.seed.value_or(std::random_device{}() ^ (number << 32));
-  auto state = std::make_shared<RequestState>(req, id, config_.served_model_name, responder,
-                                              metrics_, engine_.clock());
-
   const Tokenizer& tokenizer = engine_.tokenizer();
-  if (req.token_id_prompts) {
-    if (auto refused = token_id_prompt_refusal(engine_.key_space(), tokenizer.name())) {
-      http::send_error(*responder, 400, *refused, "invalid_request_error", "prompt");
-      return;
-    }
-  }
+  auto state = std::make_shared<RequestState>(req, id, config_.served_model_name, responder,
+                                              metrics_, engine_.clock(), tokenizer);
   std::vector<GenerationRequest> groups;
   std::vector<GroupSink> sinks;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     GenerationRequest g;
-    if (endpoint == Endpoint::kChatCompletions) {
+    if (p < req.prompt_token_ids.size() && !req.prompt_token_ids[p].empty()) {
+      // Token ids go to the model as given (the engine checks them against the vocabulary).
+      g.prompt = req.prompt_token_ids[p];
+    } else if (endpoint == Endpoint::kChatCompletions) {
       // The client's text in a rendered chat prompt is encoded as plain text (no special tokens).
       g.prompt = tokenizer.encode(req.prompts[p], p < req.literal.size()
                                                       ? std::span<const TextSpan>(req.literal[p])
@@ -337,10 +384,12 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.max_tokens = req.max_tokens;
     g.params.stop = req.stop;
     g.params.ignore_eos = req.ignore_eos;
+    g.params.logprobs = req.logprobs;
     g.params.seed = seed + p;
     g.cache_salt = req.cache_salt;
     if (req.group) g.affinity = *req.group;
     g.affinity_size = req.group_size;
+    if (req.return_token_ids) state->set_prompt_ids(p, g.prompt);
     GroupSink sink;
     sink.on_output = [state, p](const SequenceOutput& o) { state->on_output(p, o); };
     sink.on_finished = [state, p](const SequenceGroup& g, const std::string& error) {

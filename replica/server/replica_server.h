@@ -51,6 +51,9 @@ class ReplicaServer {
   prometheus::Registry* registry_;
   metrics::ReplicaMetrics* metrics_;
   ReplicaServerConfig config_;
+  // GET /v1/token_bytes (api/token_table.h), encoded once; empty unless the key space is
+  // kTokenIds (the only one whose KV events a router matches token-id prompts against).
+  std::string token_table_;
   std::atomic<uint64_t> next_request_{1};
 };
 

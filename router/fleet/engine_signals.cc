@@ -107,6 +107,8 @@ Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default
   info.block_size = static_cast<int32_t>(bs);
   info.completion_prefix = string_field(*j, "completion_prefix").value_or("");
   info.completion_suffix = string_field(*j, "completion_suffix").value_or("");
+  info.tokenizer = string_field(*j, "tokenizer").value_or("");
+  info.key_space = string_field(*j, "key_space").value_or("bytes");
   if (const auto t = j->find("chat_template"); t != j->end() && !t->is_null()) {
     auto compiled = ChatTemplate::from_json(*t);
     if (compiled.ok()) {

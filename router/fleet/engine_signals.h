@@ -40,6 +40,8 @@ struct KvcascadeInfo {
   std::string chat_template_error;
   // What the replica's tokenizer puts around a completion's prompt (BOS): hashed with it.
   std::string completion_prefix, completion_suffix;
+  std::string tokenizer;  // its name
+  std::string key_space;  // "bytes", "token_ids", "private_token_ids" (api/key_space.h)
 };
 // Error unless the body is a JSON object naming a model (what tells a kvcascade replica apart).
 Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size);

@@ -185,6 +185,13 @@ void ReplicaPool::poll(Replica& r) {
     r.view.chat_template = std::move(p.chat_template);
     r.view.completion_prefix = std::move(p.completion_prefix);
     r.view.completion_suffix = std::move(p.completion_suffix);
+    r.view.token_table = std::move(p.token_table);
+    if (!p.token_table_error.empty()) {
+      std::fprintf(stderr,
+                   "router: replica %s: token table: %s (token-id prompts routed "
+                   "without prefix affinity)\n",
+                   r.view.replica_id.c_str(), p.token_table_error.c_str());
+    }
     // A template this router cannot render: route by the canonical rendering (only the hit
     // estimate suffers), and say so.
     if (!p.chat_template_error.empty()) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "api/chat_template.h"
+#include "api/token_table.h"
 #include "base/clock.h"
 #include "http/client.h"
 #include "prefix_index/radix_index.h"
@@ -67,6 +68,8 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   std::shared_ptr<const ChatTemplate> chat_template;
   // Put around a completion prompt before hashing, as the replica's tokenizer does (BOS).
   std::string completion_prefix, completion_suffix;
+  // Its tokens' bytes (kTokenIds replicas): a prompt given as token ids is hashed as these.
+  std::shared_ptr<const TokenTable> token_table;
   int32_t block_size = 16;
   bool healthy = false;
   bool exact = false;  // KV events subscribed

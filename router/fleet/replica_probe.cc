@@ -13,12 +13,12 @@ struct ReplicaProbe::Exchange {
   std::chrono::steady_clock::time_point deadline;
 
   // A GET that came back (any status), or the transport's error.
-  Result<http::ClientResponse> get(const std::string& path) {
+  Result<http::ClientResponse> get(const std::string& path, size_t max_body_bytes = 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Error{"GET " + path + ": the poll ran out of time"};
-    auto r =
-        client.request(host, port, "GET", path, "", config.headers, left, config.max_body_bytes);
+    auto r = client.request(host, port, "GET", path, "", config.headers, left,
+                            max_body_bytes ? max_body_bytes : config.max_body_bytes);
     if (!r.ok()) return Error{"GET " + path + ": " + r.error().message};
     return r;
   }
@@ -71,6 +71,7 @@ void ReplicaProbe::detect(Exchange& x, ProbeResult& out) {
         out.chat_template_error = std::move(info->chat_template_error);
         out.completion_prefix = std::move(info->completion_prefix);
         out.completion_suffix = std::move(info->completion_suffix);
+        if (info->key_space == "token_ids") read_token_table(x, info->tokenizer, out);
         return;
       }
       if (forced_ == ReplicaKind::kKvcascade) {
@@ -102,6 +103,26 @@ void ReplicaProbe::detect(Exchange& x, ProbeResult& out) {
   out.identity = true;
   out.models = std::move(models->ids);
   out.block_size = x.config.default_block_size;
+}
+
+void ReplicaProbe::read_token_table(Exchange& x, const std::string& tokenizer, ProbeResult& out) {
+  if (!token_table_ || token_table_of_ != tokenizer) {
+    token_table_.reset();
+    auto r = x.get("/v1/token_bytes", x.config.max_token_table_bytes);
+    Result<TokenTable> table = Error{""};
+    if (r.ok() && r->status == 200) table = decode_token_table(r->body);
+    if (!table.ok()) {
+      // Token-id prompts to this replica are routed without prefix affinity; the rest as ever.
+      out.token_table_error = !r.ok() ? r.error().message
+                              : r->status != 200
+                                  ? Exchange::status_error("/v1/token_bytes", r->status)
+                                  : table.error().message;
+      return;
+    }
+    token_table_ = std::make_shared<const TokenTable>(std::move(*table));
+    token_table_of_ = tokenizer;
+  }
+  out.token_table = token_table_;
 }
 
 void ReplicaProbe::check_foreign_health(Exchange& x, ProbeResult& out) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/token_table.h"
 #include "http/client.h"
 #include "router/fleet/engine_signals.h"
 
@@ -23,6 +24,7 @@ struct ProbeConfig {
   int32_t default_block_size = 16;          // the router's block size for foreign replicas
   http::Headers headers;                    // sent on every request (the replica API key)
   int32_t models_refresh_polls = 20;        // foreign replicas: /v1/models re-read this often
+  size_t max_token_table_bytes = size_t{64} << 20;  // GET /v1/token_bytes (api/token_table.h)
 };
 
 struct ProbeResult {
@@ -37,6 +39,10 @@ struct ProbeResult {
   std::shared_ptr<const ChatTemplate> chat_template;  // kvcascade only (engine_signals.h)
   std::string chat_template_error;
   std::string completion_prefix, completion_suffix;  // kvcascade only (engine_signals.h)
+  // kvcascade replicas keyed by token ids (kTokenIds): their tokens' bytes, to hash prompts given
+  // as token ids (api/token_table.h). Null otherwise, or when the fetch failed (token_table_error).
+  std::shared_ptr<const TokenTable> token_table;
+  std::string token_table_error;
   std::optional<ReplicaLoad> load;  // nullopt: no load signal (openai), or it failed
   std::string load_error;           // why a load signal the kind should have is missing
 };
@@ -57,8 +63,12 @@ class ReplicaProbe {
   void detect(Exchange& x, ProbeResult& out);
   void check_foreign_health(Exchange& x, ProbeResult& out);
   void read_load(Exchange& x, ProbeResult& out);
+  // The replica's token table (ProbeResult::token_table), fetched once per tokenizer name.
+  void read_token_table(Exchange& x, const std::string& tokenizer, ProbeResult& out);
 
   ReplicaKind forced_;
+  std::shared_ptr<const TokenTable> token_table_;
+  std::string token_table_of_;  // the tokenizer it came from
   ReplicaKind kind_ = ReplicaKind::kAuto;
   bool health_endpoint_ = true;  // /health exists; else /v1/models is the health check
   bool sglang_metrics_ = true;   // SGLang's /metrics has its load; else /get_load

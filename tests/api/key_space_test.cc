@@ -34,13 +34,5 @@ TEST(KeySpace, TokenIdsAsBytes) {
   EXPECT_EQ(max_token_id(TokenIdBytes::kWidenPastByte), 4294967295);
 }
 
-TEST(KeySpace, OnlyTheByteSpaceReadsTokenIdPrompts) {
-  EXPECT_FALSE(token_id_prompt_refusal(KeySpace::kBytes, "bytes"));
-  const auto why = token_id_prompt_refusal(KeySpace::kTokenIds, "llama3");
-  ASSERT_TRUE(why);
-  EXPECT_NE(why->find("llama3"), std::string::npos);
-  EXPECT_TRUE(token_id_prompt_refusal(KeySpace::kPrivateTokenIds, "sp"));
-}
-
 }  // namespace
 }  // namespace kvc

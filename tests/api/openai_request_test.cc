@@ -48,6 +48,32 @@ TEST(OpenAiRequest, CompletionsFieldsAndPromptForms) {
             (std::vector<std::string>{"h", "i"}));
 }
 
+TEST(OpenAiRequest, TokenIdPromptsLogprobsAndTokenIds) {
+  const Endpoint c = Endpoint::kCompletions;
+  // Ids of a real tokenizer are kept as ids, text prompts beside them get none.
+  const auto r = ok(c, R"({"model":"m","prompt":["ab",[128000,9906],[104]],"logprobs":5,
+      "return_token_ids":true})");
+  EXPECT_TRUE(r.token_id_prompts);
+  ASSERT_EQ(r.prompt_token_ids.size(), 3u);
+  EXPECT_TRUE(r.prompt_token_ids[0].empty());
+  EXPECT_EQ(r.prompt_token_ids[1], (std::vector<int32_t>{128000, 9906}));
+  EXPECT_EQ(r.prompt_token_ids[2], (std::vector<int32_t>{104}));
+  EXPECT_EQ(r.prompts[2], "h");  // byte-sized ids: the bytes the byte tokenizer reads
+  EXPECT_EQ(r.logprobs, 5);
+  EXPECT_TRUE(r.return_token_ids);
+  EXPECT_TRUE(ok(c, R"({"model":"m","prompt":"x"})").prompt_token_ids.empty());
+  EXPECT_EQ(ok(c, R"({"model":"m","prompt":"x"})").logprobs, -1);
+  EXPECT_EQ(ok(c, R"({"model":"m","prompt":"x","logprobs":0})").logprobs, 0);
+  EXPECT_EQ(ok(c, R"({"model":"m","prompt":"x","logprobs":null})").logprobs, -1);
+  // Chat: logprobs true, top_logprobs k.
+  const Endpoint chat = Endpoint::kChatCompletions;
+  const std::string msgs = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(ok(chat, msgs + R"(,"logprobs":true,"top_logprobs":20})").logprobs, 20);
+  EXPECT_EQ(ok(chat, msgs + R"(,"logprobs":true})").logprobs, 0);
+  EXPECT_EQ(ok(chat, msgs + R"(,"logprobs":false})").logprobs, -1);
+  EXPECT_EQ(ok(chat, msgs + "}").logprobs, -1);
+}
+
 TEST(OpenAiRequest, ChatRendersMessages) {
   const auto r = ok(Endpoint::kChatCompletions,
                     R"({"model":"m","messages":[{"role":"user","content":"hi"}],
@@ -69,7 +95,7 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_EQ(err(c, R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":""})").param, "prompt");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":{}})").param, "prompt");
-  EXPECT_EQ(err(c, R"({"model":"m","prompt":[300]})").param, "prompt[0]");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":[-300]})").param, "prompt[0]");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":0})").param, "n");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":100000})").param, "n");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","n":"2"})").param, "n");
@@ -81,7 +107,18 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop":["a","b","c","d","e"]})").param, "stop");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream":"yes"})").param, "stream");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","seed":"1"})").param, "seed");
-  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","logprobs":5})").param, "logprobs");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","logprobs":21})").param, "logprobs");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","logprobs":true})").param, "logprobs");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","return_token_ids":1})").param, "return_token_ids");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","prompt_logprobs":1})").param, "prompt_logprobs");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":[1,-2]})").param, "prompt[1]");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":[1,2147483648]})").param, "prompt[1]");
+  const Endpoint chat = Endpoint::kChatCompletions;
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + R"(,"top_logprobs":3})").param, "top_logprobs");
+  EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + R"(,"logprobs":true,"top_logprobs":21})").param,
+            "top_logprobs");
+  EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + R"(,"logprobs":5})").param, "logprobs");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":1}})").param,
             "stream_options.include_usage");
   const ApiError utf8 = err(c, "{\"model\":\"m\",\"prompt\":\"\xff\xfe\"}");
@@ -116,11 +153,11 @@ TEST(OpenAiRequest, RoutingModeTakesWhatOtherEnginesAccept) {
         << (std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).message : "");
     return std::holds_alternative<OpenAiRequest>(r) ? std::get<OpenAiRequest>(r) : OpenAiRequest{};
   };
-  // Token ids of a real tokenizer, logprobs, out-of-range sampling: refused in full mode only.
+  // Out-of-range sampling, a million tokens: refused in full mode only.
   const char* body =
       R"({"model":"llama","prompt":[128000,9906,1917],"logprobs":5,"temperature":7,"n":3,)"
       R"("stream":true,"cache_salt":"s","group":"g","max_tokens":1000000})";
-  EXPECT_EQ(err(Endpoint::kCompletions, body).param, "prompt[0]");
+  EXPECT_EQ(err(Endpoint::kCompletions, body).param, "max_tokens");
   const OpenAiRequest r = routing(Endpoint::kCompletions, body);
   EXPECT_EQ(r.model, "llama");
   EXPECT_EQ(r.prompts.front(), std::string("\x00\xf4\x01\x00\xb2\x26\x00\x00\x7d\x07\x00\x00", 12));

@@ -1,7 +1,8 @@
 // The CPU sampler (kernels/cpu/sampling.h) and the rule under it (kernels/sampling_rule.h):
 // the rule's own log / exp / noise against double-precision math, greedy and tie rules, the
 // candidate sets of top-k and top-p against a brute-force float64 nucleus, and the empirical
-// distribution against the softmax (chi-square) on small vocabularies.
+// distribution against the softmax (chi-square) on small vocabularies; top logprobs and the
+// processed distribution's logprobs against brute force.
 #include "kernels/cpu/sampling.h"
 
 #include <gtest/gtest.h>
@@ -203,6 +204,84 @@ std::vector<int32_t> nucleus(const std::vector<float>& x, const SampleParams& p)
     ids.resize(keep);
   }
   return ids;
+}
+
+TEST(CpuSample, TopLogprobsAreTheFirstTokensOfTheOrderWithTheirLogSoftmax) {
+  std::mt19937 rng(6);
+  std::vector<float> x = random_vector(rng, 3000, 2.0f);
+  for (int i = 0; i < 3000; i += 7)
+    x[i] = std::round(x[i]);  // ties: the lower id first
+  x[11] = kNaN;               // never listed
+  std::vector<int32_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::erase(order, 11);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+  SampleScratch scratch;
+  SampleParams p = params(0.7f, 0, 1.0f, 9);
+  p.logprobs = 20;
+  const SampleResult r = sample(x.data(), 3000, p, scratch);
+  int32_t ids[20];
+  float lps[20];
+  ASSERT_EQ(top_logprobs(x.data(), 3000, r.norm, 20, ids, lps), 20);
+  for (int j = 0; j < 20; ++j) {
+    EXPECT_EQ(ids[j], order[j]) << j;
+    double m = -1e300, sum = 0;
+    for (int32_t i : order)
+      m = std::max<double>(m, x[i]);
+    for (int32_t i : order)
+      sum += std::exp(x[i] - m);
+    EXPECT_NEAR(lps[j], x[ids[j]] - m - std::log(sum), 1e-5) << j;
+  }
+  // Fewer numbers than asked: only those.
+  const std::vector<float> few{1.0f, kNaN, 3.0f};
+  EXPECT_EQ(top_logprobs(few.data(), 3, sample(few.data(), 3, p, scratch).norm, 5, ids, lps), 2);
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_EQ(ids[1], 0);
+}
+
+TEST(CpuSample, ProcessedLogprobsAreTheDistributionTheTokenIsDrawnFrom) {
+  std::mt19937 rng(7);
+  const std::vector<float> x = random_vector(rng, 500, 2.0f);
+  for (const SampleParams& base :
+       {params(0.6f), params(1.3f, 40), params(0.9f, 0, 0.8f), params(0.8f, 30, 0.5f)}) {
+    SampleParams p = base;
+    p.logprobs = 20 | sampling::kProcessedLogprobs;
+    SampleScratch scratch;
+    const Cutoff cut = candidate_cutoff(x.data(), 500, p, scratch);
+    const SampleResult r = sample(x.data(), 500, p, scratch);
+    int32_t best = 0;
+    for (int32_t i = 1; i < 500; ++i)
+      if (x[i] > x[best]) best = i;
+    const float lp_best = sampling::logprob(r.norm, x[best], best);
+    // exp(logprob) over the candidates sums to 1; every other token is -inf.
+    double total = 0;
+    for (int32_t i = 0; i < 500; ++i) {
+      const float lp = sampling::logprob(r.norm, x[i], i);
+      if (sampling::within(sampling::order_key(x[i]), i, cut)) {
+        total += std::exp(static_cast<double>(lp));
+        EXPECT_NEAR(lp - lp_best, (x[i] - x[best]) / p.temperature, 1e-4) << i;
+      } else {
+        EXPECT_EQ(lp, -kInf) << i;
+      }
+    }
+    EXPECT_NEAR(total, 1.0, 1e-4);
+    EXPECT_EQ(r.logprob, sampling::logprob(r.norm, x[r.token], r.token));
+    EXPECT_TRUE(sampling::within(sampling::order_key(x[r.token]), r.token, cut));
+  }
+  // Greedy: a point mass on the argmax.
+  SampleParams g = params(0.0f);
+  g.logprobs = 3 | sampling::kProcessedLogprobs;
+  SampleScratch scratch;
+  const SampleResult r = sample(x.data(), 500, g, scratch);
+  EXPECT_EQ(r.logprob, 0.0f);
+  EXPECT_FALSE(std::signbit(r.logprob));
+  int32_t ids[3];
+  float lps[3];
+  ASSERT_EQ(top_logprobs(x.data(), 500, r.norm, 3, ids, lps), 3);
+  EXPECT_EQ(ids[0], r.token);
+  EXPECT_EQ(lps[0], 0.0f);
+  EXPECT_EQ(lps[1], -kInf);
+  EXPECT_EQ(lps[2], -kInf);
 }
 
 std::vector<int32_t> kept(const std::vector<float>& x, const SampleParams& p) {

@@ -208,10 +208,47 @@ TEST_F(Qwen3RoutingTest, TheSecondTurnOfAChatHitsTheFirstTurnsCache) {
   EXPECT_GE(cached, (first_turn - 2) / 16 * 16);
 }
 
-TEST_F(TokenizerRoutingTest, TokenIdPromptsAreRefusedWithAReason) {
-  const auto r = post("/v1/completions", {{"model", "tiny"}, {"prompt", {1, 2, 3}}});
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("send the prompt as text"), std::string::npos) << r.body;
+// A prompt sent as the ids of the replica's real tokenizer: the replica feeds them as they are
+// (the same tokens as the text, BOS included), and the router, with the replicas' token tables
+// (GET /v1/token_bytes), hashes them as the bytes they stand for, so it goes where the text's
+// KV is cached. The ids come back with return_token_ids, the continuation is the text's.
+TEST_F(TokenizerRoutingTest, TokenIdPromptsRouteToTheirPrefixAndDecodeAsTheText) {
+  for (const ReplicaView& r : router_->pool().snapshot()) {
+    ASSERT_NE(r.token_table, nullptr) << r.replica_id;
+    EXPECT_EQ(static_cast<int32_t>(r.token_table->bytes.size()), tokenizer_->vocab_size());
+  }
+  const std::string prompt = document() + "Question?";
+  const auto first = post("/v1/completions", {{"model", "tiny"},
+                                              {"prompt", prompt},
+                                              {"max_tokens", 4},
+                                              {"temperature", 0},
+                                              {"return_token_ids", true}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json whole = json::parse(first.body);
+  const auto ids = whole["choices"][0]["prompt_token_ids"].get<std::vector<int32_t>>();
+  std::vector<int32_t> want = {128000};  // BOS, from Meta's post-processor
+  for (int32_t t : tokenizer_->encode(prompt))
+    want.push_back(t);
+  EXPECT_EQ(ids, want);
+  wait_for_index(document().size() / 16 - 8);
+  const auto second = post("/v1/completions", {{"model", "tiny"},
+                                               {"prompt", ids},
+                                               {"max_tokens", 4},
+                                               {"temperature", 0},
+                                               {"return_token_ids", true}});
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(first.header("x-kvcascade-replica"), second.header("x-kvcascade-replica"));
+  const auto matched = std::stoll(second.header("x-kvcascade-matched-bytes").value_or("0"));
+  EXPECT_GE(matched, static_cast<int64_t>(document().size()) / 16 * 16 - 16 * 8);
+  const json again = json::parse(second.body);
+  EXPECT_EQ(again["choices"][0]["prompt_token_ids"], whole["choices"][0]["prompt_token_ids"]);
+  EXPECT_EQ(again["choices"][0]["token_ids"], whole["choices"][0]["token_ids"]);
+  EXPECT_EQ(again["choices"][0]["text"], whole["choices"][0]["text"]);
+  EXPECT_GE(cached_tokens(second), static_cast<int64_t>(ids.size()) / 16 * 16 - 16);
+  // An id past the vocabulary: the replica's 400, through the router.
+  const auto bad = post("/v1/completions", {{"model", "tiny"}, {"prompt", {1, 2, 999999}}});
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(bad.body.find("999999"), std::string::npos) << bad.body;
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ class FakeBackend final : public Backend {
       if (next[s] != d.positions[s] + 1) fail("plan does not cover the context");
       fill(h[s], logits.data() + static_cast<size_t>(row++) * config_.vocab_size);
     }
-    sample_on_host(batch, logits, config_.vocab_size, sampler_, out.samples);
+    sample_on_host(batch, logits, config_.vocab_size, out.samples);
     return Status::Ok();
   }
 
@@ -142,7 +142,6 @@ class FakeBackend final : public Backend {
   int32_t num_blocks_, block_size_;
   std::vector<int32_t> token_, pos_;
   int64_t calls_ = 0, node_reads_ = 0;
-  Sampler sampler_;
 };
 
 }  // namespace kvc::testing

@@ -148,7 +148,7 @@ void CpuBackend::mlp(const LayerWeights& l, int rows) {
 
 Status CpuBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   if (Status s = compute_logits(batch, logits_); !s.ok()) return s;
-  sample_on_host(batch, logits_, config().vocab_size, sampler_, out.samples);
+  sample_on_host(batch, logits_, config().vocab_size, out.samples);
   if (batch.return_logits) {
     out.logits = logits_;
   } else {

@@ -71,7 +71,6 @@ class CpuBackend final : public Backend {
   std::vector<float> act_;           // [rows, ff]
   kernels::cpu::CascadeWorkspace cascade_ws_;
   std::vector<float> logits_;
-  Sampler sampler_;
 };
 
 }  // namespace kvc

@@ -196,14 +196,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   for (size_t k = 0; k < batch.samples.size(); ++k) {
     const SampleRequest& r = batch.samples[k];
     sample_rows_.push_back(r.logits_row);
-    kernels::sampling::SampleParams sp;
-    sp.seed = r.seed;
-    sp.temperature = r.temperature;
-    sp.top_p = r.top_p;
-    sp.top_k = r.top_k;
-    sp.sibling = r.sibling;
-    sp.position = r.position;
-    params[k] = sp;
+    params[k] = r.params();
+    st.top_logprobs = std::max(st.top_logprobs, kernels::sampling::top_logprobs(params[k]));
   }
   st.sample_rows = sample_rows_;
   st.sample_params = {params, batch.samples.size()};
@@ -215,8 +209,14 @@ Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
       result.host_us, result.prep_us, result.wait_us, result.device_us, std::move(result.profile),
       result.graph};
   out.samples.resize(result.tokens.size());
-  for (size_t k = 0; k < result.tokens.size(); ++k)
-    out.samples[k] = SampledToken{result.tokens[k], result.logprobs[k]};
+  constexpr size_t kTop = kernels::sampling::kMaxTopLogprobs;
+  for (size_t k = 0; k < result.tokens.size(); ++k) {
+    out.samples[k] = SampledToken{result.tokens[k], result.logprobs[k], {}};
+    if (!result.top_ids.empty()) {
+      out.samples[k].top = top_logprobs_of(batch.samples[k], result.top_ids.data() + k * kTop,
+                                           result.top_logprobs.data() + k * kTop);
+    }
+  }
   out.logits = std::move(result.logits);
   return Status::Ok();
 }

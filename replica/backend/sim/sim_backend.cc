@@ -164,7 +164,12 @@ Status SimBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   const float logprob = -std::log(27.0f);
   for (size_t i = 0; i < batch.samples.size(); ++i) {
     const SampleRequest& r = batch.samples[i];
-    out.samples[i] = {sim_token(r.seed, r.sibling, r.position), logprob};
+    SampledToken& t = out.samples[i];
+    t = {sim_token(r.seed, r.sibling, r.position), logprob, {}};
+    // Every symbol is as likely: the top entries are the first symbols in id order (' ', a...).
+    const int k = kernels::sampling::top_logprobs(r.params());
+    for (int j = 0; j < k && j < 27; ++j)
+      t.top.push_back(TokenLogprob{j == 0 ? ' ' : 'a' + j - 1, logprob});
   }
   if (batch.return_logits) {
     out.logits.assign(static_cast<size_t>(batch.num_logit_rows()) * preset_.model.vocab_size, 0.0f);

@@ -2,7 +2,8 @@
 // the same logits: the same token on every row (a float near-tie of two candidates' scores is the
 // only accepted difference, and the test checks that it is one), the token inside the twin's
 // top-k / top-p candidates, logprobs to float rounding, identical results on a second call, and
-// the empirical distribution against the cut softmax. Outputs are poisoned first.
+// the empirical distribution against the cut softmax; the top logprobs and processed logprobs
+// against the twin's. Outputs are poisoned first.
 #include "kernels/cuda/sampling.h"
 
 #include <gtest/gtest.h>
@@ -58,7 +59,7 @@ Result run_gpu(const Batch& b, int calls = 1) {
     d_logprobs.fill_bytes(0xFF);
     EXPECT_EQ(
         cuda::sample(d_logits.as<float>(), b.rows, b.vocab, b.stride, d_params.as<SampleParams>(),
-                     d_tokens.as<int32_t>(), d_logprobs.as<float>()),
+                     d_tokens.as<int32_t>(), d_logprobs.as<float>(), nullptr),
         cudaSuccess);
     cuda::synchronize_or_die("sample");
     Result r{download<int32_t>(d_tokens, b.rows), download<float>(d_logprobs, b.rows)};
@@ -333,6 +334,70 @@ TEST_F(CudaSamplingTest, EmpiricalDistributionIsTheCutSoftmax) {
   }
 }
 
+// Top logprobs (kernels/cuda/sampling.h top_logprobs) and processed logprobs against the twin:
+// the same ids in the same order on every row whose token agrees, logprobs to float rounding
+// (the twin sums in double), the entries past a row's count -1 / -inf.
+TEST_F(CudaSamplingTest, TopLogprobsAndProcessedLogprobsMatchTheTwin) {
+  constexpr int K = sampling::kMaxTopLogprobs;
+  // max_k 5: the kernel's short per-thread list; 20: the longest.
+  for (const auto& [vocab, max_k] :
+       {std::pair{1000, 20}, std::pair{32000, 5}, std::pair{32000, 20}, std::pair{128256, 20}}) {
+    Batch b{96, vocab, vocab};
+    fill_logits(b, rng_);
+    fill_params(b, rng_);
+    const int ks[] = {0, 1, max_k == 5 ? 3 : 5, max_k};
+    for (int r = 0; r < b.rows; ++r) {
+      b.params[r].logprobs = ks[r % 4] | (r % 8 >= 4 ? sampling::kProcessedLogprobs : 0);
+    }
+    b.params[0].logprobs = max_k | sampling::kProcessedLogprobs;  // a flat row, T 0 or not
+    DeviceBuffer d_logits = upload(b.logits), d_params = upload(b.params);
+    DeviceBuffer d_tokens(4 * b.rows), d_lps(4 * b.rows),
+        d_norms(sizeof(sampling::LogprobNorm) * b.rows), d_ids(4 * K * b.rows),
+        d_top(4 * K * b.rows);
+    d_ids.fill_bytes(0x7F);
+    d_top.fill_bytes(0x7F);
+    ASSERT_EQ(cuda::sample(d_logits.as<float>(), b.rows, vocab, vocab, d_params.as<SampleParams>(),
+                           d_tokens.as<int32_t>(), d_lps.as<float>(),
+                           d_norms.as<sampling::LogprobNorm>()),
+              cudaSuccess);
+    ASSERT_EQ(cuda::top_logprobs(d_logits.as<float>(), b.rows, vocab, vocab,
+                                 d_params.as<SampleParams>(), d_norms.as<sampling::LogprobNorm>(),
+                                 d_ids.as<int32_t>(), d_top.as<float>(), max_k),
+              cudaSuccess);
+    cuda::synchronize_or_die("top logprobs");
+    const auto tokens = download<int32_t>(d_tokens, b.rows);
+    const auto lps = download<float>(d_lps, b.rows);
+    const auto ids = download<int32_t>(d_ids, size_t(K) * b.rows);
+    const auto top = download<float>(d_top, size_t(K) * b.rows);
+    std::vector<int32_t> c_tokens(b.rows), c_ids(size_t(K) * b.rows);
+    std::vector<float> c_lps(b.rows), c_top(size_t(K) * b.rows);
+    cpu::sample_rows(b.logits.data(), b.rows, vocab, vocab, b.params.data(), c_tokens.data(),
+                     c_lps.data(), c_ids.data(), c_top.data());
+    auto near = [](float got, float want) {
+      if (std::isinf(want) || std::isnan(want))
+        return std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want) ||
+               (std::isnan(got) && std::isnan(want));
+      return std::fabs(got - want) <= 2e-4f + 1e-5f * std::fabs(want);
+    };
+    int compared = 0, processed_rows = 0;
+    for (int r = 0; r < b.rows; ++r) {
+      const std::string at = "vocab " + std::to_string(vocab) + " max_k " + std::to_string(max_k) +
+                             " row " + std::to_string(r);
+      for (int j = 0; j < K; ++j) {
+        EXPECT_EQ(ids[r * K + j], c_ids[r * K + j]) << at << " entry " << j;
+        EXPECT_TRUE(near(top[r * K + j], c_top[r * K + j]))
+            << at << " entry " << j << ": " << top[r * K + j] << " want " << c_top[r * K + j];
+      }
+      if (tokens[r] != c_tokens[r]) continue;  // a near-tie (the sweep test checks they are)
+      ++compared;
+      processed_rows += sampling::processed_logprobs(b.params[r]);
+      EXPECT_TRUE(near(lps[r], c_lps[r])) << at << ": " << lps[r] << " want " << c_lps[r];
+    }
+    EXPECT_GE(compared, b.rows - 1);
+    EXPECT_GT(processed_rows, 0);
+  }
+}
+
 // Not a correctness check: prints the time of one call at the engine's decode shape (128 rows of
 // Llama 3's vocabulary) per mode, for the record.
 TEST_F(CudaSamplingTest, TimingAt128RowsOfLlama3Vocabulary) {
@@ -356,7 +421,7 @@ TEST_F(CudaSamplingTest, TimingAt128RowsOfLlama3Vocabulary) {
     d_params.upload(ps.data(), ps.size() * sizeof(SampleParams));
     auto call = [&] {
       EXPECT_EQ(cuda::sample(d_logits.as<float>(), rows, vocab, vocab, d_params.as<SampleParams>(),
-                             d_tokens.as<int32_t>(), d_logprobs.as<float>()),
+                             d_tokens.as<int32_t>(), d_logprobs.as<float>(), nullptr),
                 cudaSuccess);
     };
     call();
@@ -372,6 +437,37 @@ TEST_F(CudaSamplingTest, TimingAt128RowsOfLlama3Vocabulary) {
         reps;
     std::printf("sample %d x %d %-22s %8.1f us (logits read once: %.1f us at 4 TB/s)\n", rows,
                 vocab, m.name, us, rows * vocab * 4.0 / 4e12 * 1e6);
+  }
+  // Top logprobs after sampling (the engine's k = 5 and the most OpenAI allows).
+  DeviceBuffer d_norms(sizeof(sampling::LogprobNorm) * rows),
+      d_ids(4 * sampling::kMaxTopLogprobs * rows), d_top(4 * sampling::kMaxTopLogprobs * rows);
+  for (const int k : {5, 20}) {
+    std::vector<SampleParams> ps(rows);
+    for (int r = 0; r < rows; ++r)
+      ps[r].temperature = 1.0f, ps[r].seed = r, ps[r].logprobs = k;
+    d_params.upload(ps.data(), ps.size() * sizeof(SampleParams));
+    auto call = [&] {
+      EXPECT_EQ(cuda::sample(d_logits.as<float>(), rows, vocab, vocab, d_params.as<SampleParams>(),
+                             d_tokens.as<int32_t>(), d_logprobs.as<float>(),
+                             d_norms.as<sampling::LogprobNorm>()),
+                cudaSuccess);
+      EXPECT_EQ(cuda::top_logprobs(d_logits.as<float>(), rows, vocab, vocab,
+                                   d_params.as<SampleParams>(), d_norms.as<sampling::LogprobNorm>(),
+                                   d_ids.as<int32_t>(), d_top.as<float>(), k),
+                cudaSuccess);
+    };
+    call();
+    cuda::synchronize_or_die("top logprobs warm-up");
+    const int reps = 20;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i)
+      call();
+    cuda::synchronize_or_die("top logprobs");
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        reps;
+    std::printf("sample + top-%d logprobs %d x %d %8.1f us\n", k, rows, vocab, us);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "replica/model/safetensors.h"
 #include "replica/model/weights.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/logprob_check.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvc {
@@ -447,6 +448,42 @@ TEST_F(CudaBackendTest, ManyChunksOverALongCachedPromptInOneStep) {
 
 // Start-up errors are messages, not crashes: a KV pool larger than the device, an unsupported head
 // size; the device stays usable afterwards.
+// Logprobs computed on the device (the sampler's normalizer and the top-logprobs kernel) against
+// the device's own logits rows, recomputed in double (testing/logprob_check.h): raw and
+// processed, greedy and sampled, cascade decode with siblings, CUDA graphs on.
+TEST_F(CudaBackendTest, LogprobsOnTheDeviceAreThoseOfItsLogits) {
+  for (const bool processed : {false, true}) {
+    auto backend = cuda(256);
+    ASSERT_NE(backend, nullptr);
+    EngineConfig config;
+    config.cascade.enabled = true;
+    config.cascade.min_shared_tokens = 16;
+    config.cascade.pass_overhead_bytes = 0;
+    config.processed_logprobs = processed;
+    Engine engine(*backend, tokenizer_, config, clock_);
+    const std::string shared(96, 'q');
+    std::vector<GenerationRequest> requests;
+    const float temps[] = {0.0f, 0.7f, 1.1f};
+    const int32_t ks[] = {5, 20, 1};
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r;
+      r.prompt = tokenizer_.encode(shared + std::to_string(i));
+      r.n = 4;
+      r.params.temperature = temps[i];
+      r.params.top_k = i == 2 ? 40 : 0;
+      r.params.max_tokens = 10;
+      r.params.seed = 11 + i;
+      r.params.ignore_eos = true;
+      r.params.logprobs = ks[i];
+      requests.push_back(r);
+    }
+    const testing::LogprobCheck c =
+        testing::run_and_check_logprobs(engine, requests, processed, 2e-3);
+    EXPECT_EQ(c.tokens, 3 * 4 * 10) << (processed ? "processed" : "raw");
+    EXPECT_EQ(c.top_entries, 4 * 10 * (5 + 20 + 1)) << (processed ? "processed" : "raw");
+  }
+}
+
 TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {
   CudaBackendOptions o;
   o.num_blocks = 1 << 24;  // 16M blocks x 16 KiB: far beyond any GPU

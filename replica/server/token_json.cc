@@ -1,0 +1,67 @@
+#include "replica/server/token_json.h"
+
+#include <cmath>
+
+namespace kvc {
+namespace {
+
+using json = nlohmann::json;
+
+json logprob_value(float lp) {
+  return std::isfinite(lp) ? json(lp) : json(kMinLogprob);
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s)
+    b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace
+
+json completion_logprobs_json(std::span<const GeneratedToken> tokens, const Tokenizer& tokenizer,
+                              size_t& text_offset) {
+  json strings = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const GeneratedToken& t : tokens) {
+    strings.push_back(tokenizer.token_bytes(t.id));
+    lps.push_back(logprob_value(t.logprob));
+    json top = json::object();
+    for (const TokenLogprob& e : t.top)
+      top.emplace(tokenizer.token_bytes(e.token), logprob_value(e.logprob));
+    top.emplace(tokenizer.token_bytes(t.id), logprob_value(t.logprob));  // kept if present
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += t.text.size();
+  }
+  return {{"tokens", std::move(strings)},
+          {"token_logprobs", std::move(lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json chat_logprobs_json(std::span<const GeneratedToken> tokens, const Tokenizer& tokenizer) {
+  auto entry = [&](int32_t id, float lp) {
+    const std::string s = tokenizer.token_bytes(id);
+    return json{{"token", s}, {"logprob", logprob_value(lp)}, {"bytes", bytes_of(s)}};
+  };
+  json content = json::array();
+  for (const GeneratedToken& t : tokens) {
+    json e = entry(t.id, t.logprob);
+    json top = json::array();
+    for (const TokenLogprob& x : t.top)
+      top.push_back(entry(x.token, x.logprob));
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json token_ids_json(std::span<const GeneratedToken> tokens) {
+  json ids = json::array();
+  for (const GeneratedToken& t : tokens)
+    ids.push_back(t.id);
+  return ids;
+}
+
+}  // namespace kvc

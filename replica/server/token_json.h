@@ -1,0 +1,31 @@
+// Generated tokens in OpenAI's shapes: the logprobs of /v1/completions ({tokens, token_logprobs,
+// top_logprobs, text_offset}) and of /v1/chat/completions ({content: [{token, logprob, bytes,
+// top_logprobs}]}), whole or per stream chunk. A token's string is its bytes in the prompt's
+// byte space (Tokenizer::token_bytes: a special token is its text, "<|eot_id|>"); bytes that
+// are not UTF-8 on their own (part of a character) are replaced in strings and kept in `bytes`.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include <nlohmann/json.hpp>
+
+#include "replica/core/engine.h"
+#include "replica/tokenizer/tokenizer.h"
+
+namespace kvc {
+
+// OpenAI's stand-in for a logprob of -inf (a token the processed distribution excludes).
+inline constexpr double kMinLogprob = -9999.0;
+
+// Completions: text_offset counts the choice's text before the first token and is advanced past
+// these tokens' text. The top dict has the k most likely tokens and, as vLLM's, the sampled one.
+nlohmann::json completion_logprobs_json(std::span<const GeneratedToken> tokens,
+                                        const Tokenizer& tokenizer, size_t& text_offset);
+// Chat: {"content": [...], "refusal": null}, exactly k top entries per token.
+nlohmann::json chat_logprobs_json(std::span<const GeneratedToken> tokens,
+                                  const Tokenizer& tokenizer);
+// The ids of the tokens.
+nlohmann::json token_ids_json(std::span<const GeneratedToken> tokens);
+
+}  // namespace kvc

@@ -1,4 +1,5 @@
 // `kvcascade replica`: one replica engine behind its OpenAI-compatible HTTP server.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -19,6 +20,7 @@ struct ReplicaFlags {
   ServerFlags server;
   ReplicaServerConfig replica;
   ApiKeyFlags api_keys;
+  ApiKeyFlags admin_api_keys;
   bool check_config = false;
 };
 
@@ -37,6 +39,12 @@ int run_replica(ReplicaFlags f, CudaBackendMaker cuda) {
     return 2;
   }
   f.replica.api_keys = std::move(*keys);
+  Result<std::vector<std::string>> admin_keys = load_api_keys(f.admin_api_keys);
+  if (!admin_keys.ok()) {
+    std::fprintf(stderr, "kvcascade replica: %s\n", admin_keys.error().message.c_str());
+    return 2;
+  }
+  f.replica.admin_api_keys = std::move(*admin_keys);
   block_shutdown_signals();
   auto tokenizer = make_tokenizer(f.engine.backend);
   if (!tokenizer.ok()) {
@@ -118,6 +126,19 @@ Run add_replica_command(CLI::App& app, const CudaEntry& cuda) {
       ->check(CLI::Range(1, 4096));
   add_api_key_flags(*cmd, f->api_keys, "api-key",
                     "require Authorization: Bearer KEY on every path but /health");
+  add_api_key_flags(*cmd, f->admin_api_keys, "admin-api-key",
+                    "require Authorization: Bearer KEY on /v1/admin/* (weight updates, pause) "
+                    "instead of an --api-key");
+  cmd->add_option("--weight-version", f->replica.weight_version,
+                  "the version of the weights it starts with (responses say which weights "
+                  "answered; POST /v1/admin/weights sets the next)")
+      ->check([](const std::string& v) {
+        const bool ok =
+            !v.empty() && v.size() <= 128 &&
+            std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+        return ok ? std::string() : std::string("1 to 128 printable ASCII characters, no spaces");
+      })
+      ->capture_default_str();
   cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");
   return [f, maker = cuda.backend] { return run_replica(*f, maker); };
 }

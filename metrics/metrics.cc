@@ -96,7 +96,20 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r)
       generation_tokens_total(BuildCounter()
                                   .Name("kvcascade_generation_tokens_total")
                                   .Help("Tokens generated")
-                                  .Register(r)) {}
+                                  .Register(r)),
+      weight_version_info(BuildGauge()
+                              .Name("kvcascade_weight_version_info")
+                              .Help("1 for the version of the weights serving now")
+                              .Register(r)),
+      weight_updates_total(BuildCounter()
+                               .Name("kvcascade_weight_updates_total")
+                               .Help("Weight updates by result (ok, refused, broken)")
+                               .Register(r)),
+      weight_update_seconds(BuildHistogram()
+                                .Name("kvcascade_weight_update_seconds")
+                                .Help("Weight updates: waiting for started requests (drain), "
+                                      "then reading and writing the weights (load)")
+                                .Register(r)) {}
 
 RouterMetrics::RouterMetrics(prometheus::Registry& r)
     : router_requests_total(BuildCounter()

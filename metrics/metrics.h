@@ -38,6 +38,10 @@ struct ReplicaMetrics {
   prometheus::Family<prometheus::Histogram>& request_tpot_seconds;
   prometheus::Family<prometheus::Counter>& prompt_tokens_total;
   prometheus::Family<prometheus::Counter>& generation_tokens_total;
+  // 1 for the weights serving now ({version}), 0 for earlier ones (an info metric).
+  prometheus::Family<prometheus::Gauge>& weight_version_info;
+  prometheus::Family<prometheus::Counter>& weight_updates_total;     // {result: ok|refused|broken}
+  prometheus::Family<prometheus::Histogram>& weight_update_seconds;  // {phase: drain|load}
 };
 
 struct RouterMetrics {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/gemm.h"
@@ -310,21 +311,51 @@ Status LlamaModel::upload(ModelTensor t, int layer, size_t offset, const float* 
   return Status::Ok();
 }
 
-Status LlamaModel::upload_half(ModelTensor t, int layer, size_t offset, const uint16_t* host,
+Status LlamaModel::upload_half(ModelTensor t, int layer, size_t offset, const void* host,
                                size_t count, bool is_fp16) {
   if (is_layer_tensor(t) && (layer < 0 || layer >= dims_.layers))
     return Error{"layer out of range"};
   if (offset + count > tensor_elements(t)) return Error{"upload past the end of the tensor"};
   if (count == 0) return Status::Ok();
-  auto* dst = static_cast<uint16_t*>(tensor_ptr(*impl_, t, layer)) + offset;
-  KVC_TRY(cudaMemcpyAsync(dst, host, count * 2, cudaMemcpyHostToDevice, impl_->stream), "upload");
-  KVC_TRY(cudaStreamSynchronize(impl_->stream), "upload");
-  if (is_fp16) {
-    fp16_to_bf16_kernel<<<1024, 256, 0, impl_->stream>>>(
-        reinterpret_cast<const __half*>(dst), reinterpret_cast<__nv_bfloat16*>(dst), count);
-    KVC_TRY(cudaGetLastError(), "fp16 -> bf16");
-    KVC_TRY(cudaStreamSynchronize(impl_->stream), "fp16 -> bf16");
+  Impl& I = *impl_;
+  for (int b = 0; b < 2; ++b) {
+    if (I.upload_stage[b] != nullptr) continue;
+    KVC_TRY(cudaMallocHost(&I.upload_stage[b], Impl::kUploadStageBytes), "upload staging");
+    KVC_TRY(cudaEventCreateWithFlags(&I.upload_done[b], cudaEventDisableTiming), "upload event");
+    KVC_TRY(cudaEventRecord(I.upload_done[b], I.stream), "upload event");
   }
+  auto* dst = static_cast<uint16_t*>(tensor_ptr(I, t, layer)) + offset;
+  const auto* src = static_cast<const std::byte*>(host);
+  constexpr size_t kPiece = Impl::kUploadStageBytes / 2;  // values per staging buffer
+  for (size_t i = 0; i < count; i += kPiece) {
+    const size_t n = std::min(kPiece, count - i);
+    const int b = I.upload_next;
+    I.upload_next ^= 1;
+    KVC_TRY(cudaEventSynchronize(I.upload_done[b]), "upload");  // its previous DMA landed
+    auto* stage = static_cast<std::byte*>(I.upload_stage[b]);
+    const std::byte* from = src + i * 2;
+    // Page-cache reads and the copy in 1 MiB pieces over the CPU threads.
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    const auto bytes = static_cast<int64_t>(n * 2);
+    cpu::parallel_for((bytes + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
+      const int64_t begin = c0 * kChunk, end = std::min(bytes, c1 * kChunk);
+      std::memcpy(stage + begin, from + begin, static_cast<size_t>(end - begin));
+    });
+    KVC_TRY(cudaMemcpyAsync(dst + i, stage, n * 2, cudaMemcpyHostToDevice, I.stream), "upload");
+    if (is_fp16) {
+      fp16_to_bf16_kernel<<<1024, 256, 0, I.stream>>>(reinterpret_cast<const __half*>(dst + i),
+                                                      reinterpret_cast<__nv_bfloat16*>(dst + i), n);
+      KVC_TRY(cudaGetLastError(), "fp16 -> bf16");
+    }
+    KVC_TRY(cudaEventRecord(I.upload_done[b], I.stream), "upload event");
+  }
+  return {};
+}
+
+Status LlamaModel::finish_uploads() {
+  Impl& I = *impl_;
+  KVC_TRY(cudaStreamSynchronize(I.stream), "upload");
+  I.free_upload_stages();
   return {};
 }
 

@@ -119,9 +119,14 @@ class LlamaModel {
   // Writes `count` values at element `offset` of a tensor (layer ignored for model tensors),
   // converting float32 to bf16 (round to nearest even) on the device, in 16 MiB pieces.
   Status upload(ModelTensor t, int layer, size_t offset, const float* host, size_t count);
-  // Same for raw bf16 (or fp16, converted on the device) values.
-  Status upload_half(ModelTensor t, int layer, size_t offset, const uint16_t* host, size_t count,
+  // Same for raw bf16 (or fp16, converted on the device) values, `host` any address (a file
+  // mapping). Asynchronous: the values are copied (by several threads) into one of two pinned
+  // staging buffers and their DMA queued on the step stream, so reading the next piece overlaps
+  // the transfer of this one; `host` may be reused on return. finish_uploads() waits for the
+  // queue and reports its errors (later steps are ordered after it in any case).
+  Status upload_half(ModelTensor t, int layer, size_t offset, const void* host, size_t count,
                      bool is_fp16);
+  Status finish_uploads();
   size_t tensor_elements(ModelTensor t) const;
 
   // Runs the step and draws its tokens. An error names the failed operation; the KV of the

@@ -66,6 +66,20 @@ struct LlamaModel::Impl {
   size_t stage_bytes = 0;
   int32_t* host_tokens_out = nullptr;
   float* host_logprobs_out = nullptr;
+  // upload_half's two pinned staging buffers (allocated on first use, freed by finish_uploads)
+  // and the events that say their last DMA landed.
+  static constexpr size_t kUploadStageBytes = size_t{64} << 20;
+  void* upload_stage[2] = {nullptr, nullptr};
+  cudaEvent_t upload_done[2] = {nullptr, nullptr};
+  int upload_next = 0;
+  void free_upload_stages() {
+    for (int i = 0; i < 2; ++i) {
+      if (upload_stage[i]) cudaFreeHost(upload_stage[i]);
+      if (upload_done[i]) cudaEventDestroy(upload_done[i]);
+      upload_stage[i] = nullptr;
+      upload_done[i] = nullptr;
+    }
+  }
   int32_t* host_top_ids_out = nullptr;
   float* host_top_logprobs_out = nullptr;
 
@@ -159,6 +173,7 @@ struct LlamaModel::Impl {
     for (void* p : allocations)
       cudaFree(p);
     if (host_stage) cudaFreeHost(host_stage);
+    free_upload_stages();
     if (host_tokens_out) cudaFreeHost(host_tokens_out);
     if (host_logprobs_out) cudaFreeHost(host_logprobs_out);
     if (host_top_ids_out) cudaFreeHost(host_top_ids_out);

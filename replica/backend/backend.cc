@@ -24,6 +24,14 @@ float log_softmax_at(std::span<const float> logits, int32_t token) {
   return static_cast<float>(logits[token] - max_logit - std::log(sum));
 }
 
+Status Backend::check_weights(const std::string&) const {
+  return Error{"the " + name() + " backend has no weights to replace"};
+}
+
+Status Backend::load_weights(const std::string& folder) {
+  return check_weights(folder);
+}
+
 kernels::sampling::SampleParams SampleRequest::params() const {
   kernels::sampling::SampleParams p;
   p.seed = seed;

@@ -146,6 +146,17 @@ class Backend {
   // device memory exhausted) leaves the KV of this batch's sequences undefined: the engine ends
   // them. Block copies are applied in order, before any KV write.
   virtual Status forward(const ForwardBatch& batch, ForwardOutput& out) = 0;
+
+  // Weight updates (POST /v1/admin/weights), between steps. check_weights: the Hugging Face
+  // folder can replace this model's weights (check_same_model, every tensor there with its shape:
+  // HfFolder::check_tensors), reading only headers. load_weights: the same check, then the
+  // folder's tensors replace the weights; the model's config (its name, its context) is kept. An
+  // error found before any weight is written leaves the old weights serving, whole; one while
+  // writing (the files changed underneath, a device error) leaves weights_intact() false, and
+  // every forward fails until a load succeeds. The KV cache is the caller's to flush.
+  virtual Status check_weights(const std::string& folder) const;
+  virtual Status load_weights(const std::string& folder);
+  virtual bool weights_intact() const { return true; }
 };
 
 }  // namespace kvc

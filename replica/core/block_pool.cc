@@ -118,6 +118,20 @@ BlockPoolCounts BlockPool::counts() const {
   return c;
 }
 
+int32_t BlockPool::clear_hashes() {
+  const auto held = static_cast<int32_t>(by_hash_.size());
+  for (int32_t b : lru_)
+    free_.insert(b);
+  lru_.clear();
+  for (auto& h : hash_)
+    h.reset();
+  for (auto& p : parent_)
+    p.reset();
+  by_hash_.clear();
+  emit(KvCleared{});
+  return held;
+}
+
 void BlockPool::emit(KvEvent event) {
   append_coalesced(events_, std::move(event));
 }

@@ -59,6 +59,11 @@ class BlockPool {
   int32_t num_allocatable() const { return counts().num_blocks_free + counts().num_blocks_cached; }
   BlockPoolCounts counts() const;
 
+  // Forgets every block's content: cached blocks become free, used ones unhashed (freed when
+  // released), and one cleared event says so (a weight update: no KV computed with the old
+  // weights may be found again). Returns how many blocks held content.
+  int32_t clear_hashes();
+
   // Events since the last call, in order. Consecutive stored events continuing one chain are
   // coalesced into one.
   std::vector<KvEvent> take_events();

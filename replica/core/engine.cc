@@ -161,6 +161,17 @@ void Engine::abort(uint64_t group_id) {
   scheduler_.abort(group_id);
 }
 
+Status Engine::replace_weights(const std::string& folder, int32_t* flushed) {
+  assert(!scheduler_.has_started_work());
+  const Status loaded = backend_.load_weights(folder);
+  // The old KV stays valid only when nothing was written (a refused checkpoint).
+  if (loaded.ok() || !backend_.weights_intact()) {
+    const int32_t n = pool_.clear_hashes();
+    if (flushed != nullptr) *flushed = n;
+  }
+  return loaded;
+}
+
 std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
   std::vector<SequenceGroup*> members{&group};
   for (SequenceGroup* f : scheduler_.prompt_followers(group))

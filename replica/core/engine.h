@@ -101,6 +101,17 @@ class Engine {
   // One forward pass (or nothing, when there is no work).
   StepResult step();
   bool has_work() const { return scheduler_.has_work(); }
+  // Work a step can do now (Scheduler::has_runnable_work: not new groups while not admitting).
+  bool has_runnable_work() const { return scheduler_.has_runnable_work(); }
+  // Admission of new groups (Scheduler::set_admitting): off while a weight update drains or an
+  // operator paused the replica.
+  void set_admitting(bool on) { scheduler_.set_admitting(on); }
+  // A weight update's swap, between steps, with no group started (the caller drained or aborted
+  // them): the backend loads the folder (Backend::load_weights), then the prefix cache is
+  // flushed (every cached block forgotten, a cleared KV event), on success and also after a
+  // failure that touched the weights. *flushed: blocks that held content.
+  Status replace_weights(const std::string& folder, int32_t* flushed);
+  Backend& backend() { return backend_; }
   // Work is queued but none can start for this long (declared groups waiting for their
   // members): an engine loop sleeps that long unless a command arrives.
   std::optional<Clock::Duration> held_for() const {

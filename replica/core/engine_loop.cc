@@ -4,11 +4,13 @@
 
 namespace kvc {
 
-EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics)
+EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics,
+                       std::string weight_version)
     : engine_(engine),
       replica_id_(std::move(replica_id)),
       metrics_(metrics),
-      load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0},
+      load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0, weight_version},
+      weight_version_(std::move(weight_version)),
       thread_([this] { run(); }) {
   // Every series a dashboard plots exists from the start (at zero), not only after its first
   // event: "no data" and "zero" look different on a graph. The per-step ones are kept.
@@ -135,6 +137,96 @@ LoadSnapshot EngineLoop::load() const {
   return load_;
 }
 
+std::string EngineLoop::weight_version() const {
+  std::lock_guard lock(mu_);
+  return weight_version_;
+}
+
+void EngineLoop::set_paused(bool paused) {
+  post([this, paused] {
+    paused_ = paused;
+    update_admission();
+  });
+}
+
+void EngineLoop::refresh_load() {
+  LoadSnapshot snap{engine_.scheduler().counts(),
+                    engine_.pool().counts(),
+                    num_steps_,
+                    engine_.scheduler().num_preemptions(),
+                    {},
+                    paused_,
+                    pending_update_.has_value()};
+  std::lock_guard lock(mu_);
+  snap.weight_version = weight_version_;
+  load_ = snap;
+}
+
+void EngineLoop::update_admission() {
+  engine_.set_admitting(!paused_ && !pending_update_);
+}
+
+void EngineLoop::update_weights(WeightUpdate update, OnUpdated done) {
+  auto callback = std::make_shared<OnUpdated>(std::move(done));
+  auto fail = [callback](UpdateError kind, std::string message) {
+    const WeightUpdateFailure f{kind, std::move(message)};
+    (*callback)(nullptr, &f);
+  };
+  const bool queued = post([this, callback, fail, update = std::move(update)]() mutable {
+    if (pending_update_) {
+      return fail(UpdateError::kBusy,
+                  "a weight update (to " + pending_update_->update.version + ") is running");
+    }
+    // A checkpoint that cannot be served is refused before anything drains.
+    if (Status s = engine_.backend().check_weights(update.path); !s.ok()) {
+      return fail(UpdateError::kInvalid, s.message());
+    }
+    pending_update_ = PendingUpdate{std::move(update), std::move(*callback), Clock::TimePoint{}, 0};
+    pending_update_->since = engine_.clock().now();
+    update_admission();
+    refresh_load();
+    if (pending_update_->update.abort) {
+      const std::vector<uint64_t> ids = engine_.scheduler().started_groups();
+      for (uint64_t id : ids)
+        engine_.abort(id);
+      pending_update_->aborted = static_cast<int64_t>(ids.size());
+      // Their clients hear of it now (finish_reason "abort"), on the old version.
+      StepResult ended = engine_.step();
+      dispatch(ended);
+    }
+  });
+  if (!queued) fail(UpdateError::kInvalid, "the engine is shutting down");
+}
+
+void EngineLoop::finish_update() {
+  PendingUpdate p = std::move(*pending_update_);
+  pending_update_.reset();
+  WeightUpdateReport report;
+  report.version = p.update.version;
+  report.previous_version = weight_version();
+  report.aborted_groups = p.aborted;
+  report.drain_seconds = std::chrono::duration<double>(engine_.clock().now() - p.since).count();
+  const auto loading = std::chrono::steady_clock::now();
+  const Status s = engine_.replace_weights(p.update.path, &report.flushed_blocks);
+  report.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - loading).count();
+  // The cleared event goes out before anything is cached with the new weights.
+  publish_kv_events();
+  const bool intact = engine_.backend().weights_intact();
+  if (s.ok() || !intact) {
+    std::lock_guard lock(mu_);
+    weight_version_ = s.ok() ? p.update.version : "";
+  }
+  update_admission();
+  refresh_load();  // /v1/load agrees with the answer the client is about to read
+  if (s.ok()) {
+    p.done(&report, nullptr);
+  } else {
+    const WeightUpdateFailure f{intact ? UpdateError::kInvalid : UpdateError::kBroken, s.message()};
+    p.done(nullptr, &f);
+  }
+}
+
 void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
   std::promise<void> done;
   auto finished = done.get_future();
@@ -217,7 +309,7 @@ void EngineLoop::run() {
           held ? std::min<std::chrono::nanoseconds>(kHeartbeat, *held) : kHeartbeat;
       std::unique_lock lock(mu_);
       wake_.wait_for(lock, timeout, [&] {
-        return stopping_ || !commands_.empty() || (engine_.has_work() && !held);
+        return stopping_ || !commands_.empty() || (engine_.has_runnable_work() && !held);
       });
       if (stopping_) break;
       commands.swap(commands_);
@@ -230,17 +322,15 @@ void EngineLoop::run() {
     }
     for (auto& c : commands)
       c();
-    if (engine_.has_work()) {
+    if (engine_.has_runnable_work()) {
       StepResult result = engine_.step();
       ++num_steps_;
       observe(result);
       dispatch(result);
     }
+    if (pending_update_ && !engine_.scheduler().has_started_work()) finish_update();
     publish_kv_events();
-    LoadSnapshot snap{engine_.scheduler().counts(), engine_.pool().counts(), num_steps_,
-                      engine_.scheduler().num_preemptions()};
-    std::lock_guard lock(mu_);
-    load_ = snap;
+    refresh_load();
   }
   // Shutting down: end every group still queued or running, so no caller waits forever.
   std::deque<std::function<void()>> commands;
@@ -250,6 +340,11 @@ void EngineLoop::run() {
   }
   for (auto& c : commands)
     c();
+  if (pending_update_) {
+    const WeightUpdateFailure f{UpdateError::kInvalid, "the engine is shutting down"};
+    pending_update_->done(nullptr, &f);
+    pending_update_.reset();
+  }
   std::vector<uint64_t> ids;
   for (const auto& [id, _] : sinks_)
     ids.push_back(id);

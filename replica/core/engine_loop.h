@@ -38,6 +38,36 @@ struct LoadSnapshot {
   BlockPoolCounts blocks;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;
+  std::string weight_version;
+  bool paused = false;    // an operator's pause (POST /v1/admin/pause)
+  bool updating = false;  // a weight update is draining or loading
+};
+
+// POST /v1/admin/weights: a Hugging Face folder of the same model to serve from now on.
+struct WeightUpdate {
+  std::string path;
+  std::string version;
+  // Drain: admit nothing new, let started groups finish, then swap. Abort: end started groups
+  // now (finish_reason "abort") and swap. Either way, requests that arrive meanwhile queue and
+  // run on the new weights.
+  bool abort = false;
+};
+
+struct WeightUpdateReport {
+  std::string version, previous_version;
+  double drain_seconds = 0;  // from the command to the swap (waiting for started groups)
+  double load_seconds = 0;   // the swap itself (reading and writing the weights)
+  int64_t aborted_groups = 0;
+  int32_t flushed_blocks = 0;
+};
+
+// Why an update failed: kInvalid (the checkpoint was refused before anything was written: the
+// old weights serve on), kBusy (another update runs), kBroken (it failed while writing: nothing is
+// served until an update succeeds).
+enum class UpdateError { kInvalid, kBusy, kBroken };
+struct WeightUpdateFailure {
+  UpdateError kind = UpdateError::kInvalid;
+  std::string message;
 };
 
 class EngineLoop {
@@ -45,9 +75,12 @@ class EngineLoop {
   using KvSubscriber = std::function<void(const KvEventBatch&)>;
   // The engine's answer to a submission: the group ids in request order, or why none was queued.
   using OnSubmitted = std::function<void(Result<std::vector<uint64_t>>)>;
+  using OnUpdated =
+      std::function<void(const WeightUpdateReport*, const WeightUpdateFailure* failure)>;
 
   // metrics: observed after every step on the engine thread; may be null.
-  EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics = nullptr);
+  EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics = nullptr,
+             std::string weight_version = "0");
   ~EngineLoop();  // stop()
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -69,6 +102,15 @@ class EngineLoop {
   bool stopped() const;
 
   LoadSnapshot load() const;
+
+  // Returns at once; `done` is called on the engine thread when the new weights serve, or with
+  // why not (the folder is checked before anything drains). Weight updates: one at a time.
+  void update_weights(WeightUpdate update, OnUpdated done);
+  // Stops / restarts admission (requests queue meanwhile; started groups go on). Returns at once.
+  void set_paused(bool paused);
+  // The version of the weights serving now. While a callback of a group runs on the engine
+  // thread it is the version that group ran on (swaps happen only with no group started).
+  std::string weight_version() const;
   // Runs `fn` on the engine thread between steps (metrics, tests); returns when it ran, or at once
   // (without running it) after stop(). Blocks: not for I/O threads.
   void run_on_engine_thread(std::function<void(Engine&)> fn);
@@ -81,6 +123,10 @@ class EngineLoop {
   void dispatch(StepResult& result);
   void publish_kv_events();
   void observe(const StepResult& result);
+  // With an update pending and no group started: swap, answer, resume admission.
+  void finish_update();
+  void update_admission();
+  void refresh_load();  // load_ from the engine's state now
 
   Engine& engine_;
   std::string replica_id_;
@@ -103,9 +149,18 @@ class EngineLoop {
   std::deque<std::function<void()>> commands_;  // run on the engine thread
   bool stopping_ = false;
   LoadSnapshot load_;             // guarded by mu_
+  std::string weight_version_;    // guarded by mu_ (written on the engine thread)
   uint64_t next_subscriber_ = 1;  // guarded by mu_
 
   // Engine-thread state.
+  struct PendingUpdate {
+    WeightUpdate update;
+    OnUpdated done;
+    Clock::TimePoint since;
+    int64_t aborted = 0;
+  };
+  std::optional<PendingUpdate> pending_update_;
+  bool paused_ = false;
   std::map<uint64_t, GroupSink> sinks_;
   struct Subscriber {
     KvSubscriber fn;

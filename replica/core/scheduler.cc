@@ -143,6 +143,20 @@ void Scheduler::release_all(SequenceGroup& g) {
     kv_.release(s);
 }
 
+bool Scheduler::has_started_work() const {
+  if (!running_.empty()) return true;
+  return std::any_of(waiting_.begin(), waiting_.end(), [](const auto& g) { return g->preempted; });
+}
+
+std::vector<uint64_t> Scheduler::started_groups() const {
+  std::vector<uint64_t> ids;
+  for (const auto& g : running_)
+    ids.push_back(g->id);
+  for (const auto& g : waiting_)
+    if (g->preempted) ids.push_back(g->id);
+  return ids;
+}
+
 void Scheduler::abort(uint64_t group_id) {
   auto end_group = [&](std::unique_ptr<SequenceGroup> g) {
     promote_followers(*g);
@@ -512,6 +526,7 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
   while (step.budget > 0) {
     SequenceGroup* head = nullptr;
     for (const auto& w : waiting_) {
+      if (!admitting_ && !w->preempted) break;  // preempted groups are at the front
       if (!waits_for_members(*w, now)) {
         head = w.get();
         break;

@@ -120,6 +120,17 @@ class Scheduler {
   std::vector<std::unique_ptr<SequenceGroup>> take_finished();
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // New groups are admitted (the default). Off (a weight update draining, an operator's pause):
+  // only groups that already produced tokens (running, or preempted and waiting to be
+  // recomputed) go on, so that they finish on the weights they began with; new ones wait.
+  void set_admitting(bool on) { admitting_ = on; }
+  bool admitting() const { return admitting_; }
+  // Groups that have started: running, or preempted and waiting to be recomputed.
+  bool has_started_work() const;
+  // Work schedule() can do now: started work, or waiting groups while admitting.
+  bool has_runnable_work() const { return has_started_work() || (admitting_ && has_work()); }
+  // The ids of every started group (what an aborting weight update ends).
+  std::vector<uint64_t> started_groups() const;
   SchedulerCounts counts() const;
   const std::deque<std::unique_ptr<SequenceGroup>>& waiting() const { return waiting_; }
   const std::vector<std::unique_ptr<SequenceGroup>>& running() const { return running_; }
@@ -161,6 +172,7 @@ class Scheduler {
   std::vector<std::unique_ptr<SequenceGroup>> finished_;
   uint64_t next_arrival_ = 1;
   int64_t num_preemptions_ = 0;
+  bool admitting_ = true;
   double growth_ratio_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -433,6 +434,78 @@ const char* model_family_name(ModelFamily f) {
       return "qwen3";
   }
   return "?";
+}
+
+std::string hf_config_json(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  for (const Architecture& a : kArchitectures) {
+    if (a.family == c.family) {
+      j["architectures"] = {a.architecture};
+      j["model_type"] = a.model_type;
+    }
+  }
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_llama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope_factor},
+                         {"low_freq_factor", c.rope_low_freq_factor},
+                         {"high_freq_factor", c.rope_high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_original_max_position}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  if (c.family == ModelFamily::kQwen2 || c.family == ModelFamily::kQwen3) {
+    j["use_sliding_window"] = false;
+  }
+  if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
+  j["torch_dtype"] = "bfloat16";
+  return j.dump(2);
+}
+
+Status check_same_model(const ModelConfig& serving, const ModelConfig& update) {
+  auto differs = [](const char* field, const auto& a, const auto& b) -> Status {
+    std::ostringstream m;
+    m << "the checkpoint's " << field << " is " << b << ", the running model's " << a
+      << ": weights can only be replaced by a checkpoint of the same model";
+    return Error{m.str()};
+  };
+#define KVC_SAME(field) \
+  if (serving.field != update.field) return differs(#field, serving.field, update.field)
+  if (serving.family != update.family) {
+    return differs("family", model_family_name(serving.family), model_family_name(update.family));
+  }
+  KVC_SAME(hidden_size);
+  KVC_SAME(num_hidden_layers);
+  KVC_SAME(num_attention_heads);
+  KVC_SAME(num_key_value_heads);
+  KVC_SAME(head_dim);
+  KVC_SAME(intermediate_size);
+  KVC_SAME(vocab_size);
+  KVC_SAME(tie_word_embeddings);
+  KVC_SAME(qkv_bias);
+  KVC_SAME(qk_norm);
+  KVC_SAME(rope_theta);
+  KVC_SAME(rms_norm_eps);
+  KVC_SAME(rope_llama3);
+  if (serving.rope_llama3) {
+    KVC_SAME(rope_factor);
+    KVC_SAME(rope_low_freq_factor);
+    KVC_SAME(rope_high_freq_factor);
+    KVC_SAME(rope_original_max_position);
+  }
+#undef KVC_SAME
+  return Status::Ok();
 }
 
 }  // namespace kvc

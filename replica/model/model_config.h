@@ -96,6 +96,16 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, std::string n
 // and its sampling defaults.
 Status parse_generation_config(std::string_view json_text, ModelConfig& config);
 
+// config.json as transformers writes it for this config (the classic RoPE layout):
+// parse_model_config reads it back to the same shapes. For checkpoints the tests and benchmarks
+// write (write_hf_checkpoint).
+std::string hf_config_json(const ModelConfig& config);
+
+// Whether a checkpoint of config `update` can replace the weights of a running model of config
+// `serving` in place (POST /v1/admin/weights): the same family and every shape, RoPE parameter
+// and norm epsilon the running model baked in. The error names the first field that differs.
+Status check_same_model(const ModelConfig& serving, const ModelConfig& update);
+
 // The architectures parse_model_config accepts, for messages.
 std::string implemented_architectures();
 

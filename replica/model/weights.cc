@@ -310,6 +310,28 @@ Status HfFolder::read_f32(const std::string& name, const std::vector<int64_t>& s
   return shards_[it->second].read_f32(name, shape, out);
 }
 
+Status HfFolder::check_tensors() const {
+  for (const TensorSpec& s : specs_) {
+    if (Result<TensorView> v = tensor(s.name, s.shape); !v.ok()) return Error{v.error().message};
+  }
+  return Status::Ok();
+}
+
+Status write_hf_checkpoint(const ModelWeights& weights, const std::string& folder, DType dtype) {
+  if (Status s = check_weight_shapes(weights); !s.ok()) return s;
+  std::ofstream config(folder + "/config.json");
+  config << hf_config_json(weights.config);
+  if (!config) return Error{folder + "/config.json: cannot write"};
+  config.close();
+  std::vector<NamedTensor> tensors;
+  for (const TensorSpec& s : hf_tensor_specs(weights.config)) {
+    tensors.push_back(make_tensor(
+        s.name, dtype, s.shape,
+        std::span<const float>(tensor_values(weights, s), static_cast<size_t>(s.numel()))));
+  }
+  return write_safetensors(folder + "/model.safetensors", tensors, {{"format", "pt"}});
+}
+
 Result<ModelWeights> load_hf_weights(const std::string& folder) {
   Result<HfFolder> f = HfFolder::open(folder);
   if (!f.ok()) return Error{f.error().message};

@@ -81,6 +81,9 @@ class HfFolder {
   static Result<HfFolder> open(const std::string& folder);
   const ModelConfig& config() const { return config_; }
   const std::vector<TensorSpec>& specs() const { return specs_; }
+  // Every tensor the model reads is there with its shape and a dtype it takes (reads nothing but
+  // the shards' headers): after this, reading them fails only if the files change underneath.
+  Status check_tensors() const;
   // Tensor `name`, which must have exactly `shape` and dtype F32, F16 or BF16; errors name it.
   Result<TensorView> tensor(const std::string& name, const std::vector<int64_t>& shape) const;
   Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
@@ -93,6 +96,13 @@ class HfFolder {
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, size_t> shard_of_;  // tensor name -> index in shards_
 };
+
+// Writes `weights` as a Hugging Face folder: config.json (hf_config_json) and model.safetensors
+// with every tensor hf_tensor_specs names, as `dtype` (F32, F16 or BF16, rounded to nearest
+// even). The folder must exist. For the tests and benchmarks that need real checkpoints (weight
+// updates): HfFolder::open reads it back.
+Status write_hf_checkpoint(const ModelWeights& weights, const std::string& folder,
+                           DType dtype = DType::kBF16);
 
 // Reads config.json (the model is named after the folder) and every *.safetensors file in
 // `folder` (tensors may be spread over shards), converting F32/F16/BF16 to float32. Errors name

@@ -42,14 +42,15 @@ class LocalReplica {
   // tokenizer.
   LocalReplica(std::string id, std::unique_ptr<Backend> backend, EngineConfig config,
                const std::string& host = "127.0.0.1", http::ServerLimits limits = {},
-               std::vector<std::string> api_keys = {}) {
+               std::vector<std::string> api_keys = {})
+      : LocalReplica(std::move(id), std::move(backend),
+                     stack_config(std::move(config), limits, std::move(api_keys)), host) {}
+  // Any backend and every setting of the stack (admin keys, the initial weight version).
+  LocalReplica(std::string id, std::unique_ptr<Backend> backend, ReplicaStackConfig c,
+               const std::string& host = "127.0.0.1") {
     id_ = id;
     host_ = host;
-    ReplicaStackConfig c;
-    c.engine = std::move(config);
     c.server.replica_id = id;
-    c.server.api_keys = std::move(api_keys);
-    c.limits = limits;
     stack_ = std::make_unique<ReplicaStack>(std::move(backend), std::make_shared<ByteTokenizer>(),
                                             std::move(c));
     auto port = stack_->listen(host_, 0);
@@ -66,6 +67,14 @@ class LocalReplica {
   EngineLoop& loop() { return stack_->loop(); }  // tests hold the engine thread through it
 
  private:
+  static ReplicaStackConfig stack_config(EngineConfig engine, http::ServerLimits limits,
+                                         std::vector<std::string> api_keys) {
+    ReplicaStackConfig c;
+    c.engine = std::move(engine);
+    c.limits = limits;
+    c.server.api_keys = std::move(api_keys);
+    return c;
+  }
   void init(std::string id, int32_t kv_blocks, const std::string& host,
             std::shared_ptr<const Tokenizer> tokenizer, ReplicaStackConfig c) {
     id_ = id;

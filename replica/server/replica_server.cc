@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <random>
 
@@ -53,8 +54,9 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
  public:
   RequestState(OpenAiRequest req, std::string id, std::string model,
                std::shared_ptr<http::Responder> responder, metrics::ReplicaMetrics* metrics,
-               const Clock& clock, const Tokenizer& tokenizer)
-      : metrics_(metrics),
+               const Clock& clock, const Tokenizer& tokenizer, const EngineLoop& loop)
+      : loop_(loop),
+        metrics_(metrics),
         clock_(clock),
         tokenizer_(tokenizer),
         start_(clock.now()),
@@ -85,6 +87,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
 
   void on_output(size_t prompt_index, const SequenceOutput& o) {
     std::lock_guard lock(mu_);
+    note_version_locked();
     if (!first_token_ && o.num_new_tokens > 0) first_token_ = clock_.now();
     Choice& c = choices_[prompt_index * req_.n + o.sibling];
     c.text += o.text_delta;
@@ -120,6 +123,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   // A group ended; the response completes with the last one.
   void on_finished(size_t prompt_index, const SequenceGroup& g, const std::string& error) {
     std::lock_guard lock(mu_);
+    note_version_locked();
     prompt_tokens_ += static_cast<int64_t>(g.prompt.size());
     cached_tokens_ += g.num_cached_prompt_tokens;
     if (!error.empty() && error_.empty()) error_ = error;
@@ -158,12 +162,22 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
                   : completion_logprobs_json(tokens, tokenizer_, c.text_offset);
   }
 
+  // The weights' version, read on the engine thread in the request's first callback: the
+  // version its groups run on (EngineLoop::weight_version).
+  void note_version_locked() {
+    if (!version_) version_ = loop_.weight_version();
+  }
+
   json chunk_envelope(json choices) const {
     return {{"id", id_},
             {"object", chat() ? "chat.completion.chunk" : "text_completion"},
             {"created", created_},
             {"model", model_},
+            {"weight_version", version_.value_or("")},
             {"choices", std::move(choices)}};
+  }
+  http::Headers version_header() const {
+    return {{"x-kvcascade-weight-version", version_.value_or("")}};
   }
 
   json usage_locked() const {
@@ -178,7 +192,9 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
 
   void start_stream_locked() {
     started_ = true;
-    responder_->start_stream(200, "text/event-stream", {{"cache-control", "no-cache"}});
+    http::Headers h = version_header();
+    h.emplace_back("cache-control", "no-cache");
+    responder_->start_stream(200, "text/event-stream", std::move(h));
   }
 
   void observe_locked() {
@@ -243,11 +259,14 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
                  {"object", chat() ? "chat.completion" : "text_completion"},
                  {"created", created_},
                  {"model", model_},
+                 {"weight_version", version_.value_or("")},
                  {"choices", std::move(choices)},
                  {"usage", usage_locked()}};
-    responder_->send(200, "application/json", dump(body));
+    responder_->send(200, "application/json", dump(body), version_header());
   }
 
+  const EngineLoop& loop_;
+  std::optional<std::string> version_;  // the weights' version (note_version_locked)
   metrics::ReplicaMetrics* metrics_;
   const Clock& clock_;          // the engine's: TTFT and TPOT read the injected clock
   const Tokenizer& tokenizer_;  // the strings of logprobs' tokens
@@ -277,6 +296,7 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
       metrics_(metrics),
       config_(std::move(config)) {
   if (config_.served_model_name.empty()) config_.served_model_name = engine_.model().name;
+  if (metrics_) metrics_->weight_version_info.Add({{"version", config_.weight_version}}).Set(1);
   if (engine_.key_space() == KeySpace::kTokenIds) {
     const Tokenizer& t = engine_.tokenizer();
     TokenTable table;
@@ -290,7 +310,17 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
 void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
   // Health probes (kubelet) stay open; everything else, KV events and metrics included, needs the
-  // key when one is configured.
+  // key when one is configured; the admin endpoints the admin key when there is one.
+  if (path.starts_with("/v1/admin/")) {
+    const auto& keys = config_.admin_api_keys.empty() ? config_.api_keys : config_.admin_api_keys;
+    if (!http::authorize(request, keys, *responder)) return;
+    if (!http::method_allowed(request.method, "POST") || request.method == "HEAD") {
+      http::send_method_not_allowed(*responder, request.method, path, "POST");
+      return;
+    }
+    admin(path, request, responder);
+    return;
+  }
   if (path != "/health" && !http::authorize(request, config_.api_keys, *responder)) return;
   auto only = [&](std::string_view method) {
     if (http::method_allowed(request.method, method)) return true;
@@ -302,7 +332,15 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
   } else if (path == "/v1/chat/completions") {
     if (only("POST")) generate(Endpoint::kChatCompletions, request, responder);
   } else if (path == "/health") {
-    if (only("GET")) responder->send(200, "application/json", R"({"status":"ok"})");
+    if (!only("GET")) return;
+    // A weight update that failed while writing leaves no complete weights to serve.
+    if (loop_.weight_version().empty()) {
+      http::send_error(*responder, 503,
+                       "the weights are incomplete after a failed update: POST /v1/admin/weights",
+                       "server_error");
+      return;
+    }
+    responder->send(200, "application/json", R"({"status":"ok"})");
   } else if (path == "/v1/models") {
     if (only("GET")) responder->send(200, "application/json", models_json());
   } else if (path == "/v1/info") {
@@ -358,7 +396,7 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   const uint64_t seed = req.seed.value_or(std::random_device{}() ^ (number << 32));
   const Tokenizer& tokenizer = engine_.tokenizer();
   auto state = std::make_shared<RequestState>(req, id, config_.served_model_name, responder,
-                                              metrics_, engine_.clock(), tokenizer);
+                                              metrics_, engine_.clock(), tokenizer, loop_);
   std::vector<GenerationRequest> groups;
   std::vector<GroupSink> sinks;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
@@ -440,6 +478,97 @@ void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder) {
   responder->on_client_gone([this, sub] { loop_.unsubscribe_kv_events(*sub); });
 }
 
+namespace {
+
+// A version string travels in a header and in JSON: 1 to 128 printable ASCII bytes, no spaces.
+bool valid_version(const std::string& v) {
+  if (v.empty() || v.size() > 128) return false;
+  return std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+}  // namespace
+
+void ReplicaServer::admin(const std::string& path, const http::Request& request,
+                          std::shared_ptr<http::Responder> responder) {
+  auto bad = [&](int status, const std::string& message, const char* param) {
+    http::send_error(*responder, status, message, "invalid_request_error",
+                     param ? std::optional<std::string_view>(param) : std::nullopt);
+  };
+  if (path == "/v1/admin/pause" || path == "/v1/admin/resume") {
+    const bool paused = path == "/v1/admin/pause";
+    loop_.set_paused(paused);
+    responder->send(200, "application/json", dump({{"paused", paused}}));
+    return;
+  }
+  if (path != "/v1/admin/weights") {
+    http::send_error(*responder, 404, "no such path: " + path, "not_found_error");
+    return;
+  }
+  const json body = json::parse(request.body, nullptr, false);
+  if (!body.is_object()) return bad(400, "the body must be a JSON object", nullptr);
+  auto text = [&](const char* key) -> std::optional<std::string> {
+    auto it = body.find(key);
+    if (it == body.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  const std::optional<std::string> folder = text("path");
+  if (!folder || folder->empty()) {
+    return bad(400, "path: the Hugging Face folder to load (a string)", "path");
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(*folder, ec)) {
+    return bad(400, "path: no such folder: " + *folder, "path");
+  }
+  const std::optional<std::string> version = text("version");
+  if (!version || !valid_version(*version)) {
+    return bad(400, "version: 1 to 128 printable ASCII characters without spaces", "version");
+  }
+  const std::string mode = text("mode").value_or("drain");
+  if (body.contains("mode") && !body["mode"].is_string()) return bad(400, "mode: a string", "mode");
+  if (mode != "drain" && mode != "abort") {
+    return bad(400, "mode: \"drain\" (finish what runs, then swap) or \"abort\" (end it now)",
+               "mode");
+  }
+  if (updating_->exchange(true)) {
+    return bad(409, "a weight update is already running on this replica", nullptr);
+  }
+  WeightUpdate u{*folder, *version, mode == "abort"};
+  // Runs on the engine thread, maybe after this server is gone: it holds what it needs.
+  loop_.update_weights(std::move(u), [responder, updating = updating_, metrics = metrics_, mode](
+                                         const WeightUpdateReport* report,
+                                         const WeightUpdateFailure* failure) {
+    updating->store(false);
+    if (failure != nullptr) {
+      const bool broken = failure->kind == UpdateError::kBroken;
+      if (metrics) {
+        metrics->weight_updates_total.Add({{"result", broken ? "broken" : "refused"}}).Increment();
+      }
+      const int status = failure->kind == UpdateError::kBusy ? 409 : broken ? 500 : 400;
+      http::send_error(*responder, status, failure->message,
+                       broken ? "server_error" : "invalid_request_error",
+                       broken ? std::nullopt : std::optional<std::string_view>("path"));
+      return;
+    }
+    if (metrics) {
+      metrics->weight_updates_total.Add({{"result", "ok"}}).Increment();
+      auto& seconds = metrics->weight_update_seconds;
+      seconds.Add({{"phase", "drain"}}, metrics::seconds_buckets()).Observe(report->drain_seconds);
+      seconds.Add({{"phase", "load"}}, metrics::seconds_buckets()).Observe(report->load_seconds);
+      metrics->weight_version_info.Add({{"version", report->previous_version}}).Set(0);
+      metrics->weight_version_info.Add({{"version", report->version}}).Set(1);
+    }
+    responder->send(200, "application/json",
+                    dump({{"weight_version", report->version},
+                          {"previous_weight_version", report->previous_version},
+                          {"mode", mode},
+                          {"drain_seconds", report->drain_seconds},
+                          {"load_seconds", report->load_seconds},
+                          {"aborted_groups", report->aborted_groups},
+                          {"flushed_blocks", report->flushed_blocks}}),
+                    {{"x-kvcascade-weight-version", report->version}});
+  });
+}
+
 std::string ReplicaServer::info_json() const {
   const ModelConfig& m = engine_.model();
   return dump(
@@ -468,6 +597,7 @@ std::string ReplicaServer::info_json() const {
          {"num_key_value_heads", m.num_key_value_heads},
          {"head_dim", m.head_dim}}},
        {"generation_defaults", generation_defaults_json(m)},
+       {"weight_version", loop_.weight_version()},
        {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
 }
 
@@ -485,7 +615,10 @@ std::string ReplicaServer::load_json() const {
                  {"cached", l.blocks.num_blocks_cached},
                  {"free", l.blocks.num_blocks_free}}},
                {"steps", l.num_steps},
-               {"preemptions", l.num_preemptions}});
+               {"preemptions", l.num_preemptions},
+               {"weight_version", l.weight_version},
+               {"paused", l.paused},
+               {"updating_weights", l.updating}});
 }
 
 std::string ReplicaServer::models_json() const {

@@ -26,6 +26,10 @@ struct ReplicaServerConfig {
   std::vector<std::string> api_keys;
   // The model's chat template (published in /v1/info for routers); null: canonical rendering.
   std::shared_ptr<const ChatTemplate> chat_template;
+  // The admin endpoints (/v1/admin/*) need one of these when given, else one of api_keys.
+  std::vector<std::string> admin_api_keys;
+  // The version of the weights the replica starts with (responses carry it: weight_version).
+  std::string weight_version = "0";
 };
 
 class ReplicaServer {
@@ -42,6 +46,9 @@ class ReplicaServer {
   void generate(Endpoint endpoint, const http::Request& request,
                 std::shared_ptr<http::Responder> responder);
   void kv_events(std::shared_ptr<http::Responder> responder);
+  // POST /v1/admin/weights, /v1/admin/pause, /v1/admin/resume.
+  void admin(const std::string& path, const http::Request& request,
+             std::shared_ptr<http::Responder> responder);
   std::string info_json() const;
   std::string load_json() const;
   std::string models_json() const;
@@ -55,6 +62,8 @@ class ReplicaServer {
   // kTokenIds (the only one whose KV events a router matches token-id prompts against).
   std::string token_table_;
   std::atomic<uint64_t> next_request_{1};
+  // A weight update is in flight (a second one is a 409). Shared with the update's callback.
+  std::shared_ptr<std::atomic<bool>> updating_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace kvc

@@ -8,7 +8,8 @@ ReplicaStack::ReplicaStack(std::unique_ptr<Backend> backend,
     : config_(std::move(config)), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)) {
   metrics_ = std::make_unique<metrics::ReplicaMetrics>(registry_);
   engine_ = std::make_unique<Engine>(*backend_, *tokenizer_, config_.engine, clock);
-  loop_ = std::make_unique<EngineLoop>(*engine_, config_.server.replica_id, metrics_.get());
+  loop_ = std::make_unique<EngineLoop>(*engine_, config_.server.replica_id, metrics_.get(),
+                                       config_.server.weight_version);
   server_ =
       std::make_unique<ReplicaServer>(*loop_, *engine_, config_.server, &registry_, metrics_.get());
 }

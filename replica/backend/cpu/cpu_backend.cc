@@ -146,6 +146,22 @@ void CpuBackend::mlp(const LayerWeights& l, int rows) {
   cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
 }
 
+Status CpuBackend::check_weights(const std::string& folder) const {
+  Result<HfFolder> f = HfFolder::open(folder);
+  if (!f.ok()) return Error{f.error().message};
+  if (Status s = check_same_model(weights_.config, f->config()); !s.ok()) return s;
+  return f->check_tensors();
+}
+
+Status CpuBackend::load_weights(const std::string& folder) {
+  if (Status s = check_weights(folder); !s.ok()) return s;
+  Result<ModelWeights> loaded = load_hf_weights(folder);
+  if (!loaded.ok()) return Error{loaded.error().message};
+  loaded->config = weights_.config;  // the running model's name, context and defaults
+  weights_ = std::move(loaded).value();
+  return Status::Ok();
+}
+
 Status CpuBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   if (Status s = compute_logits(batch, logits_); !s.ok()) return s;
   sample_on_host(batch, logits_, config().vocab_size, out.samples);

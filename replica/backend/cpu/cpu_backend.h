@@ -33,6 +33,10 @@ class CpuBackend final : public Backend {
 
   // Not thread-safe: one forward at a time (the kernels inside are threaded).
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
+  // The folder is read whole into float32 first and swapped in only then: any error leaves the
+  // old weights.
+  Status check_weights(const std::string& folder) const override;
+  Status load_weights(const std::string& folder) override;
   // The model alone: logits resized to [batch.num_logit_rows(), vocab_size], float32.
   Status compute_logits(const ForwardBatch& batch, std::vector<float>& logits);
 

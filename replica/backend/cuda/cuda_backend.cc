@@ -121,44 +121,61 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
                                                        const CudaBackendOptions& o) {
   Result<HfFolder> f = HfFolder::open(folder);
   if (!f.ok()) return Error{f.error().message};
-  const ModelConfig& c = f->config();
-  auto made = allocate(c, o);
+  auto made = allocate(f->config(), o);
   if (!made.ok()) return made;
   std::unique_ptr<CudaBackend> b = std::move(made).value();
-  kc::LlamaModel& m = *b->model_;
-  using T = kernels::ModelTensor;
-  // Pieces of at most 16M values go through one host buffer (the mapping may be unaligned).
+  if (Status s = b->upload_folder(*f); !s.ok()) return Error{s.message()};
+  return b;
+}
+
+Status CudaBackend::upload_folder(const HfFolder& f) {
+  kc::LlamaModel& m = *model_;
+  // F32 pieces of at most 16M values go through one host buffer (the mapping may be unaligned);
+  // BF16 / F16 go from the mapping through upload_half's pinned staging, overlapped with the DMA.
   constexpr size_t kPiece = size_t{1} << 24;
-  std::vector<uint16_t> half;
   std::vector<float> single;
-  auto put = [&](const std::string& name, const std::vector<int64_t>& shape, T t, int layer,
-                 size_t offset) -> Status {
-    Result<TensorView> v = f->tensor(name, shape);
+  for (const TensorSpec& t : f.specs()) {
+    Result<TensorView> v = f.tensor(t.name, t.shape);
     if (!v.ok()) return Error{v.error().message};
     const size_t n = static_cast<size_t>(v->numel());
     const std::byte* src = v->bytes.data();
-    for (size_t i = 0; i < n; i += kPiece) {
-      const size_t k = std::min(kPiece, n - i);
-      Status e;
-      if (v->dtype == DType::kF32) {
-        single.resize(k);
-        std::memcpy(single.data(), src + i * 4, k * 4);
-        e = m.upload(t, layer, offset + i, single.data(), k);
-      } else {
-        half.resize(k);
-        std::memcpy(half.data(), src + i * 2, k * 2);
-        e = m.upload_half(t, layer, offset + i, half.data(), k, v->dtype == DType::kF16);
-      }
-      if (!e.ok()) return Error{name + ": " + e.message()};
+    Status e;
+    if (v->dtype != DType::kF32) {
+      e = m.upload_half(t.kind, t.layer, size_t(t.offset), src, n, v->dtype == DType::kF16);
     }
-    return Status::Ok();
-  };
-  for (const TensorSpec& t : f->specs()) {
-    if (Status s = put(t.name, t.shape, t.kind, t.layer, size_t(t.offset)); !s.ok()) {
-      return Error{s.message()};
+    for (size_t i = 0; i < n && e.ok() && v->dtype == DType::kF32; i += kPiece) {
+      const size_t k = std::min(kPiece, n - i);
+      single.resize(k);
+      std::memcpy(single.data(), src + i * 4, k * 4);
+      e = m.upload(t.kind, t.layer, size_t(t.offset) + i, single.data(), k);
+    }
+    if (!e.ok()) {
+      (void)m.finish_uploads();
+      return Error{t.name + ": " + e.message()};
     }
   }
-  return b;
+  return m.finish_uploads();
+}
+
+Status CudaBackend::check_weights(const std::string& folder) const {
+  Result<HfFolder> f = HfFolder::open(folder);
+  if (!f.ok()) return Error{f.error().message};
+  if (Status s = check_same_model(config_, f->config()); !s.ok()) return s;
+  return f->check_tensors();
+}
+
+Status CudaBackend::load_weights(const std::string& folder) {
+  Result<HfFolder> f = HfFolder::open(folder);
+  if (!f.ok()) return Error{f.error().message};
+  if (Status s = check_same_model(config_, f->config()); !s.ok()) return s;
+  if (Status s = f->check_tensors(); !s.ok()) return s;
+  if (Status s = upload_folder(*f); !s.ok()) {
+    weights_broken_ = "a weight update failed while writing the weights (" + s.message() +
+                      "): load a complete checkpoint";
+    return Error{weights_broken_};
+  }
+  weights_broken_.clear();
+  return Status::Ok();
 }
 
 void CudaBackend::set_profile(bool on) {
@@ -170,6 +187,7 @@ void CudaBackend::set_graphs(bool on) {
 }
 
 Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
+  if (!weights_broken_.empty()) return Error{weights_broken_};
   kc::LlamaStep st;
   copies_.clear();
   for (auto [src, dst] : batch.block_copies) {

@@ -61,6 +61,11 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int32_t kv_bytes_per_element() const override { return 2; }
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
+  // The folder's tensors are streamed onto the device over the old ones, in pieces, as at
+  // start-up (no second copy of the model): everything is checked before the first write.
+  Status check_weights(const std::string& folder) const override;
+  Status load_weights(const std::string& folder) override;
+  bool weights_intact() const override { return weights_broken_.empty(); }
 
   const CudaBackendMemory& memory() const { return memory_; }
   // Where the last forward's time went (benchmarks): host work until the wait, the wait, and
@@ -80,6 +85,8 @@ class CudaBackend final : public Backend {
               int32_t num_blocks, int32_t block_size, CudaBackendMemory memory);
   static Result<std::unique_ptr<CudaBackend>> allocate(const ModelConfig& config,
                                                        const CudaBackendOptions& options);
+  // Every tensor of the folder onto the device (BF16/F16 as is, F32 converted), in pieces.
+  Status upload_folder(const HfFolder& folder);
 
   ModelConfig config_;
   std::unique_ptr<kernels::cuda::LlamaModel> model_;
@@ -87,6 +94,7 @@ class CudaBackend final : public Backend {
   int32_t block_size_;
   CudaBackendMemory memory_;
   StepTiming timing_;
+  std::string weights_broken_;  // why the weights are incomplete (a load failed while writing)
   // Scratch reused across steps.
   std::vector<int32_t> copies_, sample_rows_;
   std::vector<uint8_t> params_;  // kernels::sampling::SampleParams

@@ -249,3 +249,36 @@ TEST(ModelConfigTest, EosIdsAndGenerationDefaults) {
 
 }  // namespace
 }  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// hf_config_json writes what parse_model_config reads back to the same model; check_same_model
+// accepts that and names the first field of another model.
+TEST(ModelConfigTest, HfConfigJsonRoundTripsAndCheckSameModelNamesTheField) {
+  for (const std::string& preset : preset_names()) {
+    const ModelConfig c = *preset_config(preset);
+    auto back = parse_model_config(hf_config_json(c), "folder");
+    ASSERT_TRUE(back.ok()) << preset << ": " << back.error().message;
+    EXPECT_TRUE(check_same_model(c, *back).ok()) << preset;
+    EXPECT_EQ(back->num_parameters(), c.num_parameters()) << preset;
+    EXPECT_EQ(back->rope_llama3, c.rope_llama3) << preset;
+  }
+  const ModelConfig c = *preset_config("tiny");
+  ModelConfig other = c;
+  other.num_key_value_heads = c.num_attention_heads;
+  EXPECT_THAT(check_same_model(c, other).message(), ::testing::HasSubstr("num_key_value_heads"));
+  other = c;
+  other.rope_theta *= 2;
+  EXPECT_THAT(check_same_model(c, other).message(), ::testing::HasSubstr("rope_theta"));
+  other = c;
+  other.family = ModelFamily::kQwen3;
+  EXPECT_THAT(check_same_model(c, other).message(), ::testing::HasSubstr("family"));
+  other = c;
+  other.name = "another-folder";  // the name is the folder's: not the model
+  other.max_position_embeddings *= 2;
+  EXPECT_TRUE(check_same_model(c, other).ok());
+}
+
+}  // namespace
+}  // namespace kvc

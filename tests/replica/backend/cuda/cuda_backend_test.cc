@@ -484,6 +484,41 @@ TEST_F(CudaBackendTest, LogprobsOnTheDeviceAreThoseOfItsLogits) {
   }
 }
 
+// A weight update on the device (Backend::load_weights): the folder's tensors are streamed over
+// the old ones, and the model computes exactly what a backend loaded from that folder computes.
+// A checkpoint of another shape is refused before anything is written.
+TEST_F(CudaBackendTest, LoadWeightsReplacesTheModelInPlace) {
+  testing::TempDir tmp;
+  const std::string a = tmp.file("a"), b = tmp.file("b"), wide = tmp.file("wide");
+  for (const std::string& d : {a, b, wide})
+    std::filesystem::create_directories(d);
+  ASSERT_TRUE(write_hf_checkpoint(random_weights(*preset_config("tiny"), 3), a).ok());
+  ASSERT_TRUE(write_hf_checkpoint(random_weights(*preset_config("tiny"), 4), b).ok());
+  ModelConfig other = *preset_config("tiny");
+  other.intermediate_size *= 2;
+  ASSERT_TRUE(write_hf_checkpoint(random_weights(other, 1), wide).ok());
+  CudaBackendOptions o;
+  o.num_blocks = 512;
+  auto running = CudaBackend::load(a, o);
+  ASSERT_TRUE(running.ok()) << running.error().message;
+  std::vector<GenerationRequest> reqs;
+  reqs.push_back(request(kSystem + "Document A. Q: where?", 4, 0, 24));
+  reqs.push_back(request(kSystem + "Sampled.", 4, 1.0f, 24, 5));
+  const RunOutput before = run(**running, reqs, true, /*keep_logits=*/true);
+  const Status refused = (*running)->load_weights(wide);
+  EXPECT_NE(refused.message().find("intermediate_size"), std::string::npos) << refused.message();
+  EXPECT_TRUE((*running)->weights_intact());
+  EXPECT_EQ(run(**running, reqs, true, true).logits, before.logits);  // untouched
+  ASSERT_TRUE((*running)->load_weights(b).ok());
+  const RunOutput after = run(**running, reqs, true, /*keep_logits=*/true);
+  auto fresh = CudaBackend::load(b, o);
+  ASSERT_TRUE(fresh.ok()) << fresh.error().message;
+  const RunOutput want = run(**fresh, reqs, true, /*keep_logits=*/true);
+  EXPECT_EQ(after.tokens, want.tokens);
+  EXPECT_EQ(after.logits, want.logits);  // the same bf16 values: the same bits
+  EXPECT_NE(after.tokens, before.tokens);
+}
+
 TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {
   CudaBackendOptions o;
   o.num_blocks = 1 << 24;  // 16M blocks x 16 KiB: far beyond any GPU

@@ -309,4 +309,9 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, st
   return r;
 }
 
+bool valid_weight_version(std::string_view v) {
+  if (v.empty() || v.size() > 128) return false;
+  return std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
 }  // namespace kvc

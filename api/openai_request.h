@@ -86,6 +86,10 @@ enum class ParseMode { kFull, kRouting };
 using ChatTemplateFor =
     std::function<std::shared_ptr<const ChatTemplate>(const std::string& model)>;
 
+// A weight version (POST /v1/admin/weights, x-kvcascade-weight-version): it travels in headers
+// and JSON, so 1 to 128 printable ASCII characters without spaces.
+bool valid_weight_version(std::string_view version);
+
 // Never throws. Unknown fields are ignored, as OpenAI-compatible servers do. Chat messages are
 // rendered with template_for(model) when it gives a template, else canonically.
 std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,

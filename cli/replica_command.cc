@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "api/openai_request.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/server_flags.h"

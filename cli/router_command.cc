@@ -135,6 +135,11 @@ Run add_router_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   cmd->add_option("--policy", f->router.policy, "routing policy")
       ->check(CLI::IsMember(policy_names()));
+  cmd->add_option("--weight-version-policy", f->router.weight_version_policy,
+                  "latest: only replicas at the newest weight version seen take new requests "
+                  "(a group stays where it began); any: every replica")
+      ->check(CLI::IsMember({"latest", "any"}))
+      ->capture_default_str();
   add_api_key_flags(*cmd, f->api_keys, "api-key",
                     "require Authorization: Bearer KEY from clients (not on /livez, /readyz, "
                     "/health)");
@@ -148,6 +153,13 @@ Run add_router_command(CLI::App& app) {
   cmd->add_option("--replica-api-key-file", f->replica_api_key_file,
                   "file whose first key is sent to replicas")
       ->excludes(replica_key);
+  cmd->add_option("--replica-admin-api-key", f->router.replica_admin_api_key,
+                  "send Authorization: Bearer KEY to replicas on /router/admin/weights (their "
+                  "--admin-api-key; default: the --replica-api-key)")
+      ->check([](const std::string& key) {
+        const Status s = http::validate_api_key(key);
+        return s.ok() ? std::string() : s.message();
+      });
   cmd->add_option("--tenant-isolation", f->tenant_isolation,
                   "off: tenants may share cached prefixes; api-key / header: a salt from the "
                   "client's Bearer key / from --tenant-header keeps each tenant's KV apart")

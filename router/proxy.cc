@@ -51,6 +51,7 @@ class RouterServer::ProxiedRequest : public std::enable_shared_from_this<Proxied
   // session instead of one per piece, and a replica failing mid-body can still be retried); past
   // kMaxBufferedBody it is streamed through.
   std::string content_type;
+  std::optional<std::string> weight_version;  // the replica's x-kvcascade-weight-version
   std::string body;
   Clock::TimePoint begun{};
   size_t prompt_bytes = 0;
@@ -104,7 +105,11 @@ RouterServer::RouterServer(ReplicaPool& pool, FleetIndexes& indexes, http::Clien
       registry_(registry),
       metrics_(metrics),
       stats_(metrics),
-      clock_(clock) {}
+      clock_(clock),
+      rollout_(std::make_unique<WeightRollout>(pool_, client_,
+                                               config_.replica_admin_api_key.empty()
+                                                   ? config_.replica_api_key
+                                                   : config_.replica_admin_api_key)) {}
 
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
@@ -145,6 +150,8 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
       }
     }
     responder->send(200, metrics::kContentType, metrics::expose(*registry_));
+  } else if (path == "/router/admin/weights") {
+    if (only("POST")) rollout_->handle(request, responder);
   } else if (path == "/router/state") {
     if (only("GET")) responder->send(200, "application/json", state_json());
   } else {
@@ -284,6 +291,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   attempt->debug_headers = config_.debug_headers;
   attempt->routing_key = request.header(config_.routing_key_header);
   if (!attempt->routing_key) attempt->routing_key = request.header("x-smg-routing-key");
+  const std::optional<std::string> pinned_version = request.header("x-kvcascade-weight-version");
   attempt->request = std::move(request);
 
   MatchResult exact, guessed;
@@ -295,7 +303,24 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   if (exact.near_miss() || guessed.near_miss()) {
     stats_.note_near_miss();
   }
+  // Weight versions: a pinned version takes only its replicas; "latest" takes only replicas at the
+  // newest version among the healthy ones, except the replica a group already went to (a group
+  // is never split across versions). Replicas without a version (other engines) always qualify.
+  uint64_t newest = 0;
+  for (const ReplicaView& r : replicas)
+    if (r.healthy) newest = std::max(newest, r.weight_version_order);
+  std::optional<uint32_t> group_home;
+  if (group && !pinned_version && config_.weight_version_policy == "latest") {
+    std::lock_guard lock(policy_mu_);
+    group_home = siblings_.lookup(attempt->sibling_key);
+  }
+  auto version_ok = [&](const ReplicaView& r) {
+    if (pinned_version) return r.weight_version == *pinned_version;
+    if (config_.weight_version_policy != "latest" || r.weight_version_order == 0) return true;
+    return r.weight_version_order >= newest || (group_home && *group_home == r.index);
+  };
   for (const ReplicaView& r : replicas) {
+    if (!version_ok(r)) continue;
     Candidate c;
     c.replica = r.index;
     c.id = r.replica_id;
@@ -313,6 +338,16 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
       c.index_blocks = indexes_.num_blocks_locked(r.index);
     }
     attempt->candidates.push_back(std::move(c));
+  }
+  if (attempt->candidates.empty() && pinned_version) {
+    std::string have;
+    for (const ReplicaView& r : replicas)
+      if (!r.weight_version.empty()) have += (have.empty() ? "" : ", ") + r.weight_version;
+    http::send_error(*responder, 409,
+                     "no replica serves model '" + req.model + "' at weight version '" +
+                         *pinned_version + "' (serving: " + (have.empty() ? "none" : have) + ")",
+                     "invalid_request_error");
+    return;
   }
   RouteRequest& rr = attempt->route;
   rr.blocks = attempt->hashes;
@@ -484,6 +519,7 @@ void RouterServer::ProxiedRequest::on_headers(int upstream_status, const http::H
   status = upstream_status;
   if (status >= 500) return;  // may be retried: nothing sent yet
   content_type = http::find_header(upstream, "content-type").value_or("application/json");
+  weight_version = http::find_header(upstream, "x-kvcascade-weight-version");
   if (stream) start_client_stream();
 }
 
@@ -550,6 +586,7 @@ void RouterServer::ProxiedRequest::on_done(const Status& s,
 // without tenant isolation it says how much of this prompt somebody else has cached.
 http::Headers RouterServer::ProxiedRequest::client_headers() const {
   http::Headers h = {{"x-kvcascade-replica", replica_id}, {"x-kvcascade-route-reason", reason}};
+  if (weight_version) h.emplace_back("x-kvcascade-weight-version", *weight_version);
   if (debug_headers) h.emplace_back("x-kvcascade-matched-bytes", std::to_string(matched_bytes));
   return h;
 }
@@ -583,13 +620,16 @@ std::string RouterServer::state_json() {
                     {"exact", r.exact},
                     {"block_size", r.block_size},
                     {"in_flight", r.in_flight},
+                    {"weight_version", r.weight_version},
                     {"load", std::move(load)},
                     {"index_blocks", indexes_.exact.num_blocks(r.index)},
                     {"approx_blocks", indexes_.approx.num_blocks(r.index)}};
     if (!r.error.empty()) replica["error"] = r.error;
     replicas.push_back(std::move(replica));
   }
-  json state{{"policy", config_.policy}, {"replicas", replicas}};
+  json state{{"policy", config_.policy},
+             {"weight_version_policy", config_.weight_version_policy},
+             {"replicas", replicas}};
   stats_.to_json(state);
   return state.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -26,6 +26,7 @@
 #include "router/policy/sibling_tracker.h"
 #include "router/router_stats.h"
 #include "router/tenant.h"
+#include "router/weight_rollout.h"
 
 namespace kvc {
 
@@ -60,6 +61,14 @@ struct RouterConfig {
   int32_t affinity_key_blocks = 4;
   SiblingTrackerConfig siblings;
   ApiLimits api;
+  // Which kvcascade replicas take new requests while their weight versions differ: "latest"
+  // (only those at the newest version this router has seen among healthy replicas; a group
+  // already placed stays where it is, so it is never split across versions) or "any". A request
+  // header x-kvcascade-weight-version: V takes only replicas at V (409 when none).
+  std::string weight_version_policy = "latest";
+  // Sent to replicas on /router/admin/weights' fan-out (their --admin-api-key); empty: the
+  // replica_api_key.
+  std::string replica_admin_api_key;
 };
 
 class RouterServer {
@@ -92,6 +101,7 @@ class RouterServer {
   metrics::RouterMetrics* metrics_;
   RouterStats stats_;
   const Clock& clock_;
+  std::unique_ptr<WeightRollout> rollout_;  // POST /router/admin/weights (weight_rollout.h)
 };
 
 }  // namespace kvc

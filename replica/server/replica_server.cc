@@ -478,16 +478,6 @@ void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder) {
   responder->on_client_gone([this, sub] { loop_.unsubscribe_kv_events(*sub); });
 }
 
-namespace {
-
-// A version string travels in a header and in JSON: 1 to 128 printable ASCII bytes, no spaces.
-bool valid_version(const std::string& v) {
-  if (v.empty() || v.size() > 128) return false;
-  return std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-}
-
-}  // namespace
-
 void ReplicaServer::admin(const std::string& path, const http::Request& request,
                           std::shared_ptr<http::Responder> responder) {
   auto bad = [&](int status, const std::string& message, const char* param) {
@@ -520,7 +510,7 @@ void ReplicaServer::admin(const std::string& path, const http::Request& request,
     return bad(400, "path: no such folder: " + *folder, "path");
   }
   const std::optional<std::string> version = text("version");
-  if (!version || !valid_version(*version)) {
+  if (!version || !valid_weight_version(*version)) {
     return bad(400, "version: 1 to 128 printable ASCII characters without spaces", "version");
   }
   const std::string mode = text("mode").value_or("drain");

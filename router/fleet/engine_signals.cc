@@ -128,6 +128,7 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.queued_prefill_tokens = count_field(*j, "queued_prefill_tokens").value_or(0);
   load.running = count_field(*j, "running_sequences").value_or(0);
   load.waiting = count_field(*j, "waiting_sequences").value_or(0);
+  load.weight_version = string_field(*j, "weight_version").value_or("");
   return load;
 }
 

@@ -53,6 +53,7 @@ struct ReplicaLoad {
   int64_t waiting = 0;
   std::optional<double> kv_usage;             // share of the KV cache in use, 0..1
   std::optional<int64_t> kv_capacity_tokens;  // what the KV cache holds in all
+  std::string weight_version;                 // kvcascade only: the weights serving now
 };
 Result<ReplicaLoad> read_kvcascade_load(std::string_view body);
 Result<ReplicaLoad> read_vllm_metrics(std::string_view text);

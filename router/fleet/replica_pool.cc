@@ -106,6 +106,12 @@ void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
     remove(i);
 }
 
+uint64_t ReplicaPool::weight_version_order(const std::string& version) const {
+  std::lock_guard lock(mu_);
+  auto it = version_order_.find(version);
+  return it == version_order_.end() ? 0 : it->second;
+}
+
 std::vector<ReplicaView> ReplicaPool::snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<ReplicaView> out;
@@ -209,6 +215,13 @@ void ReplicaPool::poll(Replica& r) {
     r.view.running_sequences = load.running;
     r.view.waiting_sequences = load.waiting;
     r.view.kv_usage = load.kv_usage;
+    r.view.weight_version = load.weight_version;
+    if (!load.weight_version.empty()) {
+      auto [it, added] = version_order_.emplace(load.weight_version, version_order_.size() + 1);
+      r.view.weight_version_order = it->second;
+    } else {
+      r.view.weight_version_order = 0;
+    }
     if (load.kv_capacity_tokens && load.kv_capacity_tokens != r.view.kv_capacity_tokens) {
       r.view.kv_capacity_tokens = load.kv_capacity_tokens;
       set_approx_capacity_locked(r);

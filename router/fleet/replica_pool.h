@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,10 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // load signal failed (load_error says why): the router's own counts stand in.
   bool load_reported = false;
   int64_t queued_prefill_tokens = 0, running_sequences = 0, waiting_sequences = 0;
+  // The version of its weights (kvcascade's /v1/load; empty for other engines) and when this
+  // router first saw that version anywhere (1, 2, ...: a later version is newer).
+  std::string weight_version;
+  uint64_t weight_version_order = 0;
   std::optional<double> kv_usage;             // 0..1, when reported
   std::optional<int64_t> kv_capacity_tokens;  // when reported
   std::string error;                          // why the last poll failed
@@ -128,6 +133,10 @@ class ReplicaPool {
                    const std::shared_ptr<http::Cancellation>& cancellation = nullptr,
                    int64_t prompt_bytes = 0, int64_t prefill_tokens = 0);
 
+  // When this router first saw `version` on a replica (ReplicaView::weight_version_order); 0
+  // when never.
+  uint64_t weight_version_order(const std::string& version) const;
+
  private:
   struct Replica;
   void poll(Replica& r);
@@ -143,6 +152,7 @@ class ReplicaPool {
   std::mutex poll_mu_;  // held through a round of polls
   std::atomic<uint64_t> poll_rounds_{0};
   mutable std::mutex mu_;
+  std::map<std::string, uint64_t> version_order_;   // guarded by mu_
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
   std::condition_variable wake_;
   bool stopping_ = false;

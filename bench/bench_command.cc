@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bench/pressure_bench.h"
+#include "bench/rl_bench.h"
 #include "bench/router_bench.h"
 #include "bench/routing_bench.h"
 
@@ -111,6 +112,35 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   pressure->add_option("-n", p->n, "samples per request")->check(CLI::Range(1, 64));
   pressure->add_option("--max-tokens", p->max_tokens, "tokens per sample (ignore_eos)")
       ->check(CLI::Range(1, 4000));
+  auto rl = std::make_shared<RlBenchOptions>();
+  CLI::App* rl_cmd = bench->add_subcommand(
+      "rl",
+      "a GRPO-shaped loop through the router: rollouts with logprobs, then a weight update, per "
+      "step (an in-process CPU fleet, or --router)");
+  rl_cmd->add_option("--out", rl->out, "write the results as JSON to this file");
+  rl_cmd->add_option("--router", rl->router,
+                     "HOST:PORT of a running router (default: a fleet "
+                     "of tiny CPU replicas started here)");
+  rl_cmd->add_option("--model", rl->model, "the served model name");
+  rl_cmd
+      ->add_option("--checkpoints", rl->checkpoints,
+                   "with --router: checkpoint folders (on the replicas' disks) to alternate")
+      ->delimiter(',');
+  rl_cmd->add_option("--replicas", rl->replicas, "replicas of the in-process fleet")
+      ->check(CLI::Range(1, 16));
+  rl_cmd->add_option("--steps", rl->steps, "RL steps")->check(CLI::Range(1, 1000));
+  rl_cmd->add_option("--prompts", rl->prompts, "prompts per step (G)")->check(CLI::Range(1, 256));
+  rl_cmd->add_option("-n", rl->samples, "samples per prompt")->check(CLI::Range(1, 256));
+  rl_cmd->add_option("--prompt-bytes", rl->prompt_tokens, "bytes of each prompt's shared text")
+      ->check(CLI::Range(16, 1 << 20));
+  rl_cmd->add_option("--max-tokens", rl->max_tokens, "tokens per sample (ignore_eos)")
+      ->check(CLI::Range(1, 1 << 16));
+  rl_cmd->add_option("--logprobs", rl->logprobs, "top logprobs per token")
+      ->check(CLI::Range(0, 20));
+  rl_cmd->add_option("--strategy", rl->strategy, "weight rollout: all-at-once or rolling")
+      ->check(CLI::IsMember({"all-at-once", "rolling"}));
+  rl_cmd->add_option("--mode", rl->mode, "weight update mode: drain or abort")
+      ->check(CLI::IsMember({"drain", "abort"}));
   auto e = std::make_shared<EngineBenchOptions>();
   CLI::App* engine = bench->add_subcommand(
       "engine",
@@ -176,7 +206,7 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       ->check(CLI::Range(0, 8));
   gemm->add_option("--only", gm->only, "this GEMM only")
       ->check(CLI::IsMember({"qkv", "o", "gate_up", "down", "lm_head"}));
-  return [gpu, f, r, router, g, routing, p, pressure, e, engine, gm, gemm] {
+  return [gpu, f, r, router, g, routing, p, pressure, rl, rl_cmd, e, engine, gm, gemm] {
     if (gemm->parsed()) {
       return gpu.gemm ? gpu.gemm(*gm) : no_gpu("gemm");
     }
@@ -184,6 +214,7 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
     if (routing->parsed()) return run_routing_bench(*g);
     if (engine->parsed()) return gpu.engine ? gpu.engine(*e) : no_gpu("engine");
     if (pressure->parsed()) return run_pressure_bench(*p);
+    if (rl_cmd->parsed()) return run_rl_bench(*rl);
     return gpu.kernels ? gpu.kernels(*f) : no_gpu("kernels");
   };
 }

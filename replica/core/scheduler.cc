@@ -143,6 +143,13 @@ void Scheduler::release_all(SequenceGroup& g) {
     kv_.release(s);
 }
 
+bool Scheduler::joins_started_affinity(const SequenceGroup& g) const {
+  if (g.affinity.empty()) return false;
+  return std::any_of(running_.begin(), running_.end(), [&](const auto& r) {
+    return r->affinity == g.affinity && r->chain_seed == g.chain_seed;
+  });
+}
+
 bool Scheduler::has_started_work() const {
   if (!running_.empty()) return true;
   return std::any_of(waiting_.begin(), waiting_.end(), [](const auto& g) { return g->preempted; });
@@ -526,7 +533,7 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
   while (step.budget > 0) {
     SequenceGroup* head = nullptr;
     for (const auto& w : waiting_) {
-      if (!admitting_ && !w->preempted) break;  // preempted groups are at the front
+      if (!admitting_ && !w->preempted && !joins_started_affinity(*w)) continue;
       if (!waits_for_members(*w, now)) {
         head = w.get();
         break;

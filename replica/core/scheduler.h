@@ -121,12 +121,15 @@ class Scheduler {
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   // New groups are admitted (the default). Off (a weight update draining, an operator's pause):
-  // only groups that already produced tokens (running, or preempted and waiting to be
-  // recomputed) go on, so that they finish on the weights they began with; new ones wait.
+  // only groups that already started (running, or preempted and waiting to be recomputed) go on,
+  // and late members of an affinity set that has a member running, so that a set finishes on
+  // the weights it began with; new ones wait.
   void set_admitting(bool on) { admitting_ = on; }
   bool admitting() const { return admitting_; }
   // Groups that have started: running, or preempted and waiting to be recomputed.
   bool has_started_work() const;
+  // A waiting group whose affinity set (same id and salt) has a member running.
+  bool joins_started_affinity(const SequenceGroup& group) const;
   // Work schedule() can do now: started work, or waiting groups while admitting.
   bool has_runnable_work() const { return has_started_work() || (admitting_ && has_work()); }
   // The ids of every started group (what an aborting weight update ends).

@@ -6,6 +6,8 @@
 // checkpoints written here.
 #include <chrono>
 #include <filesystem>
+#include <future>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -117,6 +119,40 @@ TEST_F(WeightRolloutTest, OneReplicaUpdatedTakesTheNewRequestsAndPinsFindTheirVe
   const auto none = complete("pinned", {{"x-kvcascade-weight-version", "step-9"}});
   EXPECT_EQ(none.status, 409) << none.body;
   EXPECT_NE(none.body.find("step-9"), std::string::npos);
+}
+
+// A group placed before an update stays on its replica: its late member goes there although
+// the other replica now serves a newer version (a group is never split across versions).
+TEST_F(WeightRolloutTest, AGroupStaysOnItsReplicaAcrossAnUpdateElsewhere) {
+  const json member = {{"model", "tiny"},
+                       {"prompt", "a group's shared prompt"},
+                       {"max_tokens", 2},
+                       {"group", "g1"},
+                       {"group_size", 2}};
+  auto first =
+      std::async(std::launch::async, [&] { return call("POST", "/v1/completions", member); });
+  std::string home;
+  ASSERT_TRUE(wait_for([&] {
+    for (const auto& r : replicas_) {
+      if (r->loop().load().scheduler.num_groups_waiting +
+              r->loop().load().scheduler.num_groups_running >
+          0)
+        home = r->id();
+    }
+    return !home.empty();
+  }));
+  const std::string other = home == "r0" ? "r1" : "r0";
+  const auto u = call("POST", "/router/admin/weights",
+                      {{"path", root_.file("b")}, {"version", "step-1"}, {"replicas", {other}}});
+  ASSERT_EQ(u.status, 200) << u.body;
+  const auto second = call("POST", "/v1/completions", member);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.header("x-kvcascade-replica"), home);
+  EXPECT_EQ(json::parse(second.body)["weight_version"], "v0");
+  const auto one = first.get();
+  EXPECT_EQ(one.header("x-kvcascade-replica"), home);
+  // A new request (no group) goes to the newest version.
+  EXPECT_EQ(complete("no group").header("x-kvcascade-replica"), other);
 }
 
 TEST_F(WeightRolloutTest, RollingAndAllAtOnceUpdateEveryReplica) {

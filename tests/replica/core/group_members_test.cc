@@ -223,6 +223,32 @@ TEST_F(GroupMembersTest, LateMemberJoinsAtOnceAndReusesThePrompt) {
   EXPECT_EQ(rest.cached.at(late), prompt_len / 16 * 16) << "every full prompt block reused";
 }
 
+// While admission is off (a weight update draining), a late member of a running set still
+// joins it, so the set finishes on the weights it began with; an unrelated group waits.
+TEST_F(GroupMembersTest, LateMembersJoinWhileAdmissionIsOff) {
+  make_engine();
+  for (int i = 0; i < 2; ++i)
+    submit(member("r", 3, 40));
+  clock_.advance(3s);
+  Run run;
+  for (int i = 0; i < 3; ++i)
+    step_once(run);
+  engine_->set_admitting(false);
+  GenerationRequest other = member("", 0, 4);
+  other.affinity.clear();
+  submit(other);
+  submit(member("r", 3, 40));
+  step_once(run);
+  EXPECT_EQ(engine_->scheduler().counts().num_seqs_running, 3);
+  EXPECT_EQ(engine_->scheduler().counts().num_groups_waiting, 1);  // the unrelated one
+  while (engine_->has_runnable_work())
+    step_once(run);
+  EXPECT_FALSE(engine_->scheduler().has_started_work());
+  EXPECT_EQ(engine_->scheduler().counts().num_groups_waiting, 1);
+  engine_->set_admitting(true);
+  EXPECT_TRUE(engine_->has_runnable_work());
+}
+
 // A pool that holds the declared group only when nothing else runs: the members all wait, then
 // all run; never a part of them.
 TEST_F(GroupMembersTest, SmallPoolRunsTheWholeGroupOrNone) {

@@ -221,6 +221,39 @@ TEST_F(WeightUpdateTest, DrainFinishesWhatRunsOnTheOldWeightsAndQueuesTheRest) {
   EXPECT_EQ(json::parse(late.body)["weight_version"], "step-1");
 }
 
+// Cancellation holds through a drain: a client that leaves ends its group, and the update
+// waiting for it goes ahead at once instead of after the group's 1500 tokens.
+TEST_F(WeightUpdateTest, AClientLeavingDuringADrainLetsTheSwapGoAhead) {
+  std::promise<void> first_chunk;
+  std::atomic<bool> got{false};
+  std::promise<Status> ended;
+  std::atomic<bool> leave{false};
+  client_.stream(
+      "127.0.0.1", replica_->port(), "POST", "/v1/completions",
+      json{{"model", "tiny"},
+           {"prompt", kPrompt},
+           {"max_tokens", 1500},
+           {"ignore_eos", true},
+           {"stream", true}}
+          .dump(),
+      {{"content-type", "application/json"}}, [](int, const http::Headers&) {},
+      [&](std::string_view) {
+        if (!got.exchange(true)) first_chunk.set_value();
+        return !leave.load();
+      },
+      [&](Status s) { ended.set_value(s); });
+  ASSERT_EQ(first_chunk.get_future().wait_for(10s), std::future_status::ready);
+  auto updating = std::async(std::launch::async, [&] { return update(b_, "step-1"); });
+  for (int i = 0; i < 500 && !get("/v1/load")["updating_weights"].get<bool>(); ++i)
+    std::this_thread::sleep_for(2ms);
+  leave = true;  // the client goes away mid-stream
+  ASSERT_EQ(updating.wait_for(10s), std::future_status::ready);
+  const auto r = updating.get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(greedy()["weight_version"], "step-1");
+  ended.get_future().wait_for(10s);
+}
+
 TEST_F(WeightUpdateTest, AbortEndsWhatRunsAndSwapsAtOnce) {
   auto running = std::async(std::launch::async, [&] {
     http::Client c;

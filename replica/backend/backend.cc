@@ -16,14 +16,6 @@ void PrefillBatch::add(const PrefillChunk& chunk) {
   want_logits.push_back(chunk.want_logits ? 1 : 0);
 }
 
-float log_softmax_at(std::span<const float> logits, int32_t token) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float l : logits)
-    sum += std::exp(static_cast<double>(l) - max_logit);
-  return static_cast<float>(logits[token] - max_logit - std::log(sum));
-}
-
 Status Backend::check_weights(const std::string&) const {
   return Error{"the " + name() + " backend has no weights to replace"};
 }

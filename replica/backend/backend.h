@@ -117,9 +117,6 @@ struct ForwardOutput {
   std::vector<float> logits;
 };
 
-// log_softmax(logits)[token], accumulated in double.
-float log_softmax_at(std::span<const float> logits, int32_t token);
-
 // Draws batch.samples from host logits [num_logit_rows, vocab] with the CPU sampler
 // (kernels/cpu/sampling.h), top logprobs included: the sampling of backends whose logits live on
 // the host (the CPU backend, test fakes).

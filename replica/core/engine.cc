@@ -263,10 +263,8 @@ void Engine::emit(SequenceGroup& g, Sequence& s, GeneratedToken token, StepResul
     delta = s.text.substr(s.num_text_emitted, safe - s.num_text_emitted);
     s.num_text_emitted = safe;
   }
-  std::vector<GeneratedToken> tokens;
-  tokens.push_back(std::move(token));
   result.outputs.push_back(
-      SequenceOutput{g.id, s.sibling, std::move(delta), 1, s.finish, std::move(tokens)});
+      SequenceOutput{g.id, s.sibling, std::move(delta), 1, s.finish, std::move(token)});
 }
 
 void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,

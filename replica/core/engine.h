@@ -60,10 +60,10 @@ struct SequenceOutput {
   std::string text_delta;
   int32_t num_new_tokens;
   FinishReason finish;  // kNone while it runs
-  // The tokens of this step (num_new_tokens of them). Their text and text_delta differ when
-  // bytes are held back (a stop string may be forming, a character is split) or cut (a stop
-  // string was found).
-  std::vector<GeneratedToken> tokens;
+  // The token of this step (num_new_tokens is 1). Its text and text_delta differ when bytes are
+  // held back (a stop string may be forming, a character is split) or cut (a stop string was
+  // found).
+  GeneratedToken token;
 };
 
 struct StepStats {
@@ -141,7 +141,7 @@ class Engine {
   // Every byte block held, parents first: a new subscriber's snapshot.
   std::vector<KvEvent> kv_snapshot() const;
 
-  // Sees every row of logits a token is sampled from (tests, debugging, future logprobs).
+  // Sees every row of logits a token is sampled from (tests, debugging; a host copy of each).
   using LogitsObserver = std::function<void(uint64_t group, int32_t sibling, int32_t position,
                                             std::span<const float> logits)>;
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }

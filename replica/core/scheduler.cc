@@ -474,9 +474,7 @@ void Scheduler::promote_followers(const SequenceGroup& leader) {
 
 bool Scheduler::waits_for_members(const SequenceGroup& g, Clock::TimePoint now) const {
   if (g.declared_affinity_size <= 1 || g.affinity.empty() || g.preempted) return false;
-  for (const auto& r : running_) {
-    if (r->affinity == g.affinity) return false;  // late member: joins at once
-  }
+  if (joins_started_affinity(g)) return false;  // late member: joins at once
   int32_t present = 0;
   Clock::TimePoint first = g.arrived;
   for (const auto& w : waiting_) {

@@ -332,18 +332,30 @@ Status write_hf_checkpoint(const ModelWeights& weights, const std::string& folde
   return write_safetensors(folder + "/model.safetensors", tensors, {{"format", "pt"}});
 }
 
-Result<ModelWeights> load_hf_weights(const std::string& folder) {
+Result<HfFolder> open_replacement(const std::string& folder, const ModelConfig& serving) {
   Result<HfFolder> f = HfFolder::open(folder);
-  if (!f.ok()) return Error{f.error().message};
+  if (!f.ok()) return f;
+  if (Status s = check_same_model(serving, f->config()); !s.ok()) return Error{s.message()};
+  if (Status s = f->check_tensors(); !s.ok()) return Error{s.message()};
+  return f;
+}
+
+Result<ModelWeights> read_weights(const HfFolder& f) {
   ModelWeights w;
-  w.config = f->config();
+  w.config = f.config();
   allocate(w);
-  for (const TensorSpec& s : f->specs()) {
-    if (Status st = f->read_f32(s.name, s.shape, mutable_values(w, s)); !st.ok()) {
+  for (const TensorSpec& s : f.specs()) {
+    if (Status st = f.read_f32(s.name, s.shape, mutable_values(w, s)); !st.ok()) {
       return Error{st.message()};
     }
   }
   return w;
+}
+
+Result<ModelWeights> load_hf_weights(const std::string& folder) {
+  Result<HfFolder> f = HfFolder::open(folder);
+  if (!f.ok()) return Error{f.error().message};
+  return read_weights(*f);
 }
 
 }  // namespace kvc

@@ -97,6 +97,14 @@ class HfFolder {
   std::map<std::string, size_t> shard_of_;  // tensor name -> index in shards_
 };
 
+// A folder that can replace the weights of a running model of config `serving` (a weight
+// update): opened, the same model (check_same_model), every tensor there with its shape and a
+// dtype the model takes (HfFolder::check_tensors). Reads only headers.
+Result<HfFolder> open_replacement(const std::string& folder, const ModelConfig& serving);
+
+// Every tensor of an opened folder, converted to float32, in its config's layout.
+Result<ModelWeights> read_weights(const HfFolder& folder);
+
 // Writes `weights` as a Hugging Face folder: config.json (hf_config_json) and model.safetensors
 // with every tensor hf_tensor_specs names, as `dtype` (F32, F16 or BF16, rounded to nearest
 // even). The folder must exist. For the tests and benchmarks that need real checkpoints (weight

@@ -94,8 +94,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     c.tokens += o.num_new_tokens;
     if (o.finish != FinishReason::kNone) c.finish = finish_reason_name(o.finish);
     if (!req_.stream) {
-      if (req_.logprobs >= 0 || req_.return_token_ids)
-        c.generated.insert(c.generated.end(), o.tokens.begin(), o.tokens.end());
+      if (req_.logprobs >= 0 || req_.return_token_ids) c.generated.push_back(o.token);
       return;
     }
     if (!started_) start_stream_locked();
@@ -109,10 +108,10 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     } else {
       delta = {{"index", index}, {"text", o.text_delta}};
     }
-    delta["logprobs"] = logprobs_locked(o.tokens, c);
+    delta["logprobs"] = logprobs_locked(std::span(&o.token, 1), c);
     if (req_.return_token_ids) {
       if (!c.sent_role) delta["prompt_token_ids"] = prompt_ids_[prompt_index];
-      delta["token_ids"] = token_ids_json(o.tokens);
+      delta["token_ids"] = token_ids_json(std::span(&o.token, 1));
     }
     c.sent_role = true;
     delta["finish_reason"] =

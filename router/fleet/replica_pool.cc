@@ -106,12 +106,6 @@ void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
     remove(i);
 }
 
-uint64_t ReplicaPool::weight_version_order(const std::string& version) const {
-  std::lock_guard lock(mu_);
-  auto it = version_order_.find(version);
-  return it == version_order_.end() ? 0 : it->second;
-}
-
 std::vector<ReplicaView> ReplicaPool::snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<ReplicaView> out;

@@ -133,10 +133,6 @@ class ReplicaPool {
                    const std::shared_ptr<http::Cancellation>& cancellation = nullptr,
                    int64_t prompt_bytes = 0, int64_t prefill_tokens = 0);
 
-  // When this router first saw `version` on a replica (ReplicaView::weight_version_order); 0
-  // when never.
-  uint64_t weight_version_order(const std::string& version) const;
-
  private:
   struct Replica;
   void poll(Replica& r);

@@ -71,32 +71,31 @@ inline LogprobCheck run_and_check_logprobs(Engine& engine,
     if (!step.error.empty()) break;
     for (const SequenceOutput& o : step.outputs) {
       const GenerationRequest& r = *by_group.at(o.group_id);
-      for (const GeneratedToken& t : o.tokens) {
-        const int32_t pos =
-            static_cast<int32_t>(r.prompt.size()) + generated[{o.group_id, o.sibling}]++;
-        const auto row = rows.find({o.group_id, o.sibling, pos});
-        EXPECT_NE(row, rows.end()) << "no logits at " << pos;
-        if (row == rows.end()) continue;
-        const std::vector<float>& x = row->second;
-        const double want = reference_logprob(x, t.id, r.params, processed);
-        if (std::isinf(want)) {
-          EXPECT_TRUE(std::isinf(t.logprob) && t.logprob < 0) << "token " << t.id;
+      const GeneratedToken& t = o.token;
+      const int32_t pos =
+          static_cast<int32_t>(r.prompt.size()) + generated[{o.group_id, o.sibling}]++;
+      const auto row = rows.find({o.group_id, o.sibling, pos});
+      EXPECT_NE(row, rows.end()) << "no logits at " << pos;
+      if (row == rows.end()) continue;
+      const std::vector<float>& x = row->second;
+      const double want = reference_logprob(x, t.id, r.params, processed);
+      if (std::isinf(want)) {
+        EXPECT_TRUE(std::isinf(t.logprob) && t.logprob < 0) << "token " << t.id;
+      } else {
+        EXPECT_NEAR(t.logprob, want, tolerance) << "token " << t.id << " at " << pos;
+      }
+      ++check.tokens;
+      const std::vector<int32_t> order = token_order(x);
+      EXPECT_EQ(t.top.size(), static_cast<size_t>(r.params.logprobs));
+      for (size_t j = 0; j < t.top.size(); ++j) {
+        EXPECT_EQ(t.top[j].token, order[j]) << "entry " << j << " at " << pos;
+        const double w = reference_logprob(x, t.top[j].token, r.params, processed);
+        if (std::isinf(w)) {
+          EXPECT_TRUE(std::isinf(t.top[j].logprob)) << "entry " << j;
         } else {
-          EXPECT_NEAR(t.logprob, want, tolerance) << "token " << t.id << " at " << pos;
+          EXPECT_NEAR(t.top[j].logprob, w, tolerance) << "entry " << j << " at " << pos;
         }
-        ++check.tokens;
-        const std::vector<int32_t> order = token_order(x);
-        EXPECT_EQ(t.top.size(), static_cast<size_t>(r.params.logprobs));
-        for (size_t j = 0; j < t.top.size(); ++j) {
-          EXPECT_EQ(t.top[j].token, order[j]) << "entry " << j << " at " << pos;
-          const double w = reference_logprob(x, t.top[j].token, r.params, processed);
-          if (std::isinf(w)) {
-            EXPECT_TRUE(std::isinf(t.top[j].logprob)) << "entry " << j;
-          } else {
-            EXPECT_NEAR(t.top[j].logprob, w, tolerance) << "entry " << j << " at " << pos;
-          }
-          ++check.top_entries;
-        }
+        ++check.top_entries;
       }
     }
   }

@@ -147,15 +147,14 @@ void CpuBackend::mlp(const LayerWeights& l, int rows) {
 }
 
 Status CpuBackend::check_weights(const std::string& folder) const {
-  Result<HfFolder> f = HfFolder::open(folder);
-  if (!f.ok()) return Error{f.error().message};
-  if (Status s = check_same_model(weights_.config, f->config()); !s.ok()) return s;
-  return f->check_tensors();
+  Result<HfFolder> f = open_replacement(folder, weights_.config);
+  return f.ok() ? Status::Ok() : Status(Error{f.error().message});
 }
 
 Status CpuBackend::load_weights(const std::string& folder) {
-  if (Status s = check_weights(folder); !s.ok()) return s;
-  Result<ModelWeights> loaded = load_hf_weights(folder);
+  Result<HfFolder> f = open_replacement(folder, weights_.config);
+  if (!f.ok()) return Error{f.error().message};
+  Result<ModelWeights> loaded = read_weights(*f);
   if (!loaded.ok()) return Error{loaded.error().message};
   loaded->config = weights_.config;  // the running model's name, context and defaults
   weights_ = std::move(loaded).value();

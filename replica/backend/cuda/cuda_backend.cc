@@ -158,17 +158,13 @@ Status CudaBackend::upload_folder(const HfFolder& f) {
 }
 
 Status CudaBackend::check_weights(const std::string& folder) const {
-  Result<HfFolder> f = HfFolder::open(folder);
-  if (!f.ok()) return Error{f.error().message};
-  if (Status s = check_same_model(config_, f->config()); !s.ok()) return s;
-  return f->check_tensors();
+  Result<HfFolder> f = open_replacement(folder, config_);
+  return f.ok() ? Status::Ok() : Status(Error{f.error().message});
 }
 
 Status CudaBackend::load_weights(const std::string& folder) {
-  Result<HfFolder> f = HfFolder::open(folder);
+  Result<HfFolder> f = open_replacement(folder, config_);
   if (!f.ok()) return Error{f.error().message};
-  if (Status s = check_same_model(config_, f->config()); !s.ok()) return s;
-  if (Status s = f->check_tensors(); !s.ok()) return s;
   if (Status s = upload_folder(*f); !s.ok()) {
     weights_broken_ = "a weight update failed while writing the weights (" + s.message() +
                       "): load a complete checkpoint";

@@ -71,9 +71,9 @@ TEST(EngineLogprobs, NoTopEntriesUnlessAsked) {
   int tokens = 0;
   while (engine.has_work()) {
     for (const SequenceOutput& o : engine.step().outputs) {
-      ASSERT_EQ(o.tokens.size(), 1u);
-      EXPECT_TRUE(o.tokens[0].top.empty());
-      EXPECT_LE(o.tokens[0].logprob, 0.0f);  // the token's own logprob is always there
+      ASSERT_EQ(o.num_new_tokens, 1);
+      EXPECT_TRUE(o.token.top.empty());
+      EXPECT_LE(o.token.logprob, 0.0f);  // the token's own logprob is always there
       ++tokens;
     }
   }

@@ -98,6 +98,26 @@ class WeightUpdateTest : public ::testing::Test {
     return post("/v1/admin/weights", {{"path", path}, {"version", version}, {"mode", mode}});
   }
 
+  // A completion sent on a thread of its own (its own client): the reply when it comes.
+  std::future<http::ClientResponse> completion_async(json body) {
+    body["model"] = "tiny";
+    return std::async(std::launch::async, [port = replica_->port(), body] {
+      http::Client c;
+      auto r = c.request("127.0.0.1", port, "POST", "/v1/completions", body.dump(),
+                         {{"content-type", "application/json"}}, 60s);
+      return r.ok() ? *r : http::ClientResponse{};
+    });
+  }
+  // Waits (bounded) until /v1/load says a group runs, or that a weight update is under way.
+  void wait_for_running() {
+    for (int i = 0; i < 500 && get("/v1/load")["running_groups"] == 0; ++i)
+      std::this_thread::sleep_for(2ms);
+  }
+  void wait_for_updating() {
+    for (int i = 0; i < 500 && !get("/v1/load")["updating_weights"].get<bool>(); ++i)
+      std::this_thread::sleep_for(2ms);
+  }
+
   testing::TempDir root_;
   std::string a_, b_;
   std::unique_ptr<LocalReplica> replica_;
@@ -183,33 +203,15 @@ TEST_F(WeightUpdateTest, TheKvEventStreamSaysTheCacheWasCleared) {
 
 TEST_F(WeightUpdateTest, DrainFinishesWhatRunsOnTheOldWeightsAndQueuesTheRest) {
   // A long stream runs; the update drains it; a request sent meanwhile waits for the new weights.
-  auto running = std::async(std::launch::async, [&] {
-    http::Client c;
-    auto r = c.request("127.0.0.1", replica_->port(), "POST", "/v1/completions",
-                       json{{"model", "tiny"},
-                            {"prompt", kPrompt},
-                            {"max_tokens", 1000},
-                            {"ignore_eos", true},
-                            {"stream", true}}
-                           .dump(),
-                       {{"content-type", "application/json"}}, 60s);
-    return r.ok() ? *r : http::ClientResponse{};
-  });
-  for (int i = 0; i < 500 && get("/v1/load")["running_groups"] == 0; ++i)
-    std::this_thread::sleep_for(2ms);
+  auto running = completion_async(
+      {{"prompt", kPrompt}, {"max_tokens", 1000}, {"ignore_eos", true}, {"stream", true}});
+  wait_for_running();
   auto updating = std::async(std::launch::async, [&] { return update(b_, "step-1"); });
-  for (int i = 0; i < 500 && !get("/v1/load")["updating_weights"].get<bool>(); ++i)
-    std::this_thread::sleep_for(2ms);
+  wait_for_updating();
   // A second update while one runs: 409, and nothing changes.
   const auto second = update(a_, "step-x");
   EXPECT_EQ(second.status, 409) << second.body;
-  auto queued = std::async(std::launch::async, [&] {
-    http::Client c;
-    auto r = c.request("127.0.0.1", replica_->port(), "POST", "/v1/completions",
-                       json{{"model", "tiny"}, {"prompt", "queued"}, {"max_tokens", 3}}.dump(),
-                       {{"content-type", "application/json"}}, 60s);
-    return r.ok() ? *r : http::ClientResponse{};
-  });
+  auto queued = completion_async({{"prompt", "queued"}, {"max_tokens", 3}});
   const auto old = running.get();
   ASSERT_EQ(old.status, 200);
   EXPECT_EQ(old.header("x-kvcascade-weight-version"), "v0");
@@ -244,8 +246,7 @@ TEST_F(WeightUpdateTest, AClientLeavingDuringADrainLetsTheSwapGoAhead) {
       [&](Status s) { ended.set_value(s); });
   ASSERT_EQ(first_chunk.get_future().wait_for(10s), std::future_status::ready);
   auto updating = std::async(std::launch::async, [&] { return update(b_, "step-1"); });
-  for (int i = 0; i < 500 && !get("/v1/load")["updating_weights"].get<bool>(); ++i)
-    std::this_thread::sleep_for(2ms);
+  wait_for_updating();
   leave = true;  // the client goes away mid-stream
   ASSERT_EQ(updating.wait_for(10s), std::future_status::ready);
   const auto r = updating.get();
@@ -255,20 +256,9 @@ TEST_F(WeightUpdateTest, AClientLeavingDuringADrainLetsTheSwapGoAhead) {
 }
 
 TEST_F(WeightUpdateTest, AbortEndsWhatRunsAndSwapsAtOnce) {
-  auto running = std::async(std::launch::async, [&] {
-    http::Client c;
-    auto r = c.request("127.0.0.1", replica_->port(), "POST", "/v1/completions",
-                       json{{"model", "tiny"},
-                            {"prompt", kPrompt},
-                            {"max_tokens", 1500},
-                            {"ignore_eos", true},
-                            {"n", 2}}
-                           .dump(),
-                       {{"content-type", "application/json"}}, 60s);
-    return r.ok() ? *r : http::ClientResponse{};
-  });
-  for (int i = 0; i < 500 && get("/v1/load")["running_groups"] == 0; ++i)
-    std::this_thread::sleep_for(2ms);
+  auto running =
+      completion_async({{"prompt", kPrompt}, {"max_tokens", 1500}, {"ignore_eos", true}, {"n", 2}});
+  wait_for_running();
   const auto r = update(b_, "step-1", "abort");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["aborted_groups"], 1);

@@ -1,0 +1,184 @@
+// Logprobs and token ids over the replica's HTTP API (completions and chat, whole and streamed),
+// with the tiny model on the CPU backend (replica_server_fixture.h).
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "http/sse.h"
+#include "tests/replica/server/replica_server_fixture.h"
+
+namespace kvc {
+namespace {
+
+using json = nlohmann::json;
+using testing::kPrompt;
+using testing::ReplicaServerTest;
+
+struct StreamedChoice {
+  json logprobs = {{"tokens", json::array()},
+                   {"token_logprobs", json::array()},
+                   {"top_logprobs", json::array()},
+                   {"text_offset", json::array()}};
+  json content = json::array();
+  json token_ids = json::array();
+  json prompt_token_ids;
+};
+
+std::map<int, StreamedChoice> gather_stream(const std::string& body) {
+  http::SseParser parser;
+  auto events = parser.feed(body);
+  EXPECT_TRUE(events.ok());
+  std::map<int, StreamedChoice> out;
+  if (!events.ok()) return out;
+  for (const auto& e : *events) {
+    if (e.data == "[DONE]") continue;
+    const json chunk = json::parse(e.data);
+    for (const auto& c : chunk["choices"]) {
+      StreamedChoice& s = out[c["index"].get<int>()];
+      if (c.contains("prompt_token_ids")) s.prompt_token_ids = c["prompt_token_ids"];
+      for (const auto& id : c.value("token_ids", json::array()))
+        s.token_ids.push_back(id);
+      const json& lp = c["logprobs"];
+      if (lp.is_null()) continue;
+      if (lp.contains("content")) {
+        for (const auto& t : lp["content"])
+          s.content.push_back(t);
+        continue;
+      }
+      for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const auto& v : lp[k])
+          s.logprobs[k].push_back(v);
+    }
+  }
+  return out;
+}
+
+TEST_F(ReplicaServerTest, CompletionLogprobsAndTokenIdsWholeAndStreamed) {
+  json req = {{"model", "tiny"}, {"prompt", kPrompt},  {"n", 2},
+              {"max_tokens", 8}, {"seed", 3},          {"temperature", 0.9},
+              {"logprobs", 5},   {"ignore_eos", true}, {"return_token_ids", true}};
+  const auto r = post("/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json whole = json::parse(r.body);
+  const std::vector<int32_t> prompt_ids(kPrompt.begin(), kPrompt.end());  // the byte tokenizer
+  for (const json& c : whole["choices"]) {
+    EXPECT_EQ(c["prompt_token_ids"].get<std::vector<int32_t>>(), prompt_ids);
+    const json& lp = c["logprobs"];
+    ASSERT_EQ(c["token_ids"].size(), 8u);
+    ASSERT_EQ(lp["tokens"].size(), 8u);
+    ASSERT_EQ(lp["token_logprobs"].size(), 8u);
+    ASSERT_EQ(lp["top_logprobs"].size(), 8u);
+    for (size_t i = 0; i < 8; ++i) {
+      const double own = lp["token_logprobs"][i].get<double>();
+      EXPECT_LE(own, 0.0);
+      const json& top = lp["top_logprobs"][i];
+      // The 5 most likely and the sampled token (byte strings may collide after UTF-8
+      // replacement, so a dict can hold fewer).
+      EXPECT_GE(top.size(), 1u);
+      EXPECT_LE(top.size(), 6u);
+      double mass = 0, best = -1e9;
+      for (const auto& [tok, v] : top.items()) {
+        mass += std::exp(v.get<double>());
+        best = std::max(best, v.get<double>());
+      }
+      EXPECT_LE(mass, 1.0 + 1e-4);
+      EXPECT_GE(best, own - 1e-6);
+      if (i > 0) {  // one byte per token, none for the byte tokenizer's EOS
+        const int64_t step =
+            lp["text_offset"][i].get<int64_t>() - lp["text_offset"][i - 1].get<int64_t>();
+        EXPECT_TRUE(step == 0 || step == 1) << step;
+      }
+    }
+    EXPECT_EQ(lp["text_offset"][0], 0);
+  }
+  // The same request streamed: the same tokens, logprobs and ids, chunk by chunk.
+  req["stream"] = true;
+  const auto s = post("/v1/completions", req.dump());
+  ASSERT_EQ(s.status, 200);
+  const auto streamed = gather_stream(s.body);
+  ASSERT_EQ(streamed.size(), 2u);
+  for (const auto& [i, c] : streamed) {
+    const json& w = whole["choices"][i];
+    EXPECT_EQ(c.token_ids, w["token_ids"]);
+    EXPECT_EQ(c.prompt_token_ids, w["prompt_token_ids"]);
+    EXPECT_EQ(c.logprobs["tokens"], w["logprobs"]["tokens"]);
+    EXPECT_EQ(c.logprobs["text_offset"], w["logprobs"]["text_offset"]);
+    for (size_t k = 0; k < 8; ++k) {
+      EXPECT_FLOAT_EQ(c.logprobs["token_logprobs"][k].get<float>(),
+                      w["logprobs"]["token_logprobs"][k].get<float>());
+    }
+  }
+  // The prompt sent back as its token ids: the same continuation.
+  json by_ids = req;
+  by_ids.erase("stream");
+  by_ids["prompt"] = prompt_ids;
+  const json again = json::parse(post("/v1/completions", by_ids.dump()).body);
+  EXPECT_EQ(again["choices"][0]["token_ids"], whole["choices"][0]["token_ids"]);
+  EXPECT_EQ(again["choices"][1]["token_ids"], whole["choices"][1]["token_ids"]);
+  // Greedy: the sampled token is the most likely one, with its logprob.
+  json greedy = by_ids;
+  greedy["temperature"] = 0;
+  const json g = json::parse(post("/v1/completions", greedy.dump()).body);
+  const json& glp = g["choices"][0]["logprobs"];
+  for (size_t i = 0; i < 8; ++i) {
+    double best = -1e9;
+    for (const auto& [tok, v] : glp["top_logprobs"][i].items())
+      best = std::max(best, v.get<double>());
+    EXPECT_FLOAT_EQ(static_cast<float>(best), glp["token_logprobs"][i].get<float>());
+  }
+  // Without the fields: nulls and no ids, as before.
+  const json plain =
+      json::parse(post("/v1/completions",
+                       json{{"model", "tiny"}, {"prompt", kPrompt}, {"max_tokens", 2}}.dump())
+                      .body);
+  EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null());
+  EXPECT_FALSE(plain["choices"][0].contains("token_ids"));
+}
+
+TEST_F(ReplicaServerTest, ChatLogprobsHaveContentEntriesWholeAndStreamed) {
+  json req = {{"model", "tiny"},    {"messages", {{{"role", "user"}, {"content", kPrompt}}}},
+              {"max_tokens", 6},    {"seed", 4},
+              {"logprobs", true},   {"top_logprobs", 3},
+              {"ignore_eos", true}, {"return_token_ids", true}};
+  const auto r = post("/v1/chat/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json whole = json::parse(r.body);
+  const json& content = whole["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 6u);
+  EXPECT_TRUE(whole["choices"][0]["logprobs"]["refusal"].is_null());
+  for (const json& t : content) {
+    EXPECT_TRUE(t["token"].is_string());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(t["bytes"].is_array());
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    for (size_t j = 1; j < 3; ++j) {
+      EXPECT_GE(t["top_logprobs"][j - 1]["logprob"].get<double>(),
+                t["top_logprobs"][j]["logprob"].get<double>());
+    }
+  }
+  // Byte for byte, the tokens are the reply (none is the EOS with these 6).
+  std::string bytes;
+  for (const json& t : content)
+    for (int b : t["bytes"])
+      bytes += static_cast<char>(b);
+  std::string text_from_ids;
+  for (int id : whole["choices"][0]["token_ids"])
+    if (id < 256) text_from_ids += static_cast<char>(id);
+  EXPECT_EQ(bytes, text_from_ids);
+  req["stream"] = true;
+  const auto streamed = gather_stream(post("/v1/chat/completions", req.dump()).body);
+  ASSERT_EQ(streamed.size(), 1u);
+  ASSERT_EQ(streamed.at(0).content.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(streamed.at(0).content[i]["bytes"], content[i]["bytes"]);
+    EXPECT_EQ(streamed.at(0).content[i]["top_logprobs"].size(), 3u);
+  }
+  EXPECT_EQ(streamed.at(0).token_ids, whole["choices"][0]["token_ids"]);
+}
+
+}  // namespace
+}  // namespace kvc

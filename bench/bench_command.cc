@@ -191,6 +191,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       ->add_option("--logprobs", e->logprobs,
                    "every sibling asks for each token's logprob and the top-K logprobs (0-20)")
       ->check(CLI::Range(0, 20));
+  engine
+      ->add_option("--quantization", e->quantization,
+                   "fp8: the layer matrices in FP8 E4M3 with per-channel scales (floors count "
+                   "their bytes, and their FLOPs at twice the bf16 rate)")
+      ->check(CLI::IsMember({"fp8"}));
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
   auto gm = std::make_shared<GemmBenchOptions>();

@@ -21,6 +21,12 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_option_function<uint64_t>(
       "--weights-seed", [&b](uint64_t v) { b.weights_seed = v; },
       "seed of the random-initialised weights (default 1234)");
+  cmd.add_option("--quantization", b.quantization,
+                 "fp8: the layer matrices in FP8 E4M3 with one scale per output channel, "
+                 "quantized at load, and FP8 activations with one scale per token; none: bf16 "
+                 "(float32 on the CPU), an FP8 checkpoint dequantized (cpu, cuda; default: FP8 "
+                 "exactly when the checkpoint is)")
+      ->check(CLI::IsMember({"fp8", "none"}));
   cmd.add_option("--backend", b.backend,
                  "cpu (float32 reference), cuda (bf16 on the GPU) or sim (no math: each step takes "
                  "the time the bandwidth model predicts for --sim-preset's GPU)")

@@ -23,4 +23,35 @@ enum class ModelTensor {
   kLmHead
 };
 
+// The name messages use ("qkv", "gate_up", ...).
+inline const char* model_tensor_name(ModelTensor t) {
+  switch (t) {
+    case ModelTensor::kEmbed:
+      return "embed";
+    case ModelTensor::kAttnNorm:
+      return "attn_norm";
+    case ModelTensor::kQkv:
+      return "qkv";
+    case ModelTensor::kQkvBias:
+      return "qkv_bias";
+    case ModelTensor::kQNorm:
+      return "q_norm";
+    case ModelTensor::kKNorm:
+      return "k_norm";
+    case ModelTensor::kO:
+      return "o";
+    case ModelTensor::kMlpNorm:
+      return "mlp_norm";
+    case ModelTensor::kGateUp:
+      return "gate_up";
+    case ModelTensor::kDown:
+      return "down";
+    case ModelTensor::kFinalNorm:
+      return "final_norm";
+    case ModelTensor::kLmHead:
+      return "lm_head";
+  }
+  return "?";
+}
+
 }  // namespace kvc::kernels

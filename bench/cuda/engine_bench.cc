@@ -223,8 +223,9 @@ Point point_at(const ModeRun& run, int s, int window, int rows, const ModelCost&
     wait.push_back(r.wait_ms);
     dev.push_back(r.device_ms);
     bytes.push_back(m.weight_bytes + static_cast<double>(r.kv_bytes));
-    // GEMMs over every row, plus attention over each sequence's context (prompt + S).
-    flops.push_back(2.0 * m.matmul_params * rows +
+    // GEMMs over every row, plus attention over each sequence's context (prompt + S), in
+    // bf16-peak equivalents (FP8 layer GEMMs count half).
+    flops.push_back(m.layer_flops(rows) + 2.0 * m.lm_head_params * rows +
                     m.attn_flops_per_ctx_token * rows * double(prompt_len + r.s));
   }
   p.steps = static_cast<int>(wall.size());
@@ -271,20 +272,21 @@ int run_engine_bench(const EngineBenchOptions& o) {
     std::fprintf(stderr, "bench engine: %s\n", config.error().message.c_str());
     return 1;
   }
-  const ModelCost m = cost_of(*config);
+  const bool fp8 = o.quantization == "fp8";
+  const ModelCost m = cost_of(*config, fp8);
   std::printf("device: %s\n", kc::device_description().c_str());
   const double bw = kc::measure_read_bandwidth();
   const double peak = kc::measure_gemm_flops();
   std::printf("streaming read: %.0f GB/s; cuBLASLt bf16 GEMM 8192^3: %.0f TFLOP/s\n", bw / 1e9,
               peak / 1e12);
-  std::printf("model %s: %.2f GB of weights read per decode step\n", o.preset.c_str(),
+  std::printf("model %s%s: %.2f GB of weights read per decode step\n", o.preset.c_str(),
+              fp8 ? " (FP8 E4M3 layer matrices, per-channel scales; LM head bf16)" : "",
               m.weight_bytes / 1e9);
-  json result{{"device", kc::device_description()},
-              {"read_bandwidth_GBps", bw / 1e9},
-              {"gemm_bf16_TFLOPs", peak / 1e12},
-              {"preset", o.preset},
-              {"max_tokens_per_step", o.max_tokens_per_step},
-              {"weight_bytes_per_step", m.weight_bytes}};
+  json result{
+      {"device", kc::device_description()},     {"read_bandwidth_GBps", bw / 1e9},
+      {"gemm_bf16_TFLOPs", peak / 1e12},        {"preset", o.preset},
+      {"quantization", fp8 ? "fp8" : "none"},   {"max_tokens_per_step", o.max_tokens_per_step},
+      {"weight_bytes_per_step", m.weight_bytes}};
   if (o.step_table) {
     std::fflush(stdout);
     return run_step_table(o, m, bw, peak, std::move(result));
@@ -311,6 +313,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
   bo.max_tokens_per_step = o.max_tokens_per_step;
   bo.max_num_seqs = std::max(256, o.groups * o.siblings);
   bo.decode_gemm = o.decode_gemm;
+  bo.fp8_weights = fp8;
   auto made = CudaBackend::create(*config, nullptr, bo);
   if (!made.ok()) {
     std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());
@@ -337,7 +340,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     // Prefill of one prompt: the first step (the budget holds one prompt, nothing decodes yet).
     const StepRecord& first = run.steps.front();
     const double prefill_flops =
-        2.0 * (m.matmul_params - m.lm_head_params) * first.prefill + 2.0 * m.lm_head_params +
+        m.layer_flops(first.prefill) + 2.0 * m.lm_head_params +
         m.attn_flops_per_ctx_token * 0.5 * double(first.prefill) * first.prefill;
     const double prefill_floor_ms = prefill_flops / peak * 1e3;
     std::printf("== %s ==\n", name.c_str());

@@ -18,11 +18,20 @@ namespace kvc::bench {
 struct ModelCost {
   double matmul_params = 0;  // every weight matrix a decode step multiplies (LM head included)
   double lm_head_params = 0;
-  double weight_bytes = 0;              // bytes a decode step reads: matrices and norms, bf16
+  double weight_bytes = 0;  // bytes a decode step reads: matrices (and FP8 scales) and norms
   double attn_flops_per_ctx_token = 0;  // per sequence and context token, all layers
+  // The layer GEMMs' rate over the bf16 peak the benchmark measures: 2 with FP8 weights (the
+  // tensor cores' FP8 rate is twice their bf16 rate on Hopper: the datasheet's ratio, assumed).
+  double layer_rate = 1;
   ModelConfig config;
+  // FLOPs of `rows` rows through the layer GEMMs, in bf16-peak equivalents (over layer_rate).
+  double layer_flops(double rows) const {
+    return 2.0 * (matmul_params - lm_head_params) * rows / layer_rate;
+  }
 };
-ModelCost cost_of(const ModelConfig& c);
+// fp8: the layer matrices in E4M3 with a float scale per output channel (the LM head, the
+// embeddings and the norms bf16), as --quantization fp8 stores them.
+ModelCost cost_of(const ModelConfig& c, bool fp8 = false);
 
 // A prompt of `tokens` random letters, greedy, ignore_eos.
 GenerationRequest random_request(std::mt19937_64& rng, int tokens, int max_tokens);

@@ -145,6 +145,7 @@ int run_step_table(const EngineBenchOptions& o, const ModelCost& m, double bw, d
                            (o.step_table_cached + o.max_tokens_per_step) / 16 + 64);
   bo.max_tokens_per_step = o.max_tokens_per_step;
   bo.max_num_seqs = 256;
+  bo.fp8_weights = o.quantization == "fp8";
   bo.decode_gemm = o.decode_gemm;
   auto made = CudaBackend::create(m.config, nullptr, bo);
   if (!made.ok()) {
@@ -167,7 +168,7 @@ int run_step_table(const EngineBenchOptions& o, const ModelCost& m, double bw, d
     const auto kv_token = static_cast<double>(m.config.kv_bytes_per_token(2));  // bf16 KV
     const double ctx = c.decode_context();
     const double bytes = m.weight_bytes + kv_token * (c.decode * ctx + cached + c.prefill);
-    const double flops = 2.0 * (m.matmul_params - m.lm_head_params) * (c.decode + c.prefill) +
+    const double flops = m.layer_flops(c.decode + c.prefill) +
                          2.0 * m.lm_head_params * (c.decode + (c.prefill > 0 ? 1 : 0)) +
                          m.attn_flops_per_ctx_token * (c.decode * ctx + double(c.prefill) * cached +
                                                        0.5 * double(c.prefill) * c.prefill);

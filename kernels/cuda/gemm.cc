@@ -45,11 +45,12 @@ void Gemm::set_decode_kernel(bool on) {
   decode_kernel_ = on && decode_gemm_supported();
 }
 
-Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate) {
-  const Key key{m, n, k, static_cast<int>(out), accumulate};
+Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, bool fp8) {
+  const Key key{m, n, k, static_cast<int>(out), accumulate, fp8};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
   const cudaDataType_t out_type = out == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   bool ok =
       cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
@@ -57,8 +58,22 @@ Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate) {
                                             sizeof transa) == CUBLAS_STATUS_SUCCESS;
   ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
                                             sizeof transb) == CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, n, k) == CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, m, k) == CUBLAS_STATUS_SUCCESS;
+  if (fp8) {
+    // A (the weights, n rows after the transpose) and B (the activations, m columns): one scale
+    // per row of each, as device vectors; their pointers are set per call (run_fp8).
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
+                                              sizeof mode) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
+                                              sizeof mode) == CUBLAS_STATUS_SUCCESS;
+    const float* none = nullptr;  // the heuristic needs the pointers set; any value will do
+    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &none,
+                                              sizeof none) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &none,
+                                              sizeof none) == CUBLAS_STATUS_SUCCESS;
+  }
+  ok = ok && cublasLtMatrixLayoutCreate(&p->a, in_type, k, n, k) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(&p->b, in_type, k, m, k) == CUBLAS_STATUS_SUCCESS;
   ok = ok && cublasLtMatrixLayoutCreate(&p->c, out_type, n, m, n) == CUBLAS_STATUS_SUCCESS;
   cublasLtMatmulPreference_t pref = nullptr;
   ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
@@ -90,6 +105,31 @@ cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k
   Plan* p = plan_for(m, n, k, out, accumulate);
   if (!p->ok) return cudaErrorNotSupported;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const cublasStatus_t s =
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->desc, &alpha, w, p->a, x, p->b,
+                     &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream);
+  if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorLaunchFailure;
+  return cudaGetLastError();
+}
+
+cudaError_t Gemm::run_fp8(const void* x, const float* x_scales, const void* w,
+                          const float* w_scales, void* y, int m, int n, int k, GemmOut out,
+                          cudaStream_t stream) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  if (k % 16 != 0 || n % 16 != 0 || x_scales == nullptr || w_scales == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (!ok()) return cudaErrorInitializationError;
+  Plan* p = plan_for(m, n, k, out, false, true);
+  if (!p->ok) return cudaErrorNotSupported;
+  // Host-side attributes of the descriptor: safe while a stream is being captured.
+  if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales,
+                                     sizeof w_scales) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
+                                     sizeof x_scales) != CUBLAS_STATUS_SUCCESS) {
+    return cudaErrorInvalidValue;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t s =
       cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->desc, &alpha, w, p->a, x, p->b,
                      &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream);

@@ -1,11 +1,12 @@
 // Dense GEMMs of the model on tensor cores: through the Hopper decode GEMM (decode_gemm.h) for the
 // few rows of a decode step where it runs, else through cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ (the
-// Hugging Face Linear layout: w is [out, in], row-major), bf16 x and w, fp32 accumulation, y in
-// bf16 or fp32 (the LM head's logits). Descriptors and the chosen algorithm are cached per shape,
-// so a warmed-up GEMM costs one cublasLtMatmul call and allocates nothing (CUDA-graph capturable).
-// Tried on the H200 at the decode shapes (128 rows) and not kept: timing the heuristic's best 8
-// algorithms on first use, and those plus split-K variants (2-16 splits): no gain over the
-// heuristic's first choice (bench/results/runs/2026-12-01-engine-r2, -r4).
+// Hugging Face Linear layout: w is [out, in], row-major), bf16 x and w (or FP8 E4M3 with per-row
+// scales: run_fp8), fp32 accumulation, y in bf16 or fp32 (the LM head's logits). Descriptors and
+// the chosen algorithm are cached per shape, so a warmed-up GEMM costs one cublasLtMatmul call and
+// allocates nothing (CUDA-graph capturable). Tried on the H200 at the decode shapes (128 rows) and
+// not kept: timing the heuristic's best 8 algorithms on first use, and those plus split-K variants
+// (2-16 splits): no gain over the heuristic's first choice
+// (bench/results/runs/2026-12-01-engine-r2, -r4).
 #pragma once
 
 #include <cstddef>
@@ -39,11 +40,19 @@ class Gemm {
   // cuBLASLt finds no algorithm, or the launch error.
   cudaError_t run(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
                   cudaStream_t stream, bool accumulate = false);
+  // y[i, j] = x_scales[i] * w_scales[j] * sum_k x[i, k] w[j, k] through cuBLASLt's FP8 matmul:
+  // x [m, k] and w [n, k] E4M3 codes (ops.h quantize_rows_fp8 and the FP8 producers), one fp32
+  // scale per row of each (device arrays: per token, per output channel), applied in the
+  // epilogue (outer-vector scaling); fp32 accumulation, y bf16 or fp32. Preconditions: k and n
+  // multiples of 16, x, w, y 16-byte aligned. cudaErrorNotSupported: no cuBLASLt algorithm (a
+  // device before Hopper, or a cuBLASLt without outer-vector scaling).
+  cudaError_t run_fp8(const void* x, const float* x_scales, const void* w, const float* w_scales,
+                      void* y, int m, int n, int k, GemmOut out, cudaStream_t stream);
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int, bool>;
-  Plan* plan_for(int m, int n, int k, GemmOut out, bool accumulate);
+  using Key = std::tuple<int, int, int, int, bool, bool>;  // m, n, k, out, accumulate, fp8
+  Plan* plan_for(int m, int n, int k, GemmOut out, bool accumulate, bool fp8 = false);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;

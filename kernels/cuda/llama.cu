@@ -46,10 +46,6 @@ __global__ void fill_bf16_kernel(__nv_bfloat16* out, size_t n, float value) {
 struct TensorSizes {
   size_t embed, attn_norm, qkv, qkv_bias, qk_norm, o, mlp_norm, gate_up, down, final_norm, lm_head;
 };
-// Every tensor starts 16-byte aligned (the vector loads): sizes round up to 8 bf16 values.
-size_t padded(size_t n) {
-  return (n + 7) / 8 * 8;
-}
 TensorSizes sizes_of(const LlamaDims& d) {
   const size_t h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
@@ -65,9 +61,66 @@ TensorSizes sizes_of(const LlamaDims& d) {
           h,
           d.tied_embeddings ? 0 : size_t(d.vocab) * h};
 }
-size_t layer_elements(const TensorSizes& s) {
-  return padded(s.attn_norm) + s.qkv + padded(s.qkv_bias) + 2 * padded(s.qk_norm) + s.o +
-         padded(s.mlp_norm) + s.gate_up + s.down;
+// The layer matrices FP8 weights quantize, and their rows (output channels).
+bool is_fp8_matrix(const LlamaDims& d, ModelTensor t) {
+  return d.fp8_weights && (t == ModelTensor::kQkv || t == ModelTensor::kO ||
+                           t == ModelTensor::kGateUp || t == ModelTensor::kDown);
+}
+int matrix_rows(const LlamaDims& d, ModelTensor t) {
+  switch (t) {
+    case ModelTensor::kQkv:
+      return (d.q_heads + 2 * d.kv_heads) * d.head_dim;
+    case ModelTensor::kGateUp:
+      return 2 * d.intermediate;
+    default:  // o and down
+      return d.hidden;
+  }
+}
+
+// Lays the weights out in one allocation at `base` (null: only counts): every tensor 16-byte
+// aligned, bf16, or with fp8_weights the layer matrices as E4M3 codes followed by their fp32
+// scales. Fills I's pointers when given; returns the bytes.
+size_t lay_out_weights(const LlamaDims& d, char* base, LlamaModel::Impl* I) {
+  const TensorSizes s = sizes_of(d);
+  size_t at = 0;
+  auto take = [&](size_t bytes) -> void* {
+    void* p = base != nullptr ? base + at : nullptr;
+    at += (bytes + 15) / 16 * 16;
+    return p;
+  };
+  auto half = [&](size_t n) { return take(2 * n); };
+  auto matrix = [&](ModelTensor t, size_t n, void** w, float** scale) {
+    if (!is_fp8_matrix(d, t)) {
+      *w = half(n);
+      return;
+    }
+    *w = take(n);
+    *scale = static_cast<float*>(take(4 * size_t(matrix_rows(d, t))));
+  };
+  void* p = nullptr;
+  LlamaModel::Impl::Layer scratch{};
+  (I ? I->embed : p) = half(s.embed);
+  (I ? I->final_norm : p) = half(s.final_norm);
+  if (d.tied_embeddings) {
+    if (I) I->lm_head = I->embed;
+  } else {
+    (I ? I->lm_head : p) = half(s.lm_head);
+  }
+  for (int layer = 0; layer < d.layers; ++layer) {
+    LlamaModel::Impl::Layer& l = I ? I->layers[layer] : scratch;
+    l.attn_norm = half(s.attn_norm);
+    matrix(ModelTensor::kQkv, s.qkv, &l.qkv, &l.qkv_scale);
+    if (d.qkv_bias) l.qkv_bias = half(s.qkv_bias);
+    if (d.qk_norm) {
+      l.q_norm = half(s.qk_norm);
+      l.k_norm = half(s.qk_norm);
+    }
+    matrix(ModelTensor::kO, s.o, &l.o, &l.o_scale);
+    l.mlp_norm = half(s.mlp_norm);
+    matrix(ModelTensor::kGateUp, s.gate_up, &l.gate_up, &l.gate_up_scale);
+    matrix(ModelTensor::kDown, s.down, &l.down, &l.down_scale);
+  }
+  return at;
 }
 
 }  // namespace
@@ -77,8 +130,7 @@ LlamaModel::LlamaModel(LlamaDims dims, LlamaCapacity capacity)
 LlamaModel::~LlamaModel() = default;
 
 size_t LlamaModel::weight_bytes(const LlamaDims& d) {
-  const TensorSizes s = sizes_of(d);
-  return 2 * (s.embed + padded(s.final_norm) + s.lm_head + layer_elements(s) * d.layers);
+  return lay_out_weights(d, nullptr, nullptr);
 }
 
 size_t LlamaModel::kv_bytes(const LlamaDims& d, int num_blocks, int block_size) {
@@ -92,6 +144,7 @@ size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
   size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff) +
                t * d.head_dim / 2 * 8;  // RoPE's (cos, sin)
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
+  if (d.fp8_weights) act += t * (std::max(h, q) + ff + 8);  // FP8 activations and their scales
   // Sampling's outputs: token, logprob, norm, top logprobs (ids and values).
   act +=
       size_t(c.max_samples) * (8 + sizeof(sampling::LogprobNorm) + 8 * sampling::kMaxTopLogprobs);
@@ -115,6 +168,13 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   if (d.q_heads % d.kv_heads != 0 || d.hidden % 8 != 0 || d.intermediate % 8 != 0) {
     return Error{"unsupported model shape (heads, hidden or intermediate size)"};
   }
+  if (d.fp8_weights &&
+      (d.hidden % 16 != 0 || d.intermediate % 16 != 0 || (d.q_heads * d.head_dim) % 16 != 0 ||
+       (d.kv_heads * d.head_dim) % 16 != 0)) {
+    return Error{
+        "FP8 weights need hidden_size, intermediate_size and the q/k/v widths to be "
+        "multiples of 16 (the FP8 GEMM's leading dimensions)"};
+  }
   std::unique_ptr<LlamaModel> m(new LlamaModel(d, c));
   Impl& I = *m->impl_;
   auto fail = [](const std::string& what, cudaError_t e) {
@@ -125,34 +185,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
     return fail("cudaStreamCreate", e);
   if (cudaError_t e = cudaEventCreate(&I.step_begin); e) return fail("cudaEventCreate", e);
   if (cudaError_t e = cudaEventCreate(&I.step_end); e) return fail("cudaEventCreate", e);
-  const TensorSizes s = sizes_of(d);
   const size_t weights = weight_bytes(d);
   if (cudaError_t e = I.alloc(&I.weights, weights); e) {
     return fail("cannot allocate " + std::to_string(weights >> 20) + " MiB of weights", e);
   }
-  auto* p = static_cast<__nv_bfloat16*>(I.weights);
-  auto take = [&](size_t n) {
-    void* at = p;
-    p += padded(n);
-    return at;
-  };
-  I.embed = take(s.embed);
-  I.final_norm = take(s.final_norm);
-  I.lm_head = d.tied_embeddings ? I.embed : take(s.lm_head);
   I.layers.resize(d.layers);
-  for (auto& l : I.layers) {
-    l.attn_norm = take(s.attn_norm);
-    l.qkv = take(s.qkv);
-    if (d.qkv_bias) l.qkv_bias = take(s.qkv_bias);
-    if (d.qk_norm) {
-      l.q_norm = take(s.qk_norm);
-      l.k_norm = take(s.qk_norm);
-    }
-    l.o = take(s.o);
-    l.mlp_norm = take(s.mlp_norm);
-    l.gate_up = take(s.gate_up);
-    l.down = take(s.down);
-  }
+  lay_out_weights(d, static_cast<char*>(I.weights), &I);
   I.kv_layout = {d.layers, c.num_blocks, c.block_size, d.kv_heads, d.head_dim, KvDtype::kBF16};
   if (cudaError_t e = I.alloc(&I.kv, I.kv_layout.bytes()); e) {
     return fail("cannot allocate " + std::to_string(I.kv_layout.bytes() >> 20) +
@@ -176,6 +214,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   a(&I.act, t * ff * 2);
   a(&I.xs, size_t(c.max_samples) * h * 2);
   a(&I.rope_cs, t * d.head_dim / 2 * 8);
+  if (d.fp8_weights) {
+    a(&I.xq, t * std::max(h, q));
+    a(&I.actq, t * ff);
+    a(reinterpret_cast<void**>(&I.xq_scales), t * 4);
+    a(reinterpret_cast<void**>(&I.act_scales), t * 4);
+  }
   a(reinterpret_cast<void**>(&I.logits), size_t(c.max_samples) * d.vocab * 4);
   a(reinterpret_cast<void**>(&I.tokens_out), size_t(c.max_samples) * 4);
   a(reinterpret_cast<void**>(&I.logprobs_out), size_t(c.max_samples) * 4);
@@ -279,6 +323,59 @@ bool is_layer_tensor(ModelTensor t) {
   return t != ModelTensor::kEmbed && t != ModelTensor::kFinalNorm && t != ModelTensor::kLmHead;
 }
 
+float* scale_ptr(LlamaModel::Impl& I, ModelTensor t, int layer) {
+  LlamaModel::Impl::Layer& l = I.layers[layer];
+  switch (t) {
+    case ModelTensor::kQkv:
+      return l.qkv_scale;
+    case ModelTensor::kO:
+      return l.o_scale;
+    case ModelTensor::kGateUp:
+      return l.gate_up_scale;
+    case ModelTensor::kDown:
+      return l.down_scale;
+    default:
+      return nullptr;
+  }
+}
+
+// Where uploads of (t, layer) write their bf16 values: the tensor itself, or an FP8 matrix's
+// pending buffer (allocated, on the stream, by its first upload).
+cudaError_t bf16_target(LlamaModel::Impl& I, const LlamaDims& d, ModelTensor t, int layer,
+                        size_t elements, __nv_bfloat16** out) {
+  if (!is_fp8_matrix(d, t)) {
+    *out = static_cast<__nv_bfloat16*>(tensor_ptr(I, t, layer));
+    return cudaSuccess;
+  }
+  auto& m = I.pending[{static_cast<int>(t), layer}];
+  if (m.values == nullptr) {
+    if (cudaError_t e = cudaMallocAsync(&m.values, elements * 2, I.stream); e != cudaSuccess) {
+      I.pending.erase({static_cast<int>(t), layer});
+      return e;
+    }
+  }
+  *out = static_cast<__nv_bfloat16*>(m.values);
+  return cudaSuccess;
+}
+
+// After `count` more values of (t, layer) were queued: an FP8 matrix whose elements have all
+// arrived is quantized (one scale per row) into its storage and its buffer freed, on the stream.
+cudaError_t note_uploaded(LlamaModel::Impl& I, const LlamaDims& d, ModelTensor t, int layer,
+                          size_t count, size_t elements) {
+  if (!is_fp8_matrix(d, t)) return cudaSuccess;
+  auto it = I.pending.find({static_cast<int>(t), layer});
+  if (it == I.pending.end()) return cudaErrorInvalidValue;
+  it->second.filled += count;
+  if (it->second.filled < elements) return cudaSuccess;
+  const int rows = matrix_rows(d, t);
+  const int cols = static_cast<int>(elements / rows);
+  cudaError_t e = quantize_rows_fp8(it->second.values, cols, rows, cols, tensor_ptr(I, t, layer),
+                                    scale_ptr(I, t, layer), I.stream);
+  const cudaError_t f = cudaFreeAsync(it->second.values, I.stream);
+  I.pending.erase(it);
+  return e != cudaSuccess ? e : f;
+}
+
 }  // namespace
 
 Status LlamaModel::upload(ModelTensor t, int layer, size_t offset, const float* host,
@@ -287,7 +384,9 @@ Status LlamaModel::upload(ModelTensor t, int layer, size_t offset, const float* 
     return Error{"layer out of range"};
   if (offset + count > tensor_elements(t)) return Error{"upload past the end of the tensor"};
   if (count == 0) return Status::Ok();
-  auto* dst = static_cast<__nv_bfloat16*>(tensor_ptr(*impl_, t, layer)) + offset;
+  __nv_bfloat16* dst = nullptr;
+  KVC_TRY(bf16_target(*impl_, dims_, t, layer, tensor_elements(t), &dst), "upload buffer");
+  dst += offset;
   // float32 pieces go through one device staging buffer and are rounded to bf16 there.
   const size_t piece = size_t{1} << 22;
   float* staging = nullptr;
@@ -308,6 +407,8 @@ Status LlamaModel::upload(ModelTensor t, int layer, size_t offset, const float* 
   }
   cudaFree(staging);
   if (!failed.empty()) return Error{failed};
+  KVC_TRY(note_uploaded(*impl_, dims_, t, layer, count, tensor_elements(t)), "FP8 quantization");
+  KVC_TRY(cudaStreamSynchronize(impl_->stream), "FP8 quantization");
   return Status::Ok();
 }
 
@@ -324,7 +425,9 @@ Status LlamaModel::upload_half(ModelTensor t, int layer, size_t offset, const vo
     KVC_TRY(cudaEventCreateWithFlags(&I.upload_done[b], cudaEventDisableTiming), "upload event");
     KVC_TRY(cudaEventRecord(I.upload_done[b], I.stream), "upload event");
   }
-  auto* dst = static_cast<uint16_t*>(tensor_ptr(I, t, layer)) + offset;
+  __nv_bfloat16* target = nullptr;
+  KVC_TRY(bf16_target(I, dims_, t, layer, tensor_elements(t), &target), "upload buffer");
+  auto* dst = reinterpret_cast<uint16_t*>(target) + offset;
   const auto* src = static_cast<const std::byte*>(host);
   constexpr size_t kPiece = Impl::kUploadStageBytes / 2;  // values per staging buffer
   for (size_t i = 0; i < count; i += kPiece) {
@@ -349,6 +452,7 @@ Status LlamaModel::upload_half(ModelTensor t, int layer, size_t offset, const vo
     }
     KVC_TRY(cudaEventRecord(I.upload_done[b], I.stream), "upload event");
   }
+  KVC_TRY(note_uploaded(I, dims_, t, layer, count, tensor_elements(t)), "FP8 quantization");
   return {};
 }
 
@@ -356,6 +460,17 @@ Status LlamaModel::finish_uploads() {
   Impl& I = *impl_;
   KVC_TRY(cudaStreamSynchronize(I.stream), "upload");
   I.free_upload_stages();
+  if (!I.pending.empty()) {
+    const auto [t, layer] = I.pending.begin()->first;
+    const size_t filled = I.pending.begin()->second.filled;
+    for (auto& [key, m] : I.pending)
+      cudaFree(m.values);
+    I.pending.clear();
+    return Error{"FP8 weights: " + std::string(model_tensor_name(static_cast<ModelTensor>(t))) +
+                 " of layer " + std::to_string(layer) + " received " + std::to_string(filled) +
+                 " of its " + std::to_string(tensor_elements(static_cast<ModelTensor>(t))) +
+                 " values"};
+  }
   return {};
 }
 
@@ -393,10 +508,19 @@ LlamaModel::GraphStats LlamaModel::graph_stats() const {
 Status LlamaModel::random_init(uint64_t seed) {
   Impl& I = *impl_;
   uint64_t index = 0;
-  auto matrix = [&](void* p, size_t n, int fan_in) -> cudaError_t {
+  auto fill = [&](void* p, size_t n, int fan_in) -> cudaError_t {
     // Uniform in [-a, a) has standard deviation a / sqrt(3).
     const float a = std::sqrt(3.0f) / std::sqrt(static_cast<float>(fan_in));
     return fill_random(p, n, KvDtype::kBF16, seed * 0x9E3779B97F4A7C15ull + ++index, a, I.stream);
+  };
+  // A layer matrix: filled where its uploads would write (an FP8 matrix's bf16 buffer).
+  auto layer_matrix = [&](ModelTensor t, int layer, int fan_in) -> cudaError_t {
+    const size_t n = tensor_elements(t);
+    __nv_bfloat16* dst = nullptr;
+    cudaError_t e = bf16_target(I, dims_, t, layer, n, &dst);
+    if (e == cudaSuccess) e = fill(dst, n, fan_in);
+    if (e == cudaSuccess) e = note_uploaded(I, dims_, t, layer, n, n);
+    return e;
   };
   auto ones = [&](void* p, size_t n) -> cudaError_t {
     fill_bf16_kernel<<<256, 256, 0, I.stream>>>(static_cast<__nv_bfloat16*>(p), n, 1.0f);
@@ -404,22 +528,23 @@ Status LlamaModel::random_init(uint64_t seed) {
   };
   const TensorSizes s = sizes_of(dims_);
   const int h = dims_.hidden, q = dims_.q_heads * dims_.head_dim;
-  KVC_TRY(matrix(I.embed, s.embed, h), "random init");
-  for (auto& l : I.layers) {
+  KVC_TRY(fill(I.embed, s.embed, h), "random init");
+  for (int layer = 0; layer < dims_.layers; ++layer) {
+    const Impl::Layer& l = I.layers[layer];
     KVC_TRY(ones(l.attn_norm, s.attn_norm), "random init");
-    KVC_TRY(matrix(l.qkv, s.qkv, h), "random init");
-    if (dims_.qkv_bias) KVC_TRY(matrix(l.qkv_bias, s.qkv_bias, q), "random init");
+    KVC_TRY(layer_matrix(ModelTensor::kQkv, layer, h), "random init");
+    if (dims_.qkv_bias) KVC_TRY(fill(l.qkv_bias, s.qkv_bias, q), "random init");
     if (dims_.qk_norm) {
       KVC_TRY(ones(l.q_norm, s.qk_norm), "random init");
       KVC_TRY(ones(l.k_norm, s.qk_norm), "random init");
     }
-    KVC_TRY(matrix(l.o, s.o, q), "random init");
+    KVC_TRY(layer_matrix(ModelTensor::kO, layer, q), "random init");
     KVC_TRY(ones(l.mlp_norm, s.mlp_norm), "random init");
-    KVC_TRY(matrix(l.gate_up, s.gate_up, h), "random init");
-    KVC_TRY(matrix(l.down, s.down, dims_.intermediate), "random init");
+    KVC_TRY(layer_matrix(ModelTensor::kGateUp, layer, h), "random init");
+    KVC_TRY(layer_matrix(ModelTensor::kDown, layer, dims_.intermediate), "random init");
   }
   KVC_TRY(ones(I.final_norm, s.final_norm), "random init");
-  if (!dims_.tied_embeddings) KVC_TRY(matrix(I.lm_head, s.lm_head, h), "random init");
+  if (!dims_.tied_embeddings) KVC_TRY(fill(I.lm_head, s.lm_head, h), "random init");
   KVC_TRY(cudaStreamSynchronize(I.stream), "random init");
   return {};
 }

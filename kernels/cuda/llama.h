@@ -38,6 +38,12 @@ struct LlamaDims {
   bool tied_embeddings = false;
   bool qkv_bias = false;  // biases on the q, k and v projections (Qwen2)
   bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3)
+  // The four matrices of every layer (qkv, o, gate_up, down) stored as FP8 E4M3 with one scale
+  // per output channel, quantized on the device as they are uploaded (kernels/fp8_rule.h), and
+  // multiplied by FP8 activations with one scale per token (the RMSNorm and SwiGLU kernels write
+  // them; the attention output is quantized before the o projection). Embeddings, norms, biases
+  // and the LM head stay bf16. Needs hidden, intermediate and the q/k/v widths multiples of 16.
+  bool fp8_weights = false;
 };
 
 struct LlamaCapacity {
@@ -50,8 +56,9 @@ struct LlamaCapacity {
   int max_copies = 1024;   // copy-on-write block pairs of one step
 };
 
-// The tensors of the model (kernels/model_tensor.h), as the device stores them: bf16. The Qwen
-// tensors have tensor_elements 0 when dims lack the option.
+// The tensors of the model (kernels/model_tensor.h), as the device stores them: bf16 (the layer
+// matrices FP8 with LlamaDims::fp8_weights). The Qwen tensors have tensor_elements 0 when dims
+// lack the option.
 // One step, as host arrays (views: nothing is copied until forward).
 struct LlamaStep {
   std::span<const int32_t> copy_pairs;  // [num_copies, 2] (src, dst)
@@ -117,7 +124,9 @@ class LlamaModel {
   // replica/model/weights.h random_weights, not bit-equal to it): deterministic for the seed.
   Status random_init(uint64_t seed);
   // Writes `count` values at element `offset` of a tensor (layer ignored for model tensors),
-  // converting float32 to bf16 (round to nearest even) on the device, in 16 MiB pieces.
+  // converting float32 to bf16 (round to nearest even) on the device, in 16 MiB pieces. An FP8
+  // matrix is gathered in bf16 in a buffer of its own until all its elements have arrived (the
+  // pieces must not overlap), then quantized into its storage and the buffer freed.
   Status upload(ModelTensor t, int layer, size_t offset, const float* host, size_t count);
   // Same for raw bf16 (or fp16, converted on the device) values, `host` any address (a file
   // mapping). Asynchronous: the values are copied (by several threads) into one of two pinned
@@ -126,6 +135,7 @@ class LlamaModel {
   // queue and reports its errors (later steps are ordered after it in any case).
   Status upload_half(ModelTensor t, int layer, size_t offset, const void* host, size_t count,
                      bool is_fp16);
+  // Also an error, naming it, when an FP8 matrix did not receive all its elements.
   Status finish_uploads();
   size_t tensor_elements(ModelTensor t) const;
 

@@ -4,8 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/attention.h"
@@ -42,6 +44,9 @@ struct LlamaModel::Impl {
   struct Layer {
     void *attn_norm, *qkv, *o, *mlp_norm, *gate_up, *down;
     void *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr;  // family options
+    // With fp8_weights: the four matrices above are E4M3 codes and these their per-output-channel
+    // scales (fp32); null otherwise.
+    float *qkv_scale = nullptr, *o_scale = nullptr, *gate_up_scale = nullptr, *down_scale = nullptr;
   };
   std::vector<Layer> layers;
   void* weights = nullptr;  // one allocation
@@ -53,6 +58,16 @@ struct LlamaModel::Impl {
   void *x = nullptr, *xn = nullptr, *q = nullptr, *qkv = nullptr, *attn = nullptr, *proj = nullptr,
        *gate_up = nullptr, *act = nullptr, *xs = nullptr;
   void* rope_cs = nullptr;  // float2 [T, head_dim / 2]: the step's RoPE (cos, sin), all layers
+  // With fp8_weights: a GEMM's input as E4M3 codes [T, max(h, q)] (normalised rows or the
+  // attention output) and SwiGLU's [T, ff], each with its per-row scales [T].
+  void *xq = nullptr, *actq = nullptr;
+  float *xq_scales = nullptr, *act_scales = nullptr;
+  // FP8 matrices being uploaded: bf16 values gathered per (tensor, layer) until complete.
+  struct PendingMatrix {
+    void* values = nullptr;
+    size_t filled = 0;
+  };
+  std::map<std::pair<int, int>, PendingMatrix> pending;
   float* logits = nullptr;  // [max_samples, vocab]
   int32_t* tokens_out = nullptr;
   float* logprobs_out = nullptr;
@@ -170,6 +185,8 @@ struct LlamaModel::Impl {
     if (stream) cudaStreamSynchronize(stream);
     drop_graphs();
     gemm.reset();
+    for (auto& [key, m] : pending)
+      cudaFree(m.values);
     for (void* p : allocations)
       cudaFree(p);
     if (host_stage) cudaFreeHost(host_stage);

@@ -131,6 +131,19 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
             ff = d.intermediate;
   cudaStream_t s = I.stream;
   Gemm& g = *I.gemm;
+  // With FP8 weights a layer GEMM reads the E4M3 rows (and per-row scales) its producer wrote
+  // (xq or actq) and the matrix's codes and per-channel scales; else bf16 x and w.
+  const bool fp8 = d.fp8_weights;
+  auto layer_gemm = [&](const void* x, const void* xq, const float* x_scales, const void* w,
+                        const float* w_scales, void* y, int n, int k) {
+    return fp8 ? g.run_fp8(xq, x_scales, w, w_scales, y, rows, n, k, GemmOut::kBF16, s)
+               : g.run(x, w, y, rows, n, k, GemmOut::kBF16, s);
+  };
+  auto norm = [&](const void* x, bool accumulate, const void* weight) {
+    return fp8 ? add_rms_norm_fp8(x, I.residual, accumulate, weight, I.xq, I.xq_scales, rows, h,
+                                  d.rms_eps, s)
+               : add_rms_norm(x, I.residual, accumulate, weight, I.xn, rows, h, d.rms_eps, s);
+  };
   // 2. Copy-on-write.
   if (num_copies > 0) {
     KVC_OP(copy_blocks(I.kv, I.kv_layout, dw + sl.copies, num_copies, s), "copy_blocks");
@@ -148,14 +161,13 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         void* kc = I.kv_layout.k(I.kv, layer);
         void* vc = I.kv_layout.v(I.kv, layer);
         // Attention block.
-        KVC_OP(add_rms_norm(layer == 0 ? I.x : I.proj, I.residual, layer > 0, L.attn_norm, I.xn,
-                            rows, h, d.rms_eps, s),
-               "add_rms_norm");
+        KVC_OP(norm(layer == 0 ? I.x : I.proj, layer > 0, L.attn_norm), "add_rms_norm");
         // One GEMM for q, k and v; one launch rotates q into the contiguous buffer the
         // attention kernels read and writes rotated k and v to the cache from the QKV rows.
         const int64_t qkv_row = qd + 2 * kvd;
         auto* qkv = static_cast<__nv_bfloat16*>(I.qkv);
-        KVC_OP(g.run(I.xn, L.qkv, qkv, rows, static_cast<int>(qkv_row), h, GemmOut::kBF16, s),
+        KVC_OP(layer_gemm(I.xn, I.xq, I.xq_scales, L.qkv, L.qkv_scale, qkv,
+                          static_cast<int>(qkv_row), h),
                "qkv_proj");
         if (d.qkv_bias || d.qk_norm) {  // Qwen2's biases, Qwen3's q/k norms
           KVC_OP(qkv_bias_norm(qkv, qkv_row, rows, d.q_heads, d.kv_heads, d.head_dim, L.qkv_bias,
@@ -182,14 +194,22 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
                              I.decode_ws, I.decode_ws_bytes, s),
               "cascade_decode");
         }
-        KVC_OP(g.run(I.attn, L.o, I.proj, rows, h, qd, GemmOut::kBF16, s), "o_proj");
+        if (fp8) {
+          KVC_OP(quantize_rows_fp8(I.attn, qd, rows, qd, I.xq, I.xq_scales, s), "quantize attn");
+        }
+        KVC_OP(layer_gemm(I.attn, I.xq, I.xq_scales, L.o, L.o_scale, I.proj, h, qd), "o_proj");
         // MLP block.
-        KVC_OP(add_rms_norm(I.proj, I.residual, true, L.mlp_norm, I.xn, rows, h, d.rms_eps, s),
-               "add_rms_norm");
-        KVC_OP(g.run(I.xn, L.gate_up, I.gate_up, rows, 2 * ff, h, GemmOut::kBF16, s),
-               "gate_up_proj");
-        KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
-        KVC_OP(g.run(I.act, L.down, I.proj, rows, h, ff, GemmOut::kBF16, s), "down_proj");
+        KVC_OP(norm(I.proj, true, L.mlp_norm), "add_rms_norm");
+        KVC_OP(
+            layer_gemm(I.xn, I.xq, I.xq_scales, L.gate_up, L.gate_up_scale, I.gate_up, 2 * ff, h),
+            "gate_up_proj");
+        if (fp8) {
+          KVC_OP(silu_mul_fp8(I.gate_up, I.actq, I.act_scales, rows, ff, s), "silu_mul");
+        } else {
+          KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
+        }
+        KVC_OP(layer_gemm(I.act, I.actq, I.act_scales, L.down, L.down_scale, I.proj, h, ff),
+               "down_proj");
       }
       // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
       // row: it is gathered once per sample), then sampling.

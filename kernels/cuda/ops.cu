@@ -2,8 +2,11 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
+
+#include "kernels/fp8_rule.h"
 
 namespace kvc::kernels::cuda {
 namespace {
@@ -116,16 +119,60 @@ __device__ float block_sum(float v) {
   return sum;  // the same value in every thread (fixed order)
 }
 
+__device__ float block_max(float v) {
+  __shared__ float partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float m = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
+    m = fmaxf(m, partial[w]);
+  return m;
+}
+
+// ---- FP8 E4M3 (kernels/fp8_rule.h) ----------------------------------------------------------
+
+__device__ __forceinline__ uint8_t to_e4m3(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+// kVec values times inv as E4M3 codes (kVec = 8: one 8-byte store).
+template <int kVec>
+__device__ __forceinline__ void store_e4m3(uint8_t* p, const float* v, float inv) {
+  if constexpr (kVec == 8) {
+    uint2 u;
+    auto* h = reinterpret_cast<__nv_fp8x2_storage_t*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      h[j] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * j] * inv, v[2 * j + 1] * inv),
+                                      __NV_SATFINITE, __NV_E4M3);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else {
+    *p = to_e4m3(v[0] * inv);
+  }
+}
+template <int kVec>
+__device__ __forceinline__ float abs_max(float m, const float* v) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    m = fmaxf(m, fabsf(v[j]));
+  return m;
+}
+
 // One CTA per row; kVec = 8: hidden % 8 == 0 and 16-byte aligned pointers. Each thread rereads
 // only the residual values it wrote itself, so no barrier is needed between the two loops.
-template <int kVec>
+// kFp8: y is E4M3 codes with the row's scale in y_scales[row] (two passes over the normalised
+// row: its maximum, then the codes), else bf16.
+template <int kVec, bool kFp8>
 __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate,
-                                    const bf16* weight, bf16* y, int hidden, float eps) {
+                                    const bf16* weight, void* y, float* y_scales, int hidden,
+                                    float eps) {
   let_next_gemm_start();
   const int64_t row = blockIdx.x;
   float* res = residual + row * hidden;
   const bf16* xr = x != nullptr ? x + row * hidden : nullptr;
-  bf16* yr = y + row * hidden;
   float sum_sq = 0;
   for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
     float v[kVec];
@@ -149,14 +196,36 @@ __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumul
       sum_sq += v[j] * v[j];
   }
   const float inv = 1.0f / sqrtf(block_sum(sum_sq) / hidden + eps);
-  for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
-    float v[kVec], w[kVec];
+  auto normed = [&](int i, float* v) {
+    float w[kVec];
     load<kVec>(res + i, v);
     load<kVec>(weight + i, w);
 #pragma unroll
     for (int j = 0; j < kVec; ++j)
       v[j] = w[j] * (v[j] * inv);
-    store<kVec>(yr + i, v);
+  };
+  if constexpr (kFp8) {
+    float m = 0;
+    for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
+      float v[kVec];
+      normed(i, v);
+      m = abs_max<kVec>(m, v);
+    }
+    const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
+    uint8_t* yr = static_cast<uint8_t*>(y) + row * hidden;
+    for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
+      float v[kVec];
+      normed(i, v);
+      store_e4m3<kVec>(yr + i, v, qinv);
+    }
+    if (threadIdx.x == 0) y_scales[row] = scale;
+  } else {
+    bf16* yr = static_cast<bf16*>(y) + row * hidden;
+    for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
+      float v[kVec];
+      normed(i, v);
+      store<kVec>(yr + i, v);
+    }
   }
 }
 
@@ -227,6 +296,57 @@ __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int rows, int in
       g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
     store<kVec>(out + r * inter + c, g);
   }
+}
+
+// One CTA per row: silu(gate) * up in fp32, the row's maximum, then its E4M3 codes (the values
+// are computed twice rather than kept: a row of 14336 does not fit a CTA's registers).
+template <int kVec>
+__global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales, int inter) {
+  let_next_gemm_start();
+  const int64_t r = blockIdx.x;
+  const bf16* gr = gate_up + r * 2 * inter;
+  auto act = [&](int c, float* g) {
+    float u[kVec];
+    load<kVec>(gr + c, g);
+    load<kVec>(gr + inter + c, u);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+  };
+  float m = 0;
+  for (int c = threadIdx.x * kVec; c < inter; c += blockDim.x * kVec) {
+    float g[kVec];
+    act(c, g);
+    m = abs_max<kVec>(m, g);
+  }
+  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
+  for (int c = threadIdx.x * kVec; c < inter; c += blockDim.x * kVec) {
+    float g[kVec];
+    act(c, g);
+    store_e4m3<kVec>(out + r * inter + c, g, qinv);
+  }
+  if (threadIdx.x == 0) scales[r] = scale;
+}
+
+// One CTA per row of bf16 values: the row's maximum, then its E4M3 codes.
+template <int kVec>
+__global__ void quantize_rows_fp8_kernel(const bf16* x, int64_t stride, int dim, uint8_t* q,
+                                         float* scales) {
+  const int64_t r = blockIdx.x;
+  const bf16* xr = x + r * stride;
+  float m = 0;
+  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
+    float v[kVec];
+    load<kVec>(xr + i, v);
+    m = abs_max<kVec>(m, v);
+  }
+  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
+  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
+    float v[kVec];
+    load<kVec>(xr + i, v);
+    store_e4m3<kVec>(q + r * dim + i, v, qinv);
+  }
+  if (threadIdx.x == 0) scales[r] = scale;
 }
 
 // ---- KV append ------------------------------------------------------------------------------
@@ -428,21 +548,73 @@ cudaError_t embedding_gather(const void* table, int vocab, int hidden, const int
   return cudaGetLastError();
 }
 
+namespace {
+
+template <bool kFp8>
+cudaError_t launch_add_rms_norm(const void* x, float* residual, bool accumulate, const void* weight,
+                                void* y, float* y_scales, int rows, int hidden, float eps,
+                                cudaStream_t stream) {
+  const bf16* xb = static_cast<const bf16*>(x);
+  const bf16* w = static_cast<const bf16*>(weight);
+  const bool y_aligned = kFp8 ? reinterpret_cast<uintptr_t>(y) % 8 == 0 : aligned16(y);
+  const bool vec = hidden % 8 == 0 && (x == nullptr || aligned16(x)) && aligned16(residual) &&
+                   aligned16(weight) && y_aligned;
+  if (vec) {
+    add_rms_norm_kernel<8, kFp8><<<rows, threads_for(hidden / 8), 0, stream>>>(
+        xb, residual, accumulate, w, y, y_scales, hidden, eps);
+  } else {
+    add_rms_norm_kernel<1, kFp8><<<rows, threads_for(hidden), 0, stream>>>(
+        xb, residual, accumulate, w, y, y_scales, hidden, eps);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
 cudaError_t add_rms_norm(const void* x, float* residual, bool accumulate, const void* weight,
                          void* y, int rows, int hidden, float eps, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (rows < 0 || hidden <= 0) return cudaErrorInvalidValue;
-  const bf16* xb = static_cast<const bf16*>(x);
-  const bf16* w = static_cast<const bf16*>(weight);
-  bf16* yb = static_cast<bf16*>(y);
-  const bool vec = hidden % 8 == 0 && (x == nullptr || aligned16(x)) && aligned16(residual) &&
-                   aligned16(weight) && aligned16(y);
-  if (vec) {
-    add_rms_norm_kernel<8><<<rows, threads_for(hidden / 8), 0, stream>>>(xb, residual, accumulate,
-                                                                         w, yb, hidden, eps);
+  return launch_add_rms_norm<false>(x, residual, accumulate, weight, y, nullptr, rows, hidden, eps,
+                                    stream);
+}
+
+cudaError_t add_rms_norm_fp8(const void* x, float* residual, bool accumulate, const void* weight,
+                             void* y, float* y_scales, int rows, int hidden, float eps,
+                             cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (rows < 0 || hidden <= 0 || y_scales == nullptr) return cudaErrorInvalidValue;
+  return launch_add_rms_norm<true>(x, residual, accumulate, weight, y, y_scales, rows, hidden, eps,
+                                   stream);
+}
+
+cudaError_t silu_mul_fp8(const void* gate_up, void* out, float* scales, int rows, int inter,
+                         cudaStream_t stream) {
+  if (rows == 0 || inter == 0) return cudaSuccess;
+  if (rows < 0 || inter < 0 || scales == nullptr) return cudaErrorInvalidValue;
+  const bf16* gu = static_cast<const bf16*>(gate_up);
+  auto* o = static_cast<uint8_t*>(out);
+  if (inter % 8 == 0 && aligned16(gate_up) && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+    silu_mul_fp8_kernel<8><<<rows, threads_for(inter / 8), 0, stream>>>(gu, o, scales, inter);
   } else {
-    add_rms_norm_kernel<1>
-        <<<rows, threads_for(hidden), 0, stream>>>(xb, residual, accumulate, w, yb, hidden, eps);
+    silu_mul_fp8_kernel<1><<<rows, threads_for(inter), 0, stream>>>(gu, o, scales, inter);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t quantize_rows_fp8(const void* x, int64_t stride, int rows, int dim, void* q,
+                              float* scales, cudaStream_t stream) {
+  if (rows == 0 || dim == 0) return cudaSuccess;
+  if (rows < 0 || dim < 0 || stride < dim || scales == nullptr || rows > (1 << 30)) {
+    return cudaErrorInvalidValue;
+  }
+  const bf16* xb = static_cast<const bf16*>(x);
+  auto* qb = static_cast<uint8_t*>(q);
+  if (dim % 8 == 0 && stride % 8 == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(q) % 8 == 0) {
+    quantize_rows_fp8_kernel<8>
+        <<<rows, threads_for(dim / 8), 0, stream>>>(xb, stride, dim, qb, scales);
+  } else {
+    quantize_rows_fp8_kernel<1><<<rows, threads_for(dim), 0, stream>>>(xb, stride, dim, qb, scales);
   }
   return cudaGetLastError();
 }

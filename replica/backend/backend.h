@@ -135,6 +135,9 @@ class Backend {
   virtual int32_t num_blocks() const = 0;
   virtual int32_t block_size() const = 0;
   virtual std::string name() const = 0;  // "cpu", "cuda"
+  // How the weights are quantized: "" (as the checkpoint holds them: float32 on the CPU, bf16 on
+  // the GPU) or "fp8" (--quantization fp8: the layer matrices in E4M3, per output channel).
+  virtual std::string quantization() const { return {}; }
   // Bytes of one KV element in this backend's cache (4: float32, 2: fp16/bf16): the planner's
   // cost model and the KV-bytes metrics use it.
   virtual int32_t kv_bytes_per_element() const = 0;

@@ -19,6 +19,14 @@ struct BackendOptions {
   // A Hugging Face tokenizer folder; empty: model_dir's tokenizer.json if any, else bytes.
   std::string tokenizer_dir;
   std::optional<uint64_t> weights_seed;  // random weights (default 1234)
+  // cpu and cuda: "fp8": the layer matrices in FP8 E4M3 with per-output-channel scales,
+  // quantized at load, and FP8 activations with per-token scales; "none": the weights as bf16
+  // (float32 on the CPU), an FP8 checkpoint dequantized; "" (the default): FP8 exactly when the
+  // checkpoint is FP8.
+  std::string quantization;
+  bool fp8_weights_for(const std::string& checkpoint_quantization) const {
+    return quantization == "fp8" || (quantization.empty() && !checkpoint_quantization.empty());
+  }
   int32_t kv_blocks = 0;  // 0: 4096 on the CPU; on the GPU or sim, as many as memory allows
   int32_t block_size = 16;
   // The scheduler's limits (SchedulerConfig): the CUDA backend sizes its workspace by them.

@@ -112,6 +112,7 @@ class Engine {
   // failure that touched the weights. *flushed: blocks that held content.
   Status replace_weights(const std::string& folder, int32_t* flushed);
   Backend& backend() { return backend_; }
+  const Backend& backend() const { return backend_; }
   // Work is queued but none can start for this long (declared groups waiting for their
   // members): an engine loop sleeps that long unless a command arrives.
   std::optional<Clock::Duration> held_for() const {

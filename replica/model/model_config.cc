@@ -255,6 +255,94 @@ Status read_rope(const nlohmann::json& j, ModelConfig& c) {
   return Status::Ok();
 }
 
+// FP8 checkpoints as published: compressed-tensors' float-quantized FP8 (per-tensor, per-channel
+// or block scales in `<linear>.weight_scale`) and transformers' fine-grained fp8 (block scales in
+// `<linear>.weight_scale_inv`). The weights are dequantized at load (HfFolder::read_f32) and
+// requantized per output channel where the engine serves FP8 (kernels/fp8_rule.h). Static
+// activation scales (input_scale) and KV-cache scales are not read: activations are quantized
+// per token as they are produced, and the KV cache is bf16. Anything else is refused by name.
+Status read_quantization(const nlohmann::json& q, ModelConfig& c) {
+  if (!q.is_object()) return refuse("quantization_config", "expected an object");
+  const auto m = q.find("quant_method");
+  const std::string method = m != q.end() && m->is_string() ? m->get<std::string>() : "";
+  const std::string supported =
+      " (supported: FP8 checkpoints, quant_method \"compressed-tensors\" with float-quantized "
+      "8-bit "
+      "float weights, or \"fp8\")";
+  if (method == "fp8") {
+    c.checkpoint_fp8_block = {128, 128};
+    if (auto b = q.find("weight_block_size"); b != q.end() && !b->is_null()) {
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
+          !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||
+          (*b)[1].get<int64_t>() <= 0 || (*b)[0].get<int64_t>() > (1 << 20) ||
+          (*b)[1].get<int64_t>() > (1 << 20)) {
+        return refuse("quantization_config.weight_block_size", "expected two positive integers");
+      }
+      c.checkpoint_fp8_block = {(*b)[0].get<int>(), (*b)[1].get<int>()};
+    }
+    if (auto fmt = q.find("fmt"); fmt != q.end() && !fmt->is_null() && *fmt != "e4m3") {
+      return refuse("quantization_config.fmt", fmt->dump() + " is not supported (e4m3)");
+    }
+    c.checkpoint_quantization = "fp8 (transformers, " +
+                                std::to_string(c.checkpoint_fp8_block.first) + "x" +
+                                std::to_string(c.checkpoint_fp8_block.second) + " blocks)";
+    return Status::Ok();
+  }
+  if (method != "compressed-tensors") {
+    return refuse("quantization_config.quant_method",
+                  (method.empty() ? std::string("missing") : "'" + method + "'") +
+                      " is not supported" + supported);
+  }
+  const std::string format = q.value("format", "");
+  if (format != "float-quantized" && format != "naive-quantized") {
+    return refuse("quantization_config.format",
+                  "'" + format + "' is not supported (float-quantized, naive-quantized)");
+  }
+  const auto groups = q.find("config_groups");
+  if (groups == q.end() || !groups->is_object() || groups->empty()) {
+    return refuse("quantization_config.config_groups", "expected an object of groups");
+  }
+  std::string strategies;
+  for (const auto& [name, g] : groups->items()) {
+    const std::string where = "quantization_config.config_groups." + name;
+    const auto w = g.find("weights");
+    if (!g.is_object() || w == g.end() || !w->is_object()) {
+      return refuse(where + ".weights", "expected an object");
+    }
+    if (w->value("num_bits", 0) != 8 || w->value("type", "") != "float") {
+      return refuse(where + ".weights", "only 8-bit float weights are supported");
+    }
+    const std::string strategy = w->value("strategy", "");
+    if (strategy != "tensor" && strategy != "channel" && strategy != "block") {
+      return refuse(where + ".weights.strategy",
+                    "'" + strategy + "' is not supported (tensor, channel, block)");
+    }
+    if (strategy == "block") {
+      const auto b = w->find("block_structure");
+      if (b == w->end() || !b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
+          !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||
+          (*b)[1].get<int64_t>() <= 0 || (*b)[0].get<int64_t>() > (1 << 20) ||
+          (*b)[1].get<int64_t>() > (1 << 20)) {
+        return refuse(where + ".weights.block_structure", "expected two positive integers");
+      }
+      c.checkpoint_fp8_block = {(*b)[0].get<int>(), (*b)[1].get<int>()};
+    }
+    if (w->contains("symmetric") && !w->value("symmetric", true)) {
+      return refuse(where + ".weights.symmetric", "asymmetric weights are not supported");
+    }
+    if (auto a = g.find("input_activations"); a != g.end() && !a->is_null()) {
+      if (!a->is_object() || a->value("num_bits", 0) != 8 || a->value("type", "") != "float") {
+        return refuse(where + ".input_activations",
+                      "only 8-bit float activations are supported (they are quantized per token)");
+      }
+    }
+    if (strategies.find(strategy) == std::string::npos)
+      strategies += (strategies.empty() ? "" : ", ") + strategy;
+  }
+  c.checkpoint_quantization = "fp8 (compressed-tensors, " + strategies + " scales)";
+  return Status::Ok();
+}
+
 // The options of the family, and what it does not have refused by name.
 Status read_family_options(const nlohmann::json& j, ModelConfig& c) {
   auto flag = [&](const char* key) -> Result<bool> {
@@ -280,7 +368,7 @@ Status read_family_options(const nlohmann::json& j, ModelConfig& c) {
     }
   }
   if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
-    return refuse("quantization_config", "quantized weights are not supported yet");
+    if (Status s = read_quantization(*q, c); !s.ok()) return s;
   }
   // A sliding window shorter than the context served would change attention: not implemented.
   // Qwen's sliding_window applies only with use_sliding_window.

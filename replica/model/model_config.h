@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -68,6 +69,11 @@ struct ModelConfig {
   // eos_token_id, else config.json's (an id or a list; Llama 3 Instruct ends on any of three).
   std::vector<int32_t> eos_token_ids;
   GenerationDefaults generation;
+  // An FP8 checkpoint (config.json's quantization_config): how its weights are stored, for logs
+  // ("" for a bf16/f16/f32 checkpoint), and the block of one scale where scales are per block
+  // (rows, columns).
+  std::string checkpoint_quantization;
+  std::pair<int, int> checkpoint_fp8_block{0, 0};
 
   int gqa_group() const { return num_attention_heads / num_key_value_heads; }
   // K and V of one token over all layers, at `bytes_per_element` (2 for fp16/bf16).

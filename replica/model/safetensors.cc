@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/fp8_rule.h"
 
 namespace kvc {
 
@@ -31,12 +32,14 @@ const char* dtype_name(DType dtype) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
 
 int dtype_bytes(DType dtype) {
-  return dtype == DType::kF32 ? 4 : 2;
+  return dtype == DType::kF32 ? 4 : dtype == DType::kF8E4M3 ? 1 : 2;
 }
 
 float f16_to_float(uint16_t h) {
@@ -113,7 +116,7 @@ int known_dtype_bytes(const std::string& name) {
 }
 
 bool supported_dtype(const std::string& name, DType& out) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3}) {
     if (name == dtype_name(d)) {
       out = d;
       return true;
@@ -292,7 +295,7 @@ Result<TensorView> SafetensorsFile::tensor(const std::string& name) const {
   const Entry& e = it->second;
   if (!e.supported) {
     return Error{path_ + ": tensor '" + name + "' has dtype " + e.dtype +
-                 " (supported: F32, F16, BF16)"};
+                 " (supported: F32, F16, BF16, F8_E4M3)"};
   }
   return TensorView{e.type, e.shape,
                     std::span<const std::byte>(mapping_->data + e.begin, e.end - e.begin)};
@@ -308,12 +311,20 @@ Status SafetensorsFile::read_f32(const std::string& name,
   }
   const std::byte* src = t->bytes.data();
   const DType type = t->dtype;
+  float fp8_values[256];
+  for (int c = 0; c < 256 && type == DType::kF8E4M3; ++c)
+    fp8_values[c] = kernels::fp8::e4m3_to_float(static_cast<uint8_t>(c));
   // Converted in parallel: loading a multi-GB checkpoint is otherwise bound by one core.
   kernels::cpu::parallel_for(
       t->numel(),
       [&](int64_t begin, int64_t end) {
         if (type == DType::kF32) {
           std::memcpy(out + begin, src + begin * 4, (end - begin) * 4);  // src may be unaligned
+          return;
+        }
+        if (type == DType::kF8E4M3) {
+          for (int64_t i = begin; i < end; ++i)
+            out[i] = fp8_values[static_cast<uint8_t>(src[i])];
           return;
         }
         for (int64_t i = begin; i < end; ++i) {
@@ -338,6 +349,8 @@ NamedTensor make_tensor(std::string name, DType dtype, std::vector<int64_t> shap
   for (size_t i = 0; i < values.size(); ++i) {
     if (dtype == DType::kF32) {
       std::memcpy(t.bytes.data() + i * 4, &values[i], 4);
+    } else if (dtype == DType::kF8E4M3) {
+      t.bytes[i] = static_cast<std::byte>(kernels::fp8::e4m3_from_float(values[i]));
     } else {
       const uint16_t bits =
           dtype == DType::kF16 ? float_to_f16(values[i]) : float_to_bf16(values[i]);

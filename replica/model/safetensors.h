@@ -17,11 +17,12 @@
 
 namespace kvc {
 
-// The element types the engine reads. Other safetensors dtypes (I64, F64, F8_*, ...) are accepted
-// in a file but refused when asked for.
-enum class DType { kF32, kF16, kBF16 };
+// The element types the engine reads. Other safetensors dtypes (I64, F64, F8_E5M2, ...) are
+// accepted in a file but refused when asked for. F8_E4M3 holds FP8 checkpoints' codes
+// (kernels/fp8_rule.h), whose scales are separate tensors (HfFolder applies them).
+enum class DType { kF32, kF16, kBF16, kF8E4M3 };
 
-const char* dtype_name(DType dtype);  // "F32", "F16", "BF16"
+const char* dtype_name(DType dtype);  // "F32", "F16", "BF16", "F8_E4M3"
 int dtype_bytes(DType dtype);
 
 // Scalar conversions (IEEE half; bfloat16 = the high half of a float32). The float -> 16-bit ones
@@ -60,7 +61,8 @@ class SafetensorsFile {
   // Error when absent or of an unsupported dtype (the message names it).
   Result<TensorView> tensor(const std::string& name) const;
 
-  // Converts tensor `name` (F32, F16 or BF16) to float32 into out[0 .. numel).
+  // Converts tensor `name` (F32, F16 or BF16; F8_E4M3: the codes' values, unscaled) to float32
+  // into out[0 .. numel).
   // Errors name the tensor: missing, unsupported dtype, or a shape other than expected_shape.
   Status read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
                   float* out) const;
@@ -93,7 +95,8 @@ struct NamedTensor {
   std::vector<std::byte> bytes;  // numel * dtype_bytes, little-endian
 };
 
-// `values` (float32, numel of `shape`) stored as `dtype` (rounded to nearest even).
+// `values` (float32, numel of `shape`) stored as `dtype` (rounded to nearest even; F8_E4M3
+// saturates at ±448).
 NamedTensor make_tensor(std::string name, DType dtype, std::vector<int64_t> shape,
                         std::span<const float> values);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -89,6 +90,15 @@ Result<std::string> read_text(const fs::path& path) {
   if (!in) return Error{path.string() + ": cannot read"};
   return text.str();
 }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The tensors of an FP8 checkpoint's scales next to `<linear>.weight`, in the names each layout
+// gives them (compressed-tensors, transformers fp8).
+constexpr const char* kScaleSuffixes[] = {".weight_scale", ".weight_scale_inv"};
 
 std::string folder_name(const std::string& folder) {
   std::error_code ec;
@@ -271,10 +281,19 @@ Status HfFolder::check_every_tensor_read() const {
   for (const TensorSpec& t : specs_)
     read.insert(t.name);
   auto harmless = [&](const std::string& name) {
-    const std::string rotary = "rotary_emb.inv_freq";
-    return (name.size() >= rotary.size() &&
-            name.compare(name.size() - rotary.size(), rotary.size(), rotary) == 0) ||
-           (name == "lm_head.weight" && config_.tie_word_embeddings);
+    if (ends_with(name, "rotary_emb.inv_freq")) return true;
+    if (name == "lm_head.weight" && config_.tie_word_embeddings) return true;
+    if (config_.checkpoint_quantization.empty()) return false;
+    // An FP8 checkpoint's scales of a matrix the model reads (applied by read_f32), and its
+    // static activation and KV-cache scales (not used: activations are quantized per token,
+    // the KV cache is bf16).
+    for (const char* suffix : kScaleSuffixes) {
+      if (ends_with(name, suffix)) {
+        return read.count(name.substr(0, name.size() - std::strlen(suffix)) + ".weight") > 0;
+      }
+    }
+    return ends_with(name, ".input_scale") || ends_with(name, ".k_scale") ||
+           ends_with(name, ".v_scale");
   };
   std::vector<std::string> extra;
   for (const auto& [name, shard] : shard_of_) {
@@ -303,16 +322,84 @@ Result<TensorView> HfFolder::tensor(const std::string& name,
   return t;
 }
 
+Result<HfFolder::Fp8Scales> HfFolder::fp8_scales(const std::string& name,
+                                                 const std::vector<int64_t>& shape) const {
+  const std::string base = ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : "";
+  if (base.empty() || shape.size() != 2) {
+    return Error{folder_ + ": tensor '" + name + "' is F8_E4M3 but not a Linear weight matrix"};
+  }
+  for (const char* suffix : kScaleSuffixes) {
+    const auto it = shard_of_.find(base + suffix);
+    if (it == shard_of_.end()) continue;
+    const SafetensorsFile& shard = shards_[it->second];
+    Result<TensorView> v = shard.tensor(base + suffix);
+    if (!v.ok()) return Error{v.error().message};
+    if (v->dtype == DType::kF8E4M3) return Error{shard.path() + ": '" + base + suffix + "' is F8"};
+    Fp8Scales s;
+    s.name = base + suffix;
+    s.shape = v->shape;
+    const int64_t rows = shape[0], cols = shape[1], n = v->numel();
+    const auto [bn, bk] = config_.checkpoint_fp8_block;
+    if (n == 1) {
+      s.block_rows = rows, s.block_cols = cols;  // one scale for the tensor
+    } else if (n == rows && (v->shape.size() == 1 || v->shape == std::vector<int64_t>{rows, 1})) {
+      s.block_rows = 1, s.block_cols = cols;  // one per output channel
+    } else if (bn > 0 &&
+               v->shape == std::vector<int64_t>{(rows + bn - 1) / bn, (cols + bk - 1) / bk}) {
+      s.block_rows = bn, s.block_cols = bk;
+    } else {
+      return Error{
+          shard.path() + ": '" + s.name + "' has shape " + shape_string(v->shape) +
+          ", not the scales of '" + name + "' " + shape_string(shape) + " (one, one per row" +
+          (bn > 0 ? ", or one per " + std::to_string(bn) + "x" + std::to_string(bk) + " block"
+                  : std::string()) +
+          ")"};
+    }
+    return s;
+  }
+  return Error{folder_ + ": tensor '" + name + "' is F8_E4M3 and has no '" + base +
+               ".weight_scale' (or '.weight_scale_inv')"};
+}
+
 Status HfFolder::read_f32(const std::string& name, const std::vector<int64_t>& shape,
                           float* out) const {
   const auto it = shard_of_.find(name);
   if (it == shard_of_.end()) return Error{folder_ + ": missing tensor '" + name + "'"};
-  return shards_[it->second].read_f32(name, shape, out);
+  const SafetensorsFile& shard = shards_[it->second];
+  if (Status st = shard.read_f32(name, shape, out); !st.ok()) return st;
+  if (Result<TensorView> v = shard.tensor(name); !v.ok() || v->dtype != DType::kF8E4M3) {
+    return Status::Ok();  // read_f32 succeeded: the view exists
+  }
+  Result<Fp8Scales> s = fp8_scales(name, shape);
+  if (!s.ok()) return Error{s.error().message};
+  int64_t n = 1;
+  for (int64_t d : s->shape)
+    n *= d;
+  std::vector<float> scales(static_cast<size_t>(n));
+  if (Status st = shards_[shard_of_.at(s->name)].read_f32(s->name, s->shape, scales.data());
+      !st.ok()) {
+    return st;
+  }
+  const int64_t cols = shape[1], blocks_per_row = (cols + s->block_cols - 1) / s->block_cols;
+  kernels::cpu::parallel_for(shape[0], [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row_scales = scales.data() + (r / s->block_rows) * blocks_per_row;
+      for (int64_t c = 0; c < cols; ++c)
+        out[r * cols + c] *= row_scales[c / s->block_cols];
+    }
+  });
+  return Status::Ok();
 }
 
 Status HfFolder::check_tensors() const {
   for (const TensorSpec& s : specs_) {
-    if (Result<TensorView> v = tensor(s.name, s.shape); !v.ok()) return Error{v.error().message};
+    Result<TensorView> v = tensor(s.name, s.shape);
+    if (!v.ok()) return Error{v.error().message};
+    if (v->dtype == DType::kF8E4M3) {
+      if (Result<Fp8Scales> sc = fp8_scales(s.name, s.shape); !sc.ok()) {
+        return Error{sc.error().message};
+      }
+    }
   }
   return Status::Ok();
 }

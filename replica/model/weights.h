@@ -84,12 +84,24 @@ class HfFolder {
   // Every tensor the model reads is there with its shape and a dtype it takes (reads nothing but
   // the shards' headers): after this, reading them fails only if the files change underneath.
   Status check_tensors() const;
-  // Tensor `name`, which must have exactly `shape` and dtype F32, F16 or BF16; errors name it.
+  // Tensor `name`, which must have exactly `shape` and dtype F32, F16, BF16 or (a matrix of an
+  // FP8 checkpoint) F8_E4M3; errors name it. An F8_E4M3 view holds codes: read it with read_f32.
   Result<TensorView> tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  // Tensor `name` as float32; an F8_E4M3 matrix dequantized by its scales (`<linear>.weight_scale`
+  // or `.weight_scale_inv`: one scale, one per row, or one per block of
+  // config().checkpoint_fp8_block).
   Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
 
  private:
   Status check_every_tensor_read() const;
+  // Where the scales of F8_E4M3 matrix `name` are and how they map onto it: each scale covers
+  // block_rows x block_cols elements (the whole matrix, a row, or a block).
+  struct Fp8Scales {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t block_rows = 1, block_cols = 1;
+  };
+  Result<Fp8Scales> fp8_scales(const std::string& name, const std::vector<int64_t>& shape) const;
   std::string folder_;
   ModelConfig config_;
   std::vector<TensorSpec> specs_;

@@ -28,8 +28,9 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32
     config->vocab_size = std::max(config->vocab_size, min_vocab);
     weights = random_weights(*config, o.seed_or_default());
   }
+  const bool fp8 = o.fp8_weights_for(weights.config.checkpoint_quantization);
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
-      std::move(weights), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size));
+      std::move(weights), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size, fp8));
 }
 
 Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock& clock) {
@@ -53,6 +54,9 @@ Status check_backend_options(const BackendOptions& o) {
   if (b != "cpu" && b != "cuda" && b != "sim") {
     return Error{"--backend " + b + ": not a backend (cpu, cuda or sim)"};
   }
+  if (!o.quantization.empty() && o.quantization != "fp8" && o.quantization != "none") {
+    return Error{"--quantization " + o.quantization + ": not supported (fp8 or none)"};
+  }
   // Each entry: an option that only some backends read, whether it was given, and who reads it.
   struct Only {
     const char* flag;
@@ -65,6 +69,7 @@ Status check_backend_options(const BackendOptions& o) {
       {"--preset", o.preset.has_value(), !sim, "cpu and cuda (sim: --sim-preset)"},
       {"--model", !o.model_dir.empty(), !sim, "cpu and cuda (sim: --sim-preset)"},
       {"--weights-seed", o.weights_seed.has_value(), !sim, "cpu and cuda"},
+      {"--quantization", !o.quantization.empty(), !sim, "cpu and cuda"},
       {"--gpu-memory-utilization", o.gpu_memory_utilization.has_value(), cuda || sim,
        "cuda and sim"},
       {"--no-cuda-graphs", o.cuda_graphs.has_value(), cuda, "cuda"},

@@ -587,6 +587,9 @@ std::string ReplicaServer::info_json() const {
          {"head_dim", m.head_dim}}},
        {"generation_defaults", generation_defaults_json(m)},
        {"weight_version", loop_.weight_version()},
+       {"quantization", engine_.backend().quantization().empty()
+                            ? json(nullptr)
+                            : json(engine_.backend().quantization())},
        {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
 }
 

@@ -5,12 +5,18 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/fp8.h"
+
 namespace kvc {
 
 namespace cpu = kernels::cpu;
 
-CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size)
-    : weights_(std::move(weights)), num_blocks_(num_blocks), block_size_(block_size) {
+CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size,
+                       bool fp8_weights)
+    : weights_(std::move(weights)),
+      fp8_weights_(fp8_weights),
+      num_blocks_(num_blocks),
+      block_size_(block_size) {
   assert(check_weight_shapes(weights_).ok());
   assert(num_blocks > 0 && block_size > 0);
   const ModelConfig& c = weights_.config;
@@ -21,6 +27,25 @@ CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_s
   const size_t floats = static_cast<size_t>(num_blocks) * block_size * kv_row();
   k_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
   v_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
+  quantize_matrices();
+}
+
+void CpuBackend::quantize_matrices() {
+  if (!fp8_weights_) return;
+  const ModelConfig& c = weights_.config;
+  const int64_t h = c.hidden_size;
+  for (LayerWeights& l : weights_.layers) {
+    for (std::vector<float>* w : {&l.wq, &l.wk, &l.wv, &l.w_gate_up}) {
+      cpu::fake_quantize_rows_fp8(w->data(), static_cast<int64_t>(w->size()) / h, h);
+    }
+    const int64_t qd = int64_t{c.num_attention_heads} * c.head_dim;
+    cpu::fake_quantize_rows_fp8(l.wo.data(), h, qd);
+    cpu::fake_quantize_rows_fp8(l.w_down.data(), h, c.intermediate_size);
+  }
+}
+
+void CpuBackend::quantize_input(std::vector<float>& x, int rows, int dim) const {
+  if (fp8_weights_) cpu::fake_quantize_rows_fp8(x.data(), rows, dim);
 }
 
 void CpuBackend::check_batch(const ForwardBatch& batch) const {
@@ -140,8 +165,10 @@ void CpuBackend::mlp(const LayerWeights& l, int rows) {
   cpu::rms_norm(x_.data(), l.mlp_norm.data(), xn_.data(), rows, h, c.rms_norm_eps);
   gate_up_.resize(static_cast<size_t>(rows) * 2 * ff);
   act_.resize(static_cast<size_t>(rows) * ff);
+  quantize_input(xn_, rows, h);
   cpu::matmul(xn_.data(), l.w_gate_up.data(), gate_up_.data(), rows, 2 * ff, h);
   cpu::silu_mul(gate_up_.data(), act_.data(), rows, ff);
+  quantize_input(act_, rows, ff);
   cpu::matmul(act_.data(), l.w_down.data(), proj_.data(), rows, h, ff);
   cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
 }
@@ -158,6 +185,7 @@ Status CpuBackend::load_weights(const std::string& folder) {
   if (!loaded.ok()) return Error{loaded.error().message};
   loaded->config = weights_.config;  // the running model's name, context and defaults
   weights_ = std::move(loaded).value();
+  quantize_matrices();
   return Status::Ok();
 }
 
@@ -201,6 +229,7 @@ Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>&
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LayerWeights& l = weights_.layers[layer];
     cpu::rms_norm(x_.data(), l.attn_norm.data(), xn_.data(), rows, h, c.rms_norm_eps);
+    quantize_input(xn_, rows, h);
     cpu::matmul(xn_.data(), l.wq.data(), q_.data(), rows, qd, h);
     cpu::matmul(xn_.data(), l.wk.data(), k_.data(), rows, kvd, h);
     cpu::matmul(xn_.data(), l.wv.data(), v_.data(), rows, kvd, h);
@@ -235,6 +264,7 @@ Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>&
       rows = num_logits;
       if (rows == 0) return Status::Ok();
     }
+    quantize_input(attn_, rows, qd);
     cpu::matmul(attn_.data(), l.wo.data(), proj_.data(), rows, h, qd);
     cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
     mlp(l, rows);

@@ -1,5 +1,8 @@
 // The CPU backend: the model in float32 on kernels/cpu over a paged KV cache in host memory. It is
-// the reference the CUDA backend is compared with and the backend of the CPU demo.
+// the reference the CUDA backend is compared with and the backend of the CPU demo. With FP8
+// weights (--quantization fp8) it is the CUDA FP8 model's twin: the layer matrices and each GEMM's
+// input rows take their E4M3 values (kernels/cpu/fp8.h: per output channel, per token), and the
+// GEMMs run in float32 on those values.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,8 @@ class CpuBackend final : public Backend {
   // Allocates the KV cache: 2 * layers * num_blocks * block_size * kv_heads * head_dim floats
   // (kv_cache_bytes). Preconditions: check_weight_shapes(weights) is ok; num_blocks > 0,
   // block_size > 0.
-  CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size);
+  CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size,
+             bool fp8_weights = false);
 
   static int64_t kv_cache_bytes(const ModelConfig& config, int32_t num_blocks, int32_t block_size) {
     return config.kv_bytes_per_token(sizeof(float)) * num_blocks * block_size;
@@ -29,6 +33,7 @@ class CpuBackend final : public Backend {
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
   std::string name() const override { return "cpu"; }
+  std::string quantization() const override { return fp8_weights_ ? "fp8" : ""; }
   int32_t kv_bytes_per_element() const override { return sizeof(float); }
 
   // Not thread-safe: one forward at a time (the kernels inside are threaded).
@@ -48,6 +53,10 @@ class CpuBackend final : public Backend {
   void gather_rows(const ForwardBatch& batch);
   void attention(int layer, const ForwardBatch& batch);
   void mlp(const LayerWeights& l, int rows);
+  // With FP8 weights: the layer matrices replaced by their E4M3 values (per output channel).
+  void quantize_matrices();
+  // With FP8 weights: rows [rows, dim] of a GEMM's input replaced by their E4M3 values.
+  void quantize_input(std::vector<float>& x, int rows, int dim) const;
 
   float* k_cache(int layer) { return k_cache_[layer].data(); }
   float* v_cache(int layer) { return v_cache_[layer].data(); }
@@ -55,6 +64,7 @@ class CpuBackend final : public Backend {
   int64_t kv_row() const { return int64_t{shape_.num_kv_heads} * shape_.head_dim; }
 
   ModelWeights weights_;
+  bool fp8_weights_ = false;
   int32_t num_blocks_;
   int32_t block_size_;
   kernels::AttentionShape shape_;

@@ -48,11 +48,16 @@ CudaBackend::CudaBackend(ModelConfig config, std::unique_ptr<kc::LlamaModel> mod
 
 CudaBackend::~CudaBackend() = default;
 
+std::string CudaBackend::quantization() const {
+  return model_->dims().fp8_weights ? "fp8" : "";
+}
+
 Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& config,
                                                            const CudaBackendOptions& o) {
   if (!kc::device_available()) return Error{"--backend cuda: " + kc::device_description()};
   if (Status s = config.validate(); !s.ok()) return Error{s.message()};
-  const kc::LlamaDims dims = dims_of(config);
+  kc::LlamaDims dims = dims_of(config);
+  dims.fp8_weights = o.fp8_weights.value_or(!config.checkpoint_quantization.empty());
   kc::LlamaCapacity cap;
   cap.block_size = o.block_size;
   cap.max_tokens = std::max(o.max_tokens_per_step, o.max_num_seqs);
@@ -140,7 +145,13 @@ Status CudaBackend::upload_folder(const HfFolder& f) {
     const size_t n = static_cast<size_t>(v->numel());
     const std::byte* src = v->bytes.data();
     Status e;
-    if (v->dtype != DType::kF32) {
+    if (v->dtype == DType::kF8E4M3) {
+      // An FP8 checkpoint's matrix: dequantized by its scales on the host (its block or tensor
+      // scales are not the device's per-channel ones), then uploaded as float32.
+      single.resize(n);
+      e = f.read_f32(t.name, t.shape, single.data());
+      if (e.ok()) e = m.upload(t.kind, t.layer, size_t(t.offset), single.data(), n);
+    } else if (v->dtype != DType::kF32) {
       e = m.upload_half(t.kind, t.layer, size_t(t.offset), src, n, v->dtype == DType::kF16);
     }
     for (size_t i = 0; i < n && e.ok() && v->dtype == DType::kF32; i += kPiece) {
@@ -245,6 +256,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   o.weights_seed = f.seed_or_default();
   o.cuda_graphs = f.cuda_graphs.value_or(true);
   o.decode_gemm = f.decode_gemm;
+  if (!f.quantization.empty()) o.fp8_weights = f.quantization == "fp8";  // else as the checkpoint
   Result<std::unique_ptr<CudaBackend>> made = Error{""};
   if (!f.model_dir.empty()) {
     made = CudaBackend::load(f.model_dir, o);
@@ -257,12 +269,14 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   if (!made.ok()) return Error{made.error().message};
   const CudaBackendMemory& m = (*made)->memory();
   auto mib = [](size_t b) { return static_cast<double>(b) / (1 << 20); };
-  std::fprintf(stderr,
-               "cuda backend on %s: weights %.0f MiB, workspace %.0f MiB, KV cache %.0f MiB (%d "
-               "blocks of %d tokens, bf16); %.0f of %.0f MiB were free\n",
-               m.device.c_str(), mib(m.weight_bytes), mib(m.workspace_bytes), mib(m.kv_bytes),
-               (*made)->num_blocks(), (*made)->block_size(), mib(m.device_free),
-               mib(m.device_total));
+  std::fprintf(
+      stderr,
+      "cuda backend on %s: weights %.0f MiB (%s), workspace %.0f MiB, KV cache %.0f MiB "
+      "(%d blocks of %d tokens, bf16); %.0f of %.0f MiB were free\n",
+      m.device.c_str(), mib(m.weight_bytes),
+      (*made)->quantization() == "fp8" ? "layer matrices FP8 E4M3, per-channel scales" : "bf16",
+      mib(m.workspace_bytes), mib(m.kv_bytes), (*made)->num_blocks(), (*made)->block_size(),
+      mib(m.device_free), mib(m.device_total));
   return std::unique_ptr<Backend>(std::move(made).value());
 }
 

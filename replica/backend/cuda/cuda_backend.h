@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct CudaBackendOptions {
   uint64_t weights_seed = 1234;         // for random_init
   bool cuda_graphs = true;   // decode steps replayed as CUDA graphs (kernels/cuda/llama.h)
   bool decode_gemm = false;  // the Hopper decode GEMM where it runs (kernels/cuda/decode_gemm.h)
+  // --quantization fp8 (kernels/cuda/llama.h LlamaDims::fp8_weights); unset: FP8 exactly when
+  // the checkpoint is (ModelConfig::checkpoint_quantization).
+  std::optional<bool> fp8_weights;
 };
 
 // What start-up allocated (printed in the start-up log).
@@ -59,6 +63,7 @@ class CudaBackend final : public Backend {
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
   std::string name() const override { return "cuda"; }
+  std::string quantization() const override;
   int32_t kv_bytes_per_element() const override { return 2; }
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
   // The folder's tensors are streamed onto the device over the old ones, in pieces, as at

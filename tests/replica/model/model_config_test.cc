@@ -184,9 +184,36 @@ TEST(ModelConfigTest, WhatIsNotImplementedIsRefusedWithTheFieldNamed) {
               HasSubstr("mlp_bias"));
   EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("hidden_act": "gelu")")),
               HasSubstr("hidden_act"));
+  // Quantized checkpoints other than FP8 (kernels/fp8_rule.h) are refused by method, format or
+  // scheme; FP8 ones are read (tests/replica/model/weights_test.cc loads them).
   EXPECT_THAT(refusal(family_config("LlamaForCausalLM",
-                                    R"("quantization_config": {"quant_method": "fp8"})")),
-              HasSubstr("quantization_config"));
+                                    R"("quantization_config": {"quant_method": "awq"})")),
+              HasSubstr("quantization_config.quant_method: 'awq' is not supported"));
+  EXPECT_EQ(refusal(family_config("LlamaForCausalLM",
+                                  R"("quantization_config": {"quant_method": "fp8",
+                                      "weight_block_size": [128, 128]})")),
+            "(accepted)");
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM",
+                                    R"("quantization_config": {"quant_method": "fp8",
+                                        "weight_block_size": [128]})")),
+              HasSubstr("weight_block_size"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM",
+                                    R"("quantization_config": {"quant_method":
+                                        "compressed-tensors", "format": "pack-quantized"})")),
+              HasSubstr("'pack-quantized' is not supported"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("quantization_config": {
+          "quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}}})")),
+              HasSubstr("only 8-bit float weights"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("quantization_config": {
+          "quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float",
+                                              "strategy": "group"}}}})")),
+              HasSubstr("'group' is not supported"));
+  EXPECT_THAT(refusal(family_config("LlamaForCausalLM", R"("quantization_config": {
+          "quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"g": {"weights": {"num_bits": "8"}}}})")),
+              HasSubstr("config.json"));  // a field of the wrong type: an error, not a crash
   // Mistral v0.1's window of 4096 is shorter than its context: refused. null is no window.
   EXPECT_THAT(refusal(family_config("MistralForCausalLM", R"("sliding_window": 1024)")),
               HasSubstr("sliding_window: 1024 is shorter than the context served"));

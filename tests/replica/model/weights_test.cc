@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "kernels/fp8_rule.h"
 #include "replica/model/safetensors.h"
 #include "tests/testing/temp_dir.h"
 
@@ -249,6 +250,159 @@ TEST(HfFolder, TensorsAsStoredAndShapeErrors) {
   Result<TensorView> missing = f->tensor("model.layers.9.mlp.down_proj.weight", {64, 96});
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.error().message, HasSubstr("missing tensor"));
+}
+
+// FP8 checkpoints as published. The projections' weights become E4M3 codes with their scales
+// beside them: compressed-tensors' per-channel (bf16 scales [rows, 1]) or per-tensor (one F32
+// scale) `weight_scale`, or transformers' fp8 `weight_scale_inv` per block (32 x 40 here: blocks
+// that do not divide the 64 x 96 matrices). Returns the values a loader must produce: each code's
+// value times its scale as stored.
+enum class Fp8Layout { kChannel, kTensor, kBlock };
+std::vector<HfTensor> fp8_tensors(const ModelWeights& w, Fp8Layout layout, ModelWeights& expected) {
+  std::vector<HfTensor> out;
+  expected = w;
+  const std::vector<TensorSpec> specs = hf_tensor_specs(w.config);
+  for (HfTensor t : hf_tensors(w)) {
+    const bool matrix = t.name.find("_proj.weight") != std::string::npos;
+    auto expect_values = [&](const std::vector<float>& values) {
+      for (const TensorSpec& spec : specs) {
+        if (spec.name == t.name) {
+          float* dst = const_cast<float*>(tensor_values(expected, spec));
+          std::copy(values.begin(), values.end(), dst);
+        }
+      }
+    };
+    if (!matrix) {
+      std::vector<float> stored = t.values;
+      for (float& x : stored)
+        x = rounded(x, t.dtype);
+      expect_values(stored);
+      out.push_back(t);
+      continue;
+    }
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    const int64_t bn = layout == Fp8Layout::kBlock ? 32 : layout == Fp8Layout::kChannel ? 1 : rows;
+    const int64_t bk = layout == Fp8Layout::kBlock ? 40 : cols;
+    const int64_t nb_r = (rows + bn - 1) / bn, nb_c = (cols + bk - 1) / bk;
+    std::vector<float> scales(nb_r * nb_c);
+    for (int64_t br = 0; br < nb_r; ++br) {
+      for (int64_t bc = 0; bc < nb_c; ++bc) {
+        float m = 0;
+        for (int64_t r = br * bn; r < std::min(rows, (br + 1) * bn); ++r)
+          for (int64_t c = bc * bk; c < std::min(cols, (bc + 1) * bk); ++c)
+            m = std::max(m, std::abs(t.values[r * cols + c]));
+        scales[br * nb_c + bc] = kernels::fp8::row_scale(m);
+      }
+    }
+    const DType scale_dtype = layout == Fp8Layout::kChannel ? DType::kBF16 : DType::kF32;
+    for (float& x : scales)
+      x = rounded(x, scale_dtype);
+    std::vector<float> codes(t.values.size()), values(t.values.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float sc = scales[(r / bn) * nb_c + c / bk];
+        const uint8_t code = kernels::fp8::e4m3_from_float(t.values[r * cols + c] / sc);
+        codes[r * cols + c] = kernels::fp8::e4m3_to_float(code);
+        values[r * cols + c] = kernels::fp8::e4m3_to_float(code) * sc;
+      }
+    }
+    const std::string base = t.name.substr(0, t.name.size() - 7);
+    out.push_back({t.name, t.shape, codes, DType::kF8E4M3});
+    if (layout == Fp8Layout::kBlock) {
+      out.push_back({base + ".weight_scale_inv", {nb_r, nb_c}, scales, scale_dtype});
+    } else if (layout == Fp8Layout::kChannel) {
+      out.push_back({base + ".weight_scale", {rows, 1}, scales, scale_dtype});
+      out.push_back({base + ".input_scale", {1}, {0.5f}, DType::kF32});  // static: not read
+    } else {
+      out.push_back({base + ".weight_scale", {}, scales, scale_dtype});
+    }
+    expect_values(values);
+  }
+  return out;
+}
+
+nlohmann::json fp8_config(const ModelConfig& c, Fp8Layout layout) {
+  nlohmann::json j = config_json(c);
+  if (layout == Fp8Layout::kBlock) {
+    j["quantization_config"] = {
+        {"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {32, 40}}};
+  } else {
+    j["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "float-quantized"},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"weights",
+             {{"num_bits", 8},
+              {"type", "float"},
+              {"strategy", layout == Fp8Layout::kChannel ? "channel" : "tensor"},
+              {"symmetric", true},
+              {"dynamic", false}}},
+            {"input_activations",
+             {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}}}}},
+        {"ignore", {"lm_head"}}};
+  }
+  return j;
+}
+
+TEST(LoadHfWeights, Fp8CheckpointsAreDequantizedByTheirScales) {
+  for (Fp8Layout layout : {Fp8Layout::kChannel, Fp8Layout::kTensor, Fp8Layout::kBlock}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    testing::TempDir tmp;
+    const ModelWeights w = random_weights(small_config(false), 8);
+    ModelWeights expected;
+    const std::vector<HfTensor> tensors = fp8_tensors(w, layout, expected);
+    write_folder(tmp.path(), fp8_config(w.config, layout), tensors);
+    Result<HfFolder> f = HfFolder::open(tmp.path());
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    EXPECT_THAT(f->config().checkpoint_quantization, HasSubstr("fp8"));
+    ASSERT_TRUE(f->check_tensors().ok()) << f->check_tensors().message();
+    Result<TensorView> wq = f->tensor("model.layers.0.self_attn.q_proj.weight", {64, 64});
+    ASSERT_TRUE(wq.ok()) << wq.error().message;
+    EXPECT_EQ(wq->dtype, DType::kF8E4M3);
+    Result<ModelWeights> loaded = read_weights(*f);
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    for (const TensorSpec& s : hf_tensor_specs(w.config)) {
+      const float* got = tensor_values(*loaded, s);
+      const float* want = tensor_values(expected, s);
+      ASSERT_TRUE(std::equal(got, got + s.numel(), want)) << s.name;
+    }
+  }
+}
+
+TEST(LoadHfWeights, Fp8CheckpointErrorsNameTheTensor) {
+  const ModelWeights w = random_weights(small_config(false), 9);
+  ModelWeights expected;
+  const std::vector<HfTensor> tensors = fp8_tensors(w, Fp8Layout::kChannel, expected);
+  auto open_error = [&](const std::vector<HfTensor>& t, const nlohmann::json& config) {
+    testing::TempDir tmp;
+    write_folder(tmp.path(), config, t);
+    Result<HfFolder> f = HfFolder::open(tmp.path());
+    if (!f.ok()) return f.error().message;
+    Status s = f->check_tensors();
+    return s.ok() ? std::string("(accepted)") : s.message();
+  };
+  const nlohmann::json config = fp8_config(w.config, Fp8Layout::kChannel);
+  std::vector<HfTensor> missing = tensors;
+  std::erase_if(missing, [](const HfTensor& t) {
+    return t.name == "model.layers.1.mlp.down_proj.weight_scale";
+  });
+  EXPECT_THAT(open_error(missing, config), HasSubstr("model.layers.1.mlp.down_proj.weight_scale"));
+  std::vector<HfTensor> wrong = tensors;
+  for (HfTensor& t : wrong) {
+    if (t.name == "model.layers.0.self_attn.o_proj.weight_scale") {
+      t.shape = {32, 2};  // neither one, one per row, nor one per block
+    }
+  }
+  EXPECT_THAT(open_error(wrong, config), HasSubstr("o_proj.weight_scale' has shape [32, 2]"));
+  // F8 codes in a checkpoint whose config does not say it is quantized: the scale tensors are
+  // tensors the model does not read.
+  EXPECT_THAT(open_error(tensors, config_json(w.config)), HasSubstr("does not read"));
+  // A scale of a tensor the model does not read is not harmless.
+  std::vector<HfTensor> stray = tensors;
+  stray.push_back({"model.layers.0.mlp.extra_proj.weight_scale", {1}, {1.0f}, DType::kF32});
+  EXPECT_THAT(open_error(stray, config), HasSubstr("extra_proj.weight_scale"));
 }
 
 TEST(LoadHfWeights, FolderErrors) {

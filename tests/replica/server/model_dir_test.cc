@@ -4,12 +4,14 @@
 // the real Llama 3 tokenizer.json and tokenizer_config.json. Completions and chat are served,
 // chat through the model's own template, and a second chat turn reuses the first one's KV.
 // Skips when scripts/fetch-npm-refs.sh has not fetched the tokenizer.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -26,25 +28,36 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-// A 1-layer Llama (hidden 32) with the Llama 3 tokenizer's vocabulary, random bf16 weights.
-void write_tiny_llama(const std::string& dir, int64_t vocab) {
+// A 1-layer Llama (hidden 32) with the Llama 3 tokenizer's vocabulary, random bf16 weights; with
+// fp8, an FP8 checkpoint as compressed-tensors writes one (the projections' weights E4M3 codes,
+// one F32 scale each).
+void write_tiny_llama(const std::string& dir, int64_t vocab, bool fp8 = false) {
   const int64_t h = 32, heads = 2, kv_heads = 1, d = 16, ff = 64;
-  std::ofstream(dir + "/config.json") << json{
-      {"architectures", {"LlamaForCausalLM"}},
-      {"hidden_size", h},
-      {"num_hidden_layers", 1},
-      {"num_attention_heads", heads},
-      {"num_key_value_heads", kv_heads},
-      {"head_dim", d},
-      {"intermediate_size", ff},
-      {"vocab_size", vocab},
-      {"max_position_embeddings", 4096},
-      {"rms_norm_eps", 1e-5},
-      {"rope_theta", 500000.0},
-      {"tie_word_embeddings", true},
-      {"bos_token_id", 128000},
-      {"eos_token_id", 128009},
-      {"torch_dtype", "bfloat16"}}.dump(2);
+  json config{{"architectures", {"LlamaForCausalLM"}},
+              {"hidden_size", h},
+              {"num_hidden_layers", 1},
+              {"num_attention_heads", heads},
+              {"num_key_value_heads", kv_heads},
+              {"head_dim", d},
+              {"intermediate_size", ff},
+              {"vocab_size", vocab},
+              {"max_position_embeddings", 4096},
+              {"rms_norm_eps", 1e-5},
+              {"rope_theta", 500000.0},
+              {"tie_word_embeddings", true},
+              {"bos_token_id", 128000},
+              {"eos_token_id", 128009},
+              {"torch_dtype", "bfloat16"}};
+  if (fp8) {
+    config["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "float-quantized"},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"weights", {{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}}}}}}}};
+  }
+  std::ofstream(dir + "/config.json") << config.dump(2);
   std::mt19937 rng(5);
   auto tensor = [&](const std::string& name, std::vector<int64_t> shape, bool ones = false) {
     int64_t n = 1;
@@ -58,27 +71,88 @@ void write_tiny_llama(const std::string& dir, int64_t vocab) {
     }
     return make_tensor(name, DType::kBF16, shape, v);
   };
-  const std::string l = "model.layers.0.";
   std::vector<NamedTensor> t;
+  // The projections: E4M3 codes of values in [-0.1, 0.1) at a scale of 1/2000 (all within 200).
+  auto matrix = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (!fp8) return tensor(name, shape);
+    NamedTensor n = tensor(name, shape);
+    std::vector<float> codes(n.bytes.size() / 2);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      uint16_t b;
+      std::memcpy(&b, n.bytes.data() + 2 * i, 2);
+      codes[i] = bf16_to_float(b) * 2000.0f;
+    }
+    t.push_back(make_tensor(name.substr(0, name.size() - 7) + ".weight_scale", DType::kF32, {1},
+                            std::vector<float>{1.0f / 2000.0f}));
+    return make_tensor(name, DType::kF8E4M3, shape, codes);
+  };
+  const std::string l = "model.layers.0.";
   t.push_back(tensor("model.embed_tokens.weight", {vocab, h}));
   t.push_back(tensor("model.norm.weight", {h}, true));
   t.push_back(tensor(l + "input_layernorm.weight", {h}, true));
-  t.push_back(tensor(l + "self_attn.q_proj.weight", {heads * d, h}));
-  t.push_back(tensor(l + "self_attn.k_proj.weight", {kv_heads * d, h}));
-  t.push_back(tensor(l + "self_attn.v_proj.weight", {kv_heads * d, h}));
-  t.push_back(tensor(l + "self_attn.o_proj.weight", {h, heads * d}));
+  t.push_back(matrix(l + "self_attn.q_proj.weight", {heads * d, h}));
+  t.push_back(matrix(l + "self_attn.k_proj.weight", {kv_heads * d, h}));
+  t.push_back(matrix(l + "self_attn.v_proj.weight", {kv_heads * d, h}));
+  t.push_back(matrix(l + "self_attn.o_proj.weight", {h, heads * d}));
   t.push_back(tensor(l + "post_attention_layernorm.weight", {h}, true));
-  t.push_back(tensor(l + "mlp.gate_proj.weight", {ff, h}));
-  t.push_back(tensor(l + "mlp.up_proj.weight", {ff, h}));
-  t.push_back(tensor(l + "mlp.down_proj.weight", {h, ff}));
+  t.push_back(matrix(l + "mlp.gate_proj.weight", {ff, h}));
+  t.push_back(matrix(l + "mlp.up_proj.weight", {ff, h}));
+  t.push_back(matrix(l + "mlp.down_proj.weight", {h, ff}));
   ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", t).ok());
 }
 
 // A model folder as --model reads it: the tiny Llama with the real Llama 3 tokenizer files.
-void write_model_dir(const std::string& tok_dir, const testing::TempDir& dir) {
+void write_model_dir(const std::string& tok_dir, const testing::TempDir& dir, bool fp8 = false) {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     std::filesystem::copy_file(tok_dir + "/" + f, dir.file(f));
-  write_tiny_llama(dir.path(), 128256);
+  write_tiny_llama(dir.path(), 128256, fp8);
+}
+
+// An FP8 checkpoint is served in FP8 unless --quantization none asks for its dequantized
+// weights; /v1/info says which, and both serve.
+TEST(ModelDirReplica, Fp8CheckpointsServeInFp8OrDequantized) {
+  const std::string tok_dir = testing::llama3_tokenizer_dir();
+  if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
+  testing::TempDir dir;
+  write_model_dir(tok_dir, dir, /*fp8=*/true);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  for (const char* q : {"", "none", "fp8"}) {
+    SCOPED_TRACE(std::string("--quantization '") + q + "'");
+    BackendOptions f;
+    f.model_dir = dir.path();
+    f.kv_blocks = 64;
+    f.quantization = q;
+    auto tokenizer = make_tokenizer(f);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
+    auto backend = make_backend(f, **tokenizer);
+    ASSERT_TRUE(backend.ok()) << backend.error().message;
+    EXPECT_THAT((*backend)->config().checkpoint_quantization, ::testing::HasSubstr("fp8"));
+    const bool fp8 = std::string(q) != "none";
+    EXPECT_EQ((*backend)->quantization(), fp8 ? "fp8" : "");
+    ReplicaStackConfig c;
+    c.engine = fit_engine_config(EngineConfig{}, **backend);
+    ReplicaStack stack(std::move(*backend), std::shared_ptr<const Tokenizer>(std::move(*tokenizer)),
+                       c);
+    auto port = stack.listen("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    http::Client client;
+    auto info = client.request("127.0.0.1", *port, "GET", "/v1/info", "", {}, 30s);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(json::parse(info->body)["quantization"], fp8 ? json("fp8") : json(nullptr));
+    const json body = {{"model", stack.server().config().served_model_name},
+                       {"prompt", "Once upon a time"},
+                       {"max_tokens", 4},
+                       {"ignore_eos", true}};
+    auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
+                            {{"content-type", "application/json"}}, 60s);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  BackendOptions sim;
+  sim.backend = "sim";
+  sim.quantization = "fp8";
+  EXPECT_NE(check_backend_options(sim).message().find("--quantization is not read"),
+            std::string::npos);
 }
 
 TEST(ModelDirReplica, ServesCompletionsAndChatWithTheModelsTokenizerAndTemplate) {

@@ -382,5 +382,32 @@ TEST(CpuBackend, RandomModelIsNotDegenerate) {
   EXPECT_GE(generated.size(), 3u);
 }
 
+// FP8 weights (--quantization fp8): the model computes with the E4M3 values of its layer matrices
+// (per output channel) and of every GEMM input row (per token). The logits stay close to the
+// float32 model's (the cost of the quantization on this random model: a few percent), differ
+// from them (the quantization happens), and decode steps still match prefilling the same tokens
+// (a row's quantization depends on that row alone, not on the batch).
+TEST(CpuBackend, Fp8WeightsStayCloseToFloat32AndDecodeMatchesPrefill) {
+  const std::vector<int32_t> prompt = random_tokens(45, 2);
+  const std::vector<int32_t> table = {17, 4, 11, 0};
+  CpuBackend f32 = make_backend();
+  CpuBackend fp8(tiny_weights(), kNumBlocks, kBlock, /*fp8_weights=*/true);
+  EXPECT_EQ(fp8.quantization(), "fp8");
+  EXPECT_EQ(f32.quantization(), "");
+  const std::vector<float> want = prefill(f32, prompt, table);
+  std::vector<float> logits = prefill(fp8, prompt, table);
+  const double cost = rel_l2(logits, want);
+  EXPECT_GT(cost, 1e-3);
+  EXPECT_LT(cost, 0.25);  // ~3.5% per GEMM (two operands rounded to 3-bit mantissas), 16 GEMMs
+  std::vector<int32_t> seq = prompt;
+  for (int step = 0; step < 5; ++step) {
+    const int32_t token = argmax(logits);
+    seq.push_back(token);
+    logits = decode_one(fp8, token, static_cast<int32_t>(seq.size()) - 1, table);
+    CpuBackend reference(tiny_weights(), kNumBlocks, kBlock, /*fp8_weights=*/true);
+    EXPECT_LT(rel_l2(logits, prefill(reference, seq, {5, 6, 7, 8})), 5e-3) << "step " << step;
+  }
+}
+
 }  // namespace
 }  // namespace kvc

@@ -94,18 +94,19 @@ class CudaBackendTest : public ::testing::Test {
   }
 
   std::unique_ptr<Backend> cuda(int32_t blocks, int32_t block_size = 16, bool decode_gemm = false,
-                                const ModelWeights& w = weights()) {
+                                const ModelWeights& w = weights(), bool fp8 = false) {
     CudaBackendOptions o;
     o.num_blocks = blocks;
     o.block_size = block_size;
     o.decode_gemm = decode_gemm;
+    o.fp8_weights = fp8;
     auto b = CudaBackend::create(w.config, &w, o);
     EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.error().message);
     return b.ok() ? std::unique_ptr<Backend>(std::move(b).value()) : nullptr;
   }
   std::unique_ptr<Backend> cpu(int32_t blocks, int32_t block_size = 16,
-                               const ModelWeights& w = weights()) {
-    return std::make_unique<CpuBackend>(w, blocks, block_size);
+                               const ModelWeights& w = weights(), bool fp8 = false) {
+    return std::make_unique<CpuBackend>(w, blocks, block_size, fp8);
   }
 
   RunOutput run(Backend& backend, const std::vector<GenerationRequest>& requests, bool cascade,
@@ -175,11 +176,12 @@ class CudaBackendTest : public ::testing::Test {
     RecordProperty("flips", flips);
   }
 
-  // Logits of every sampled position of `dev` against `ref`'s (relative L2 <= 2e-2) while the
+  // Logits of every sampled position of `dev` against `ref`'s (relative L2 <= tol) while the
   // two runs' tokens agree: up to and including the first differing token's position. Returns
   // the rows compared and the worst error.
   static std::pair<int, double> expect_logits_close(const RunOutput& ref, const RunOutput& dev,
-                                                    const std::vector<GenerationRequest>& reqs) {
+                                                    const std::vector<GenerationRequest>& reqs,
+                                                    double tol = 2e-2) {
     int compared = 0;
     double worst = 0;
     for (const auto& [key, ct] : ref.tokens) {
@@ -189,7 +191,7 @@ class CudaBackendTest : public ::testing::Test {
         const Key k{key.first, key.second, prompt + static_cast<int32_t>(i)};
         const double e = rel_l2(dev.logits.at(k), ref.logits.at(k));
         worst = std::max(worst, e);
-        EXPECT_LE(e, 2e-2) << "position " << std::get<2>(k);
+        EXPECT_LE(e, tol) << "position " << std::get<2>(k);
         ++compared;
         if (ct[i] != gt[i]) break;
       }
@@ -389,17 +391,24 @@ TEST_F(CudaBackendTest, SafetensorsFolderReproducesInMemoryWeights) {
 
   CudaBackendOptions o;
   o.num_blocks = 512;
-  auto loaded = CudaBackend::load(tmp.path(), o);
-  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  auto memory = cuda(512);
-  ASSERT_TRUE(memory);
   std::vector<GenerationRequest> reqs;
   reqs.push_back(request(kSystem + "Document A. Q: where?", 4, 0, 24));
   reqs.push_back(request(kSystem + "Sampled.", 4, 1.0f, 24, 5));
-  const RunOutput a = run(**loaded, reqs, true, /*keep_logits=*/true);
-  const RunOutput b = run(*memory, reqs, true, /*keep_logits=*/true);
-  EXPECT_EQ(a.tokens, b.tokens);
-  EXPECT_EQ(a.logits, b.logits);  // the same bf16 values on the device: the same bits
+  // With FP8 weights the pieces gather per matrix (q, k and v into one) before quantization.
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
+    o.fp8_weights = fp8;
+    auto loaded = CudaBackend::load(tmp.path(), o);
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    EXPECT_EQ((*loaded)->quantization(), fp8 ? "fp8" : "");
+    auto memory = cuda(512, 16, false, weights(), fp8);
+    ASSERT_TRUE(memory);
+    const RunOutput a = run(**loaded, reqs, true, /*keep_logits=*/true);
+    const RunOutput b = run(*memory, reqs, true, /*keep_logits=*/true);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.logits, b.logits);  // the same bf16 values on the device: the same bits
+  }
+  o.fp8_weights = false;
 
   // A missing tensor is a clear error.
   std::filesystem::remove(tmp.file("model-00002-of-00002.safetensors"));
@@ -519,6 +528,69 @@ TEST_F(CudaBackendTest, LoadWeightsReplacesTheModelInPlace) {
   EXPECT_NE(after.tokens, before.tokens);
 }
 
+// FP8 weights on the device against the CPU backend's FP8 twin (the same E4M3 weights and
+// per-token activation quantization, GEMMs in float32), flat and cascade, in all three families:
+// the logits agree to a few percent (where the two round a value to neighbouring codes the
+// products differ by one step), and the weights take about half the bytes.
+TEST_F(CudaBackendTest, Fp8WeightsMatchTheCpuFp8Twin) {
+  std::vector<GenerationRequest> reqs;
+  reqs.push_back(request(kSystem + "Document A: the cat sat on the mat. Q: where?", 4, 0, 24));
+  reqs.push_back(request("Short prompt with no shared prefix", 1, 0, 24));
+  for (ModelFamily family : {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3}) {
+    const ModelWeights w = bf16_weights(family);
+    for (bool cascade : {false, true}) {
+      SCOPED_TRACE(std::string(model_family_name(family)) + (cascade ? " cascade" : " flat"));
+      auto c = cpu(512, 16, w, /*fp8=*/true);
+      auto g = cuda(512, 16, false, w, /*fp8=*/true);
+      ASSERT_TRUE(g);
+      EXPECT_EQ(g->quantization(), "fp8");
+      const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
+      const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
+      const auto [compared, worst] = expect_logits_close(ref, dev, reqs, 5e-2);
+      EXPECT_GT(compared, 50);
+      std::printf(
+          "fp8 %s %s: %d logit rows compared with the CPU FP8 twin, worst relative L2 "
+          "%.3g\n",
+          model_family_name(family), cascade ? "cascade" : "flat", compared, worst);
+    }
+  }
+  auto bf16 = cuda(512);
+  auto fp8 = cuda(512, 16, false, weights(), true);
+  const size_t bf16_bytes = static_cast<CudaBackend&>(*bf16).memory().weight_bytes;
+  const size_t fp8_bytes = static_cast<CudaBackend&>(*fp8).memory().weight_bytes;
+  const ModelConfig& c = weights().config;
+  const size_t matrices = size_t(c.num_hidden_layers) * c.hidden_size *
+                          ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim +
+                           c.num_attention_heads * c.head_dim + 3 * c.intermediate_size);
+  EXPECT_EQ(bf16_bytes - fp8_bytes,
+            matrices - 4 * size_t(c.num_hidden_layers) *
+                           ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim +
+                            2 * c.hidden_size + 2 * c.intermediate_size))
+      << "a byte per matrix element saved, less 4 per output channel";
+}
+
+// FP8 against bf16 on the device (the accuracy cost of the quantization on this random model),
+// and cascade against flat under FP8: near-ties only, as in bf16.
+TEST_F(CudaBackendTest, Fp8CascadeEqualsFlatAndStaysNearBf16) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    reqs.push_back(
+        request(kSystem + kSystem + "Question " + std::to_string(i) + ": why?", 8, 0, 24));
+  }
+  auto g1 = cuda(2048, 16, false, weights(), true);
+  auto g2 = cuda(2048, 16, false, weights(), true);
+  auto g3 = cuda(2048);
+  ASSERT_TRUE(g1 && g2 && g3);
+  const RunOutput flat = run(*g1, reqs, false, /*keep_logits=*/true);
+  const RunOutput cascade = run(*g2, reqs, true);
+  EXPECT_GT(cascade.levels_kept, 0);
+  expect_same_or_near_tie(flat, cascade, reqs, 0.05f);
+  const RunOutput bf16 = run(*g3, reqs, false, /*keep_logits=*/true);
+  const auto [compared, worst] = expect_logits_close(bf16, flat, reqs, 0.3);
+  std::printf("fp8 vs bf16 on the device: %d logit rows, worst relative L2 %.3g\n", compared,
+              worst);
+}
+
 TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {
   CudaBackendOptions o;
   o.num_blocks = 1 << 24;  // 16M blocks x 16 KiB: far beyond any GPU
@@ -535,6 +607,15 @@ TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {
   ASSERT_FALSE(narrow.ok());
   EXPECT_NE(narrow.error().message.find("head_dim 32"), std::string::npos)
       << narrow.error().message;
+
+  ModelConfig uneven = weights().config;
+  uneven.intermediate_size = 776;  // a multiple of 8, not of 16
+  o.fp8_weights = true;
+  auto no_fp8 = CudaBackend::create(uneven, nullptr, o);
+  ASSERT_FALSE(no_fp8.ok());
+  EXPECT_NE(no_fp8.error().message.find("multiples of 16"), std::string::npos)
+      << no_fp8.error().message;
+  o.fp8_weights = false;
 
   o.gpu_memory_utilization = 0.9;
   o.num_blocks = 0;  // sized from free memory

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Device calls for FP8 weights (--quantization fp8), over gpu-bin/ (bench/pack_gpu_bin.sh);
+# everything under $OUT.
+#   bash bench/gpu_fp8.sh tests   the CUDA kernel and whole-model tests, then bench gemm at 16,
+#                                 128 and 256 rows (bf16 and FP8 side by side)
+#   bash bench/gpu_fp8.sh engine  the PyTorch anchor (anchor/ carried), then bench engine: bf16
+#                                 cascade and FP8 cascade + flat, each beside the anchor
+set -u -o pipefail
+mode=${1:-tests}
+out=${OUT:-gpu-out}
+bin=${BIN:-gpu-bin}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+
+case "$mode" in
+  tests)
+    timeout 200 "$bin/kernels_cuda_test" --gtest_filter='CudaFp8*' 2>&1 | tee "$out/fp8_test.txt" |
+      tail -15
+    timeout 240 "$bin/kernels_cuda_test" --gtest_brief=1 2>&1 >"$out/kernels_cuda_test.txt"
+    tail -4 "$out/kernels_cuda_test.txt"
+    timeout 200 "$bin/replica_cuda_test" 2>&1 >"$out/replica_cuda_test.txt"
+    grep -E "fp8|FAILED|PASSED|Failure" -A2 "$out/replica_cuda_test.txt" | head -40
+    for rows in 16 128 256; do
+      timeout 60 "$bin/kvcascade" bench gemm --rows $rows --out "$out/gemm-$rows.json" \
+        >"$out/gemm-$rows.txt" 2>&1
+      tail -8 "$out/gemm-$rows.txt"
+    done
+    ;;
+  engine)
+    if [ -f anchor/torch_cascade_anchor.py ]; then
+      OUT="$out" PYTHONUNBUFFERED=1 timeout 200 python3 anchor/torch_cascade_anchor.py \
+        >"$out/anchor.txt" 2>&1
+      tail -3 "$out/anchor.txt"
+    fi
+    anchor=()
+    [ -f "$out/anchor.json" ] && anchor=(--anchor "$out/anchor.json")
+    timeout 170 "$bin/kvcascade" bench engine --attention cascade --graphs on --no-profile \
+      --out "$out/engine-bf16.json" "${anchor[@]}" >"$out/engine-bf16.txt" 2>&1
+    tail -12 "$out/engine-bf16.txt"
+    timeout 300 "$bin/kvcascade" bench engine --quantization fp8 --attention both --graphs on \
+      --out "$out/engine-fp8.json" "${anchor[@]}" >"$out/engine-fp8.txt" 2>&1
+    tail -40 "$out/engine-fp8.txt"
+    ;;
+esac

@@ -1,0 +1,208 @@
+// The FP8 kernels (kernels/cuda/ops.h quantize_rows_fp8, add_rms_norm_fp8, silu_mul_fp8, and
+// gemm.h Gemm::run_fp8) against their CPU twins (kernels/cpu/fp8.h after the float32 op): the
+// same bf16 inputs give the same codes and scales exactly where both sides quantize the same
+// floats (quantize_rows_fp8); where the float32 values come from a reduction done in another order
+// (the norms, SwiGLU's exp) every code is within one step of the twin's and nearly all equal; the
+// FP8 GEMM equals a float64 product of the dequantized operands to bf16 rounding. Outputs are
+// poisoned first and every case draws fresh random inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/fp8.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/fp8_rule.h"
+#include "tests/kernels/cuda/device_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace kvc::kernels {
+namespace {
+
+using cuda::DeviceBuffer;
+using testutil::download;
+using testutil::random_bf16;
+using testutil::random_vector;
+using testutil::rel_l2;
+using testutil::to_bits;
+using testutil::to_floats;
+using testutil::upload;
+
+class CudaFp8Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << cuda::device_description();
+  }
+  std::mt19937 rng_{20261202};
+};
+
+// Device codes and scales against the twin's quantization of `want` (float32 values): scales to
+// 1e-5, every code within one step (the same sign, adjacent magnitudes), >= 99% identical.
+void expect_codes_close(const std::vector<uint8_t>& got, const std::vector<float>& got_scales,
+                        const std::vector<float>& want, int rows, int dim,
+                        const std::string& what) {
+  std::vector<uint8_t> q(want.size());
+  std::vector<float> scales(rows);
+  cpu::quantize_rows_fp8(want.data(), rows, dim, q.data(), scales.data());
+  size_t same = 0;
+  for (int r = 0; r < rows; ++r) {
+    ASSERT_NEAR(got_scales[r], scales[r], 1e-5 * scales[r]) << what << " row " << r;
+    for (int i = 0; i < dim; ++i) {
+      const size_t k = size_t(r) * dim + i;
+      ASSERT_NE(got[k] & 0x7F, 0x7F) << what << ": NaN code at " << k;
+      same += got[k] == q[k];
+      const int dist = std::abs((got[k] & 0x7F) - (q[k] & 0x7F));
+      const bool both_zero = (got[k] & 0x7F) == 0 && (q[k] & 0x7F) == 0;
+      ASSERT_TRUE(both_zero || ((got[k] & 0x80) == (q[k] & 0x80) && dist <= 1))
+          << what << " index " << k << ": code " << int(got[k]) << ", twin " << int(q[k]);
+    }
+  }
+  EXPECT_GE(double(same) / want.size(), 0.99) << what;
+}
+
+TEST_F(CudaFp8Test, QuantizeRowsEqualsTwinExactly) {
+  for (int dim : {64, 100, 4096, 14336}) {  // 100: the scalar path
+    for (int rows : {1, 37, 300}) {
+      const std::string what = "dim " + std::to_string(dim) + " rows " + std::to_string(rows);
+      const int stride = dim + (dim % 8 == 0 ? 8 : 3);  // rows apart, as in a fused buffer
+      std::vector<float> x = random_bf16(rng_, size_t(rows) * stride, 2.0f);
+      if (rows > 2) {
+        for (int i = 0; i < stride; ++i)
+          x[size_t(2) * stride + i] = 0.0f;  // an all-zero row
+      }
+      DeviceBuffer d_x = upload(to_bits(x)), d_q(size_t(rows) * dim), d_s(4 * size_t(rows));
+      d_q.fill_bytes(0x7F);  // NaN codes
+      d_s.fill_bytes(0xFF);
+      ASSERT_EQ(cuda::quantize_rows_fp8(d_x.data(), stride, rows, dim, d_q.data(), d_s.as<float>()),
+                cudaSuccess);
+      cuda::synchronize_or_die("quantize_rows_fp8");
+      std::vector<float> dense(size_t(rows) * dim);
+      for (int r = 0; r < rows; ++r)
+        std::copy_n(x.begin() + size_t(r) * stride, dim, dense.begin() + size_t(r) * dim);
+      std::vector<uint8_t> q(dense.size());
+      std::vector<float> s(rows);
+      cpu::quantize_rows_fp8(dense.data(), rows, dim, q.data(), s.data());
+      EXPECT_EQ(download<uint8_t>(d_q, q.size()), q) << what;
+      EXPECT_EQ(download<float>(d_s, rows), s) << what;
+    }
+  }
+  EXPECT_EQ(cuda::quantize_rows_fp8(nullptr, 4, 2, 8, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
+  const float eps = 1e-5f;
+  for (int hidden : {64, 100, 4096}) {
+    for (int rows : {1, 37, 300}) {
+      const std::string what = "hidden " + std::to_string(hidden) + " rows " + std::to_string(rows);
+      const size_t n = size_t(rows) * hidden;
+      const std::vector<float> x = random_bf16(rng_, n);
+      std::vector<float> w = random_bf16(rng_, hidden, 0.1f);
+      for (float& v : w)
+        v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
+      std::vector<float> residual = random_vector(rng_, n, 3.0f);
+      DeviceBuffer d_x = upload(to_bits(x)), d_w = upload(to_bits(w)), d_res = upload(residual),
+                   d_y(n), d_s(4 * size_t(rows));
+      d_y.fill_bytes(0x7F);
+      d_s.fill_bytes(0xFF);
+      ASSERT_EQ(cuda::add_rms_norm_fp8(d_x.data(), d_res.as<float>(), true, d_w.data(), d_y.data(),
+                                       d_s.as<float>(), rows, hidden, eps),
+                cudaSuccess);
+      cuda::synchronize_or_die("add_rms_norm_fp8");
+      std::vector<float> want(n);
+      cpu::add_rms_norm(x.data(), residual.data(), true, w.data(), want.data(), rows, hidden, eps);
+      EXPECT_EQ(download<float>(d_res, n), residual) << what << " (residual)";
+      expect_codes_close(download<uint8_t>(d_y, n), download<float>(d_s, rows), want, rows, hidden,
+                         what);
+    }
+  }
+}
+
+TEST_F(CudaFp8Test, SiluMulFp8MatchesTwin) {
+  for (int inter : {64, 100, 1408, 14336}) {
+    for (int rows : {1, 37, 300}) {
+      const std::string what = "inter " + std::to_string(inter) + " rows " + std::to_string(rows);
+      const size_t n = size_t(rows) * inter;
+      std::vector<float> gate_up = random_bf16(rng_, 2 * n, 3.0f);
+      gate_up[0] = -100.0f;  // exp(100) overflows: silu must be -0, not NaN
+      DeviceBuffer d_in = upload(to_bits(gate_up)), d_out(n), d_s(4 * size_t(rows));
+      d_out.fill_bytes(0x7F);
+      d_s.fill_bytes(0xFF);
+      ASSERT_EQ(cuda::silu_mul_fp8(d_in.data(), d_out.data(), d_s.as<float>(), rows, inter),
+                cudaSuccess);
+      cuda::synchronize_or_die("silu_mul_fp8");
+      std::vector<float> want(n);
+      cpu::silu_mul(gate_up.data(), want.data(), rows, inter);
+      expect_codes_close(download<uint8_t>(d_out, n), download<float>(d_s, rows), want, rows, inter,
+                         what);
+    }
+  }
+}
+
+// E4M3 codes of random values with per-row scales, and their dequantized values.
+struct Fp8Matrix {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, values;
+};
+Fp8Matrix random_fp8(std::mt19937& rng, int rows, int cols, float stddev) {
+  Fp8Matrix m;
+  const std::vector<float> x = random_vector(rng, size_t(rows) * cols, stddev);
+  m.codes.resize(x.size());
+  m.scales.resize(rows);
+  m.values.resize(x.size());
+  cpu::quantize_rows_fp8(x.data(), rows, cols, m.codes.data(), m.scales.data());
+  cpu::dequantize_rows_fp8(m.codes.data(), m.scales.data(), rows, cols, m.values.data());
+  return m;
+}
+
+TEST_F(CudaFp8Test, Fp8GemmEqualsTheProductOfDequantizedOperands) {
+  cuda::Gemm gemm;
+  ASSERT_TRUE(gemm.ok());
+  struct Shape {
+    int m, n, k;
+  };
+  // Decode rows (1, 7, 128) and prefill rows (300) over the Llama-3-8B projection shapes' widths.
+  for (const Shape sh : {Shape{1, 256, 256}, Shape{7, 6144, 4096}, Shape{128, 1024, 14336},
+                         Shape{300, 1024, 4096}, Shape{33, 28672, 512}}) {
+    const std::string what =
+        "m " + std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " + std::to_string(sh.k);
+    const Fp8Matrix x = random_fp8(rng_, sh.m, sh.k, 2.0f);
+    const Fp8Matrix w = random_fp8(rng_, sh.n, sh.k, 0.02f);
+    for (cuda::GemmOut out : {cuda::GemmOut::kBF16, cuda::GemmOut::kF32}) {
+      const bool f32 = out == cuda::GemmOut::kF32;
+      const size_t ny = size_t(sh.m) * sh.n;
+      DeviceBuffer d_x = upload(x.codes), d_xs = upload(x.scales), d_w = upload(w.codes),
+                   d_ws = upload(w.scales), d_y(ny * (f32 ? 4 : 2));
+      d_y.fill_bytes(0xFF);
+      const cudaError_t e = gemm.run_fp8(d_x.data(), d_xs.as<float>(), d_w.data(), d_ws.as<float>(),
+                                         d_y.data(), sh.m, sh.n, sh.k, out, nullptr);
+      ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+      cuda::synchronize_or_die("run_fp8");
+      std::vector<float> got =
+          f32 ? download<float>(d_y, ny) : to_floats(download<uint16_t>(d_y, ny));
+      std::vector<float> want(ny);
+      for (int i = 0; i < sh.m; ++i) {
+        for (int j = 0; j < sh.n; ++j) {
+          double acc = 0;
+          for (int t = 0; t < sh.k; ++t)
+            acc += double(x.values[size_t(i) * sh.k + t]) * w.values[size_t(j) * sh.k + t];
+          want[size_t(i) * sh.n + j] = static_cast<float>(acc);
+        }
+      }
+      for (size_t i = 0; i < ny; ++i)
+        ASSERT_FALSE(std::isnan(got[i])) << what << " index " << i;
+      EXPECT_LT(rel_l2(got, want), f32 ? 1e-3 : 5e-3) << what << (f32 ? " fp32" : " bf16");
+    }
+  }
+  // k not a multiple of 16: refused, not run.
+  EXPECT_EQ(gemm.run_fp8(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 16, 24,
+                         cuda::GemmOut::kBF16, nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace kvc::kernels

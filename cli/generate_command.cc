@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct GenerateFlags {
   SamplingParams sampling;
   bool json = false;
   bool quiet = false;
+  bool logits = false;
 };
 
 std::string describe_levels(const CascadeStats& c) {
@@ -77,6 +79,10 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
     std::fprintf(stderr, "kvcascade generate: give --prompt TEXT or --prompt-file F\n");
     return 2;
   }
+  if (f.logits && !f.json) {
+    std::fprintf(stderr, "kvcascade generate: --logits goes with --json\n");
+    return 2;
+  }
   auto tokenizer = make_tokenizer(f.engine.backend);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "kvcascade generate: %s\n", tokenizer.error().message.c_str());
@@ -93,6 +99,17 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
   Engine engine(**backend, **tokenizer, engine_config(f.engine, **backend),
                 SteadyClock::instance());
   std::map<uint64_t, size_t> prompt_of;
+  std::map<uint64_t, size_t> prompt_len;
+  // --logits: each choice's logits rows, row i the distribution its token i was drawn from.
+  std::map<std::pair<size_t, int32_t>, std::vector<std::vector<float>>> logits_rows;
+  if (f.logits) {
+    engine.set_logits_observer([&](uint64_t g, int32_t s, int32_t pos, std::span<const float> l) {
+      auto& rows = logits_rows[{prompt_of.at(g), s}];
+      const size_t i = static_cast<size_t>(pos) - prompt_len.at(g);
+      if (rows.size() <= i) rows.resize(i + 1);
+      rows[i].assign(l.begin(), l.end());  // a recomputed token (preemption) overwrites
+    });
+  }
   for (size_t i = 0; i < f.prompts.size(); ++i) {
     GenerationRequest req;
     req.prompt = (*tokenizer)
@@ -100,12 +117,14 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
                               (*tokenizer)->completion_suffix());
     req.n = f.n;
     req.params = f.sampling;
+    const size_t len = req.prompt.size();
     auto id = engine.submit(std::move(req));
     if (!id.ok()) {
       std::fprintf(stderr, "kvcascade generate: prompt %zu: %s\n", i, id.error().message.c_str());
       return 2;
     }
     prompt_of[*id] = i;
+    prompt_len[*id] = len;
   }
 
   struct Choice {
@@ -166,6 +185,7 @@ int run_generate(GenerateFlags f, CudaBackendMaker cuda) {
                                 {"text", c.text},
                                 {"token_ids", c.token_ids},
                                 {"finish_reason", c.finish}});
+      if (f.logits) out["choices"].back()["logits"] = logits_rows[key];
     }
     out["prompt_token_ids"] = prompt_ids;
     out["stats"] = {{"steps", steps},
@@ -218,6 +238,9 @@ Run add_generate_command(CLI::App& app, const CudaEntry& cuda) {
   cmd->add_flag("--json", f->json,
                 "print one JSON object {choices (with token_ids), prompt_token_ids, stats}");
   cmd->add_flag("--quiet", f->quiet, "no per-step lines");
+  cmd->add_flag("--logits", f->logits,
+                "with --json: every choice's logits, one row of the whole vocabulary per generated "
+                "token (for accuracy checks: bench/hf_parity.py)");
   return [f, maker = cuda.backend] { return run_generate(*f, maker); };
 }
 

@@ -66,11 +66,14 @@ Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, bo
                                               sizeof mode) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
                                               sizeof mode) == CUBLAS_STATUS_SUCCESS;
-    const float* none = nullptr;  // the heuristic needs the pointers set; any value will do
-    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &none,
-                                              sizeof none) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &none,
-                                              sizeof none) == CUBLAS_STATUS_SUCCESS;
+    // The heuristic finds no algorithm while the pointers are null (seen with cuBLASLt 13.1 on
+    // the H200): any device address stands in until run_fp8 sets the real ones.
+    const void* stand_in = workspace_;
+    ok = ok && stand_in != nullptr &&
+         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &stand_in,
+                                        sizeof stand_in) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &stand_in, sizeof stand_in) == CUBLAS_STATUS_SUCCESS;
   }
   ok = ok && cublasLtMatrixLayoutCreate(&p->a, in_type, k, n, k) == CUBLAS_STATUS_SUCCESS;
   ok = ok && cublasLtMatrixLayoutCreate(&p->b, in_type, k, m, k) == CUBLAS_STATUS_SUCCESS;

@@ -62,6 +62,17 @@ class ResponderImpl final : public Responder {
     post(info_.http10 ? std::string() : std::string(wire::kLastChunk), true);
   }
 
+  void abort() override {
+    std::lock_guard lock(mu_);
+    if (phase_ == Phase::kNone) {
+      send_locked(502, "application/json",
+                  error_body("the response's source failed before it started", "server_error"), {});
+    } else if (phase_ == Phase::kStreaming) {
+      phase_ = Phase::kDone;
+      post_abort();
+    }
+  }
+
   bool client_gone() const override { return state_->gone(); }
 
   void on_client_gone(std::function<void()> callback) override {

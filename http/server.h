@@ -57,6 +57,10 @@ class Responder {
   virtual void start_stream(int status, std::string content_type, Headers extra_headers = {}) = 0;
   virtual void write(std::string chunk) = 0;  // queued; written in order; empty chunks are skipped
   virtual void end() = 0;
+  // The response cannot be completed (its source failed): mid-stream the connection is closed
+  // without the terminal chunk, so the client sees a truncated body, never one that looks
+  // complete; before anything was sent, a 502. Ignored after send() or end().
+  virtual void abort() = 0;
   // True once the client went away (connection closed, write failed or timed out). Cheap,
   // thread-safe; the engine polls it to abort work.
   virtual bool client_gone() const = 0;

@@ -150,9 +150,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // On the strand, from a responder: the response cannot be completed (abandoned mid stream).
+  // What it wrote so far still goes out (the client sees a truncated body), then the connection
+  // closes with no terminal chunk.
   void abort(uint64_t exchange) {
     if (closed_ || exchange != exchange_id_) return;
-    close();
+    close_when_written_ = true;
+    response_done_ = true;  // nothing more is queued
+    if (!writing_ && out_queue_.empty()) close();
   }
 
   // On the strand. Closes the socket at once; an unfinished exchange sees client_gone().
@@ -350,6 +354,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void write_more() {
     if (writing_ || closed_) return;
     if (out_queue_.empty()) {
+      if (close_when_written_) return close();
       if (response_done_ && phase_ == Phase::kHandling) on_response_complete();
       return;
     }
@@ -432,6 +437,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::string> out_queue_;
   std::vector<std::string> in_flight_;
   bool writing_ = false;
+  bool close_when_written_ = false;  // abort(): close once the queued bytes are out
 };
 
 }  // namespace kvc::http

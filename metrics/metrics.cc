@@ -141,6 +141,12 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r)
               .Name("kvcascade_router_near_miss_prefixes_total")
               .Help("Requests that left a known prefix early (e.g. a timestamp in a system prompt)")
               .Register(r)),
+      router_kv_event_resyncs_total(
+          BuildCounter()
+              .Name("kvcascade_router_kv_event_resyncs_total")
+              .Help("KV-event feeds dropped for a fresh snapshot, by replica and reason "
+                    "(refused_event: the index refused an event; sequence_gap: events missed)")
+              .Register(r)),
       // Unlabelled series exist from the start at zero (labelled ones appear with their replica).
       router_prefix_match_ratio_all(router_prefix_match_ratio.Add({}, ratio_buckets())),
       router_request_seconds_all(router_request_seconds.Add({}, seconds_buckets())) {

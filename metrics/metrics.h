@@ -54,6 +54,7 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Counter>& router_retries_total;
   prometheus::Family<prometheus::Histogram>& router_request_seconds;
   prometheus::Family<prometheus::Counter>& router_near_miss_prefixes_total;
+  prometheus::Family<prometheus::Counter>& router_kv_event_resyncs_total;  // {replica, reason}
   // The unlabelled series of the two histograms above, looked up once (the proxy observes them
   // on every request).
   prometheus::Histogram& router_prefix_match_ratio_all;

@@ -574,11 +574,15 @@ void RouterServer::ProxiedRequest::on_done(const Status& s,
     http::send_error(*responder, 502, "upstream replica failed: " + why, "server_error");
     return;
   }
-  // Mid-stream: end cleanly with an error event the client can see.
-  if (stream) {
-    responder->write(http::sse_event(http::error_body(
-        "upstream replica " + replica_id + " failed mid-stream: " + why, "server_error")));
+  // Mid-stream: a stream ends cleanly with an error event the client can see; a plain body
+  // passed through (too large to buffer) cannot say it failed, so its connection is cut without
+  // the terminal chunk: a truncated body, never one that looks complete.
+  if (!stream) {
+    responder->abort();
+    return;
   }
+  responder->write(http::sse_event(http::error_body(
+      "upstream replica " + replica_id + " failed mid-stream: " + why, "server_error")));
   responder->end();
 }
 
@@ -618,6 +622,7 @@ std::string RouterServer::state_json() {
                     {"models", r.models},
                     {"healthy", r.healthy},
                     {"exact", r.exact},
+                    {"kv_event_resyncs", r.kv_event_resyncs},
                     {"block_size", r.block_size},
                     {"in_flight", r.in_flight},
                     {"weight_version", r.weight_version},

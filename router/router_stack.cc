@@ -39,7 +39,14 @@ RouterStack::RouterStack(RouterStackConfig config, const Clock& clock)
       },
       config_.http_threads);
   client_ = std::make_unique<http::Client>(client_limits(), http_->io_context());
-  pool_ = std::make_unique<ReplicaPool>(*client_, indexes_, clock, config_.pool);
+  PoolConfig pool = config_.pool;
+  // Feeds start after start(), when server_ exists.
+  pool.on_resync = [this, also = config_.pool.on_resync](const std::string& replica,
+                                                         const char* reason) {
+    server_->stats().note_kv_resync(replica, reason);
+    if (also) also(replica, reason);
+  };
+  pool_ = std::make_unique<ReplicaPool>(*client_, indexes_, clock, pool);
   server_ = std::make_unique<RouterServer>(*pool_, indexes_, *client_, clock, config_.router,
                                            &registry_, &metrics_);
 }

@@ -42,6 +42,14 @@ void RouterStats::note_upstream_error(const std::string& replica, const char* ki
   }
 }
 
+void RouterStats::note_kv_resync(const std::string& replica, const char* reason) {
+  ++kv_resyncs_;
+  if (metrics_ != nullptr) {
+    metrics_->router_kv_event_resyncs_total.Add({{"replica", replica}, {"reason", reason}})
+        .Increment();
+  }
+}
+
 void RouterStats::to_json(nlohmann::json& out) const {
   nlohmann::json routed = nlohmann::json::array();
   {
@@ -54,6 +62,7 @@ void RouterStats::to_json(nlohmann::json& out) const {
   out["retries"] = retries();
   out["upstream_errors"] = upstream_errors();
   out["near_misses"] = near_misses();
+  out["kv_event_resyncs"] = kv_resyncs_.load();
   out["routed"] = std::move(routed);
 }
 

@@ -26,6 +26,8 @@ class RouterStats {
   void note_routed(const std::string& replica, const std::string& reason);
   // kind: connect, status or midstream (router_upstream_errors_total).
   void note_upstream_error(const std::string& replica, const char* kind);
+  // A replica's KV-event feed dropped for a fresh snapshot (router_kv_event_resyncs_total).
+  void note_kv_resync(const std::string& replica, const char* reason);
 
   int64_t requests() const { return requests_.load(); }
   int64_t retries() const { return retries_.load(); }
@@ -38,7 +40,8 @@ class RouterStats {
   metrics::RouterMetrics* metrics_;
   prometheus::Counter* retries_counter_ = nullptr;
   prometheus::Counter* near_miss_counter_ = nullptr;
-  std::atomic<int64_t> requests_{0}, retries_{0}, near_misses_{0}, upstream_errors_{0};
+  std::atomic<int64_t> requests_{0}, retries_{0}, near_misses_{0}, upstream_errors_{0},
+      kv_resyncs_{0};
   mutable std::mutex mu_;
   struct Routed {
     int64_t count = 0;

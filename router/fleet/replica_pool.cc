@@ -308,19 +308,40 @@ void ReplicaPool::subscribe(uint32_t index) {
         for (const http::SseEvent& e : *events) {
           auto batch = decode_kv_event_batch(e.data);
           if (!batch.ok()) return false;
+          bool gap = false;
           {
             std::lock_guard lock(mu_);
-            if (batch->seq != r->expected_seq) return false;  // missed events: resubscribe
             if (r->index_generation.load() != generation) return false;
-            ++r->expected_seq;
-            r->view.exact = true;
-            r->backoff = config_.resubscribe_backoff_min;
+            gap = batch->seq != r->expected_seq;
+            if (!gap) {
+              ++r->expected_seq;
+              r->view.exact = true;
+              r->backoff = config_.resubscribe_backoff_min;
+            }
           }
-          std::lock_guard lock(indexes_.mu);
-          if (r->index_generation.load() != generation) return false;  // forgotten meanwhile
-          if (batch->snapshot) indexes_.exact.clear(index);
-          for (const KvEvent& ev : batch->events)
-            (void)indexes_.exact.apply(index, ev);
+          if (gap) {  // missed events: resubscribe, for a snapshot
+            note_resync(*r, "sequence_gap");
+            return false;
+          }
+          bool refused = false;
+          {
+            std::lock_guard lock(indexes_.mu);
+            if (r->index_generation.load() != generation) return false;  // forgotten meanwhile
+            if (batch->snapshot) indexes_.exact.clear(index);
+            for (const KvEvent& ev : batch->events) {
+              // An event the index refuses (a parent it does not know) means the index no
+              // longer mirrors the replica: drop the feed, and the next one starts with a
+              // snapshot. Applying the rest would build on a wrong tree.
+              if (!indexes_.exact.apply(index, ev).ok()) {
+                refused = true;
+                break;
+              }
+            }
+          }
+          if (refused) {
+            note_resync(*r, "refused_event");
+            return false;
+          }
         }
         return true;
       },
@@ -333,6 +354,16 @@ void ReplicaPool::subscribe(uint32_t index) {
         r->backoff = std::min(r->backoff * 2, config_.resubscribe_backoff_max);
       },
       std::move(options));
+}
+
+void ReplicaPool::note_resync(Replica& r, const char* reason) {
+  std::string id;
+  {
+    std::lock_guard lock(mu_);
+    ++r.view.kv_event_resyncs;
+    id = r.view.replica_id;
+  }
+  if (config_.on_resync) config_.on_resync(id, reason);
 }
 
 void ReplicaPool::start() {

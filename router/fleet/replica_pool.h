@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,10 @@ struct PoolConfig {
   std::chrono::milliseconds resubscribe_backoff_min{100};
   std::chrono::milliseconds resubscribe_backoff_max{5000};
   size_t max_kv_event_bytes = size_t{8} << 20;  // one SSE event of a replica's KV-event feed
+  // Called (without the pool's locks) each time a replica's KV-event feed is dropped to be
+  // resubscribed with a fresh snapshot: reason "refused_event" (an event the index refused: a
+  // parent it does not know, a corrupt chain) or "sequence_gap" (events were missed).
+  std::function<void(const std::string& replica_id, const char* reason)> on_resync;
   int32_t default_block_size = 16;
   std::string replica_api_key;  // sent on polls and KV-event subscriptions (replica --api-key)
   // Approximate index capacity of a replica whose metrics state its KV capacity (vLLM, SGLang):
@@ -73,7 +78,8 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   std::shared_ptr<const TokenTable> token_table;
   int32_t block_size = 16;
   bool healthy = false;
-  bool exact = false;  // KV events subscribed
+  bool exact = false;            // KV events subscribed
+  int64_t kv_event_resyncs = 0;  // feeds dropped for a fresh snapshot (PoolConfig::on_resync)
   // The replica's last load report; load_reported false when it has none (openai kind) or its
   // load signal failed (load_error says why): the router's own counts stand in.
   bool load_reported = false;
@@ -138,6 +144,7 @@ class ReplicaPool {
   void poll(Replica& r);
   void set_approx_capacity_locked(const Replica& r);
   void subscribe(uint32_t index);
+  void note_resync(Replica& r, const char* reason);
   void forget_blocks_locked(Replica& r);
   void run();
 

@@ -175,6 +175,28 @@ bool wait_exact(RouterStack& stack, const std::string& id) {
       10s);
 }
 
+// A KV event the index refuses (its parent unknown: events were lost) used to be dropped and
+// the index drifted from the replica for good. Now the feed is dropped and resubscribed: the new
+// feed's snapshot makes the index what the replica holds again, and the resync is counted.
+TEST_F(RouterWithFake, RefusedKvEventResubscribesAndTheIndexRecovers) {
+  const std::vector<BlockHash> blocks = FakeReplica::blocks_of(held_prompt());
+  start({.replica_id = "fake", .blocks = blocks, .orphan_event_once = true});
+  ASSERT_TRUE(eventually([&] { return fake_->num_subscriptions() >= 2; }, 10s));
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  ASSERT_TRUE(eventually([&] { return fake_state()["index_blocks"] == blocks.size(); }, 10s))
+      << fake_state().dump();
+  EXPECT_GE(fake_state()["kv_event_resyncs"].get<int64_t>(), 1);
+  EXPECT_GE(state()["kv_event_resyncs"].get<int64_t>(), 1);
+  http::Client client;
+  auto m = client.request("127.0.0.1", port_, "GET", "/metrics", "", {}, 10s);
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(
+      m->body.find(
+          R"(kvcascade_router_kv_event_resyncs_total{reason="refused_event",replica="fake"} 1)"),
+      std::string::npos)
+      << m->body.substr(0, 4000);
+}
+
 // A replica that accepts a streamed request and never answers used to hold it for
 // the whole upstream timeout (10 minutes). Nothing reached the client before the first-byte
 // timeout, so the request is retried on the other replica.
@@ -248,6 +270,21 @@ TEST_F(RouterWithFake, NonStreamingReplyStallingMidBodyIsRetried) {
   const json body = json::parse(r->body, nullptr, false);
   ASSERT_FALSE(body.is_discarded()) << r->body;
   EXPECT_EQ(body["choices"].size(), 1u);
+  EXPECT_EQ(fake_->num_completions(), 1);
+}
+
+// A non-streamed reply too large to buffer (over 8 MiB) is passed through as it comes; when its
+// upstream fails part-way the client must not get a complete-looking 200 (it used to: a
+// terminated chunked body ending mid-JSON). The connection is cut without the terminal chunk,
+// so the client's read fails.
+TEST_F(RouterWithFake, LargeReplyFailingPartWayIsTruncatedNotTerminated) {
+  start({.replica_id = "fake",
+         .completions = FakeReplica::Completions::kLargeBodyThenClose,
+         .blocks = FakeReplica::blocks_of(held_prompt())});
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto r = post({{"model", "tiny"}, {"prompt", held_prompt()}, {"max_tokens", 2}});
+  EXPECT_FALSE(r.ok()) << "status " << r->status << ", " << r->body.size()
+                       << " bytes of body looked complete";
   EXPECT_EQ(fake_->num_completions(), 1);
 }
 

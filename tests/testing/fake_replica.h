@@ -24,9 +24,10 @@ namespace kvc::testing {
 class FakeReplica {
  public:
   enum class Completions {
-    kHold,                 // accept and never answer
-    kStreamThenStall,      // SSE headers and one event, then silence
-    kPartialBodyThenStall  // headers and half a JSON body, then silence
+    kHold,                  // accept and never answer
+    kStreamThenStall,       // SSE headers and one event, then silence
+    kPartialBodyThenStall,  // headers and half a JSON body, then silence
+    kLargeBodyThenClose     // a non-streamed body over the router's 8 MiB buffer, cut part-way
   };
 
   struct Options {
@@ -37,6 +38,9 @@ class FakeReplica {
     // Published as a KV-event snapshot on /v1/kv_events (exact mode); empty: no KV events
     // (the router then routes this replica approximately).
     std::vector<BlockHash> blocks;
+    // The first feed follows its snapshot with an event whose parent the router does not know
+    // (a replica whose events the router missed); later feeds are the snapshot alone.
+    bool orphan_event_once = false;
   };
 
   explicit FakeReplica(Options options)
@@ -58,6 +62,7 @@ class FakeReplica {
   // From now on nothing is answered; what arrives is held.
   void stall() { stalled_ = true; }
   int num_completions() const { return completions_.load(); }
+  int num_subscriptions() const { return subscriptions_.load(); }
   // Completions whose router-side connection is gone (the router gave up on them).
   int num_completions_abandoned() const { return abandoned_.load(); }
 
@@ -88,6 +93,13 @@ class FakeReplica {
       batch.events = {KvCleared{}, KvStored{std::nullopt, options_.blocks}};
       w->start_stream(200, "text/event-stream");
       w->write("data: " + encode_kv_event_batch(batch) + "\n\n");
+      if (++subscriptions_ == 1 && options_.orphan_event_once) {
+        KvEventBatch orphan;
+        orphan.replica = options_.replica_id;
+        orphan.seq = 1;
+        orphan.events = {KvStored{BlockHash{0x0123456789abcdefull}, {BlockHash{0x1111ull}}}};
+        w->write("data: " + encode_kv_event_batch(orphan) + "\n\n");
+      }
       hold(std::move(w));  // the feed stays open
     } else if (path == "/v1/completions" || path == "/v1/chat/completions") {
       w->on_client_gone([this] { ++abandoned_; });
@@ -107,6 +119,12 @@ class FakeReplica {
           w->start_stream(200, "application/json");
           w->write(R"({"id":"cmpl-stalled","choices":[{"te)");
           break;
+        case Completions::kLargeBodyThenClose:
+          w->start_stream(200, "application/json");
+          w->write(R"({"id":"cmpl-large","choices":[{"text":")" +
+                   std::string(size_t{9} << 20, 'a'));
+          w->abort();  // the connection closes mid-body
+          return;
       }
       hold(std::move(w));
     } else {
@@ -122,6 +140,7 @@ class FakeReplica {
   const Options options_;
   std::atomic<bool> stalled_{false};
   std::atomic<int> completions_{0};
+  std::atomic<int> subscriptions_{0};
   std::atomic<int> abandoned_{0};
   std::mutex mu_;
   std::vector<std::shared_ptr<http::Responder>> held_;

@@ -1,5 +1,5 @@
 // Which FP8 scaling modes this cuBLASLt runs on this device (a device-time probe, not built by
-// CMake): nvcc -std=c++17 -o fp8_probe fp8_scale_modes.cu -lcublasLt
+// CMake): nvcc -std=c++17 -o fp8_probe fp8_scale_modes_probe.cu -lcublasLt
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 

@@ -161,6 +161,27 @@ __device__ __forceinline__ float abs_max(float m, const float* v) {
   return m;
 }
 
+// One CTA quantizes one row of `dim` values: values(i, v) computes the kVec values at i (called
+// twice per value: for the row's maximum, then for its codes, instead of holding the row), q gets
+// the codes and *scale the row's scale.
+template <int kVec, class Values>
+__device__ __forceinline__ void quantize_row(const Values& values, int dim, uint8_t* q,
+                                             float* scale_out) {
+  float m = 0;
+  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
+    float v[kVec];
+    values(i, v);
+    m = abs_max<kVec>(m, v);
+  }
+  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
+  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
+    float v[kVec];
+    values(i, v);
+    store_e4m3<kVec>(q + i, v, qinv);
+  }
+  if (threadIdx.x == 0) *scale_out = scale;
+}
+
 // One CTA per row; kVec = 8: hidden % 8 == 0 and 16-byte aligned pointers. Each thread rereads
 // only the residual values it wrote itself, so no barrier is needed between the two loops.
 // kFp8: y is E4M3 codes with the row's scale in y_scales[row] (two passes over the normalised
@@ -205,20 +226,7 @@ __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumul
       v[j] = w[j] * (v[j] * inv);
   };
   if constexpr (kFp8) {
-    float m = 0;
-    for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
-      float v[kVec];
-      normed(i, v);
-      m = abs_max<kVec>(m, v);
-    }
-    const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
-    uint8_t* yr = static_cast<uint8_t*>(y) + row * hidden;
-    for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
-      float v[kVec];
-      normed(i, v);
-      store_e4m3<kVec>(yr + i, v, qinv);
-    }
-    if (threadIdx.x == 0) y_scales[row] = scale;
+    quantize_row<kVec>(normed, hidden, static_cast<uint8_t*>(y) + row * hidden, y_scales + row);
   } else {
     bf16* yr = static_cast<bf16*>(y) + row * hidden;
     for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
@@ -313,19 +321,7 @@ __global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* sc
     for (int j = 0; j < kVec; ++j)
       g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
   };
-  float m = 0;
-  for (int c = threadIdx.x * kVec; c < inter; c += blockDim.x * kVec) {
-    float g[kVec];
-    act(c, g);
-    m = abs_max<kVec>(m, g);
-  }
-  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
-  for (int c = threadIdx.x * kVec; c < inter; c += blockDim.x * kVec) {
-    float g[kVec];
-    act(c, g);
-    store_e4m3<kVec>(out + r * inter + c, g, qinv);
-  }
-  if (threadIdx.x == 0) scales[r] = scale;
+  quantize_row<kVec>(act, inter, out + r * inter, scales + r);
 }
 
 // One CTA per row of bf16 values: the row's maximum, then its E4M3 codes.
@@ -334,19 +330,7 @@ __global__ void quantize_rows_fp8_kernel(const bf16* x, int64_t stride, int dim,
                                          float* scales) {
   const int64_t r = blockIdx.x;
   const bf16* xr = x + r * stride;
-  float m = 0;
-  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
-    float v[kVec];
-    load<kVec>(xr + i, v);
-    m = abs_max<kVec>(m, v);
-  }
-  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
-  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
-    float v[kVec];
-    load<kVec>(xr + i, v);
-    store_e4m3<kVec>(q + r * dim + i, v, qinv);
-  }
-  if (threadIdx.x == 0) scales[r] = scale;
+  quantize_row<kVec>([&](int i, float* v) { load<kVec>(xr + i, v); }, dim, q + r * dim, scales + r);
 }
 
 // ---- KV append ------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 # A checkpoint the engine does not implement stops `kvcascade generate --model DIR` (and the
 # replica, which loads the same way) with exit code 2 and the field named, before any tensor is
 # read: another architecture, a RoPE type, a sliding window shorter than the context, quantized
-# weights, a bias the family does not have. Run with -DKVC=<kvcascade> -DWORK=<scratch dir>.
+# weights other than FP8, a bias the family does not have. Run with -DKVC=<kvcascade> -DWORK=<scratch dir>.
 set(base [=["hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 320, "max_position_embeddings": 8192]=])
 set(cases
   "gemma|{\"architectures\": [\"Gemma2ForCausalLM\"], ${base}}|architectures: 'Gemma2ForCausalLM' is not implemented"
   "yarn|{\"architectures\": [\"Qwen3ForCausalLM\"], ${base}, \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1000000.0, \"factor\": 4.0}}|rope_parameters.rope_type: 'yarn' is not implemented"
   "window|{\"architectures\": [\"MistralForCausalLM\"], ${base}, \"sliding_window\": 4096}|sliding_window: 4096 is shorter than the context served"
-  "fp8|{\"architectures\": [\"LlamaForCausalLM\"], ${base}, \"quantization_config\": {\"quant_method\": \"fp8\"}}|quantization_config"
+  "awq|{\"architectures\": [\"LlamaForCausalLM\"], ${base}, \"quantization_config\": {\"quant_method\": \"awq\"}}|quantization_config.quant_method: 'awq' is not supported"
   "bias|{\"architectures\": [\"LlamaForCausalLM\"], ${base}, \"attention_bias\": true}|attention_bias: true is not implemented"
   "nothing|{${base}}|architectures: missing")
 foreach(c IN LISTS cases)

@@ -11,77 +11,9 @@
 namespace kvc::kernels::cuda {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-// Threads for a CTA that walks `units` items once: a multiple of 32 in [32, 1024].
-int threads_for(int64_t units) {
-  return static_cast<int>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 1024));
-}
-
-// kVec consecutive values in fp32 (kVec = 8: one 16-byte load of bf16, two of fp32).
-template <int kVec>
-__device__ __forceinline__ void load(const bf16* p, float* v) {
-  if constexpr (kVec == 8) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      v[2 * j] = f.x;
-      v[2 * j + 1] = f.y;
-    }
-  } else {
-    v[0] = __bfloat162float(*p);
-  }
-}
-template <int kVec>
-__device__ __forceinline__ void load(const float* p, float* v) {
-  if constexpr (kVec == 8) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0],
-                 b = reinterpret_cast<const float4*>(p)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    v[0] = *p;
-  }
-}
-template <int kVec>
-__device__ __forceinline__ void store(bf16* p, const float* v) {
-  if constexpr (kVec == 8) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
-  } else {
-    *p = __float2bfloat16_rn(v[0]);
-  }
-}
-template <int kVec>
-__device__ __forceinline__ void store(float* p, const float* v) {
-  if constexpr (kVec == 8) {
-    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-    *p = v[0];
-  }
-}
+#include "kernels/cuda/ops_common.cuh"
 
 // ---- embedding gather -----------------------------------------------------------------------
-
-// The kernels a decode GEMM follows (embedding gather for the LM head, add + RMSNorm, SwiGLU)
-// let it launch at once: it is launched as a programmatic dependent (decode_gemm.h), streams
-// its weights in while they run and waits (griddepcontrol.wait) before it reads their output.
-// A no-op when the next kernel is launched without the attribute.
-__device__ __forceinline__ void let_next_gemm_start() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 // One CTA per token; kVec: hidden % 8 == 0 and 16-byte aligned rows.
 template <bool kVec>
@@ -104,83 +36,6 @@ __global__ void embedding_gather_kernel(const bf16* table, int vocab, int hidden
 }
 
 // ---- add + RMSNorm --------------------------------------------------------------------------
-
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float sum = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
-    sum += partial[w];
-  return sum;  // the same value in every thread (fixed order)
-}
-
-__device__ float block_max(float v) {
-  __shared__ float partial[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float m = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
-    m = fmaxf(m, partial[w]);
-  return m;
-}
-
-// ---- FP8 E4M3 (kernels/fp8_rule.h) ----------------------------------------------------------
-
-__device__ __forceinline__ uint8_t to_e4m3(float x) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-// kVec values times inv as E4M3 codes (kVec = 8: one 8-byte store).
-template <int kVec>
-__device__ __forceinline__ void store_e4m3(uint8_t* p, const float* v, float inv) {
-  if constexpr (kVec == 8) {
-    uint2 u;
-    auto* h = reinterpret_cast<__nv_fp8x2_storage_t*>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      h[j] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * j] * inv, v[2 * j + 1] * inv),
-                                      __NV_SATFINITE, __NV_E4M3);
-    *reinterpret_cast<uint2*>(p) = u;
-  } else {
-    *p = to_e4m3(v[0] * inv);
-  }
-}
-template <int kVec>
-__device__ __forceinline__ float abs_max(float m, const float* v) {
-#pragma unroll
-  for (int j = 0; j < kVec; ++j)
-    m = fmaxf(m, fabsf(v[j]));
-  return m;
-}
-
-// One CTA quantizes one row of `dim` values: values(i, v) computes the kVec values at i (called
-// twice per value: for the row's maximum, then for its codes, instead of holding the row), q gets
-// the codes and *scale the row's scale.
-template <int kVec, class Values>
-__device__ __forceinline__ void quantize_row(const Values& values, int dim, uint8_t* q,
-                                             float* scale_out) {
-  float m = 0;
-  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
-    float v[kVec];
-    values(i, v);
-    m = abs_max<kVec>(m, v);
-  }
-  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
-  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
-    float v[kVec];
-    values(i, v);
-    store_e4m3<kVec>(q + i, v, qinv);
-  }
-  if (threadIdx.x == 0) *scale_out = scale;
-}
 
 // One CTA per row; kVec = 8: hidden % 8 == 0 and 16-byte aligned pointers. Each thread rereads
 // only the residual values it wrote itself, so no barrier is needed between the two loops.
@@ -304,33 +159,6 @@ __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int rows, int in
       g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
     store<kVec>(out + r * inter + c, g);
   }
-}
-
-// One CTA per row: silu(gate) * up in fp32, the row's maximum, then its E4M3 codes (the values
-// are computed twice rather than kept: a row of 14336 does not fit a CTA's registers).
-template <int kVec>
-__global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales, int inter) {
-  let_next_gemm_start();
-  const int64_t r = blockIdx.x;
-  const bf16* gr = gate_up + r * 2 * inter;
-  auto act = [&](int c, float* g) {
-    float u[kVec];
-    load<kVec>(gr + c, g);
-    load<kVec>(gr + inter + c, u);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j)
-      g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-  };
-  quantize_row<kVec>(act, inter, out + r * inter, scales + r);
-}
-
-// One CTA per row of bf16 values: the row's maximum, then its E4M3 codes.
-template <int kVec>
-__global__ void quantize_rows_fp8_kernel(const bf16* x, int64_t stride, int dim, uint8_t* q,
-                                         float* scales) {
-  const int64_t r = blockIdx.x;
-  const bf16* xr = x + r * stride;
-  quantize_row<kVec>([&](int i, float* v) { load<kVec>(xr + i, v); }, dim, q + r * dim, scales + r);
 }
 
 // ---- KV append ------------------------------------------------------------------------------
@@ -570,37 +398,6 @@ cudaError_t add_rms_norm_fp8(const void* x, float* residual, bool accumulate, co
   if (rows < 0 || hidden <= 0 || y_scales == nullptr) return cudaErrorInvalidValue;
   return launch_add_rms_norm<true>(x, residual, accumulate, weight, y, y_scales, rows, hidden, eps,
                                    stream);
-}
-
-cudaError_t silu_mul_fp8(const void* gate_up, void* out, float* scales, int rows, int inter,
-                         cudaStream_t stream) {
-  if (rows == 0 || inter == 0) return cudaSuccess;
-  if (rows < 0 || inter < 0 || scales == nullptr) return cudaErrorInvalidValue;
-  const bf16* gu = static_cast<const bf16*>(gate_up);
-  auto* o = static_cast<uint8_t*>(out);
-  if (inter % 8 == 0 && aligned16(gate_up) && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
-    silu_mul_fp8_kernel<8><<<rows, threads_for(inter / 8), 0, stream>>>(gu, o, scales, inter);
-  } else {
-    silu_mul_fp8_kernel<1><<<rows, threads_for(inter), 0, stream>>>(gu, o, scales, inter);
-  }
-  return cudaGetLastError();
-}
-
-cudaError_t quantize_rows_fp8(const void* x, int64_t stride, int rows, int dim, void* q,
-                              float* scales, cudaStream_t stream) {
-  if (rows == 0 || dim == 0) return cudaSuccess;
-  if (rows < 0 || dim < 0 || stride < dim || scales == nullptr || rows > (1 << 30)) {
-    return cudaErrorInvalidValue;
-  }
-  const bf16* xb = static_cast<const bf16*>(x);
-  auto* qb = static_cast<uint8_t*>(q);
-  if (dim % 8 == 0 && stride % 8 == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(q) % 8 == 0) {
-    quantize_rows_fp8_kernel<8>
-        <<<rows, threads_for(dim / 8), 0, stream>>>(xb, stride, dim, qb, scales);
-  } else {
-    quantize_rows_fp8_kernel<1><<<rows, threads_for(dim), 0, stream>>>(xb, stride, dim, qb, scales);
-  }
-  return cudaGetLastError();
 }
 
 RopeTable make_rope_table(int head_dim, const cpu::RopeConfig& cfg) {

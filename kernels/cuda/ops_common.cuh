@@ -1,0 +1,160 @@
+// Device helpers shared by the model-op kernels (ops.cu, fp8_ops.cu): 16-byte bf16/fp32 loads and
+// stores, CTA sizing, block reductions, the decode GEMM's early launch, and the E4M3 row
+// quantization of kernels/fp8_rule.h. Included inside each file's anonymous namespace, so
+// every file keeps its own copy (as warp_ops.cuh); the includes below must come first in the file.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/fp8_rule.h"
+
+using bf16 = __nv_bfloat16;
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Threads for a CTA that walks `units` items once: a multiple of 32 in [32, 1024].
+int threads_for(int64_t units) {
+  return static_cast<int>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 1024));
+}
+
+// kVec consecutive values in fp32 (kVec = 8: one 16-byte load of bf16, two of fp32).
+template <int kVec>
+__device__ __forceinline__ void load(const bf16* p, float* v) {
+  if constexpr (kVec == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      v[2 * j] = f.x;
+      v[2 * j + 1] = f.y;
+    }
+  } else {
+    v[0] = __bfloat162float(*p);
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void load(const float* p, float* v) {
+  if constexpr (kVec == 8) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0],
+                 b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    v[0] = *p;
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void store(bf16* p, const float* v) {
+  if constexpr (kVec == 8) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+    *p = __float2bfloat16_rn(v[0]);
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void store(float* p, const float* v) {
+  if constexpr (kVec == 8) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    *p = v[0];
+  }
+}
+
+// The kernels a decode GEMM follows (embedding gather for the LM head, add + RMSNorm, SwiGLU)
+// let it launch at once: it is launched as a programmatic dependent (decode_gemm.h), streams
+// its weights in while they run and waits (griddepcontrol.wait) before it reads their output.
+// A no-op when the next kernel is launched without the attribute.
+__device__ __forceinline__ void let_next_gemm_start() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float sum = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
+    sum += partial[w];
+  return sum;  // the same value in every thread (fixed order)
+}
+
+__device__ float block_max(float v) {
+  __shared__ float partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float m = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
+    m = fmaxf(m, partial[w]);
+  return m;
+}
+
+// ---- FP8 E4M3 (kernels/fp8_rule.h) ----------------------------------------------------------
+
+__device__ __forceinline__ uint8_t to_e4m3(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+// kVec values times inv as E4M3 codes (kVec = 8: one 8-byte store).
+template <int kVec>
+__device__ __forceinline__ void store_e4m3(uint8_t* p, const float* v, float inv) {
+  if constexpr (kVec == 8) {
+    uint2 u;
+    auto* h = reinterpret_cast<__nv_fp8x2_storage_t*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      h[j] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * j] * inv, v[2 * j + 1] * inv),
+                                      __NV_SATFINITE, __NV_E4M3);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else {
+    *p = to_e4m3(v[0] * inv);
+  }
+}
+template <int kVec>
+__device__ __forceinline__ float abs_max(float m, const float* v) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    m = fmaxf(m, fabsf(v[j]));
+  return m;
+}
+
+// One CTA quantizes one row of `dim` values: values(i, v) computes the kVec values at i (called
+// twice per value: for the row's maximum, then for its codes, instead of holding the row), q gets
+// the codes and *scale the row's scale.
+template <int kVec, class Values>
+__device__ __forceinline__ void quantize_row(const Values& values, int dim, uint8_t* q,
+                                             float* scale_out) {
+  float m = 0;
+  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
+    float v[kVec];
+    values(i, v);
+    m = abs_max<kVec>(m, v);
+  }
+  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
+  for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
+    float v[kVec];
+    values(i, v);
+    store_e4m3<kVec>(q + i, v, qinv);
+  }
+  if (threadIdx.x == 0) *scale_out = scale;
+}

@@ -27,6 +27,9 @@ void add_server_flags(CLI::App& cmd, ServerFlags& f, uint16_t default_port) {
       ->check(CLI::Range(size_t{512}, size_t{1} << 20));
   cmd.add_option("--max-connections", f.limits.max_connections, "more get 503")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd.add_option("--probe-connections", f.limits.probe_connections,
+                 "connections kept beyond --max-connections for /livez, /readyz and /health")
+      ->check(CLI::Range(size_t{0}, size_t{1024}));
   add_millis(cmd, "--header-timeout-ms", f.limits.header_timeout,
              "request line and headers must arrive within");
   add_millis(cmd, "--read-timeout-ms", f.limits.read_timeout, "the body must arrive within");

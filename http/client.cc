@@ -196,10 +196,12 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     connect();
   }
 
-  // On the strand: ends the exchange with an error (idempotent).
+  // On the strand: ends the exchange with an error (idempotent). The connection is reset, not
+  // closed: the server learns at once that nobody waits for the response (an orderly FIN reads
+  // as a client that half-closed and still waits: http/session.h probe_half_closed).
   void fail(std::string message) {
     if (done_) return;
-    close_socket();
+    close_socket(/*reset=*/true);
     finish(Error{std::move(message)});
   }
 
@@ -336,11 +338,15 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     finish(Status::Ok());
   }
 
-  void close_socket() {
+  void close_socket(bool reset = false) {
     error_code ignored;
     resolver_.cancel();
     if (socket_) {
-      socket_->shutdown(tcp::socket::shutdown_both, ignored);
+      if (reset && socket_->is_open()) {
+        socket_->set_option(net::socket_base::linger(true, 0), ignored);  // close() sends RST
+      } else {
+        socket_->shutdown(tcp::socket::shutdown_both, ignored);
+      }
       socket_->close(ignored);
     }
   }

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
+#include <vector>
 
 namespace kvc::http {
 
@@ -15,10 +17,19 @@ struct ServerLimits {
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive connection idle -> closed
   std::chrono::milliseconds write_timeout{30000};   // a client that does not read is cut
   size_t max_connections = 1024;                    // beyond: accept then 503 JSON error and close
+  // Connections kept for health probes beyond max_connections: one answers a GET or HEAD of a
+  // probe path (then closes) and anything else with the 503, so a client holding every
+  // connection does not fail the server's own liveness probe.
+  size_t probe_connections = 8;
+  std::vector<std::string> probe_paths{"/livez", "/readyz", "/health"};
   // After a response that closes the connection, how long the server keeps reading (and
   // discarding) what the client still sends, so the close does not reset the response away
   // (at most read_timeout).
   std::chrono::milliseconds linger_timeout{1000};
+  // A client sent FIN while its HTTP/1.1 request is answered (it half-closed, or left): how often
+  // an interim 100 Continue goes out until the response starts, to find out which (a peer that
+  // left answers with a reset; http/session.h probe_half_closed).
+  std::chrono::milliseconds half_close_probe_interval{1000};
   // stop(): how long handlers still running may take before the I/O threads are stopped.
   std::chrono::milliseconds stop_grace{2000};
   // accept() failed (e.g. out of file descriptors): wait this long before the next one.

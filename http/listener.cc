@@ -41,12 +41,16 @@ void on_accept(const std::shared_ptr<ServerCore>& core, error_code ec, tcp::sock
   core->num_accepted.fetch_add(1);
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  bool serving = core->num_serving.load() < core->limits.max_connections;
+  const Admission admission =
+      core->num_serving.load() < core->limits.max_connections     ? Admission::kServe
+      : core->num_probing.load() < core->limits.probe_connections ? Admission::kProbesOnly
+                                                                  : Admission::kRefuse;
+  const bool serving = admission != Admission::kRefuse;
   std::shared_ptr<Session> session;
   {
     std::lock_guard lock(core->sessions_mu);
     uint64_t id = core->next_session_id++;
-    session = std::make_shared<Session>(core, std::move(socket), id, serving);
+    session = std::make_shared<Session>(core, std::move(socket), id, admission);
     // stop() snapshots the sessions under this lock: a session registered after it must close
     if (!core->stopping.load()) core->sessions.emplace(id, session);
   }
@@ -151,6 +155,10 @@ size_t Server::num_connections() const {
 
 size_t Server::num_accepted() const {
   return core_->num_accepted.load();
+}
+
+size_t Server::num_probe_connections() const {
+  return core_->num_probing.load();
 }
 
 }  // namespace kvc::http

@@ -94,6 +94,8 @@ class Server {
   boost::asio::io_context& io_context();
   // Connections being served now (not counting those refused with 503).
   size_t num_connections() const;
+  // Connections open on the slots kept for health probes (ServerLimits::probe_connections).
+  size_t num_probe_connections() const;
   // Connections accepted since start, refused ones included (tests check connection reuse).
   size_t num_accepted() const;
 

@@ -46,9 +46,19 @@ std::optional<std::string> framing_error(const bhttp::request<bhttp::string_body
 }
 
 void Session::dispatch() {
+  auto& msg = parser_->get();
+  if (probes_only_) {
+    // Beyond max_connections: a health probe is answered (then the connection closes), anything
+    // else refused as if no slot had been kept.
+    const std::string_view target(msg.target().data(), msg.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    const auto& probes = limits().probe_paths;
+    const bool probe = (msg.method() == bhttp::verb::get || msg.method() == bhttp::verb::head) &&
+                       std::find(probes.begin(), probes.end(), path) != probes.end();
+    if (!probe) return reply_error_and_close(503, kTooMany, "server_error");
+  }
   phase_ = Phase::kHandling;
   ++num_served_;
-  auto& msg = parser_->get();
   Request request;
   request.method = std::string(msg.method_string());
   request.target = std::string(msg.target());
@@ -62,12 +72,15 @@ void Session::dispatch() {
   info.id = ++exchange_id_;
   info.head = msg.method() == bhttp::verb::head;
   info.http10 = msg.version() < 11;
-  keep_alive_ = msg.keep_alive() && !core_->stopping.load() && !info.http10;
+  keep_alive_ = msg.keep_alive() && !core_->stopping.load() && !info.http10 && !probes_only_;
   info.keep_alive = keep_alive_;
   parser_.reset();
 
   current_ = std::make_shared<ExchangeState>();
   response_done_ = false;
+  response_started_ = false;
+  exchange_http11_ = !info.http10;
+  peer_eof_ = false;
   auto responder = std::make_shared<ResponderImpl>(shared_from_this(), current_, info);
   watch();
   try {

@@ -45,6 +45,7 @@ struct ServerCore {
   std::atomic<bool> stopping{false};
   std::atomic<bool> drained{false};  // no thread runs the io_context any more: do not post
   std::atomic<size_t> num_serving{0};
+  std::atomic<size_t> num_probing{0};  // probe-only connections (ServerLimits::probe_connections)
   std::atomic<size_t> num_accepted{0};
 
   std::mutex sessions_mu;
@@ -111,25 +112,33 @@ struct ExchangeInfo {
   bool keep_alive = false;  // the connection stays open after this response
 };
 
+// How an accepted connection is taken: served, served for health probes only (beyond
+// max_connections), or refused with a 503.
+enum class Admission { kServe, kProbesOnly, kRefuse };
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(std::shared_ptr<ServerCore> core, tcp::socket socket, uint64_t id, bool serving)
+  Session(std::shared_ptr<ServerCore> core, tcp::socket socket, uint64_t id, Admission admission)
       : core_(std::move(core)),
         id_(id),
-        serving_(serving),
+        serving_(admission == Admission::kServe),
+        probes_only_(admission == Admission::kProbesOnly),
         socket_(std::move(socket)),
         ex_(socket_.get_executor()),
         read_timer_(ex_),
         write_timer_(ex_),
+        probe_timer_(ex_),
         buffer_(core_->limits.max_header_bytes + kReadChunk) {
     error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
     if (serving_) core_->num_serving.fetch_add(1);
+    if (probes_only_) core_->num_probing.fetch_add(1);
   }
 
   ~Session() {
     if (serving_ && !closed_) core_->num_serving.fetch_sub(1);
+    if (probes_only_ && !closed_) core_->num_probing.fetch_sub(1);
   }
 
   const net::any_io_executor& executor() const { return ex_; }
@@ -139,12 +148,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void start() { read_request(); }
 
   // On the strand: refuse the connection (max_connections) with a 503 and close.
-  void reject() { reply_error_and_close(503, "server has too many connections", "server_error"); }
+  void reject() { reply_error_and_close(503, kTooMany, "server_error"); }
 
   // On the strand, from a responder: output for exchange `exchange`.
   void enqueue(uint64_t exchange, std::string bytes, bool last) {
     if (closed_ || exchange != exchange_id_ || response_done_) return;
-    if (!bytes.empty()) out_queue_.push_back(std::move(bytes));
+    if (!bytes.empty()) {
+      response_started_ = true;
+      out_queue_.push_back(std::move(bytes));
+    }
     if (last) response_done_ = true;
     write_more();
   }
@@ -166,11 +178,13 @@ class Session : public std::enable_shared_from_this<Session> {
     phase_ = Phase::kClosed;
     read_timer_.cancel();
     write_timer_.cancel();
+    probe_timer_.cancel();
     error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     out_queue_.clear();
     if (serving_) core_->num_serving.fetch_sub(1);
+    if (probes_only_) core_->num_probing.fetch_sub(1);
     {
       std::lock_guard lock(core_->sessions_mu);
       core_->sessions.erase(id_);
@@ -323,8 +337,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void dispatch();
 
   // While a response is in progress (or lingering before close), keep one read pending: it is how
-  // a client that goes away is noticed before a write fails. Pipelined bytes are kept for the
-  // next request, up to the buffer's bound; beyond it the watch pauses.
+  // a client that goes away (a reset) is noticed before a write fails. Pipelined bytes are kept
+  // for the next request, up to the buffer's bound; beyond it the watch pauses. End of stream
+  // while a request is being answered is not "gone": a client may half-close its sending side
+  // once its request is out (nc -N, some HTTP/1.0 clients and load balancers), and a fully
+  // received request is answered (probe_half_closed tells the two kinds of FIN apart).
   void watch() {
     if (closed_ || watching_) return;
     if (phase_ == Phase::kLinger) buffer_.clear();
@@ -347,8 +364,37 @@ class Session : public std::enable_shared_from_this<Session> {
       read_request();
       return;
     }
+    if (ec == net::error::eof && phase_ == Phase::kHandling) {
+      peer_eof_ = true;  // no more watch reads: the next read_request sees the EOF and closes
+      probe_half_closed(false);
+      return;
+    }
     if (ec) return close();
     watch();
+  }
+
+  // The client sent FIN while its request is being answered: it half-closed, or it closed and
+  // left. TCP tells the two apart only when something is sent: a closed peer answers with a
+  // reset, and the write after that fails (close(): the exchange sees client_gone()). Until the
+  // response's first bytes are written (they and every later write probe on their own), an
+  // HTTP/1.1 exchange is sent an interim "100 Continue" every half_close_probe_interval (the
+  // first after one interval: a quick response goes out without any), which clients skip
+  // (RFC 9110 15.2: any number of 1xx may precede the final response). HTTP/1.0 clients may not
+  // be sent 1xx: theirs is noticed when the response is written.
+  void probe_half_closed(bool send) {
+    if (closed_ || !peer_eof_ || response_started_ || !exchange_http11_ ||
+        phase_ != Phase::kHandling) {
+      return;
+    }
+    if (send) {
+      out_queue_.emplace_back(kContinue);
+      write_more();
+    }
+    const uint64_t exchange = exchange_id_;
+    probe_timer_.expires_after(limits().half_close_probe_interval);
+    probe_timer_.async_wait([self = shared_from_this(), exchange](error_code ec) {
+      if (!ec && exchange == self->exchange_id_) self->probe_half_closed(true);
+    });
   }
 
   void write_more() {
@@ -409,14 +455,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  static constexpr const char* kTooMany = "server has too many connections";
 
   std::shared_ptr<ServerCore> core_;  // first: destroyed last, after the socket and timers
   const uint64_t id_;
   const bool serving_;
+  const bool probes_only_;  // Admission::kProbesOnly
   tcp::socket socket_;
   net::any_io_executor ex_;  // the session's strand
   net::steady_timer read_timer_;
   net::steady_timer write_timer_;
+  net::steady_timer probe_timer_;  // probe_half_closed
   uint64_t read_timer_generation_ = 0;
   uint64_t write_timer_generation_ = 0;
   bool read_timed_out_ = false;
@@ -433,6 +482,9 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t exchange_id_ = 0;
   std::shared_ptr<ExchangeState> current_;
   bool keep_alive_ = false;
+  bool exchange_http11_ = false;   // interim responses may be sent
+  bool response_started_ = false;  // the responder queued bytes of this exchange
+  bool peer_eof_ = false;          // the client sent FIN during this exchange
   bool response_done_ = false;
   std::deque<std::string> out_queue_;
   std::vector<std::string> in_flight_;

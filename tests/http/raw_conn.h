@@ -64,6 +64,21 @@ class RawConn {
     fd_ = -1;
   }
 
+  // Half-closes: no more bytes from this side (shutdown(SHUT_WR), as nc -N); reading goes on.
+  void shutdown_send() { ::shutdown(fd_, SHUT_WR); }
+
+  // The final response, skipping any interim 1xx before it; `interim` counts those.
+  std::optional<RawResponse> read_final_response(
+      int* interim = nullptr, std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) {
+    for (int skipped = 0;; ++skipped) {
+      std::optional<RawResponse> r = read_response(timeout);
+      if (!r || r->status >= 200) {
+        if (interim) *interim = skipped;
+        return r;
+      }
+    }
+  }
+
   bool send(std::string_view bytes) {
     while (!bytes.empty()) {
       ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);

@@ -30,6 +30,7 @@ ServerLimits short_limits() {
   l.idle_timeout = 200ms;
   l.write_timeout = 200ms;
   l.max_connections = 64;
+  l.half_close_probe_interval = 100ms;
   return l;
 }
 
@@ -333,7 +334,7 @@ TEST(ServerTest, ClientDisconnectMidStreamMarksGone) {
 }
 
 TEST(ServerTest, DisconnectWhileHandlerHoldsResponderIsNoticed) {
-  // no writes at all: the pending watch read notices the close
+  // no writes by the handler: the FIN is probed (interim 100s) and the reset it draws is seen
   std::promise<void> fired;
   std::shared_ptr<Responder> held;
   std::mutex mu;
@@ -352,6 +353,67 @@ TEST(ServerTest, DisconnectWhileHandlerHoldsResponderIsNoticed) {
   ASSERT_TRUE(held);
   EXPECT_TRUE(held->client_gone());
   held->send(200, "text/plain", "too late");  // harmless
+}
+
+// A client that half-closes once its request is out (nc -N, some HTTP/1.0 clients and load
+// balancers) is answered, streamed or not: end of stream is not "gone". A reply that takes longer
+// than the probe interval is preceded by interim 100s on HTTP/1.1 (none on HTTP/1.0), and the
+// connection closes after the response.
+TEST(ServerTest, HalfClosedClientIsAnswered) {
+  std::mutex mu;
+  std::vector<std::thread> workers;
+  std::atomic<int> gone{0};
+  Server server(short_limits(), [&](Request req, std::shared_ptr<Responder> r) {
+    r->on_client_gone([&] { ++gone; });
+    const bool stream = req.target == "/stream";
+    const bool slow = req.target != "/quick";
+    std::lock_guard lock(mu);
+    workers.emplace_back([r, stream, slow] {
+      if (slow) std::this_thread::sleep_for(350ms);
+      if (stream) {
+        r->start_stream(200, "text/event-stream");
+        for (int i = 0; i < 3; ++i) {
+          r->write("data: " + std::to_string(i) + "\n\n");
+          std::this_thread::sleep_for(20ms);
+        }
+        r->end();
+      } else {
+        r->send(200, "text/plain", "answered");
+      }
+    });
+  });
+  const uint16_t port = listen_or_die(server);
+  struct Case {
+    std::string target, version, want_body;
+    bool want_interim;
+  };
+  for (const Case& k :
+       {Case{"/slow", "1.1", "answered", true},
+        Case{"/stream", "1.1", "data: 0\n\ndata: 1\n\ndata: 2\n\n", true},
+        Case{"/quick", "1.1", "answered", false}, Case{"/slow", "1.0", "answered", false}}) {
+    SCOPED_TRACE(k.target + " HTTP/" + k.version);
+    RawConn c(port);
+    ASSERT_TRUE(c.send("POST " + k.target + " HTTP/" + k.version +
+                       "\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"));
+    c.shutdown_send();
+    int interim = 0;
+    auto resp = c.read_final_response(&interim);
+    ASSERT_TRUE(resp);
+    EXPECT_EQ(resp->status, 200);
+    EXPECT_EQ(resp->body, k.want_body);
+    if (k.want_interim) {
+      EXPECT_GE(interim, 1);
+    } else {
+      EXPECT_EQ(interim, 0);
+    }
+    EXPECT_TRUE(c.wait_closed(2s));
+  }
+  {
+    std::lock_guard lock(mu);
+    for (auto& w : workers)
+      w.join();
+  }
+  EXPECT_EQ(gone.load(), 0);
 }
 
 TEST(ServerTest, ThrowingHandlerGets500AndServerKeepsServing) {
@@ -413,6 +475,58 @@ TEST(ServerTest, MaxConnectionsExceededIs503) {
   r = fourth.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// Beyond max_connections a few connections are kept for health probes: a GET of a probe path is
+// answered (and the connection closed), anything else gets the 503; with those slots taken too,
+// a connection is refused at once.
+TEST(ServerTest, HealthProbesAreAnsweredBeyondMaxConnections) {
+  ServerLimits limits = short_limits();
+  limits.max_connections = 1;
+  limits.probe_connections = 1;
+  limits.idle_timeout = 5s;
+  limits.header_timeout = 5s;
+  Server server(limits, echo);
+  const uint16_t port = listen_or_die(server);
+  RawConn held(port);
+  ASSERT_TRUE(held.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(held.read_response());
+  EXPECT_EQ(server.num_connections(), 1u);
+  auto probe_slot_free = [&] {
+    for (int i = 0; i < 400 && server.num_probe_connections() > 0; ++i)
+      std::this_thread::sleep_for(5ms);
+    return server.num_probe_connections() == 0;
+  };
+  for (const char* probe : {"/livez", "/readyz?verbose=1", "/health"}) {
+    ASSERT_TRUE(probe_slot_free());
+    RawConn c(port);
+    ASSERT_TRUE(c.send(std::string("GET ") + probe + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << probe;
+    EXPECT_EQ(r->status, 200) << probe;
+    EXPECT_TRUE(c.wait_closed(2s)) << probe;  // no keep-alive on a probe slot
+  }
+  for (const char* other : {"GET /v1/models", "POST /livez"}) {
+    ASSERT_TRUE(probe_slot_free());
+    RawConn c(port);
+    ASSERT_TRUE(c.send(std::string(other) + " HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"));
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << other;
+    EXPECT_EQ(r->status, 503) << other;
+    expect_error_body(r->body);
+  }
+  // An idle connection holds the one probe slot: the next is refused without being read.
+  ASSERT_TRUE(probe_slot_free());
+  RawConn idle(port);
+  for (int i = 0; i < 400 && server.num_probe_connections() == 0; ++i)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(server.num_probe_connections(), 1u);
+  RawConn refused(port);
+  auto r = refused.read_response(1s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_TRUE(refused.wait_closed(2s));
+  EXPECT_EQ(server.num_connections(), 1u);  // probe slots are not counted as serving
 }
 
 TEST(ServerTest, ConcurrentClientsAllGetTheirAnswers) {

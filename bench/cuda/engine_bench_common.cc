@@ -13,12 +13,15 @@ ModelCost cost_of(const ModelConfig& c, bool fp8) {
   const double h = c.hidden_size, q = double(c.num_attention_heads) * c.head_dim,
                kv = double(c.num_key_value_heads) * c.head_dim, ff = c.intermediate_size;
   const double per_layer = h * (q + 2 * kv) + q * h + 2 * ff * h + ff * h;
-  const double channels = (q + 2 * kv) + h + 2 * ff + h;  // output channels of a layer's GEMMs
+  // FP8 scales of a layer's GEMMs: one per output channel and 128-column block of k, all read at
+  // decode (kernels/cuda/gemm.h fp8_weight_scales).
+  auto blocks = [](double k) { return std::ceil(k / 128); };
+  const double scales = (q + 2 * kv + 2 * ff) * blocks(h) + h * blocks(q) + h * blocks(ff);
   m.lm_head_params = double(c.vocab_size) * h;
   m.matmul_params = c.num_hidden_layers * per_layer + m.lm_head_params;
-  m.weight_bytes = (fp8 ? c.num_hidden_layers * (per_layer + 4 * channels)
-                        : 2 * c.num_hidden_layers * per_layer) +
-                   2 * (m.lm_head_params + (2.0 * c.num_hidden_layers + 1) * h);
+  m.weight_bytes =
+      (fp8 ? c.num_hidden_layers * (per_layer + 4 * scales) : 2 * c.num_hidden_layers * per_layer) +
+      2 * (m.lm_head_params + (2.0 * c.num_hidden_layers + 1) * h);
   m.layer_rate = fp8 ? 2 : 1;
   m.attn_flops_per_ctx_token = 4.0 * q * c.num_hidden_layers;  // QK and PV
   return m;

@@ -169,21 +169,26 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       std::vector<float*> ws(copies, nullptr);
       void *xq = nullptr, *y3 = nullptr;
       float* xs = nullptr;
-      bool ok = cudaMalloc(&xq, size_t(m) * s.k) == cudaSuccess &&
-                cudaMalloc(reinterpret_cast<void**>(&xs), size_t(m) * 4) == cudaSuccess &&
-                cudaMalloc(&y3, ybytes) == cudaSuccess &&
-                kernels::cuda::quantize_rows_fp8(x, s.k, m, s.k, xq, xs, stream) == cudaSuccess;
+      const int rows = kernels::cuda::fp8_gemm_rows(m);  // as run_fp8 runs them
+      const kernels::cuda::Fp8ScaleLayout xl = kernels::cuda::fp8_activation_scales(m, s.k),
+                                          wl = kernels::cuda::fp8_weight_scales(s.n, s.k);
+      bool ok = cudaMalloc(&xq, size_t(rows) * s.k) == cudaSuccess &&
+                cudaMemset(xq, 0, size_t(rows) * s.k) == cudaSuccess &&
+                cudaMalloc(reinterpret_cast<void**>(&xs), 4 * xl.count()) == cudaSuccess &&
+                cudaMemset(xs, 0, 4 * xl.count()) == cudaSuccess &&
+                cudaMalloc(&y3, size_t(rows) * s.n * 2) == cudaSuccess &&
+                kernels::cuda::quantize_rows_fp8(x, s.k, m, s.k, xq, xs, xl, stream) == cudaSuccess;
       for (int c = 0; c < copies && ok; ++c) {
         ok = cudaMalloc(&wq[c], size_t(s.n) * s.k) == cudaSuccess &&
-             cudaMalloc(reinterpret_cast<void**>(&ws[c]), size_t(s.n) * 4) == cudaSuccess &&
-             kernels::cuda::quantize_rows_fp8(weights[c], s.k, s.n, s.k, wq[c], ws[c], stream) ==
-                 cudaSuccess;
+             cudaMalloc(reinterpret_cast<void**>(&ws[c]), 4 * wl.count()) == cudaSuccess &&
+             kernels::cuda::quantize_rows_fp8(weights[c], s.k, s.n, s.k, wq[c], ws[c], wl,
+                                              stream) == cudaSuccess;
       }
       // The codes replace the bf16 copies only for this measurement: time over the same
       // rotation, then free.
       if (ok) {
-        const double fbytes =
-            double(s.n) * s.k + double(s.n) * 4 + double(m) * (s.k + 4) + double(m) * s.n * 2;
+        const double fbytes = double(s.n) * s.k + 4.0 * wl.count() + double(m) * s.k +
+                              4.0 * xl.count() + double(m) * s.n * 2;
         fp8_floor = 1e6 * fbytes / bw;
         auto run = [&](const void* w) {
           const size_t c = std::find(wq.begin(), wq.end(), w) - wq.begin();

@@ -19,7 +19,8 @@ namespace {
 // One CTA per row: silu(gate) * up in fp32, the row's maximum, then its E4M3 codes (the values
 // are computed twice rather than kept: a row of 14336 does not fit a CTA's registers).
 template <int kVec>
-__global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales, int inter) {
+__global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales,
+                                    Fp8ScaleLayout layout, int inter) {
   let_next_gemm_start();
   const int64_t r = blockIdx.x;
   const bf16* gr = gate_up + r * 2 * inter;
@@ -31,16 +32,17 @@ __global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* sc
     for (int j = 0; j < kVec; ++j)
       g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
   };
-  quantize_row<kVec>(act, inter, out + r * inter, scales + r);
+  quantize_row<kVec>(act, inter, out + r * inter, scales + r, layout.stride, layout.blocks);
 }
 
 // One CTA per row of bf16 values: the row's maximum, then its E4M3 codes.
 template <int kVec>
 __global__ void quantize_rows_fp8_kernel(const bf16* x, int64_t stride, int dim, uint8_t* q,
-                                         float* scales) {
+                                         float* scales, Fp8ScaleLayout layout) {
   const int64_t r = blockIdx.x;
   const bf16* xr = x + r * stride;
-  quantize_row<kVec>([&](int i, float* v) { load<kVec>(xr + i, v); }, dim, q + r * dim, scales + r);
+  quantize_row<kVec>([&](int i, float* v) { load<kVec>(xr + i, v); }, dim, q + r * dim, scales + r,
+                     layout.stride, layout.blocks);
 }
 
 }  // namespace
@@ -51,27 +53,31 @@ cudaError_t silu_mul_fp8(const void* gate_up, void* out, float* scales, int rows
   if (rows < 0 || inter < 0 || scales == nullptr) return cudaErrorInvalidValue;
   const bf16* gu = static_cast<const bf16*>(gate_up);
   auto* o = static_cast<uint8_t*>(out);
+  const Fp8ScaleLayout layout = fp8_activation_scales(rows, inter);
   if (inter % 8 == 0 && aligned16(gate_up) && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
-    silu_mul_fp8_kernel<8><<<rows, threads_for(inter / 8), 0, stream>>>(gu, o, scales, inter);
+    silu_mul_fp8_kernel<8>
+        <<<rows, threads_for(inter / 8), 0, stream>>>(gu, o, scales, layout, inter);
   } else {
-    silu_mul_fp8_kernel<1><<<rows, threads_for(inter), 0, stream>>>(gu, o, scales, inter);
+    silu_mul_fp8_kernel<1><<<rows, threads_for(inter), 0, stream>>>(gu, o, scales, layout, inter);
   }
   return cudaGetLastError();
 }
 
 cudaError_t quantize_rows_fp8(const void* x, int64_t stride, int rows, int dim, void* q,
-                              float* scales, cudaStream_t stream) {
+                              float* scales, Fp8ScaleLayout layout, cudaStream_t stream) {
   if (rows == 0 || dim == 0) return cudaSuccess;
-  if (rows < 0 || dim < 0 || stride < dim || scales == nullptr || rows > (1 << 30)) {
+  if (rows < 0 || dim < 0 || stride < dim || scales == nullptr || rows > (1 << 30) ||
+      layout.blocks < 1 || layout.stride < rows) {
     return cudaErrorInvalidValue;
   }
   const bf16* xb = static_cast<const bf16*>(x);
   auto* qb = static_cast<uint8_t*>(q);
   if (dim % 8 == 0 && stride % 8 == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(q) % 8 == 0) {
     quantize_rows_fp8_kernel<8>
-        <<<rows, threads_for(dim / 8), 0, stream>>>(xb, stride, dim, qb, scales);
+        <<<rows, threads_for(dim / 8), 0, stream>>>(xb, stride, dim, qb, scales, layout);
   } else {
-    quantize_rows_fp8_kernel<1><<<rows, threads_for(dim), 0, stream>>>(xb, stride, dim, qb, scales);
+    quantize_rows_fp8_kernel<1>
+        <<<rows, threads_for(dim), 0, stream>>>(xb, stride, dim, qb, scales, layout);
   }
   return cudaGetLastError();
 }

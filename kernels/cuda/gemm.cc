@@ -59,9 +59,11 @@ Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, bo
   ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
                                             sizeof transb) == CUBLAS_STATUS_SUCCESS;
   if (fp8) {
-    // A (the weights, n rows after the transpose) and B (the activations, m columns): one scale
-    // per row of each, as device vectors; their pointers are set per call (run_fp8).
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    // A (the weights, n rows after the transpose) and B (the activations, m columns): scales per
+    // 128-column block of k, or one per row (gemm.h Fp8ScaleLayout); their pointers are set per
+    // call (run_fp8).
+    const int32_t mode = m <= kFp8BlockScaledMaxRows ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                                     : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
                                               sizeof mode) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
@@ -123,6 +125,7 @@ cudaError_t Gemm::run_fp8(const void* x, const float* x_scales, const void* w,
     return cudaErrorInvalidValue;
   }
   if (!ok()) return cudaErrorInitializationError;
+  m = fp8_gemm_rows(m);
   Plan* p = plan_for(m, n, k, out, false, true);
   if (!p->ok) return cudaErrorNotSupported;
   // Host-side attributes of the descriptor: safe while a stream is being captured.

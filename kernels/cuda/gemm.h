@@ -21,6 +21,36 @@ namespace kvc::kernels::cuda {
 
 enum class GemmOut { kBF16, kF32 };
 
+// Where Gemm::run_fp8 reads its scales (cuBLASLt's layouts, found by
+// bench/cuda/fp8_scale_modes_probe.cu): each row's one scale repeated for every 128-column block
+// of k, the block's scales of all rows together: row r, block b at scales[b * stride + r].
+// Weights hold every block (stride n). Activations hold every block for the few rows of a decode
+// step (rows <= kFp8BlockScaledMaxRows: cuBLASLt's 1x128-block kernels, 1.3-1.5x faster there
+// than its outer-vector ones, with rows rounded up to 4, which they need), and the first block
+// only (an outer vector of `rows` scales) above that, where the outer-vector kernels are the
+// faster ones (bench/results/fp8-h200.md). The producers (ops.h) write this layout.
+struct Fp8ScaleLayout {
+  int64_t stride = 0;  // scales apart between blocks
+  int blocks = 0;      // blocks held
+  constexpr int64_t count() const { return stride * blocks; }
+};
+inline constexpr int kFp8BlockScaledMaxRows = 128;
+constexpr int fp8_scale_blocks(int k) {
+  return (k + 127) / 128;
+}
+// The rows run_fp8 computes for `rows` rows: rounded up to 4 where block-scaled. x and y must
+// have room for that many (the extra rows of y get unspecified values).
+constexpr int fp8_gemm_rows(int rows) {
+  return rows <= kFp8BlockScaledMaxRows ? (rows + 3) / 4 * 4 : rows;
+}
+constexpr Fp8ScaleLayout fp8_weight_scales(int n, int k) {
+  return {n, fp8_scale_blocks(k)};
+}
+constexpr Fp8ScaleLayout fp8_activation_scales(int rows, int k) {
+  return rows <= kFp8BlockScaledMaxRows ? Fp8ScaleLayout{fp8_gemm_rows(rows), fp8_scale_blocks(k)}
+                                        : Fp8ScaleLayout{rows, 1};
+}
+
 class Gemm {
  public:
   // Creates the cuBLASLt handle and a device workspace of `workspace_bytes`; ok() says whether
@@ -40,18 +70,20 @@ class Gemm {
   // cuBLASLt finds no algorithm, or the launch error.
   cudaError_t run(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
                   cudaStream_t stream, bool accumulate = false);
-  // y[i, j] = x_scales[i] * w_scales[j] * sum_k x[i, k] w[j, k] through cuBLASLt's FP8 matmul:
+  // y[i, j] = x_scale[i] * w_scale[j] * sum_k x[i, k] w[j, k] through cuBLASLt's FP8 matmul:
   // x [m, k] and w [n, k] E4M3 codes (ops.h quantize_rows_fp8 and the FP8 producers), one fp32
-  // scale per row of each (device arrays: per token, per output channel), applied in the
-  // epilogue (outer-vector scaling); fp32 accumulation, y bf16 or fp32. Preconditions: k and n
-  // multiples of 16, x, w, y 16-byte aligned. cudaErrorNotSupported: no cuBLASLt algorithm (a
-  // device before Hopper, or a cuBLASLt without outer-vector scaling).
+  // scale per row of each (per token, per output channel) laid out as fp8_activation_scales(m,
+  // k) and fp8_weight_scales(n, k), applied per 128-column block or in the epilogue; fp32
+  // accumulation, y bf16 or fp32. Runs fp8_gemm_rows(m) rows (x and y need room for them).
+  // Preconditions: k and n multiples of 16, x, w, y 16-byte aligned. cudaErrorNotSupported: no
+  // cuBLASLt algorithm (a device before Hopper, or a cuBLASLt without these scaling modes).
   cudaError_t run_fp8(const void* x, const float* x_scales, const void* w, const float* w_scales,
                       void* y, int m, int n, int k, GemmOut out, cudaStream_t stream);
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int, bool, bool>;  // m, n, k, out, accumulate, fp8
+  // m, n, k, out, accumulate, fp8 (block-scaled for m <= kFp8BlockScaledMaxRows)
+  using Key = std::tuple<int, int, int, int, bool, bool>;
   Plan* plan_for(int m, int n, int k, GemmOut out, bool accumulate, bool fp8 = false);
 
   void* handle_ = nullptr;  // cublasLtHandle_t

@@ -95,7 +95,8 @@ size_t lay_out_weights(const LlamaDims& d, char* base, LlamaModel::Impl* I) {
       return;
     }
     *w = take(n);
-    *scale = static_cast<float*>(take(4 * size_t(matrix_rows(d, t))));
+    const int rows = matrix_rows(d, t), cols = static_cast<int>(n / rows);
+    *scale = static_cast<float*>(take(4 * size_t(fp8_weight_scales(rows, cols).count())));
   };
   void* p = nullptr;
   LlamaModel::Impl::Layer scratch{};
@@ -123,6 +124,18 @@ size_t lay_out_weights(const LlamaDims& d, char* base, LlamaModel::Impl* I) {
   return at;
 }
 
+// Rows the activation buffers hold: a step's rows, rounded up as the FP8 GEMM runs them.
+size_t activation_rows(const LlamaDims& d, const LlamaCapacity& c) {
+  return d.fp8_weights ? fp8_gemm_rows(c.max_tokens) : c.max_tokens;
+}
+
+// The most activation scales a step of up to max_rows rows writes for a GEMM over k.
+size_t fp8_scale_floats(int max_rows, int k) {
+  const int block_scaled = std::min(max_rows, kFp8BlockScaledMaxRows);
+  return std::max(fp8_activation_scales(block_scaled, k).count(),
+                  fp8_activation_scales(max_rows, k).count());
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(LlamaDims dims, LlamaCapacity capacity)
@@ -139,12 +152,16 @@ size_t LlamaModel::kv_bytes(const LlamaDims& d, int num_blocks, int block_size) 
 }
 
 size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
-  const size_t t = c.max_tokens, h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
+  const size_t t = activation_rows(d, c), h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
   size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff) +
                t * d.head_dim / 2 * 8;  // RoPE's (cos, sin)
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
-  if (d.fp8_weights) act += t * (std::max(h, q) + ff + 8);  // FP8 activations and their scales
+  if (d.fp8_weights) {  // FP8 activations and their scales
+    act += t * (std::max(h, q) + ff) +
+           4 * (fp8_scale_floats(c.max_tokens, static_cast<int>(std::max(h, q))) +
+                fp8_scale_floats(c.max_tokens, d.intermediate));
+  }
   // Sampling's outputs: token, logprob, norm, top logprobs (ids and values).
   act +=
       size_t(c.max_samples) * (8 + sizeof(sampling::LogprobNorm) + 8 * sampling::kMaxTopLogprobs);
@@ -197,7 +214,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
                     " MiB of KV cache (" + std::to_string(c.num_blocks) + " blocks)",
                 e);
   }
-  const size_t t = c.max_tokens, h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
+  const size_t t = activation_rows(d, c), h = d.hidden, q = size_t(d.q_heads) * d.head_dim,
                kv = size_t(d.kv_heads) * d.head_dim, ff = d.intermediate;
   cudaError_t e = cudaSuccess;
   auto a = [&](void** ptr, size_t bytes) {
@@ -215,10 +232,17 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   a(&I.xs, size_t(c.max_samples) * h * 2);
   a(&I.rope_cs, t * d.head_dim / 2 * 8);
   if (d.fp8_weights) {
-    a(&I.xq, t * std::max(h, q));
-    a(&I.actq, t * ff);
-    a(reinterpret_cast<void**>(&I.xq_scales), t * 4);
-    a(reinterpret_cast<void**>(&I.act_scales), t * 4);
+    // Zeroed: the rows a block-scaled FP8 GEMM adds (gemm.h fp8_gemm_rows) read finite values.
+    auto zeroed = [&](void** ptr, size_t bytes) {
+      a(ptr, bytes);
+      if (e == cudaSuccess) e = cudaMemset(*ptr, 0, bytes);
+    };
+    zeroed(&I.xq, t * std::max(h, q));
+    zeroed(&I.actq, t * ff);
+    zeroed(reinterpret_cast<void**>(&I.xq_scales),
+           4 * fp8_scale_floats(c.max_tokens, static_cast<int>(std::max(h, q))));
+    zeroed(reinterpret_cast<void**>(&I.act_scales),
+           4 * fp8_scale_floats(c.max_tokens, d.intermediate));
   }
   a(reinterpret_cast<void**>(&I.logits), size_t(c.max_samples) * d.vocab * 4);
   a(reinterpret_cast<void**>(&I.tokens_out), size_t(c.max_samples) * 4);
@@ -369,8 +393,9 @@ cudaError_t note_uploaded(LlamaModel::Impl& I, const LlamaDims& d, ModelTensor t
   if (it->second.filled < elements) return cudaSuccess;
   const int rows = matrix_rows(d, t);
   const int cols = static_cast<int>(elements / rows);
-  cudaError_t e = quantize_rows_fp8(it->second.values, cols, rows, cols, tensor_ptr(I, t, layer),
-                                    scale_ptr(I, t, layer), I.stream);
+  cudaError_t e =
+      quantize_rows_fp8(it->second.values, cols, rows, cols, tensor_ptr(I, t, layer),
+                        scale_ptr(I, t, layer), fp8_weight_scales(rows, cols), I.stream);
   const cudaError_t f = cudaFreeAsync(it->second.values, I.stream);
   I.pending.erase(it);
   return e != cudaSuccess ? e : f;

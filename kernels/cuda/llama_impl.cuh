@@ -45,7 +45,7 @@ struct LlamaModel::Impl {
     void *attn_norm, *qkv, *o, *mlp_norm, *gate_up, *down;
     void *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr;  // family options
     // With fp8_weights: the four matrices above are E4M3 codes and these their per-output-channel
-    // scales (fp32); null otherwise.
+    // scales (fp32, laid out as gemm.h fp8_weight_scales); null otherwise.
     float *qkv_scale = nullptr, *o_scale = nullptr, *gate_up_scale = nullptr, *down_scale = nullptr;
   };
   std::vector<Layer> layers;
@@ -53,13 +53,14 @@ struct LlamaModel::Impl {
   void* kv = nullptr;       // KvCacheLayout allocation
   KvCacheLayout kv_layout;
 
-  // Activations [max_tokens, ...].
+  // Activations [T = max_tokens (FP8: rounded up as gemm.h fp8_gemm_rows), ...].
   float* residual = nullptr;  // fp32 [T, h]
   void *x = nullptr, *xn = nullptr, *q = nullptr, *qkv = nullptr, *attn = nullptr, *proj = nullptr,
        *gate_up = nullptr, *act = nullptr, *xs = nullptr;
   void* rope_cs = nullptr;  // float2 [T, head_dim / 2]: the step's RoPE (cos, sin), all layers
   // With fp8_weights: a GEMM's input as E4M3 codes [T, max(h, q)] (normalised rows or the
-  // attention output) and SwiGLU's [T, ff], each with its per-row scales [T].
+  // attention output) and SwiGLU's [T, ff], each with its per-row scales (gemm.h
+  // fp8_activation_scales).
   void *xq = nullptr, *actq = nullptr;
   float *xq_scales = nullptr, *act_scales = nullptr;
   // FP8 matrices being uploaded: bf16 values gathered per (tensor, layer) until complete.

@@ -195,7 +195,9 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
               "cascade_decode");
         }
         if (fp8) {
-          KVC_OP(quantize_rows_fp8(I.attn, qd, rows, qd, I.xq, I.xq_scales, s), "quantize attn");
+          KVC_OP(quantize_rows_fp8(I.attn, qd, rows, qd, I.xq, I.xq_scales,
+                                   fp8_activation_scales(rows, qd), s),
+                 "quantize attn");
         }
         KVC_OP(layer_gemm(I.attn, I.xq, I.xq_scales, L.o, L.o_scale, I.proj, h, qd), "o_proj");
         // MLP block.

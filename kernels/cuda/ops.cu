@@ -39,12 +39,12 @@ __global__ void embedding_gather_kernel(const bf16* table, int vocab, int hidden
 
 // One CTA per row; kVec = 8: hidden % 8 == 0 and 16-byte aligned pointers. Each thread rereads
 // only the residual values it wrote itself, so no barrier is needed between the two loops.
-// kFp8: y is E4M3 codes with the row's scale in y_scales[row] (two passes over the normalised
-// row: its maximum, then the codes), else bf16.
+// kFp8: y is E4M3 codes with the row's scale in y_scales (gemm.h Fp8ScaleLayout; two passes
+// over the normalised row: its maximum, then the codes), else bf16.
 template <int kVec, bool kFp8>
 __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate,
-                                    const bf16* weight, void* y, float* y_scales, int hidden,
-                                    float eps) {
+                                    const bf16* weight, void* y, float* y_scales,
+                                    Fp8ScaleLayout y_layout, int hidden, float eps) {
   let_next_gemm_start();
   const int64_t row = blockIdx.x;
   float* res = residual + row * hidden;
@@ -81,7 +81,8 @@ __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumul
       v[j] = w[j] * (v[j] * inv);
   };
   if constexpr (kFp8) {
-    quantize_row<kVec>(normed, hidden, static_cast<uint8_t*>(y) + row * hidden, y_scales + row);
+    quantize_row<kVec>(normed, hidden, static_cast<uint8_t*>(y) + row * hidden, y_scales + row,
+                       y_layout.stride, y_layout.blocks);
   } else {
     bf16* yr = static_cast<bf16*>(y) + row * hidden;
     for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
@@ -371,12 +372,13 @@ cudaError_t launch_add_rms_norm(const void* x, float* residual, bool accumulate,
   const bool y_aligned = kFp8 ? reinterpret_cast<uintptr_t>(y) % 8 == 0 : aligned16(y);
   const bool vec = hidden % 8 == 0 && (x == nullptr || aligned16(x)) && aligned16(residual) &&
                    aligned16(weight) && y_aligned;
+  const Fp8ScaleLayout layout = kFp8 ? fp8_activation_scales(rows, hidden) : Fp8ScaleLayout{};
   if (vec) {
     add_rms_norm_kernel<8, kFp8><<<rows, threads_for(hidden / 8), 0, stream>>>(
-        xb, residual, accumulate, w, y, y_scales, hidden, eps);
+        xb, residual, accumulate, w, y, y_scales, layout, hidden, eps);
   } else {
     add_rms_norm_kernel<1, kFp8><<<rows, threads_for(hidden), 0, stream>>>(
-        xb, residual, accumulate, w, y, y_scales, hidden, eps);
+        xb, residual, accumulate, w, y, y_scales, layout, hidden, eps);
   }
   return cudaGetLastError();
 }

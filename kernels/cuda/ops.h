@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
 
 namespace kvc::kernels::cuda {
 
@@ -36,21 +37,23 @@ cudaError_t add_rms_norm(const void* x, float* residual, bool accumulate, const 
 
 // FP8 activations (kernels/fp8_rule.h; CPU twins kernels/cpu/fp8.h): E4M3 codes with one fp32
 // scale per row (per token), for the FP8 GEMMs (gemm.h run_fp8), written by the kernel that
-// produces the values. Codes rows are densely packed ([rows, dim] bytes).
+// produces the values. Codes rows are densely packed ([rows, dim] bytes); the scales are laid
+// out as gemm.h fp8_activation_scales(rows, dim) says (count() floats).
 //
 // add_rms_norm with y as E4M3 codes of the fp32 normalised row (not rounded to bf16 first) and
-// its scale in y_scales[row] ([rows] fp32).
+// its scale in y_scales.
 cudaError_t add_rms_norm_fp8(const void* x, float* residual, bool accumulate, const void* weight,
                              void* y, float* y_scales, int rows, int hidden, float eps,
                              cudaStream_t stream = nullptr);
-// silu_mul with out as E4M3 codes of the fp32 products and each row's scale in scales[row].
+// silu_mul with out as E4M3 codes of the fp32 products and each row's scale in scales.
 cudaError_t silu_mul_fp8(const void* gate_up, void* out, float* scales, int rows, int inter,
                          cudaStream_t stream = nullptr);
 // Each row of x (bf16, `stride` elements apart) as E4M3 codes q [rows, dim] and its scale in
-// scales[row]: the attention output before the o projection, and a weight matrix [out, in] at
-// load (one scale per output channel).
+// scales, laid out as `layout` says: the attention output before the o projection
+// (fp8_activation_scales(rows, dim)), and a weight matrix [out, in] at load (one scale per output
+// channel: fp8_weight_scales(rows, dim)).
 cudaError_t quantize_rows_fp8(const void* x, int64_t stride, int rows, int dim, void* q,
-                              float* scales, cudaStream_t stream = nullptr);
+                              float* scales, Fp8ScaleLayout layout, cudaStream_t stream = nullptr);
 
 // Largest head_dim rope() supports.
 inline constexpr int kMaxRopeHeadDim = 256;

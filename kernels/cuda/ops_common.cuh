@@ -140,10 +140,12 @@ __device__ __forceinline__ float abs_max(float m, const float* v) {
 
 // One CTA quantizes one row of `dim` values: values(i, v) computes the kVec values at i (called
 // twice per value: for the row's maximum, then for its codes, instead of holding the row), q gets
-// the codes and *scale the row's scale.
+// the codes and the row's scale goes to scale_out[b * scale_stride] for b < scale_blocks (the
+// layout of gemm.h Fp8ScaleLayout, scale_out at the row's first entry).
 template <int kVec, class Values>
 __device__ __forceinline__ void quantize_row(const Values& values, int dim, uint8_t* q,
-                                             float* scale_out) {
+                                             float* scale_out, int64_t scale_stride,
+                                             int scale_blocks) {
   float m = 0;
   for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
     float v[kVec];
@@ -156,5 +158,6 @@ __device__ __forceinline__ void quantize_row(const Values& values, int dim, uint
     values(i, v);
     store_e4m3<kVec>(q + i, v, qinv);
   }
-  if (threadIdx.x == 0) *scale_out = scale;
+  for (int b = threadIdx.x; b < scale_blocks; b += blockDim.x)
+    scale_out[b * scale_stride] = scale;
 }

@@ -3,8 +3,9 @@
 // same bf16 inputs give the same codes and scales exactly where both sides quantize the same
 // floats (quantize_rows_fp8); where the float32 values come from a reduction done in another order
 // (the norms, SwiGLU's exp) every code is within one step of the twin's and nearly all equal; the
-// FP8 GEMM equals a float64 product of the dequantized operands to bf16 rounding. Outputs are
-// poisoned first and every case draws fresh random inputs.
+// FP8 GEMM equals a float64 product of the dequantized operands to bf16 rounding. Scales are read
+// in their GEMM layout (gemm.h Fp8ScaleLayout: every block holds every row's scale, padding
+// untouched). Outputs are poisoned first and every case draws fresh random inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,17 +42,43 @@ class CudaFp8Test : public ::testing::Test {
   std::mt19937 rng_{20261202};
 };
 
-// Device codes and scales against the twin's quantization of `want` (float32 values): scales to
-// 1e-5, every code within one step (the same sign, adjacent magnitudes), >= 99% identical.
+// Per-row scales in a GEMM layout: row r's in every block, zero between.
+std::vector<float> laid_out(const std::vector<float>& per_row, cuda::Fp8ScaleLayout l) {
+  std::vector<float> out(l.count(), 0.0f);
+  for (int b = 0; b < l.blocks; ++b)
+    std::copy(per_row.begin(), per_row.end(), out.begin() + b * l.stride);
+  return out;
+}
+
+// Scales written in layout `l` (poisoned with 0xFF bytes first): row r's scale in every block,
+// near `want` (relative `tol`), the padding between blocks untouched.
+void expect_laid_out(const std::vector<float>& got, const std::vector<float>& want,
+                     cuda::Fp8ScaleLayout l, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), size_t(l.count())) << what;
+  for (int b = 0; b < l.blocks; ++b) {
+    for (int64_t r = 0; r < l.stride; ++r) {
+      const float g = got[b * l.stride + r];
+      if (r < int64_t(want.size())) {
+        ASSERT_NEAR(g, want[r], tol * want[r]) << what << " row " << r << " block " << b;
+      } else {
+        ASSERT_TRUE(std::isnan(g)) << what << ": padding written at row " << r << " block " << b;
+      }
+    }
+  }
+}
+
+// Device codes and scales (layout fp8_activation_scales) against the twin's quantization of
+// `want` (float32 values): scales to 1e-5, every code within one step (the same sign, adjacent
+// magnitudes), >= 99% identical.
 void expect_codes_close(const std::vector<uint8_t>& got, const std::vector<float>& got_scales,
                         const std::vector<float>& want, int rows, int dim,
                         const std::string& what) {
   std::vector<uint8_t> q(want.size());
   std::vector<float> scales(rows);
   cpu::quantize_rows_fp8(want.data(), rows, dim, q.data(), scales.data());
+  expect_laid_out(got_scales, scales, cuda::fp8_activation_scales(rows, dim), 1e-5, what);
   size_t same = 0;
   for (int r = 0; r < rows; ++r) {
-    ASSERT_NEAR(got_scales[r], scales[r], 1e-5 * scales[r]) << what << " row " << r;
     for (int i = 0; i < dim; ++i) {
       const size_t k = size_t(r) * dim + i;
       ASSERT_NE(got[k] & 0x7F, 0x7F) << what << ": NaN code at " << k;
@@ -68,30 +95,41 @@ void expect_codes_close(const std::vector<uint8_t>& got, const std::vector<float
 TEST_F(CudaFp8Test, QuantizeRowsEqualsTwinExactly) {
   for (int dim : {64, 100, 4096, 14336}) {  // 100: the scalar path
     for (int rows : {1, 37, 300}) {
-      const std::string what = "dim " + std::to_string(dim) + " rows " + std::to_string(rows);
       const int stride = dim + (dim % 8 == 0 ? 8 : 3);  // rows apart, as in a fused buffer
       std::vector<float> x = random_bf16(rng_, size_t(rows) * stride, 2.0f);
       if (rows > 2) {
         for (int i = 0; i < stride; ++i)
           x[size_t(2) * stride + i] = 0.0f;  // an all-zero row
       }
-      DeviceBuffer d_x = upload(to_bits(x)), d_q(size_t(rows) * dim), d_s(4 * size_t(rows));
-      d_q.fill_bytes(0x7F);  // NaN codes
-      d_s.fill_bytes(0xFF);
-      ASSERT_EQ(cuda::quantize_rows_fp8(d_x.data(), stride, rows, dim, d_q.data(), d_s.as<float>()),
-                cudaSuccess);
-      cuda::synchronize_or_die("quantize_rows_fp8");
       std::vector<float> dense(size_t(rows) * dim);
       for (int r = 0; r < rows; ++r)
         std::copy_n(x.begin() + size_t(r) * stride, dim, dense.begin() + size_t(r) * dim);
       std::vector<uint8_t> q(dense.size());
       std::vector<float> s(rows);
       cpu::quantize_rows_fp8(dense.data(), rows, dim, q.data(), s.data());
-      EXPECT_EQ(download<uint8_t>(d_q, q.size()), q) << what;
-      EXPECT_EQ(download<float>(d_s, rows), s) << what;
+      // As activations and as a weight matrix (every block at any row count).
+      for (const bool weights : {false, true}) {
+        const cuda::Fp8ScaleLayout l =
+            weights ? cuda::fp8_weight_scales(rows, dim) : cuda::fp8_activation_scales(rows, dim);
+        const std::string what = std::string(weights ? "weights" : "activations") + " dim " +
+                                 std::to_string(dim) + " rows " + std::to_string(rows);
+        DeviceBuffer d_x = upload(to_bits(x)), d_q(size_t(rows) * dim), d_s(4 * l.count());
+        d_q.fill_bytes(0x7F);  // NaN codes
+        d_s.fill_bytes(0xFF);
+        ASSERT_EQ(
+            cuda::quantize_rows_fp8(d_x.data(), stride, rows, dim, d_q.data(), d_s.as<float>(), l),
+            cudaSuccess);
+        cuda::synchronize_or_die("quantize_rows_fp8");
+        EXPECT_EQ(download<uint8_t>(d_q, q.size()), q) << what;
+        expect_laid_out(download<float>(d_s, l.count()), s, l, 0.0, what);
+      }
     }
   }
-  EXPECT_EQ(cuda::quantize_rows_fp8(nullptr, 4, 2, 8, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::quantize_rows_fp8(nullptr, 4, 2, 8, nullptr, nullptr, {2, 1}),
+            cudaErrorInvalidValue);
+  DeviceBuffer d_x(64), d_q(64), d_s(64);
+  EXPECT_EQ(cuda::quantize_rows_fp8(d_x.data(), 8, 4, 8, d_q.data(), d_s.as<float>(), {3, 1}),
+            cudaErrorInvalidValue);  // a stride shorter than the rows
 }
 
 TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
@@ -106,7 +144,7 @@ TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
         v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
       std::vector<float> residual = random_vector(rng_, n, 3.0f);
       DeviceBuffer d_x = upload(to_bits(x)), d_w = upload(to_bits(w)), d_res = upload(residual),
-                   d_y(n), d_s(4 * size_t(rows));
+                   d_y(n), d_s(4 * cuda::fp8_activation_scales(rows, hidden).count());
       d_y.fill_bytes(0x7F);
       d_s.fill_bytes(0xFF);
       ASSERT_EQ(cuda::add_rms_norm_fp8(d_x.data(), d_res.as<float>(), true, d_w.data(), d_y.data(),
@@ -116,8 +154,9 @@ TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
       std::vector<float> want(n);
       cpu::add_rms_norm(x.data(), residual.data(), true, w.data(), want.data(), rows, hidden, eps);
       EXPECT_EQ(download<float>(d_res, n), residual) << what << " (residual)";
-      expect_codes_close(download<uint8_t>(d_y, n), download<float>(d_s, rows), want, rows, hidden,
-                         what);
+      expect_codes_close(download<uint8_t>(d_y, n),
+                         download<float>(d_s, cuda::fp8_activation_scales(rows, hidden).count()),
+                         want, rows, hidden, what);
     }
   }
 }
@@ -129,7 +168,8 @@ TEST_F(CudaFp8Test, SiluMulFp8MatchesTwin) {
       const size_t n = size_t(rows) * inter;
       std::vector<float> gate_up = random_bf16(rng_, 2 * n, 3.0f);
       gate_up[0] = -100.0f;  // exp(100) overflows: silu must be -0, not NaN
-      DeviceBuffer d_in = upload(to_bits(gate_up)), d_out(n), d_s(4 * size_t(rows));
+      const int64_t scales = cuda::fp8_activation_scales(rows, inter).count();
+      DeviceBuffer d_in = upload(to_bits(gate_up)), d_out(n), d_s(4 * scales);
       d_out.fill_bytes(0x7F);
       d_s.fill_bytes(0xFF);
       ASSERT_EQ(cuda::silu_mul_fp8(d_in.data(), d_out.data(), d_s.as<float>(), rows, inter),
@@ -137,8 +177,8 @@ TEST_F(CudaFp8Test, SiluMulFp8MatchesTwin) {
       cuda::synchronize_or_die("silu_mul_fp8");
       std::vector<float> want(n);
       cpu::silu_mul(gate_up.data(), want.data(), rows, inter);
-      expect_codes_close(download<uint8_t>(d_out, n), download<float>(d_s, rows), want, rows, inter,
-                         what);
+      expect_codes_close(download<uint8_t>(d_out, n), download<float>(d_s, scales), want, rows,
+                         inter, what);
     }
   }
 }
@@ -165,9 +205,11 @@ TEST_F(CudaFp8Test, Fp8GemmEqualsTheProductOfDequantizedOperands) {
   struct Shape {
     int m, n, k;
   };
-  // Decode rows (1, 7, 128) and prefill rows (300) over the Llama-3-8B projection shapes' widths.
-  for (const Shape sh : {Shape{1, 256, 256}, Shape{7, 6144, 4096}, Shape{128, 1024, 14336},
-                         Shape{300, 1024, 4096}, Shape{33, 28672, 512}}) {
+  // Decode rows (block-scaled up to 128, some rounded up to 4) and prefill rows (outer-vector
+  // scaled: 129, 300) over the Llama-3-8B projection shapes' widths, and k not a multiple of 128.
+  for (const Shape sh :
+       {Shape{1, 256, 256}, Shape{7, 6144, 4096}, Shape{128, 1024, 14336}, Shape{129, 512, 4096},
+        Shape{300, 1024, 4096}, Shape{33, 28672, 512}, Shape{18, 512, 208}}) {
     const std::string what =
         "m " + std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " + std::to_string(sh.k);
     const Fp8Matrix x = random_fp8(rng_, sh.m, sh.k, 2.0f);
@@ -175,8 +217,14 @@ TEST_F(CudaFp8Test, Fp8GemmEqualsTheProductOfDequantizedOperands) {
     for (cuda::GemmOut out : {cuda::GemmOut::kBF16, cuda::GemmOut::kF32}) {
       const bool f32 = out == cuda::GemmOut::kF32;
       const size_t ny = size_t(sh.m) * sh.n;
-      DeviceBuffer d_x = upload(x.codes), d_xs = upload(x.scales), d_w = upload(w.codes),
-                   d_ws = upload(w.scales), d_y(ny * (f32 ? 4 : 2));
+      const int rows = cuda::fp8_gemm_rows(sh.m);  // x and y with room for the rows run
+      std::vector<uint8_t> x_codes = x.codes;
+      x_codes.resize(size_t(rows) * sh.k, 0);
+      DeviceBuffer d_x = upload(x_codes),
+                   d_xs = upload(laid_out(x.scales, cuda::fp8_activation_scales(sh.m, sh.k))),
+                   d_w = upload(w.codes),
+                   d_ws = upload(laid_out(w.scales, cuda::fp8_weight_scales(sh.n, sh.k))),
+                   d_y(size_t(rows) * sh.n * (f32 ? 4 : 2));
       d_y.fill_bytes(0xFF);
       const cudaError_t e = gemm.run_fp8(d_x.data(), d_xs.as<float>(), d_w.data(), d_ws.as<float>(),
                                          d_y.data(), sh.m, sh.n, sh.k, out, nullptr);

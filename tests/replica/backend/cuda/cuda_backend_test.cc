@@ -566,11 +566,15 @@ TEST_F(CudaBackendTest, Fp8WeightsMatchTheCpuFp8Twin) {
   const size_t matrices = size_t(c.num_hidden_layers) * c.hidden_size *
                           ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim +
                            c.num_attention_heads * c.head_dim + 3 * c.intermediate_size);
-  EXPECT_EQ(bf16_bytes - fp8_bytes,
-            matrices - 4 * size_t(c.num_hidden_layers) *
-                           ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim +
-                            2 * c.hidden_size + 2 * c.intermediate_size))
-      << "a byte per matrix element saved, less 4 per output channel";
+  // Scales: one fp32 per output channel and 128-column block of k (kernels/cuda/gemm.h
+  // fp8_weight_scales).
+  auto blocks = [](size_t k) { return (k + 127) / 128; };
+  const size_t h = c.hidden_size, q = size_t(c.num_attention_heads) * c.head_dim,
+               kv = size_t(c.num_key_value_heads) * c.head_dim, ff = c.intermediate_size;
+  const size_t scales = size_t(c.num_hidden_layers) *
+                        ((q + 2 * kv + 2 * ff) * blocks(h) + h * blocks(q) + h * blocks(ff));
+  EXPECT_EQ(bf16_bytes - fp8_bytes, matrices - 4 * scales)
+      << "a byte per matrix element saved, less 4 per output channel and 128 columns";
 }
 
 // FP8 against bf16 on the device (the accuracy cost of the quantization on this random model),

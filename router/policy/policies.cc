@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "router/policy/policy.h"
@@ -172,6 +173,7 @@ class KvCascade final : public Policy {
 
   RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
     const auto cs = healthy(candidates);
+    note_arrivals(cs);
     int64_t total = 0;
     for (const Candidate* c : cs)
       total += decode_load(*c);
@@ -270,6 +272,34 @@ class KvCascade final : public Policy {
            c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
   }
 
+  // A replica healthy now that was not at the last decision (back from a restart or a stall, or
+  // new to the pool): while it was away the others were sent its share, so its recent work,
+  // against theirs, would let the bound send it every request until it caught up. It restarts at
+  // the others' mean instead, and takes its share (the decode load it reports and what this
+  // router sends it decide how much more).
+  void note_arrivals(const std::vector<const Candidate*>& cs) {
+    double stayed_work = 0;
+    int stayed = 0;
+    std::vector<const Candidate*> arrived;
+    for (const Candidate* c : cs) {
+      if (last_healthy_.contains(c->id)) {
+        stayed_work += recent(*c);
+        ++stayed;
+      } else {
+        arrived.push_back(c);
+      }
+    }
+    if (stayed > 0 && c_.work_bound_factor > 0) {
+      for (const Candidate* c : arrived)
+        recent_[c->id] = stayed_work / stayed;
+    }
+    if (!arrived.empty() || stayed != static_cast<int>(last_healthy_.size())) {
+      last_healthy_.clear();
+      for (const Candidate* c : cs)
+        last_healthy_.insert(c->id);
+    }
+  }
+
   struct CountedGroup {
     std::string replica;  // where its work is counted
     double per_member = 0;
@@ -305,6 +335,7 @@ class KvCascade final : public Policy {
   double mean_request_ = 0;                               // mean work of a request (EWMA)
   std::unordered_map<std::string, CountedGroup> groups_;  // declared groups being counted
   std::deque<std::string> group_order_;                   // ...oldest first (bounded)
+  std::unordered_set<std::string> last_healthy_;          // at the last choose() (note_arrivals)
 };
 
 }  // namespace

@@ -249,6 +249,50 @@ TEST(KvCascadePolicy, UnhealthyReplicasAreNeverChosen) {
   }
 }
 
+// A replica that comes back (a restart, a stall that ends) takes its share of new work, not all of
+// it: while it was away the others were sent its share, so by the recent-work count it looked idle
+// and every request went to it (seen: all 10-20 closed-loop clients moved onto it for seconds).
+// Also a replica that joins the pool mid-traffic.
+TEST(KvCascadePolicy, AReturningReplicaTakesItsShareNotEveryRequest) {
+  for (const bool joins : {false, true}) {
+    SCOPED_TRACE(joins ? "a new replica" : "a returning replica");
+    auto p = make_policy("kvcascade");
+    std::vector<Candidate> cs(4);
+    for (uint32_t i = 0; i < 4; ++i) {
+      cs[i].replica = i;
+      cs[i].id = "replica-" + std::to_string(i);
+      cs[i].running_sequences = 8;
+    }
+    int k = 0;
+    auto route = [&](std::span<const Candidate> now) {
+      RouteRequest r = request(600, "prompt-" + std::to_string(k++));
+      r.max_tokens = 200;
+      const RouteDecision d = p->choose(r, now);
+      p->record(r, now[d.replica]);
+      return d.replica;
+    };
+    std::vector<Candidate> three_of_four(cs.begin(), cs.begin() + 3);
+    for (int i = 0; i < 300; ++i)
+      route(joins ? std::span<const Candidate>(three_of_four) : std::span<const Candidate>(cs));
+    if (!joins) {
+      cs[3].healthy = false;
+      for (int i = 0; i < 300; ++i)
+        EXPECT_NE(route(cs), 3u);
+      cs[3].healthy = true;
+    }
+    cs[3].running_sequences = 0;  // back empty (a restart), or new
+    int to_it = 0;
+    for (int i = 0; i < 40; ++i) {
+      const uint32_t chosen = route(cs);
+      ++cs[chosen].in_flight_requests;  // as the router counts what it sent
+      to_it += chosen == 3;
+    }
+    // Its fair share is 10 of 40, plus what its empty queue earns: far from all 40.
+    EXPECT_GE(to_it, 5);
+    EXPECT_LE(to_it, 24);
+  }
+}
+
 TEST(SglangPolicy, ImbalanceThenPrefixThenSmallestTree) {
   auto p = make_policy("sglang_cache_aware");
   auto cs = three();

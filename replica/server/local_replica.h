@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,17 @@ class LocalReplica {
 
   // Stops serving (connections cut, port closed): the replica "dies".
   void stop() { stack_->stop_http(); }
+  // The replica process restarts: it stops, and a fresh one (the same model and settings, an
+  // empty cache) serves on the same port. False when the port cannot be had again, or for a
+  // replica built on a given backend (nothing to rebuild it from).
+  bool restart() {
+    if (!rebuild_) return false;
+    stack_->stop_http();
+    stack_.reset();
+    stack_ = rebuild_();
+    auto port = stack_->listen(host_, port_);
+    return port.ok() && *port == port_;
+  }
   uint16_t port() const { return port_; }
   const Backend& backend() { return stack_->backend(); }
   const std::string& id() const { return id_; }
@@ -81,8 +93,11 @@ class LocalReplica {
     host_ = host;
     c.engine.scheduler.max_model_len = 4096;
     c.server.replica_id = id;
-    auto backend = std::make_unique<CpuBackend>(weights(tokenizer->vocab_size()), kv_blocks, 16);
-    stack_ = std::make_unique<ReplicaStack>(std::move(backend), std::move(tokenizer), std::move(c));
+    rebuild_ = [kv_blocks, tokenizer = std::move(tokenizer), c = std::move(c)] {
+      auto backend = std::make_unique<CpuBackend>(weights(tokenizer->vocab_size()), kv_blocks, 16);
+      return std::make_unique<ReplicaStack>(std::move(backend), tokenizer, c);
+    };
+    stack_ = rebuild_();
     auto port = stack_->listen(host_, 0);
     port_ = port.ok() ? *port : 0;
   }
@@ -101,6 +116,7 @@ class LocalReplica {
   }
 
   std::unique_ptr<ReplicaStack> stack_;
+  std::function<std::unique_ptr<ReplicaStack>()> rebuild_;  // restart(): a fresh stack
   std::string id_;
   std::string host_;
   uint16_t port_ = 0;

@@ -444,6 +444,70 @@ TEST_F(RouterTest, ExactIndexFollowsEvictionsOnSmallPools) {
   EXPECT_LT(total, 10u * 36u);  // evictions happened (and were followed)
 }
 
+// A replica that restarts mid-traffic (same address, its cache empty): the router drops what the
+// old process held and rebuilds the replica's index from the new one's snapshot and events, so
+// once traffic stops the index holds exactly the blocks each replica's cache holds, hash by hash.
+TEST_F(RouterTest, IndexConvergesToAReplicaThatRestartsMidTraffic) {
+  start();
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::thread traffic([&] {
+    http::ClientLimits limits;
+    limits.response_header_timeout = std::chrono::minutes(5);
+    http::Client c(limits);
+    for (int i = 0; !stop.load(); ++i) {
+      const json body = {{"model", "tiny"},
+                         {"prompt", long_prompt("restart" + std::to_string(i % 12)) + " question " +
+                                        std::to_string(i)},
+                         {"max_tokens", 2}};
+      auto r = c.request("127.0.0.1", port_, "POST", "/v1/completions", body.dump(),
+                         {{"content-type", "application/json"}}, 300s);
+      (r.ok() && r->status == 200 ? ok : failed)++;
+    }
+  });
+  auto wait_requests = [&](int n) {
+    for (int i = 0; i < 3000 && ok.load() < n; ++i)
+      std::this_thread::sleep_for(10ms);
+  };
+  wait_requests(12);
+  ASSERT_TRUE(replicas_[0]->restart());
+  const int at_restart = ok.load();
+  wait_requests(at_restart + 24);
+  stop = true;
+  traffic.join();
+  EXPECT_GE(ok.load(), at_restart + 24);
+  EXPECT_LE(failed.load(), 2);  // at most the exchanges the restart cut (retried otherwise)
+  // Converged (bounded wait): every replica's cached blocks are exactly its index entries.
+  auto agree = [&](std::string* why) {
+    for (uint32_t k = 0; k < 3; ++k) {
+      const BlockPool& pool = replicas_[k]->engine().pool();
+      size_t hashed = 0;
+      std::lock_guard lock(indexes_->mu);
+      for (int32_t b = 0; b < pool.num_blocks(); ++b) {
+        const std::optional<BlockHash> h = pool.hash_of(b);
+        if (!h) continue;
+        ++hashed;
+        if (!indexes_->exact.holds(k, *h)) {
+          *why = "replica " + std::to_string(k) + " holds a block its index lacks";
+          return false;
+        }
+      }
+      if (indexes_->exact.num_blocks(k) != hashed) {
+        *why = "replica " + std::to_string(k) + ": index " +
+               std::to_string(indexes_->exact.num_blocks(k)) + " blocks, cache " +
+               std::to_string(hashed);
+        return false;
+      }
+    }
+    return true;
+  };
+  std::string why;
+  bool agreed = false;
+  for (int i = 0; i < 200 && !(agreed = agree(&why)); ++i)
+    std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(agreed) << why;
+}
+
 TEST_F(RouterTest, BadInputAndAuth) {
   start("kvcascade", std::string("sekret"));
   const http::Headers auth{{"authorization", "Bearer sekret"}};

@@ -9,6 +9,10 @@
 // or its maximum is not finite), code = e4m3(x * (1 / scale)), value = decode(code) * scale. Both
 // sides compute 1 / scale and x * (1 / scale) in IEEE single precision, so the same inputs give
 // the same codes on the CPU and the device.
+//
+// The FP8 KV cache (--kv-cache-dtype fp8) scales by a fixed factor instead: one for K and one for
+// V per layer (1.0 unless a checkpoint gives them), code = e4m3(x * (1 / scale)), value =
+// decode(code) * scale. Keys and values past +-448 x scale saturate.
 #pragma once
 
 #include <cmath>

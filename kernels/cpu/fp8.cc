@@ -60,4 +60,10 @@ void fake_quantize_rows_fp8(float* x, int64_t rows, int64_t dim) {
   });
 }
 
+void fake_quantize_scaled_fp8(float* x, int64_t n, float scale) {
+  const float inv = 1.0f / scale;
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = fp8::e4m3_to_float(fp8::e4m3_from_float(x[i] * inv)) * scale;
+}
+
 }  // namespace kvc::kernels::cpu

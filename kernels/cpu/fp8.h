@@ -19,4 +19,8 @@ void dequantize_rows_fp8(const uint8_t* q, const float* scales, int64_t rows, in
 // x replaced in place by its quantized value (quantize, then dequantize), row by row; threaded.
 void fake_quantize_rows_fp8(float* x, int64_t rows, int64_t dim);
 
+// x[i] replaced by its E4M3 value under a fixed scale, value(e4m3(x[i] * (1 / scale))) * scale:
+// the FP8 KV cache's rule (kernels/fp8_rule.h). scale > 0.
+void fake_quantize_scaled_fp8(float* x, int64_t n, float scale);
+
 }  // namespace kvc::kernels::cpu

@@ -138,6 +138,8 @@ class Backend {
   // How the weights are quantized: "" (as the checkpoint holds them: float32 on the CPU, bf16 on
   // the GPU) or "fp8" (--quantization fp8: the layer matrices in E4M3, per output channel).
   virtual std::string quantization() const { return {}; }
+  // The KV cache's element type: "" (the backend's own) or "fp8" (--kv-cache-dtype fp8).
+  virtual std::string kv_cache_dtype() const { return {}; }
   // Bytes of one KV element in this backend's cache (4: float32, 2: fp16/bf16): the planner's
   // cost model and the KV-bytes metrics use it.
   virtual int32_t kv_bytes_per_element() const = 0;

@@ -27,6 +27,11 @@ struct BackendOptions {
   bool fp8_weights_for(const std::string& checkpoint_quantization) const {
     return quantization == "fp8" || (quantization.empty() && !checkpoint_quantization.empty());
   }
+  // The KV cache's element type: "auto" (the backend's own: float32 on the CPU, bf16 on the GPU
+  // and in the sim) or "fp8" (E4M3 with per-layer K and V scales, kernels/fp8_rule.h; the CPU
+  // keeps the E4M3 values in float32, the sim counts one byte per element).
+  std::string kv_cache_dtype = "auto";
+  bool fp8_kv() const { return kv_cache_dtype == "fp8"; }
   int32_t kv_blocks = 0;  // 0: 4096 on the CPU; on the GPU or sim, as many as memory allows
   int32_t block_size = 16;
   // The scheduler's limits (SchedulerConfig): the CUDA backend sizes its workspace by them.

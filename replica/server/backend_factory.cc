@@ -30,7 +30,7 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32
   }
   const bool fp8 = o.fp8_weights_for(weights.config.checkpoint_quantization);
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
-      std::move(weights), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size, fp8));
+      std::move(weights), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size, fp8, o.fp8_kv()));
 }
 
 Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock& clock) {
@@ -40,6 +40,7 @@ Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock
   if (o.sim_bandwidth_gbps) hw.bandwidth_bytes_per_s = *o.sim_bandwidth_gbps * 1e9;
   if (o.sim_peak_tflops) hw.peak_flops = *o.sim_peak_tflops * 1e12;
   if (o.sim_step_overhead_ms) hw.step_overhead_s = *o.sim_step_overhead_ms * 1e-3;
+  if (o.fp8_kv()) hw.kv_bytes_per_element = 1;  // the pool holds twice the blocks
   const int32_t blocks =
       o.kv_blocks > 0 ? o.kv_blocks
                       : sim_kv_blocks(*preset, o.memory_utilization_or_default(), o.block_size);
@@ -57,6 +58,9 @@ Status check_backend_options(const BackendOptions& o) {
   if (!o.quantization.empty() && o.quantization != "fp8" && o.quantization != "none") {
     return Error{"--quantization " + o.quantization + ": not supported (fp8 or none)"};
   }
+  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "fp8") {
+    return Error{"--kv-cache-dtype " + o.kv_cache_dtype + ": not supported (auto or fp8)"};
+  }
   // Each entry: an option that only some backends read, whether it was given, and who reads it.
   struct Only {
     const char* flag;
@@ -70,6 +74,8 @@ Status check_backend_options(const BackendOptions& o) {
       {"--model", !o.model_dir.empty(), !sim, "cpu and cuda (sim: --sim-preset)"},
       {"--weights-seed", o.weights_seed.has_value(), !sim, "cpu and cuda"},
       {"--quantization", !o.quantization.empty(), !sim, "cpu and cuda"},
+      // The CUDA attention kernels read bf16 KV only (issue 27: FP8 KV on the device is next).
+      {"--kv-cache-dtype fp8", o.fp8_kv(), !cuda, "cpu and sim"},
       {"--gpu-memory-utilization", o.gpu_memory_utilization.has_value(), cuda || sim,
        "cuda and sim"},
       {"--no-cuda-graphs", o.cuda_graphs.has_value(), cuda, "cuda"},

@@ -590,6 +590,9 @@ std::string ReplicaServer::info_json() const {
        {"quantization", engine_.backend().quantization().empty()
                             ? json(nullptr)
                             : json(engine_.backend().quantization())},
+       {"kv_cache_dtype", engine_.backend().kv_cache_dtype().empty()
+                              ? json("auto")
+                              : json(engine_.backend().kv_cache_dtype())},
        {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
 }
 

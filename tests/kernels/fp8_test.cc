@@ -93,5 +93,35 @@ TEST(Fp8RuleTest, QuantizedRowsStayWithinHalfAStep) {
   }
 }
 
+// The FP8 KV cache's rule: a fixed scale, values rounded to E4M3 steps of it, saturating at
+// +-448 x scale; idempotent (a cached value rewritten stays the same).
+TEST(Fp8RuleTest, ScaledQuantizationRoundsToStepsOfTheScaleAndSaturates) {
+  std::mt19937 rng(7);
+  for (const float scale : {1.0f, 0.25f, 3.0f}) {
+    std::vector<float> x = testutil::random_vector(rng, 2000, 4.0f);
+    x[0] = 500.0f * scale;  // saturates
+    x[1] = -1e6f;           // saturates
+    x[2] = 0.0f;
+    x[3] = 1e-6f * scale;  // below the smallest subnormal step: 0
+    std::vector<float> q = x;
+    cpu::fake_quantize_scaled_fp8(q.data(), static_cast<int64_t>(q.size()), scale);
+    EXPECT_EQ(q[0], 448.0f * scale);
+    EXPECT_EQ(q[1], -448.0f * scale);
+    EXPECT_EQ(q[2], 0.0f);
+    EXPECT_EQ(q[3], 0.0f);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float code_value = q[i] / scale;
+      ASSERT_EQ(fp8::e4m3_to_float(fp8::e4m3_from_float(code_value)), code_value) << i;
+      if (std::fabs(x[i]) < 448.0f * scale) {
+        const double tol = std::max(std::fabs(x[i]) / 16.0, scale * std::ldexp(1.0, -10));
+        ASSERT_LE(std::fabs(double(q[i]) - x[i]), tol * 1.0001) << i;
+      }
+    }
+    std::vector<float> again = q;
+    cpu::fake_quantize_scaled_fp8(again.data(), static_cast<int64_t>(again.size()), scale);
+    EXPECT_EQ(again, q);
+  }
+}
+
 }  // namespace
 }  // namespace kvc::kernels

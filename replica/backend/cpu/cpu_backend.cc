@@ -12,9 +12,10 @@ namespace kvc {
 namespace cpu = kernels::cpu;
 
 CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size,
-                       bool fp8_weights)
+                       bool fp8_weights, bool fp8_kv)
     : weights_(std::move(weights)),
       fp8_weights_(fp8_weights),
+      fp8_kv_(fp8_kv),
       num_blocks_(num_blocks),
       block_size_(block_size) {
   assert(check_weight_shapes(weights_).ok());
@@ -27,6 +28,8 @@ CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_s
   const size_t floats = static_cast<size_t>(num_blocks) * block_size * kv_row();
   k_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
   v_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
+  k_scales_.assign(c.num_hidden_layers, 1.0f);
+  v_scales_.assign(c.num_hidden_layers, 1.0f);
   quantize_matrices();
 }
 
@@ -247,8 +250,14 @@ Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>&
     cpu::rope(q_.data(), positions_.data(), rows, c.num_attention_heads, d, rope_);
     cpu::rope(k_.data(), positions_.data(), rows, c.num_key_value_heads, d, rope_);
     for (int r = 0; r < rows; ++r) {
-      std::copy_n(k_.data() + int64_t{r} * kvd, kvd, k_cache(layer) + kv_dst_[r] * kv_row());
-      std::copy_n(v_.data() + int64_t{r} * kvd, kvd, v_cache(layer) + kv_dst_[r] * kv_row());
+      float* kc = k_cache(layer) + kv_dst_[r] * kv_row();
+      float* vc = v_cache(layer) + kv_dst_[r] * kv_row();
+      std::copy_n(k_.data() + int64_t{r} * kvd, kvd, kc);
+      std::copy_n(v_.data() + int64_t{r} * kvd, kvd, vc);
+      if (fp8_kv_) {  // what the cache holds: E4M3 values (attention reads them, this row too)
+        cpu::fake_quantize_scaled_fp8(kc, kvd, k_scales_[layer]);
+        cpu::fake_quantize_scaled_fp8(vc, kvd, v_scales_[layer]);
+      }
     }
     attention(layer, batch);
 

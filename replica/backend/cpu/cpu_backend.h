@@ -22,8 +22,10 @@ class CpuBackend final : public Backend {
   // Allocates the KV cache: 2 * layers * num_blocks * block_size * kv_heads * head_dim floats
   // (kv_cache_bytes). Preconditions: check_weight_shapes(weights) is ok; num_blocks > 0,
   // block_size > 0.
-  CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size,
-             bool fp8_weights = false);
+  // fp8_kv: the cache keeps every key and value as its E4M3 value under the layer's K or V scale
+  // (kernels/fp8_rule.h; 1.0), still in float32: the CUDA FP8 KV cache's twin.
+  CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size, bool fp8_weights = false,
+             bool fp8_kv = false);
 
   static int64_t kv_cache_bytes(const ModelConfig& config, int32_t num_blocks, int32_t block_size) {
     return config.kv_bytes_per_token(sizeof(float)) * num_blocks * block_size;
@@ -34,6 +36,10 @@ class CpuBackend final : public Backend {
   int32_t block_size() const override { return block_size_; }
   std::string name() const override { return "cpu"; }
   std::string quantization() const override { return fp8_weights_ ? "fp8" : ""; }
+  std::string kv_cache_dtype() const override { return fp8_kv_ ? "fp8" : ""; }
+  // The FP8 KV cache's scales of one layer (1.0 each).
+  float k_scale(int layer) const { return k_scales_[layer]; }
+  float v_scale(int layer) const { return v_scales_[layer]; }
   int32_t kv_bytes_per_element() const override { return sizeof(float); }
 
   // Not thread-safe: one forward at a time (the kernels inside are threaded).
@@ -65,6 +71,8 @@ class CpuBackend final : public Backend {
 
   ModelWeights weights_;
   bool fp8_weights_ = false;
+  bool fp8_kv_ = false;
+  std::vector<float> k_scales_, v_scales_;  // per layer (fp8_kv)
   int32_t num_blocks_;
   int32_t block_size_;
   kernels::AttentionShape shape_;

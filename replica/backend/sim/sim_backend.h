@@ -57,6 +57,9 @@ class SimBackend final : public Backend {
   int32_t block_size() const override { return block_size_; }
   std::string name() const override { return "sim"; }
   int32_t kv_bytes_per_element() const override { return preset_.hardware.kv_bytes_per_element; }
+  std::string kv_cache_dtype() const override {
+    return preset_.hardware.kv_bytes_per_element == 1 ? "fp8" : "";
+  }
   const SimPreset& preset() const { return preset_; }
 
   // The predicted device time of the batch.

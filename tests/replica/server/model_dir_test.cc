@@ -155,6 +155,55 @@ TEST(ModelDirReplica, Fp8CheckpointsServeInFp8OrDequantized) {
             std::string::npos);
 }
 
+// --kv-cache-dtype fp8 through the options: the CPU backend keeps E4M3 values and says so in
+// /v1/info; the sim counts one byte per element, so the same memory holds twice the blocks; the
+// CUDA backend refuses it (its attention kernels read bf16 KV), as does any other dtype.
+TEST(ModelDirReplica, Fp8KvCacheThroughTheOptions) {
+  ByteTokenizer bytes;
+  BackendOptions cpu;
+  cpu.kv_blocks = 64;
+  cpu.kv_cache_dtype = "fp8";
+  ASSERT_TRUE(check_backend_options(cpu).ok());
+  auto backend = make_backend(cpu, bytes);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  EXPECT_EQ((*backend)->kv_cache_dtype(), "fp8");
+  ReplicaStackConfig c;
+  c.engine = fit_engine_config(EngineConfig{}, **backend);
+  ReplicaStack stack(std::move(*backend), std::make_shared<ByteTokenizer>(), c);
+  auto port = stack.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  http::Client client;
+  auto info = client.request("127.0.0.1", *port, "GET", "/v1/info", "", {}, 30s);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(json::parse(info->body)["kv_cache_dtype"], "fp8");
+  const json body = {{"model", stack.server().config().served_model_name},
+                     {"prompt", "Once upon a time"},
+                     {"max_tokens", 4},
+                     {"ignore_eos", true}};
+  auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
+                          {{"content-type", "application/json"}}, 60s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+
+  BackendOptions sim;
+  sim.backend = "sim";
+  auto bf16_sim = make_backend(sim, bytes);
+  sim.kv_cache_dtype = "fp8";
+  auto fp8_sim = make_backend(sim, bytes);
+  ASSERT_TRUE(bf16_sim.ok() && fp8_sim.ok());
+  EXPECT_EQ((*fp8_sim)->kv_bytes_per_element(), 1);
+  EXPECT_GE((*fp8_sim)->num_blocks(), 2 * (*bf16_sim)->num_blocks());
+
+  BackendOptions cuda;
+  cuda.backend = "cuda";
+  cuda.kv_cache_dtype = "fp8";
+  EXPECT_THAT(check_backend_options(cuda).message(),
+              ::testing::HasSubstr("--kv-cache-dtype fp8 is not read by --backend cuda"));
+  BackendOptions bad;
+  bad.kv_cache_dtype = "fp8_e5m2";
+  EXPECT_THAT(check_backend_options(bad).message(), ::testing::HasSubstr("--kv-cache-dtype"));
+}
+
 TEST(ModelDirReplica, ServesCompletionsAndChatWithTheModelsTokenizerAndTemplate) {
   const std::string tok_dir = testing::llama3_tokenizer_dir();
   if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;

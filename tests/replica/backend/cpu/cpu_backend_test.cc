@@ -409,5 +409,54 @@ TEST(CpuBackend, Fp8WeightsStayCloseToFloat32AndDecodeMatchesPrefill) {
   }
 }
 
+// --kv-cache-dtype fp8 on the CPU (the CUDA FP8 KV cache's twin): every key and value the cache
+// holds is an E4M3 value of its layer's scale, prefill and decode read the same values (a decode
+// step equals a prefill of the whole sequence), cascade equals flat, and the logits stay close to
+// the float32 cache's.
+TEST(CpuBackend, Fp8KvCacheHoldsE4m3ValuesAndEveryPathReadsThem) {
+  const std::vector<int32_t> prompt = random_tokens(45, 2);
+  const std::vector<int32_t> table = {17, 4, 11, 0};
+  CpuBackend f32 = make_backend();
+  CpuBackend fp8(tiny_weights(), kNumBlocks, kBlock, /*fp8_weights=*/false, /*fp8_kv=*/true);
+  EXPECT_EQ(fp8.kv_cache_dtype(), "fp8");
+  EXPECT_EQ(f32.kv_cache_dtype(), "");
+  const std::vector<float> want = prefill(f32, prompt, table);
+  std::vector<float> logits = prefill(fp8, prompt, table);
+  const double cost = rel_l2(logits, want);
+  EXPECT_GT(cost, 1e-4);
+  EXPECT_LT(cost, 0.1);
+  std::vector<int32_t> seq = prompt;
+  for (int step = 0; step < 4; ++step) {
+    const int32_t token = argmax(logits);
+    seq.push_back(token);
+    logits = decode_one(fp8, token, static_cast<int32_t>(seq.size()) - 1, table);
+    CpuBackend reference(tiny_weights(), kNumBlocks, kBlock, false, true);
+    EXPECT_LT(rel_l2(logits, prefill(reference, seq, {5, 6, 7, 8})), 1e-5) << "step " << step;
+  }
+
+  // Cascade over shared blocks equals flat under the FP8 cache.
+  const std::vector<int32_t> shared = random_tokens(32, 3);
+  const std::vector<int32_t> a = concat(shared, random_tokens(9, 4));
+  const std::vector<int32_t> c = concat(shared, random_tokens(13, 5));
+  const std::vector<int32_t> table_a = {5, 8, 12}, table_c = {5, 8, 3};
+  CpuBackend b(tiny_weights(), kNumBlocks, kBlock, false, true);
+  const int32_t token_a = argmax(prefill(b, a, table_a));
+  ForwardBatch rest;
+  rest.prefill.add(chunk(c, 32, 45, table_c, true));
+  std::vector<float> rest_logits;
+  ASSERT_TRUE(b.compute_logits(rest, rest_logits).ok());
+  const int32_t token_c = argmax(rest_logits);
+  ForwardBatch flat, cascade;
+  add_decode(flat.decode, token_a, 41, table_a);
+  add_decode(flat.decode, token_c, 45, table_c);
+  add_decode(cascade.decode, token_a, 41, table_a, /*shared_blocks=*/2);
+  add_decode(cascade.decode, token_c, 45, table_c, /*shared_blocks=*/2);
+  cascade.decode.plan.add_node({5, 8}, {0, 1});
+  std::vector<float> by_cascade, by_flat;
+  ASSERT_TRUE(b.compute_logits(cascade, by_cascade).ok());
+  ASSERT_TRUE(b.compute_logits(flat, by_flat).ok());
+  EXPECT_LT(rel_l2(by_cascade, by_flat), 1e-5);
+}
+
 }  // namespace
 }  // namespace kvc

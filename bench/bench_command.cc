@@ -84,6 +84,12 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   routing->add_option("--replicas", g->replicas, "sim replicas")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  routing
+      ->add_option("--routers", g->routers,
+                   "routers in front of the same replicas, requests spread over them in turn; "
+                   "several: each mix and policy with each")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   routing->add_option("--sim-preset", g->sim_preset, "model and GPU of the sim replicas");
   routing->add_option("--kv-blocks", g->kv_blocks, "KV blocks per replica (default: the GPU's)")
       ->check(CLI::Range(1, 1 << 24));
@@ -97,6 +103,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   routing->add_option("--replot", g->replot,
                       "draw --plot from this saved --out JSON instead of running anything");
   routing->add_flag("!--no-progress", g->progress, "no progress lines on stderr");
+  routing
+      ->add_option(
+          "--decisions", g->decisions,
+          "write each replay's routing decisions (a TSV line per request) into this folder")
+      ->check(CLI::ExistingDirectory);
   routing
       ->add_option("--save-traces", g->save_traces,
                    "write each synthetic trace as JSON lines into this folder (for --trace)")

@@ -11,7 +11,9 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "api/chat_render.h"
@@ -63,6 +65,7 @@ struct Exchange {
   Steady::time_point finished;
   int status = 0;
   std::string replica;
+  std::string reason;   // the router's x-kvcascade-route-reason
   std::string pending;  // SSE bytes not yet split into events
   json usage;
   std::string error;
@@ -146,6 +149,11 @@ double ratio_to_mean(const std::vector<int64_t>& work, double q) {
 double RoutingResult::hit_ratio() const {
   return oracle_cached_tokens > 0 ? static_cast<double>(cached_tokens) / oracle_cached_tokens : 1;
 }
+double RoutingResult::cross_replica_share() const {
+  return oracle_cached_tokens > 0
+             ? static_cast<double>(cross_replica_prefill_tokens) / oracle_cached_tokens
+             : 0;
+}
 double RoutingResult::max_over_mean_work() const {
   return ratio_to_mean(replica_work, 1.0);
 }
@@ -163,6 +171,7 @@ json RoutingResult::to_json() const {
   auto pct = [](const std::vector<double>& v, double q) { return LoadStats::percentile(v, q); };
   return {{"mix", mix},
           {"policy", policy},
+          {"routers", routers},
           {"requests", requests},
           {"errors", errors},
           {"seconds", seconds},
@@ -170,6 +179,10 @@ json RoutingResult::to_json() const {
           {"cached_tokens", cached_tokens},
           {"oracle_cached_tokens", oracle_cached_tokens},
           {"hit_ratio_vs_oracle", hit_ratio()},
+          {"cross_replica_prefill_tokens", cross_replica_prefill_tokens},
+          {"cross_replica_prefill_vs_oracle", cross_replica_share()},
+          {"groups", groups},
+          {"split_groups", split_groups},
           {"replica_work_tokens", replica_work},
           {"work_max_over_mean", max_over_mean_work()},
           {"work_p99_over_mean", p99_over_mean_work()},
@@ -230,7 +243,8 @@ std::vector<double> ttft_floor_ms(const std::vector<TraceRequest>& trace, const 
 }
 
 Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const std::string& mix,
-                                  const std::string& policy, const RoutingBenchOptions& o) {
+                                  const std::string& policy, const RoutingBenchOptions& o,
+                                  int32_t num_routers) {
   Result<Fleet> fleet = start_fleet(o);
   if (!fleet.ok()) return fleet.error();
   RouterStackConfig rc;
@@ -240,11 +254,18 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   rc.limits.max_connections = kRouterMaxConnections;
   for (const auto& r : fleet->replicas)
     rc.replicas.push_back(r->address());
-  RouterStack router(rc);
-  Result<uint16_t> port = router.start("127.0.0.1", 0);
-  if (!port.ok()) return port.error();
-  if (!wait_ready(router, fleet->replicas.size())) {
-    return Error{"the router did not see every sim replica healthy and subscribed within 10 s"};
+  std::vector<std::unique_ptr<RouterStack>> routers;
+  std::vector<uint16_t> ports;
+  for (int32_t i = 0; i < std::max(num_routers, 1); ++i) {
+    routers.push_back(std::make_unique<RouterStack>(rc));
+    Result<uint16_t> port = routers.back()->start("127.0.0.1", 0);
+    if (!port.ok()) return port.error();
+    ports.push_back(*port);
+  }
+  for (auto& router : routers) {
+    if (!wait_ready(*router, fleet->replicas.size())) {
+      return Error{"a router did not see every sim replica healthy and subscribed within 10 s"};
+    }
   }
   const std::string model = fleet->replicas[0]->engine().model().name;
 
@@ -286,12 +307,14 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     so.response_header_timeout = timeout;
     so.body_idle_timeout = timeout;
     client.stream(
-        "127.0.0.1", *port, "POST", trace[i].is_chat() ? "/v1/chat/completions" : "/v1/completions",
+        "127.0.0.1", ports[i % ports.size()], "POST",
+        trace[i].is_chat() ? "/v1/chat/completions" : "/v1/completions",
         request_body(trace[i], model), {{"content-type", "application/json"}},
         [x](int status, const http::Headers& headers) {
           x->status = status;
           for (const auto& [k, v] : headers) {
             if (k == "x-kvcascade-replica") x->replica = v;
+            if (k == "x-kvcascade-route-reason") x->reason = v;
           }
         },
         [x](std::string_view bytes) {
@@ -328,10 +351,14 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
 
   res.mix = mix;
   res.policy = policy;
+  res.routers = static_cast<int32_t>(routers.size());
   res.ttft_slo_ms = o.ttft_slo_ms;
   res.requests = static_cast<int64_t>(trace.size());
   res.replica_work.assign(fleet->replicas.size(), 0);
   res.oracle_cached_tokens = oracle_cached_tokens(trace);
+  // block hash -> the replicas that computed it (cross_replica_prefill_tokens)
+  std::unordered_map<uint64_t, std::vector<size_t>> computed_on;
+  const BlockHash seed = chain_seed("oracle");
   for (size_t i = 0; i < xs.size(); ++i) {
     const Exchange& x = *xs[i];
     const bool ok = x.status == 200 && x.error.empty() && x.usage.is_object() && x.first_token;
@@ -352,9 +379,42 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     res.prompt_tokens += prompt;
     res.cached_tokens += cached;
     auto it = fleet->index_of.find(x.replica);
-    if (it != fleet->index_of.end()) res.replica_work[it->second] += prompt - cached + completion;
+    if (it != fleet->index_of.end()) {
+      res.replica_work[it->second] += prompt - cached + completion;
+      // The sim replicas tokenize bytes: the blocks past the cached ones were computed there.
+      const std::vector<BlockHash> blocks = hash_blocks(seed, prompt_bytes(trace[i]), kBlock);
+      for (size_t b = static_cast<size_t>(cached) / kBlock; b < blocks.size(); ++b) {
+        std::vector<size_t>& on = computed_on[blocks[b].value];
+        if (std::find(on.begin(), on.end(), it->second) != on.end()) continue;
+        if (!on.empty()) res.cross_replica_prefill_tokens += static_cast<int64_t>(kBlock);
+        on.push_back(it->second);
+      }
+    }
     res.ttft_ms.push_back(ms_since(x.sent, *x.first_token));
     res.e2e_ms.push_back(ms_since(x.sent, x.finished));
+  }
+  std::map<std::string, std::set<std::string>> group_replicas;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (trace[i].group.empty() || trace[i].group_size <= 1 || xs[i]->replica.empty()) continue;
+    group_replicas[trace[i].group].insert(xs[i]->replica);
+  }
+  res.groups = static_cast<int64_t>(group_replicas.size());
+  for (const auto& [group, on] : group_replicas)
+    res.split_groups += on.size() > 1;
+  if (!o.decisions.empty()) {
+    std::string file = mix + "-" + policy + "-routers" + std::to_string(res.routers) + ".tsv";
+    std::replace(file.begin(), file.end(), '/', '_');
+    std::ofstream out(o.decisions + "/" + file);
+    out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tcached\n";
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const json& usage = xs[i]->usage;
+      const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")
+                                 ? usage["prompt_tokens_details"].value("cached_tokens", int64_t{0})
+                                 : -1;
+      out << i << "\t" << trace[i].arrival_s << "\t" << (i % routers.size()) << "\t"
+          << trace[i].group << "\t" << trace[i].n << "\t" << prompt_bytes(trace[i]).size() << "\t"
+          << xs[i]->replica << "\t" << xs[i]->reason << "\t" << cached << "\n";
+    }
   }
   double busy_s = 0;
   for (const auto& r : fleet->replicas) {
@@ -364,7 +424,8 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   }
   res.busy =
       res.seconds > 0 ? busy_s / (res.seconds * static_cast<double>(fleet->replicas.size())) : 0;
-  router.stop();
+  for (auto& router : routers)
+    router->stop();
   return res;
 }
 
@@ -415,6 +476,10 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       std::fprintf(stderr, "kvcascade bench routing: unknown policy '%s'\n", p.c_str());
       return 2;
     }
+  }
+  if (o.routers.empty()) {
+    std::fprintf(stderr, "kvcascade bench routing: --routers needs a count\n");
+    return 2;
   }
   if (!sim_preset(o.sim_preset).ok()) {
     std::fprintf(stderr, "kvcascade bench routing: %s\n",
@@ -503,43 +568,65 @@ int run_routing_bench(const RoutingBenchOptions& o) {
   }
   for (const auto& [mix, trace] : traces) {
     for (const std::string& policy : o.policies) {
-      std::fprintf(stderr,
-                   "kvcascade bench routing: %s, %zu requests, policy %s, %d sim replicas\n",
-                   mix.c_str(), trace.size(), policy.c_str(), o.replicas);
-      Result<RoutingResult> r = run_routing(trace, mix, policy, o);
-      if (!r.ok()) {
-        std::fprintf(stderr, "kvcascade bench routing: %s\n", r.error().message.c_str());
-        return 1;
+      for (const int32_t n : o.routers) {
+        std::fprintf(stderr,
+                     "kvcascade bench routing: %s, %zu requests, policy %s, %d router(s), %d sim "
+                     "replicas\n",
+                     mix.c_str(), trace.size(), policy.c_str(), n, o.replicas);
+        Result<RoutingResult> r = run_routing(trace, mix, policy, o, n);
+        if (!r.ok()) {
+          std::fprintf(stderr, "kvcascade bench routing: %s\n", r.error().message.c_str());
+          return 1;
+        }
+        results.push_back(r->to_json());
+        rows.push_back(std::move(r).value());
       }
-      results.push_back(r->to_json());
-      rows.push_back(std::move(r).value());
     }
   }
-  std::printf("%-10s %-20s %8s %9s %8s %8s %9s %9s %9s %9s %8s %6s %5s\n", "mix", "policy",
-              "requests", "hit/orcl", "max/mean", "p99/mean", "ttft p50", "ttft p90", "ttft p99",
-              "e2e p50", "goodput", "errors", "busy");
+  const bool several = o.routers.size() > 1 || o.routers.front() > 1;
+  std::printf("%-10s %-20s %7s %8s %9s %8s %8s %8s %9s %9s %9s %9s %8s %6s %5s\n", "mix", "policy",
+              "routers", "requests", "hit/orcl", "x-replica", "max/mean", "p99/mean", "ttft p50",
+              "ttft p90", "ttft p99", "e2e p50", "goodput", "errors", "busy");
   auto pct = [](const std::vector<double>& v, double q) { return LoadStats::percentile(v, q); };
   for (size_t i = 0; i < rows.size(); ++i) {
     const RoutingResult& r = rows[i];
     std::printf(
-        "%-10s %-20s %8lld %8.1f%% %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f %7.1f%% %6lld %4.0f%%\n",
-        r.mix.c_str(), r.policy.c_str(), static_cast<long long>(r.requests), 100 * r.hit_ratio(),
-        r.max_over_mean_work(), r.p99_over_mean_work(), pct(r.ttft_ms, 0.5), pct(r.ttft_ms, 0.9),
-        pct(r.ttft_ms, 0.99), pct(r.e2e_ms, 0.5), 100 * r.goodput(),
-        static_cast<long long>(r.errors), 100 * r.busy);
+        "%-10s %-20s %7d %8lld %8.1f%% %8.1f%% %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f %7.1f%% %6lld "
+        "%4.0f%%\n",
+        r.mix.c_str(), r.policy.c_str(), r.routers, static_cast<long long>(r.requests),
+        100 * r.hit_ratio(), 100 * r.cross_replica_share(), r.max_over_mean_work(),
+        r.p99_over_mean_work(), pct(r.ttft_ms, 0.5), pct(r.ttft_ms, 0.9), pct(r.ttft_ms, 0.99),
+        pct(r.e2e_ms, 0.5), 100 * r.goodput(), static_cast<long long>(r.errors), 100 * r.busy);
     if (i + 1 == rows.size() || rows[i + 1].mix != r.mix) {
       const std::vector<double>& f = floors[r.mix];
-      std::printf("%-10s %-20s %8s %9s %8s %8s %9.1f %9.1f %9.1f\n", r.mix.c_str(), "(floor)", "",
-                  "", "", "", pct(f, 0.5), pct(f, 0.9), pct(f, 0.99));
+      std::printf("%-10s %-20s %7s %8s %9s %9s %8s %8s %9.1f %9.1f %9.1f\n", r.mix.c_str(),
+                  "(floor)", "", "", "", "", "", "", pct(f, 0.5), pct(f, 0.9), pct(f, 0.99));
+    }
+  }
+  if (several) {
+    // Against the one-router run of the same mix and policy: what disagreeing routers cost.
+    for (const RoutingResult& r : rows) {
+      if (r.routers == 1) continue;
+      for (const RoutingResult& one : rows) {
+        if (one.routers != 1 || one.mix != r.mix || one.policy != r.policy) continue;
+        std::printf(
+            "%s / %s, %d routers against 1: hits %+.1f points, prefill on another replica too "
+            "%+.1f%% of the oracle\n",
+            r.mix.c_str(), r.policy.c_str(), r.routers, 100 * (r.hit_ratio() - one.hit_ratio()),
+            100 * (r.cross_replica_share() - one.cross_replica_share()));
+      }
     }
   }
   std::printf(
       "(latencies in ms; hit/orcl: prompt tokens served from cache / an infinite single "
-      "cache's; work: uncached prompt + completion tokens per replica; goodput: TTFT <= "
+      "cache's; x-replica: prompt blocks computed on a second (third, ...) replica too, in "
+      "tokens / the oracle's cached tokens; work: uncached prompt + completion tokens per replica; "
+      "goodput: TTFT <= "
       "%.0f ms; busy: mean share of the replay a replica's simulated device was stepping; (floor): "
       "TTFT with no queueing on a replica holding what that cache holds)\n",
       o.ttft_slo_ms);
   const json doc{{"replicas", o.replicas},
+                 {"routers", o.routers},
                  {"sim_preset", o.sim_preset},
                  {"results", results},
                  {"ttft_floor_ms", floor_json}};

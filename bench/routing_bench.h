@@ -27,6 +27,10 @@ struct RoutingBenchOptions {
   std::vector<std::string> policies = {"kvcascade", "sglang_cache_aware", "consistent_hash",
                                        "least_load", "round_robin"};
   int32_t replicas = 16;
+  // Routers in front of the same replicas (as several router pods behind a Service): request i
+  // of the trace goes to router i % N. Each starts cold and knows nothing of the others. Several
+  // counts: each (mix, policy) is replayed with each.
+  std::vector<int32_t> routers = {1};
   std::string sim_preset = "h200-llama3-8b";
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds
   double ttft_slo_ms = 500;
@@ -39,13 +43,25 @@ struct RoutingBenchOptions {
   std::string save_traces;
   bool save_only = false;
   bool progress = true;  // a line per second while replaying
+  // Each replay's decisions, a line per request (router, replica, reason, cached tokens), as
+  // DIR/<mix>-<policy>-routers<N>.tsv (empty: none).
+  std::string decisions;
 };
 
 // What one policy did on one trace.
 struct RoutingResult {
   std::string mix, policy;
+  int32_t routers = 1;
   int64_t requests = 0, errors = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, oracle_cached_tokens = 0;
+  // Prefill computed on more than one replica: for each full prompt block, the replicas that
+  // computed it (it was not in their cache) beyond the first, in tokens. A policy that spreads a
+  // hot prefix does this on purpose; routers that disagree on a prefix do it by accident (the
+  // excess over a one-router run of the same trace).
+  int64_t cross_replica_prefill_tokens = 0;
+  // Declared groups (`group` with `group_size`) whose members landed on more than one replica:
+  // each part waits for members that never come (the replica's affinity wait), then runs alone.
+  int64_t groups = 0, split_groups = 0;
   std::vector<int64_t> replica_work;             // uncached prompt + completion tokens, per replica
   std::vector<double> ttft_ms, e2e_ms;           // of the requests that succeeded
   std::map<std::string, int64_t> error_reasons;  // status and message, truncated
@@ -55,7 +71,8 @@ struct RoutingResult {
   // the replay's wall time): how loaded the fleet was.
   double busy = 0;
 
-  double hit_ratio() const;  // cached / oracle cached
+  double hit_ratio() const;            // cached / oracle cached
+  double cross_replica_share() const;  // cross_replica_prefill_tokens / oracle cached
   double max_over_mean_work() const;
   double p99_over_mean_work() const;
   double goodput() const;  // share of all requests with TTFT <= the SLO
@@ -74,9 +91,10 @@ std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& 
 std::vector<double> ttft_floor_ms(const std::vector<TraceRequest>& trace, const SimPreset& preset,
                                   int32_t max_tokens_per_step);
 
-// Replays `trace` through a router with `policy` in front of fresh sim replicas.
+// Replays `trace` through `routers` routers with `policy` in front of fresh sim replicas.
 Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const std::string& mix,
-                                  const std::string& policy, const RoutingBenchOptions& options);
+                                  const std::string& policy, const RoutingBenchOptions& options,
+                                  int32_t routers = 1);
 
 // Every (mix, policy): prints progress and a table, writes JSON. Returns the exit code.
 int run_routing_bench(const RoutingBenchOptions& options);

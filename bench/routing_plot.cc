@@ -61,6 +61,10 @@ Result<std::string> routing_plot_svg(const json& doc) {
       row.p99 = r.at("ttft_ms").at("p99").get<double>();
       row.work = r.at("work_max_over_mean").get<double>();
       row.hits = r.at("hit_ratio_vs_oracle").get<double>();
+      // Several routers in front of the fleet: a bar of its own.
+      if (const int routers = r.value("routers", 1); routers > 1) {
+        row.policy += " (" + std::to_string(routers) + " routers)";
+      }
     } catch (const json::exception& e) {
       return Error{std::string("routing plot: a result lacks a field: ") + e.what()};
     }

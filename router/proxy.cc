@@ -59,6 +59,10 @@ class RouterServer::ProxiedRequest : public std::enable_shared_from_this<Proxied
   // This try's uncached prompt tokens, pending at the replica until its answer starts
   // (ReplicaView::pending_prefill_tokens); 0 once handed back.
   int64_t pending_prefill = 0;
+  // The work the policy counted for this try (Policy::record), in the replica's routed work
+  // until a load report has it (ReplicaPool::note_routed_work); its id there (0: none).
+  double counted_work = 0;
+  uint64_t counted_work_id = 0;
 
  private:
   bool do_choose();
@@ -333,6 +337,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.waiting_sequences = r.waiting_sequences;
     c.in_flight_requests = r.in_flight;
     c.kv_usage = r.kv_usage.value_or(0.0);
+    c.routed_work = r.routed_work;
+    c.unacked_work = r.unacked_work;
     {
       std::lock_guard lock(indexes_.mu);
       c.index_blocks = indexes_.num_blocks_locked(r.index);
@@ -432,9 +438,9 @@ bool RouterServer::ProxiedRequest::do_choose() {
       if (!tried.empty() && c.replica == tried.back()) previous = &c;
     }
     if (previous != nullptr) {
-      s_.policy_->retried(route, *previous, *chosen);
+      counted_work = s_.policy_->retried(route, *previous, *chosen);
     } else {
-      s_.policy_->record(route, *chosen);
+      counted_work = s_.policy_->record(route, *chosen);
     }
   }
   if (!tried.empty()) d.reason = "retry";
@@ -474,7 +480,9 @@ void RouterServer::ProxiedRequest::do_try() {
   pending_prefill = std::max<int64_t>(0, prompt_size - static_cast<int64_t>(matched_bytes));
   // Ended if the replica is found dead.
   s_.pool_.begin_request(replica, cancellation, prompt_size, pending_prefill);
+  counted_work_id = counted_work > 0 ? s_.pool_.note_routed_work(replica, counted_work) : 0;
   if (!view) {
+    s_.pool_.forget_routed_work(replica, counted_work_id);
     s_.pool_.end_request(replica, false, cancellation, prompt_size, pending_prefill);
     pending_prefill = 0;
     if (!do_choose()) {
@@ -544,6 +552,9 @@ void RouterServer::ProxiedRequest::on_done(const Status& s,
                                            int64_t prompt_size) {
   const bool failed = !s.ok() || status >= 500;
   const bool client_gone = responder->client_gone();
+  // A try that failed before its answer started never became the replica's work.
+  if (failed && !sent_anything && !client_gone)
+    s_.pool_.forget_routed_work(replica, counted_work_id);
   s_.pool_.end_request(replica, !failed || client_gone, cancellation, prompt_size, pending_prefill);
   pending_prefill = 0;
   if (client_gone) return;  // nobody to answer; the replica did nothing wrong

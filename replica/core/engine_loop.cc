@@ -157,6 +157,7 @@ void EngineLoop::refresh_load() {
                     {},
                     paused_,
                     pending_update_.has_value()};
+  snap.num_computed_tokens = num_computed_tokens_;
   std::lock_guard lock(mu_);
   snap.weight_version = weight_version_;
   load_ = snap;
@@ -325,6 +326,7 @@ void EngineLoop::run() {
     if (engine_.has_runnable_work()) {
       StepResult result = engine_.step();
       ++num_steps_;
+      num_computed_tokens_ += result.stats.num_prefill_tokens + result.stats.num_decode_seqs;
       observe(result);
       dispatch(result);
     }

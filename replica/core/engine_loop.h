@@ -41,6 +41,10 @@ struct LoadSnapshot {
   std::string weight_version;
   bool paused = false;    // an operator's pause (POST /v1/admin/pause)
   bool updating = false;  // a weight update is draining or loading
+  // Tokens run through the model since start (prefill, recompute and decode rows): with the
+  // scheduler's queued prefill and decode tokens, the work this replica took on, which every
+  // router reads alike (router/fleet/replica_pool.h: the routed-work signal).
+  int64_t num_computed_tokens = 0;
 };
 
 // POST /v1/admin/weights: a Hugging Face folder of the same model to serve from now on.
@@ -168,6 +172,7 @@ class EngineLoop {
   };
   std::map<uint64_t, Subscriber> subscribers_;
   int64_t num_steps_ = 0;
+  int64_t num_computed_tokens_ = 0;
   std::thread thread_;
 };
 

@@ -131,7 +131,20 @@ void Scheduler::add(std::unique_ptr<SequenceGroup> group) {
   assert(check_fits(*group).ok());
   group->arrival = next_arrival_++;
   group->state = GroupState::kWaiting;
+  group->expected_prefill_tokens = expected_prefill(*group);
   waiting_.push_back(std::move(group));
+}
+
+int32_t Scheduler::expected_prefill(const SequenceGroup& g) const {
+  auto shares = [&](const auto& other) { return same_prompt(*other, g); };
+  if (std::any_of(waiting_.begin(), waiting_.end(), shares) ||
+      std::any_of(running_.begin(), running_.end(), shares)) {
+    return 0;  // another member computes it (prompt_leader_for), or has
+  }
+  const auto length = static_cast<int32_t>(g.prompt.size());
+  if (!g.prompt_template) return length;
+  const int32_t cached = kv_.find_cached_prefix(*g.prompt_template, length - 1).blocks;
+  return std::max(0, length - cached * kv_.block_size());
 }
 
 void Scheduler::release_all(SequenceGroup& g) {
@@ -616,6 +629,22 @@ std::vector<std::unique_ptr<SequenceGroup>> Scheduler::take_finished() {
   return std::exchange(finished_, {});
 }
 
+namespace {
+
+// Tokens a group may still generate: max_tokens per unfinished sibling, less what each generated.
+int64_t decode_tokens_left(const SequenceGroup& g) {
+  const int64_t max_tokens = std::max(g.params.max_tokens, 0);
+  if (g.seqs.empty()) return max_tokens * g.num_samples;
+  const auto prompt = static_cast<int64_t>(g.prompt.size());
+  int64_t left = 0;
+  for (const Sequence& s : g.seqs) {
+    if (!s.finished()) left += std::max<int64_t>(0, max_tokens - (s.length() - prompt));
+  }
+  return left;
+}
+
+}  // namespace
+
 SchedulerCounts Scheduler::counts() const {
   SchedulerCounts c;
   // Requests sharing an affinity are one group: running if any member runs.
@@ -640,8 +669,11 @@ SchedulerCounts Scheduler::counts() const {
     }
     c.num_seqs_waiting += seqs;
     c.num_prefill_tokens_queued += tokens;
+    c.num_work_tokens_queued +=
+        (g->preempted ? tokens : g->expected_prefill_tokens) + decode_tokens_left(*g);
   }
   for (const auto& g : running_) {
+    const int64_t prefill_before = c.num_prefill_tokens_queued;
     if (g->prompt_seq && g->prompt_leader == 0) {
       c.num_prefill_tokens_queued += g->prompt_seq->length() - g->prompt_seq->num_computed;
     }
@@ -651,6 +683,8 @@ SchedulerCounts Scheduler::counts() const {
       ++c.num_seqs_running;
       c.num_prefill_tokens_queued += std::max(0, s.length() - 1 - s.num_computed);
     }
+    c.num_work_tokens_queued +=
+        c.num_prefill_tokens_queued - prefill_before + decode_tokens_left(*g);
   }
   return c;
 }

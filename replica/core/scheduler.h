@@ -84,6 +84,12 @@ struct SchedulerCounts {
   int32_t num_seqs_waiting = 0;
   int32_t num_seqs_running = 0;
   int64_t num_prefill_tokens_queued = 0;  // prompt/recompute tokens not yet computed
+  // The work taken on and not done yet, in tokens: each group's prefill still to compute (a
+  // waiting group's as expected at its arrival: its prompt less the prefix cached then, nothing
+  // for a member whose prompt another member computes; what a preempted group recomputes) plus
+  // the tokens its unfinished sequences may still generate (max_tokens less what they did; a
+  // stop may end them sooner). Routers read it alike (GET /v1/load).
+  int64_t num_work_tokens_queued = 0;
 };
 
 class Scheduler {
@@ -152,6 +158,8 @@ class Scheduler {
   AdmissionNeeds admission_needs(const SequenceGroup& group, bool prompt_shared) const;
   // The group's prompt as a fresh sequence (holding no blocks), its hash chain filled.
   Sequence prompt_sequence(const SequenceGroup& group) const;
+  // SequenceGroup::expected_prefill_tokens of a group arriving now.
+  int32_t expected_prefill(const SequenceGroup& group) const;
   SequenceGroup* prompt_leader_for(const SequenceGroup& group) const;
   static bool same_prompt(const SequenceGroup& a, const SequenceGroup& b);
   bool waits_for_members(const SequenceGroup& group, Clock::TimePoint now) const;

@@ -73,6 +73,9 @@ struct SequenceGroup {
   bool preempted = false;  // waiting to be recomputed: goes before every new group
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at the first admission
+  // Prompt tokens it was expected to compute when it arrived (Scheduler::add): its prompt less
+  // the prefix cached then, 0 for a member whose prompt another member of its affinity computes.
+  int32_t expected_prefill_tokens = 0;
   // The prompt being computed (kPrompt); empty otherwise.
   std::optional<Sequence> prompt_seq;
   // The siblings; empty until the prompt has been computed once.

@@ -598,12 +598,36 @@ std::string ReplicaServer::info_json() const {
 
 std::string ReplicaServer::load_json() const {
   const LoadSnapshot l = loop_.load();
+  json tick = nullptr;
+  if (config_.load_tick.count() > 0) {
+    const int64_t period = config_.load_tick.count();
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    LoadSnapshot t;
+    {
+      std::lock_guard lock(tick_mu_);
+      if (now / period != tick_) {
+        tick_ = now / period;
+        tick_load_ = l;
+      }
+      t = tick_load_;
+    }
+    tick = {{"at_ms", now / period * period},
+            {"waiting_sequences", t.scheduler.num_seqs_waiting},
+            {"running_sequences", t.scheduler.num_seqs_running},
+            {"queued_prefill_tokens", t.scheduler.num_prefill_tokens_queued},
+            {"queued_work_tokens", t.scheduler.num_work_tokens_queued},
+            {"computed_tokens_total", t.num_computed_tokens}};
+  }
   return dump({{"replica_id", config_.replica_id},
                {"waiting_groups", l.scheduler.num_groups_waiting},
                {"running_groups", l.scheduler.num_groups_running},
                {"waiting_sequences", l.scheduler.num_seqs_waiting},
                {"running_sequences", l.scheduler.num_seqs_running},
                {"queued_prefill_tokens", l.scheduler.num_prefill_tokens_queued},
+               {"queued_work_tokens", l.scheduler.num_work_tokens_queued},
+               {"computed_tokens_total", l.num_computed_tokens},
                {"kv_blocks",
                 {{"total", l.blocks.num_blocks_total},
                  {"used", l.blocks.num_blocks_used},
@@ -613,7 +637,8 @@ std::string ReplicaServer::load_json() const {
                {"preemptions", l.num_preemptions},
                {"weight_version", l.weight_version},
                {"paused", l.paused},
-               {"updating_weights", l.updating}});
+               {"updating_weights", l.updating},
+               {"tick", tick}});
 }
 
 std::string ReplicaServer::models_json() const {

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,10 @@ struct ReplicaServerConfig {
   std::vector<std::string> admin_api_keys;
   // The version of the weights the replica starts with (responses carry it: weight_version).
   std::string weight_version = "0";
+  // GET /v1/load's "tick": the routing figures as the first poll within each period of the
+  // system clock found them, so that routers polling within one period (ReplicaPool aligns its
+  // polls to the clock) read the same numbers and agree without talking. 0: no tick object.
+  std::chrono::milliseconds load_tick{100};
 };
 
 class ReplicaServer {
@@ -55,6 +61,9 @@ class ReplicaServer {
 
   EngineLoop& loop_;
   const Engine& engine_;
+  mutable std::mutex tick_mu_;
+  mutable int64_t tick_ = -1;  // the period tick_load_ was taken in
+  mutable LoadSnapshot tick_load_;
   prometheus::Registry* registry_;
   metrics::ReplicaMetrics* metrics_;
   ReplicaServerConfig config_;

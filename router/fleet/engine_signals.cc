@@ -125,10 +125,20 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   if (!j.ok()) return j.error();
   if (!j->is_object()) return Error{"/v1/load is not a JSON object"};
   ReplicaLoad load;
-  load.queued_prefill_tokens = count_field(*j, "queued_prefill_tokens").value_or(0);
-  load.running = count_field(*j, "running_sequences").value_or(0);
-  load.waiting = count_field(*j, "waiting_sequences").value_or(0);
+  // The figures of the replica's current tick when it gives them (every router polling within
+  // the period reads the same ones), else the live ones.
+  const auto tick = j->find("tick");
+  const json& figures = tick != j->end() && tick->is_object() ? *tick : *j;
+  load.queued_prefill_tokens = count_field(figures, "queued_prefill_tokens").value_or(0);
+  load.running = count_field(figures, "running_sequences").value_or(0);
+  load.waiting = count_field(figures, "waiting_sequences").value_or(0);
   load.weight_version = string_field(*j, "weight_version").value_or("");
+  load.computed_tokens_total = count_field(figures, "computed_tokens_total");
+  load.queued_work_tokens = count_field(figures, "queued_work_tokens");
+  if (!load.computed_tokens_total || !load.queued_work_tokens) {
+    load.computed_tokens_total.reset();  // an older replica: this router counts its own
+    load.queued_work_tokens.reset();
+  }
   return load;
 }
 

@@ -54,6 +54,10 @@ struct ReplicaLoad {
   std::optional<double> kv_usage;             // share of the KV cache in use, 0..1
   std::optional<int64_t> kv_capacity_tokens;  // what the KV cache holds in all
   std::string weight_version;                 // kvcascade only: the weights serving now
+  // kvcascade only (both or neither): tokens run through the model since the replica started,
+  // and the work it has taken on but not done yet (SchedulerCounts::num_work_tokens_queued).
+  // Every router reads the same figures: the routed-work signal (replica_pool.h).
+  std::optional<int64_t> computed_tokens_total, queued_work_tokens;
 };
 Result<ReplicaLoad> read_kvcascade_load(std::string_view body);
 Result<ReplicaLoad> read_vllm_metrics(std::string_view text);

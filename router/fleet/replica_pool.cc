@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "http/sse.h"
 #include "router/fleet/replica_auth.h"
@@ -31,6 +32,16 @@ struct ReplicaPool::Replica {
   // dropped: a feed of an older generation applies nothing more.
   std::atomic<uint64_t> index_generation{0};
   std::atomic<bool> removed{false};
+  // The routed-work signal (ReplicaView::routed_work), from the replica's load reports.
+  std::optional<int64_t> computed_total;  // at the last report; nullopt: none reported
+  double computed_decayed = 0;            // computed tokens, decayed to the last report
+  Clock::TimePoint computed_at{};
+  double queued_work = 0;
+  struct Sent {
+    uint64_t round;  // rounds_started_ when sent: a report of a later round includes it
+    double work;
+  };
+  std::unordered_map<uint64_t, Sent> unacked;  // this router's sends, by note_routed_work id
 };
 
 ReplicaPool::ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
@@ -106,15 +117,23 @@ void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
     remove(i);
 }
 
+ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) const {
+  ReplicaView v = r.view;
+  v.healthy = v.healthy && now >= r.open_until;
+  if (r.computed_total) {
+    for (const auto& [id, sent] : r.unacked)
+      v.unacked_work += sent.work;
+    v.routed_work = r.computed_decayed + r.queued_work + v.unacked_work;
+  }
+  return v;
+}
+
 std::vector<ReplicaView> ReplicaPool::snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<ReplicaView> out;
   const Clock::TimePoint now = clock_.now();
   for (const auto& r : replicas_) {
-    if (!r) continue;
-    ReplicaView v = r->view;
-    v.healthy = v.healthy && now >= r->open_until;
-    out.push_back(std::move(v));
+    if (r) out.push_back(view_locked(*r, now));
   }
   return out;
 }
@@ -122,7 +141,53 @@ std::vector<ReplicaView> ReplicaPool::snapshot() const {
 std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
-  return replicas_[index]->view;
+  ReplicaView v = view_locked(*replicas_[index], clock_.now());
+  v.healthy = replicas_[index]->view.healthy;  // as before: the breaker is the proxy's business
+  return v;
+}
+
+uint64_t ReplicaPool::note_routed_work(uint32_t index, double work) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return 0;
+  const uint64_t id = next_send_id_++;
+  replicas_[index]->unacked[id] = {rounds_started_.load(), work};
+  return id;
+}
+
+void ReplicaPool::forget_routed_work(uint32_t index, uint64_t id) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  replicas_[index]->unacked.erase(id);
+}
+
+// A load report with the replica's computed and queued work (ReplicaView::routed_work), from
+// the poll of `round`: every send tagged with an earlier round reached the replica before the
+// poll was asked, so the report counts it.
+void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
+                                          bool arrived) {
+  const Clock::TimePoint now = clock_.now();
+  const int64_t total = *load.computed_tokens_total;
+  if (arrived || !r.computed_total || total < *r.computed_total) {
+    // New to this router, back from a restart or a stall: it starts at the others' mean.
+    double sum = 0;
+    int n = 0;
+    for (const auto& o : replicas_) {
+      if (o && o.get() != &r && o->view.healthy && o->computed_total) {
+        sum += o->computed_decayed;
+        ++n;
+      }
+    }
+    r.computed_decayed = n > 0 ? sum / n : 0.0;
+  } else {
+    const double age = std::chrono::duration<double>(now - r.computed_at).count();
+    const double horizon = std::chrono::duration<double>(config_.routed_work_horizon).count();
+    r.computed_decayed = r.computed_decayed * std::exp(-std::max(age, 0.0) / horizon) +
+                         static_cast<double>(total - *r.computed_total);
+  }
+  r.computed_total = total;
+  r.computed_at = now;
+  r.queued_work = static_cast<double>(load.queued_work_tokens.value_or(0));
+  std::erase_if(r.unacked, [&](const auto& e) { return e.second.round < round; });
 }
 
 void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation,
@@ -165,7 +230,7 @@ void ReplicaPool::end_request(uint32_t index, bool ok,
   }
 }
 
-void ReplicaPool::poll(Replica& r) {
+void ReplicaPool::poll(Replica& r, uint64_t round) {
   ProbeConfig pc;
   pc.timeout = config_.poll_timeout;
   pc.max_body_bytes = config_.max_probe_body_bytes;
@@ -221,6 +286,11 @@ void ReplicaPool::poll(Replica& r) {
       set_approx_capacity_locked(r);
     }
     r.view.load_error = p.load_error;
+    if (load.computed_tokens_total) {
+      note_work_report_locked(r, load, round, !r.view.healthy);
+    } else {
+      r.computed_total.reset();
+    }
     if (clock_.now() >= r.open_until) r.view.healthy = true;
     return;
   }
@@ -250,7 +320,8 @@ void ReplicaPool::set_approx_capacity_locked(const Replica& r) {
 }
 
 void ReplicaPool::poll_now() {
-  std::lock_guard round(poll_mu_);  // one round at a time: a probe serves one poll
+  std::lock_guard round_lock(poll_mu_);  // one round at a time: a probe serves one poll
+  const uint64_t round = ++rounds_started_;
   std::vector<std::shared_ptr<Replica>> rs;
   {
     std::lock_guard lock(mu_);
@@ -260,8 +331,8 @@ void ReplicaPool::poll_now() {
   // In parallel: a replica that stalls costs its own poll_timeout, not every other replica's.
   std::vector<std::thread> polls;
   for (size_t i = 1; i < rs.size(); ++i)
-    polls.emplace_back([this, r = rs[i]] { poll(*r); });
-  if (!rs.empty()) poll(*rs.front());
+    polls.emplace_back([this, r = rs[i], round] { poll(*r, round); });
+  if (!rs.empty()) poll(*rs.front(), round);
   for (std::thread& t : polls)
     t.join();
   for (auto& r : rs) {
@@ -373,8 +444,19 @@ void ReplicaPool::start() {
 void ReplicaPool::run() {
   while (true) {
     poll_now();
+    auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(config_.poll_interval);
+    if (config_.poll_phase.count() >= 0 && config_.poll_interval.count() > 0) {
+      // The next multiple of the interval on the system clock, plus the phase.
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      const auto period =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(config_.poll_interval);
+      const auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(now) % period;
+      wait =
+          period - since + std::chrono::duration_cast<std::chrono::nanoseconds>(config_.poll_phase);
+      if (wait > period) wait -= period;
+    }
     std::unique_lock lock(mu_);
-    if (wake_.wait_for(lock, config_.poll_interval, [&] { return stopping_; })) return;
+    if (wake_.wait_for(lock, wait, [&] { return stopping_; })) return;
   }
 }
 

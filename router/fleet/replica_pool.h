@@ -35,7 +35,11 @@
 namespace kvc {
 
 struct PoolConfig {
-  std::chrono::milliseconds poll_interval{500};   // health and load of every replica
+  std::chrono::milliseconds poll_interval{500};  // health and load of every replica
+  // Polls start at multiples of poll_interval on the system clock, plus this: routers polling
+  // the same replicas read them within one period of the replicas' load tick
+  // (ReplicaServerConfig::load_tick) and see the same figures. Negative: not aligned.
+  std::chrono::milliseconds poll_phase{20};
   std::chrono::milliseconds poll_timeout{2000};   // a poll not answered within it failed
   size_t max_probe_body_bytes = size_t{4} << 20;  // a larger answer to a poll (/metrics) is refused
   ReplicaKind default_kind = ReplicaKind::kAuto;  // of replicas added without one (DNS discovery)
@@ -58,6 +62,9 @@ struct PoolConfig {
   // Approximate index capacity of a replica whose metrics state its KV capacity (vLLM, SGLang):
   // its KV tokens x bytes per token / block size router blocks. Off: the index's own capacity.
   bool derive_approx_capacity = true;
+  // The routed-work signal (ReplicaView::routed_work): a replica's computed tokens count with
+  // weight exp(-age / routed_work_horizon).
+  std::chrono::milliseconds routed_work_horizon{10000};
   double approx_bytes_per_token = 4.0;  // router blocks are bytes; ~4 bytes per BPE token
 };
 
@@ -100,6 +107,14 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // poll_interval). Shown in /router/state; not in the policy's cost: tried there, it moved
   // requests off their prefixes' holders under load (rl mix: hits 95% -> 92% of the oracle).
   int64_t pending_prefill_tokens = 0;
+  // The work this replica took on lately, in tokens, as every router sees it alike: from its
+  // last load report, the tokens it computed (prefill and decode rows) decayed over
+  // PoolConfig::routed_work_horizon plus the work queued there; then what this router sent it
+  // since that report (note_routed_work). A replica that comes back (restart, a stall that
+  // ended) or joins restarts at the others' mean, so it takes its share, not every request.
+  // nullopt: the replica reports no such figures (other engines); the policy counts its own.
+  std::optional<double> routed_work;
+  double unacked_work = 0;  // this router's part of routed_work (sent since the report)
 };
 
 class ReplicaPool {
@@ -138,10 +153,18 @@ class ReplicaPool {
   void end_request(uint32_t index, bool ok,
                    const std::shared_ptr<http::Cancellation>& cancellation = nullptr,
                    int64_t prompt_bytes = 0, int64_t prefill_tokens = 0);
+  // This router sent `work` tokens of work to the replica (what the policy counted for the
+  // request): part of its routed_work until a load report that was asked for after the send.
+  // Returns an id for forget_routed_work.
+  uint64_t note_routed_work(uint32_t index, double work);
+  // That send failed before the replica took it: its work leaves routed_work.
+  void forget_routed_work(uint32_t index, uint64_t id);
 
  private:
   struct Replica;
-  void poll(Replica& r);
+  void poll(Replica& r, uint64_t round);
+  void note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
+  ReplicaView view_locked(const Replica& r, Clock::TimePoint now) const;
   void set_approx_capacity_locked(const Replica& r);
   void subscribe(uint32_t index);
   void note_resync(Replica& r, const char* reason);
@@ -154,8 +177,10 @@ class ReplicaPool {
   PoolConfig config_;
   std::mutex poll_mu_;  // held through a round of polls
   std::atomic<uint64_t> poll_rounds_{0};
+  std::atomic<uint64_t> rounds_started_{0};  // sends are tagged with it (note_routed_work)
   mutable std::mutex mu_;
   std::map<std::string, uint64_t> version_order_;   // guarded by mu_
+  uint64_t next_send_id_ = 1;                       // guarded by mu_
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -4,6 +4,7 @@
 #include <deque>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -123,22 +124,22 @@ class KvCascade final : public Policy {
   std::string name() const override { return "kvcascade"; }
   bool pins_siblings() const override { return true; }
 
-  void retried(const RouteRequest& r, const Candidate& from, const Candidate& to) override {
-    if (c_.work_bound_factor <= 0) return;
+  double retried(const RouteRequest& r, const Candidate& from, const Candidate& to) override {
+    if (c_.work_bound_factor <= 0) return 0;
     if (declared_members(r) > 1) {
       // This member and the ones still to come (the router pins them to `to` now).
       if (auto it = groups_.find(*r.group); it != groups_.end() && it->second.replica == from.id) {
-        move_group(it->second, declared_members(r) - it->second.seen + 1, to.id);
-        return;
+        return move_group(it->second, declared_members(r) - it->second.seen + 1, to.id);
       }
     }
-    const double moved = std::min(planned_work(r, from), recent(from));
+    const double moved = std::min(planned_work(r, from), own(from.id));
     recent_[from.id] -= moved;
     recent_[to.id] += moved;
+    return planned_work(r, to);
   }
 
-  void record(const RouteRequest& r, const Candidate& chosen) override {
-    if (c_.work_bound_factor <= 0) return;
+  double record(const RouteRequest& r, const Candidate& chosen) override {
+    if (c_.work_bound_factor <= 0) return 0;
     // A declared group is counted whole when its first member is placed (the others follow it
     // there), so groups placed meanwhile see it; its later members add nothing, unless they land
     // elsewhere (a pin that expired, a routing key): then the members still to come are counted
@@ -147,9 +148,10 @@ class KvCascade final : public Policy {
     if (members > 1) {
       if (auto it = groups_.find(*r.group); it != groups_.end()) {
         CountedGroup& g = it->second;
-        if (g.replica != chosen.id) move_group(g, members - g.seen, chosen.id);
+        const double moved =
+            g.replica != chosen.id ? move_group(g, members - g.seen, chosen.id) : 0;
         if (++g.seen >= members) groups_.erase(it);
-        return;
+        return moved;
       }
     }
     const double w = planned_work(r, chosen);
@@ -169,9 +171,24 @@ class KvCascade final : public Policy {
         group_order_.pop_front();
       }
     }
+    return w;
   }
 
   RouteDecision choose(const RouteRequest& r, std::span<const Candidate> candidates) override {
+    // A declared group's first member at this router is placed by what every router sees
+    // alike (the replicas' reports and the index), without this router's own sends since: its
+    // other members reach the other routers at the same moment, and the group must land whole.
+    std::vector<Candidate> shared;
+    if (c_.groups_by_shared_view && declared_members(r) > 1) {
+      for (const Candidate& c : candidates) {
+        shared.push_back(c);
+        if (c.routed_work) {
+          *shared.back().routed_work -= c.unacked_work;
+          shared.back().in_flight_requests = 0;
+        }
+      }
+      candidates = shared;
+    }
     const auto cs = healthy(candidates);
     note_arrivals(cs);
     int64_t total = 0;
@@ -213,12 +230,15 @@ class KvCascade final : public Policy {
     for (const Candidate* c : cs) {
       if (static_cast<double>(decode_load(*c) + r.n) <= cap && work_ok(*c)) allowed.push_back(c);
     }
+    const uint64_t key = affinity(r);
     if (allowed.empty()) {
+      // The least loaded; equals (a cold start, a fleet that just emptied, where a request
+      // larger than the slack fits nowhere) in rendezvous order, so routers agree.
       allowed.push_back(*std::min_element(cs.begin(), cs.end(), [&](auto* a, auto* b) {
-        return std::pair(decode_load(*a), recent(*a)) < std::pair(decode_load(*b), recent(*b));
+        return std::tuple(decode_load(*a), recent(*a), ~rendezvous_score(key, a->id)) <
+               std::tuple(decode_load(*b), recent(*b), ~rendezvous_score(key, b->id));
       }));
     }
-    const uint64_t key = affinity(r);
     size_t longest = 0;
     const Candidate* holder = nullptr;
     for (const Candidate* c : cs) {
@@ -235,6 +255,24 @@ class KvCascade final : public Policy {
           (cost == best_cost && rendezvous_score(key, c->id) > rendezvous_score(key, best->id))) {
         best = c, best_cost = cost;
       }
+    }
+    // Costs that differ by less than the noise between routers' views (each sees the replicas'
+    // load at its own poll, and its own requests in flight) are equal: among the candidates that
+    // hold as much of the prompt as the cheapest, within tie_tokens of its cost, the rendezvous
+    // order of the prompt's first block past that match decides, so routers agree (and copies
+    // of one prompt, a group's members, land together).
+    if (c_.tie_tokens > 0) {
+      const uint64_t tie_key =
+          best->matched_blocks < r.blocks.size() ? r.blocks[best->matched_blocks].value : key;
+      const Candidate* pick = best;
+      for (const Candidate* c : allowed) {
+        if (c->matched_blocks == best->matched_blocks &&
+            this->cost(r, *c) <= best_cost + c_.tie_tokens &&
+            rendezvous_score(tie_key, c->id) > rendezvous_score(tie_key, pick->id)) {
+          pick = c;
+        }
+      }
+      best = pick;
     }
     const bool holder_allowed = std::find(allowed.begin(), allowed.end(), holder) != allowed.end();
     if (!holder_allowed && best->matched_blocks > 0) {
@@ -276,14 +314,15 @@ class KvCascade final : public Policy {
   // new to the pool): while it was away the others were sent its share, so its recent work,
   // against theirs, would let the bound send it every request until it caught up. It restarts at
   // the others' mean instead, and takes its share (the decode load it reports and what this
-  // router sends it decide how much more).
+  // router sends it decide how much more). This is for this router's own count; the work a
+  // replica reports restarts the same way in the pool (ReplicaView::routed_work).
   void note_arrivals(const std::vector<const Candidate*>& cs) {
     double stayed_work = 0;
     int stayed = 0;
     std::vector<const Candidate*> arrived;
     for (const Candidate* c : cs) {
       if (last_healthy_.contains(c->id)) {
-        stayed_work += recent(*c);
+        stayed_work += own(c->id);
         ++stayed;
       } else {
         arrived.push_back(c);
@@ -305,18 +344,22 @@ class KvCascade final : public Policy {
     double per_member = 0;
     int32_t seen = 0;  // members recorded so far
   };
-  // Moves `members` members' share of a group's counted work to replica `to`.
-  void move_group(CountedGroup& g, int32_t members, const std::string& to) {
-    const double moved = std::min(g.per_member * members, recent(g.replica));
+  // Moves `members` members' share of a group's counted work to replica `to`; returns it.
+  double move_group(CountedGroup& g, int32_t members, const std::string& to) {
+    const double moved = std::min(g.per_member * members, own(g.replica));
     recent_[g.replica] -= moved;
     recent_[to] += moved;
     g.replica = to;
+    return g.per_member * members;
   }
-  double recent(const std::string& id) const {
+  // What this router routed to the replica lately (decayed per routed request).
+  double own(const std::string& id) const {
     auto it = recent_.find(id);
     return it == recent_.end() ? 0.0 : it->second;
   }
-  double recent(const Candidate& c) const { return recent(c.id); }
+  // The replica's recent work: as every router sees it where it reports it, else this router's
+  // own count.
+  double recent(const Candidate& c) const { return c.routed_work ? *c.routed_work : own(c.id); }
   static int32_t declared_members(const RouteRequest& r) {
     return r.group && r.group_size > 1 ? r.group_size : 1;
   }

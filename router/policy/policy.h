@@ -28,6 +28,11 @@ struct Candidate {
   int64_t in_flight_requests = 0;  // sent by this router, not yet answered
   double kv_usage = 0;             // share of its KV cache in use (engines that report it), 0..1
   size_t index_blocks = 0;         // blocks the router's index holds for it (SGLang's tree size)
+  // The work it took on lately, in tokens, as every router sees it (ReplicaView::routed_work:
+  // its own load report plus this router's sends since). nullopt: not reported; policies that
+  // balance work count what they routed there themselves.
+  std::optional<double> routed_work;
+  double unacked_work = 0;  // this router's part of routed_work
 };
 
 struct RouteRequest {
@@ -59,11 +64,15 @@ class Policy {
   // router/policy/sibling_tracker.h) on the replica this policy chose for the first of them.
   virtual bool pins_siblings() const { return false; }
   // Every request the router sends, however it chose the replica (pinned siblings, routing
-  // keys): policies that balance the work they route count it here.
-  virtual void record(const RouteRequest& request, const Candidate& chosen) {}
+  // keys): policies that balance the work they route count it here. Returns the work counted
+  // for it on `chosen`, in tokens (the router adds it to the replica's routed work until a load
+  // report includes it: ReplicaPool::note_routed_work).
+  virtual double record(const RouteRequest& request, const Candidate& chosen) { return 0; }
   // A request recorded on `from` was sent to `to` instead (its try there failed before any
-  // answer): what record() counted for it moves with it.
-  virtual void retried(const RouteRequest& request, const Candidate& from, const Candidate& to) {}
+  // answer): what record() counted for it moves with it. Returns the work moved to `to`.
+  virtual double retried(const RouteRequest& request, const Candidate& from, const Candidate& to) {
+    return 0;
+  }
 };
 
 struct KvCascadePolicyConfig {
@@ -91,6 +100,14 @@ struct KvCascadePolicyConfig {
   // if its queue held up to kv_pressure_tokens more prefill tokens (linearly, at 100% usage).
   double kv_pressure_start = 0.9;
   double kv_pressure_tokens = 16384;
+  // Candidates holding as much of the prompt as the cheapest one, whose cost is within this
+  // many tokens of it, count as equal: the rendezvous order decides among them (several routers,
+  // whose views of load differ a little, then agree). 0: the cheapest wins.
+  double tie_tokens = 2048;
+  // The first member of a declared group (group_size > 1) is placed on the replicas' own
+  // reports (Candidate::routed_work less unacked_work, no requests in flight), so routers that
+  // get members of one group at once place it alike.
+  bool groups_by_shared_view = true;
 };
 
 struct SglangPolicyConfig {  // SGLang router's Rust defaults

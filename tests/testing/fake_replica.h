@@ -41,6 +41,9 @@ class FakeReplica {
     // The first feed follows its snapshot with an event whose parent the router does not know
     // (a replica whose events the router missed); later feeds are the snapshot alone.
     bool orphan_event_once = false;
+    // /v1/load reports computed_tokens_total and queued_work_tokens (set_work) as kvcascade's
+    // does; false: as a replica from before they existed.
+    bool report_work = false;
   };
 
   explicit FakeReplica(Options options)
@@ -62,6 +65,11 @@ class FakeReplica {
   // From now on nothing is answered; what arrives is held.
   void stall() { stalled_ = true; }
   int num_completions() const { return completions_.load(); }
+  // What /v1/load reports next (Options::report_work).
+  void set_work(int64_t computed_tokens_total, int64_t queued_work_tokens) {
+    computed_total_ = computed_tokens_total;
+    queued_work_ = queued_work_tokens;
+  }
   int num_subscriptions() const { return subscriptions_.load(); }
   // Completions whose router-side connection is gone (the router gave up on them).
   int num_completions_abandoned() const { return abandoned_.load(); }
@@ -85,7 +93,12 @@ class FakeReplica {
                              {"block_size", 16}}
                   .dump());
     } else if (path == "/v1/load") {
-      w->send(200, "application/json", R"({"running_sequences":0,"waiting_sequences":0})");
+      nlohmann::json load = {{"running_sequences", 0}, {"waiting_sequences", 0}};
+      if (options_.report_work) {
+        load["computed_tokens_total"] = computed_total_.load();
+        load["queued_work_tokens"] = queued_work_.load();
+      }
+      w->send(200, "application/json", load.dump());
     } else if (path == "/v1/kv_events" && !options_.blocks.empty()) {
       KvEventBatch batch;
       batch.replica = options_.replica_id;
@@ -142,6 +155,7 @@ class FakeReplica {
   std::atomic<int> completions_{0};
   std::atomic<int> subscriptions_{0};
   std::atomic<int> abandoned_{0};
+  std::atomic<int64_t> computed_total_{0}, queued_work_{0};
   std::mutex mu_;
   std::vector<std::shared_ptr<http::Responder>> held_;
   http::Server server_;  // last: stopped (and its handlers done) before the members above go

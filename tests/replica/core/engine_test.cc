@@ -134,6 +134,35 @@ TEST_F(EngineTest, SecondRequestWithSamePromptComputesOnlyTheSuffix) {
   EXPECT_EQ(first.stats.num_prefill_tokens, 2);  // only the suffix is computed
 }
 
+// The work a replica has taken on (SchedulerCounts::num_work_tokens_queued, what routers read
+// alike): a waiting group counts its prompt less the prefix cached when it arrived, plus
+// max_tokens per sample; it shrinks as the engine computes, and is 0 when all is done.
+TEST_F(EngineTest, QueuedWorkIsTheUncachedPromptPlusTheTokensLeftToGenerate) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  const GenerationRequest r = request(kSystem + "Q1", 2, 0, 4);  // 82 tokens: 5 full blocks
+  ASSERT_TRUE(engine.submit(r).ok());
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 82 + 2 * 4);
+  int64_t computed = 0;
+  while (engine.has_work()) {
+    const StepResult step = engine.step();
+    computed += step.stats.num_prefill_tokens + step.stats.num_decode_seqs;
+    const int64_t left = engine.scheduler().counts().num_work_tokens_queued;
+    EXPECT_LE(left, 82 + 2 * 4 - step.stats.num_prefill_tokens);
+  }
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 0);
+  EXPECT_GE(computed, 82);
+  // The same prompt again: 80 of its tokens are cached now.
+  ASSERT_TRUE(engine.submit(r).ok());
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 2 + 2 * 4);
+  // A second member of one affinity set with the same prompt computes nothing of it.
+  GenerationRequest a = request(std::string(100, 'q'), 1, 0, 3), b = a;
+  a.affinity = b.affinity = "grpo-1";
+  ASSERT_TRUE(engine.submit(a).ok());
+  ASSERT_TRUE(engine.submit(b).ok());
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, (2 + 2 * 4) + (100 + 3) + 3);
+}
+
 TEST_F(EngineTest, SiblingsSharePromptBlocksAndFormOneCascadeLevel) {
   CpuBackend backend(weights(), 256, 16);
   EngineConfig config;

@@ -35,6 +35,34 @@ TEST_F(ReplicaServerTest, InfoEndpoints) {
   EXPECT_EQ(load()["kv_blocks"]["total"], 64);
 }
 
+// /v1/load's work figures (what routers balance on, alike): tokens computed since start and
+// work queued, live at the top level and, in "tick", as the first poll of each period of the
+// system clock found them, so every router polling within the period reads the same numbers.
+TEST_F(ReplicaServerTest, LoadReportsWorkAndATickThatEveryPollerOfAPeriodSharesAlike) {
+  const json body = {
+      {"model", "tiny"}, {"prompt", kPrompt}, {"max_tokens", 8}, {"n", 2}, {"ignore_eos", true}};
+  const auto r = post("/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_TRUE(drained());
+  const json live = load();
+  EXPECT_GE(live["computed_tokens_total"].get<int64_t>(),
+            static_cast<int64_t>(kPrompt.size()) + 2 * 7);
+  EXPECT_EQ(live["queued_work_tokens"], 0);
+  bool same_period = false;
+  for (int i = 0; i < 50 && !same_period; ++i) {
+    const json a = load(), b = load();
+    ASSERT_TRUE(a["tick"].is_object()) << a.dump();
+    for (const char* f : {"at_ms", "running_sequences", "waiting_sequences",
+                          "queued_prefill_tokens", "queued_work_tokens", "computed_tokens_total"}) {
+      EXPECT_TRUE(a["tick"].contains(f)) << f;
+    }
+    if (a["tick"]["at_ms"] != b["tick"]["at_ms"]) continue;  // the two straddled a period
+    same_period = true;
+    EXPECT_EQ(a["tick"], b["tick"]);
+  }
+  EXPECT_TRUE(same_period);
+}
+
 TEST_F(ReplicaServerTest, CompletionWithSiblingsAndCachedTokens) {
   const std::string body = json{{"model", "tiny"}, {"prompt", kPrompt}, {"n", 3},
                                 {"max_tokens", 5}, {"seed", 1},         {"ignore_eos", true}}

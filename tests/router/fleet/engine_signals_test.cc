@@ -96,6 +96,32 @@ TEST(EngineSignals, KvcascadeInfoAndLoadNeverThrowOnWrongTypes) {
   EXPECT_FALSE(read_kvcascade_load("{").ok());
 }
 
+// kvcascade's routing figures: the tick's (alike for every router of the period) over the live
+// ones; the work figures only as a pair (an older replica reports neither).
+TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
+  auto load = read_kvcascade_load(
+      R"({"running_sequences":9,"waiting_sequences":1,"queued_prefill_tokens":5,)"
+      R"("computed_tokens_total":100,"queued_work_tokens":7,"weight_version":"3",)"
+      R"("tick":{"at_ms":1,"running_sequences":4,"waiting_sequences":2,)"
+      R"("queued_prefill_tokens":3,"computed_tokens_total":90,"queued_work_tokens":6}})");
+  ASSERT_TRUE(load.ok());
+  EXPECT_EQ(load->running, 4);
+  EXPECT_EQ(load->waiting, 2);
+  EXPECT_EQ(load->queued_prefill_tokens, 3);
+  EXPECT_EQ(load->computed_tokens_total, 90);
+  EXPECT_EQ(load->queued_work_tokens, 6);
+  EXPECT_EQ(load->weight_version, "3");
+  auto live = read_kvcascade_load(
+      R"({"running_sequences":9,"computed_tokens_total":100,"queued_work_tokens":7})");
+  ASSERT_TRUE(live.ok());
+  EXPECT_EQ(live->running, 9);
+  EXPECT_EQ(live->computed_tokens_total, 100);
+  auto half = read_kvcascade_load(R"({"running_sequences":9,"computed_tokens_total":100})");
+  ASSERT_TRUE(half.ok());
+  EXPECT_FALSE(half->computed_tokens_total.has_value());
+  EXPECT_FALSE(half->queued_work_tokens.has_value());
+}
+
 TEST(EngineSignals, ModelListAndKindDetection) {
   auto list = read_model_list(
       R"({"object":"list","data":[{"id":"llama","object":"model","owned_by":"vllm","root":"llama"},)"

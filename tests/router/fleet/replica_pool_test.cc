@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "http/client.h"
 #include "prefix_index/radix_index.h"
+#include "tests/testing/fake_replica.h"
 
 namespace kvc {
 namespace {
@@ -42,6 +43,60 @@ TEST(ReplicaPoolCounts, PendingPrefillLastsUntilTheAnswerStartsOrTheTryEnds) {
   // Unknown indexes are ignored.
   pool.begin_request(r + 7, nullptr, 10, 10);
   pool.prefill_started(r + 7, 10);
+}
+
+// The routed-work signal: what a replica reports (its computed tokens, decayed, plus the work
+// queued there), which every router reads alike, plus this router's sends since that report. A
+// send counts until a report asked for after it; a failed send counts no more; a replica that
+// restarts (its counter goes back) starts at the others' mean; one that reports nothing has none.
+TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
+  testing::FakeReplica::Options o;
+  o.report_work = true;
+  o.replica_id = "a";
+  testing::FakeReplica a(o);
+  o.replica_id = "b";
+  testing::FakeReplica b(o);
+  o.replica_id = "old";
+  o.report_work = false;
+  testing::FakeReplica old(o);
+  http::Client client;
+  SteadyClock clock;
+  FleetIndexes indexes(clock);
+  PoolConfig config;
+  config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
+  ReplicaPool pool(client, indexes, clock, config);
+  const uint32_t ra = *pool.add(a.address()), rb = *pool.add(b.address());
+  const uint32_t rold = *pool.add(old.address());
+  auto work = [&](uint32_t r) { return pool.get(r)->routed_work; };
+
+  a.set_work(5000, 300);
+  b.set_work(100, 0);
+  pool.poll_now();  // the first report: both join at the others' mean (nothing yet)
+  ASSERT_TRUE(pool.get(ra)->healthy);
+  EXPECT_NEAR(*work(ra), 300, 1e-6);
+  EXPECT_NEAR(*work(rb), 0, 1e-6);
+  EXPECT_FALSE(work(rold).has_value());
+
+  a.set_work(6000, 500);  // 1,000 tokens computed since, 500 queued
+  pool.poll_now();
+  EXPECT_NEAR(*work(ra), 1500, 1e-3);
+
+  const uint64_t sent = pool.note_routed_work(ra, 700);
+  const uint64_t failed = pool.note_routed_work(ra, 40);
+  EXPECT_NEAR(*work(ra), 2240, 1e-3);
+  pool.forget_routed_work(ra, failed);
+  EXPECT_NEAR(*work(ra), 2200, 1e-3);
+  (void)sent;
+  a.set_work(6000, 1200);  // the next report has the send in its queue
+  pool.poll_now();
+  EXPECT_NEAR(*work(ra), 2200, 1e-3);
+
+  b.set_work(2100, 0);
+  pool.poll_now();
+  EXPECT_NEAR(*work(rb), 2000, 1e-3);
+  a.set_work(10, 0);  // a restarted: its count starts at the others' mean
+  pool.poll_now();
+  EXPECT_NEAR(*work(ra), 2000, 1e-3);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "router/policy/policy.h"
 
 #include <map>
+#include <random>
 #include <set>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -227,6 +229,87 @@ TEST(KvCascadePolicy, ColdPromptsSpreadByRendezvousAndRoutersAgree) {
   }
   for (auto [replica, n] : hits)
     EXPECT_NEAR(n, 1000, 150) << replica;
+}
+
+// Several routers agree without talking (issue: two routers sent a group's members, or a
+// prompt whose only match is a first block every replica holds, to different replicas). Each
+// router has its own history (what it routed, its requests in flight, its sends not yet in a
+// report); what they share is the replicas' reports and the index.
+std::vector<Candidate> sixteen_reporting(std::mt19937& rng) {
+  std::vector<Candidate> cs(16);
+  std::uniform_int_distribution<int> load(0, 40);
+  for (uint32_t i = 0; i < cs.size(); ++i) {
+    cs[i].replica = i;
+    cs[i].id = "sim" + std::to_string(i);
+    cs[i].matched_blocks = 1;  // a first block every replica holds
+    cs[i].running_sequences = load(rng);
+    cs[i].routed_work = 20000.0 + 200.0 * load(rng);
+  }
+  return cs;
+}
+
+TEST(KvCascadePolicy, RoutersWithDifferentHistoriesPlaceAGroupAlike) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    auto a = make_policy("kvcascade"), b = make_policy("kvcascade");
+    const std::vector<Candidate> shared = sixteen_reporting(rng);
+    // Different pasts: each sent other requests to other replicas.
+    std::vector<Candidate> va = shared, vb = shared;
+    for (int k = 0; k < 40; ++k) {
+      RouteRequest other = request(600, "other-" + std::to_string(k));
+      other.max_tokens = 64;
+      const uint32_t to = static_cast<uint32_t>(rng() % 16);
+      const double w = (k % 2 ? a : b)->record(other, shared[to]);
+      auto& view = k % 2 ? va : vb;
+      *view[to].routed_work += w;  // in its routed work until the next report...
+      view[to].unacked_work += w;  // ...as its own sends
+      ++view[to].in_flight_requests;
+    }
+    RouteRequest first = request(585, "system-prompt");
+    first.max_tokens = 64;
+    first.group = "rl-" + std::to_string(trial);
+    first.group_size = 16;
+    std::vector<BlockHash> blocks = {BlockHash{1}, BlockHash{1000u + trial}};
+    first.blocks = blocks;
+    const RouteDecision da = a->choose(first, va), db = b->choose(first, vb);
+    ASSERT_EQ(da.replica, db.replica)
+        << "trial " << trial << ": " << da.reason << " / " << db.reason;
+  }
+}
+
+// A prompt whose only match is a first block cached on every replica: costs within tie_tokens
+// of each other are ties, broken by the rendezvous order of the prompt's next block, so two
+// routers whose views of load differ a little agree, and different prompts still spread.
+TEST(KvCascadePolicy, NearEqualCostsAreBrokenByRendezvousSoRoutersAgree) {
+  auto a = make_policy("kvcascade"), b = make_policy("kvcascade");
+  std::mt19937 rng(5);
+  std::map<uint32_t, int> on;
+  for (int k = 0; k < 400; ++k) {
+    auto va = three(), vb = three();
+    for (uint32_t i = 0; i < 3; ++i) {
+      va[i].matched_blocks = vb[i].matched_blocks = 1;
+      va[i].queued_prefill_tokens = static_cast<int64_t>(rng() % 400);
+      vb[i].queued_prefill_tokens = static_cast<int64_t>(rng() % 400);
+    }
+    RouteRequest r = request(600, "system-prompt");
+    std::vector<BlockHash> blocks = {BlockHash{1}, BlockHash{7000u + k}};
+    r.blocks = blocks;
+    const RouteDecision da = a->choose(r, va), db = b->choose(r, vb);
+    ASSERT_EQ(da.replica, db.replica) << k;
+    ++on[da.replica];
+  }
+  for (auto [replica, n] : on)
+    EXPECT_NEAR(n, 133, 50) << replica;
+  // A real difference in load still counts.
+  auto cs = three();
+  for (Candidate& c : cs)
+    c.matched_blocks = 1;
+  RouteRequest r = request(600, "system-prompt");
+  std::vector<BlockHash> blocks = {BlockHash{1}, BlockHash{42}};
+  r.blocks = blocks;
+  const uint32_t first = a->choose(r, cs).replica;
+  cs[first].queued_prefill_tokens = 20000;
+  EXPECT_NE(a->choose(r, cs).replica, first);
 }
 
 TEST(KvCascadePolicy, HotPrefixSpreadsWhenItsHolderIsOverloaded) {

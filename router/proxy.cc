@@ -339,6 +339,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.kv_usage = r.kv_usage.value_or(0.0);
     c.routed_work = r.routed_work;
     c.unacked_work = r.unacked_work;
+    c.fleet_request_work = r.fleet_request_work;
     {
       std::lock_guard lock(indexes_.mu);
       c.index_blocks = indexes_.num_blocks_locked(r.index);

@@ -158,6 +158,7 @@ void EngineLoop::refresh_load() {
                     paused_,
                     pending_update_.has_value()};
   snap.num_computed_tokens = num_computed_tokens_;
+  snap.num_finished_requests = num_finished_requests_;
   std::lock_guard lock(mu_);
   snap.weight_version = weight_version_;
   load_ = snap;
@@ -327,6 +328,7 @@ void EngineLoop::run() {
       StepResult result = engine_.step();
       ++num_steps_;
       num_computed_tokens_ += result.stats.num_prefill_tokens + result.stats.num_decode_seqs;
+      num_finished_requests_ += static_cast<int64_t>(result.finished.size());
       observe(result);
       dispatch(result);
     }

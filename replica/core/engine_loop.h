@@ -45,6 +45,8 @@ struct LoadSnapshot {
   // scheduler's queued prefill and decode tokens, the work this replica took on, which every
   // router reads alike (router/fleet/replica_pool.h: the routed-work signal).
   int64_t num_computed_tokens = 0;
+  // Requests (groups) ended since start: with num_computed_tokens, the mean work of a request.
+  int64_t num_finished_requests = 0;
 };
 
 // POST /v1/admin/weights: a Hugging Face folder of the same model to serve from now on.
@@ -173,6 +175,7 @@ class EngineLoop {
   std::map<uint64_t, Subscriber> subscribers_;
   int64_t num_steps_ = 0;
   int64_t num_computed_tokens_ = 0;
+  int64_t num_finished_requests_ = 0;
   std::thread thread_;
 };
 

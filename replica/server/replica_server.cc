@@ -618,7 +618,8 @@ std::string ReplicaServer::load_json() const {
             {"running_sequences", t.scheduler.num_seqs_running},
             {"queued_prefill_tokens", t.scheduler.num_prefill_tokens_queued},
             {"queued_work_tokens", t.scheduler.num_work_tokens_queued},
-            {"computed_tokens_total", t.num_computed_tokens}};
+            {"computed_tokens_total", t.num_computed_tokens},
+            {"finished_requests_total", t.num_finished_requests}};
   }
   return dump({{"replica_id", config_.replica_id},
                {"waiting_groups", l.scheduler.num_groups_waiting},
@@ -628,6 +629,7 @@ std::string ReplicaServer::load_json() const {
                {"queued_prefill_tokens", l.scheduler.num_prefill_tokens_queued},
                {"queued_work_tokens", l.scheduler.num_work_tokens_queued},
                {"computed_tokens_total", l.num_computed_tokens},
+               {"finished_requests_total", l.num_finished_requests},
                {"kv_blocks",
                 {{"total", l.blocks.num_blocks_total},
                  {"used", l.blocks.num_blocks_used},

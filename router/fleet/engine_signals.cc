@@ -135,6 +135,8 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.weight_version = string_field(*j, "weight_version").value_or("");
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
+  load.finished_requests_total = count_field(figures, "finished_requests_total");
+  if (&figures != &*j) load.tick_at_ms = count_field(figures, "at_ms");
   if (!load.computed_tokens_total || !load.queued_work_tokens) {
     load.computed_tokens_total.reset();  // an older replica: this router counts its own
     load.queued_work_tokens.reset();

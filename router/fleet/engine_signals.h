@@ -58,6 +58,11 @@ struct ReplicaLoad {
   // and the work it has taken on but not done yet (SchedulerCounts::num_work_tokens_queued).
   // Every router reads the same figures: the routed-work signal (replica_pool.h).
   std::optional<int64_t> computed_tokens_total, queued_work_tokens;
+  // kvcascade only: requests ended since start (their mean work, with computed_tokens_total).
+  std::optional<int64_t> finished_requests_total;
+  // kvcascade only: the start of the replica's load tick these figures are of (ms since the
+  // epoch); nullopt: live figures.
+  std::optional<int64_t> tick_at_ms;
 };
 Result<ReplicaLoad> read_kvcascade_load(std::string_view body);
 Result<ReplicaLoad> read_vllm_metrics(std::string_view text);

@@ -35,13 +35,24 @@ struct ReplicaPool::Replica {
   // The routed-work signal (ReplicaView::routed_work), from the replica's load reports.
   std::optional<int64_t> computed_total;  // at the last report; nullopt: none reported
   double computed_decayed = 0;            // computed tokens, decayed to the last report
-  Clock::TimePoint computed_at{};
+  std::optional<int64_t> finished_total;  // ended requests, at the last report
+  double finished_decayed = 0;            // ...decayed alike
+  // When the last report's figures were taken: its tick (system clock, so that every router
+  // decays them alike), else when it arrived (the pool's clock); seconds.
+  double computed_at_s = 0;
   double queued_work = 0;
   struct Sent {
     uint64_t round;  // rounds_started_ when sent: a report of a later round includes it
     double work;
   };
   std::unordered_map<uint64_t, Sent> unacked;  // this router's sends, by note_routed_work id
+  struct PendingLoad {
+    ReplicaLoad load;
+    uint64_t round = 0;
+    bool arrived = false;
+    int64_t apply_at_ms = 0;  // system clock
+  };
+  std::optional<PendingLoad> pending;  // a tick's report waiting for PoolConfig::tick_apply_delay
 };
 
 ReplicaPool::ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
@@ -128,20 +139,86 @@ ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) con
   return v;
 }
 
-std::vector<ReplicaView> ReplicaPool::snapshot() const {
+std::optional<double> ReplicaPool::fleet_request_work_locked() const {
+  double work = 0, requests = 0;
+  for (const auto& r : replicas_) {
+    if (!r || !r->view.healthy || !r->computed_total || !r->finished_total) continue;
+    work += r->computed_decayed;
+    requests += r->finished_decayed;
+  }
+  if (requests < config_.min_requests_for_mean) return std::nullopt;
+  return work / requests;
+}
+
+namespace {
+int64_t system_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void ReplicaPool::apply_due_locked() {
+  const int64_t now = system_ms();
+  for (const auto& r : replicas_) {
+    if (r && r->pending && now >= r->pending->apply_at_ms) {
+      const Replica::PendingLoad p = std::move(*r->pending);
+      r->pending.reset();
+      apply_load_locked(*r, p.load, p.round, p.arrived);
+    }
+  }
+}
+
+void ReplicaPool::take_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
+                                   bool arrived) {
+  if (!load.tick_at_ms || config_.tick_apply_delay.count() <= 0) {
+    r.pending.reset();
+    apply_load_locked(r, load, round, arrived);
+    return;
+  }
+  if (r.pending && r.pending->load.tick_at_ms == load.tick_at_ms) return;  // the same tick
+  if (r.pending) {  // an older tick not applied yet: it goes first
+    const Replica::PendingLoad p = std::move(*r.pending);
+    apply_load_locked(r, p.load, p.round, p.arrived);
+    arrived = false;
+  }
+  r.pending = Replica::PendingLoad{load, round, arrived,
+                                   *load.tick_at_ms + config_.tick_apply_delay.count()};
+}
+
+void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
+                                    bool arrived) {
+  r.view.queued_prefill_tokens = load.queued_prefill_tokens;
+  r.view.running_sequences = load.running;
+  r.view.waiting_sequences = load.waiting;
+  if (load.computed_tokens_total) {
+    note_work_report_locked(r, load, round, arrived);
+  } else {
+    r.computed_total.reset();
+    r.finished_total.reset();
+  }
+}
+
+std::vector<ReplicaView> ReplicaPool::snapshot() {
   std::lock_guard lock(mu_);
+  apply_due_locked();
   std::vector<ReplicaView> out;
   const Clock::TimePoint now = clock_.now();
+  const std::optional<double> mean = fleet_request_work_locked();
   for (const auto& r : replicas_) {
-    if (r) out.push_back(view_locked(*r, now));
+    if (!r) continue;
+    out.push_back(view_locked(*r, now));
+    out.back().fleet_request_work = mean;
   }
   return out;
 }
 
-std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
+std::optional<ReplicaView> ReplicaPool::get(uint32_t index) {
   std::lock_guard lock(mu_);
+  apply_due_locked();
   if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
   ReplicaView v = view_locked(*replicas_[index], clock_.now());
+  v.fleet_request_work = fleet_request_work_locked();
   v.healthy = replicas_[index]->view.healthy;  // as before: the breaker is the proxy's business
   return v;
 }
@@ -165,27 +242,36 @@ void ReplicaPool::forget_routed_work(uint32_t index, uint64_t id) {
 // poll was asked, so the report counts it.
 void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
                                           bool arrived) {
-  const Clock::TimePoint now = clock_.now();
+  const double at_s = load.tick_at_ms
+                          ? static_cast<double>(*load.tick_at_ms) * 1e-3
+                          : std::chrono::duration<double>(clock_.now().time_since_epoch()).count();
   const int64_t total = *load.computed_tokens_total;
+  const int64_t finished = load.finished_requests_total.value_or(0);
   if (arrived || !r.computed_total || total < *r.computed_total) {
     // New to this router, back from a restart or a stall: it starts at the others' mean.
-    double sum = 0;
+    double sum = 0, sum_finished = 0;
     int n = 0;
     for (const auto& o : replicas_) {
       if (o && o.get() != &r && o->view.healthy && o->computed_total) {
         sum += o->computed_decayed;
+        sum_finished += o->finished_decayed;
         ++n;
       }
     }
     r.computed_decayed = n > 0 ? sum / n : 0.0;
+    r.finished_decayed = n > 0 ? sum_finished / n : 0.0;
   } else {
-    const double age = std::chrono::duration<double>(now - r.computed_at).count();
+    const double age = at_s - r.computed_at_s;
     const double horizon = std::chrono::duration<double>(config_.routed_work_horizon).count();
-    r.computed_decayed = r.computed_decayed * std::exp(-std::max(age, 0.0) / horizon) +
-                         static_cast<double>(total - *r.computed_total);
+    const double keep = std::exp(-std::max(age, 0.0) / horizon);
+    r.computed_decayed = r.computed_decayed * keep + static_cast<double>(total - *r.computed_total);
+    r.finished_decayed =
+        r.finished_decayed * keep +
+        static_cast<double>(std::max<int64_t>(0, finished - r.finished_total.value_or(finished)));
   }
   r.computed_total = total;
-  r.computed_at = now;
+  r.finished_total = finished;
+  r.computed_at_s = at_s;
   r.queued_work = static_cast<double>(load.queued_work_tokens.value_or(0));
   std::erase_if(r.unacked, [&](const auto& e) { return e.second.round < round; });
 }
@@ -270,9 +356,6 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
     r.failed_polls = 0;
     r.view.load_reported = p.load.has_value();
     const ReplicaLoad load = p.load.value_or(ReplicaLoad{});
-    r.view.queued_prefill_tokens = load.queued_prefill_tokens;
-    r.view.running_sequences = load.running;
-    r.view.waiting_sequences = load.waiting;
     r.view.kv_usage = load.kv_usage;
     r.view.weight_version = load.weight_version;
     if (!load.weight_version.empty()) {
@@ -286,11 +369,7 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
       set_approx_capacity_locked(r);
     }
     r.view.load_error = p.load_error;
-    if (load.computed_tokens_total) {
-      note_work_report_locked(r, load, round, !r.view.healthy);
-    } else {
-      r.computed_total.reset();
-    }
+    take_load_locked(r, load, round, !r.view.healthy);
     if (clock_.now() >= r.open_until) r.view.healthy = true;
     return;
   }

@@ -40,6 +40,10 @@ struct PoolConfig {
   // the same replicas read them within one period of the replicas' load tick
   // (ReplicaServerConfig::load_tick) and see the same figures. Negative: not aligned.
   std::chrono::milliseconds poll_phase{20};
+  // A report of a replica's load tick is applied this long after the tick began, not when its
+  // poll returns, so that routers whose polls return at different moments switch to it at the
+  // same moment (their clocks synchronised). Longer than a poll takes; 0: applied at once.
+  std::chrono::milliseconds tick_apply_delay{150};
   std::chrono::milliseconds poll_timeout{2000};   // a poll not answered within it failed
   size_t max_probe_body_bytes = size_t{4} << 20;  // a larger answer to a poll (/metrics) is refused
   ReplicaKind default_kind = ReplicaKind::kAuto;  // of replicas added without one (DNS discovery)
@@ -65,6 +69,7 @@ struct PoolConfig {
   // The routed-work signal (ReplicaView::routed_work): a replica's computed tokens count with
   // weight exp(-age / routed_work_horizon).
   std::chrono::milliseconds routed_work_horizon{10000};
+  double min_requests_for_mean = 20;
   double approx_bytes_per_token = 4.0;  // router blocks are bytes; ~4 bytes per BPE token
 };
 
@@ -115,6 +120,10 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // nullopt: the replica reports no such figures (other engines); the policy counts its own.
   std::optional<double> routed_work;
   double unacked_work = 0;  // this router's part of routed_work (sent since the report)
+  // The mean work of a request over the fleet lately, as every router sees it: the reporting
+  // replicas' computed tokens over their ended requests, both decayed over
+  // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
+  std::optional<double> fleet_request_work;
 };
 
 class ReplicaPool {
@@ -138,8 +147,8 @@ class ReplicaPool {
   // Poll rounds completed so far (tests wait for rounds instead of sleeping).
   uint64_t num_poll_rounds() const { return poll_rounds_.load(); }
 
-  std::vector<ReplicaView> snapshot() const;
-  std::optional<ReplicaView> get(uint32_t index) const;
+  std::vector<ReplicaView> snapshot();
+  std::optional<ReplicaView> get(uint32_t index);
   // Proxy outcomes feed the circuit breaker and the in-flight counts. `cancellation`, when given,
   // is cancelled if the replica is found dead while the exchange is in flight; pass the same one
   // to end_request.
@@ -164,7 +173,13 @@ class ReplicaPool {
   struct Replica;
   void poll(Replica& r, uint64_t round);
   void note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
+  // Applies the replica's load report (queue, sequences, work figures), now or, for a tick's
+  // figures, when tick_apply_delay has passed (apply_due_locked).
+  void take_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
+  void apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
+  void apply_due_locked();
   ReplicaView view_locked(const Replica& r, Clock::TimePoint now) const;
+  std::optional<double> fleet_request_work_locked() const;
   void set_approx_capacity_locked(const Replica& r);
   void subscribe(uint32_t index);
   void note_resync(Replica& r, const char* reason);

@@ -179,7 +179,11 @@ class KvCascade final : public Policy {
     // alike (the replicas' reports and the index), without this router's own sends since: its
     // other members reach the other routers at the same moment, and the group must land whole.
     std::vector<Candidate> shared;
-    if (c_.groups_by_shared_view && declared_members(r) > 1) {
+    const bool shared_view =
+        c_.groups_by_shared_view && declared_members(r) > 1 &&
+        std::any_of(candidates.begin(), candidates.end(),
+                    [](const Candidate& c) { return c.routed_work.has_value(); });
+    if (shared_view) {
       for (const Candidate& c : candidates) {
         shared.push_back(c);
         if (c.routed_work) {
@@ -199,7 +203,13 @@ class KvCascade final : public Policy {
     const double cap =
         c_.bounded_load_factor * static_cast<double>(total + r.n) / static_cast<double>(cs.size()) +
         static_cast<double>(r.n + c_.bounded_load_slack);
-    // Bounded work (KvCascadePolicyConfig::work_bound_factor).
+    // Bounded work (KvCascadePolicyConfig::work_bound_factor). The slack is in mean requests:
+    // over the fleet as the replicas report it (alike for every router), else what this
+    // router routed.
+    // (A shared-view decision before the fleet has a mean has no work bound: this router's own
+    // mean is not what the others have.)
+    const double mean_request =
+        cs.front()->fleet_request_work.value_or(shared_view ? 0.0 : mean_request_);
     double work_total = 0;
     for (const Candidate* c : cs)
       work_total += recent(*c);
@@ -219,11 +229,11 @@ class KvCascade final : public Policy {
                  : 0.0;
     };
     auto work_ok = [&](const Candidate& c) {
-      if (c_.work_bound_factor <= 0 || mean_request_ == 0) return true;
+      if (c_.work_bound_factor <= 0 || mean_request == 0) return true;
       const double w = planned_work(r, c);
       const double bound =
           c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
-          c_.work_slack_requests * mean_request_ + lead_tokens(c);
+          c_.work_slack_requests * mean_request + lead_tokens(c);
       return recent(c) + w <= bound;
     };
     std::vector<const Candidate*> allowed;

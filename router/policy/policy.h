@@ -33,6 +33,9 @@ struct Candidate {
   // balance work count what they routed there themselves.
   std::optional<double> routed_work;
   double unacked_work = 0;  // this router's part of routed_work
+  // The mean work of a request over the fleet, as every router sees it
+  // (ReplicaView::fleet_request_work); nullopt: the policy's own mean of what it routed.
+  std::optional<double> fleet_request_work;
 };
 
 struct RouteRequest {

@@ -90,6 +90,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "several: each mix and policy with each")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
+  routing
+      ->add_option("--router-poll-ms", g->router_poll_ms,
+                   "how often each router polls every replica's health and load")
+      ->check(CLI::Range(10, 10000))
+      ->capture_default_str();
   routing->add_option("--sim-preset", g->sim_preset, "model and GPU of the sim replicas");
   routing->add_option("--kv-blocks", g->kv_blocks, "KV blocks per replica (default: the GPU's)")
       ->check(CLI::Range(1, 1 << 24));

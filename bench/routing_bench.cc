@@ -66,6 +66,7 @@ struct Exchange {
   int status = 0;
   std::string replica;
   std::string reason;   // the router's x-kvcascade-route-reason
+  std::string matched;  // x-kvcascade-matched-bytes: the prompt bytes the chosen replica held
   std::string pending;  // SSE bytes not yet split into events
   json usage;
   std::string error;
@@ -252,6 +253,8 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   // Open-loop bursts hold many requests at once (an RL step is up to 64 requests at one instant,
   // and queued ones keep their connections): the default 1,024 refused some with 503.
   rc.limits.max_connections = kRouterMaxConnections;
+  rc.pool.poll_interval = std::chrono::milliseconds(o.router_poll_ms);
+  rc.router.debug_headers = !o.decisions.empty();  // the matched bytes of each decision
   for (const auto& r : fleet->replicas)
     rc.replicas.push_back(r->address());
   std::vector<std::unique_ptr<RouterStack>> routers;
@@ -315,6 +318,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
           for (const auto& [k, v] : headers) {
             if (k == "x-kvcascade-replica") x->replica = v;
             if (k == "x-kvcascade-route-reason") x->reason = v;
+            if (k == "x-kvcascade-matched-bytes") x->matched = v;
           }
         },
         [x](std::string_view bytes) {
@@ -405,7 +409,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     std::string file = mix + "-" + policy + "-routers" + std::to_string(res.routers) + ".tsv";
     std::replace(file.begin(), file.end(), '/', '_');
     std::ofstream out(o.decisions + "/" + file);
-    out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tcached\n";
+    out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached\n";
     for (size_t i = 0; i < xs.size(); ++i) {
       const json& usage = xs[i]->usage;
       const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")
@@ -413,7 +417,8 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
                                  : -1;
       out << i << "\t" << trace[i].arrival_s << "\t" << (i % routers.size()) << "\t"
           << trace[i].group << "\t" << trace[i].n << "\t" << prompt_bytes(trace[i]).size() << "\t"
-          << xs[i]->replica << "\t" << xs[i]->reason << "\t" << cached << "\n";
+          << xs[i]->replica << "\t" << xs[i]->reason << "\t" << xs[i]->matched << "\t" << cached
+          << "\n";
     }
   }
   double busy_s = 0;

@@ -31,6 +31,7 @@ struct RoutingBenchOptions {
   // of the trace goes to router i % N. Each starts cold and knows nothing of the others. Several
   // counts: each (mix, policy) is replayed with each.
   std::vector<int32_t> routers = {1};
+  int32_t router_poll_ms = 500;  // each router's poll of every replica (PoolConfig::poll_interval)
   std::string sim_preset = "h200-llama3-8b";
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds
   double ttft_slo_ms = 500;
@@ -43,7 +44,8 @@ struct RoutingBenchOptions {
   std::string save_traces;
   bool save_only = false;
   bool progress = true;  // a line per second while replaying
-  // Each replay's decisions, a line per request (router, replica, reason, cached tokens), as
+  // Each replay's decisions, a line per request (router, replica, reason, the prompt bytes the
+  // router saw there, cached tokens), as
   // DIR/<mix>-<policy>-routers<N>.tsv (empty: none).
   std::string decisions;
 };

@@ -339,6 +339,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.kv_usage = r.kv_usage.value_or(0.0);
     c.routed_work = r.routed_work;
     c.unacked_work = r.unacked_work;
+    c.unacked_sequences = r.unacked_sequences;
     c.fleet_request_work = r.fleet_request_work;
     {
       std::lock_guard lock(indexes_.mu);
@@ -481,7 +482,7 @@ void RouterServer::ProxiedRequest::do_try() {
   pending_prefill = std::max<int64_t>(0, prompt_size - static_cast<int64_t>(matched_bytes));
   // Ended if the replica is found dead.
   s_.pool_.begin_request(replica, cancellation, prompt_size, pending_prefill);
-  counted_work_id = counted_work > 0 ? s_.pool_.note_routed_work(replica, counted_work) : 0;
+  counted_work_id = s_.pool_.note_routed_work(replica, counted_work, route.n);
   if (!view) {
     s_.pool_.forget_routed_work(replica, counted_work_id);
     s_.pool_.end_request(replica, false, cancellation, prompt_size, pending_prefill);

@@ -136,7 +136,12 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");
-  if (&figures != &*j) load.tick_at_ms = count_field(figures, "at_ms");
+  if (&figures != &*j) {  // a time stamp, not a count: ms since the epoch, as sent
+    const auto at = figures.find("at_ms");
+    if (at != figures.end() && at->is_number_integer() && at->get<int64_t>() > 0) {
+      load.tick_at_ms = at->get<int64_t>();
+    }
+  }
   if (!load.computed_tokens_total || !load.queued_work_tokens) {
     load.computed_tokens_total.reset();  // an older replica: this router counts its own
     load.queued_work_tokens.reset();

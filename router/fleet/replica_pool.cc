@@ -44,15 +44,9 @@ struct ReplicaPool::Replica {
   struct Sent {
     uint64_t round;  // rounds_started_ when sent: a report of a later round includes it
     double work;
+    int64_t sequences;
   };
   std::unordered_map<uint64_t, Sent> unacked;  // this router's sends, by note_routed_work id
-  struct PendingLoad {
-    ReplicaLoad load;
-    uint64_t round = 0;
-    bool arrived = false;
-    int64_t apply_at_ms = 0;  // system clock
-  };
-  std::optional<PendingLoad> pending;  // a tick's report waiting for PoolConfig::tick_apply_delay
 };
 
 ReplicaPool::ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
@@ -132,8 +126,10 @@ ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) con
   ReplicaView v = r.view;
   v.healthy = v.healthy && now >= r.open_until;
   if (r.computed_total) {
-    for (const auto& [id, sent] : r.unacked)
+    for (const auto& [id, sent] : r.unacked) {
       v.unacked_work += sent.work;
+      v.unacked_sequences += sent.sequences;
+    }
     v.routed_work = r.computed_decayed + r.queued_work + v.unacked_work;
   }
   return v;
@@ -158,34 +154,7 @@ int64_t system_ms() {
 }
 }  // namespace
 
-void ReplicaPool::apply_due_locked() {
-  const int64_t now = system_ms();
-  for (const auto& r : replicas_) {
-    if (r && r->pending && now >= r->pending->apply_at_ms) {
-      const Replica::PendingLoad p = std::move(*r->pending);
-      r->pending.reset();
-      apply_load_locked(*r, p.load, p.round, p.arrived);
-    }
-  }
-}
-
-void ReplicaPool::take_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
-                                   bool arrived) {
-  if (!load.tick_at_ms || config_.tick_apply_delay.count() <= 0) {
-    r.pending.reset();
-    apply_load_locked(r, load, round, arrived);
-    return;
-  }
-  if (r.pending && r.pending->load.tick_at_ms == load.tick_at_ms) return;  // the same tick
-  if (r.pending) {  // an older tick not applied yet: it goes first
-    const Replica::PendingLoad p = std::move(*r.pending);
-    apply_load_locked(r, p.load, p.round, p.arrived);
-    arrived = false;
-  }
-  r.pending = Replica::PendingLoad{load, round, arrived,
-                                   *load.tick_at_ms + config_.tick_apply_delay.count()};
-}
-
+// The replica's load report: its queue, sequences and work figures.
 void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
                                     bool arrived) {
   r.view.queued_prefill_tokens = load.queued_prefill_tokens;
@@ -199,9 +168,8 @@ void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_
   }
 }
 
-std::vector<ReplicaView> ReplicaPool::snapshot() {
+std::vector<ReplicaView> ReplicaPool::snapshot() const {
   std::lock_guard lock(mu_);
-  apply_due_locked();
   std::vector<ReplicaView> out;
   const Clock::TimePoint now = clock_.now();
   const std::optional<double> mean = fleet_request_work_locked();
@@ -213,9 +181,8 @@ std::vector<ReplicaView> ReplicaPool::snapshot() {
   return out;
 }
 
-std::optional<ReplicaView> ReplicaPool::get(uint32_t index) {
+std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   std::lock_guard lock(mu_);
-  apply_due_locked();
   if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
   ReplicaView v = view_locked(*replicas_[index], clock_.now());
   v.fleet_request_work = fleet_request_work_locked();
@@ -223,11 +190,11 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) {
   return v;
 }
 
-uint64_t ReplicaPool::note_routed_work(uint32_t index, double work) {
+uint64_t ReplicaPool::note_routed_work(uint32_t index, double work, int64_t sequences) {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return 0;
   const uint64_t id = next_send_id_++;
-  replicas_[index]->unacked[id] = {rounds_started_.load(), work};
+  replicas_[index]->unacked[id] = {rounds_started_.load(), work, sequences};
   return id;
 }
 
@@ -369,7 +336,7 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
       set_approx_capacity_locked(r);
     }
     r.view.load_error = p.load_error;
-    take_load_locked(r, load, round, !r.view.healthy);
+    apply_load_locked(r, load, round, !r.view.healthy);
     if (clock_.now() >= r.open_until) r.view.healthy = true;
     return;
   }

@@ -40,10 +40,6 @@ struct PoolConfig {
   // the same replicas read them within one period of the replicas' load tick
   // (ReplicaServerConfig::load_tick) and see the same figures. Negative: not aligned.
   std::chrono::milliseconds poll_phase{20};
-  // A report of a replica's load tick is applied this long after the tick began, not when its
-  // poll returns, so that routers whose polls return at different moments switch to it at the
-  // same moment (their clocks synchronised). Longer than a poll takes; 0: applied at once.
-  std::chrono::milliseconds tick_apply_delay{150};
   std::chrono::milliseconds poll_timeout{2000};   // a poll not answered within it failed
   size_t max_probe_body_bytes = size_t{4} << 20;  // a larger answer to a poll (/metrics) is refused
   ReplicaKind default_kind = ReplicaKind::kAuto;  // of replicas added without one (DNS discovery)
@@ -120,6 +116,9 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // nullopt: the replica reports no such figures (other engines); the policy counts its own.
   std::optional<double> routed_work;
   double unacked_work = 0;  // this router's part of routed_work (sent since the report)
+  // Sequences (n per request) this router sent since that report: with the report's running and
+  // waiting sequences, the replica's decode load without counting twice what the report has.
+  int64_t unacked_sequences = 0;
   // The mean work of a request over the fleet lately, as every router sees it: the reporting
   // replicas' computed tokens over their ended requests, both decayed over
   // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
@@ -147,8 +146,8 @@ class ReplicaPool {
   // Poll rounds completed so far (tests wait for rounds instead of sleeping).
   uint64_t num_poll_rounds() const { return poll_rounds_.load(); }
 
-  std::vector<ReplicaView> snapshot();
-  std::optional<ReplicaView> get(uint32_t index);
+  std::vector<ReplicaView> snapshot() const;
+  std::optional<ReplicaView> get(uint32_t index) const;
   // Proxy outcomes feed the circuit breaker and the in-flight counts. `cancellation`, when given,
   // is cancelled if the replica is found dead while the exchange is in flight; pass the same one
   // to end_request.
@@ -165,7 +164,7 @@ class ReplicaPool {
   // This router sent `work` tokens of work to the replica (what the policy counted for the
   // request): part of its routed_work until a load report that was asked for after the send.
   // Returns an id for forget_routed_work.
-  uint64_t note_routed_work(uint32_t index, double work);
+  uint64_t note_routed_work(uint32_t index, double work, int64_t sequences = 0);
   // That send failed before the replica took it: its work leaves routed_work.
   void forget_routed_work(uint32_t index, uint64_t id);
 
@@ -173,11 +172,7 @@ class ReplicaPool {
   struct Replica;
   void poll(Replica& r, uint64_t round);
   void note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
-  // Applies the replica's load report (queue, sequences, work figures), now or, for a tick's
-  // figures, when tick_apply_delay has passed (apply_due_locked).
-  void take_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
   void apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
-  void apply_due_locked();
   ReplicaView view_locked(const Replica& r, Clock::TimePoint now) const;
   std::optional<double> fleet_request_work_locked() const;
   void set_approx_capacity_locked(const Replica& r);

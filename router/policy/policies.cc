@@ -30,8 +30,11 @@ std::vector<const Candidate*> healthy(std::span<const Candidate> candidates) {
   return out;
 }
 
+// Sequences there: running and waiting as reported, plus what this router sent that the report
+// does not have yet (a replica reporting its work), else every request in flight from here.
 int64_t decode_load(const Candidate& c) {
-  return c.running_sequences + c.waiting_sequences + c.in_flight_requests;
+  return c.running_sequences + c.waiting_sequences +
+         (c.routed_work ? c.unacked_sequences : c.in_flight_requests);
 }
 
 uint64_t affinity(const RouteRequest& r) {
@@ -188,7 +191,7 @@ class KvCascade final : public Policy {
         shared.push_back(c);
         if (c.routed_work) {
           *shared.back().routed_work -= c.unacked_work;
-          shared.back().in_flight_requests = 0;
+          shared.back().unacked_sequences = 0;
         }
       }
       candidates = shared;

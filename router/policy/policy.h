@@ -32,7 +32,8 @@ struct Candidate {
   // its own load report plus this router's sends since). nullopt: not reported; policies that
   // balance work count what they routed there themselves.
   std::optional<double> routed_work;
-  double unacked_work = 0;  // this router's part of routed_work
+  double unacked_work = 0;        // this router's part of routed_work
+  int64_t unacked_sequences = 0;  // sent by this router since that report (n per request)
   // The mean work of a request over the fleet, as every router sees it
   // (ReplicaView::fleet_request_work); nullopt: the policy's own mean of what it routed.
   std::optional<double> fleet_request_work;

@@ -102,7 +102,7 @@ TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
   auto load = read_kvcascade_load(
       R"({"running_sequences":9,"waiting_sequences":1,"queued_prefill_tokens":5,)"
       R"("computed_tokens_total":100,"queued_work_tokens":7,"weight_version":"3",)"
-      R"("tick":{"at_ms":1,"running_sequences":4,"waiting_sequences":2,)"
+      R"("tick":{"at_ms":1796432854500,"running_sequences":4,"waiting_sequences":2,)"
       R"("queued_prefill_tokens":3,"computed_tokens_total":90,"queued_work_tokens":6}})");
   ASSERT_TRUE(load.ok());
   EXPECT_EQ(load->running, 4);
@@ -111,6 +111,7 @@ TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
   EXPECT_EQ(load->computed_tokens_total, 90);
   EXPECT_EQ(load->queued_work_tokens, 6);
   EXPECT_EQ(load->weight_version, "3");
+  EXPECT_EQ(load->tick_at_ms, 1796432854500);  // a time stamp: not clamped like a count
   auto live = read_kvcascade_load(
       R"({"running_sequences":9,"computed_tokens_total":100,"queued_work_tokens":7})");
   ASSERT_TRUE(live.ok());

@@ -2,7 +2,9 @@
 // until they end, and the uncached prefill pending until the answer starts (or the try ends).
 #include "router/fleet/replica_pool.h"
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -81,15 +83,18 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
   pool.poll_now();
   EXPECT_NEAR(*work(ra), 1500, 1e-3);
 
-  const uint64_t sent = pool.note_routed_work(ra, 700);
-  const uint64_t failed = pool.note_routed_work(ra, 40);
+  const uint64_t sent = pool.note_routed_work(ra, 700, 8);
+  const uint64_t failed = pool.note_routed_work(ra, 40, 1);
   EXPECT_NEAR(*work(ra), 2240, 1e-3);
+  EXPECT_EQ(pool.get(ra)->unacked_sequences, 9);
   pool.forget_routed_work(ra, failed);
   EXPECT_NEAR(*work(ra), 2200, 1e-3);
+  EXPECT_EQ(pool.get(ra)->unacked_sequences, 8);
   (void)sent;
   a.set_work(6000, 1200);  // the next report has the send in its queue
   pool.poll_now();
   EXPECT_NEAR(*work(ra), 2200, 1e-3);
+  EXPECT_EQ(pool.get(ra)->unacked_sequences, 0);
 
   b.set_work(2100, 0);
   pool.poll_now();

@@ -263,6 +263,7 @@ TEST(KvCascadePolicy, RoutersWithDifferentHistoriesPlaceAGroupAlike) {
       auto& view = k % 2 ? va : vb;
       *view[to].routed_work += w;  // in its routed work until the next report...
       view[to].unacked_work += w;  // ...as its own sends
+      ++view[to].unacked_sequences;
       ++view[to].in_flight_requests;
     }
     RouteRequest first = request(585, "system-prompt");

@@ -497,8 +497,9 @@ void ReplicaPool::run() {
       const auto period =
           std::chrono::duration_cast<std::chrono::nanoseconds>(config_.poll_interval);
       const auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(now) % period;
-      wait =
-          period - since + std::chrono::duration_cast<std::chrono::nanoseconds>(config_.poll_phase);
+      const auto phase =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(config_.poll_phase) % period;
+      wait = period - since + phase;
       if (wait > period) wait -= period;
     }
     std::unique_lock lock(mu_);

@@ -626,6 +626,15 @@ std::string RouterServer::state_json() {
                  {"in_flight_prompt_bytes", r.in_flight_prompt_bytes},
                  {"pending_prefill_tokens", r.pending_prefill_tokens}};
     if (r.kv_usage) load["kv_usage"] = *r.kv_usage;
+    if (r.routed_work) load["routed_work_tokens"] = *r.routed_work;
+    if (r.fleet_request_work) load["fleet_request_work_tokens"] = *r.fleet_request_work;
+    if (r.step_model) {
+      load["step_model"] = {{"overhead_s", r.step_model->overhead_s},
+                            {"prefill_token_s", r.step_model->prefill_token_s},
+                            {"decode_seq_s", r.step_model->decode_seq_s},
+                            {"kv_gb_s", r.step_model->kv_gb_s},
+                            {"steps", r.step_model->steps}};
+    }
     if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
     if (!r.load_error.empty()) load["error"] = r.load_error;
     json replica = {{"index", r.index},

@@ -22,6 +22,7 @@
 #include "metrics/metrics.h"
 #include "prefix_index/kv_event.h"
 #include "replica/core/engine.h"
+#include "replica/core/step_model.h"
 
 namespace kvc {
 
@@ -47,6 +48,8 @@ struct LoadSnapshot {
   int64_t num_computed_tokens = 0;
   // Requests (groups) ended since start: with num_computed_tokens, the mean work of a request.
   int64_t num_finished_requests = 0;
+  // This replica's step time as fitted from the steps it ran (nullopt before enough of them).
+  std::optional<StepModel> step_model;
 };
 
 // POST /v1/admin/weights: a Hugging Face folder of the same model to serve from now on.
@@ -176,6 +179,7 @@ class EngineLoop {
   int64_t num_steps_ = 0;
   int64_t num_computed_tokens_ = 0;
   int64_t num_finished_requests_ = 0;
+  StepModelFit step_fit_;
   std::thread thread_;
 };
 

@@ -160,6 +160,7 @@ void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_
   r.view.queued_prefill_tokens = load.queued_prefill_tokens;
   r.view.running_sequences = load.running;
   r.view.waiting_sequences = load.waiting;
+  r.view.step_model = load.step_model;
   if (load.computed_tokens_total) {
     note_work_report_locked(r, load, round, arrived);
   } else {

@@ -123,6 +123,9 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // replicas' computed tokens over their ended requests, both decayed over
   // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
   std::optional<double> fleet_request_work;
+  // Its step time as it fitted it from its own steps (kvcascade replicas; issue 28 §1: costs
+  // in each replica's own seconds). Shown in /router/state; not in the policy yet.
+  std::optional<ReplicaStepModel> step_model;
 };
 
 class ReplicaPool {

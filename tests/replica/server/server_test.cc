@@ -39,15 +39,24 @@ TEST_F(ReplicaServerTest, InfoEndpoints) {
 // work queued, live at the top level and, in "tick", as the first poll of each period of the
 // system clock found them, so every router polling within the period reads the same numbers.
 TEST_F(ReplicaServerTest, LoadReportsWorkAndATickThatEveryPollerOfAPeriodSharesAlike) {
+  EXPECT_TRUE(load()["step_model"].is_null());  // no steps yet: no model
   const json body = {
-      {"model", "tiny"}, {"prompt", kPrompt}, {"max_tokens", 8}, {"n", 2}, {"ignore_eos", true}};
+      {"model", "tiny"}, {"prompt", kPrompt}, {"max_tokens", 24}, {"n", 2}, {"ignore_eos", true}};
   const auto r = post("/v1/completions", body.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   ASSERT_TRUE(drained());
   const json live = load();
   EXPECT_GE(live["computed_tokens_total"].get<int64_t>(),
-            static_cast<int64_t>(kPrompt.size()) + 2 * 7);
+            static_cast<int64_t>(kPrompt.size()) + 2 * 23);
   EXPECT_EQ(live["queued_work_tokens"], 0);
+  EXPECT_EQ(live["finished_requests_total"], 1);
+  // Its step time, fitted from the 24 steps it ran: non-negative seconds, a positive step.
+  const json& m = live["step_model"];
+  ASSERT_TRUE(m.is_object()) << live.dump();
+  EXPECT_GE(m["steps"].get<int64_t>(), 16);
+  for (const char* k : {"overhead_s", "prefill_token_s", "decode_seq_s", "kv_gb_s"})
+    EXPECT_GE(m[k].get<double>(), 0.0) << k;
+  EXPECT_GT(m["overhead_s"].get<double>() + 2 * m["decode_seq_s"].get<double>(), 0.0);
   bool same_period = false;
   for (int i = 0; i < 50 && !same_period; ++i) {
     const json a = load(), b = load();

@@ -117,6 +117,22 @@ TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
   ASSERT_TRUE(live.ok());
   EXPECT_EQ(live->running, 9);
   EXPECT_EQ(live->computed_tokens_total, 100);
+  EXPECT_FALSE(load->step_model.has_value());
+  auto modelled = read_kvcascade_load(
+      R"({"step_model":{"overhead_s":0.004,"prefill_token_s":2e-5,"decode_seq_s":5e-5,)"
+      R"("kv_gb_s":0.22,"steps":300}})");
+  ASSERT_TRUE(modelled.ok() && modelled->step_model.has_value());
+  EXPECT_DOUBLE_EQ(modelled->step_model->overhead_s, 0.004);
+  EXPECT_DOUBLE_EQ(modelled->step_model->kv_gb_s, 0.22);
+  EXPECT_EQ(modelled->step_model->steps, 300);
+  for (const char* bad :
+       {R"({"step_model":{"overhead_s":-1,"prefill_token_s":0,"decode_seq_s":0,"kv_gb_s":0}})",
+        R"({"step_model":{"overhead_s":0.1,"prefill_token_s":"x","decode_seq_s":0,"kv_gb_s":0}})",
+        R"({"step_model":{"overhead_s":0.1}})", R"({"step_model":[1,2]})"}) {
+    auto l = read_kvcascade_load(bad);
+    ASSERT_TRUE(l.ok()) << bad;
+    EXPECT_FALSE(l->step_model.has_value()) << bad;
+  }
   auto half = read_kvcascade_load(R"({"running_sequences":9,"computed_tokens_total":100})");
   ASSERT_TRUE(half.ok());
   EXPECT_FALSE(half->computed_tokens_total.has_value());

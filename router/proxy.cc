@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/key_space.h"
+#include "api/step_model.h"
 #include "http/auth.h"
 #include "http/errors.h"
 #include "http/sse.h"
@@ -340,7 +341,6 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.routed_work = r.routed_work;
     c.unacked_work = r.unacked_work;
     c.unacked_sequences = r.unacked_sequences;
-    c.fleet_request_work = r.fleet_request_work;
     {
       std::lock_guard lock(indexes_.mu);
       c.index_blocks = indexes_.num_blocks_locked(r.index);
@@ -365,6 +365,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.max_tokens = req.max_tokens;
   rr.group_size = req.group_size;
   rr.group = group;
+  rr.fleet_request_work = pool_.fleet_request_work();
   rr.affinity_key = prompt.substr(
       0, static_cast<size_t>(any.block_size) * static_cast<size_t>(config_.affinity_key_blocks));
   if (!attempt->start()) {
@@ -617,6 +618,7 @@ void RouterServer::ProxiedRequest::start_client_stream() {
 std::string RouterServer::state_json() {
   json replicas = json::array();
   const std::vector<ReplicaView> views = pool_.snapshot();  // before the index lock (lock order)
+  const std::optional<double> mean_request = pool_.fleet_request_work();
   std::lock_guard index_lock(indexes_.mu);
   for (const ReplicaView& r : views) {
     json load = {{"reported", r.load_reported},
@@ -627,14 +629,7 @@ std::string RouterServer::state_json() {
                  {"pending_prefill_tokens", r.pending_prefill_tokens}};
     if (r.kv_usage) load["kv_usage"] = *r.kv_usage;
     if (r.routed_work) load["routed_work_tokens"] = *r.routed_work;
-    if (r.fleet_request_work) load["fleet_request_work_tokens"] = *r.fleet_request_work;
-    if (r.step_model) {
-      load["step_model"] = {{"overhead_s", r.step_model->overhead_s},
-                            {"prefill_token_s", r.step_model->prefill_token_s},
-                            {"decode_seq_s", r.step_model->decode_seq_s},
-                            {"kv_gb_s", r.step_model->kv_gb_s},
-                            {"steps", r.step_model->steps}};
-    }
+    if (r.step_model) load["step_model"] = step_model_json(*r.step_model);
     if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
     if (!r.load_error.empty()) load["error"] = r.load_error;
     json replica = {{"index", r.index},
@@ -657,6 +652,7 @@ std::string RouterServer::state_json() {
   json state{{"policy", config_.policy},
              {"weight_version_policy", config_.weight_version_policy},
              {"replicas", replicas}};
+  if (mean_request) state["fleet_request_work_tokens"] = *mean_request;
   stats_.to_json(state);
   return state.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -673,18 +673,18 @@ SchedulerCounts Scheduler::counts() const {
         (g->preempted ? tokens : g->expected_prefill_tokens) + decode_tokens_left(*g);
   }
   for (const auto& g : running_) {
-    const int64_t prefill_before = c.num_prefill_tokens_queued;
+    int64_t prefill = 0;  // the group's prompt or recompute tokens still to compute
     if (g->prompt_seq && g->prompt_leader == 0) {
-      c.num_prefill_tokens_queued += g->prompt_seq->length() - g->prompt_seq->num_computed;
+      prefill += g->prompt_seq->length() - g->prompt_seq->num_computed;
     }
     if (g->seqs.empty()) c.num_seqs_running += g->num_samples;
     for (const Sequence& s : g->seqs) {
       if (s.finished()) continue;
       ++c.num_seqs_running;
-      c.num_prefill_tokens_queued += std::max(0, s.length() - 1 - s.num_computed);
+      prefill += std::max(0, s.length() - 1 - s.num_computed);
     }
-    c.num_work_tokens_queued +=
-        c.num_prefill_tokens_queued - prefill_before + decode_tokens_left(*g);
+    c.num_prefill_tokens_queued += prefill;
+    c.num_work_tokens_queued += prefill + decode_tokens_left(*g);
   }
   return c;
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/key_space.h"
+#include "api/step_model.h"
 #include "api/token_table.h"
 #include "http/auth.h"
 #include "http/errors.h"
@@ -621,33 +622,27 @@ std::string ReplicaServer::load_json() const {
             {"computed_tokens_total", t.num_computed_tokens},
             {"finished_requests_total", t.num_finished_requests}};
   }
-  return dump(
-      {{"replica_id", config_.replica_id},
-       {"waiting_groups", l.scheduler.num_groups_waiting},
-       {"running_groups", l.scheduler.num_groups_running},
-       {"waiting_sequences", l.scheduler.num_seqs_waiting},
-       {"running_sequences", l.scheduler.num_seqs_running},
-       {"queued_prefill_tokens", l.scheduler.num_prefill_tokens_queued},
-       {"queued_work_tokens", l.scheduler.num_work_tokens_queued},
-       {"computed_tokens_total", l.num_computed_tokens},
-       {"finished_requests_total", l.num_finished_requests},
-       {"kv_blocks",
-        {{"total", l.blocks.num_blocks_total},
-         {"used", l.blocks.num_blocks_used},
-         {"cached", l.blocks.num_blocks_cached},
-         {"free", l.blocks.num_blocks_free}}},
-       {"steps", l.num_steps},
-       {"preemptions", l.num_preemptions},
-       {"weight_version", l.weight_version},
-       {"paused", l.paused},
-       {"updating_weights", l.updating},
-       {"step_model", l.step_model ? json{{"overhead_s", l.step_model->overhead_s},
-                                          {"prefill_token_s", l.step_model->prefill_token_s},
-                                          {"decode_seq_s", l.step_model->decode_seq_s},
-                                          {"kv_gb_s", l.step_model->kv_gb_s},
-                                          {"steps", l.step_model->steps}}
-                                   : json(nullptr)},
-       {"tick", tick}});
+  return dump({{"replica_id", config_.replica_id},
+               {"waiting_groups", l.scheduler.num_groups_waiting},
+               {"running_groups", l.scheduler.num_groups_running},
+               {"waiting_sequences", l.scheduler.num_seqs_waiting},
+               {"running_sequences", l.scheduler.num_seqs_running},
+               {"queued_prefill_tokens", l.scheduler.num_prefill_tokens_queued},
+               {"queued_work_tokens", l.scheduler.num_work_tokens_queued},
+               {"computed_tokens_total", l.num_computed_tokens},
+               {"finished_requests_total", l.num_finished_requests},
+               {"kv_blocks",
+                {{"total", l.blocks.num_blocks_total},
+                 {"used", l.blocks.num_blocks_used},
+                 {"cached", l.blocks.num_blocks_cached},
+                 {"free", l.blocks.num_blocks_free}}},
+               {"steps", l.num_steps},
+               {"preemptions", l.num_preemptions},
+               {"weight_version", l.weight_version},
+               {"paused", l.paused},
+               {"updating_weights", l.updating},
+               {"step_model", l.step_model ? step_model_json(*l.step_model) : json(nullptr)},
+               {"tick", tick}});
 }
 
 std::string ReplicaServer::models_json() const {

@@ -136,19 +136,7 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");
-  if (const auto m = j->find("step_model"); m != j->end() && m->is_object()) {
-    auto seconds = [&](const char* key) -> std::optional<double> {
-      const auto v = m->find(key);
-      if (v == m->end() || !v->is_number()) return std::nullopt;
-      const double d = v->get<double>();
-      return std::isfinite(d) && d >= 0 && d < 1e6 ? std::optional<double>(d) : std::nullopt;
-    };
-    const auto o = seconds("overhead_s"), p = seconds("prefill_token_s"),
-               d = seconds("decode_seq_s"), k = seconds("kv_gb_s");
-    if (o && p && d && k) {
-      load.step_model = ReplicaStepModel{*o, *p, *d, *k, count_field(*m, "steps").value_or(0)};
-    }
-  }
+  if (const auto m = j->find("step_model"); m != j->end()) load.step_model = read_step_model(*m);
   if (&figures != &*j) {  // a time stamp, not a count: ms since the epoch, as sent
     const auto at = figures.find("at_ms");
     if (at != figures.end() && at->is_number_integer() && at->get<int64_t>() > 0) {

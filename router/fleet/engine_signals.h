@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "api/chat_template.h"
+#include "api/step_model.h"
 #include "base/status.h"
 
 namespace kvc {
@@ -46,14 +47,6 @@ struct KvcascadeInfo {
 // Error unless the body is a JSON object naming a model (what tells a kvcascade replica apart).
 Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size);
 
-// A kvcascade replica's step time, fitted from the steps it ran (its /v1/load "step_model"):
-// seconds = overhead + prefill_token x prefill tokens + decode_seq x decode sequences + kv_gb x
-// GB of KV read.
-struct ReplicaStepModel {
-  double overhead_s = 0, prefill_token_s = 0, decode_seq_s = 0, kv_gb_s = 0;
-  int64_t steps = 0;
-};
-
 // One reading of a replica's load. Counts are requests (sequences for kvcascade).
 struct ReplicaLoad {
   int64_t queued_prefill_tokens = 0;  // kvcascade only
@@ -71,7 +64,7 @@ struct ReplicaLoad {
   // kvcascade only: the start of the replica's load tick these figures are of (ms since the
   // epoch); nullopt: live figures.
   std::optional<int64_t> tick_at_ms;
-  std::optional<ReplicaStepModel> step_model;  // kvcascade only, once it has one
+  std::optional<StepModel> step_model;  // kvcascade only, once it has one
 };
 Result<ReplicaLoad> read_kvcascade_load(std::string_view body);
 Result<ReplicaLoad> read_vllm_metrics(std::string_view text);

@@ -135,7 +135,8 @@ ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) con
   return v;
 }
 
-std::optional<double> ReplicaPool::fleet_request_work_locked() const {
+std::optional<double> ReplicaPool::fleet_request_work() const {
+  std::lock_guard lock(mu_);
   double work = 0, requests = 0;
   for (const auto& r : replicas_) {
     if (!r || !r->view.healthy || !r->computed_total || !r->finished_total) continue;
@@ -145,14 +146,6 @@ std::optional<double> ReplicaPool::fleet_request_work_locked() const {
   if (requests < config_.min_requests_for_mean) return std::nullopt;
   return work / requests;
 }
-
-namespace {
-int64_t system_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 // The replica's load report: its queue, sequences and work figures.
 void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
@@ -173,11 +166,8 @@ std::vector<ReplicaView> ReplicaPool::snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<ReplicaView> out;
   const Clock::TimePoint now = clock_.now();
-  const std::optional<double> mean = fleet_request_work_locked();
   for (const auto& r : replicas_) {
-    if (!r) continue;
-    out.push_back(view_locked(*r, now));
-    out.back().fleet_request_work = mean;
+    if (r) out.push_back(view_locked(*r, now));
   }
   return out;
 }
@@ -186,7 +176,6 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   std::lock_guard lock(mu_);
   if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
   ReplicaView v = view_locked(*replicas_[index], clock_.now());
-  v.fleet_request_work = fleet_request_work_locked();
   v.healthy = replicas_[index]->view.healthy;  // as before: the breaker is the proxy's business
   return v;
 }

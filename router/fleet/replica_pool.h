@@ -119,13 +119,9 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // Sequences (n per request) this router sent since that report: with the report's running and
   // waiting sequences, the replica's decode load without counting twice what the report has.
   int64_t unacked_sequences = 0;
-  // The mean work of a request over the fleet lately, as every router sees it: the reporting
-  // replicas' computed tokens over their ended requests, both decayed over
-  // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
-  std::optional<double> fleet_request_work;
-  // Its step time as it fitted it from its own steps (kvcascade replicas; issue 28 §1: costs
-  // in each replica's own seconds). Shown in /router/state; not in the policy yet.
-  std::optional<ReplicaStepModel> step_model;
+  // Its step time as it fitted it from its own steps (kvcascade replicas): the basis for costs
+  // in each replica's own seconds. Shown in /router/state; the policy does not read it yet.
+  std::optional<StepModel> step_model;
 };
 
 class ReplicaPool {
@@ -150,6 +146,10 @@ class ReplicaPool {
   uint64_t num_poll_rounds() const { return poll_rounds_.load(); }
 
   std::vector<ReplicaView> snapshot() const;
+  // The mean work of a request over the fleet lately, as every router sees it: the healthy
+  // reporting replicas' computed tokens over their ended requests, both decayed over
+  // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
+  std::optional<double> fleet_request_work() const;
   std::optional<ReplicaView> get(uint32_t index) const;
   // Proxy outcomes feed the circuit breaker and the in-flight counts. `cancellation`, when given,
   // is cancelled if the replica is found dead while the exchange is in flight; pass the same one
@@ -177,7 +177,6 @@ class ReplicaPool {
   void note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
   void apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
   ReplicaView view_locked(const Replica& r, Clock::TimePoint now) const;
-  std::optional<double> fleet_request_work_locked() const;
   void set_approx_capacity_locked(const Replica& r);
   void subscribe(uint32_t index);
   void note_resync(Replica& r, const char* reason);

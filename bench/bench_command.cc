@@ -212,6 +212,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "fp8: the layer matrices in FP8 E4M3 with per-channel scales (floors count "
                    "their bytes, and their FLOPs at twice the bf16 rate)")
       ->check(CLI::IsMember({"fp8"}));
+  engine
+      ->add_option_function<std::string>(
+          "--kv-cache-dtype", [e](const std::string& v) { e->fp8_kv = v == "fp8"; },
+          "fp8: the KV cache as E4M3 codes (the floors count a byte per KV element); auto: bf16")
+      ->check(CLI::IsMember({"auto", "fp8"}));
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
   auto gm = std::make_shared<GemmBenchOptions>();

@@ -6,6 +6,9 @@
 #   bash bench/gpu_fp8.sh engine  the PyTorch anchor (anchor/ carried), then bench engine: FP8
 #                                 cascade + flat and bf16 cascade, each beside the anchor
 #   bash bench/gpu_fp8.sh all     both
+#   bash bench/gpu_fp8.sh kv      the FP8 KV cache (--kv-cache-dtype fp8): its kernel and backend
+#                                 tests, the anchor, then bench engine with FP8 weights + FP8 KV
+#                                 (cascade and flat) and with bf16 weights + FP8 KV (cascade)
 set -u -o pipefail
 mode=${1:-tests}
 out=${OUT:-gpu-out}
@@ -46,5 +49,26 @@ case "$mode" in
   all)
     OUT="$out" bash "$0" tests
     OUT="$out" bash "$0" engine
+    ;;
+  kv)
+    timeout 240 "$bin/kernels_cuda_test" --gtest_brief=1 2>&1 >"$out/kernels_cuda_test.txt"
+    grep -E "FAILED|Failure|PASSED" -A3 "$out/kernels_cuda_test.txt" | head -30
+    timeout 240 "$bin/replica_cuda_test" --gtest_filter='*Fp8*' 2>&1 >"$out/replica_cuda_test.txt"
+    grep -E "fp8|FAILED|PASSED|Failure" -A2 "$out/replica_cuda_test.txt" | head -40
+    if [ -f anchor/torch_cascade_anchor.py ]; then
+      OUT="$out" PYTHONUNBUFFERED=1 timeout 200 python3 anchor/torch_cascade_anchor.py \
+        >"$out/anchor.txt" 2>&1
+      tail -3 "$out/anchor.txt"
+    fi
+    anchor=()
+    [ -f "$out/anchor.json" ] && anchor=(--anchor "$out/anchor.json")
+    timeout 300 "$bin/kvcascade" bench engine --quantization fp8 --kv-cache-dtype fp8 \
+      --attention both --graphs on --out "$out/engine-fp8-kv8.json" "${anchor[@]}" \
+      >"$out/engine-fp8-kv8.txt" 2>&1
+    tail -45 "$out/engine-fp8-kv8.txt"
+    timeout 150 "$bin/kvcascade" bench engine --kv-cache-dtype fp8 --attention cascade \
+      --graphs on --no-profile --out "$out/engine-bf16-kv8.json" "${anchor[@]}" \
+      >"$out/engine-bf16-kv8.txt" 2>&1
+    tail -14 "$out/engine-bf16-kv8.txt"
     ;;
 esac

@@ -279,14 +279,17 @@ int run_engine_bench(const EngineBenchOptions& o) {
   const double peak = kc::measure_gemm_flops();
   std::printf("streaming read: %.0f GB/s; cuBLASLt bf16 GEMM 8192^3: %.0f TFLOP/s\n", bw / 1e9,
               peak / 1e12);
-  std::printf("model %s%s: %.2f GB of weights read per decode step\n", o.preset.c_str(),
+  std::printf("model %s%s%s: %.2f GB of weights read per decode step\n", o.preset.c_str(),
               fp8 ? " (FP8 E4M3 layer matrices, per-channel scales; LM head bf16)" : "",
-              m.weight_bytes / 1e9);
-  json result{
-      {"device", kc::device_description()},     {"read_bandwidth_GBps", bw / 1e9},
-      {"gemm_bf16_TFLOPs", peak / 1e12},        {"preset", o.preset},
-      {"quantization", fp8 ? "fp8" : "none"},   {"max_tokens_per_step", o.max_tokens_per_step},
-      {"weight_bytes_per_step", m.weight_bytes}};
+              o.fp8_kv ? " (FP8 E4M3 KV cache)" : "", m.weight_bytes / 1e9);
+  json result{{"device", kc::device_description()},
+              {"read_bandwidth_GBps", bw / 1e9},
+              {"gemm_bf16_TFLOPs", peak / 1e12},
+              {"preset", o.preset},
+              {"quantization", fp8 ? "fp8" : "none"},
+              {"kv_cache_dtype", o.fp8_kv ? "fp8" : "bf16"},
+              {"max_tokens_per_step", o.max_tokens_per_step},
+              {"weight_bytes_per_step", m.weight_bytes}};
   if (o.step_table) {
     std::fflush(stdout);
     return run_step_table(o, m, bw, peak, std::move(result));
@@ -314,6 +317,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
   bo.max_num_seqs = std::max(256, o.groups * o.siblings);
   bo.decode_gemm = o.decode_gemm;
   bo.fp8_weights = fp8;
+  bo.fp8_kv = o.fp8_kv;
   auto made = CudaBackend::create(*config, nullptr, bo);
   if (!made.ok()) {
     std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());

@@ -29,6 +29,7 @@ struct EngineBenchOptions {
   bool profile = true;             // one more rollout per mode with per-operation device times
   bool decode_gemm = false;        // the Hopper decode GEMM (off: cuBLASLt for every GEMM)
   std::string quantization;        // "fp8": --quantization fp8 (llama.h fp8_weights)
+  bool fp8_kv = false;             // --kv-cache-dtype fp8 (llama.h fp8_kv): KV bytes halved
   int logprobs = -1;               // >= 0: every sibling asks for its tokens' top-k logprobs
   // Instead of the rollout: warm step times over a grid of decode rows (separate requests with
   // `step_table_context`-token prompts) x prefill chunk (a fresh prompt of that many tokens in

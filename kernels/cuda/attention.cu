@@ -12,7 +12,8 @@
 // CTA), so a memory-bound suffix CTA can share an SM with a tensor-core prefix CTA.
 // decode_wide_kernel is the flat path with HW = 8 (one 8-warp CTA per SM).
 // Everything writes normalised fp32 partials (O, natural-log LSE); merge_kernel folds them in a
-// fixed order and writes out in the KV dtype.
+// fixed order and writes out in the KV dtype. Over an FP8 cache (KvQuant) the items stage E4M3
+// codes, widen them to fp16 in shared memory and run the same products in fp16 (kFp8).
 //
 // Parts: attention_ptx.cuh (constants, PTX), attention_state.cuh (parameters, loader, softmax
 // state), attention_prefix.cuh, attention_decode.cuh; here the kernels and their launchers.
@@ -26,7 +27,7 @@ namespace {
 
 // The cascade's one attention launch (and flat decode when num_kv_heads % 8 != 0): CTAs
 // [0, num_prefix_ctas) loop over the prefix items, the others are 4-head decode items.
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 __global__ void __launch_bounds__(kThreads, kCascadeCtasPerSm)
     cascade_kernel(const AttendParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -37,20 +38,20 @@ __global__ void __launch_bounds__(kThreads, kCascadeCtasPerSm)
   const int bid = static_cast<int>(blockIdx.x);
   if (bid < p.num_prefix_ctas) {
     for (int item = bid; item < p.num_node_items; item += p.num_prefix_ctas)
-      prefix_item<D, T>(p, item, smem_base);
+      prefix_item<D, T, kFp8>(p, item, smem_base);
     return;
   }
-  decode_item<D, T, kCascadeHeadsPerCta, kStages>(p, bid - p.num_prefix_ctas, smem_base);
+  decode_item<D, T, kCascadeHeadsPerCta, kStages, kFp8>(p, bid - p.num_prefix_ctas, smem_base);
 }
 
 // Flat decode over 8 KV heads per CTA (num_kv_heads % 8 == 0).
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 __global__ void __launch_bounds__(32 * kDecodeHeadsPerCta)
     decode_wide_kernel(const AttendParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   launch_dependents();
-  decode_item<D, T, kDecodeHeadsPerCta, kWideStages>(p, blockIdx.x, smem_base);
+  decode_item<D, T, kDecodeHeadsPerCta, kWideStages, kFp8>(p, blockIdx.x, smem_base);
 }
 
 // One warp per (sequence, query head) row: its node units in plan order, then its splits in
@@ -175,23 +176,23 @@ __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
 
 // ---- launch ---------------------------------------------------------------------------------
 
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 cudaError_t launch_typed(const AttendParams& ap, int64_t grid, int64_t wide_grid,
                          const MergeParams& mp, cudaStream_t stream) {
-  constexpr int kSmem = smem_bytes<D, T>();
+  constexpr int kSmem = smem_bytes<D, kFp8>();
   static const cudaError_t attr = cudaFuncSetAttribute(
-      cascade_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      cascade_kernel<D, T, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  constexpr int kWideSmem = decode_smem_bytes<D, T, kDecodeHeadsPerCta>();
+  constexpr int kWideSmem = decode_smem_bytes<D, kDecodeHeadsPerCta, kFp8>();
   static const cudaError_t wide_attr = cudaFuncSetAttribute(
-      decode_wide_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem);
+      decode_wide_kernel<D, T, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem);
   if (wide_attr != cudaSuccess) return wide_attr;
   if (grid > 0) {
-    cascade_kernel<D, T><<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(ap);
+    cascade_kernel<D, T, kFp8><<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(ap);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   if (wide_grid > 0) {
-    decode_wide_kernel<D, T>
+    decode_wide_kernel<D, T, kFp8>
         <<<static_cast<unsigned>(wide_grid), 32 * kDecodeHeadsPerCta, kWideSmem, stream>>>(ap);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
@@ -214,16 +215,20 @@ cudaError_t launch_typed(const AttendParams& ap, int64_t grid, int64_t wide_grid
 
 // grid: cascade_kernel CTAs (prefix CTAs, then 4-head decode items); wide_grid:
 // decode_wide_kernel CTAs (8-head decode items).
-cudaError_t launch(const AttentionShape& shape, KvDtype dtype, const AttendParams& ap, int64_t grid,
-                   int64_t wide_grid, const MergeParams& mp, cudaStream_t stream) {
+cudaError_t launch(const AttentionShape& shape, KvDtype dtype, bool fp8, const AttendParams& ap,
+                   int64_t grid, int64_t wide_grid, const MergeParams& mp, cudaStream_t stream) {
+  using bf16 = __nv_bfloat16;
   const bool f16 = dtype == KvDtype::kF16;
+  if (fp8 && f16) return cudaErrorInvalidValue;  // an FP8 cache serves bf16 queries
   switch (shape.head_dim) {
     case 64:
-      return f16 ? launch_typed<64, __half>(ap, grid, wide_grid, mp, stream)
-                 : launch_typed<64, __nv_bfloat16>(ap, grid, wide_grid, mp, stream);
+      return fp8   ? launch_typed<64, bf16, true>(ap, grid, wide_grid, mp, stream)
+             : f16 ? launch_typed<64, __half, false>(ap, grid, wide_grid, mp, stream)
+                   : launch_typed<64, bf16, false>(ap, grid, wide_grid, mp, stream);
     case 128:
-      return f16 ? launch_typed<128, __half>(ap, grid, wide_grid, mp, stream)
-                 : launch_typed<128, __nv_bfloat16>(ap, grid, wide_grid, mp, stream);
+      return fp8   ? launch_typed<128, bf16, true>(ap, grid, wide_grid, mp, stream)
+             : f16 ? launch_typed<128, __half, false>(ap, grid, wide_grid, mp, stream)
+                   : launch_typed<128, bf16, false>(ap, grid, wide_grid, mp, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -234,8 +239,8 @@ bool shape_supported(const AttentionShape& shape) {
          shape.num_q_heads % shape.num_kv_heads == 0 && shape.group() <= 16 && shape.block_size > 0;
 }
 
-AttendParams base_params(const AttentionShape& shape, const void* q, const void* k_cache,
-                         const void* v_cache, float* part_o, float* part_lse) {
+AttendParams base_params(const AttentionShape& shape, const KvQuant& quant, const void* q,
+                         const void* k_cache, const void* v_cache, float* part_o, float* part_lse) {
   AttendParams p{};
   p.q = q;
   p.k_cache = k_cache;
@@ -247,7 +252,8 @@ AttendParams base_params(const AttentionShape& shape, const void* q, const void*
   const FastDiv div = FastDiv::make(shape.block_size);
   p.block_mul = div.mul;
   p.block_shr = div.shr;
-  p.scale_log2 = shape.scale * kLog2e;
+  p.scale_log2 = shape.scale * kLog2e * (quant.fp8 ? quant.k_scale : 1.0f);
+  p.v_scale = quant.fp8 ? quant.v_scale : 1.0f;
   p.part_o = part_o;
   p.part_lse = part_lse;
   p.num_splits = 1;
@@ -260,7 +266,7 @@ AttendParams base_params(const AttentionShape& shape, const void* q, const void*
 cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
                            const DeviceCascadePlan& plan, const void* q, const void* k_cache,
                            const void* v_cache, void* out, float* lse, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream) {
+                           size_t workspace_bytes, cudaStream_t stream, const KvQuant& quant) {
   if (!shape_supported(shape) || (plan.device == nullptr && !plan.host.empty()) ||
       workspace_bytes < cascade_workspace_bytes(plan, shape)) {
     return cudaErrorInvalidValue;
@@ -271,7 +277,7 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   const int32_t* dp = plan.device;
   const auto& off = plan.offsets;
 
-  AttendParams ap = base_params(shape, q, k_cache, v_cache, part_o, part_lse);
+  AttendParams ap = base_params(shape, quant, q, k_cache, v_cache, part_o, part_lse);
   ap.num_node_items = plan.num_node_items;
   ap.num_prefix_ctas = plan.num_prefix_ctas;
   ap.node_items = reinterpret_cast<const int4*>(dp + off.node_items);
@@ -304,14 +310,14 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   mp.num_splits = plan.suffix.num_splits;
   mp.out = out;
   mp.lse = lse;
-  return launch(shape, dtype, ap, grid, wide_grid, mp, stream);
+  return launch(shape, dtype, quant.fp8, ap, grid, wide_grid, mp, stream);
 }
 
 cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void* q,
                          const void* k_cache, const void* v_cache, const int32_t* block_indptr,
                          const int32_t* block_indices, const int32_t* seq_lens, int num_seqs,
                          int max_seq_len, void* out, float* lse, void* workspace,
-                         size_t workspace_bytes, cudaStream_t stream) {
+                         size_t workspace_bytes, cudaStream_t stream, const KvQuant& quant) {
   if (!shape_supported(shape) ||
       workspace_bytes < paged_decode_workspace_bytes(shape, num_seqs, max_seq_len)) {
     return cudaErrorInvalidValue;
@@ -322,7 +328,7 @@ cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void*
   float* part_o = static_cast<float*>(workspace);
   float* part_lse = part_o + units * shape.num_q_heads * shape.head_dim;
 
-  AttendParams ap = base_params(shape, q, k_cache, v_cache, part_o, part_lse);
+  AttendParams ap = base_params(shape, quant, q, k_cache, v_cache, part_o, part_lse);
   ap.block_indptr = block_indptr;
   ap.block_indices = block_indices;
   ap.seq_lens = seq_lens;
@@ -339,8 +345,8 @@ cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void*
   mp.lse = lse;
   const int per_cta = wide ? kDecodeHeadsPerCta : kCascadeHeadsPerCta;
   const int64_t ctas = units * ((shape.num_kv_heads + per_cta - 1) / per_cta);
-  return wide ? launch(shape, dtype, ap, 0, ctas, mp, stream)
-              : launch(shape, dtype, ap, ctas, 0, mp, stream);
+  return wide ? launch(shape, dtype, quant.fp8, ap, 0, ctas, mp, stream)
+              : launch(shape, dtype, quant.fp8, ap, ctas, 0, mp, stream);
 }
 
 }  // namespace kvc::kernels::cuda

@@ -3,11 +3,12 @@
 // one merge). The CUDA twins of kernels/cpu/attention.h: same semantics, natural-log LSE, an empty
 // key set gives output 0 and LSE -inf.
 //
-// Dtypes: q, k_cache, v_cache and out are all fp16 or all bf16 (KvDtype); lse is fp32; partial
-// results in the workspace are fp32. Layouts: kernels/attention_shape.h (NHD paged KV).
-// Supported: head_dim 64 or 128, any GQA group, any block_size. Every launcher returns the launch
-// error (cudaSuccess or the first failure) and allocates nothing: the caller owns the plan buffer
-// and the workspace, so a step can be captured in a CUDA graph once the plan is uploaded.
+// Dtypes: q, k_cache, v_cache and out are all fp16 or all bf16 (KvDtype), or (KvQuant::fp8) q and
+// out bf16 over caches of E4M3 codes; lse is fp32; partial results in the workspace are fp32.
+// Layouts: kernels/attention_shape.h (NHD paged KV). Supported: head_dim 64 or 128, any GQA group,
+// any block_size. Every launcher returns the launch error (cudaSuccess or the first failure) and
+// allocates nothing: the caller owns the plan buffer and the workspace, so a step can be captured
+// in a CUDA graph once the plan is uploaded.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,18 @@
 namespace kvc::kernels::cuda {
 
 enum class KvDtype { kF16, kBF16 };
+
+// How the caches hold keys and values. Default: in the KvDtype. fp8 (--kv-cache-dtype fp8): as
+// E4M3 codes, one byte per element, under one scale for K and one for V (a layer's; the value is
+// the code's value times the scale, kernels/fp8_rule.h); q and out stay bf16 (KvDtype::kBF16
+// only). The attention kernels stage the codes, widen them to fp16 in shared memory (exact: every
+// E4M3 value is an fp16 value) and run the products in fp16 (q rounded to fp16 once, saturating
+// at +-65504) with k_scale folded into the softmax scale and v_scale into the output.
+struct KvQuant {
+  bool fp8 = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+};
 
 // Tokens of one pipeline stage of every attention kernel here: node chunks and decode splits are
 // multiples of it.
@@ -115,11 +128,12 @@ size_t cascade_workspace_bytes(const DeviceCascadePlan& plan, const AttentionSha
 // then folds, per (sequence, query head), its nodes' chunks in plan order, then its suffix splits
 // in order (deterministic for a fixed plan). q, out: [num_seqs, num_q_heads, head_dim] in `dtype`;
 // lse: [num_seqs, num_q_heads] fp32 or null. k_cache, v_cache: [num_blocks, block_size,
-// num_kv_heads, head_dim] in `dtype`.
+// num_kv_heads, head_dim] in `dtype` (E4M3 codes under quant.fp8).
 cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
                            const DeviceCascadePlan& plan, const void* q, const void* k_cache,
                            const void* v_cache, void* out, float* lse, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream = nullptr);
+                           size_t workspace_bytes, cudaStream_t stream = nullptr,
+                           const KvQuant& quant = {});
 
 // Workspace of paged_decode for num_seqs sequences of at most max_seq_len tokens.
 size_t paged_decode_workspace_bytes(const AttentionShape& shape, int num_seqs, int max_seq_len,
@@ -133,6 +147,7 @@ cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void*
                          const void* k_cache, const void* v_cache, const int32_t* block_indptr,
                          const int32_t* block_indices, const int32_t* seq_lens, int num_seqs,
                          int max_seq_len, void* out, float* lse, void* workspace,
-                         size_t workspace_bytes, cudaStream_t stream = nullptr);
+                         size_t workspace_bytes, cudaStream_t stream = nullptr,
+                         const KvQuant& quant = {});
 
 }  // namespace kvc::kernels::cuda

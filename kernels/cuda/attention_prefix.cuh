@@ -18,13 +18,22 @@ namespace {
 // blocks of [64 tokens x 128 bytes] in the 128-byte-swizzle canonical layout (16-byte chunk c of
 // token t at t * 128 + ((c ^ (t & 7)) << 4)): K-major for the scores, N-major (transposed) for
 // P V. Elsewhere each warp runs mma.sync m16n8k16 over [64 tokens x D] rows swizzled the same way.
-template <int D, typename T>
+// q and the output are in T, the products in M (fp16 over an FP8 cache, whose codes go through
+// kStages raw stages after the one M stage: smem_bytes).
+template <int D, typename T, bool kFp8>
 __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uint32_t smem_base) {
+  using M = MmaType<T, kFp8>;
   constexpr int kCpr = D / 8;                         // 16-byte chunks per token row
   constexpr int kPer = kTile * kCpr / kThreads;       // consecutive rows per thread (8 or 4)
-  constexpr int kPitch = D * sizeof(T);               // bytes per token row (mma.sync layout)
-  constexpr int kStageBytes = kTile * D * sizeof(T);  // one of K or V
+  constexpr int kPitch = D * sizeof(M);               // bytes per token row (mma.sync layout)
+  constexpr int kStageBytes = kTile * D * sizeof(M);  // one of K or V
+  constexpr int kRawBytes = kStageBytes / 2;          // one of K or V as codes (kFp8)
   constexpr int kBlockBytes = kTile * 128;            // one 64-column block (wgmma layout)
+  // Stage s's K (its V follows at v_at): the stage itself, or its raw stage.
+  constexpr uint32_t v_at = kFp8 ? kRawBytes : kStageBytes;
+  auto stage_k = [smem_base](int s) {
+    return kFp8 ? smem_base + 2 * kStageBytes + s * 2 * kRawBytes : smem_base + s * 2 * kStageBytes;
+  };
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qr = lane >> 2, qc = lane & 3;
 
@@ -40,7 +49,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   const int32_t* seqs = p.node_seq_indices + seq_begin;
   const int64_t unit = p.node_unit_base[node] + int64_t{it.z} * members;
 
-  StageLoader<kPer, 1, T> ld;
+  StageLoader<kPer, 1, M, kFp8, D> ld;
   ld.template init<D>(p, p.node_block_indices + p.node_block_indptr[node],
                       kv_head * D + (tid % kCpr) * 8, tid / kCpr * kPer, t_begin, t_end, kTile);
   ld.one_block = p.block_size % kPer == 0;
@@ -53,13 +62,14 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     ld.sm_step = kPitch;
     ld.sm_chunk = tid % kCpr;
   }
+  ld.raw_row = ld.tok0 * D + (tid % kCpr) * 8;
 
   const int num_tiles = (t_end - t_begin + kTile - 1) / kTile;
   ld.fetch(0);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) {
-      ld.issue(s, smem_base + s * 2 * kStageBytes, smem_base + s * 2 * kStageBytes + kStageBytes);
+      ld.issue(s, stage_k(s), stage_k(s) + v_at);
       ld.fetch(s + 1);
     }
     cp_async_commit();
@@ -78,7 +88,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   // wgmma needs all 4 warps; mma.sync skips warps whose 16 rows are all padding.
   const bool warp_active = kWgmmaPrefix || row0 + warp * 16 < end;
   uint32_t qf[D / 16][4];
-  load_q<D>(qf, p.q, q_row[0], q_row[1], qc);
+  load_q<D, T, M>(qf, p.q, q_row[0], q_row[1], qc);
   const LaneOffsets lo(lane, kPitch);
   RowState<D> st;
 
@@ -87,16 +97,21 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     fence_proxy_async();
     __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
     if (tile + kStages - 1 < num_tiles) {
-      const uint32_t nb = smem_base + ((tile + kStages - 1) % kStages) * 2 * kStageBytes;
-      ld.issue(tile + kStages - 1, nb, nb + kStageBytes);
+      const uint32_t nb = stage_k((tile + kStages - 1) % kStages);
+      ld.issue(tile + kStages - 1, nb, nb + v_at);
       // wgmma.fence waits for every outstanding register write, the page-table load included:
       // with wgmma it is issued after the P V products instead (below).
       if constexpr (!kWgmmaPrefix) ld.fetch(tile + kStages);
     }
     cp_async_commit();
+    uint32_t ks = stage_k(tile % kStages);
+    if constexpr (kFp8) {  // the codes landed for all: widen them into the one M stage
+      ld.widen(ks, ks + v_at, smem_base, smem_base + kStageBytes);
+      fence_proxy_async();
+      __syncthreads();
+      ks = smem_base;
+    }
     if (!warp_active) continue;
-
-    const uint32_t ks = smem_base + (tile % kStages) * 2 * kStageBytes;
     const uint32_t vs = ks + kStageBytes;
 
     // S = Q K^T: 16 rows (a warp's share of 64) x 64 tokens.
@@ -107,7 +122,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
 #pragma unroll
       for (int k = 0; k < D / 16; ++k) {
         const uint64_t b = sw128_desc(ks + (k / 4) * kBlockBytes + (k % 4) * 32, 16, 1024);
-        wgmma_m64n64k16<T, 0>(s, qf[k], b, k > 0);
+        wgmma_m64n64k16<M, 0>(s, qf[k], b, k > 0);
       }
       wgmma_commit();
       wgmma_wait_all();
@@ -123,8 +138,8 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
         for (int j = 0; j < kTile / 8; j += 2) {
           uint32_t b[4];
           ldmatrix_x4(b, a + j * 8 * kPitch);
-          mma16816<T>(s[j], qf[k], b[0], b[1]);
-          mma16816<T>(s[j + 1], qf[k], b[2], b[3]);
+          mma16816<M>(s[j], qf[k], b[0], b[1]);
+          mma16816<M>(s[j + 1], qf[k], b[2], b[3]);
         }
       }
     }
@@ -137,10 +152,10 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     uint32_t pa[kTile / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {
-      pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      pa[kk][0] = pack2<M>(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack2<M>(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack2<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack2<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
     if constexpr (kWgmmaPrefix) wgmma_fence();
 #pragma unroll
@@ -151,15 +166,15 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
 #pragma unroll
         for (int h = 0; h < D / 64; ++h) {
           const uint64_t b = sw128_desc(vs + h * kBlockBytes + kk * 2048, kBlockBytes, 1024);
-          wgmma_m64n64k16<T, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a, b, 1);
+          wgmma_m64n64k16<M, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a, b, 1);
         }
       } else {
 #pragma unroll
         for (int m = 0; m < D / 16; ++m) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
-          mma16816<T>(st.o[2 * m], a, b[0], b[1]);
-          mma16816<T>(st.o[2 * m + 1], a, b[2], b[3]);
+          mma16816<M>(st.o[2 * m], a, b[0], b[1]);
+          mma16816<M>(st.o[2 * m + 1], a, b[2], b[3]);
         }
       }
     }

@@ -27,14 +27,17 @@ constexpr int kWideStages = 3;
 constexpr int kHeadsTile = 16;  // tokens of a decode stage
 
 // Shared memory of a cascade_kernel CTA: kStages stages of K and V, 64 x D elements each (a prefix
-// stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads).
-template <int D, typename T>
+// stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads); over an FP8 cache one
+// fp16 stage and kStages raw stages of codes (half the size: the same total at two stages).
+template <int D, bool kFp8>
 constexpr int smem_bytes() {
-  return kStages * 2 * kTile * D * static_cast<int>(sizeof(T)) + 1024;  // + alignment slack
+  constexpr int kStage = 2 * kTile * D * 2;  // K and V of one stage, 2-byte elements
+  return (kFp8 ? kStage + kStages * kStage / 2 : kStages * kStage) + 1024;  // + alignment slack
 }
-template <int D, typename T, int HW>
+template <int D, int HW, bool kFp8>
 constexpr int decode_smem_bytes() {
-  return kWideStages * 2 * kHeadsTile * HW * D * static_cast<int>(sizeof(T));
+  constexpr int kStage = 2 * kHeadsTile * HW * D * 2;
+  return kFp8 ? kStage + kWideStages * kStage / 2 : kWideStages * kStage;
 }
 static_assert(kHeadsTile * kCascadeHeadsPerCta == kTile);
 

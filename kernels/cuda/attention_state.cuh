@@ -17,9 +17,10 @@ struct AttendParams {
   const void* v_cache;
   int num_q_heads, num_kv_heads, group, block_size;
   uint32_t block_mul, block_shr;  // token / block_size as a multiply-high (FastDiv)
-  float scale_log2;               // shape.scale * log2(e): softmax in the base-2 domain
-  float* part_o;                  // [units, num_q_heads, head_dim]
-  float* part_lse;                // [units, num_q_heads]
+  float scale_log2;  // shape.scale * log2(e) (* the K scale of an FP8 cache): softmax in base 2
+  float v_scale;     // 1, or the V scale of an FP8 cache: applied to each normalised partial
+  float* part_o;     // [units, num_q_heads, head_dim]
+  float* part_lse;   // [units, num_q_heads]
 
   // Prefix items, run by the first num_prefix_ctas CTAs of cascade_kernel (item i by CTA
   // i % num_prefix_ctas, in order).
@@ -58,10 +59,17 @@ struct MergeParams {
 // token tok0 + i * kStep of that stage (the stage's first token is t_begin + tile * stage_tokens);
 // the thread copies 16 bytes at element `col` of the token's K and V rows. Block ids are fetched
 // one stage before the copies that use them, so the page-table load is off the critical path.
-template <int kPer, int kStep, typename T>
+// T is the product type (the stage's element). With kFp8 the cache holds E4M3 codes: a stage is
+// first copied as codes into a raw stage (unswizzled token rows of kRawPitch bytes; this thread's
+// 8 codes of row i at raw_row + i * kStep * kRawPitch), by the threads of even chunks only (16
+// bytes: their 8 codes and their neighbour's), then widen() turns this thread's 8 codes of each
+// row into its 16-byte chunk of the T stage, at the offsets a T cache would have been copied to.
+template <int kPer, int kStep, typename T, bool kFp8 = false, int kRawPitch = 0>
 struct StageLoader {
-  const T* __restrict__ kc;
-  const T* __restrict__ vc;
+  static constexpr uint32_t kRawStep = kStep * kRawPitch;
+  using C = std::conditional_t<kFp8, uint8_t, T>;  // a cache element
+  const C* __restrict__ kc;
+  const C* __restrict__ vc;
   const int32_t* __restrict__ blocks;
   int64_t block_stride;
   int token_stride, col, tok0, t_begin, t_end, stage_tokens, block_size;
@@ -69,6 +77,8 @@ struct StageLoader {
   // Byte offset of row i within a K (or V) stage: sm_row + i * sm_step, 16-byte chunk sm_chunk
   // XOR-swizzled by the row's token & 7.
   uint32_t sm_row, sm_step, sm_chunk;
+  // kFp8: this thread's codes of row 0 in a raw stage (a multiple of 16 for an even chunk).
+  uint32_t raw_row = 0;
   int32_t ids[kPer];  // block of row i in the tile fetched last; -1 past t_end
   // A thread's kPer rows of a stage lie in one block (the caller checks: prefix stages, kStep 1,
   // rows from a multiple of kPer and block_size % kPer == 0; decode stages start at a multiple of
@@ -80,8 +90,8 @@ struct StageLoader {
   template <int D>
   __device__ __forceinline__ void init(const AttendParams& p, const int32_t* table, int column,
                                        int first_row, int begin, int end, int tokens_per_stage) {
-    kc = static_cast<const T*>(p.k_cache);
-    vc = static_cast<const T*>(p.v_cache);
+    kc = static_cast<const C*>(p.k_cache);
+    vc = static_cast<const C*>(p.v_cache);
     blocks = table;
     token_stride = p.num_kv_heads * D;
     block_stride = int64_t{token_stride} * p.block_size;
@@ -113,8 +123,14 @@ struct StageLoader {
       ids[i] = t < t_end ? __ldg(blocks + div(t)) : -1;
     }
   }
-  // Copies tile `tile` (whose ids were fetched last) into the stage at ks / vs.
+  // Where row i of a stage lands: its swizzled chunk, or (kFp8) its codes in the raw stage.
+  __device__ __forceinline__ uint32_t dst_off(int i) const {
+    return kFp8 ? raw_row + i * kRawStep : sm_off(i);
+  }
+  // Copies tile `tile` (whose ids were fetched last) into the stage at ks / vs (kFp8: the raw
+  // stage).
   __device__ __forceinline__ void issue(int tile, uint32_t ks, uint32_t vs) const {
+    if (kFp8 && (raw_row & 8) != 0) return;  // an odd chunk: its neighbour copies it
     if (one_block) {
       const int t = token(tile, 0);
       const int64_t off =
@@ -122,8 +138,8 @@ struct StageLoader {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const bool ok = ids[0] >= 0 && t + i * kStep < t_end;
-        cp_async16(ks + sm_off(i), kc + off + i * kStep * token_stride, ok);
-        cp_async16(vs + sm_off(i), vc + off + i * kStep * token_stride, ok);
+        cp_async16(ks + dst_off(i), kc + off + i * kStep * token_stride, ok);
+        cp_async16(vs + dst_off(i), vc + off + i * kStep * token_stride, ok);
       }
       return;
     }
@@ -133,8 +149,18 @@ struct StageLoader {
       const int in_block = (t - div(t) * block_size) * token_stride + col;
       const bool ok = ids[i] >= 0;
       const int64_t off = int64_t{ok ? ids[i] : 0} * block_stride + in_block;
-      cp_async16(ks + sm_off(i), kc + off, ok);
-      cp_async16(vs + sm_off(i), vc + off, ok);
+      cp_async16(ks + dst_off(i), kc + off, ok);
+      cp_async16(vs + dst_off(i), vc + off, ok);
+    }
+  }
+  // kFp8: widens this thread's codes of the raw stage at k_raw / v_raw (landed for every thread)
+  // into the T stage at ks / vs.
+  __device__ __forceinline__ void widen(uint32_t k_raw, uint32_t v_raw, uint32_t ks,
+                                        uint32_t vs) const {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      widen_e4m3x8(k_raw + raw_row + i * kRawStep, ks + sm_off(i));
+      widen_e4m3x8(v_raw + raw_row + i * kRawStep, vs + sm_off(i));
     }
   }
 };
@@ -158,18 +184,22 @@ struct LaneOffsets {
   }
 };
 
-// Query fragments (A operand, row-major 16 x D) of rows q_lo and q_hi (-1: padding, zeros).
-template <int D>
+// Query fragments (A operand, row-major 16 x D, in the product type M) of rows q_lo and q_hi of
+// q (in T; -1: padding, zeros).
+template <int D, typename T, typename M>
 __device__ __forceinline__ void load_q(uint32_t (&qf)[D / 16][4], const void* q, int64_t q_lo,
                                        int64_t q_hi, int qc) {
   const uint32_t* q32 = static_cast<const uint32_t*>(q);
+  auto at = [&](int64_t row, int c) {
+    return row >= 0 ? to_mma_pair<T, M>(__ldg(q32 + row * (D / 2) + c)) : 0u;
+  };
 #pragma unroll
   for (int k = 0; k < D / 16; ++k) {
     const int c = k * 8 + qc;
-    qf[k][0] = q_lo >= 0 ? __ldg(q32 + q_lo * (D / 2) + c) : 0u;
-    qf[k][1] = q_hi >= 0 ? __ldg(q32 + q_hi * (D / 2) + c) : 0u;
-    qf[k][2] = q_lo >= 0 ? __ldg(q32 + q_lo * (D / 2) + c + 4) : 0u;
-    qf[k][3] = q_hi >= 0 ? __ldg(q32 + q_hi * (D / 2) + c + 4) : 0u;
+    qf[k][0] = at(q_lo, c);
+    qf[k][1] = at(q_hi, c);
+    qf[k][2] = at(q_lo, c + 4);
+    qf[k][3] = at(q_hi, c + 4);
   }
 }
 
@@ -191,7 +221,7 @@ struct RowState : OnlineSoftmax<D> {
   // reduced across the quad).
   __device__ __forceinline__ void store(const AttendParams& p, int h, int64_t pr, int qc,
                                         float scale_log2) const {
-    const float inv = this->inv_sum(h);
+    const float inv = this->inv_sum(h) * p.v_scale;
     float* dst = p.part_o + pr * D + qc * 2;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)

@@ -147,7 +147,8 @@ size_t LlamaModel::weight_bytes(const LlamaDims& d) {
 }
 
 size_t LlamaModel::kv_bytes(const LlamaDims& d, int num_blocks, int block_size) {
-  KvCacheLayout l{d.layers, num_blocks, block_size, d.kv_heads, d.head_dim, KvDtype::kBF16};
+  KvCacheLayout l{d.layers,   num_blocks,     block_size, d.kv_heads,
+                  d.head_dim, KvDtype::kBF16, d.fp8_kv};
   return l.bytes();
 }
 
@@ -208,7 +209,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   }
   I.layers.resize(d.layers);
   lay_out_weights(d, static_cast<char*>(I.weights), &I);
-  I.kv_layout = {d.layers, c.num_blocks, c.block_size, d.kv_heads, d.head_dim, KvDtype::kBF16};
+  I.kv_layout = {d.layers,   c.num_blocks,   c.block_size, d.kv_heads,
+                 d.head_dim, KvDtype::kBF16, d.fp8_kv};
+  I.kv_quant.assign(d.layers, KvQuant{d.fp8_kv, 1.0f, 1.0f});
   if (cudaError_t e = I.alloc(&I.kv, I.kv_layout.bytes()); e) {
     return fail("cannot allocate " + std::to_string(I.kv_layout.bytes() >> 20) +
                     " MiB of KV cache (" + std::to_string(c.num_blocks) + " blocks)",

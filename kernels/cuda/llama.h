@@ -1,8 +1,8 @@
 // A Llama-architecture model on the device (with the Qwen options: q/k/v biases, q/k norms): bf16
-// weights, an fp32 residual stream, a paged bf16 KV cache, cuBLASLt GEMMs, chunked causal prefill
-// and flat/cascade decode attention, and sampling on the device (logits never leave it unless
-// asked). The engine's CUDA backend (replica/cuda/) drives it through this header, which carries no
-// CUDA types: replica/ never includes CUDA headers.
+// weights (or FP8), an fp32 residual stream, a paged bf16 (or FP8) KV cache, cuBLASLt GEMMs,
+// chunked causal prefill and flat/cascade decode attention, and sampling on the device (logits
+// never leave it unless asked). The engine's CUDA backend (replica/cuda/) drives it through this
+// header, which carries no CUDA types: replica/ never includes CUDA headers.
 //
 // Memory: weights, the KV cache and every workspace are allocated by create() for the capacity
 // given; a step allocates only when a cascade plan outgrows the plan/workspace buffers sized at
@@ -44,6 +44,9 @@ struct LlamaDims {
   // them; the attention output is quantized before the o projection). Embeddings, norms, biases
   // and the LM head stay bf16. Needs hidden, intermediate and the q/k/v widths multiples of 16.
   bool fp8_weights = false;
+  // The KV cache as E4M3 codes (--kv-cache-dtype fp8), one byte per element, one K and one V
+  // scale per layer (1.0; attention.h KvQuant): twice the blocks in the same memory.
+  bool fp8_kv = false;
 };
 
 struct LlamaCapacity {

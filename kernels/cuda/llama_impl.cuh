@@ -52,6 +52,7 @@ struct LlamaModel::Impl {
   void* weights = nullptr;  // one allocation
   void* kv = nullptr;       // KvCacheLayout allocation
   KvCacheLayout kv_layout;
+  std::vector<KvQuant> kv_quant;  // per layer: the FP8 cache's K and V scales
 
   // Activations [T = max_tokens (FP8: rounded up as gemm.h fp8_gemm_rows), ...].
   float* residual = nullptr;  // fp32 [T, h]

@@ -176,14 +176,14 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         }
         KVC_OP(rope_kv_append(qkv, qkv_row, d.q_heads, qkv + qd, qkv_row, qkv + qd + kvd, qkv_row,
                               d.kv_heads, d.head_dim, I.rope_cs, rows, I.q, qd, dw + sl.slots,
-                              KvDtype::kBF16, kc, vc, s),
+                              KvDtype::kBF16, kc, vc, s, I.kv_quant[layer]),
                "rope_kv_append");
         if (num_chunks > 0) {
           KVC_OP(
               paged_prefill(I.shape, KvDtype::kBF16, pplan, I.q, kc, vc, dw + sl.q_indptr,
                             dw + sl.block_indptr,
                             reinterpret_cast<const int32_t*>(I.dev_stage + sl.block_indices_bytes),
-                            dw + sl.start_pos, I.attn, nullptr, s),
+                            dw + sl.start_pos, I.attn, nullptr, s, I.kv_quant[layer]),
               "paged_prefill");
         }
         if (decode_rows > 0) {
@@ -191,7 +191,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
           KVC_OP(
               cascade_decode(I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off,
                              kc, vc, static_cast<__nv_bfloat16*>(I.attn) + off, nullptr,
-                             I.decode_ws, I.decode_ws_bytes, s),
+                             I.decode_ws, I.decode_ws_bytes, s, I.kv_quant[layer]),
               "cascade_decode");
         }
         if (fp8) {

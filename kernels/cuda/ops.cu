@@ -164,45 +164,54 @@ __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int rows, int in
 
 // ---- KV append ------------------------------------------------------------------------------
 
+// A bf16 value as a cache element of type T: bf16 as it is, fp16 rounded to nearest, or (T =
+// uint8_t: an FP8 cache) the E4M3 code of x * inv, inv = 1 / the cache's scale (kernels/fp8_rule.h:
+// nearest, ties to even, saturating).
 template <typename T>
-__device__ __forceinline__ T from_bf16(bf16 x);
-template <>
-__device__ __forceinline__ bf16 from_bf16<bf16>(bf16 x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_bf16<__half>(bf16 x) {
-  return __float2half_rn(__bfloat162float(x));
+__device__ __forceinline__ T to_cache(bf16 x, float inv) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(__bfloat162float(x));
+  } else {
+    static_assert(std::is_same_v<T, uint8_t>);
+    return static_cast<uint8_t>(
+        __nv_cvt_float_to_fp8(__bfloat162float(x) * inv, __NV_SATFINITE, __NV_E4M3));
+  }
 }
 
-// Converts n (8 when vectorised) bf16 values to T.
+// Converts n (8 when vectorised) bf16 values to cache elements (to_cache).
 template <typename T, int kVec>
-__device__ __forceinline__ void convert_row(const bf16* src, T* dst) {
+__device__ __forceinline__ void convert_row(const bf16* src, T* dst, float inv) {
   if constexpr (kVec == 8) {
     const uint4 u = *reinterpret_cast<const uint4*>(src);
     const bf16* s = reinterpret_cast<const bf16*>(&u);
-    uint4 o;
-    T* d = reinterpret_cast<T*>(&o);
+    T d[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j)
-      d[j] = from_bf16<T>(s[j]);
-    *reinterpret_cast<uint4*>(dst) = o;
+      d[j] = to_cache<T>(s[j], inv);
+    if constexpr (sizeof(T) == 1) {
+      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(d);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(d);
+    }
   } else {
-    *dst = from_bf16<T>(*src);
+    *dst = to_cache<T>(*src, inv);
   }
 }
 
 // One CTA per token.
 template <typename T, int kVec>
 __global__ void kv_append_kernel(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
-                                 const int32_t* slots, int kv_row, T* k_cache, T* v_cache) {
+                                 const int32_t* slots, int kv_row, T* k_cache, T* v_cache,
+                                 float k_inv, float v_inv) {
   const int64_t t = blockIdx.x;
   const int32_t slot = slots[t];
   if (slot < 0) return;
   const int64_t dst = int64_t{slot} * kv_row;
   for (int i = threadIdx.x * kVec; i < kv_row; i += blockDim.x * kVec) {
-    convert_row<T, kVec>(k + t * k_stride + i, k_cache + dst + i);
-    convert_row<T, kVec>(v + t * v_stride + i, v_cache + dst + i);
+    convert_row<T, kVec>(k + t * k_stride + i, k_cache + dst + i, k_inv);
+    convert_row<T, kVec>(v + t * v_stride + i, v_cache + dst + i, v_inv);
   }
 }
 
@@ -229,7 +238,8 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
                                       const bf16* k, int64_t k_stride, const bf16* v,
                                       int64_t v_stride, int num_kv_heads, int head_dim,
                                       const float2* cs, bf16* q_out, int64_t q_out_stride,
-                                      const int32_t* slots, T* k_cache, T* v_cache) {
+                                      const int32_t* slots, T* k_cache, T* v_cache, float k_inv,
+                                      float v_inv) {
   const int64_t t = blockIdx.x;
   const int half = head_dim / 2, quads = half / 4;
   const int32_t slot = slots[t];
@@ -241,7 +251,7 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
     if (u >= rot_units) {  // V: 8 values
       if (slot < 0) continue;
       const int64_t i = int64_t{u - rot_units} * 8;
-      convert_row<T, 8>(v + t * v_stride + i, v_cache + int64_t{slot} * kv_row + i);
+      convert_row<T, 8>(v + t * v_stride + i, v_cache + int64_t{slot} * kv_row + i, v_inv);
       continue;
     }
     const int h = u / quads, i = (u % quads) * 4;
@@ -270,8 +280,8 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
       const bf16* r = reinterpret_cast<const bf16*>(hi);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        out[i + j] = from_bf16<T>(l[j]);
-        out[half + i + j] = from_bf16<T>(r[j]);
+        out[i + j] = to_cache<T>(l[j], k_inv);
+        out[half + i + j] = to_cache<T>(r[j], k_inv);
       }
     }
   }
@@ -325,22 +335,18 @@ __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int
 
 // ---- block copies ---------------------------------------------------------------------------
 
-// blockIdx.x: the pair; blockIdx.y: the cache (2 * layer + {0: K, 1: V}). Elements are 2 bytes.
-template <bool kVec>
-__global__ void copy_blocks_kernel(uint16_t* caches, int64_t cache_elements, int64_t block_elements,
+// blockIdx.x: the pair; blockIdx.y: the cache (2 * layer + {0: K, 1: V}); sizes in units of U
+// (16 bytes when the block's bytes allow, else bytes).
+template <typename U>
+__global__ void copy_blocks_kernel(unsigned char* caches, int64_t cache_units, int64_t block_units,
                                    const int32_t* pairs) {
   const int32_t src = pairs[2 * blockIdx.x], dst = pairs[2 * blockIdx.x + 1];
   if (src == dst) return;
-  uint16_t* base = caches + blockIdx.y * cache_elements;
-  const uint16_t* s = base + src * block_elements;
-  uint16_t* d = base + dst * block_elements;
-  if constexpr (kVec) {
-    for (int64_t i = threadIdx.x; i < block_elements / 8; i += blockDim.x)
-      reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(s)[i];
-  } else {
-    for (int64_t i = threadIdx.x; i < block_elements; i += blockDim.x)
-      d[i] = s[i];
-  }
+  U* base = reinterpret_cast<U*>(caches) + blockIdx.y * cache_units;
+  const U* s = base + src * block_units;
+  U* d = base + dst * block_units;
+  for (int64_t i = threadIdx.x; i < block_units; i += blockDim.x)
+    d[i] = s[i];
 }
 
 }  // namespace
@@ -458,9 +464,11 @@ cudaError_t silu_mul(const void* gate_up, void* out, int rows, int inter, cudaSt
 
 cudaError_t kv_append(const void* k, int64_t k_stride, const void* v, int64_t v_stride,
                       const int32_t* slots, int tokens, int num_kv_heads, int head_dim,
-                      KvDtype cache_dtype, void* k_cache, void* v_cache, cudaStream_t stream) {
+                      KvDtype cache_dtype, void* k_cache, void* v_cache, cudaStream_t stream,
+                      const KvQuant& quant) {
   if (tokens == 0) return cudaSuccess;
   if (tokens < 0 || num_kv_heads <= 0 || head_dim <= 0) return cudaErrorInvalidValue;
+  const float k_inv = 1.0f / quant.k_scale, v_inv = 1.0f / quant.v_scale;
   const int kv_row = num_kv_heads * head_dim;
   const bool vec = kv_row % 8 == 0 && k_stride % 8 == 0 && v_stride % 8 == 0 && aligned16(k) &&
                    aligned16(v) && aligned16(k_cache) && aligned16(v_cache);
@@ -470,14 +478,16 @@ cudaError_t kv_append(const void* k, int64_t k_stride, const void* v, int64_t v_
   auto launch = [&](auto* kc, auto* vc) {
     using T = std::remove_pointer_t<decltype(kc)>;
     if (vec) {
-      kv_append_kernel<T, 8>
-          <<<tokens, threads, 0, stream>>>(kb, k_stride, vb, v_stride, slots, kv_row, kc, vc);
+      kv_append_kernel<T, 8><<<tokens, threads, 0, stream>>>(kb, k_stride, vb, v_stride, slots,
+                                                             kv_row, kc, vc, k_inv, v_inv);
     } else {
-      kv_append_kernel<T, 1>
-          <<<tokens, threads, 0, stream>>>(kb, k_stride, vb, v_stride, slots, kv_row, kc, vc);
+      kv_append_kernel<T, 1><<<tokens, threads, 0, stream>>>(kb, k_stride, vb, v_stride, slots,
+                                                             kv_row, kc, vc, k_inv, v_inv);
     }
   };
-  if (cache_dtype == KvDtype::kF16) {
+  if (quant.fp8) {
+    launch(static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache));
+  } else if (cache_dtype == KvDtype::kF16) {
     launch(static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
   } else {
     launch(static_cast<bf16*>(k_cache), static_cast<bf16*>(v_cache));
@@ -500,7 +510,8 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
                            int64_t k_stride, const void* v, int64_t v_stride, int num_kv_heads,
                            int head_dim, const void* cs, int tokens, void* q_out,
                            int64_t q_out_stride, const int32_t* slots, KvDtype cache_dtype,
-                           void* k_cache, void* v_cache, cudaStream_t stream) {
+                           void* k_cache, void* v_cache, cudaStream_t stream,
+                           const KvQuant& quant) {
   if (tokens == 0) return cudaSuccess;
   if (tokens < 0 || head_dim <= 0 || head_dim % 8 != 0 || head_dim > kMaxRopeHeadDim ||
       num_q_heads < 0 || num_kv_heads <= 0 || q_stride % 4 != 0 || k_stride % 4 != 0 ||
@@ -516,9 +527,12 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
     rope_kv_append_kernel<T><<<tokens, threads, 0, stream>>>(
         static_cast<const bf16*>(q), q_stride, num_q_heads, static_cast<const bf16*>(k), k_stride,
         static_cast<const bf16*>(v), v_stride, num_kv_heads, head_dim,
-        static_cast<const float2*>(cs), static_cast<bf16*>(q_out), q_out_stride, slots, kc, vc);
+        static_cast<const float2*>(cs), static_cast<bf16*>(q_out), q_out_stride, slots, kc, vc,
+        1.0f / quant.k_scale, 1.0f / quant.v_scale);
   };
-  if (cache_dtype == KvDtype::kF16) {
+  if (quant.fp8) {
+    launch(static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache));
+  } else if (cache_dtype == KvDtype::kF16) {
     launch(static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
   } else {
     launch(static_cast<bf16*>(k_cache), static_cast<bf16*>(v_cache));
@@ -548,15 +562,16 @@ cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t
   if (num_pairs < 0 || layout.num_layers < 0 || 2 * layout.num_layers > 65535) {
     return cudaErrorInvalidValue;
   }
-  const int64_t block = layout.block_elements();
+  const int64_t block = layout.block_elements() * layout.element_bytes();  // bytes
+  const int64_t cache = layout.cache_elements() * layout.element_bytes();
   const dim3 grid(static_cast<unsigned>(num_pairs), static_cast<unsigned>(2 * layout.num_layers));
-  uint16_t* base = static_cast<uint16_t*>(caches);
-  if (block % 8 == 0 && aligned16(caches)) {
-    copy_blocks_kernel<true>
-        <<<grid, threads_for(block / 8), 0, stream>>>(base, layout.cache_elements(), block, pairs);
+  unsigned char* base = static_cast<unsigned char*>(caches);
+  if (block % 16 == 0 && aligned16(caches)) {
+    copy_blocks_kernel<uint4>
+        <<<grid, threads_for(block / 16), 0, stream>>>(base, cache / 16, block / 16, pairs);
   } else {
-    copy_blocks_kernel<false>
-        <<<grid, threads_for(block), 0, stream>>>(base, layout.cache_elements(), block, pairs);
+    copy_blocks_kernel<unsigned char>
+        <<<grid, threads_for(block), 0, stream>>>(base, cache, block, pairs);
   }
   return cudaGetLastError();
 }

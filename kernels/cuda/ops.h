@@ -91,13 +91,15 @@ cudaError_t rope_angles(const int32_t* positions, int tokens, const RopeTable& t
 // rope() and kv_append() of one layer in one launch, from the angles of rope_angles(): q's
 // rotated rows go to q_out, k's rotated rows and v's rows go to the caches at slots[t] (a
 // negative slot skips the token's K and V); q and k themselves are not written. Bit-equal to
-// rope(q, ..., k, ..., q_out) followed by kv_append(k, v, ...). Preconditions: those of rope()
-// and kv_append(), and head_dim % 8 == 0.
+// rope(q, ..., k, ..., q_out) followed by kv_append(k, v, ...) (quant included: the rotated bf16
+// keys are what an FP8 cache quantizes). Preconditions: those of rope() and kv_append(), and
+// head_dim % 8 == 0.
 cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, const void* k,
                            int64_t k_stride, const void* v, int64_t v_stride, int num_kv_heads,
                            int head_dim, const void* cs, int tokens, void* q_out,
                            int64_t q_out_stride, const int32_t* slots, KvDtype cache_dtype,
-                           void* k_cache, void* v_cache, cudaStream_t stream = nullptr);
+                           void* k_cache, void* v_cache, cudaStream_t stream = nullptr,
+                           const KvQuant& quant = {});
 
 // The family options between the QKV projection and RoPE, in place on fused bf16 QKV rows (each:
 // q_heads heads of q, kv_heads of k, kv_heads of v; `stride` elements apart): bias (null: none;
@@ -121,14 +123,18 @@ cudaError_t silu_mul(const void* gate_up, void* out, int rows, int inter,
 // negative slot skips the token (padding). k, v: [tokens] rows, k_stride / v_stride elements
 // apart; slots: [tokens] int32 (device); k_cache, v_cache: [num_blocks, block_size, num_kv_heads,
 // head_dim] in cache_dtype (kernels/attention_shape.h). Precondition: slots distinct.
+// quant.fp8 (attention.h KvQuant): the caches hold E4M3 codes instead (cache_dtype is not read),
+// code = e4m3(x * (1 / k_scale)) for keys and likewise for values, x the bf16 value
+// (kernels/fp8_rule.h: nearest, ties to even, saturating).
 cudaError_t kv_append(const void* k, int64_t k_stride, const void* v, int64_t v_stride,
                       const int32_t* slots, int tokens, int num_kv_heads, int head_dim,
                       KvDtype cache_dtype, void* k_cache, void* v_cache,
-                      cudaStream_t stream = nullptr);
+                      cudaStream_t stream = nullptr, const KvQuant& quant = {});
 
 // Every layer's KV cache in one allocation: [num_layers, 2 (K then V), num_blocks, block_size,
-// num_kv_heads, head_dim] in `dtype`. Layer l's K and V are each the paged NHD cache that
-// attention.h and kv_append take; a block copy is then one strided copy over 2 * num_layers caches.
+// num_kv_heads, head_dim] in `dtype`, or one byte per element with fp8 (E4M3 codes, KvQuant).
+// Layer l's K and V are each the paged NHD cache that attention.h and kv_append take; a block
+// copy is then one strided copy over 2 * num_layers caches.
 struct KvCacheLayout {
   int num_layers = 0;
   int num_blocks = 0;
@@ -136,16 +142,20 @@ struct KvCacheLayout {
   int num_kv_heads = 0;
   int head_dim = 0;
   KvDtype dtype = KvDtype::kBF16;
+  bool fp8 = false;
 
+  int element_bytes() const { return fp8 ? 1 : 2; }
   int64_t block_elements() const { return int64_t{block_size} * num_kv_heads * head_dim; }
   int64_t cache_elements() const { return block_elements() * num_blocks; }  // one K or V
-  size_t bytes() const { return static_cast<size_t>(cache_elements()) * 2 * num_layers * 2; }
+  size_t bytes() const {
+    return static_cast<size_t>(cache_elements()) * element_bytes() * 2 * num_layers;
+  }
   void* k(void* base, int layer) const { return at(base, 2 * int64_t{layer}); }
   void* v(void* base, int layer) const { return at(base, 2 * int64_t{layer} + 1); }
 
  private:
   void* at(void* base, int64_t cache) const {
-    return static_cast<char*>(base) + cache * cache_elements() * 2;
+    return static_cast<char*>(base) + cache * cache_elements() * element_bytes();
   }
 };
 

@@ -42,9 +42,11 @@ constexpr int ctas_per_sm(int head_dim) {
   return head_dim == 64 ? 4 : 3;
 }
 
-template <int D, typename T>
+// Over an FP8 cache: one fp16 stage and kStages raw stages of codes (the same total).
+template <int D, bool kFp8>
 constexpr int smem_bytes() {
-  return kStages * 2 * kTile * D * static_cast<int>(sizeof(T)) + 256;  // + alignment slack
+  constexpr int kStage = 2 * kTile * D * 2;  // K and V of one stage, 2-byte elements
+  return (kFp8 ? kStage + kStages * kStage / 2 : kStages * kStage) + 256;  // + alignment slack
 }
 
 // ---- index arithmetic (host and device: tests/emulation can check it on the CPU) -------------
@@ -106,7 +108,8 @@ struct PrefillParams {
   int token_stride;   // cache elements per token: num_kv_heads * head_dim
   int block_stride;   // cache elements per block: block_size * token_stride
   FastDiv block_div;  // by block_size
-  float scale_log2;   // shape.scale * log2(e): the softmax runs in base 2
+  float scale_log2;  // shape.scale * log2(e) (* an FP8 cache's K scale): the softmax runs in base 2
+  float v_scale;     // 1, or an FP8 cache's V scale: applied to the output
 };
 
 // ---- K/V tile loader ----------------------------------------------------------------------
@@ -118,8 +121,13 @@ struct PrefillParams {
 // the kernel parameters (constant bank): the loader keeps few registers beside the softmax state.
 // With kOneBlock the tile's one page-table id is fetched a tile ahead; otherwise the kPer ids are
 // fetched right before the copies (held across the math they would spill).
-template <int D, typename T, bool kOneBlock>
+// T is the product type (the stage's element). With kFp8 the cache holds E4M3 codes: the threads
+// of even chunks copy 16 bytes of codes (theirs and their neighbour's) into a raw stage (token
+// rows of D bytes, unswizzled), and widen() turns each thread's 8 codes of a row into its chunk of
+// the T stage.
+template <int D, typename T, bool kOneBlock, bool kFp8 = false>
 struct TileLoader {
+  using C = std::conditional_t<kFp8, uint8_t, T>;       // a cache element
   static constexpr int kCpr = D / 8;                    // 16-byte chunks per token row
   static constexpr int kPer = kTile * kCpr / kThreads;  // tokens per thread per tile (8 or 4)
   static constexpr int kPitch = D * static_cast<int>(sizeof(T));
@@ -155,6 +163,23 @@ struct TileLoader {
     tok0 = tid / kCpr * kPer;
     so0 = stage_offset(tok0, chunk, kPitch);
   }
+  // kFp8: byte offset of this thread's codes of row tok0 in a raw stage (token rows of D bytes;
+  // col % D is the chunk's first element).
+  __device__ __forceinline__ uint32_t raw0() const { return tok0 * D + (col & (D - 1)); }
+  // Where row i of a stage lands: its swizzled chunk, or (kFp8) its codes in the raw stage.
+  __device__ __forceinline__ uint32_t dst_off(int i) const {
+    return kFp8 ? raw0() + i * D : row_offset(so0, i);
+  }
+  // kFp8: widens this thread's codes of the raw stage at k_raw / v_raw (landed for every thread)
+  // into the T stage at ks / vs.
+  __device__ __forceinline__ void widen(uint32_t k_raw, uint32_t v_raw, uint32_t ks,
+                                        uint32_t vs) const {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      widen_e4m3x8(k_raw + raw0() + i * D, ks + row_offset(so0, i));
+      widen_e4m3x8(v_raw + raw0() + i * D, vs + row_offset(so0, i));
+    }
+  }
 
   // Stage offset of row tok0 + i: (tok0 + i) & 7 = (tok0 & 7) ^ i for i < kPer (tok0 is a
   // multiple of kPer), so the swizzle is so0's XOR i << 4 (bits 4..6, inside the row).
@@ -174,10 +199,11 @@ struct TileLoader {
   }
 
   // Copies tile `tile` (whose ids were fetched last) into the stage whose K half starts at ks and
-  // V half at vs.
+  // V half at vs (kFp8: the raw stage).
   __device__ __forceinline__ void issue(int tile, uint32_t ks, uint32_t vs) const {
-    const T* kc = static_cast<const T*>(p.k_cache) + col;
-    const T* vc = static_cast<const T*>(p.v_cache) + col;
+    if (kFp8 && (col & 8) != 0) return;  // an odd chunk: its neighbour copies it
+    const C* kc = static_cast<const C*>(p.k_cache) + col;
+    const C* vc = static_cast<const C*>(p.v_cache) + col;
     const int t0 = tile * kTile + tok0;
     if constexpr (kOneBlock) {
       // Past kv_end the address stays inside block 0 (nothing is read).
@@ -186,7 +212,7 @@ struct TileLoader {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const bool ok = ids[0] >= 0 && t0 + i < kv_end;
-        const uint32_t so = row_offset(so0, i);
+        const uint32_t so = dst_off(i);
         cp_async16(ks + so, kc + off + i * p.token_stride, ok);
         cp_async16(vs + so, vc + off + i * p.token_stride, ok);
       }
@@ -197,7 +223,7 @@ struct TileLoader {
         const bool ok = ids[i] >= 0;
         const int64_t off = int64_t{ok ? ids[i] : 0} * p.block_stride +
                             (t - p.block_div(t) * p.block_size) * p.token_stride;
-        const uint32_t so = row_offset(so0, i);
+        const uint32_t so = dst_off(i);
         cp_async16(ks + so, kc + off, ok);
         cp_async16(vs + so, vc + off, ok);
       }
@@ -234,11 +260,14 @@ struct Item {
   }
 };
 
-template <int D, typename T, bool kOneBlock>
+// q and out are in T, the products in M (fp16 over an FP8 cache, kFp8).
+template <int D, typename T, bool kOneBlock, bool kFp8>
 __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const PrefillParams p) {
-  using Loader = TileLoader<D, T, kOneBlock>;
+  using M = MmaType<T, kFp8>;
+  using Loader = TileLoader<D, M, kOneBlock, kFp8>;
   constexpr int kPitch = Loader::kPitch;
   constexpr int kStageBytes = kTile * kPitch;  // K (or V) of one stage
+  constexpr int kRawBytes = kStageBytes / 2;   // K (or V) of one raw stage (kFp8)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // Stages start 256-byte aligned (pair_offset XORs address bits 5..7).
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 255u) & ~255u;
@@ -271,14 +300,19 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
       const uint32_t* src = q32 + int64_t{ok ? it.q_row(p, r) : 0} * (D / 2) + qc;
 #pragma unroll
       for (int k = 0; k < D / 16; ++k) {
-        qf[k][h] = ok ? __ldg(src + k * 8) : 0u;
-        qf[k][2 + h] = ok ? __ldg(src + k * 8 + 4) : 0u;
+        qf[k][h] = ok ? to_mma_pair<T, M>(__ldg(src + k * 8)) : 0u;
+        qf[k][2 + h] = ok ? to_mma_pair<T, M>(__ldg(src + k * 8 + 4)) : 0u;
       }
     }
   }
 
+  // Stage s's K (its V follows at v_at): the stage itself, or its raw stage after the M stage.
+  constexpr uint32_t v_at = kFp8 ? kRawBytes : kStageBytes;
+  auto stage_k = [smem](int s) {
+    return kFp8 ? smem + 2 * kStageBytes + s * 2 * kRawBytes : smem + s * 2 * kStageBytes;
+  };
   Loader ld(p, p.block_indices + table, kv_head, tid, kv_end);
-  ld.load(0, smem, smem + kStageBytes);
+  ld.load(0, stage_k(0), stage_k(0) + v_at);
   cp_async_commit();
 
   const uint32_t k_off = k_lane_offset(lane, 0, kPitch), v_off = v_lane_offset(lane, 0, kPitch);
@@ -288,15 +322,21 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
     cp_async_wait_all();
     __syncthreads();  // this tile landed for all; the other stage (last tile's) is free
     if (t0 + kTile < kv_end) {
-      const uint32_t nb = smem + (stage ^ 1) * 2 * kStageBytes;
-      ld.load(t0 / kTile + 1, nb, nb + kStageBytes);
+      const uint32_t nb = stage_k(stage ^ 1);
+      ld.load(t0 / kTile + 1, nb, nb + v_at);
     }
     cp_async_commit();
+    uint32_t base = stage_k(stage);
+    if constexpr (kFp8) {  // the codes landed for all: widen them into the one M stage
+      ld.widen(base, base + v_at, smem, smem + kStageBytes);
+      __syncthreads();
+      base = smem;
+    }
 #pragma unroll
     for (int half = 0; half < kTile / kSub; ++half) {
       const int t = t0 + half * kSub;  // position of the step's first key
       if (t >= hi_lim) break;          // past every row of the warp
-      const uint32_t ks = smem + stage * 2 * kStageBytes + half * kSub * kPitch + k_off;
+      const uint32_t ks = base + half * kSub * kPitch + k_off;
       const uint32_t vs = ks - k_off + kStageBytes + v_off;
 
       // S = Q K^T: the warp's 16 rows x 32 keys (n-tile j = keys 8j .. 8j + 7).
@@ -311,8 +351,8 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
         for (int j = 0; j < kSub / 8; j += 2) {
           uint32_t b[4];
           ldmatrix_x4(b, a + j * 8 * kPitch);
-          mma16816<T>(s[j], qf[k], b[0], b[1]);
-          mma16816<T>(s[j + 1], qf[k], b[2], b[3]);
+          mma16816<M>(s[j], qf[k], b[0], b[1]);
+          mma16816<M>(s[j + 1], qf[k], b[2], b[3]);
         }
       }
 
@@ -323,16 +363,16 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
 #pragma unroll
       for (int kk = 0; kk < kSub / 16; ++kk) {
         uint32_t pa[4];
-        pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        pa[0] = pack2<M>(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack2<M>(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack2<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack2<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
         for (int m = 0; m < D / 16; ++m) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, pair_offset(vs, m) + kk * 16 * kPitch);
-          mma16816<T>(st.o[2 * m], pa, b[0], b[1]);
-          mma16816<T>(st.o[2 * m + 1], pa, b[2], b[3]);
+          mma16816<M>(st.o[2 * m], pa, b[0], b[1]);
+          mma16816<M>(st.o[2 * m + 1], pa, b[2], b[3]);
         }
       }
     }
@@ -348,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
     const int r = it.row0 + warp * 16 + qr + 8 * h;
     if (r >= it.rows) continue;
     const int row = it.q_row(p, r);
-    const float inv = st.inv_sum(h);
+    const float inv = st.inv_sum(h) * p.v_scale;
     // Columns 2 qc and 2 qc + 1 of each n-tile.
     uint32_t* dst = reinterpret_cast<uint32_t*>(out + int64_t{row} * D) + qc;
 #pragma unroll
@@ -362,22 +402,22 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
 
 // ---- launch ---------------------------------------------------------------------------------
 
-template <int D, typename T, bool kOneBlock>
+template <int D, typename T, bool kOneBlock, bool kFp8>
 cudaError_t launch_kernel(const PrefillParams& params, int num_items, cudaStream_t stream) {
-  constexpr int kSmem = smem_bytes<D, T>();
+  constexpr int kSmem = smem_bytes<D, kFp8>();
   static const cudaError_t attr = cudaFuncSetAttribute(
-      prefill_kernel<D, T, kOneBlock>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      prefill_kernel<D, T, kOneBlock, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  prefill_kernel<D, T, kOneBlock>
+  prefill_kernel<D, T, kOneBlock, kFp8>
       <<<static_cast<unsigned>(num_items), kThreads, kSmem, stream>>>(params);
   return cudaGetLastError();
 }
 
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 cudaError_t launch_typed(const PrefillParams& params, int num_items, cudaStream_t stream) {
   return params.block_size % TileLoader<D, T, true>::kPer == 0
-             ? launch_kernel<D, T, true>(params, num_items, stream)
-             : launch_kernel<D, T, false>(params, num_items, stream);
+             ? launch_kernel<D, T, true, kFp8>(params, num_items, stream)
+             : launch_kernel<D, T, false, kFp8>(params, num_items, stream);
 }
 
 bool shape_supported(const AttentionShape& shape) {
@@ -442,8 +482,10 @@ cudaError_t paged_prefill(const AttentionShape& shape, KvDtype dtype, const Pref
                           const void* q, const void* k_cache, const void* v_cache,
                           const int32_t* q_indptr, const int32_t* block_indptr,
                           const int32_t* block_indices, const int32_t* start_pos, void* out,
-                          float* lse, cudaStream_t stream) {
-  if (!shape_supported(shape) || (plan.num_items > 0 && plan.device == nullptr)) {
+                          float* lse, cudaStream_t stream, const KvQuant& quant) {
+  const bool f16 = dtype == KvDtype::kF16;
+  if (!shape_supported(shape) || (plan.num_items > 0 && plan.device == nullptr) ||
+      (quant.fp8 && f16)) {
     return cudaErrorInvalidValue;
   }
   if (plan.num_items == 0) return cudaSuccess;
@@ -465,14 +507,17 @@ cudaError_t paged_prefill(const AttentionShape& shape, KvDtype dtype, const Pref
   p.token_stride = shape.num_kv_heads * shape.head_dim;
   p.block_stride = shape.block_size * p.token_stride;
   p.block_div = FastDiv::make(shape.block_size);
-  p.scale_log2 = shape.scale * kLog2e;
-  const bool f16 = dtype == KvDtype::kF16;
+  p.scale_log2 = shape.scale * kLog2e * (quant.fp8 ? quant.k_scale : 1.0f);
+  p.v_scale = quant.fp8 ? quant.v_scale : 1.0f;
+  using bf16 = __nv_bfloat16;
   if (shape.head_dim == 64) {
-    return f16 ? launch_typed<64, __half>(p, plan.num_items, stream)
-               : launch_typed<64, __nv_bfloat16>(p, plan.num_items, stream);
+    return quant.fp8 ? launch_typed<64, bf16, true>(p, plan.num_items, stream)
+           : f16     ? launch_typed<64, __half, false>(p, plan.num_items, stream)
+                     : launch_typed<64, bf16, false>(p, plan.num_items, stream);
   }
-  return f16 ? launch_typed<128, __half>(p, plan.num_items, stream)
-             : launch_typed<128, __nv_bfloat16>(p, plan.num_items, stream);
+  return quant.fp8 ? launch_typed<128, bf16, true>(p, plan.num_items, stream)
+         : f16     ? launch_typed<128, __half, false>(p, plan.num_items, stream)
+                   : launch_typed<128, bf16, false>(p, plan.num_items, stream);
 }
 
 }  // namespace kvc::kernels::cuda

@@ -58,7 +58,8 @@ cudaError_t upload_prefill_plan(PrefillPlan& plan, void* workspace, size_t works
 
 // Causal prefill of every chunk of the plan. q, out: [num_tokens, num_q_heads, head_dim] in
 // `dtype` (rows in q_indptr order); lse: [num_tokens, num_q_heads] fp32, natural log, or null.
-// k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] in `dtype`. q_indptr,
+// k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] in `dtype`, or E4M3 codes
+// under quant.fp8 (attention.h KvQuant: bf16 q and out, products in fp16). q_indptr,
 // block_indptr ([num_chunks + 1]), block_indices and start_pos ([num_chunks]) are device arrays
 // holding the values the plan was made from.
 // Supported: head_dim 64 or 128, any GQA group, any block_size; fp32 softmax and accumulation.
@@ -68,6 +69,6 @@ cudaError_t paged_prefill(const AttentionShape& shape, KvDtype dtype, const Pref
                           const void* q, const void* k_cache, const void* v_cache,
                           const int32_t* q_indptr, const int32_t* block_indptr,
                           const int32_t* block_indices, const int32_t* start_pos, void* out,
-                          float* lse, cudaStream_t stream = nullptr);
+                          float* lse, cudaStream_t stream = nullptr, const KvQuant& quant = {});
 
 }  // namespace kvc::kernels::cuda

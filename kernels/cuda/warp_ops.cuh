@@ -1,10 +1,12 @@
 // Warp-level building blocks shared by the tensor-core attention kernels (attention.cu,
-// prefill_attention.cu): bf16/fp16 packing, mma.sync m16n8k16, ldmatrix, ex2, cp.async.
+// prefill_attention.cu): bf16/fp16 packing, mma.sync m16n8k16, ldmatrix, ex2, cp.async, and the
+// widening of staged E4M3 codes (an FP8 KV cache) to fp16.
 // Included inside each kernel file's anonymous namespace, so every file keeps its own copy.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -66,4 +68,46 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// ---- FP8 KV cache: E4M3 codes staged in shared memory, widened to fp16 -----------------------
+
+// The type the products run in: the KvDtype's, or fp16 over an FP8 cache (every E4M3 value is an
+// fp16 value, and one cvt widens two codes).
+template <typename T, bool kFp8>
+using MmaType = std::conditional_t<kFp8, __half, T>;
+
+// A query's two values (bits of T) as the product type's: bf16 -> fp16 rounds to nearest and
+// saturates at +-65504 (a bf16 query past fp16's range would otherwise turn into inf).
+template <typename T, typename M>
+__device__ __forceinline__ uint32_t to_mma_pair(uint32_t bits) {
+  if constexpr (std::is_same_v<T, M>) {
+    return bits;
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16> && std::is_same_v<M, __half>);
+    __nv_bfloat162 b;
+    __builtin_memcpy(&b, &bits, 4);
+    const float2 f = __bfloat1622float2(b);
+    constexpr float kMax = 65504.0f;
+    __half2 h = __floats2half2_rn(fminf(fmaxf(f.x, -kMax), kMax), fminf(fmaxf(f.y, -kMax), kMax));
+    uint32_t r;
+    __builtin_memcpy(&r, &h, 4);
+    return r;
+  }
+}
+
+// 8 E4M3 codes at shared address `src` (8-byte aligned; the first code in the lowest byte) widened
+// to 8 fp16 values stored at `dst` (16-byte aligned). Exact.
+__device__ __forceinline__ void widen_e4m3x8(uint32_t src, uint32_t dst) {
+  uint32_t c[2], h[4];
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(c[0]), "=r"(c[1]) : "r"(src) : "memory");
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+        static_cast<__nv_fp8x2_storage_t>(c[j / 2] >> (16 * (j % 2))), __NV_E4M3);
+    h[j] = uint32_t{r.x} | (uint32_t{r.y} << 16);
+  }
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(h[0]), "r"(h[1]),
+               "r"(h[2]), "r"(h[3])
+               : "memory");
 }

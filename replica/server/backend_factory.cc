@@ -74,9 +74,6 @@ Status check_backend_options(const BackendOptions& o) {
       {"--model", !o.model_dir.empty(), !sim, "cpu and cuda (sim: --sim-preset)"},
       {"--weights-seed", o.weights_seed.has_value(), !sim, "cpu and cuda"},
       {"--quantization", !o.quantization.empty(), !sim, "cpu and cuda"},
-      // The CUDA attention kernels read bf16 KV only: an FP8 cache there needs kernels that load
-      // E4M3 codes (not written yet).
-      {"--kv-cache-dtype fp8", o.fp8_kv(), !cuda, "cpu and sim"},
       {"--gpu-memory-utilization", o.gpu_memory_utilization.has_value(), cuda || sim,
        "cuda and sim"},
       {"--no-cuda-graphs", o.cuda_graphs.has_value(), cuda, "cuda"},

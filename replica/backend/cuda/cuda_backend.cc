@@ -52,12 +52,21 @@ std::string CudaBackend::quantization() const {
   return model_->dims().fp8_weights ? "fp8" : "";
 }
 
+std::string CudaBackend::kv_cache_dtype() const {
+  return model_->dims().fp8_kv ? "fp8" : "";
+}
+
+int32_t CudaBackend::kv_bytes_per_element() const {
+  return model_->dims().fp8_kv ? 1 : 2;
+}
+
 Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& config,
                                                            const CudaBackendOptions& o) {
   if (!kc::device_available()) return Error{"--backend cuda: " + kc::device_description()};
   if (Status s = config.validate(); !s.ok()) return Error{s.message()};
   kc::LlamaDims dims = dims_of(config);
   dims.fp8_weights = o.fp8_weights.value_or(!config.checkpoint_quantization.empty());
+  dims.fp8_kv = o.fp8_kv;
   kc::LlamaCapacity cap;
   cap.block_size = o.block_size;
   cap.max_tokens = std::max(o.max_tokens_per_step, o.max_num_seqs);
@@ -257,6 +266,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   o.cuda_graphs = f.cuda_graphs.value_or(true);
   o.decode_gemm = f.decode_gemm;
   if (!f.quantization.empty()) o.fp8_weights = f.quantization == "fp8";  // else as the checkpoint
+  o.fp8_kv = f.fp8_kv();
   Result<std::unique_ptr<CudaBackend>> made = Error{""};
   if (!f.model_dir.empty()) {
     made = CudaBackend::load(f.model_dir, o);
@@ -272,10 +282,12 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   std::fprintf(
       stderr,
       "cuda backend on %s: weights %.0f MiB (%s), workspace %.0f MiB, KV cache %.0f MiB "
-      "(%d blocks of %d tokens, bf16); %.0f of %.0f MiB were free\n",
+      "(%d blocks of %d tokens, %s); %.0f of %.0f MiB were free\n",
       m.device.c_str(), mib(m.weight_bytes),
       (*made)->quantization() == "fp8" ? "layer matrices FP8 E4M3, per-channel scales" : "bf16",
       mib(m.workspace_bytes), mib(m.kv_bytes), (*made)->num_blocks(), (*made)->block_size(),
+      (*made)->kv_cache_dtype() == "fp8" ? "FP8 E4M3, 1 byte per element: twice the blocks"
+                                         : "bf16",
       mib(m.device_free), mib(m.device_total));
   return std::unique_ptr<Backend>(std::move(made).value());
 }

@@ -33,6 +33,8 @@ struct CudaBackendOptions {
   // --quantization fp8 (kernels/cuda/llama.h LlamaDims::fp8_weights); unset: FP8 exactly when
   // the checkpoint is (ModelConfig::checkpoint_quantization).
   std::optional<bool> fp8_weights;
+  // --kv-cache-dtype fp8 (LlamaDims::fp8_kv): the KV cache as E4M3 codes, one byte per element.
+  bool fp8_kv = false;
 };
 
 // What start-up allocated (printed in the start-up log).
@@ -64,7 +66,8 @@ class CudaBackend final : public Backend {
   int32_t block_size() const override { return block_size_; }
   std::string name() const override { return "cuda"; }
   std::string quantization() const override;
-  int32_t kv_bytes_per_element() const override { return 2; }
+  std::string kv_cache_dtype() const override;
+  int32_t kv_bytes_per_element() const override;
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
   // The folder's tensors are streamed onto the device over the old ones, in pieces, as at
   // start-up (no second copy of the model): everything is checked before the first write.

@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cuda/device.h"
+#include "kernels/fp8_rule.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace kvc::kernels {
@@ -57,6 +59,11 @@ cuda::DeviceBuffer upload(const std::vector<uint16_t>& v) {
   b.upload(v.data(), v.size() * 2);
   return b;
 }
+cuda::DeviceBuffer upload(const std::vector<uint8_t>& v) {
+  cuda::DeviceBuffer b(std::max<size_t>(v.size(), 1));
+  if (!v.empty()) b.upload(v.data(), v.size());
+  return b;
+}
 cuda::DeviceBuffer upload(const std::vector<int32_t>& v) {
   cuda::DeviceBuffer b(std::max<size_t>(v.size(), 1) * 4);
   if (!v.empty()) b.upload(v.data(), v.size() * 4);
@@ -64,10 +71,12 @@ cuda::DeviceBuffer upload(const std::vector<int32_t>& v) {
 }
 
 // A random batch on both sides: float copies (rounded to the dtype) for the twin, bits on the
-// device.
+// device. With an FP8 cache (quant.fp8) the twin's keys and values are E4M3 values times the
+// scales and the device holds their codes.
 struct Problem {
   AttentionShape shape;
   KvDtype dtype;
+  cuda::KvQuant quant;
   PagedKv kv;
   std::vector<float> q;
   cuda::DeviceBuffer d_k, d_v, d_q;
@@ -80,11 +89,17 @@ struct Problem {
   int num_blocks_;
 
  public:
-  Problem(const AttentionShape& sh, KvDtype dt, int num_blocks, int num_seqs, std::mt19937& rng)
-      : shape(sh), dtype(dt), kv(sh, num_blocks, rng), num_blocks_(num_blocks) {
+  Problem(const AttentionShape& sh, KvDtype dt, int num_blocks, int num_seqs, std::mt19937& rng,
+          const cuda::KvQuant& kv_quant = {})
+      : shape(sh), dtype(dt), quant(kv_quant), kv(sh, num_blocks, rng), num_blocks_(num_blocks) {
     // Round the cache to the dtype in place (PagedKv owns non-const storage behind k()/v()), so
     // the twin sees exactly the device's values, copy-on-write copies included.
     for (float* p : {const_cast<float*>(kv.k()), const_cast<float*>(kv.v())}) {
+      if (quant.fp8) {
+        cpu::fake_quantize_scaled_fp8(p, static_cast<int64_t>(elements()),
+                                      p == kv.k() ? quant.k_scale : quant.v_scale);
+        continue;
+      }
       for (size_t i = 0; i < elements(); ++i)
         p[i] = from_bits(to_bits(p[i], dt), dt);
     }
@@ -94,6 +109,17 @@ struct Problem {
 
   // Uploads the cache as it is now: call after the batch is built (add_suffixes copies slots).
   void upload_kv() {
+    if (quant.fp8) {  // the values are E4M3 values already: quantizing again gives their codes
+      auto codes = [&](const float* x, float scale) {
+        std::vector<uint8_t> c(elements());
+        for (size_t i = 0; i < c.size(); ++i)
+          c[i] = fp8::e4m3_from_float(x[i] * (1.0f / scale));
+        return c;
+      };
+      d_k = upload(codes(kv.k(), quant.k_scale));
+      d_v = upload(codes(kv.v(), quant.v_scale));
+      return;
+    }
     std::vector<float> k(kv.k(), kv.k() + elements()), v(kv.v(), kv.v() + elements());
     d_k = upload(round_to(k, dtype));
     d_v = upload(round_to(v, dtype));
@@ -125,9 +151,10 @@ struct Problem {
     for (int i = 0; i < launches; ++i) {
       out.fill_bytes(0xFF);  // NaN in fp16, bf16 and fp32
       lse.fill_bytes(0xFF);
-      EXPECT_EQ(cuda::cascade_decode(shape, dtype, dp, d_q.data(), d_k.data(), d_v.data(),
-                                     out.data(), lse.as<float>(), ws.data(), ws_bytes),
-                cudaSuccess);
+      EXPECT_EQ(
+          cuda::cascade_decode(shape, dtype, dp, d_q.data(), d_k.data(), d_v.data(), out.data(),
+                               lse.as<float>(), ws.data(), ws_bytes, nullptr, quant),
+          cudaSuccess);
       cuda::synchronize_or_die("cascade_decode");
     }
     return fetch(out, lse, plan.num_seqs);
@@ -155,7 +182,7 @@ struct Problem {
     EXPECT_EQ(
         cuda::paged_decode(shape, dtype, d_q.data(), d_k.data(), d_v.data(), d_indptr.as<int32_t>(),
                            d_indices.as<int32_t>(), d_lens.as<int32_t>(), num_seqs, max_len,
-                           out.data(), lse.as<float>(), ws.data(), ws_bytes),
+                           out.data(), lse.as<float>(), ws.data(), ws_bytes, nullptr, quant),
         cudaSuccess);
     cuda::synchronize_or_die("paged_decode");
     return fetch(out, lse, num_seqs);
@@ -198,11 +225,11 @@ class CudaAttentionTest : public ::testing::Test {
 
   // Flat decode of one sequence per length (fresh random cache and queries) against the twin.
   void check_flat(const AttentionShape& sh, KvDtype dt, const std::vector<int32_t>& lens,
-                  const char* what) {
+                  const char* what, const cuda::KvQuant& quant = {}) {
     int blocks = 8;
     for (int32_t l : lens)
       blocks += (l + sh.block_size - 1) / sh.block_size;
-    Problem pr(sh, dt, blocks, static_cast<int>(lens.size()), rng_);
+    Problem pr(sh, dt, blocks, static_cast<int>(lens.size()), rng_, quant);
     TreeBatch batch(pr.kv, static_cast<int>(lens.size()));
     batch.add_suffixes(lens);
     pr.upload_kv();
@@ -211,7 +238,8 @@ class CudaAttentionTest : public ::testing::Test {
   }
   // Cascade decode of every tree of kTrees (fresh random cache and queries) against the twin;
   // `tag` is appended to each tree's name in failure messages.
-  void check_trees(const AttentionShape& sh, KvDtype dt, const std::string& tag);
+  void check_trees(const AttentionShape& sh, KvDtype dt, const std::string& tag,
+                   const cuda::KvQuant& quant = {});
 };
 
 struct Case {
@@ -306,9 +334,10 @@ const Tree kTrees[] = {
      }},
 };
 
-void CudaAttentionTest::check_trees(const AttentionShape& sh, KvDtype dt, const std::string& tag) {
+void CudaAttentionTest::check_trees(const AttentionShape& sh, KvDtype dt, const std::string& tag,
+                                    const cuda::KvQuant& quant) {
   for (const Tree& t : kTrees) {
-    Problem pr(sh, dt, t.num_blocks, t.num_seqs, rng_);
+    Problem pr(sh, dt, t.num_blocks, t.num_seqs, rng_, quant);
     TreeBatch batch(pr.kv, t.num_seqs);
     t.build(batch, rng_);
     pr.upload_kv();
@@ -491,6 +520,53 @@ TEST_F(CudaAttentionTest, PartialHeadGroupsBlockSizesAndPrefixCtas) {
       }
     }
   }
+}
+
+// An FP8 cache (KvQuant): E4M3 codes under K and V scales other than 1, widened to fp16 on the
+// device, against the twin over the codes' values times the scales. Flat decode on the 4-head and
+// 8-head CTAs (block size 5: a thread's rows in several blocks), every cascade tree on both
+// decode CTA kinds, cascade == flat and one plan's bits twice on the device; an FP8 cache with
+// fp16 queries is refused.
+TEST_F(CudaAttentionTest, Fp8CacheMatchesCpuTwin) {
+  const cuda::KvQuant fp8{true, 0.37f, 1.9f};
+  const KvDtype dt = KvDtype::kBF16;
+  for (Case c : kSweep) {
+    for (int kv_heads : {2, 8}) {
+      for (int block_size : {16, 5}) {
+        if ((block_size == 5 || kv_heads == 8) && c.group != 4 && c.group != 1) continue;
+        const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, kv_heads, block_size);
+        check_flat(sh, dt, {0, 1, 17, 64, 203, 1000, 3001}, "flat fp8", fp8);
+      }
+    }
+    check_trees(testutil::make_shape(c.head_dim, c.group), dt, " fp8", fp8);
+  }
+  check_trees(testutil::make_shape(128, 4, 8), dt, " fp8 all-heads", fp8);
+
+  const AttentionShape sh = testutil::make_shape(128, 4, 8);
+  Problem pr(sh, dt, 400, 20, rng_, fp8);
+  TreeBatch batch(pr.kv, 20);
+  std::vector<int32_t> all(20), half(10);
+  for (int s = 0; s < 20; ++s)
+    all[s] = s;
+  for (int s = 0; s < 10; ++s)
+    half[s] = s;
+  batch.share(all, 12);
+  batch.share(half, 9);
+  batch.add_suffixes(random_lens(rng_, 20, 0, 90), 4);
+  pr.upload_kv();
+  const Output cascade = pr.run_cascade(batch.plan());
+  expect_close(cascade, pr.run_flat(batch), tolerance(dt), label(dt, sh, "fp8 cascade==flat"));
+  const Output again = pr.run_cascade(batch.plan(), {}, 3);
+  EXPECT_EQ(again.out, cascade.out) << label(dt, sh, "fp8 deterministic");
+
+  cuda::DeviceCascadePlan dp = cuda::make_device_plan(batch.plan(), sh);
+  cuda::DeviceBuffer d_plan(std::max<size_t>(dp.device_bytes(), 16));
+  ASSERT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
+  const size_t ws_bytes = cuda::cascade_workspace_bytes(dp, sh);
+  cuda::DeviceBuffer ws(ws_bytes), out(size_t{20} * sh.num_q_heads * sh.head_dim * 2);
+  EXPECT_EQ(cuda::cascade_decode(sh, KvDtype::kF16, dp, pr.d_q.data(), pr.d_k.data(), pr.d_v.data(),
+                                 out.data(), nullptr, ws.data(), ws_bytes, nullptr, fp8),
+            cudaErrorInvalidValue);
 }
 
 TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {

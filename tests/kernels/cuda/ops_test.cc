@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device.h"
+#include "kernels/fp8_rule.h"
 #include "tests/kernels/cuda/device_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -445,6 +446,128 @@ TEST_F(CudaOpsTest, CopyBlocksIsExact) {
                        num_pairs);
       EXPECT_EQ(download<uint16_t>(d_caches, n), to_bits(f)) << what;
     }
+  }
+}
+
+// An FP8 cache (KvQuant): kv_append writes the E4M3 code of each bf16 value times 1 / scale, the
+// rule of kernels/fp8_rule.h bit for bit (saturation past 448 x scale included), and nothing
+// else; rope_kv_append writes the codes of the very bf16 keys and values it writes to a bf16
+// cache, and the same q rows.
+TEST_F(CudaOpsTest, Fp8KvAppendWritesTheRulesCodes) {
+  const cuda::KvQuant fp8{true, 0.37f, 1.9f};
+  const cpu::RopeConfig cfg{.theta = 500000, .llama3_scaling = true};
+  auto codes_of = [](const std::vector<float>& x, float scale) {
+    std::vector<uint8_t> c(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      c[i] = fp8::e4m3_from_float(x[i] * (1.0f / scale));
+    return c;
+  };
+  for (int head_dim : {64, 128}) {
+    for (int tokens : {1, 37, 300}) {
+      const std::string what =
+          "d " + std::to_string(head_dim) + " tokens " + std::to_string(tokens);
+      const int kv_heads = 2, q_heads = 8, qd = q_heads * head_dim, kvd = kv_heads * head_dim;
+      const int row = qd + 2 * kvd;  // a fused QKV row
+      const int num_slots = (tokens / 16 + 4) * 16;
+      std::vector<int32_t> all(num_slots);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
+      for (int32_t& sl : slots) {
+        if (rng_() % 10 == 0) sl = -1;
+      }
+      std::vector<float> qkv = random_bf16(rng_, static_cast<size_t>(tokens) * row, 2.0f);
+      qkv[qd] = 1e5f;  // past 448 x k_scale: saturates
+      qkv[qd + kvd + 1] = -3e3f;
+      cpu::round_to(qkv.data(), static_cast<int64_t>(qkv.size()), cpu::StorageType::kBF16);
+      const size_t cache_n = static_cast<size_t>(num_slots) * kvd;
+      std::vector<uint8_t> start(cache_n);
+      for (uint8_t& b : start)
+        b = static_cast<uint8_t>(rng_() % 0x7E);
+      DeviceBuffer d_slots = upload(slots), d_qkv = upload(to_bits(qkv));
+      auto* base = static_cast<uint16_t*>(d_qkv.data());
+
+      // kv_append from the K and V columns of the QKV rows.
+      DeviceBuffer k8 = upload(start), v8 = upload(start);
+      ASSERT_EQ(
+          cuda::kv_append(base + qd, row, base + qd + kvd, row, d_slots.as<int32_t>(), tokens,
+                          kv_heads, head_dim, KvDtype::kBF16, k8.data(), v8.data(), nullptr, fp8),
+          cudaSuccess);
+      cuda::synchronize_or_die("kv_append fp8");
+      std::vector<uint8_t> want_k = start, want_v = start;
+      for (int t = 0; t < tokens; ++t) {
+        if (slots[t] < 0) continue;
+        const auto at = qkv.begin() + int64_t{t} * row + qd;
+        const std::vector<uint8_t> kc = codes_of({at, at + kvd}, fp8.k_scale);
+        const std::vector<uint8_t> vc = codes_of({at + kvd, at + 2 * kvd}, fp8.v_scale);
+        std::copy(kc.begin(), kc.end(), want_k.begin() + int64_t{slots[t]} * kvd);
+        std::copy(vc.begin(), vc.end(), want_v.begin() + int64_t{slots[t]} * kvd);
+      }
+      EXPECT_EQ(download<uint8_t>(k8, cache_n), want_k) << what << " kv_append K";
+      EXPECT_EQ(download<uint8_t>(v8, cache_n), want_v) << what << " kv_append V";
+
+      // rope_kv_append: into a bf16 cache, then into an FP8 one.
+      std::vector<int32_t> pos(tokens);
+      for (int32_t& p : pos)
+        p = static_cast<int32_t>(rng_() % 131072);
+      const cuda::RopeTable table = cuda::make_rope_table(head_dim, cfg);
+      DeviceBuffer d_pos = upload(pos), cs(static_cast<size_t>(tokens) * head_dim / 2 * 8);
+      ASSERT_EQ(cuda::rope_angles(d_pos.as<int32_t>(), tokens, table, cs.data()), cudaSuccess);
+      const std::vector<float> zeros(cache_n, 0.0f);
+      DeviceBuffer k16 = upload(to_bits(zeros)), v16 = upload(to_bits(zeros));
+      DeviceBuffer q_a(size_t(tokens) * qd * 2), q_b(size_t(tokens) * qd * 2);
+      k8 = upload(start);
+      v8 = upload(start);
+      ASSERT_EQ(cuda::rope_kv_append(base, row, q_heads, base + qd, row, base + qd + kvd, row,
+                                     kv_heads, head_dim, cs.data(), tokens, q_a.data(), qd,
+                                     d_slots.as<int32_t>(), KvDtype::kBF16, k16.data(), v16.data()),
+                cudaSuccess);
+      ASSERT_EQ(
+          cuda::rope_kv_append(base, row, q_heads, base + qd, row, base + qd + kvd, row, kv_heads,
+                               head_dim, cs.data(), tokens, q_b.data(), qd, d_slots.as<int32_t>(),
+                               KvDtype::kBF16, k8.data(), v8.data(), nullptr, fp8),
+          cudaSuccess);
+      cuda::synchronize_or_die("rope_kv_append fp8");
+      const size_t q_n = size_t(tokens) * qd;
+      EXPECT_EQ(download<uint16_t>(q_b, q_n), download<uint16_t>(q_a, q_n)) << what << " q";
+      const std::vector<float> k_bf16 = to_floats(download<uint16_t>(k16, cache_n));
+      const std::vector<float> v_bf16 = to_floats(download<uint16_t>(v16, cache_n));
+      std::vector<uint8_t> rk = codes_of(k_bf16, fp8.k_scale), rv = codes_of(v_bf16, fp8.v_scale);
+      std::vector<uint8_t> got_k = download<uint8_t>(k8, cache_n),
+                           got_v = download<uint8_t>(v8, cache_n);
+      for (int s = 0; s < num_slots; ++s) {  // rows no token wrote keep their bytes
+        if (std::find(slots.begin(), slots.end(), s) != slots.end()) continue;
+        std::copy_n(start.begin() + int64_t{s} * kvd, kvd, rk.begin() + int64_t{s} * kvd);
+        std::copy_n(start.begin() + int64_t{s} * kvd, kvd, rv.begin() + int64_t{s} * kvd);
+      }
+      EXPECT_EQ(got_k, rk) << what << " rope_kv_append K";
+      EXPECT_EQ(got_v, rv) << what << " rope_kv_append V";
+    }
+  }
+}
+
+// Block copies of an FP8 cache move bytes: 16 at a time, or one at a time when a block's bytes
+// are not a multiple of 16 (18 here).
+TEST_F(CudaOpsTest, CopyBlocksOfAnFp8CacheMovesBytes) {
+  for (int block_size : {16, 3}) {
+    cuda::KvCacheLayout layout{
+        2, 24, block_size, block_size == 3 ? 1 : 2, block_size == 3 ? 6 : 64, KvDtype::kBF16, true};
+    ASSERT_EQ(layout.bytes(), size_t(layout.cache_elements()) * 2 * 2);
+    std::vector<uint8_t> bytes(layout.bytes());
+    for (uint8_t& b : bytes)
+      b = static_cast<uint8_t>(rng_());
+    const std::vector<int32_t> pairs{3, 17, 5, 9, 20, 20};
+    DeviceBuffer d = upload(bytes), d_pairs = upload(pairs);
+    ASSERT_EQ(cuda::copy_blocks(d.data(), layout, d_pairs.as<int32_t>(), 3), cudaSuccess);
+    cuda::synchronize_or_die("copy_blocks fp8");
+    const int64_t block = layout.block_elements(), cache = layout.cache_elements();
+    for (int c = 0; c < 2 * layout.num_layers; ++c) {
+      for (int p = 0; p < 3; ++p) {
+        std::copy_n(bytes.begin() + c * cache + pairs[2 * p] * block, block,
+                    bytes.begin() + c * cache + pairs[2 * p + 1] * block);
+      }
+    }
+    EXPECT_EQ(download<uint8_t>(d, bytes.size()), bytes) << "block size " << block_size;
   }
 }
 

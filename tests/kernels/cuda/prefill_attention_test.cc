@@ -18,7 +18,9 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cuda/device.h"
+#include "kernels/fp8_rule.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace kvc::kernels {
@@ -76,9 +78,14 @@ struct Result {
 class Batch {
  public:
   // `key_scale(p)`, when given, multiplies the keys of position p of chunk 0's sequence.
+  // quant.fp8: the cache holds E4M3 codes (the twin their values times the scales).
   Batch(const AttentionShape& sh, KvDtype dt, const std::vector<Chunk>& chunks, std::mt19937& rng,
-        float (*key_scale)(int) = nullptr)
-      : shape_(sh), dtype_(dt), chunks_(chunks), kv_(sh, num_blocks(sh, chunks), rng) {
+        float (*key_scale)(int) = nullptr, const cuda::KvQuant& quant = {})
+      : shape_(sh),
+        dtype_(dt),
+        quant_(quant),
+        chunks_(chunks),
+        kv_(sh, num_blocks(sh, chunks), rng) {
     for (size_t c = 0; c < chunks.size(); ++c) {
       const int blocks = (chunks[c].start + chunks[c].len + sh.block_size - 1) / sh.block_size;
       std::vector<int32_t> table;
@@ -109,6 +116,11 @@ class Batch {
     // k() / v() is not const) and q to the dtype in place.
     const size_t elems = cache_elements();
     for (float* p : {const_cast<float*>(kv_.k()), const_cast<float*>(kv_.v())}) {
+      if (quant.fp8) {
+        cpu::fake_quantize_scaled_fp8(p, static_cast<int64_t>(elems),
+                                      p == kv_.k() ? quant.k_scale : quant.v_scale);
+        continue;
+      }
       for (size_t i = 0; i < elems; ++i)
         p[i] = from_bits(to_bits(p[i], dt), dt);
     }
@@ -127,8 +139,19 @@ class Batch {
   };
   OnDevice to_device() const {
     OnDevice d;
-    d.k = upload(to_bits(std::vector<float>(kv_.k(), kv_.k() + cache_elements()), dtype_));
-    d.v = upload(to_bits(std::vector<float>(kv_.v(), kv_.v() + cache_elements()), dtype_));
+    if (quant_.fp8) {  // E4M3 values already: quantizing again gives their codes
+      auto codes = [&](const float* x, float scale) {
+        std::vector<uint8_t> c(cache_elements());
+        for (size_t i = 0; i < c.size(); ++i)
+          c[i] = fp8::e4m3_from_float(x[i] * (1.0f / scale));
+        return c;
+      };
+      d.k = upload(codes(kv_.k(), quant_.k_scale));
+      d.v = upload(codes(kv_.v(), quant_.v_scale));
+    } else {
+      d.k = upload(to_bits(std::vector<float>(kv_.k(), kv_.k() + cache_elements()), dtype_));
+      d.v = upload(to_bits(std::vector<float>(kv_.v(), kv_.v() + cache_elements()), dtype_));
+    }
     d.q = upload(to_bits(q_, dtype_));
     d.q_indptr = upload(q_indptr_);
     d.block_indptr = upload(block_indptr_);
@@ -149,10 +172,10 @@ class Batch {
     d.lse.fill_bytes(0xFF);
   }
   cudaError_t launch(const OnDevice& d, bool with_lse, cudaStream_t stream = nullptr) const {
-    return cuda::paged_prefill(shape_, dtype_, d.plan, d.q.data(), d.k.data(), d.v.data(),
-                               d.q_indptr.as<int32_t>(), d.block_indptr.as<int32_t>(),
-                               d.block_indices.as<int32_t>(), d.start_pos.as<int32_t>(),
-                               d.out.data(), with_lse ? d.lse.as<float>() : nullptr, stream);
+    return cuda::paged_prefill(
+        shape_, dtype_, d.plan, d.q.data(), d.k.data(), d.v.data(), d.q_indptr.as<int32_t>(),
+        d.block_indptr.as<int32_t>(), d.block_indices.as<int32_t>(), d.start_pos.as<int32_t>(),
+        d.out.data(), with_lse ? d.lse.as<float>() : nullptr, stream, quant_);
   }
   // The outputs as floats; lse only `with_lse`.
   Result fetch(const OnDevice& d, bool with_lse) const {
@@ -269,6 +292,7 @@ class Batch {
 
   AttentionShape shape_;
   KvDtype dtype_;
+  cuda::KvQuant quant_;
   std::vector<Chunk> chunks_;
   PagedKv kv_;
   std::vector<std::vector<int32_t>> tables_;
@@ -314,6 +338,32 @@ TEST_F(CudaPrefillTest, SweepMatchesCpuTwin) {
       }
     }
   }
+}
+
+// An FP8 cache (KvQuant, scales other than 1): codes staged and widened to fp16, against the twin
+// over the codes' values times the scales; the sweep's chunks (prefix-cached prompts, aligned and
+// unaligned starts) at block sizes that do and do not hold a thread's rows in one block, and a
+// long context.
+TEST_F(CudaPrefillTest, Fp8CacheMatchesCpuTwin) {
+  const cuda::KvQuant fp8{true, 0.37f, 1.9f};
+  const KvDtype dt = KvDtype::kBF16;
+  for (int d : {64, 128}) {
+    for (int group : {1, 4}) {
+      for (int bs : {1, 16}) {
+        const AttentionShape sh = testutil::make_shape(d, group, 2, bs);
+        const std::vector<Chunk> chunks = {
+            {0, 65}, {0, 1, 1}, {3 * bs, 7, 3}, {5 * bs + 3, 64}, {100, 300, 64 / bs}, {0, 0},
+        };
+        Batch(sh, dt, chunks, rng_, nullptr, fp8).expect_matches_twin(label(dt, sh, "fp8 sweep"));
+      }
+    }
+  }
+  const AttentionShape sh = testutil::make_shape(128, 4, 8, 16);
+  Batch(sh, dt, {{0, 1000}, {3000, 1}, {517, 1000, 32}}, rng_, nullptr, fp8)
+      .expect_matches_twin(label(dt, sh, "fp8 long context"));
+  const Batch b(sh, KvDtype::kF16, {{0, 8}}, rng_, nullptr, fp8);
+  const Batch::OnDevice d = b.to_device();
+  EXPECT_EQ(b.launch(d, false), cudaErrorInvalidValue) << "an FP8 cache serves bf16 queries";
 }
 
 // Chunks of 1000 tokens, from position 0 and from an unaligned position of a prompt that shares

@@ -6,9 +6,10 @@
 #   bash bench/gpu_fp8.sh engine  the PyTorch anchor (anchor/ carried), then bench engine: FP8
 #                                 cascade + flat and bf16 cascade, each beside the anchor
 #   bash bench/gpu_fp8.sh all     both
-#   bash bench/gpu_fp8.sh kv      the FP8 KV cache (--kv-cache-dtype fp8): its kernel and backend
-#                                 tests, the anchor, then bench engine with FP8 weights + FP8 KV
-#                                 (cascade and flat) and with bf16 weights + FP8 KV (cascade)
+#   bash bench/gpu_fp8.sh kv      the FP8 KV cache (--kv-cache-dtype fp8): the CUDA tests, the
+#                                 anchor, bench engine with FP8 weights + FP8 KV (cascade and
+#                                 flat, profiled), then cascade alone for bf16 weights + FP8 KV,
+#                                 FP8 weights + bf16 KV and bf16 + bf16 (same run)
 set -u -o pipefail
 mode=${1:-tests}
 out=${OUT:-gpu-out}
@@ -51,10 +52,10 @@ case "$mode" in
     OUT="$out" bash "$0" engine
     ;;
   kv)
-    timeout 240 "$bin/kernels_cuda_test" --gtest_brief=1 2>&1 >"$out/kernels_cuda_test.txt"
-    grep -E "FAILED|Failure|PASSED" -A3 "$out/kernels_cuda_test.txt" | head -30
-    timeout 240 "$bin/replica_cuda_test" --gtest_filter='*Fp8*' 2>&1 >"$out/replica_cuda_test.txt"
-    grep -E "fp8|FAILED|PASSED|Failure" -A2 "$out/replica_cuda_test.txt" | head -40
+    timeout 200 "$bin/kernels_cuda_test" --gtest_brief=1 2>&1 >"$out/kernels_cuda_test.txt"
+    tail -3 "$out/kernels_cuda_test.txt"
+    timeout 200 "$bin/replica_cuda_test" 2>&1 >"$out/replica_cuda_test.txt"
+    grep -E "fp8 KV|FAILED|PASSED" "$out/replica_cuda_test.txt" | head -20
     if [ -f anchor/torch_cascade_anchor.py ]; then
       OUT="$out" PYTHONUNBUFFERED=1 timeout 200 python3 anchor/torch_cascade_anchor.py \
         >"$out/anchor.txt" 2>&1
@@ -62,13 +63,20 @@ case "$mode" in
     fi
     anchor=()
     [ -f "$out/anchor.json" ] && anchor=(--anchor "$out/anchor.json")
-    timeout 300 "$bin/kvcascade" bench engine --quantization fp8 --kv-cache-dtype fp8 \
+    timeout 200 "$bin/kvcascade" bench engine --quantization fp8 --kv-cache-dtype fp8 \
       --attention both --graphs on --out "$out/engine-fp8-kv8.json" "${anchor[@]}" \
       >"$out/engine-fp8-kv8.txt" 2>&1
-    tail -45 "$out/engine-fp8-kv8.txt"
-    timeout 150 "$bin/kvcascade" bench engine --kv-cache-dtype fp8 --attention cascade \
-      --graphs on --no-profile --out "$out/engine-bf16-kv8.json" "${anchor[@]}" \
-      >"$out/engine-bf16-kv8.txt" 2>&1
-    tail -14 "$out/engine-bf16-kv8.txt"
+    head -30 "$out/engine-fp8-kv8.txt" | tail -22
+    tail -5 "$out/engine-fp8-kv8.txt"
+    # The same rollout, cascade only, for the other three combinations.
+    for v in "bf16-kv8 --kv-cache-dtype fp8" "fp8 --quantization fp8" "bf16"; do
+      set -- $v
+      name=$1
+      shift
+      timeout 100 "$bin/kvcascade" bench engine "$@" --attention cascade --graphs on --no-profile \
+        --out "$out/engine-$name.json" "${anchor[@]}" >"$out/engine-$name.txt" 2>&1
+      echo "== $name"
+      grep -E "^ +(16|256|1024) +20|rollout:" "$out/engine-$name.txt" | head -4
+    done
     ;;
 esac

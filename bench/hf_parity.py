@@ -20,10 +20,12 @@ never draws the padding ids of a vocabulary larger than its tokenizer's. Every r
 mean KL divergence of the engine's next-token distributions (`generate --logits`) from
 transformers' float32 ones at the same positions, over the same ids.
 
-With --quantization fp8 each backend also runs with `--quantization fp8` (rows `cuda-fp8`, ...):
-those rows add the agreement with the same backend's bf16 (CPU: float32) run and the mean KL from
-it, both over the positions where the two runs had the same context (up to and including their
-first differing token). Prints a table and writes parity.json / parity.md to OUT_DIR.
+With --quantization fp8 each backend also runs with `--quantization fp8` (rows `cuda-fp8`, ...),
+with --kv-cache-dtype fp8 with `--kv-cache-dtype fp8` (rows `cuda-kv8`), and with both, also with
+both flags (rows `cuda-fp8-kv8`): those rows add the agreement with the same backend's bf16 (CPU:
+float32) run and the mean KL from it, both over the positions where the two runs had the same
+context (up to and including their first differing token). Prints a table and writes parity.json
+/ parity.md to OUT_DIR.
 
 tests/replica/model/hf_reference/make_hf_reference.py builds its CI fixtures with build_checkpoint.
 """
@@ -144,12 +146,17 @@ def build_checkpoint(folder, common, spec, seed, generation=None):
     return saved
 
 
+# The quantized variants: row-name suffix -> generate's extra flags.
+VARIANT_FLAGS = {"fp8": ["--quantization", "fp8"], "kv8": ["--kv-cache-dtype", "fp8"],
+                 "fp8-kv8": ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]}
+
+
 def generate(kvcascade, folder, backend, attention, max_tokens, n, quantization=None):
     cmd = [kvcascade, "generate", "--model", folder, "--backend", backend, "--attention",
            attention, "-n", str(n), "--temperature", "0", "--max-tokens", str(max_tokens),
            "--ignore-eos", "--json", "--quiet", "--logits"]
     if quantization:
-        cmd += ["--quantization", quantization]
+        cmd += VARIANT_FLAGS[quantization]
     for q in QUESTIONS:
         cmd += ["--prompt", SYSTEM + q]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -259,6 +266,9 @@ def main():
                     help="random checkpoints per family (seed 0 is the committed table's)")
     ap.add_argument("--quantization", default="",
                     help="fp8: also run every backend with --quantization fp8")
+    ap.add_argument("--kv-cache-dtype", default="",
+                    help="fp8: also run every backend with --kv-cache-dtype fp8 (and, with "
+                         "--quantization fp8, with both)")
     ap.add_argument("--hf-bf16", action="store_true",
                     help="also score transformers' own bfloat16 model against float32 on the "
                          "same sequences: the floor any bf16 engine is measured against")
@@ -293,8 +303,14 @@ def main():
         cache = {}
         sequences = {}  # every distinct (prompt, generated) pair, for the bf16 floor
         variants = [(b, None) for b in args.backends.split(",")]
+        quantized = []
         if args.quantization:
-            variants += [(b, args.quantization) for b in args.backends.split(",")]
+            quantized.append("fp8")
+        if args.kv_cache_dtype:
+            quantized.append("kv8")
+        if args.quantization and args.kv_cache_dtype:
+            quantized.append("fp8-kv8")
+        variants += [(b, q) for q in quantized for b in args.backends.split(",")]
         plain = {}  # (backend, attention) -> the unquantized run, for the quantized rows
         for backend, quant in variants:
             for attention in ("flat", "cascade"):

@@ -13,7 +13,8 @@
 // decode_wide_kernel is the flat path with HW = 8 (one 8-warp CTA per SM).
 // Everything writes normalised fp32 partials (O, natural-log LSE); merge_kernel folds them in a
 // fixed order and writes out in the KV dtype. Over an FP8 cache (KvQuant) the items stage E4M3
-// codes, widen them to fp16 in shared memory and run the same products in fp16 (kFp8).
+// codes and run the same products in fp16 (kFp8): a prefix item widens each stage into an fp16
+// stage for its tensor-core operands, a decode item widens each lane's fragments in registers.
 //
 // Parts: attention_ptx.cuh (constants, PTX), attention_state.cuh (parameters, loader, softmax
 // state), attention_prefix.cuh, attention_decode.cuh; here the kernels and their launchers.
@@ -41,7 +42,11 @@ __global__ void __launch_bounds__(kThreads, kCascadeCtasPerSm)
       prefix_item<D, T, kFp8>(p, item, smem_base);
     return;
   }
-  decode_item<D, T, kCascadeHeadsPerCta, kStages, kFp8>(p, bid - p.num_prefix_ctas, smem_base);
+  if constexpr (kFp8) {
+    decode_item_fp8<D, T, kCascadeHeadsPerCta, kFp8Stages>(p, bid - p.num_prefix_ctas, smem_base);
+  } else {
+    decode_item<D, T, kCascadeHeadsPerCta, kStages>(p, bid - p.num_prefix_ctas, smem_base);
+  }
 }
 
 // Flat decode over 8 KV heads per CTA (num_kv_heads % 8 == 0).
@@ -51,7 +56,11 @@ __global__ void __launch_bounds__(32 * kDecodeHeadsPerCta)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   launch_dependents();
-  decode_item<D, T, kDecodeHeadsPerCta, kWideStages, kFp8>(p, blockIdx.x, smem_base);
+  if constexpr (kFp8) {
+    decode_item_fp8<D, T, kDecodeHeadsPerCta, kFp8WideStages>(p, blockIdx.x, smem_base);
+  } else {
+    decode_item<D, T, kDecodeHeadsPerCta, kWideStages>(p, blockIdx.x, smem_base);
+  }
 }
 
 // One warp per (sequence, query head) row: its node units in plan order, then its splits in

@@ -26,18 +26,26 @@ constexpr int kStages = 2;
 constexpr int kWideStages = 3;
 constexpr int kHeadsTile = 16;  // tokens of a decode stage
 
+// Pipeline stages of the decode items over an FP8 cache (raw codes only, a quarter of a bf16
+// stage pair): the same shared memory as the bf16 items at two and three stages.
+constexpr int kFp8Stages = 4;
+constexpr int kFp8WideStages = 6;
+
 // Shared memory of a cascade_kernel CTA: kStages stages of K and V, 64 x D elements each (a prefix
-// stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads); over an FP8 cache one
-// fp16 stage and kStages raw stages of codes (half the size: the same total at two stages).
+// stage is 64 tokens of one head, a decode stage 16 tokens x 4 heads). Over an FP8 cache: a prefix
+// item holds one fp16 stage and kStages raw stages of codes (half the size), a decode item
+// kFp8Stages raw stages of 16 tokens x 4 heads; both come to the bf16 total.
 template <int D, bool kFp8>
 constexpr int smem_bytes() {
   constexpr int kStage = 2 * kTile * D * 2;  // K and V of one stage, 2-byte elements
-  return (kFp8 ? kStage + kStages * kStage / 2 : kStages * kStage) + 1024;  // + alignment slack
+  constexpr int kPrefix = kFp8 ? kStage + kStages * kStage / 2 : kStages * kStage;
+  constexpr int kDecode = kFp8 ? kFp8Stages * 2 * kHeadsTile * kCascadeHeadsPerCta * D : 0;
+  return (kPrefix > kDecode ? kPrefix : kDecode) + 1024;  // + alignment slack
 }
 template <int D, int HW, bool kFp8>
 constexpr int decode_smem_bytes() {
-  constexpr int kStage = 2 * kHeadsTile * HW * D * 2;
-  return kFp8 ? kStage + kWideStages * kStage / 2 : kWideStages * kStage;
+  return kFp8 ? kFp8WideStages * 2 * kHeadsTile * HW * D
+              : kWideStages * 2 * kHeadsTile * HW * D * 2;
 }
 static_assert(kHeadsTile * kCascadeHeadsPerCta == kTile);
 

@@ -18,6 +18,17 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
 
+# The PyTorch anchor (anchor/ carried) into $out; sets anchor=(--anchor FILE) when it ran.
+run_anchor() {
+  if [ -f anchor/torch_cascade_anchor.py ]; then
+    OUT="$out" PYTHONUNBUFFERED=1 timeout 200 python3 anchor/torch_cascade_anchor.py \
+      >"$out/anchor.txt" 2>&1
+    tail -3 "$out/anchor.txt"
+  fi
+  anchor=()
+  [ -f "$out/anchor.json" ] && anchor=(--anchor "$out/anchor.json")
+}
+
 case "$mode" in
   tests)
     timeout 200 "$bin/kernels_cuda_test" --gtest_filter='CudaFp8*' 2>&1 | tee "$out/fp8_test.txt" |
@@ -33,13 +44,7 @@ case "$mode" in
     done
     ;;
   engine)
-    if [ -f anchor/torch_cascade_anchor.py ]; then
-      OUT="$out" PYTHONUNBUFFERED=1 timeout 200 python3 anchor/torch_cascade_anchor.py \
-        >"$out/anchor.txt" 2>&1
-      tail -3 "$out/anchor.txt"
-    fi
-    anchor=()
-    [ -f "$out/anchor.json" ] && anchor=(--anchor "$out/anchor.json")
+    run_anchor
     timeout 300 "$bin/kvcascade" bench engine --quantization fp8 --attention both --graphs on \
       --out "$out/engine-fp8.json" "${anchor[@]}" >"$out/engine-fp8.txt" 2>&1
     tail -45 "$out/engine-fp8.txt"
@@ -56,13 +61,7 @@ case "$mode" in
     tail -3 "$out/kernels_cuda_test.txt"
     timeout 200 "$bin/replica_cuda_test" 2>&1 >"$out/replica_cuda_test.txt"
     grep -E "fp8 KV|FAILED|PASSED" "$out/replica_cuda_test.txt" | head -20
-    if [ -f anchor/torch_cascade_anchor.py ]; then
-      OUT="$out" PYTHONUNBUFFERED=1 timeout 200 python3 anchor/torch_cascade_anchor.py \
-        >"$out/anchor.txt" 2>&1
-      tail -3 "$out/anchor.txt"
-    fi
-    anchor=()
-    [ -f "$out/anchor.json" ] && anchor=(--anchor "$out/anchor.json")
+    run_anchor
     timeout 200 "$bin/kvcascade" bench engine --quantization fp8 --kv-cache-dtype fp8 \
       --attention both --graphs on --out "$out/engine-fp8-kv8.json" "${anchor[@]}" \
       >"$out/engine-fp8-kv8.txt" 2>&1

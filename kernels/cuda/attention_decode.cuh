@@ -10,6 +10,40 @@ namespace kvc::kernels::cuda {
 namespace {
 
 // ---- decode item ----------------------------------------------------------------------------
+
+// What decode item `index` covers: (sequence, split, group of HW KV heads), head group fastest;
+// warp w's KV head; its partial unit and token range.
+struct DecodeWork {
+  int hg, kv_head, heads_here, t_begin, t_end;
+  int64_t seq, unit;
+
+  template <int HW>
+  __device__ __forceinline__ static DecodeWork of(const AttendParams& p, int64_t index, int warp) {
+    DecodeWork w;
+    const int head_groups = (p.num_kv_heads + HW - 1) / HW;
+    w.hg = static_cast<int>(index % head_groups);
+    const int64_t piece = index / head_groups;
+    const int split = static_cast<int>(piece % p.num_splits);
+    w.seq = piece / p.num_splits;
+    w.kv_head = w.hg * HW + warp;
+    w.heads_here = min(HW, p.num_kv_heads - w.hg * HW);
+    w.unit = p.decode_unit_base + w.seq * p.num_splits + split;
+    w.t_begin = split * p.split_tokens;
+    w.t_end = min(p.seq_lens[w.seq], w.t_begin + p.split_tokens);
+    return w;
+  }
+  // An empty split's partial: the identity state (O 0, LSE -inf) of the warp's query heads.
+  template <int D>
+  __device__ __forceinline__ void write_identity(const AttendParams& p, int warp, int lane) const {
+    if (warp >= heads_here) return;
+    for (int e = lane; e < p.group * D; e += 32) {
+      const int64_t pr = unit * p.num_q_heads + kv_head * p.group + e / D;
+      p.part_o[pr * D + e % D] = 0.f;
+      if (e % D == 0) p.part_lse[pr] = -CUDART_INF_F;
+    }
+  }
+};
+
 //
 // One (sequence, split, group of HW KV heads): warp w owns KV head HW * g + w (idle past
 // num_kv_heads) with its query heads as rows (padded to 16; group <= 16). A stage is 16 tokens x
@@ -28,25 +62,12 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qr = lane >> 2, qc = lane & 3;
 
-  const int head_groups = (p.num_kv_heads + HW - 1) / HW;
-  const int hg = static_cast<int>(index % head_groups);
-  const int64_t piece = index / head_groups;
-  const int split = static_cast<int>(piece % p.num_splits);
-  const int64_t seq = piece / p.num_splits;
-  const int kv_head = hg * HW + warp;
-  const int heads_here = min(HW, p.num_kv_heads - hg * HW);
-  const int64_t unit = p.decode_unit_base + seq * p.num_splits + split;
-  const int len = p.seq_lens[seq];
-  const int t_begin = split * p.split_tokens;
-  const int t_end = min(len, t_begin + p.split_tokens);
+  const DecodeWork work = DecodeWork::of<HW>(p, index, warp);
+  const int hg = work.hg, kv_head = work.kv_head, heads_here = work.heads_here;
+  const int t_begin = work.t_begin, t_end = work.t_end;
+  const int64_t seq = work.seq, unit = work.unit;
   if (t_begin >= t_end) {  // an empty split is the identity state
-    if (warp < heads_here) {
-      for (int e = lane; e < p.group * D; e += 32) {
-        const int64_t pr = unit * p.num_q_heads + kv_head * p.group + e / D;
-        p.part_o[pr * D + e % D] = 0.f;
-        if (e % D == 0) p.part_lse[pr] = -CUDART_INF_F;
-      }
-    }
+    work.write_identity<D>(p, warp, lane);
     return;
   }
 
@@ -154,8 +175,8 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
 
 // Two E4M3 codes (the low 16 bits of `pair`, the first in the low byte) as fp16x2. Exact.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
-  const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair),
-                                                   __NV_E4M3);
+  const __half2_raw r =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
   return uint32_t{r.x} | (uint32_t{r.y} << 16);
 }
 
@@ -182,8 +203,8 @@ template <int D, typename T, int HW, int STG>
 __device__ __forceinline__ void decode_item_fp8(const AttendParams& p, int64_t index,
                                                 uint32_t smem_base) {
   using M = __half;
-  constexpr int kCph = D / 16;              // 16-byte chunks of one head's codes
-  constexpr int kTokChunks = HW * kCph;     // chunks of one token's HW heads
+  constexpr int kCph = D / 16;           // 16-byte chunks of one head's codes
+  constexpr int kTokChunks = HW * kCph;  // chunks of one token's HW heads
   constexpr int kThr = 32 * HW;
   constexpr int kStep = kThr / kTokChunks;  // tokens between a thread's copies
   constexpr int kPer = kHeadsTile / kStep;
@@ -193,33 +214,20 @@ __device__ __forceinline__ void decode_item_fp8(const AttendParams& p, int64_t i
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
 
-  const int head_groups = (p.num_kv_heads + HW - 1) / HW;
-  const int hg = static_cast<int>(index % head_groups);
-  const int64_t piece = index / head_groups;
-  const int split = static_cast<int>(piece % p.num_splits);
-  const int64_t seq = piece / p.num_splits;
-  const int kv_head = hg * HW + warp;
-  const int heads_here = min(HW, p.num_kv_heads - hg * HW);
-  const int64_t unit = p.decode_unit_base + seq * p.num_splits + split;
-  const int len = p.seq_lens[seq];
-  const int t_begin = split * p.split_tokens;
-  const int t_end = min(len, t_begin + p.split_tokens);
+  const DecodeWork work = DecodeWork::of<HW>(p, index, warp);
+  const int hg = work.hg, kv_head = work.kv_head, heads_here = work.heads_here;
+  const int t_begin = work.t_begin, t_end = work.t_end;
+  const int64_t seq = work.seq, unit = work.unit;
   if (t_begin >= t_end) {  // an empty split is the identity state
-    if (warp < heads_here) {
-      for (int e = lane; e < p.group * D; e += 32) {
-        const int64_t pr = unit * p.num_q_heads + kv_head * p.group + e / D;
-        p.part_o[pr * D + e % D] = 0.f;
-        if (e % D == 0) p.part_lse[pr] = -CUDART_INF_F;
-      }
-    }
+    work.write_identity<D>(p, warp, lane);
     return;
   }
 
-  const int within = tid % kTokChunks;  // chunk within the token's HW heads
+  const int within = tid % kTokChunks;   // chunk within the token's HW heads
   StageLoader<kPer, kStep, uint8_t> ld;  // 16 codes per copy
   ld.template init<D>(p, p.block_indices + p.block_indptr[seq], hg * HW * D + within * 16,
-                      tid / kTokChunks, t_begin,
-                      within / kCph < heads_here ? t_end : t_begin, kHeadsTile);
+                      tid / kTokChunks, t_begin, within / kCph < heads_here ? t_end : t_begin,
+                      kHeadsTile);
   ld.sm_row = ld.tok0 * kPitch;
   ld.sm_step = kStep * kPitch;
   ld.sm_chunk = within;
@@ -266,9 +274,7 @@ __device__ __forceinline__ void decode_item_fp8(const AttendParams& p, int64_t i
     return static_cast<uint32_t>(r * kPitch + ((c ^ (r & 7)) << 4));
   };
   auto k_at = [&](int r, int c) { return chunk_at(r, head_chunk0 + t * (kCph / 4) + c); };
-  auto v_at = [&](int r) {
-    return chunk_at(r, head_chunk0 + g * kCph / 8) + (g * (D / 8)) % 16;
-  };
+  auto v_at = [&](int r) { return chunk_at(r, head_chunk0 + g * kCph / 8) + (g * (D / 8)) % 16; };
   RowState<D> st;
 
   for (int tile = 0; tile < num_tiles; ++tile) {

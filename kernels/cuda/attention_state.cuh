@@ -157,7 +157,7 @@ struct StageLoader {
   // into the T stage at ks / vs.
   __device__ __forceinline__ void widen(uint32_t k_raw, uint32_t v_raw, uint32_t ks,
                                         uint32_t vs) const {
-#pragma unroll
+#pragma unroll 2  // fully unrolled, the prefix item spills under three CTAs per SM
     for (int i = 0; i < kPer; ++i) {
       widen_e4m3x8(k_raw + raw_row + i * kRawStep, ks + sm_off(i));
       widen_e4m3x8(v_raw + raw_row + i * kRawStep, vs + sm_off(i));

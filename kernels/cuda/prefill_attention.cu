@@ -174,7 +174,7 @@ struct TileLoader {
   // into the T stage at ks / vs.
   __device__ __forceinline__ void widen(uint32_t k_raw, uint32_t v_raw, uint32_t ks,
                                         uint32_t vs) const {
-#pragma unroll
+#pragma unroll 2  // fully unrolled, it spills at head_dim 128
     for (int i = 0; i < kPer; ++i) {
       widen_e4m3x8(k_raw + raw0() + i * D, ks + row_offset(so0, i));
       widen_e4m3x8(v_raw + raw0() + i * D, vs + row_offset(so0, i));

@@ -405,6 +405,19 @@ TEST_F(CudaAttentionTest, RisingScoresMoveTheSoftmaxReference) {
   }
 }
 
+// 20 sequences under a two-level tree: 12 blocks shared by all, 9 more by the first ten, then
+// suffixes of 0 to 90 tokens (4 copied-on-write slots).
+void build_two_level(TreeBatch& batch, std::mt19937& rng) {
+  std::vector<int32_t> all(20), half(10);
+  for (int s = 0; s < 20; ++s)
+    all[s] = s;
+  for (int s = 0; s < 10; ++s)
+    half[s] = s;
+  batch.share(all, 12);
+  batch.share(half, 9);
+  batch.add_suffixes(random_lens(rng, 20, 0, 90), 4);
+}
+
 // Routes that must agree on the device itself: cascade == flat over the same batch, and a
 // two-level tree == the same batch as one level. Also: a fixed plan gives the same bits twice,
 // the second time on the third launch of one uploaded plan.
@@ -414,14 +427,7 @@ TEST_F(CudaAttentionTest, RoutesAgree) {
       const AttentionShape sh = testutil::make_shape(c.head_dim, c.group);
       Problem pr(sh, dt, 400, 20, rng_);
       TreeBatch batch(pr.kv, 20);
-      std::vector<int32_t> all(20), half(10);
-      for (int s = 0; s < 20; ++s)
-        all[s] = s;
-      for (int s = 0; s < 10; ++s)
-        half[s] = s;
-      batch.share(all, 12);
-      batch.share(half, 9);
-      batch.add_suffixes(random_lens(rng_, 20, 0, 90), 4);
+      build_two_level(batch, rng_);
       pr.upload_kv();
 
       const Output cascade = pr.run_cascade(batch.plan());
@@ -545,14 +551,7 @@ TEST_F(CudaAttentionTest, Fp8CacheMatchesCpuTwin) {
   const AttentionShape sh = testutil::make_shape(128, 4, 8);
   Problem pr(sh, dt, 400, 20, rng_, fp8);
   TreeBatch batch(pr.kv, 20);
-  std::vector<int32_t> all(20), half(10);
-  for (int s = 0; s < 20; ++s)
-    all[s] = s;
-  for (int s = 0; s < 10; ++s)
-    half[s] = s;
-  batch.share(all, 12);
-  batch.share(half, 9);
-  batch.add_suffixes(random_lens(rng_, 20, 0, 90), 4);
+  build_two_level(batch, rng_);
   pr.upload_kv();
   const Output cascade = pr.run_cascade(batch.plan());
   expect_close(cascade, pr.run_flat(batch), tolerance(dt), label(dt, sh, "fp8 cascade==flat"));

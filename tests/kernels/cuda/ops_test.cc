@@ -43,6 +43,18 @@ class CudaOpsTest : public ::testing::Test {
     if (!cuda::device_available()) GTEST_SKIP() << cuda::device_description();
   }
   std::mt19937 rng_{20261201};
+
+  // `tokens` distinct slots of num_slots, shuffled; about one token in ten is padding (-1).
+  std::vector<int32_t> random_slots(int num_slots, int tokens) {
+    std::vector<int32_t> all(num_slots);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng_);
+    std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
+    for (int32_t& s : slots) {
+      if (rng_() % 10 == 0) s = -1;
+    }
+    return slots;
+  }
 };
 
 // Compares bf16 bits from the device with the twin's float output rounded to bf16.
@@ -306,14 +318,7 @@ TEST_F(CudaOpsTest, KvAppendIsExactInBothCacheDtypes) {
             const int kvd = kv_heads * head_dim, row = 2 * kvd;  // [k | v] per token
             const int num_blocks = tokens / block_size + 8;
             const int num_slots = num_blocks * block_size;
-            // Distinct slots in shuffled blocks; about one token in ten is padding (-1).
-            std::vector<int32_t> all(num_slots);
-            std::iota(all.begin(), all.end(), 0);
-            std::shuffle(all.begin(), all.end(), rng_);
-            std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
-            for (int32_t& s : slots) {
-              if (rng_() % 10 == 0) s = -1;
-            }
+            const std::vector<int32_t> slots = random_slots(num_slots, tokens);
             std::vector<float> kv = random_bf16(rng_, static_cast<size_t>(tokens) * row, 2.0f);
             kv[0] = 1e5f;  // beyond fp16: inf there
             kv[kvd] = -7e4f;
@@ -362,13 +367,7 @@ TEST_F(CudaOpsTest, RopeKvAppendEqualsRopeThenKvAppend) {
           for (int32_t& p : pos)
             p = static_cast<int32_t>(rng_() % 131072);
           const int num_slots = (tokens / 16 + 4) * 16;
-          std::vector<int32_t> all(num_slots);
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng_);
-          std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
-          for (int32_t& sl : slots) {
-            if (rng_() % 10 == 0) sl = -1;
-          }
+          const std::vector<int32_t> slots = random_slots(num_slots, tokens);
           const size_t cache_n = static_cast<size_t>(num_slots) * kvd;
           std::vector<float> cache = random_vector(rng_, cache_n);
           cpu::round_to(cache.data(), cache_n, testutil::storage(dt));
@@ -469,13 +468,7 @@ TEST_F(CudaOpsTest, Fp8KvAppendWritesTheRulesCodes) {
       const int kv_heads = 2, q_heads = 8, qd = q_heads * head_dim, kvd = kv_heads * head_dim;
       const int row = qd + 2 * kvd;  // a fused QKV row
       const int num_slots = (tokens / 16 + 4) * 16;
-      std::vector<int32_t> all(num_slots);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng_);
-      std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
-      for (int32_t& sl : slots) {
-        if (rng_() % 10 == 0) sl = -1;
-      }
+      const std::vector<int32_t> slots = random_slots(num_slots, tokens);
       std::vector<float> qkv = random_bf16(rng_, static_cast<size_t>(tokens) * row, 2.0f);
       qkv[qd] = 1e5f;  // past 448 x k_scale: saturates
       qkv[qd + kvd + 1] = -3e3f;

@@ -9,6 +9,7 @@ packages=(
   libboost1.81-dev        # not 1.74: its C++20 coroutine support is broken
   libxxhash-dev           # pkg-config: libxxhash
   nlohmann-json3-dev
+  libsimdjson-dev         # the router parses long request bodies with simdjson (api/json_fast)
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libcli11-dev

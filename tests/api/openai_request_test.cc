@@ -4,6 +4,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "api/chat_template.h"
 
@@ -143,6 +144,39 @@ TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {
   const ApiError chat = err(Endpoint::kChatCompletions,
                             std::string(R"({"model":"m","messages":[]})") + std::string("\0x", 2));
   EXPECT_EQ(chat.message.find("invalid JSON"), 0u) << chat.message;
+}
+
+// Bodies are parsed by simdjson and read as nlohmann documents; what simdjson refuses goes
+// through nlohmann for the verdict. The two agree: numbers typed as nlohmann types them, a
+// repeated key's last value, escapes and non-ASCII text of a long prompt byte for byte, integers
+// past 64 bits and invalid UTF-8 refused with nlohmann's messages.
+TEST(OpenAiRequest, FastParseReadsWhatNlohmannReads) {
+  const Endpoint c = Endpoint::kCompletions;
+  std::string prompt;
+  for (int i = 0; prompt.size() < 400000; ++i) {  // JSON text: escapes, UTF-8, a surrogate pair
+    prompt += "line " + std::to_string(i) + R"(: \"quoted\" \\ tab\t \u00e9t\u00e9 \ud83d\ude00 )" +
+              "caf\xc3\xa9" + R"(\n)";
+  }
+  const std::string body = R"({"model":"m","n":2,"n":3,"max_tokens":7,"temperature":1e-1,)"
+                           R"("seed":18446744073709551615,"prompt":")" +
+                           prompt + R"("})";
+  const OpenAiRequest r = ok(c, body);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  const auto want = nlohmann::json::parse(body);
+  EXPECT_EQ(r.prompts[0], want["prompt"].get<std::string>());
+  EXPECT_EQ(r.n, 3);  // the last of a repeated key
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.temperature.value_or(-1), 0.1f);
+  EXPECT_EQ(r.seed, 18446744073709551615ull);
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","max_tokens":-3})").param, "max_tokens");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","max_tokens":2.5})").param, "max_tokens");
+  // Past 64 bits: simdjson refuses, nlohmann takes it as a double, the field check refuses that.
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","max_tokens":123456789012345678901234})").param,
+            "max_tokens");
+  const ApiError utf8 = err(c, R"({"model":"m","prompt":"caf)" "\xc3" R"("})");
+  EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
+  const ApiError cut = err(c, body.substr(0, body.size() - 2));
+  EXPECT_EQ(cut.message.find("invalid JSON in the body at byte"), 0u) << cut.message;
 }
 
 // kRouting: what a router in front of another engine needs, and nothing that engine judges.

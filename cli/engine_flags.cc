@@ -29,9 +29,9 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
       ->check(CLI::IsMember({"fp8", "none"}));
   cmd.add_option("--kv-cache-dtype", b.kv_cache_dtype,
                  "auto: the backend's own (float32 on the CPU, bf16 on the GPU); fp8: E4M3 keys "
-                 "and values, one scale per layer for each (1.0), one byte per element on cuda "
-                 "and in the sim (twice the blocks for the same memory); the CPU keeps the E4M3 "
-                 "values in float32")
+                 "and values, one scale per layer for each (an FP8 checkpoint's k_scale / "
+                 "v_scale, else 1.0), one byte per element on cuda and in the sim (twice the "
+                 "blocks for the same memory); the CPU keeps the E4M3 values in float32")
       ->check(CLI::IsMember({"auto", "fp8"}));
   cmd.add_option("--backend", b.backend,
                  "cpu (float32 reference), cuda (bf16 on the GPU) or sim (no math: each step takes "

@@ -517,6 +517,16 @@ bool LlamaModel::decode_gemm() const {
   return impl_->gemm->decode_kernel();
 }
 
+void LlamaModel::set_kv_scales(std::span<const float> k_scale, std::span<const float> v_scale) {
+  Impl& I = *impl_;
+  cudaStreamSynchronize(I.stream);
+  I.drop_graphs();
+  for (size_t l = 0; l < I.kv_quant.size() && l < k_scale.size() && l < v_scale.size(); ++l) {
+    I.kv_quant[l].k_scale = k_scale[l];
+    I.kv_quant[l].v_scale = v_scale[l];
+  }
+}
+
 void LlamaModel::set_graphs(bool on) {
   Impl& I = *impl_;
   if (!on) {

@@ -147,6 +147,11 @@ class LlamaModel {
   Status forward(const LlamaStep& step, LlamaOutput& out);
   // Per-operation device times in LlamaOutput::profile (no graphs while on).
   void set_profile(bool on);
+  // The FP8 KV cache's K and V scale of every layer (dims().fp8_kv; 1.0 until set): a cached key
+  // is e4m3(k / k_scale[l]) x k_scale[l]. Both spans hold dims().layers positive values.
+  // Captured graphs are dropped (they hold the old scales); the KV already cached keeps the
+  // codes of the old ones, so set them before serving or after flushing the prefix cache.
+  void set_kv_scales(std::span<const float> k_scale, std::span<const float> v_scale);
 
   // CUDA graphs for decode steps (on by default). A pure decode step (no prefill chunk) is
   // enqueued as one graph: its launch signature (rows, samples, the device plan's launch shape

@@ -259,8 +259,9 @@ Status read_rope(const nlohmann::json& j, ModelConfig& c) {
 // or block scales in `<linear>.weight_scale`) and transformers' fine-grained fp8 (block scales in
 // `<linear>.weight_scale_inv`). The weights are dequantized at load (HfFolder::read_f32) and
 // requantized per output channel where the engine serves FP8 (kernels/fp8_rule.h). Static
-// activation scales (input_scale) and KV-cache scales are not read: activations are quantized
-// per token as they are produced, and the KV cache is bf16. Anything else is refused by name.
+// activation scales (input_scale) are not read: activations are quantized per token as they are
+// produced. KV-cache scales (self_attn.k_scale / v_scale) scale an FP8 KV cache
+// (HfFolder::kv_cache_scales). Anything else is refused by name.
 Status read_quantization(const nlohmann::json& q, ModelConfig& c) {
   if (!q.is_object()) return refuse("quantization_config", "expected an object");
   const auto m = q.find("quant_method");

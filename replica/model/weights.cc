@@ -188,9 +188,12 @@ Status check_weight_shapes(const ModelWeights& weights) {
   const size_t h = c.hidden_size, q = size_t(c.num_attention_heads) * c.head_dim,
                kv = size_t(c.num_key_value_heads) * c.head_dim, ff = c.intermediate_size,
                vocab = c.vocab_size;
-  bool ok = weights.embed.size() == vocab * h && weights.final_norm.size() == h &&
-            weights.lm_head.size() == (c.tie_word_embeddings ? 0 : vocab * h) &&
-            weights.layers.size() == size_t(c.num_hidden_layers);
+  bool ok =
+      weights.embed.size() == vocab * h && weights.final_norm.size() == h &&
+      weights.lm_head.size() == (c.tie_word_embeddings ? 0 : vocab * h) &&
+      weights.layers.size() == size_t(c.num_hidden_layers) &&
+      (weights.kv_scales.empty() || (weights.kv_scales.k.size() == size_t(c.num_hidden_layers) &&
+                                     weights.kv_scales.v.size() == size_t(c.num_hidden_layers)));
   for (size_t i = 0; ok && i < weights.layers.size(); ++i) {
     const LayerWeights& l = weights.layers[i];
     ok = l.attn_norm.size() == h && l.wq.size() == q * h && l.wk.size() == kv * h &&
@@ -284,9 +287,9 @@ Status HfFolder::check_every_tensor_read() const {
     if (ends_with(name, "rotary_emb.inv_freq")) return true;
     if (name == "lm_head.weight" && config_.tie_word_embeddings) return true;
     if (config_.checkpoint_quantization.empty()) return false;
-    // An FP8 checkpoint's scales of a matrix the model reads (applied by read_f32), and its
-    // static activation and KV-cache scales (not used: activations are quantized per token,
-    // the KV cache is bf16).
+    // An FP8 checkpoint's scales of a matrix the model reads (applied by read_f32), its static
+    // activation scales (not used: activations are quantized per token) and its KV-cache scales
+    // (kv_cache_scales: read by an FP8 KV cache).
     for (const char* suffix : kScaleSuffixes) {
       if (ends_with(name, suffix)) {
         return read.count(name.substr(0, name.size() - std::strlen(suffix)) + ".weight") > 0;
@@ -320,6 +323,43 @@ Result<TensorView> HfFolder::tensor(const std::string& name,
                  shape_string(t->shape) + ", the config implies " + shape_string(shape)};
   }
   return t;
+}
+
+Result<KvCacheScales> HfFolder::kv_cache_scales() const {
+  KvCacheScales scales;
+  int found = 0;
+  const int layers = config_.num_hidden_layers;
+  for (int l = 0; l < layers; ++l) {
+    for (const char* which : {"k_scale", "v_scale"}) {
+      const std::string name = "model.layers." + std::to_string(l) + ".self_attn." + which;
+      const auto it = shard_of_.find(name);
+      if (it == shard_of_.end()) continue;
+      ++found;
+      Result<TensorView> t = shards_[it->second].tensor(name);
+      if (!t.ok()) return Error{t.error().message};
+      int64_t numel = 1;
+      for (int64_t d : t->shape)
+        numel *= d;
+      if (numel != 1) {
+        return Error{folder_ + ": KV-cache scale '" + name + "' has shape " +
+                     shape_string(t->shape) + " (one value per layer is supported)"};
+      }
+      float x = 0;
+      if (Status s = read_f32(name, t->shape, &x); !s.ok()) return Error{s.message()};
+      if (!(x > 0 && x <= 3.402823466e38f)) {
+        return Error{folder_ + ": KV-cache scale '" + name + "' is " + std::to_string(x) +
+                     " (must be finite and > 0)"};
+      }
+      (which[0] == 'k' ? scales.k : scales.v).push_back(x);
+    }
+  }
+  if (found == 0) return KvCacheScales{};
+  if (found != 2 * layers) {
+    return Error{folder_ + ": KV-cache scales (self_attn.k_scale / v_scale) for " +
+                 std::to_string(found) + " of the " + std::to_string(2 * layers) +
+                 " layer tensors: a checkpoint gives all or none"};
+  }
+  return scales;
 }
 
 Result<HfFolder::Fp8Scales> HfFolder::fp8_scales(const std::string& name,
@@ -436,6 +476,9 @@ Result<ModelWeights> read_weights(const HfFolder& f) {
       return Error{st.message()};
     }
   }
+  Result<KvCacheScales> kv = f.kv_cache_scales();
+  if (!kv.ok()) return Error{kv.error().message};
+  w.kv_scales = std::move(kv).value();
   return w;
 }
 

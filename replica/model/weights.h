@@ -30,8 +30,18 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;
 };
 
+// The KV-cache scales of an FP8 checkpoint, one K and one V scale per layer (empty: it has none,
+// and --kv-cache-dtype fp8 uses 1.0): what compressed-tensors' kv_cache_scheme writes and vLLM
+// reads, `model.layers.<l>.self_attn.k_scale` and `.v_scale`, one positive number each. A cached
+// key is e4m3(k / k_scale) x k_scale (kernels/fp8_rule.h); only an FP8 KV cache reads them.
+struct KvCacheScales {
+  std::vector<float> k, v;
+  bool empty() const { return k.empty(); }
+};
+
 struct ModelWeights {
   ModelConfig config;
+  KvCacheScales kv_scales;
   std::vector<float> embed;  // [vocab, h]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [h]
@@ -91,6 +101,9 @@ class HfFolder {
   // or `.weight_scale_inv`: one scale, one per row, or one per block of
   // config().checkpoint_fp8_block).
   Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // The checkpoint's KV-cache scales (KvCacheScales): every layer's k_scale and v_scale, or none.
+  // Errors: some layers only, a tensor of more than one value, a scale not finite and > 0.
+  Result<KvCacheScales> kv_cache_scales() const;
 
  private:
   Status check_every_tensor_read() const;

@@ -28,12 +28,14 @@ CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_s
   const size_t floats = static_cast<size_t>(num_blocks) * block_size * kv_row();
   k_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
   v_cache_.assign(c.num_hidden_layers, std::vector<float>(floats));
-  k_scales_.assign(c.num_hidden_layers, 1.0f);
-  v_scales_.assign(c.num_hidden_layers, 1.0f);
-  quantize_matrices();
+  adopt_weights();
 }
 
-void CpuBackend::quantize_matrices() {
+void CpuBackend::adopt_weights() {
+  // The checkpoint's KV-cache scales (an FP8 checkpoint's), else 1.0.
+  const int layers = weights_.config.num_hidden_layers;
+  k_scales_ = weights_.kv_scales.empty() ? std::vector<float>(layers, 1.0f) : weights_.kv_scales.k;
+  v_scales_ = weights_.kv_scales.empty() ? std::vector<float>(layers, 1.0f) : weights_.kv_scales.v;
   if (!fp8_weights_) return;
   const ModelConfig& c = weights_.config;
   const int64_t h = c.hidden_size;
@@ -188,7 +190,7 @@ Status CpuBackend::load_weights(const std::string& folder) {
   if (!loaded.ok()) return Error{loaded.error().message};
   loaded->config = weights_.config;  // the running model's name, context and defaults
   weights_ = std::move(loaded).value();
-  quantize_matrices();
+  adopt_weights();
   return Status::Ok();
 }
 

@@ -23,7 +23,8 @@ class CpuBackend final : public Backend {
   // (kv_cache_bytes). Preconditions: check_weight_shapes(weights) is ok; num_blocks > 0,
   // block_size > 0.
   // fp8_kv: the cache keeps every key and value as its E4M3 value under the layer's K or V scale
-  // (kernels/fp8_rule.h; 1.0), still in float32: the CUDA FP8 KV cache's twin.
+  // (kernels/fp8_rule.h; the checkpoint's, weights.kv_scales, else 1.0), still in float32: the
+  // CUDA FP8 KV cache's twin.
   CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size, bool fp8_weights = false,
              bool fp8_kv = false);
 
@@ -37,7 +38,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::string quantization() const override { return fp8_weights_ ? "fp8" : ""; }
   std::string kv_cache_dtype() const override { return fp8_kv_ ? "fp8" : ""; }
-  // The FP8 KV cache's scales of one layer (1.0 each).
+  // The FP8 KV cache's scales of one layer.
   float k_scale(int layer) const { return k_scales_[layer]; }
   float v_scale(int layer) const { return v_scales_[layer]; }
   int32_t kv_bytes_per_element() const override { return sizeof(float); }
@@ -59,8 +60,9 @@ class CpuBackend final : public Backend {
   void gather_rows(const ForwardBatch& batch);
   void attention(int layer, const ForwardBatch& batch);
   void mlp(const LayerWeights& l, int rows);
-  // With FP8 weights: the layer matrices replaced by their E4M3 values (per output channel).
-  void quantize_matrices();
+  // What newly set weights_ imply: the KV-cache scales (the checkpoint's, else 1.0) and, with
+  // FP8 weights, the layer matrices replaced by their E4M3 values (per output channel).
+  void adopt_weights();
   // With FP8 weights: rows [rows, dim] of a GEMM's input replaced by their E4M3 values.
   void quantize_input(std::vector<float>& x, int rows, int dim) const;
 

@@ -123,6 +123,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& conf
     return b;
   }
   if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
+  b->set_kv_scales(weights->kv_scales);
   for (const TensorSpec& t : hf_tensor_specs(weights->config)) {
     const Status e =
         m.upload(t.kind, t.layer, size_t(t.offset), tensor_values(*weights, t), size_t(t.numel()));
@@ -142,8 +143,16 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
   return b;
 }
 
+void CudaBackend::set_kv_scales(const KvCacheScales& scales) {
+  const std::vector<float> ones(config_.num_hidden_layers, 1.0f);
+  model_->set_kv_scales(scales.empty() ? ones : scales.k, scales.empty() ? ones : scales.v);
+}
+
 Status CudaBackend::upload_folder(const HfFolder& f) {
   kc::LlamaModel& m = *model_;
+  Result<KvCacheScales> kv_scales = f.kv_cache_scales();
+  if (!kv_scales.ok()) return Error{kv_scales.error().message};
+  set_kv_scales(*kv_scales);
   // F32 pieces of at most 16M values go through one host buffer (the mapping may be unaligned);
   // BF16 / F16 go from the mapping through upload_half's pinned staging, overlapped with the DMA.
   constexpr size_t kPiece = size_t{1} << 24;

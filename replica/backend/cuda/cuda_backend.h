@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
   bool weights_intact() const override { return weights_broken_.empty(); }
 
   const CudaBackendMemory& memory() const { return memory_; }
+  // The FP8 KV cache's scales: a checkpoint's (KvCacheScales), or 1.0 where it has none.
+  void set_kv_scales(const KvCacheScales& scales);
   // Where the last forward's time went (benchmarks): host work until the wait, the wait, and
   // the step on the device (CUDA events), in microseconds.
   struct StepTiming {

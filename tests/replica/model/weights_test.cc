@@ -405,6 +405,56 @@ TEST(LoadHfWeights, Fp8CheckpointErrorsNameTheTensor) {
   EXPECT_THAT(open_error(stray, config), HasSubstr("extra_proj.weight_scale"));
 }
 
+// An FP8 checkpoint's KV-cache scales (self_attn.k_scale / v_scale, as compressed-tensors writes
+// them): read per layer, scalar or one-element, any float dtype; all layers or none; a scale that
+// is not one finite positive number is refused by name.
+TEST(LoadHfWeights, KvCacheScalesAreReadForEveryLayerOrNone) {
+  const ModelWeights w = random_weights(small_config(false), 10);
+  ModelWeights expected;
+  const std::vector<HfTensor> tensors = fp8_tensors(w, Fp8Layout::kChannel, expected);
+  const nlohmann::json config = fp8_config(w.config, Fp8Layout::kChannel);
+  const int layers = w.config.num_hidden_layers;
+  auto with_scales = [&](int first_layer) {
+    std::vector<HfTensor> t = tensors;
+    for (int l = first_layer; l < layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+      t.push_back({p + "k_scale", {}, {0.25f * (l + 1)}, DType::kF32});
+      t.push_back({p + "v_scale", {1}, {2.0f + l}, DType::kBF16});
+    }
+    return t;
+  };
+  auto read = [&](const std::vector<HfTensor>& t) -> Result<ModelWeights> {
+    testing::TempDir tmp;
+    write_folder(tmp.path(), config, t);
+    Result<HfFolder> f = HfFolder::open(tmp.path());
+    if (!f.ok()) return Error{f.error().message};
+    return read_weights(*f);
+  };
+  Result<ModelWeights> none = read(tensors);
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_TRUE(none->kv_scales.empty());
+  Result<ModelWeights> all = read(with_scales(0));
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  ASSERT_EQ(all->kv_scales.k.size(), size_t(layers));
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_EQ(all->kv_scales.k[l], 0.25f * (l + 1));
+    EXPECT_EQ(all->kv_scales.v[l], 2.0f + l);
+  }
+  EXPECT_TRUE(check_weight_shapes(*all).ok());
+  Result<ModelWeights> some = read(with_scales(1));
+  ASSERT_FALSE(some.ok());
+  EXPECT_THAT(some.error().message, HasSubstr("all or none"));
+  std::vector<HfTensor> wide = with_scales(0), zero = with_scales(0);
+  for (HfTensor& t : wide) {
+    if (t.name == "model.layers.1.self_attn.k_scale") t = {t.name, {2}, {1.0f, 2.0f}, DType::kF32};
+  }
+  for (HfTensor& t : zero) {
+    if (t.name == "model.layers.0.self_attn.v_scale") t.values = {0.0f};
+  }
+  EXPECT_THAT(read(wide).error().message, HasSubstr("layers.1.self_attn.k_scale' has shape [2]"));
+  EXPECT_THAT(read(zero).error().message, HasSubstr("layers.0.self_attn.v_scale' is 0"));
+}
+
 TEST(LoadHfWeights, FolderErrors) {
   testing::TempDir tmp;
   const ModelWeights w = random_weights(small_config(false), 7);

@@ -432,6 +432,17 @@ TEST(CpuBackend, Fp8KvCacheHoldsE4m3ValuesAndEveryPathReadsThem) {
     return CpuBackend(tiny_weights(), kNumBlocks, kBlock, /*fp8_weights=*/false, /*fp8_kv=*/true);
   });
 
+  // A checkpoint's KV-cache scales (ModelWeights::kv_scales) scale the codes: the cache holds
+  // e4m3(x / scale) x scale, and a scale that fits the values better costs less than 1.0.
+  ModelWeights scaled = tiny_weights();
+  const int layers = scaled.config.num_hidden_layers;
+  scaled.kv_scales.k.assign(layers, 1.0f / 64);
+  scaled.kv_scales.v.assign(layers, 1.0f / 32);
+  CpuBackend fine(scaled, kNumBlocks, kBlock, false, true);
+  EXPECT_EQ(fine.k_scale(layers - 1), 1.0f / 64);
+  EXPECT_EQ(fine.v_scale(0), 1.0f / 32);
+  EXPECT_LT(rel_l2(prefill(fine, prompt, table), want), cost);
+
   // Cascade over shared blocks equals flat under the FP8 cache.
   const std::vector<int32_t> shared = random_tokens(32, 3);
   const std::vector<int32_t> a = concat(shared, random_tokens(9, 4));

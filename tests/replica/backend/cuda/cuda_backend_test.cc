@@ -636,6 +636,24 @@ TEST_F(CudaBackendTest, Fp8KvCacheMatchesTheCpuTwin) {
       }
     }
   }
+  // A checkpoint's KV-cache scales (ModelWeights::kv_scales) reach the device's appends and
+  // attention as they reach the twin.
+  {
+    ModelWeights scaled = bf16_weights(ModelFamily::kLlama);
+    scaled.kv_scales.k.assign(scaled.config.num_hidden_layers, 1.0f / 64);
+    scaled.kv_scales.v.assign(scaled.config.num_hidden_layers, 1.0f / 32);
+    for (bool cascade : {false, true}) {
+      auto c = cpu(512, 16, scaled, false, true);
+      auto g = cuda(512, 16, false, scaled, false, true);
+      ASSERT_TRUE(g);
+      const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
+      const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
+      const auto [compared, worst] = expect_logits_close(ref, dev, reqs, 0.1);
+      EXPECT_GE(compared, 5);
+      std::printf("fp8 KV, checkpoint scales, %s: %d rows, worst relative L2 %.3g\n",
+                  cascade ? "cascade" : "flat", compared, worst);
+    }
+  }
   std::vector<GenerationRequest> many;
   for (int i = 0; i < 8; ++i) {
     many.push_back(

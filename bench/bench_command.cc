@@ -37,6 +37,12 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       "kernels", "flat vs cascade decode attention on the GPU, next to the byte floor");
   kernels->add_option("--out", f->out_json, "write the results as JSON to this file");
   kernels->add_flag("--quick", f->quick, "the worked example and the tree only");
+  kernels
+      ->add_option_function<std::string>(
+          "--kv-cache-dtype", [f](const std::string& v) { f->fp8_kv = v == "fp8"; },
+          "fp8: the pool as E4M3 codes read with bf16 queries (floors count a byte per element); "
+          "auto: fp16")
+      ->check(CLI::IsMember({"auto", "fp8"}));
   kernels->add_option("--iters", f->iters, "timed runs per measurement (median reported)")
       ->check(CLI::Range(3, 1000));
   kernels->add_option("--only", f->only, "run only this case (its row number in the table, from 0)")

@@ -8,8 +8,9 @@
 #   bash bench/gpu_fp8.sh all     both
 #   bash bench/gpu_fp8.sh kv      the FP8 KV cache (--kv-cache-dtype fp8): the CUDA tests, the
 #                                 anchor, bench engine with FP8 weights + FP8 KV (cascade and
-#                                 flat, profiled), then cascade alone for bf16 weights + FP8 KV,
-#                                 FP8 weights + bf16 KV and bf16 + bf16 (same run)
+#                                 flat, profiled), bench kernels --quick over E4M3 codes, then
+#                                 cascade alone for bf16 weights + FP8 KV, FP8 weights + bf16 KV
+#                                 and bf16 + bf16 (same run)
 set -u -o pipefail
 mode=${1:-tests}
 out=${OUT:-gpu-out}
@@ -67,6 +68,9 @@ case "$mode" in
       >"$out/engine-fp8-kv8.txt" 2>&1
     head -30 "$out/engine-fp8-kv8.txt" | tail -22
     tail -5 "$out/engine-fp8-kv8.txt"
+    timeout 120 "$bin/kvcascade" bench kernels --quick --kv-cache-dtype fp8 \
+      --out "$out/kernels-fp8.json" >"$out/kernels-fp8.txt" 2>&1
+    grep -A6 "^case" "$out/kernels-fp8.txt"
     # The same rollout, cascade only, for the other three combinations.
     for v in "bf16-kv8 --kv-cache-dtype fp8" "fp8 --quantization fp8" "bf16"; do
       set -- $v

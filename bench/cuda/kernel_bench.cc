@@ -1,8 +1,8 @@
-// See kernel_bench.h. All KV lives in one pool of random fp16 blocks filled once; each case lays
-// its block tables over it. Rotation: a case's layers cycle over R disjoint copies ("slots") of
-// its blocks, R chosen so that the slots together hold >= 1 GiB (L2 is 60 MB), at most 8.
-// Timing: the 32 layers of a step are captured once in a CUDA graph; its replays are timed with
-// events after warm-up; the median of `iters` replays is reported.
+// See kernel_bench.h. All KV lives in one pool of random fp16 blocks (or E4M3 codes) filled once;
+// each case lays its block tables over it. Rotation: a case's layers cycle over R disjoint copies
+// ("slots") of its blocks, R chosen so that the slots together hold >= 1 GiB (L2 is 60 MB), at
+// most 8. Timing: the 32 layers of a step are captured once in a CUDA graph; its replays are timed
+// with events after warm-up; the median of `iters` replays is reported.
 #include "bench/cuda/kernel_bench.h"
 
 #include "bench/cuda/graph_timing.h"
@@ -25,6 +25,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/fill.h"
+#include "kernels/cuda/ops.h"
 
 namespace kvc::bench {
 namespace {
@@ -39,7 +40,7 @@ constexpr int kMaxSlots = 8;
 constexpr double kRotationBytes = double(1ull << 30);
 const AttentionShape kShape{32, 8, 128, kBlockSize, 0.08838834764831845f};  // Llama-3-8B
 constexpr int64_t kBlockElems = int64_t{kBlockSize} * 8 * 128;              // one of K or V
-constexpr double kTokenBytes = 8 * 128 * 2 * 2;                             // K+V, one layer
+constexpr double kTokenElems = 8 * 128 * 2;                                 // K+V, one layer
 
 #define BENCH_CHECK(expr)                                                                \
   do {                                                                                   \
@@ -121,8 +122,8 @@ Layout lay_out(const TreeSpec& t) {
   return l;
 }
 
-int slots_for(int64_t blocks) {
-  const double bytes = double(blocks) * kBlockElems * 2 * 2;
+int slots_for(int64_t blocks, int elem_bytes) {
+  const double bytes = double(blocks) * kBlockElems * 2 * elem_bytes;
   return std::clamp(static_cast<int>(std::ceil(kRotationBytes / std::max(bytes, 1.0))), 1,
                     kMaxSlots);
 }
@@ -135,25 +136,36 @@ float time_layers(const std::function<cudaError_t(int, cudaStream_t)>& layer, cu
   return ms;
 }
 
-double rel_l2_f16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+// Relative L2 of two outputs of 16-bit values, fp16 or (bf16) bf16.
+double rel_l2_16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, bool bf16) {
+  auto value = [bf16](uint16_t v) -> double {
+    return bf16 ? std::bit_cast<float>(uint32_t{v} << 16)
+                : static_cast<float>(std::bit_cast<_Float16>(v));
+  };
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double x = static_cast<float>(std::bit_cast<_Float16>(a[i]));
-    const double y = static_cast<float>(std::bit_cast<_Float16>(b[i]));
+    const double x = value(a[i]);
+    const double y = value(b[i]);
     num += (x - y) * (x - y);
     den += y * y;
   }
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+// The KV pool: fp16 values, or (fp8) E4M3 codes under scales of 1 read with bf16 queries.
 struct Pool {
   kc::DeviceBuffer buf;
   int64_t blocks = 0;
+  bool fp8 = false;
+  int elem_bytes() const { return fp8 ? 1 : 2; }
+  kc::KvDtype dtype() const { return fp8 ? kc::KvDtype::kBF16 : kc::KvDtype::kF16; }
+  kc::KvQuant quant() const { return {fp8, 1.0f, 1.0f}; }
   const void* k(int64_t first_block) const {
-    return static_cast<const uint16_t*>(buf.data()) + first_block * kBlockElems;
+    return static_cast<const char*>(buf.data()) + first_block * kBlockElems * elem_bytes();
   }
   const void* v(int64_t first_block) const {
-    return static_cast<const uint16_t*>(buf.data()) + (blocks + first_block) * kBlockElems;
+    return static_cast<const char*>(buf.data()) +
+           (blocks + first_block) * kBlockElems * elem_bytes();
   }
 };
 
@@ -178,14 +190,14 @@ struct CascadeRun {
         d_plan(std::max<size_t>(plan.device_bytes(), 16)),
         ws(kc::cascade_workspace_bytes(plan, kShape)),
         slots(static_cast<int>(std::max<int64_t>(
-            1, std::min<int64_t>(slots_for(layout.compact_blocks),
+            1, std::min<int64_t>(slots_for(layout.compact_blocks, p.elem_bytes()),
                                  p.blocks / std::max<int64_t>(layout.compact_blocks, 1))))) {
     BENCH_CHECK(kc::upload_plan(plan, d_plan.data(), d_plan.bytes(), stream));
   }
   cudaError_t layer(int i, const void* q, void* out, float* lse, cudaStream_t s) const {
     const int64_t base = int64_t(i % slots) * l.compact_blocks;
-    return kc::cascade_decode(kShape, kc::KvDtype::kF16, plan, q, pool.k(base), pool.v(base), out,
-                              lse, ws.data(), ws.bytes(), s);
+    return kc::cascade_decode(kShape, pool.dtype(), plan, q, pool.k(base), pool.v(base), out, lse,
+                              ws.data(), ws.bytes(), s, pool.quant());
   }
 };
 
@@ -205,7 +217,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
   const int hq = kShape.num_q_heads, d = kShape.head_dim;
   const size_t rows = size_t(t.num_seqs) * hq;
   kc::DeviceBuffer q(rows * d * 2), out(rows * d * 2), out_ref(rows * d * 2), lse(rows * 4);
-  BENCH_CHECK(kc::fill_random(q.data(), rows * d, kc::KvDtype::kF16, 12345, 1.0f, stream));
+  BENCH_CHECK(kc::fill_random(q.data(), rows * d, pool.dtype(), 12345, 1.0f, stream));
 
   auto upload = [](const std::vector<int32_t>& v) {
     kc::DeviceBuffer b(std::max<size_t>(v.size(), 1) * 4);
@@ -216,9 +228,10 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
   const size_t flat_ws_bytes = kc::paged_decode_workspace_bytes(kShape, t.num_seqs, l.max_len);
   kc::DeviceBuffer flat_ws(flat_ws_bytes);
 
-  const int flat_slots = std::min<int64_t>(slots_for(l.flat_blocks), pool.blocks / l.flat_blocks);
-  const int compact_slots =
-      std::min<int64_t>(slots_for(l.compact_blocks), pool.blocks / l.compact_blocks);
+  const int flat_slots =
+      std::min<int64_t>(slots_for(l.flat_blocks, pool.elem_bytes()), pool.blocks / l.flat_blocks);
+  const int compact_slots = std::min<int64_t>(slots_for(l.compact_blocks, pool.elem_bytes()),
+                                              pool.blocks / l.compact_blocks);
 
   nlohmann::json r;
   // Flat, every sequence's prefix in its own blocks: the bytes a per-sequence kernel must move.
@@ -227,10 +240,10 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     const float ms = time_layers(
         [&](int layer, cudaStream_t s) {
           const int64_t base = int64_t(layer % flat_slots) * l.flat_blocks;
-          return kc::paged_decode(kShape, kc::KvDtype::kF16, q.data(), pool.k(base), pool.v(base),
+          return kc::paged_decode(kShape, pool.dtype(), q.data(), pool.k(base), pool.v(base),
                                   ip.as<int32_t>(), ix.as<int32_t>(), d_lens.as<int32_t>(),
                                   t.num_seqs, l.max_len, out.data(), lse.as<float>(),
-                                  flat_ws.data(), flat_ws_bytes, s);
+                                  flat_ws.data(), flat_ws_bytes, s, pool.quant());
         },
         stream, iters);
     r["flat_ms"] = ms;
@@ -242,9 +255,10 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     kc::DeviceBuffer ip = upload(l.shared_indptr), ix = upload(l.shared_indices);
     auto layer = [&](int layer, cudaStream_t s) {
       const int64_t base = int64_t(layer % compact_slots) * l.compact_blocks;
-      return kc::paged_decode(kShape, kc::KvDtype::kF16, q.data(), pool.k(base), pool.v(base),
+      return kc::paged_decode(kShape, pool.dtype(), q.data(), pool.k(base), pool.v(base),
                               ip.as<int32_t>(), ix.as<int32_t>(), d_lens.as<int32_t>(), t.num_seqs,
-                              l.max_len, out_ref.data(), nullptr, flat_ws.data(), flat_ws_bytes, s);
+                              l.max_len, out_ref.data(), nullptr, flat_ws.data(), flat_ws_bytes, s,
+                              pool.quant());
     };
     r["flat_shared_ms"] = time_layers(layer, stream, iters);
     BENCH_CHECK(layer(0, stream));
@@ -268,7 +282,7 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
       std::vector<uint16_t> a(rows * d), b(rows * d);
       out.download(a.data(), a.size() * 2);
       out_ref.download(b.data(), b.size() * 2);
-      r["cascade_vs_flat_rel_l2"] = rel_l2_f16(a, b);
+      r["cascade_vs_flat_rel_l2"] = rel_l2_16(a, b, pool.fp8);
     }
   }
   // The two passes alone (the worked example and the tree): the tree with no private tokens
@@ -291,8 +305,9 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
       r["cascade_prefix_ctas_per_sm_" + std::to_string(k) + "_ms"] =
           time_cascade(l, pool, q.data(), out.data(), iters, stream, {k});
   }
-  const double flat_bytes = l.flat_tokens * kTokenBytes * kLayers;
-  const double cascade_bytes = l.cascade_tokens * kTokenBytes * kLayers;
+  const double token_bytes = kTokenElems * pool.elem_bytes();
+  const double flat_bytes = l.flat_tokens * token_bytes * kLayers;
+  const double cascade_bytes = l.cascade_tokens * token_bytes * kLayers;
   r["name"] = t.name;
   r["S"] = t.suffix;
   r["prefix"] = t.prefix;
@@ -377,18 +392,21 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
           cases.push_back(two_level("sweep", g, b, p, s));
 
   // One pool for all: the largest slotted footprint of any case.
+  Pool pool;
+  pool.fp8 = opt.fp8_kv;
+  const int eb = pool.elem_bytes();
   int64_t pool_blocks = 0;
   for (const TreeSpec& t : cases) {
     const Layout l = lay_out(t);
     pool_blocks =
-        std::max({pool_blocks, l.flat_blocks, l.compact_blocks * slots_for(l.compact_blocks),
-                  l.flat_blocks * std::min<int64_t>(slots_for(l.flat_blocks), 2)});
+        std::max({pool_blocks, l.flat_blocks, l.compact_blocks * slots_for(l.compact_blocks, eb),
+                  l.flat_blocks * std::min<int64_t>(slots_for(l.flat_blocks, eb), 2)});
   }
   pool_blocks = std::max<int64_t>(pool_blocks, (4ll << 30) / (kBlockElems * 2 * 2));  // >= 4 GiB
-  Pool pool;
   pool.blocks = pool_blocks;
-  pool.buf = kc::DeviceBuffer(size_t(pool_blocks) * kBlockElems * 2 * 2);
-  std::printf("KV pool: %.1f GiB\n", pool.buf.bytes() / double(1ull << 30));
+  pool.buf = kc::DeviceBuffer(size_t(pool_blocks) * kBlockElems * 2 * eb);
+  std::printf("KV pool: %.1f GiB%s\n", pool.buf.bytes() / double(1ull << 30),
+              pool.fp8 ? " of E4M3 codes (scales 1), bf16 queries" : " of fp16");
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
@@ -415,9 +433,25 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     bw = 2.0 * n / (ms[ms.size() / 2] * 1e-3);
     std::printf("copy bandwidth: %.0f GB/s (cudaMemcpy D2D of 2 GiB, read + write)\n", bw / 1e9);
   }
-  // Random KV everywhere (fp16, |x| < 1): never zeros.
-  BENCH_CHECK(
-      kc::fill_random(pool.buf.data(), pool.buf.bytes() / 2, kc::KvDtype::kF16, 99, 1.0f, stream));
+  // Random KV everywhere (|x| < 1): never zeros. Codes: random bf16 rows of one token's K+V
+  // (2048 values) quantized per row (finite codes only), 256 MiB of rows at a time.
+  if (pool.fp8) {
+    constexpr int kDim = 2048;
+    const int64_t rows = int64_t(pool.buf.bytes()) / kDim;
+    const int64_t chunk = (int64_t{128} << 20) / kDim;  // rows of a 256 MiB bf16 chunk
+    kc::DeviceBuffer src(size_t(chunk) * kDim * 2), scales(size_t(chunk) * 4);
+    for (int64_t r = 0; r < rows; r += chunk) {
+      const int n = static_cast<int>(std::min(chunk, rows - r));
+      BENCH_CHECK(
+          kc::fill_random(src.data(), size_t(n) * kDim, kc::KvDtype::kBF16, 99 + r, 1.0f, stream));
+      BENCH_CHECK(kc::quantize_rows_fp8(src.data(), kDim, n, kDim,
+                                        static_cast<char*>(pool.buf.data()) + r * kDim,
+                                        scales.as<float>(), {n, 1}, stream));
+    }
+  } else {
+    BENCH_CHECK(kc::fill_random(pool.buf.data(), pool.buf.bytes() / 2, kc::KvDtype::kF16, 99, 1.0f,
+                                stream));
+  }
   BENCH_CHECK(cudaStreamSynchronize(stream));
 
   std::printf("\n%-22s %5s %6s %5s %3s | %9s %9s %9s | %8s %6s | %6s %6s\n", "case", "S", "prefix",
@@ -440,7 +474,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
                   {"num_kv_heads", kShape.num_kv_heads},
                   {"head_dim", kShape.head_dim},
                   {"block_size", kShape.block_size},
-                  {"dtype", "fp16"}};
+                  {"dtype", pool.fp8 ? "fp8 e4m3 KV, bf16 q" : "fp16"}};
   doc["iters"] = iters;
   doc["timing"] = "median of CUDA-graph replays of 32 layer launches, events, 3 warm-up replays";
   doc["bytes"] = "KV bytes of all 32 layers: flat = sum(context), cascade = nodes + suffixes";

@@ -145,10 +145,14 @@ void WeightRollout::run(std::vector<Target> targets, std::string body, int max_p
       {"ok", all_ok},
       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count()},
       {"replicas", std::move(results)}};
+  {
+    // Done before the client hears of it: a rollout it starts on the reply is not refused as
+    // "already running" (seen in CI: the next POST arrived before this flag was cleared).
+    std::lock_guard lock(mu_);
+    running_ = false;
+  }
   responder->send(all_ok ? 200 : 502, "application/json",
                   reply.dump(-1, ' ', false, json::error_handler_t::replace));
-  std::lock_guard lock(mu_);
-  running_ = false;
 }
 
 }  // namespace kvc

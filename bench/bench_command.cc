@@ -27,6 +27,15 @@ int no_gpu(const char* name) {
   return 2;
 }
 
+// --kv-cache-dtype auto|fp8 of a GPU benchmark: fp8 sets `fp8_kv` (floors then count a byte per KV
+// element).
+void add_kv_cache_dtype(CLI::App* cmd, bool& fp8_kv, const std::string& fp8_means) {
+  cmd->add_option_function<std::string>(
+         "--kv-cache-dtype", [&fp8_kv](const std::string& v) { fp8_kv = v == "fp8"; },
+         "fp8: " + fp8_means + " (floors count a byte per KV element)")
+      ->check(CLI::IsMember({"auto", "fp8"}));
+}
+
 }  // namespace
 
 std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
@@ -37,12 +46,8 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       "kernels", "flat vs cascade decode attention on the GPU, next to the byte floor");
   kernels->add_option("--out", f->out_json, "write the results as JSON to this file");
   kernels->add_flag("--quick", f->quick, "the worked example and the tree only");
-  kernels
-      ->add_option_function<std::string>(
-          "--kv-cache-dtype", [f](const std::string& v) { f->fp8_kv = v == "fp8"; },
-          "fp8: the pool as E4M3 codes read with bf16 queries (floors count a byte per element); "
-          "auto: fp16")
-      ->check(CLI::IsMember({"auto", "fp8"}));
+  add_kv_cache_dtype(kernels, f->fp8_kv,
+                     "the pool as E4M3 codes read with bf16 queries; auto: fp16");
   kernels->add_option("--iters", f->iters, "timed runs per measurement (median reported)")
       ->check(CLI::Range(3, 1000));
   kernels->add_option("--only", f->only, "run only this case (its row number in the table, from 0)")
@@ -218,11 +223,7 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "fp8: the layer matrices in FP8 E4M3 with per-channel scales (floors count "
                    "their bytes, and their FLOPs at twice the bf16 rate)")
       ->check(CLI::IsMember({"fp8"}));
-  engine
-      ->add_option_function<std::string>(
-          "--kv-cache-dtype", [e](const std::string& v) { e->fp8_kv = v == "fp8"; },
-          "fp8: the KV cache as E4M3 codes (the floors count a byte per KV element); auto: bf16")
-      ->check(CLI::IsMember({"auto", "fp8"}));
+  add_kv_cache_dtype(engine, e->fp8_kv, "the KV cache as E4M3 codes; auto: bf16");
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
   auto gm = std::make_shared<GemmBenchOptions>();

@@ -44,21 +44,29 @@ struct DecodeWork {
   }
 };
 
-//
+// How a decode item stages a tile: kHeadsTile tokens x HW heads x D elements of kElemBytes
+// each, of K and of V, token-major; each of the 32 x HW threads copies 16-byte chunks, kPer rows
+// kStep tokens apart.
+template <int D, int HW, int kElemBytes>
+struct DecodeStage {
+  static constexpr int kCpr = D * kElemBytes / 16;      // 16-byte chunks of one head's row
+  static constexpr int kTokChunks = HW * kCpr;          // chunks of one token's HW heads
+  static constexpr int kStep = 32 * HW / kTokChunks;    // tokens between a thread's copies
+  static constexpr int kPer = kHeadsTile / kStep;       // rows a thread copies per stage
+  static constexpr int kPitch = HW * D * kElemBytes;    // bytes per staged token
+  static constexpr int kStageBytes = kHeadsTile * kPitch;  // one of K or V
+  static_assert(kPer * kStep == kHeadsTile && kTokChunks % 8 == 0);
+};
+
 // One (sequence, split, group of HW KV heads): warp w owns KV head HW * g + w (idle past
 // num_kv_heads) with its query heads as rows (padded to 16; group <= 16). A stage is 16 tokens x
 // HW heads x D of K and of V, token-major, 16-byte chunks XOR-swizzled by token.
 template <int D, typename T, int HW, int STG>
 __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index,
                                             uint32_t smem_base) {
-  constexpr int kCpr = D / 8;
-  constexpr int kTokChunks = HW * kCpr;  // chunks of one token's HW heads
-  constexpr int kThr = 32 * HW;
-  constexpr int kStep = kThr / kTokChunks;  // tokens between a thread's copies
-  constexpr int kPer = kHeadsTile / kStep;
-  constexpr int kPitch = HW * D * sizeof(T);        // bytes per staged token
-  constexpr int kStageBytes = kHeadsTile * kPitch;  // one of K or V
-  static_assert(kPer * kStep == kHeadsTile);
+  using G = DecodeStage<D, HW, sizeof(T)>;
+  constexpr int kCpr = G::kCpr, kTokChunks = G::kTokChunks, kPitch = G::kPitch;
+  constexpr int kStageBytes = G::kStageBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qr = lane >> 2, qc = lane & 3;
 
@@ -73,13 +81,13 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
 
   const int within = tid % kTokChunks;  // chunk within the token's HW heads
   const int ld_head = within / kCpr;
-  StageLoader<kPer, kStep, T> ld;
+  StageLoader<G::kPer, G::kStep, T> ld;
   // A thread whose head is past num_kv_heads copies nothing (its rows stay unused).
   ld.template init<D>(p, p.block_indices + p.block_indptr[seq], hg * HW * D + within * 8,
                       tid / kTokChunks, t_begin, ld_head < heads_here ? t_end : t_begin,
                       kHeadsTile);
   ld.sm_row = ld.tok0 * kPitch + ld_head * D * sizeof(T);
-  ld.sm_step = kStep * kPitch;
+  ld.sm_step = G::kStep * kPitch;
   ld.sm_chunk = within % kCpr;
   // Splits start at multiples of kKvTileTokens, so a stage is one block when block_size is a
   // multiple of the stage.
@@ -173,44 +181,13 @@ __device__ __forceinline__ void decode_item(const AttendParams& p, int64_t index
 //    writes them there).
 // Raw stages are a quarter of the bf16 item's, so STG is larger (decode_smem_bytes).
 
-// Two E4M3 codes (the low 16 bits of `pair`, the first in the low byte) as fp16x2. Exact.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
-  const __half2_raw r =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-  return uint32_t{r.x} | (uint32_t{r.y} << 16);
-}
-
-// 16 bytes of shared memory.
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
-
 template <int D, typename T, int HW, int STG>
 __device__ __forceinline__ void decode_item_fp8(const AttendParams& p, int64_t index,
                                                 uint32_t smem_base) {
   using M = __half;
-  constexpr int kCph = D / 16;           // 16-byte chunks of one head's codes
-  constexpr int kTokChunks = HW * kCph;  // chunks of one token's HW heads
-  constexpr int kThr = 32 * HW;
-  constexpr int kStep = kThr / kTokChunks;  // tokens between a thread's copies
-  constexpr int kPer = kHeadsTile / kStep;
-  constexpr int kPitch = HW * D;                    // bytes per staged token
-  constexpr int kStageBytes = kHeadsTile * kPitch;  // one of K or V
-  static_assert(kPer * kStep == kHeadsTile && kTokChunks % 8 == 0);
+  using G = DecodeStage<D, HW, 1>;
+  constexpr int kCph = G::kCpr, kTokChunks = G::kTokChunks, kPitch = G::kPitch;
+  constexpr int kStageBytes = G::kStageBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
 
@@ -224,23 +201,23 @@ __device__ __forceinline__ void decode_item_fp8(const AttendParams& p, int64_t i
   }
 
   const int within = tid % kTokChunks;   // chunk within the token's HW heads
-  StageLoader<kPer, kStep, uint8_t> ld;  // 16 codes per copy
+  StageLoader<G::kPer, G::kStep, uint8_t> ld;  // 16 codes per copy
   ld.template init<D>(p, p.block_indices + p.block_indptr[seq], hg * HW * D + within * 16,
                       tid / kTokChunks, t_begin, within / kCph < heads_here ? t_end : t_begin,
                       kHeadsTile);
   ld.sm_row = ld.tok0 * kPitch;
-  ld.sm_step = kStep * kPitch;
+  ld.sm_step = G::kStep * kPitch;
   ld.sm_chunk = within;
   static_assert(kKvTileTokens % kHeadsTile == 0);
   ld.one_block = p.block_size % kHeadsTile == 0;
-  auto stage_k = [smem_base](int s) { return smem_base + s * 2 * kStageBytes; };
+  auto stage_at = [smem_base](int s) { return stage_k<false, kStageBytes>(smem_base, s); };
 
   const int num_tiles = (t_end - t_begin + kHeadsTile - 1) / kHeadsTile;
   ld.fetch(0);
 #pragma unroll 1
   for (int s = 0; s < STG - 1; ++s) {
     if (s < num_tiles) {
-      ld.issue(s, stage_k(s), stage_k(s) + kStageBytes);
+      ld.issue(s, stage_at(s), stage_at(s) + kStageBytes);
       ld.fetch(s + 1);
     }
     cp_async_commit();
@@ -281,14 +258,14 @@ __device__ __forceinline__ void decode_item_fp8(const AttendParams& p, int64_t i
     cp_async_wait<STG - 2>();
     __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
     if (tile + STG - 1 < num_tiles) {
-      const uint32_t nb = stage_k((tile + STG - 1) % STG);
+      const uint32_t nb = stage_at((tile + STG - 1) % STG);
       ld.issue(tile + STG - 1, nb, nb + kStageBytes);
       ld.fetch(tile + STG);
     }
     cp_async_commit();
     if (!active) continue;
 
-    const uint32_t ks = stage_k(tile % STG);
+    const uint32_t ks = stage_at(tile % STG);
     const uint32_t vs = ks + kStageBytes;
 
     // S = Q K^T: 16 rows x 16 tokens (n-tile j: tokens 8j .. 8j + 7, this lane's token 8j + g).

@@ -27,13 +27,10 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   constexpr int kPer = kTile * kCpr / kThreads;       // consecutive rows per thread (8 or 4)
   constexpr int kPitch = D * sizeof(M);               // bytes per token row (mma.sync layout)
   constexpr int kStageBytes = kTile * D * sizeof(M);  // one of K or V
-  constexpr int kRawBytes = kStageBytes / 2;          // one of K or V as codes (kFp8)
   constexpr int kBlockBytes = kTile * 128;            // one 64-column block (wgmma layout)
-  // Stage s's K (its V follows at v_at): the stage itself, or its raw stage.
-  constexpr uint32_t v_at = kFp8 ? kRawBytes : kStageBytes;
-  auto stage_k = [smem_base](int s) {
-    return kFp8 ? smem_base + 2 * kStageBytes + s * 2 * kRawBytes : smem_base + s * 2 * kStageBytes;
-  };
+  // Stage s's K at stage_at(s), its V v_at bytes on (warp_ops.cuh stage_k).
+  constexpr uint32_t v_at = stage_v<kFp8, kStageBytes>;
+  auto stage_at = [smem_base](int s) { return stage_k<kFp8, kStageBytes>(smem_base, s); };
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qr = lane >> 2, qc = lane & 3;
 
@@ -69,7 +66,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) {
-      ld.issue(s, stage_k(s), stage_k(s) + v_at);
+      ld.issue(s, stage_at(s), stage_at(s) + v_at);
       ld.fetch(s + 1);
     }
     cp_async_commit();
@@ -97,14 +94,14 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     fence_proxy_async();
     __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
     if (tile + kStages - 1 < num_tiles) {
-      const uint32_t nb = stage_k((tile + kStages - 1) % kStages);
+      const uint32_t nb = stage_at((tile + kStages - 1) % kStages);
       ld.issue(tile + kStages - 1, nb, nb + v_at);
       // wgmma.fence waits for every outstanding register write, the page-table load included:
       // with wgmma it is issued after the P V products instead (below).
       if constexpr (!kWgmmaPrefix) ld.fetch(tile + kStages);
     }
     cp_async_commit();
-    uint32_t ks = stage_k(tile % kStages);
+    uint32_t ks = stage_at(tile % kStages);
     if constexpr (kFp8) {  // the codes landed for all: widen them into the one M stage
       ld.widen(ks, ks + v_at, smem_base, smem_base + kStageBytes);
       fence_proxy_async();

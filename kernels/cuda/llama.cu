@@ -519,9 +519,14 @@ bool LlamaModel::decode_gemm() const {
 
 void LlamaModel::set_kv_scales(std::span<const float> k_scale, std::span<const float> v_scale) {
   Impl& I = *impl_;
+  const size_t n = std::min({I.kv_quant.size(), k_scale.size(), v_scale.size()});
+  bool same = true;
+  for (size_t l = 0; l < n; ++l)
+    same = same && I.kv_quant[l].k_scale == k_scale[l] && I.kv_quant[l].v_scale == v_scale[l];
+  if (same) return;  // a weight update with the same scales keeps its graphs
   cudaStreamSynchronize(I.stream);
   I.drop_graphs();
-  for (size_t l = 0; l < I.kv_quant.size() && l < k_scale.size() && l < v_scale.size(); ++l) {
+  for (size_t l = 0; l < n; ++l) {
     I.kv_quant[l].k_scale = k_scale[l];
     I.kv_quant[l].v_scale = v_scale[l];
   }

@@ -149,7 +149,7 @@ class LlamaModel {
   void set_profile(bool on);
   // The FP8 KV cache's K and V scale of every layer (dims().fp8_kv; 1.0 until set): a cached key
   // is e4m3(k / k_scale[l]) x k_scale[l]. Both spans hold dims().layers positive values.
-  // Captured graphs are dropped (they hold the old scales); the KV already cached keeps the
+  // New scales drop the captured graphs (they hold the old ones); the KV already cached keeps the
   // codes of the old ones, so set them before serving or after flushing the prefix cache.
   void set_kv_scales(std::span<const float> k_scale, std::span<const float> v_scale);
 

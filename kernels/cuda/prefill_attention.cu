@@ -267,7 +267,6 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
   using Loader = TileLoader<D, M, kOneBlock, kFp8>;
   constexpr int kPitch = Loader::kPitch;
   constexpr int kStageBytes = kTile * kPitch;  // K (or V) of one stage
-  constexpr int kRawBytes = kStageBytes / 2;   // K (or V) of one raw stage (kFp8)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // Stages start 256-byte aligned (pair_offset XORs address bits 5..7).
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 255u) & ~255u;
@@ -306,13 +305,11 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
     }
   }
 
-  // Stage s's K (its V follows at v_at): the stage itself, or its raw stage after the M stage.
-  constexpr uint32_t v_at = kFp8 ? kRawBytes : kStageBytes;
-  auto stage_k = [smem](int s) {
-    return kFp8 ? smem + 2 * kStageBytes + s * 2 * kRawBytes : smem + s * 2 * kStageBytes;
-  };
+  // Stage s's K at stage_at(s), its V v_at bytes on (warp_ops.cuh stage_k).
+  constexpr uint32_t v_at = stage_v<kFp8, kStageBytes>;
+  auto stage_at = [smem](int s) { return stage_k<kFp8, kStageBytes>(smem, s); };
   Loader ld(p, p.block_indices + table, kv_head, tid, kv_end);
-  ld.load(0, stage_k(0), stage_k(0) + v_at);
+  ld.load(0, stage_at(0), stage_at(0) + v_at);
   cp_async_commit();
 
   const uint32_t k_off = k_lane_offset(lane, 0, kPitch), v_off = v_lane_offset(lane, 0, kPitch);
@@ -322,11 +319,11 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(D)) prefill_kernel(const
     cp_async_wait_all();
     __syncthreads();  // this tile landed for all; the other stage (last tile's) is free
     if (t0 + kTile < kv_end) {
-      const uint32_t nb = stage_k(stage ^ 1);
+      const uint32_t nb = stage_at(stage ^ 1);
       ld.load(t0 / kTile + 1, nb, nb + v_at);
     }
     cp_async_commit();
-    uint32_t base = stage_k(stage);
+    uint32_t base = stage_at(stage);
     if constexpr (kFp8) {  // the codes landed for all: widen them into the one M stage
       ld.widen(base, base + v_at, smem, smem + kStageBytes);
       __syncthreads();

@@ -96,18 +96,51 @@ __device__ __forceinline__ uint32_t to_mma_pair(uint32_t bits) {
   }
 }
 
+// Two E4M3 codes (the low 16 bits of `pair`, the first in the low byte) as fp16x2. Exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
+  const __half2_raw r =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  return uint32_t{r.x} | (uint32_t{r.y} << 16);
+}
+
+// 16 bytes of shared memory.
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
 // 8 E4M3 codes at shared address `src` (8-byte aligned; the first code in the lowest byte) widened
 // to 8 fp16 values stored at `dst` (16-byte aligned). Exact.
 __device__ __forceinline__ void widen_e4m3x8(uint32_t src, uint32_t dst) {
   uint32_t c[2], h[4];
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(c[0]), "=r"(c[1]) : "r"(src) : "memory");
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
-        static_cast<__nv_fp8x2_storage_t>(c[j / 2] >> (16 * (j % 2))), __NV_E4M3);
-    h[j] = uint32_t{r.x} | (uint32_t{r.y} << 16);
-  }
+  for (int j = 0; j < 4; ++j)
+    h[j] = e4m3x2_to_f16x2(c[j / 2] >> (16 * (j % 2)));
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(h[0]), "r"(h[1]),
                "r"(h[2]), "r"(h[3])
                : "memory");
 }
+
+// Pipeline stage s's K in the shared memory at `base`; its V follows at stage_v<...>. The stages
+// themselves (K and V of kStageBytes each), or over an FP8 cache (kFp8) the raw stages of codes,
+// half the size, after the one fp16 stage that the codes are widened into.
+template <bool kFp8, int kStageBytes>
+__device__ __forceinline__ uint32_t stage_k(uint32_t base, int s) {
+  return kFp8 ? base + 2 * kStageBytes + s * kStageBytes : base + s * 2 * kStageBytes;
+}
+template <bool kFp8, int kStageBytes>
+inline constexpr uint32_t stage_v = kFp8 ? kStageBytes / 2 : kStageBytes;

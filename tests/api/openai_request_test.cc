@@ -173,7 +173,9 @@ TEST(OpenAiRequest, FastParseReadsWhatNlohmannReads) {
   // Past 64 bits: simdjson refuses, nlohmann takes it as a double, the field check refuses that.
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","max_tokens":123456789012345678901234})").param,
             "max_tokens");
-  const ApiError utf8 = err(c, R"({"model":"m","prompt":"caf)" "\xc3" R"("})");
+  const ApiError utf8 = err(c, R"({"model":"m","prompt":"caf)"
+                               "\xc3"
+                               R"("})");
   EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
   const ApiError cut = err(c, body.substr(0, body.size() - 2));
   EXPECT_EQ(cut.message.find("invalid JSON in the body at byte"), 0u) << cut.message;

@@ -1,7 +1,7 @@
 // The engine on the CUDA backend (tiny preset) against the CPU backend on the same bf16-rounded
 // weights, cascade against flat on the device, and preemption on the device. Skipped without a
 // GPU (compiled whenever CUDA is).
-#include "replica/backend/cuda/cuda_backend.h"
+#include "tests/replica/backend/cuda/cuda_backend_fixture.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,185 +29,6 @@
 
 namespace kvc {
 namespace {
-
-using Key = std::tuple<uint64_t, int32_t, int32_t>;  // group, sibling, position
-
-struct RunOutput {
-  std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> tokens;
-  std::map<Key, std::vector<float>> logits;
-  std::map<Key, float> gaps;  // best minus second-best logit
-  int64_t preemptions = 0;
-  int levels_kept = 0;
-};
-
-// The tiny preset's weights in `family` (Qwen2: q/k/v biases, Qwen3: q/k norms, scaled off 1 so
-// that they change the output), rounded to bf16 as the device stores them.
-ModelWeights bf16_weights(ModelFamily family = ModelFamily::kLlama) {
-  ModelConfig c = *preset_config("tiny");
-  c.family = family;
-  c.qkv_bias = family == ModelFamily::kQwen2;
-  c.qk_norm = family == ModelFamily::kQwen3;
-  ModelWeights w = random_weights(c, 42);
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(0.5f, 1.5f);
-  for (LayerWeights& l : w.layers) {
-    for (auto* v : {&l.q_norm, &l.k_norm}) {
-      for (float& x : *v)
-        x = u(rng);
-    }
-  }
-  auto round = [](std::vector<float>& v) {
-    for (float& x : v)
-      x = bf16_to_float(float_to_bf16(x));
-  };
-  round(w.embed);
-  round(w.final_norm);
-  round(w.lm_head);
-  for (LayerWeights& l : w.layers) {
-    for (auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.mlp_norm, &l.w_gate_up, &l.w_down,
-                    &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm})
-      round(*v);
-  }
-  return w;
-}
-
-const ModelWeights& weights() {
-  static const ModelWeights w = bf16_weights();
-  return w;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-class CudaBackendTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!kernels::cuda::device_available()) {
-      GTEST_SKIP() << kernels::cuda::device_description();
-    }
-  }
-
-  std::unique_ptr<Backend> cuda(int32_t blocks, int32_t block_size = 16, bool decode_gemm = false,
-                                const ModelWeights& w = weights(), bool fp8 = false,
-                                bool fp8_kv = false) {
-    CudaBackendOptions o;
-    o.num_blocks = blocks;
-    o.block_size = block_size;
-    o.decode_gemm = decode_gemm;
-    o.fp8_weights = fp8;
-    o.fp8_kv = fp8_kv;
-    auto b = CudaBackend::create(w.config, &w, o);
-    EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.error().message);
-    return b.ok() ? std::unique_ptr<Backend>(std::move(b).value()) : nullptr;
-  }
-  std::unique_ptr<Backend> cpu(int32_t blocks, int32_t block_size = 16,
-                               const ModelWeights& w = weights(), bool fp8 = false,
-                               bool fp8_kv = false) {
-    return std::make_unique<CpuBackend>(w, blocks, block_size, fp8, fp8_kv);
-  }
-
-  RunOutput run(Backend& backend, const std::vector<GenerationRequest>& requests, bool cascade,
-                bool keep_logits = false) {
-    EngineConfig config;
-    config.cascade.enabled = cascade;
-    config.cascade.min_shared_tokens = 16;
-    config.cascade.pass_overhead_bytes = 0;
-    config.scheduler.max_tokens_per_step = 64;  // several prefill chunks per prompt
-    Engine engine(backend, tokenizer_, config, clock_);
-    RunOutput out;
-    engine.set_logits_observer([&](uint64_t g, int32_t s, int32_t pos, std::span<const float> l) {
-      std::vector<float> sorted(l.begin(), l.end());
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-      out.gaps[{g, s, pos}] = sorted[0] - sorted[1];
-      if (keep_logits) out.logits[{g, s, pos}].assign(l.begin(), l.end());
-    });
-    for (const auto& r : requests)
-      EXPECT_TRUE(engine.submit(r).ok());
-    while (engine.has_work()) {
-      StepResult step = engine.step();
-      EXPECT_TRUE(step.error.empty()) << step.error;
-      if (!step.error.empty()) break;
-      out.levels_kept += step.stats.cascade.num_levels_kept();
-      for (const auto& g : step.finished) {
-        for (const Sequence& s : g->seqs) {
-          out.tokens[{g->id, s.sibling}].assign(s.tokens.begin() + g->prompt.size(),
-                                                s.tokens.end());
-        }
-      }
-    }
-    EXPECT_EQ(engine.pool().counts().num_blocks_used, 0);
-    out.preemptions = engine.scheduler().num_preemptions();
-    return out;
-  }
-
-  GenerationRequest request(const std::string& prompt, int32_t n, float temperature,
-                            int32_t max_tokens, uint64_t seed = 7) {
-    GenerationRequest r;
-    r.prompt = tokenizer_.encode(prompt);
-    r.n = n;
-    r.params.temperature = temperature;
-    r.params.max_tokens = max_tokens;
-    r.params.seed = seed;
-    r.params.ignore_eos = true;
-    return r;
-  }
-
-  // Greedy outputs of `b` equal those of `a`, except where `a`'s logits at the first difference
-  // were a near-tie (bf16 attention routes round differently).
-  static void expect_same_or_near_tie(const RunOutput& a, const RunOutput& b,
-                                      const std::vector<GenerationRequest>& reqs, float tie) {
-    ASSERT_EQ(a.tokens.size(), b.tokens.size());
-    int flips = 0;
-    for (const auto& [key, at] : a.tokens) {
-      const auto& bt = b.tokens.at(key);
-      ASSERT_EQ(at.size(), bt.size());
-      const auto diff = std::mismatch(at.begin(), at.end(), bt.begin());
-      if (diff.first == at.end()) continue;
-      ++flips;
-      const int32_t pos =
-          static_cast<int32_t>(reqs[key.first - 1].prompt.size() + (diff.first - at.begin()));
-      const float gap = a.gaps.at({key.first, key.second, pos});
-      EXPECT_LT(gap, tie) << "group " << key.first << " sample " << key.second
-                          << " diverged at position " << pos << " with a logit gap of " << gap;
-    }
-    RecordProperty("flips", flips);
-  }
-
-  // Logits of every sampled position of `dev` against `ref`'s (relative L2 <= tol) while the
-  // two runs' tokens agree: up to and including the first differing token's position. Returns
-  // the rows compared and the worst error.
-  static std::pair<int, double> expect_logits_close(const RunOutput& ref, const RunOutput& dev,
-                                                    const std::vector<GenerationRequest>& reqs,
-                                                    double tol = 2e-2) {
-    int compared = 0;
-    double worst = 0;
-    for (const auto& [key, ct] : ref.tokens) {
-      const auto& gt = dev.tokens.at(key);
-      const int32_t prompt = static_cast<int32_t>(reqs[std::get<0>(key) - 1].prompt.size());
-      for (size_t i = 0; i < ct.size(); ++i) {
-        const Key k{key.first, key.second, prompt + static_cast<int32_t>(i)};
-        const double e = rel_l2(dev.logits.at(k), ref.logits.at(k));
-        worst = std::max(worst, e);
-        EXPECT_LE(e, tol) << "position " << std::get<2>(k);
-        ++compared;
-        if (ct[i] != gt[i]) break;
-      }
-    }
-    return {compared, worst};
-  }
-
-  ByteTokenizer tokenizer_;
-  testing::FakeClock clock_;
-};
-
-const std::string kSystem =
-    "You are a helpful assistant. Answer briefly and cite the document when you can. ";
 
 // Logits of every sampled position agree with the CPU backend's (float32 model on the same
 // bf16-rounded weights) while the two runs' tokens agree, flat and cascade; with cuBLASLt and,
@@ -243,22 +64,13 @@ TEST_F(CudaBackendTest, TinyLogitsMatchCpuBackend) {
 // The Qwen families on the device (Qwen2's q/k/v biases, Qwen3's q/k norms through
 // qkv_bias_norm) against the CPU backend on the same bf16 weights, flat and cascade.
 TEST_F(CudaBackendTest, QwenFamiliesMatchCpuBackend) {
-  std::vector<GenerationRequest> reqs;
-  reqs.push_back(request(kSystem + "Document A: the cat sat on the mat. Q: where?", 4, 0, 24));
-  reqs.push_back(request("Short prompt with no shared prefix", 1, 0, 24));
+  const std::vector<GenerationRequest> reqs = twin_requests();
   for (ModelFamily family : {ModelFamily::kQwen2, ModelFamily::kQwen3}) {
-    const ModelWeights w = bf16_weights(family);
     for (bool cascade : {false, true}) {
       SCOPED_TRACE(std::string(model_family_name(family)) + (cascade ? " cascade" : " flat"));
-      auto c = cpu(512, 16, w);
-      auto g = cuda(512, 16, false, w);
-      ASSERT_TRUE(g);
-      const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
-      const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
-      const auto [compared, worst] = expect_logits_close(ref, dev, reqs);
+      const auto [compared, worst] = expect_twin_logits(bf16_weights(family), false, false, cascade,
+                                                        reqs, 2e-2, model_family_name(family));
       EXPECT_GT(compared, 50);
-      std::printf("%s %s: %d logit rows compared, worst relative L2 %.3g\n",
-                  model_family_name(family), cascade ? "cascade" : "flat", compared, worst);
     }
   }
 }
@@ -266,11 +78,7 @@ TEST_F(CudaBackendTest, QwenFamiliesMatchCpuBackend) {
 // On the device, greedy cascade decode gives flat decode's tokens (16 prompts x n = 8), except at
 // near-ties.
 TEST_F(CudaBackendTest, GreedyCascadeEqualsFlat) {
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 16; ++i) {
-    reqs.push_back(
-        request(kSystem + kSystem + "Question " + std::to_string(i) + ": why?", 8, 0, 24));
-  }
+  const std::vector<GenerationRequest> reqs = sibling_requests(16);
   auto g1 = cuda(2048);
   auto g2 = cuda(2048);
   ASSERT_TRUE(g1 && g2);
@@ -529,150 +337,6 @@ TEST_F(CudaBackendTest, LoadWeightsReplacesTheModelInPlace) {
   EXPECT_EQ(after.tokens, want.tokens);
   EXPECT_EQ(after.logits, want.logits);  // the same bf16 values: the same bits
   EXPECT_NE(after.tokens, before.tokens);
-}
-
-// FP8 weights on the device against the CPU backend's FP8 twin (the same E4M3 weights and
-// per-token activation quantization, GEMMs in float32), flat and cascade, in all three families:
-// the logits agree within 10% relative L2 (seen: up to 7%). The twins differ where the device
-// rounds an intermediate to bf16 (GEMM outputs, the attention output) and a value then lands on
-// the neighbouring code (a 1/16 step); FP8 against bf16 differs by 14-25%. The weights take about
-// half the bytes.
-TEST_F(CudaBackendTest, Fp8WeightsMatchTheCpuFp8Twin) {
-  std::vector<GenerationRequest> reqs;
-  reqs.push_back(request(kSystem + "Document A: the cat sat on the mat. Q: where?", 4, 0, 24));
-  reqs.push_back(request("Short prompt with no shared prefix", 1, 0, 24));
-  for (ModelFamily family : {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3}) {
-    const ModelWeights w = bf16_weights(family);
-    for (bool cascade : {false, true}) {
-      SCOPED_TRACE(std::string(model_family_name(family)) + (cascade ? " cascade" : " flat"));
-      auto c = cpu(512, 16, w, /*fp8=*/true);
-      auto g = cuda(512, 16, false, w, /*fp8=*/true);
-      ASSERT_TRUE(g);
-      EXPECT_EQ(g->quantization(), "fp8");
-      const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
-      const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
-      const auto [compared, worst] = expect_logits_close(ref, dev, reqs, 0.1);
-      // Rows are compared while the two runs' tokens agree: at least every sequence's first
-      // (a near-tie can part them early; seen: 7 to 116 rows).
-      EXPECT_GE(compared, 5);
-      std::printf(
-          "fp8 %s %s: %d logit rows compared with the CPU FP8 twin, worst relative L2 "
-          "%.3g\n",
-          model_family_name(family), cascade ? "cascade" : "flat", compared, worst);
-    }
-  }
-  auto bf16 = cuda(512);
-  auto fp8 = cuda(512, 16, false, weights(), true);
-  const size_t bf16_bytes = static_cast<CudaBackend&>(*bf16).memory().weight_bytes;
-  const size_t fp8_bytes = static_cast<CudaBackend&>(*fp8).memory().weight_bytes;
-  const ModelConfig& c = weights().config;
-  const size_t matrices = size_t(c.num_hidden_layers) * c.hidden_size *
-                          ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim +
-                           c.num_attention_heads * c.head_dim + 3 * c.intermediate_size);
-  // Scales: one fp32 per output channel and 128-column block of k (kernels/cuda/gemm.h
-  // fp8_weight_scales).
-  auto blocks = [](size_t k) { return (k + 127) / 128; };
-  const size_t h = c.hidden_size, q = size_t(c.num_attention_heads) * c.head_dim,
-               kv = size_t(c.num_key_value_heads) * c.head_dim, ff = c.intermediate_size;
-  const size_t scales = size_t(c.num_hidden_layers) *
-                        ((q + 2 * kv + 2 * ff) * blocks(h) + h * blocks(q) + h * blocks(ff));
-  EXPECT_EQ(bf16_bytes - fp8_bytes, matrices - 4 * scales)
-      << "a byte per matrix element saved, less 4 per output channel and 128 columns";
-}
-
-// FP8 against bf16 on the device (the accuracy cost of the quantization on this random model),
-// and cascade against flat under FP8: near-ties only, as in bf16.
-TEST_F(CudaBackendTest, Fp8CascadeEqualsFlatAndStaysNearBf16) {
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 8; ++i) {
-    reqs.push_back(
-        request(kSystem + kSystem + "Question " + std::to_string(i) + ": why?", 8, 0, 24));
-  }
-  auto g1 = cuda(2048, 16, false, weights(), true);
-  auto g2 = cuda(2048, 16, false, weights(), true);
-  auto g3 = cuda(2048);
-  ASSERT_TRUE(g1 && g2 && g3);
-  const RunOutput flat = run(*g1, reqs, false, /*keep_logits=*/true);
-  const RunOutput cascade = run(*g2, reqs, true);
-  EXPECT_GT(cascade.levels_kept, 0);
-  expect_same_or_near_tie(flat, cascade, reqs, 0.05f);
-  const RunOutput bf16 = run(*g3, reqs, false, /*keep_logits=*/true);
-  const auto [compared, worst] = expect_logits_close(bf16, flat, reqs, 0.3);
-  std::printf("fp8 vs bf16 on the device: %d logit rows, worst relative L2 %.3g\n", compared,
-              worst);
-}
-
-// --kv-cache-dtype fp8: the device's E4M3 cache (codes staged and widened to fp16 in every
-// attention path, written by the fused RoPE + append) against the CPU backend's (E4M3 values in
-// float32) in all three families, flat and cascade, bf16 and FP8 weights; cascade == flat
-// (near-ties) on the device; a block costs half the bytes.
-TEST_F(CudaBackendTest, Fp8KvCacheMatchesTheCpuTwin) {
-  std::vector<GenerationRequest> reqs;
-  reqs.push_back(request(kSystem + "Document A: the cat sat on the mat. Q: where?", 4, 0, 24));
-  reqs.push_back(request("Short prompt with no shared prefix", 1, 0, 24));
-  for (ModelFamily family : {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3}) {
-    const ModelWeights w = bf16_weights(family);
-    for (bool fp8_weights : {false, true}) {
-      for (bool cascade : {false, true}) {
-        SCOPED_TRACE(std::string(model_family_name(family)) + (fp8_weights ? " fp8 weights" : "") +
-                     (cascade ? " cascade" : " flat"));
-        auto c = cpu(512, 16, w, fp8_weights, /*fp8_kv=*/true);
-        auto g = cuda(512, 16, false, w, fp8_weights, /*fp8_kv=*/true);
-        ASSERT_TRUE(g);
-        EXPECT_EQ(g->kv_cache_dtype(), "fp8");
-        EXPECT_EQ(g->kv_bytes_per_element(), 1);
-        const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
-        const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
-        // The device quantizes the bf16-rounded keys and values, the twin its float32 ones: a code
-        // flips here and there, and FP8 weights amplify the flips (seen on the H200: worst 0.043
-        // with bf16 weights, 0.114 with FP8 weights).
-        const auto [compared, worst] =
-            expect_logits_close(ref, dev, reqs, fp8_weights ? 0.15 : 0.1);
-        EXPECT_GE(compared, 5);
-        std::printf(
-            "fp8 KV %s%s %s: %d logit rows compared with the CPU twin, worst relative L2 %.3g\n",
-            model_family_name(family), fp8_weights ? " fp8 weights" : "",
-            cascade ? "cascade" : "flat", compared, worst);
-      }
-    }
-  }
-  // A checkpoint's KV-cache scales (ModelWeights::kv_scales) reach the device's appends and
-  // attention as they reach the twin.
-  {
-    ModelWeights scaled = bf16_weights(ModelFamily::kLlama);
-    scaled.kv_scales.k.assign(scaled.config.num_hidden_layers, 1.0f / 64);
-    scaled.kv_scales.v.assign(scaled.config.num_hidden_layers, 1.0f / 32);
-    for (bool cascade : {false, true}) {
-      auto c = cpu(512, 16, scaled, false, true);
-      auto g = cuda(512, 16, false, scaled, false, true);
-      ASSERT_TRUE(g);
-      const RunOutput ref = run(*c, reqs, cascade, /*keep_logits=*/true);
-      const RunOutput dev = run(*g, reqs, cascade, /*keep_logits=*/true);
-      const auto [compared, worst] = expect_logits_close(ref, dev, reqs, 0.1);
-      EXPECT_GE(compared, 5);
-      std::printf("fp8 KV, checkpoint scales, %s: %d rows, worst relative L2 %.3g\n",
-                  cascade ? "cascade" : "flat", compared, worst);
-    }
-  }
-  std::vector<GenerationRequest> many;
-  for (int i = 0; i < 8; ++i) {
-    many.push_back(
-        request(kSystem + kSystem + "Question " + std::to_string(i) + ": why?", 8, 0, 24));
-  }
-  auto g1 = cuda(2048, 16, false, weights(), false, true);
-  auto g2 = cuda(2048, 16, false, weights(), false, true);
-  auto g3 = cuda(2048);
-  ASSERT_TRUE(g1 && g2 && g3);
-  const RunOutput flat = run(*g1, many, false, /*keep_logits=*/true);
-  const RunOutput cascade = run(*g2, many, true);
-  EXPECT_GT(cascade.levels_kept, 0);
-  expect_same_or_near_tie(flat, cascade, many, 0.05f);
-  const RunOutput bf16 = run(*g3, many, false, /*keep_logits=*/true);
-  const auto [compared, worst] = expect_logits_close(bf16, flat, many, 0.3);
-  std::printf("fp8 KV vs bf16 KV on the device: %d logit rows, worst relative L2 %.3g\n", compared,
-              worst);
-  EXPECT_EQ(static_cast<CudaBackend&>(*g1).memory().kv_bytes * 2,
-            static_cast<CudaBackend&>(*g3).memory().kv_bytes);
 }
 
 TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {

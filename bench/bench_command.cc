@@ -226,6 +226,10 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   add_kv_cache_dtype(engine, e->fp8_kv, "the KV cache as E4M3 codes; auto: bf16");
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
+  engine->add_flag("--fp8-scales-in-readers", e->fp8_scales_in_readers,
+                   "with --quantization fp8: the ops that read the GEMMs' outputs apply the "
+                   "scales (cuBLASLt's per-tensor kernels) instead of cuBLASLt (its block-scaled "
+                   "kernels)");
   auto gm = std::make_shared<GemmBenchOptions>();
   CLI::App* gemm = bench->add_subcommand(
       "gemm",

@@ -5,7 +5,10 @@
 # the GPU host lacks, into gpu-bin/ (bench/pack_gpu_bin.sh); writes everything under $OUT.
 #   bash bench/gpu_engine.sh tests      kernel tests + whole-model tests
 #   bash bench/gpu_engine.sh sanitize   compute-sanitizer memcheck on the whole-model tests
-#   bash bench/gpu_engine.sh serve      llama3-8b replica + router + loadgen (2 prompts x n=64)
+#   bash bench/gpu_engine.sh serve      llama3-8b replica + router + loadgen (2 prompts x n=64);
+#                                       REPLICA_ARGS adds replica options (e.g. "--quantization
+#                                       fp8 --kv-cache-dtype fp8"), MAX_TOKENS and
+#                                       SECONDS_MEASURED size the run
 #   bash bench/gpu_engine.sh bench      kvcascade bench engine (+ the PyTorch anchor if anchor/ is
 #                                       carried: ../shared/bench/torch_cascade_anchor.py)
 #   bash bench/gpu_engine.sh all        tests, serve, sanitize
@@ -40,7 +43,7 @@ wait_http() {  # host port seconds
 run_serve() {
   local rp=18101 pp=18100
   "$bin/kvcascade" replica --backend cuda --preset llama3-8b --port $rp --max-num-seqs 256 \
-    --max-tokens-per-step 512 >"$out/replica.log" 2>&1 &
+    --max-tokens-per-step 512 ${REPLICA_ARGS:-} >"$out/replica.log" 2>&1 &
   local replica=$!
   if ! wait_http 127.0.0.1 $rp 240; then
     echo "replica did not start"; tail -20 "$out/replica.log"; kill $replica; return 1

@@ -11,6 +11,11 @@
 #                                 flat, profiled), bench kernels --quick over E4M3 codes, then
 #                                 cascade alone for bf16 weights + FP8 KV, FP8 weights + bf16 KV
 #                                 and bf16 + bf16 (same run)
+#   bash bench/gpu_fp8.sh scales  where the FP8 GEMMs' scales are applied: the CUDA tests, bench
+#                                 gemm at 16 and 128 rows (block-scaled vs raw), then bench
+#                                 engine with FP8 weights + FP8 KV, scales in cuBLASLt (the
+#                                 default) and in the GEMMs' readers (--fp8-scales-in-readers),
+#                                 each beside the anchor
 set -u -o pipefail
 mode=${1:-tests}
 out=${OUT:-gpu-out}
@@ -80,6 +85,29 @@ case "$mode" in
         --out "$out/engine-$name.json" "${anchor[@]}" >"$out/engine-$name.txt" 2>&1
       echo "== $name"
       grep -E "^ +(16|256|1024) +20|rollout:" "$out/engine-$name.txt" | head -4
+    done
+    ;;
+  scales)
+    timeout 240 "$bin/kernels_cuda_test" --gtest_brief=1 2>&1 >"$out/kernels_cuda_test.txt"
+    grep -E "FAILED|Failure|PASSED" -A3 "$out/kernels_cuda_test.txt" | head -30
+    timeout 240 "$bin/replica_cuda_test" 2>&1 >"$out/replica_cuda_test.txt"
+    grep -E "FAILED|PASSED|scales in the readers|fp8 (llama|qwen)" "$out/replica_cuda_test.txt" |
+      head -30
+    for rows in 16 128; do
+      timeout 60 "$bin/kvcascade" bench gemm --rows $rows --out "$out/gemm-$rows.json" \
+        >"$out/gemm-$rows.txt" 2>&1
+      tail -9 "$out/gemm-$rows.txt"
+    done
+    run_anchor
+    for v in "in-gemm" "readers --fp8-scales-in-readers"; do
+      set -- $v
+      name=$1
+      shift
+      timeout 150 "$bin/kvcascade" bench engine --quantization fp8 --kv-cache-dtype fp8 "$@" \
+        --attention cascade --graphs on --out "$out/engine-$name.json" "${anchor[@]}" \
+        >"$out/engine-$name.txt" 2>&1
+      echo "== $name"
+      grep -E "^ +(16|256|1024) +20|rollout:|gemm|proj" "$out/engine-$name.txt" | head -14
     done
     ;;
 esac

@@ -324,6 +324,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     return 1;
   }
   CudaBackend& backend = **made;
+  backend.model().set_fp8_scales_in_readers(o.fp8_scales_in_readers);
 
   const int rows = o.groups * o.siblings;
   result.update({{"groups", o.groups},
@@ -331,10 +332,16 @@ int run_engine_bench(const EngineBenchOptions& o) {
                  {"prefix", o.prefix},
                  {"gen", o.gen},
                  {"logprobs", o.logprobs},
-                 {"decode_gemm", backend.model().decode_gemm()}});
+                 {"decode_gemm", backend.model().decode_gemm()},
+                 {"fp8_scales_in_readers", fp8 && o.fp8_scales_in_readers}});
   std::printf("decode GEMMs: %s\n\n", backend.model().decode_gemm()
                                           ? "Hopper decode GEMM (<= 128 rows), cuBLASLt above"
                                           : "cuBLASLt");
+  if (fp8) {
+    std::printf("FP8 scales: %s\n\n", o.fp8_scales_in_readers
+                                          ? "applied by the ops that read each GEMM's output"
+                                          : "in cuBLASLt (block-scaled kernels)");
+  }
   std::map<std::string, ModeRun> runs;
   std::map<std::string, std::vector<Point>> points;
   for (auto [cascade, with_graphs] : modes) {

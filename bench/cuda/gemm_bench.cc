@@ -113,10 +113,11 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   std::mt19937 rng(7);
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-8s %6s %6s %9s %10s %10s %6s %10s %6s %6s %9s %9s %9s %6s %9s\n", "gemm", "n", "k",
-              "MB", "floor us", "cublasLt", "x", "decode", "x", "splits", "rel diff", "fp8 floor",
-              "fp8 us", "x", "fp8 diff");
-  double sum_floor = 0, sum_lt = 0, sum_dec = 0, sum_fp8_floor = 0, sum_fp8 = 0;
+  std::printf("%-8s %6s %6s %9s %10s %10s %6s %10s %6s %6s %9s %9s %9s %6s %9s %9s %9s %6s\n",
+              "gemm", "n", "k", "MB", "floor us", "cublasLt", "x", "decode", "x", "splits",
+              "rel diff", "fp8 floor", "fp8 us", "x", "fp8 diff", "raw floor", "raw us", "x");
+  double sum_floor = 0, sum_lt = 0, sum_dec = 0, sum_fp8_floor = 0, sum_fp8 = 0, sum_raw_floor = 0,
+         sum_raw = 0;
   for (const Shape& s : shapes) {
     if (!opt.only.empty() && opt.only != s.name) continue;
     const size_t wbytes = size_t(s.n) * s.k * 2;
@@ -163,7 +164,9 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
     // FP8 (the layer matrices only: the LM head stays bf16): E4M3 weights with per-channel
     // scales and activations with per-row scales, quantized from the same bf16 values; the
     // difference from the bf16 output is the quantization's, not the kernel's.
-    double fp8_floor = -1, fp8 = -1, fp8_diff = -1;
+    // Raw: the same codes through run_fp8_raw (per-tensor kernels; the scales are applied by
+    // the op that reads the output, ops.h Fp8Dequant), whose floor has no scale blocks.
+    double fp8_floor = -1, fp8 = -1, fp8_diff = -1, raw_floor = -1, raw = -1;
     if (!s.f32_out) {
       std::vector<void*> wq(copies, nullptr);
       std::vector<float*> ws(copies, nullptr);
@@ -203,6 +206,18 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         } else {
           std::fprintf(stderr, "bench gemm: FP8 GEMM at %s: %s\n", s.name, cudaGetErrorString(e));
         }
+        raw_floor = 1e6 * (double(s.n) * s.k + double(m) * s.k + double(m) * s.n * 2) / bw;
+        auto run_raw = [&](const void* w) {
+          return g.run_fp8_raw(xq, w, y3, m, s.n, s.k, GemmOut::kBF16, stream);
+        };
+        const cudaError_t er = run_raw(wq[0]);
+        cudaStreamSynchronize(stream);
+        if (er == cudaSuccess) {
+          raw = time_gemm(run_raw, wq, opt.iters, stream);
+        } else {
+          std::fprintf(stderr, "bench gemm: raw FP8 GEMM at %s: %s\n", s.name,
+                       cudaGetErrorString(er));
+        }
       }
       cudaFree(xq);
       cudaFree(xs);
@@ -213,15 +228,17 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       }
       sum_fp8_floor += fp8_floor;
       sum_fp8 += fp8 > 0 ? fp8 : std::nan("");
+      sum_raw_floor += raw_floor;
+      sum_raw += raw > 0 ? raw : std::nan("");
     }
     sum_floor += floor_us;
     sum_lt += lt;
     sum_dec += dec > 0 ? dec : std::nan("");
     std::printf(
         "%-8s %6d %6d %9.1f %10.1f %10.1f %6.2f %10.1f %6.2f %6d %9.1e %9.1f %9.1f %6.2f "
-        "%9.1e\n",
+        "%9.1e %9.1f %9.1f %6.2f\n",
         s.name, s.n, s.k, bytes / 1e6, floor_us, lt, lt / floor_us, dec, dec / floor_us, cut.splits,
-        diff, fp8_floor, fp8, fp8 / fp8_floor, fp8_diff);
+        diff, fp8_floor, fp8, fp8 / fp8_floor, fp8_diff, raw_floor, raw, raw / raw_floor);
     rows.push_back({{"gemm", s.name},
                     {"n", s.n},
                     {"k", s.k},
@@ -235,7 +252,9 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
                     {"rel_diff", diff},
                     {"fp8_floor_us", fp8_floor},
                     {"fp8_us", fp8},
-                    {"fp8_rel_diff_vs_bf16", fp8_diff}});
+                    {"fp8_rel_diff_vs_bf16", fp8_diff},
+                    {"fp8_raw_floor_us", raw_floor},
+                    {"fp8_raw_us", raw}});
     cudaFree(x);
     cudaFree(y);
     cudaFree(y2);
@@ -258,6 +277,11 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         "FP8 %.2f ms (bf16: %.2f ms)\n",
         1e-3 * 32 * sum_fp8_floor, 1e-3 * 32 * sum_fp8,
         1e-3 * 32 * (sum_lt - rows.back()["cublaslt_us"].get<double>()));
+  if (rows.size() == shapes.size())
+    std::printf(
+        "FP8 raw layer GEMMs per step (per-tensor kernels; the scales applied by the ops that read "
+        "them): floor %.2f ms, cuBLASLt %.2f ms\n",
+        1e-3 * 32 * sum_raw_floor, 1e-3 * 32 * sum_raw);
   cudaStreamDestroy(stream);
   if (!opt.out_json.empty()) {
     nlohmann::json doc{{"read_bandwidth", bw}, {"rows", m}, {"gemms", rows}};

@@ -49,11 +49,11 @@ struct DecodeWork {
 // kStep tokens apart.
 template <int D, int HW, int kElemBytes>
 struct DecodeStage {
-  static constexpr int kCpr = D * kElemBytes / 16;      // 16-byte chunks of one head's row
-  static constexpr int kTokChunks = HW * kCpr;          // chunks of one token's HW heads
-  static constexpr int kStep = 32 * HW / kTokChunks;    // tokens between a thread's copies
-  static constexpr int kPer = kHeadsTile / kStep;       // rows a thread copies per stage
-  static constexpr int kPitch = HW * D * kElemBytes;    // bytes per staged token
+  static constexpr int kCpr = D * kElemBytes / 16;         // 16-byte chunks of one head's row
+  static constexpr int kTokChunks = HW * kCpr;             // chunks of one token's HW heads
+  static constexpr int kStep = 32 * HW / kTokChunks;       // tokens between a thread's copies
+  static constexpr int kPer = kHeadsTile / kStep;          // rows a thread copies per stage
+  static constexpr int kPitch = HW * D * kElemBytes;       // bytes per staged token
   static constexpr int kStageBytes = kHeadsTile * kPitch;  // one of K or V
   static_assert(kPer * kStep == kHeadsTile && kTokChunks % 8 == 0);
 };
@@ -200,7 +200,7 @@ __device__ __forceinline__ void decode_item_fp8(const AttendParams& p, int64_t i
     return;
   }
 
-  const int within = tid % kTokChunks;   // chunk within the token's HW heads
+  const int within = tid % kTokChunks;         // chunk within the token's HW heads
   StageLoader<G::kPer, G::kStep, uint8_t> ld;  // 16 codes per copy
   ld.template init<D>(p, p.block_indices + p.block_indptr[seq], hg * HW * D + within * 16,
                       tid / kTokChunks, t_begin, within / kCph < heads_here ? t_end : t_begin,

@@ -18,16 +18,22 @@ namespace {
 
 // One CTA per row: silu(gate) * up in fp32, the row's maximum, then its E4M3 codes (the values
 // are computed twice rather than kept: a row of 14336 does not fit a CTA's registers).
+// dq on: gate_up is a raw FP8 GEMM output.
 template <int kVec>
 __global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales,
-                                    Fp8ScaleLayout layout, int inter) {
+                                    Fp8ScaleLayout layout, int inter, Fp8Dequant dq) {
   let_next_gemm_start();
   const int64_t r = blockIdx.x;
   const bf16* gr = gate_up + r * 2 * inter;
+  const float x_scale = dq.row != nullptr ? dq.row[r] : 1.0f;
   auto act = [&](int c, float* g) {
     float u[kVec];
     load<kVec>(gr + c, g);
     load<kVec>(gr + inter + c, u);
+    if (dq.row != nullptr) {
+      dequant<kVec>(g, x_scale, dq.col + c);
+      dequant<kVec>(u, x_scale, dq.col + inter + c);
+    }
 #pragma unroll
     for (int j = 0; j < kVec; ++j)
       g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
@@ -48,17 +54,18 @@ __global__ void quantize_rows_fp8_kernel(const bf16* x, int64_t stride, int dim,
 }  // namespace
 
 cudaError_t silu_mul_fp8(const void* gate_up, void* out, float* scales, int rows, int inter,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const Fp8Dequant& dq) {
   if (rows == 0 || inter == 0) return cudaSuccess;
-  if (rows < 0 || inter < 0 || scales == nullptr) return cudaErrorInvalidValue;
+  if (rows < 0 || inter < 0 || scales == nullptr || !dequant_ok(dq)) return cudaErrorInvalidValue;
   const bf16* gu = static_cast<const bf16*>(gate_up);
   auto* o = static_cast<uint8_t*>(out);
   const Fp8ScaleLayout layout = fp8_activation_scales(rows, inter);
   if (inter % 8 == 0 && aligned16(gate_up) && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
     silu_mul_fp8_kernel<8>
-        <<<rows, threads_for(inter / 8), 0, stream>>>(gu, o, scales, layout, inter);
+        <<<rows, threads_for(inter / 8), 0, stream>>>(gu, o, scales, layout, inter, dq);
   } else {
-    silu_mul_fp8_kernel<1><<<rows, threads_for(inter), 0, stream>>>(gu, o, scales, layout, inter);
+    silu_mul_fp8_kernel<1>
+        <<<rows, threads_for(inter), 0, stream>>>(gu, o, scales, layout, inter, dq);
   }
   return cudaGetLastError();
 }

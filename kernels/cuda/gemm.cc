@@ -33,10 +33,18 @@ Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
     (void)cudaGetLastError();
     workspace_ = nullptr;
   }
+  const float one = 1.0f;
+  if (cudaMalloc(&one_, sizeof one) != cudaSuccess ||
+      cudaMemcpy(one_, &one, sizeof one, cudaMemcpyHostToDevice) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (one_) cudaFree(one_);
+    one_ = nullptr;
+  }
 }
 
 Gemm::~Gemm() {
   plans_.clear();
+  if (one_) cudaFree(one_);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
@@ -45,8 +53,9 @@ void Gemm::set_decode_kernel(bool on) {
   decode_kernel_ = on && decode_gemm_supported();
 }
 
-Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, bool fp8) {
-  const Key key{m, n, k, static_cast<int>(out), accumulate, fp8};
+Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, Kind kind) {
+  const Key key{m, n, k, static_cast<int>(out), accumulate, kind};
+  const bool fp8 = kind != kBf16;
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
   const cudaDataType_t out_type = out == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -58,7 +67,19 @@ Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, bo
                                             sizeof transa) == CUBLAS_STATUS_SUCCESS;
   ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
                                             sizeof transb) == CUBLAS_STATUS_SUCCESS;
-  if (fp8) {
+  if (kind == kFp8Raw) {
+    // Per-tensor scales of 1: the output is the sum of code products.
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    const void* one = one_;
+    ok = ok && one != nullptr;
+    for (const auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE})
+      ok = ok && cublasLtMatmulDescSetAttribute(p->desc, attr, &mode, sizeof mode) ==
+                     CUBLAS_STATUS_SUCCESS;
+    for (const auto attr :
+         {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER})
+      ok = ok &&
+           cublasLtMatmulDescSetAttribute(p->desc, attr, &one, sizeof one) == CUBLAS_STATUS_SUCCESS;
+  } else if (fp8) {
     // A (the weights, n rows after the transpose) and B (the activations, m columns): scales per
     // 128-column block of k, or one per row (gemm.h Fp8ScaleLayout); their pointers are set per
     // call (run_fp8).
@@ -99,6 +120,16 @@ Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, bo
   return plans_.emplace(key, std::move(p)).first->second.get();
 }
 
+cudaError_t Gemm::matmul(Plan* p, const void* x, const void* w, void* y, float beta,
+                         cudaStream_t stream) {
+  const float alpha = 1.0f;
+  const cublasStatus_t s =
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->desc, &alpha, w, p->a, x, p->b,
+                     &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream);
+  if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorLaunchFailure;
+  return cudaGetLastError();
+}
+
 cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
                       cudaStream_t stream, bool accumulate) {
   if (m == 0 || n == 0) return cudaSuccess;
@@ -109,24 +140,32 @@ cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k
   if (!ok()) return cudaErrorInitializationError;
   Plan* p = plan_for(m, n, k, out, accumulate);
   if (!p->ok) return cudaErrorNotSupported;
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  const cublasStatus_t s =
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->desc, &alpha, w, p->a, x, p->b,
-                     &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream);
-  if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorLaunchFailure;
-  return cudaGetLastError();
+  return matmul(p, x, w, y, accumulate ? 1.0f : 0.0f, stream);
+}
+
+cudaError_t Gemm::check_fp8(int& m, int n, int k) const {
+  if (k % 16 != 0 || n % 16 != 0) return cudaErrorInvalidValue;
+  if (!ok()) return cudaErrorInitializationError;
+  m = fp8_gemm_rows(m);
+  return cudaSuccess;
+}
+
+cudaError_t Gemm::run_fp8_raw(const void* x, const void* w, void* y, int m, int n, int k,
+                              GemmOut out, cudaStream_t stream) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  if (const cudaError_t e = check_fp8(m, n, k); e != cudaSuccess) return e;
+  Plan* p = plan_for(m, n, k, out, false, kFp8Raw);
+  if (!p->ok) return cudaErrorNotSupported;
+  return matmul(p, x, w, y, 0.0f, stream);
 }
 
 cudaError_t Gemm::run_fp8(const void* x, const float* x_scales, const void* w,
                           const float* w_scales, void* y, int m, int n, int k, GemmOut out,
                           cudaStream_t stream) {
   if (m == 0 || n == 0) return cudaSuccess;
-  if (k % 16 != 0 || n % 16 != 0 || x_scales == nullptr || w_scales == nullptr) {
-    return cudaErrorInvalidValue;
-  }
-  if (!ok()) return cudaErrorInitializationError;
-  m = fp8_gemm_rows(m);
-  Plan* p = plan_for(m, n, k, out, false, true);
+  if (x_scales == nullptr || w_scales == nullptr) return cudaErrorInvalidValue;
+  if (const cudaError_t e = check_fp8(m, n, k); e != cudaSuccess) return e;
+  Plan* p = plan_for(m, n, k, out, false, kFp8Scaled);
   if (!p->ok) return cudaErrorNotSupported;
   // Host-side attributes of the descriptor: safe while a stream is being captured.
   if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales,
@@ -135,12 +174,7 @@ cudaError_t Gemm::run_fp8(const void* x, const float* x_scales, const void* w,
                                      sizeof x_scales) != CUBLAS_STATUS_SUCCESS) {
     return cudaErrorInvalidValue;
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t s =
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->desc, &alpha, w, p->a, x, p->b,
-                     &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream);
-  if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorLaunchFailure;
-  return cudaGetLastError();
+  return matmul(p, x, w, y, 0.0f, stream);
 }
 
 }  // namespace kvc::kernels::cuda

@@ -79,15 +79,26 @@ class Gemm {
   // cuBLASLt algorithm (a device before Hopper, or a cuBLASLt without these scaling modes).
   cudaError_t run_fp8(const void* x, const float* x_scales, const void* w, const float* w_scales,
                       void* y, int m, int n, int k, GemmOut out, cudaStream_t stream);
+  // y[i, j] = sum_k x[i, k] w[j, k] over the E4M3 codes themselves: run_fp8 without the scales,
+  // which the op that reads y applies (ops.h Fp8Dequant), so cuBLASLt runs its per-tensor FP8
+  // kernels, the fastest it has at every row count (bench/results/fp8-h200.md). Same rows,
+  // preconditions and errors as run_fp8.
+  cudaError_t run_fp8_raw(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
+                          cudaStream_t stream);
 
  private:
   struct Plan;
-  // m, n, k, out, accumulate, fp8 (block-scaled for m <= kFp8BlockScaledMaxRows)
-  using Key = std::tuple<int, int, int, int, bool, bool>;
-  Plan* plan_for(int m, int n, int k, GemmOut out, bool accumulate, bool fp8 = false);
+  enum Kind { kBf16 = 0, kFp8Scaled = 1, kFp8Raw = 2 };
+  // m, n, k, out, accumulate, kind (FP8 scaled: block-scaled for m <= kFp8BlockScaledMaxRows)
+  using Key = std::tuple<int, int, int, int, bool, int>;
+  Plan* plan_for(int m, int n, int k, GemmOut out, bool accumulate, Kind kind = kBf16);
+  cudaError_t check_fp8(int& m, int n, int k) const;
+  cudaError_t matmul(Plan* p, const void* x, const void* w, void* y, float beta,
+                     cudaStream_t stream);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
+  float* one_ = nullptr;  // 1.0f on the device: the raw FP8 GEMM's scales
   size_t workspace_bytes_ = 0;
   bool decode_kernel_ = false;
   std::map<Key, std::unique_ptr<Plan>> plans_;

@@ -517,6 +517,18 @@ bool LlamaModel::decode_gemm() const {
   return impl_->gemm->decode_kernel();
 }
 
+void LlamaModel::set_fp8_scales_in_readers(bool on) {
+  Impl& I = *impl_;
+  if (I.fp8_scales_in_readers == on) return;
+  cudaStreamSynchronize(I.stream);
+  I.drop_graphs();  // captured launches name the GEMM kernels and the scales' readers
+  I.fp8_scales_in_readers = on;
+}
+
+bool LlamaModel::fp8_scales_in_readers() const {
+  return impl_->fp8_scales_in_readers;
+}
+
 void LlamaModel::set_kv_scales(std::span<const float> k_scale, std::span<const float> v_scale) {
   Impl& I = *impl_;
   const size_t n = std::min({I.kv_quant.size(), k_scale.size(), v_scale.size()});

@@ -167,6 +167,12 @@ class LlamaModel {
   // through cuBLASLt.
   void set_decode_gemm(bool on);
   bool decode_gemm() const;
+  // With FP8 weights: whether the op that reads each layer GEMM's output applies the per-token
+  // and per-channel scales (ops.h Fp8Dequant; the GEMMs then run cuBLASLt's per-tensor kernels,
+  // its fastest in the probe of bench/results/fp8-h200.md) instead of cuBLASLt (its block-scaled
+  // and outer-vector kernels: the default). Not yet measured in the engine on the H200.
+  void set_fp8_scales_in_readers(bool on);
+  bool fp8_scales_in_readers() const;
   struct GraphStats {
     int64_t captures = 0;  // graphs captured and instantiated
     int64_t replays = 0;   // steps that ran as a graph (captures included)

@@ -132,16 +132,24 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   cudaStream_t s = I.stream;
   Gemm& g = *I.gemm;
   // With FP8 weights a layer GEMM reads the E4M3 rows (and per-row scales) its producer wrote
-  // (xq or actq) and the matrix's codes and per-channel scales; else bf16 x and w.
-  const bool fp8 = d.fp8_weights;
+  // (xq or actq) and the matrix's codes and per-channel scales; else bf16 x and w. cuBLASLt
+  // applies both scales, or (fp8_scales_in_readers) the GEMM sums the codes' products
+  // (per-tensor kernels) and the op that reads its output applies them (ops.h Fp8Dequant: `dq`
+  // below). A reader may write the activation scales it reads (the norm after o_proj): only its
+  // own row's, after reading them.
+  const bool fp8 = d.fp8_weights, raw = fp8 && I.fp8_scales_in_readers;
   auto layer_gemm = [&](const void* x, const void* xq, const float* x_scales, const void* w,
                         const float* w_scales, void* y, int n, int k) {
+    if (raw) return g.run_fp8_raw(xq, w, y, rows, n, k, GemmOut::kBF16, s);
     return fp8 ? g.run_fp8(xq, x_scales, w, w_scales, y, rows, n, k, GemmOut::kBF16, s)
                : g.run(x, w, y, rows, n, k, GemmOut::kBF16, s);
   };
-  auto norm = [&](const void* x, bool accumulate, const void* weight) {
+  auto dq = [&](const float* x_scales, const float* w_scales) {
+    return raw ? Fp8Dequant{x_scales, w_scales} : Fp8Dequant{};
+  };
+  auto norm = [&](const void* x, bool accumulate, const void* weight, const Fp8Dequant& x_dq) {
     return fp8 ? add_rms_norm_fp8(x, I.residual, accumulate, weight, I.xq, I.xq_scales, rows, h,
-                                  d.rms_eps, s)
+                                  d.rms_eps, s, x_dq)
                : add_rms_norm(x, I.residual, accumulate, weight, I.xn, rows, h, d.rms_eps, s);
   };
   // 2. Copy-on-write.
@@ -161,7 +169,9 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         void* kc = I.kv_layout.k(I.kv, layer);
         void* vc = I.kv_layout.v(I.kv, layer);
         // Attention block.
-        KVC_OP(norm(layer == 0 ? I.x : I.proj, layer > 0, L.attn_norm), "add_rms_norm");
+        KVC_OP(norm(layer == 0 ? I.x : I.proj, layer > 0, L.attn_norm,
+                    layer == 0 ? Fp8Dequant{} : dq(I.act_scales, I.layers[layer - 1].down_scale)),
+               "add_rms_norm");
         // One GEMM for q, k and v; one launch rotates q into the contiguous buffer the
         // attention kernels read and writes rotated k and v to the cache from the QKV rows.
         const int64_t qkv_row = qd + 2 * kvd;
@@ -169,14 +179,17 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         KVC_OP(layer_gemm(I.xn, I.xq, I.xq_scales, L.qkv, L.qkv_scale, qkv,
                           static_cast<int>(qkv_row), h),
                "qkv_proj");
+        // The QKV values' scales are applied by the first op that reads them.
+        Fp8Dequant qkv_dq = dq(I.xq_scales, L.qkv_scale);
         if (d.qkv_bias || d.qk_norm) {  // Qwen2's biases, Qwen3's q/k norms
           KVC_OP(qkv_bias_norm(qkv, qkv_row, rows, d.q_heads, d.kv_heads, d.head_dim, L.qkv_bias,
-                               L.q_norm, L.k_norm, d.rms_eps, s),
+                               L.q_norm, L.k_norm, d.rms_eps, s, qkv_dq),
                  "qkv_bias_norm");
+          qkv_dq = {};
         }
         KVC_OP(rope_kv_append(qkv, qkv_row, d.q_heads, qkv + qd, qkv_row, qkv + qd + kvd, qkv_row,
                               d.kv_heads, d.head_dim, I.rope_cs, rows, I.q, qd, dw + sl.slots,
-                              KvDtype::kBF16, kc, vc, s, I.kv_quant[layer]),
+                              KvDtype::kBF16, kc, vc, s, I.kv_quant[layer], qkv_dq),
                "rope_kv_append");
         if (num_chunks > 0) {
           KVC_OP(
@@ -201,12 +214,14 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         }
         KVC_OP(layer_gemm(I.attn, I.xq, I.xq_scales, L.o, L.o_scale, I.proj, h, qd), "o_proj");
         // MLP block.
-        KVC_OP(norm(I.proj, true, L.mlp_norm), "add_rms_norm");
+        KVC_OP(norm(I.proj, true, L.mlp_norm, dq(I.xq_scales, L.o_scale)), "add_rms_norm");
         KVC_OP(
             layer_gemm(I.xn, I.xq, I.xq_scales, L.gate_up, L.gate_up_scale, I.gate_up, 2 * ff, h),
             "gate_up_proj");
         if (fp8) {
-          KVC_OP(silu_mul_fp8(I.gate_up, I.actq, I.act_scales, rows, ff, s), "silu_mul");
+          KVC_OP(silu_mul_fp8(I.gate_up, I.actq, I.act_scales, rows, ff, s,
+                              dq(I.xq_scales, L.gate_up_scale)),
+                 "silu_mul");
         } else {
           KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
         }
@@ -215,7 +230,8 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
       }
       // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
       // row: it is gathered once per sample), then sampling.
-      KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s),
+      KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s,
+                          dq(I.act_scales, I.layers[d.layers - 1].down_scale)),
              "final norm");
     }
     if (num_samples > 0) {

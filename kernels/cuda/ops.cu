@@ -40,15 +40,17 @@ __global__ void embedding_gather_kernel(const bf16* table, int vocab, int hidden
 // One CTA per row; kVec = 8: hidden % 8 == 0 and 16-byte aligned pointers. Each thread rereads
 // only the residual values it wrote itself, so no barrier is needed between the two loops.
 // kFp8: y is E4M3 codes with the row's scale in y_scales (gemm.h Fp8ScaleLayout; two passes
-// over the normalised row: its maximum, then the codes), else bf16.
+// over the normalised row: its maximum, then the codes), else bf16. dq on: x is a raw FP8 GEMM
+// output.
 template <int kVec, bool kFp8>
 __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate,
                                     const bf16* weight, void* y, float* y_scales,
-                                    Fp8ScaleLayout y_layout, int hidden, float eps) {
+                                    Fp8ScaleLayout y_layout, int hidden, float eps, Fp8Dequant dq) {
   let_next_gemm_start();
   const int64_t row = blockIdx.x;
   float* res = residual + row * hidden;
   const bf16* xr = x != nullptr ? x + row * hidden : nullptr;
+  const float x_scale = dq.row != nullptr ? dq.row[row] : 1.0f;
   float sum_sq = 0;
   for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
     float v[kVec];
@@ -62,6 +64,7 @@ __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumul
     if (xr != nullptr) {
       float xv[kVec];
       load<kVec>(xr + i, xv);
+      if (dq.row != nullptr) dequant<kVec>(xv, x_scale, dq.col + i);
 #pragma unroll
       for (int j = 0; j < kVec; ++j)
         v[j] += xv[j];
@@ -239,7 +242,7 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
                                       int64_t v_stride, int num_kv_heads, int head_dim,
                                       const float2* cs, bf16* q_out, int64_t q_out_stride,
                                       const int32_t* slots, T* k_cache, T* v_cache, float k_inv,
-                                      float v_inv) {
+                                      float v_inv, Fp8Dequant dq) {
   const int64_t t = blockIdx.x;
   const int half = head_dim / 2, quads = half / 4;
   const int32_t slot = slots[t];
@@ -247,11 +250,21 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
   const int rot_units = (num_q_heads + num_kv_heads) * quads;
   const int units = rot_units + static_cast<int>(kv_row / 8);
   const float2* c_t = cs + t * half;
+  const float x_scale = dq.row != nullptr ? dq.row[t] : 1.0f;
   for (int u = threadIdx.x; u < units; u += blockDim.x) {
     if (u >= rot_units) {  // V: 8 values
       if (slot < 0) continue;
       const int64_t i = int64_t{u - rot_units} * 8;
-      convert_row<T, 8>(v + t * v_stride + i, v_cache + int64_t{slot} * kv_row + i, v_inv);
+      const bf16* src = v + t * v_stride + i;
+      alignas(16) bf16 values[8];
+      if (dq.row != nullptr) {  // the values, rounded to bf16 as the GEMM's would have been
+        float f[8];
+        load<8>(src, f);
+        dequant<8>(f, x_scale, dq.col + int64_t{num_q_heads + num_kv_heads} * head_dim + i);
+        store<8>(values, f);
+        src = values;
+      }
+      convert_row<T, 8>(src, v_cache + int64_t{slot} * kv_row + i, v_inv);
       continue;
     }
     const int h = u / quads, i = (u % quads) * 4;
@@ -264,10 +277,23 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
     const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xa);
     const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&ya);
     __nv_bfloat162 lo[2], hi[2];
+    // The fused row's columns of these values (q heads, then k heads: h * head_dim either way).
+    float4 xs = make_float4(1.f, 1.f, 1.f, 1.f), ys = xs;
+    if (dq.row != nullptr) {
+      const float* col = dq.col + int64_t{h} * head_dim + i;
+      xs = *reinterpret_cast<const float4*>(col);
+      ys = *reinterpret_cast<const float4*>(col + half);
+    }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const float2 x = __bfloat1622float2(x2[j]);
-      const float2 y = __bfloat1622float2(y2[j]);
+      float2 x = __bfloat1622float2(x2[j]);
+      float2 y = __bfloat1622float2(y2[j]);
+      if (dq.row != nullptr) {
+        x.x = x.x * x_scale * (j == 0 ? xs.x : xs.z);
+        x.y = x.y * x_scale * (j == 0 ? xs.y : xs.w);
+        y.x = y.x * x_scale * (j == 0 ? ys.x : ys.z);
+        y.y = y.y * x_scale * (j == 0 ? ys.y : ys.w);
+      }
       rotate_pairs(x, y, c_t[i + 2 * j], c_t[i + 2 * j + 1], lo[j], hi[j]);
     }
     if (is_q) {
@@ -293,13 +319,16 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
 // heads with norms, the RMS normalisation and the norm weight applied, all in fp32 with one
 // rounding to bf16 at the end (closer to a float32 model than rounding at every step as a bf16
 // transformers model does). v heads are only touched with a bias.
+// dq on: the row is a raw FP8 GEMM output; every head (v's too) is dequantized first.
 __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int kv_heads,
                                      int head_dim, const bf16* bias, const bf16* q_norm,
-                                     const bf16* k_norm, float eps) {
+                                     const bf16* k_norm, float eps, Fp8Dequant dq) {
   constexpr int kMaxPerLane = 8;  // head_dim <= 256
   bf16* row = qkv + blockIdx.x * stride;
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int heads = bias != nullptr ? q_heads + 2 * kv_heads : q_heads + kv_heads;
+  const int heads =
+      bias != nullptr || dq.row != nullptr ? q_heads + 2 * kv_heads : q_heads + kv_heads;
+  const float x_scale = dq.row != nullptr ? dq.row[blockIdx.x] : 1.0f;
   for (int h = warp; h < heads; h += warps) {
     const bf16* w = h < q_heads ? q_norm : h < q_heads + kv_heads ? k_norm : nullptr;
     bf16* x = row + int64_t{h} * head_dim;
@@ -311,6 +340,7 @@ __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int
       v[j] = 0;
       if (i >= head_dim) continue;
       v[j] = __bfloat162float(x[i]);
+      if (dq.row != nullptr) v[j] = v[j] * x_scale * dq.col[int64_t{h} * head_dim + i];
       if (bias != nullptr) v[j] += __bfloat162float(bias[int64_t{h} * head_dim + i]);
       sum_sq += v[j] * v[j];
     }
@@ -372,7 +402,8 @@ namespace {
 template <bool kFp8>
 cudaError_t launch_add_rms_norm(const void* x, float* residual, bool accumulate, const void* weight,
                                 void* y, float* y_scales, int rows, int hidden, float eps,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, const Fp8Dequant& dq) {
+  if (!dequant_ok(dq) || (dq.on() && x == nullptr)) return cudaErrorInvalidValue;
   const bf16* xb = static_cast<const bf16*>(x);
   const bf16* w = static_cast<const bf16*>(weight);
   const bool y_aligned = kFp8 ? reinterpret_cast<uintptr_t>(y) % 8 == 0 : aligned16(y);
@@ -381,10 +412,10 @@ cudaError_t launch_add_rms_norm(const void* x, float* residual, bool accumulate,
   const Fp8ScaleLayout layout = kFp8 ? fp8_activation_scales(rows, hidden) : Fp8ScaleLayout{};
   if (vec) {
     add_rms_norm_kernel<8, kFp8><<<rows, threads_for(hidden / 8), 0, stream>>>(
-        xb, residual, accumulate, w, y, y_scales, layout, hidden, eps);
+        xb, residual, accumulate, w, y, y_scales, layout, hidden, eps, dq);
   } else {
     add_rms_norm_kernel<1, kFp8><<<rows, threads_for(hidden), 0, stream>>>(
-        xb, residual, accumulate, w, y, y_scales, layout, hidden, eps);
+        xb, residual, accumulate, w, y, y_scales, layout, hidden, eps, dq);
   }
   return cudaGetLastError();
 }
@@ -392,20 +423,21 @@ cudaError_t launch_add_rms_norm(const void* x, float* residual, bool accumulate,
 }  // namespace
 
 cudaError_t add_rms_norm(const void* x, float* residual, bool accumulate, const void* weight,
-                         void* y, int rows, int hidden, float eps, cudaStream_t stream) {
+                         void* y, int rows, int hidden, float eps, cudaStream_t stream,
+                         const Fp8Dequant& dq) {
   if (rows == 0) return cudaSuccess;
   if (rows < 0 || hidden <= 0) return cudaErrorInvalidValue;
   return launch_add_rms_norm<false>(x, residual, accumulate, weight, y, nullptr, rows, hidden, eps,
-                                    stream);
+                                    stream, dq);
 }
 
 cudaError_t add_rms_norm_fp8(const void* x, float* residual, bool accumulate, const void* weight,
                              void* y, float* y_scales, int rows, int hidden, float eps,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const Fp8Dequant& dq) {
   if (rows == 0) return cudaSuccess;
   if (rows < 0 || hidden <= 0 || y_scales == nullptr) return cudaErrorInvalidValue;
   return launch_add_rms_norm<true>(x, residual, accumulate, weight, y, y_scales, rows, hidden, eps,
-                                   stream);
+                                   stream, dq);
 }
 
 RopeTable make_rope_table(int head_dim, const cpu::RopeConfig& cfg) {
@@ -510,9 +542,10 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
                            int64_t k_stride, const void* v, int64_t v_stride, int num_kv_heads,
                            int head_dim, const void* cs, int tokens, void* q_out,
                            int64_t q_out_stride, const int32_t* slots, KvDtype cache_dtype,
-                           void* k_cache, void* v_cache, cudaStream_t stream,
-                           const KvQuant& quant) {
+                           void* k_cache, void* v_cache, cudaStream_t stream, const KvQuant& quant,
+                           const Fp8Dequant& dq) {
   if (tokens == 0) return cudaSuccess;
+  if (!dequant_ok(dq)) return cudaErrorInvalidValue;
   if (tokens < 0 || head_dim <= 0 || head_dim % 8 != 0 || head_dim > kMaxRopeHeadDim ||
       num_q_heads < 0 || num_kv_heads <= 0 || q_stride % 4 != 0 || k_stride % 4 != 0 ||
       v_stride % 8 != 0 || q_out_stride % 4 != 0 || !aligned16(v) || !aligned16(k_cache) ||
@@ -528,7 +561,7 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
         static_cast<const bf16*>(q), q_stride, num_q_heads, static_cast<const bf16*>(k), k_stride,
         static_cast<const bf16*>(v), v_stride, num_kv_heads, head_dim,
         static_cast<const float2*>(cs), static_cast<bf16*>(q_out), q_out_stride, slots, kc, vc,
-        1.0f / quant.k_scale, 1.0f / quant.v_scale);
+        1.0f / quant.k_scale, 1.0f / quant.v_scale, dq);
   };
   if (quant.fp8) {
     launch(static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache));
@@ -542,17 +575,17 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
 
 cudaError_t qkv_bias_norm(void* qkv, int64_t stride, int rows, int q_heads, int kv_heads,
                           int head_dim, const void* bias, const void* q_norm, const void* k_norm,
-                          float eps, cudaStream_t stream) {
-  if (rows == 0 || (bias == nullptr && q_norm == nullptr)) return cudaSuccess;
+                          float eps, cudaStream_t stream, const Fp8Dequant& dq) {
+  if (rows == 0 || (bias == nullptr && q_norm == nullptr && !dq.on())) return cudaSuccess;
   if (rows < 0 || q_heads < 0 || kv_heads <= 0 || head_dim <= 0 || head_dim > 256 ||
-      (q_norm == nullptr) != (k_norm == nullptr)) {
+      (q_norm == nullptr) != (k_norm == nullptr) || !dequant_ok(dq)) {
     return cudaErrorInvalidValue;
   }
-  const int heads = bias != nullptr ? q_heads + 2 * kv_heads : q_heads + kv_heads;
+  const int heads = bias != nullptr || dq.on() ? q_heads + 2 * kv_heads : q_heads + kv_heads;
   const int threads = 32 * std::min(heads, 16);
   qkv_bias_norm_kernel<<<rows, threads, 0, stream>>>(
       static_cast<bf16*>(qkv), stride, q_heads, kv_heads, head_dim, static_cast<const bf16*>(bias),
-      static_cast<const bf16*>(q_norm), static_cast<const bf16*>(k_norm), eps);
+      static_cast<const bf16*>(q_norm), static_cast<const bf16*>(k_norm), eps, dq);
   return cudaGetLastError();
 }
 

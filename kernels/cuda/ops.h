@@ -25,15 +25,30 @@ namespace kvc::kernels::cuda {
 cudaError_t embedding_gather(const void* table, int vocab, int hidden, const int32_t* tokens,
                              int num_tokens, void* out, cudaStream_t stream = nullptr);
 
+// The values of a raw FP8 GEMM's output (gemm.h Gemm::run_fp8_raw: the sums of code products,
+// unscaled) where the next op reads them: value(r, c) = raw(r, c) * row[r] * col[c] in fp32, row
+// the activation rows' scales (the first block of gemm.h fp8_activation_scales: one per row),
+// col the weight's per-output-channel scales (the first block of fp8_weight_scales). The ops
+// that follow a layer GEMM take one (default: off, the input is values already), so the scales
+// cost no pass of their own. Both pointers or neither (else cudaErrorInvalidValue); col 16-byte
+// aligned.
+struct Fp8Dequant {
+  const float* row = nullptr;
+  const float* col = nullptr;
+  bool on() const { return row != nullptr; }
+};
+
 // Per row: residual = (accumulate ? residual : 0) + x (x null: residual unchanged), then
 // y = bf16(residual / sqrt(mean(residual²) + eps) * weight), all in fp32 (HF LlamaRMSNorm, with
 // one rounding at the end: HF rounds the normalised value to the input dtype before the weight).
 // The first layer passes the gathered embeddings with accumulate = false; later norms pass the
 // previous sublayer's output with accumulate = true; the final norm likewise.
 // x: [rows, hidden] bf16 or null; residual: [rows, hidden] fp32, in/out; weight: [hidden] bf16;
-// y: [rows, hidden] bf16 (must not alias x).
+// y: [rows, hidden] bf16 (must not alias x). dq: x is a raw FP8 GEMM output (its columns the
+// hidden features).
 cudaError_t add_rms_norm(const void* x, float* residual, bool accumulate, const void* weight,
-                         void* y, int rows, int hidden, float eps, cudaStream_t stream = nullptr);
+                         void* y, int rows, int hidden, float eps, cudaStream_t stream = nullptr,
+                         const Fp8Dequant& dq = {});
 
 // FP8 activations (kernels/fp8_rule.h; CPU twins kernels/cpu/fp8.h): E4M3 codes with one fp32
 // scale per row (per token), for the FP8 GEMMs (gemm.h run_fp8), written by the kernel that
@@ -44,10 +59,11 @@ cudaError_t add_rms_norm(const void* x, float* residual, bool accumulate, const 
 // its scale in y_scales.
 cudaError_t add_rms_norm_fp8(const void* x, float* residual, bool accumulate, const void* weight,
                              void* y, float* y_scales, int rows, int hidden, float eps,
-                             cudaStream_t stream = nullptr);
-// silu_mul with out as E4M3 codes of the fp32 products and each row's scale in scales.
+                             cudaStream_t stream = nullptr, const Fp8Dequant& dq = {});
+// silu_mul with out as E4M3 codes of the fp32 products and each row's scale in scales. dq:
+// gate_up is a raw FP8 GEMM output (columns: gate's channels, then up's).
 cudaError_t silu_mul_fp8(const void* gate_up, void* out, float* scales, int rows, int inter,
-                         cudaStream_t stream = nullptr);
+                         cudaStream_t stream = nullptr, const Fp8Dequant& dq = {});
 // Each row of x (bf16, `stride` elements apart) as E4M3 codes q [rows, dim] and its scale in
 // scales, laid out as `layout` says: the attention output before the o projection
 // (fp8_activation_scales(rows, dim)), and a weight matrix [out, in] at load (one scale per output
@@ -93,13 +109,15 @@ cudaError_t rope_angles(const int32_t* positions, int tokens, const RopeTable& t
 // negative slot skips the token's K and V); q and k themselves are not written. Bit-equal to
 // rope(q, ..., k, ..., q_out) followed by kv_append(k, v, ...) (quant included: the rotated bf16
 // keys are what an FP8 cache quantizes). Preconditions: those of rope() and kv_append(), and
-// head_dim % 8 == 0.
+// head_dim % 8 == 0. dq: q, k and v are a raw FP8 GEMM output whose columns are q's channels,
+// then k's, then v's (a fused QKV row): the rotation and the append start from their fp32
+// values, not rounded to bf16 first.
 cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, const void* k,
                            int64_t k_stride, const void* v, int64_t v_stride, int num_kv_heads,
                            int head_dim, const void* cs, int tokens, void* q_out,
                            int64_t q_out_stride, const int32_t* slots, KvDtype cache_dtype,
                            void* k_cache, void* v_cache, cudaStream_t stream = nullptr,
-                           const KvQuant& quant = {});
+                           const KvQuant& quant = {}, const Fp8Dequant& dq = {});
 
 // The family options between the QKV projection and RoPE, in place on fused bf16 QKV rows (each:
 // q_heads heads of q, kv_heads of k, kv_heads of v; `stride` elements apart): bias (null: none;
@@ -107,10 +125,12 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
 // neither; [head_dim] bf16), every q and k head RMS-normalised (HF Qwen3RMSNorm). Rounded to bf16
 // after the bias, after the normalisation and after the weight; CPU twin
 // kernels/cpu/ops.h qkv_bias_norm with StorageType::kBF16. head_dim <= 256. Nothing to do (no
-// bias, no norms): no launch.
+// bias, no norms, no dq): no launch. dq: qkv is a raw FP8 GEMM output (columns: the fused row's);
+// every head, v's included, is written back as bf16 values, from its fp32 values (the raw sum
+// times the scales, before the bias).
 cudaError_t qkv_bias_norm(void* qkv, int64_t stride, int rows, int q_heads, int kv_heads,
                           int head_dim, const void* bias, const void* q_norm, const void* k_norm,
-                          float eps, cudaStream_t stream = nullptr);
+                          float eps, cudaStream_t stream = nullptr, const Fp8Dequant& dq = {});
 
 // out = bf16(silu(gate) * up) in fp32, silu(g) = g / (1 + exp(-g)) (HF rounds silu(gate) to bf16
 // first). gate_up: [rows, 2 * inter] bf16, each row gate then up; out: [rows, inter] bf16.

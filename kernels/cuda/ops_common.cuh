@@ -72,6 +72,23 @@ __device__ __forceinline__ void store(float* p, const float* v) {
   }
 }
 
+// A dequantization the kernels can take: off, or both scale vectors with 16-byte aligned columns
+// (read 4 or 8 at a time; the kernels test dq.row alone).
+bool dequant_ok(const Fp8Dequant& dq) {
+  return (dq.row == nullptr) == (dq.col == nullptr) && (dq.col == nullptr || aligned16(dq.col));
+}
+
+// A raw FP8 GEMM output's kVec values (ops.h Fp8Dequant) at columns [col, col + kVec) of a row
+// whose activation scale is row_scale: v * row_scale * col_scale, in that order.
+template <int kVec>
+__device__ __forceinline__ void dequant(float* v, float row_scale, const float* col) {
+  float c[kVec];
+  load<kVec>(col, c);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    v[j] = v[j] * row_scale * c[j];
+}
+
 // The kernels a decode GEMM follows (embedding gather for the LM head, add + RMSNorm, SwiGLU)
 // let it launch at once: it is launched as a programmatic dependent (decode_gemm.h), streams
 // its weights in while they run and waits (griddepcontrol.wait) before it reads their output.

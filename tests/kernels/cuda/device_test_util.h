@@ -50,6 +50,33 @@ inline std::vector<float> random_bf16(std::mt19937& rng, size_t n, float stddev 
   return v;
 }
 
+// A raw FP8 GEMM output (gemm.h Gemm::run_fp8_raw) of `rows` rows `stride` apart, its first
+// `cols` columns scaled: raw sums (bf16 values, about 1000 x stddev), each row's and each
+// column's scale (uniform in [0.5, 2) x 1e-2 and x 1e-1), and the values an op that dequantizes
+// them sees (ops.h Fp8Dequant: raw * row * col in fp32, in that order; columns past `cols` as
+// they are). The values are about stddev.
+struct RawGemmOutput {
+  std::vector<float> raw, row, col, values;
+};
+inline RawGemmOutput random_raw_gemm_output(std::mt19937& rng, int rows, int cols, int64_t stride,
+                                            float stddev = 1.0f) {
+  RawGemmOutput o;
+  o.raw = random_bf16(rng, static_cast<size_t>(rows) * stride, 1000.0f * stddev);
+  std::uniform_real_distribution<float> scale(0.5f, 2.0f);
+  for (int r = 0; r < rows; ++r)
+    o.row.push_back(scale(rng) * 1e-2f);
+  for (int c = 0; c < cols; ++c)
+    o.col.push_back(scale(rng) * 1e-1f);
+  o.values = o.raw;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      float& v = o.values[static_cast<size_t>(r) * stride + c];
+      v = v * o.row[r] * o.col[c];
+    }
+  }
+  return o;
+}
+
 template <typename T>
 cuda::DeviceBuffer upload(const std::vector<T>& v) {
   cuda::DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));

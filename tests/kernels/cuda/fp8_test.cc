@@ -28,7 +28,9 @@ namespace {
 using cuda::DeviceBuffer;
 using testutil::download;
 using testutil::random_bf16;
+using testutil::random_raw_gemm_output;
 using testutil::random_vector;
+using testutil::RawGemmOutput;
 using testutil::rel_l2;
 using testutil::to_bits;
 using testutil::to_floats;
@@ -136,27 +138,39 @@ TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
   const float eps = 1e-5f;
   for (int hidden : {64, 100, 4096}) {
     for (int rows : {1, 37, 300}) {
-      const std::string what = "hidden " + std::to_string(hidden) + " rows " + std::to_string(rows);
-      const size_t n = size_t(rows) * hidden;
-      const std::vector<float> x = random_bf16(rng_, n);
-      std::vector<float> w = random_bf16(rng_, hidden, 0.1f);
-      for (float& v : w)
-        v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
-      std::vector<float> residual = random_vector(rng_, n, 3.0f);
-      DeviceBuffer d_x = upload(to_bits(x)), d_w = upload(to_bits(w)), d_res = upload(residual),
-                   d_y(n), d_s(4 * cuda::fp8_activation_scales(rows, hidden).count());
-      d_y.fill_bytes(0x7F);
-      d_s.fill_bytes(0xFF);
-      ASSERT_EQ(cuda::add_rms_norm_fp8(d_x.data(), d_res.as<float>(), true, d_w.data(), d_y.data(),
-                                       d_s.as<float>(), rows, hidden, eps),
-                cudaSuccess);
-      cuda::synchronize_or_die("add_rms_norm_fp8");
-      std::vector<float> want(n);
-      cpu::add_rms_norm(x.data(), residual.data(), true, w.data(), want.data(), rows, hidden, eps);
-      EXPECT_EQ(download<float>(d_res, n), residual) << what << " (residual)";
-      expect_codes_close(download<uint8_t>(d_y, n),
-                         download<float>(d_s, cuda::fp8_activation_scales(rows, hidden).count()),
-                         want, rows, hidden, what);
+      // raw: x is a raw FP8 GEMM output (ops.h Fp8Dequant) whose values the twin reads.
+      for (bool raw : {false, true}) {
+        const std::string what = "hidden " + std::to_string(hidden) + " rows " +
+                                 std::to_string(rows) + (raw ? " raw" : "");
+        const size_t n = size_t(rows) * hidden;
+        const RawGemmOutput r = random_raw_gemm_output(rng_, rows, hidden, hidden);
+        const std::vector<float> plain = random_bf16(rng_, n);
+        const std::vector<float>& x = raw ? r.values : plain;
+        std::vector<float> w = random_bf16(rng_, hidden, 0.1f);
+        for (float& v : w)
+          v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
+        std::vector<float> residual = random_vector(rng_, n, 3.0f);
+        DeviceBuffer d_x = upload(to_bits(raw ? r.raw : plain)), d_w = upload(to_bits(w)),
+                     d_res = upload(residual), d_y(n),
+                     d_s(4 * cuda::fp8_activation_scales(rows, hidden).count()),
+                     d_row = upload(r.row), d_col = upload(r.col);
+        d_y.fill_bytes(0x7F);
+        d_s.fill_bytes(0xFF);
+        const cuda::Fp8Dequant dq =
+            raw ? cuda::Fp8Dequant{d_row.as<float>(), d_col.as<float>()} : cuda::Fp8Dequant{};
+        ASSERT_EQ(
+            cuda::add_rms_norm_fp8(d_x.data(), d_res.as<float>(), true, d_w.data(), d_y.data(),
+                                   d_s.as<float>(), rows, hidden, eps, nullptr, dq),
+            cudaSuccess);
+        cuda::synchronize_or_die("add_rms_norm_fp8");
+        std::vector<float> want(n);
+        cpu::add_rms_norm(x.data(), residual.data(), true, w.data(), want.data(), rows, hidden,
+                          eps);
+        EXPECT_EQ(download<float>(d_res, n), residual) << what << " (residual)";
+        expect_codes_close(download<uint8_t>(d_y, n),
+                           download<float>(d_s, cuda::fp8_activation_scales(rows, hidden).count()),
+                           want, rows, hidden, what);
+      }
     }
   }
 }
@@ -164,21 +178,32 @@ TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
 TEST_F(CudaFp8Test, SiluMulFp8MatchesTwin) {
   for (int inter : {64, 100, 1408, 14336}) {
     for (int rows : {1, 37, 300}) {
-      const std::string what = "inter " + std::to_string(inter) + " rows " + std::to_string(rows);
-      const size_t n = size_t(rows) * inter;
-      std::vector<float> gate_up = random_bf16(rng_, 2 * n, 3.0f);
-      gate_up[0] = -100.0f;  // exp(100) overflows: silu must be -0, not NaN
-      const int64_t scales = cuda::fp8_activation_scales(rows, inter).count();
-      DeviceBuffer d_in = upload(to_bits(gate_up)), d_out(n), d_s(4 * scales);
-      d_out.fill_bytes(0x7F);
-      d_s.fill_bytes(0xFF);
-      ASSERT_EQ(cuda::silu_mul_fp8(d_in.data(), d_out.data(), d_s.as<float>(), rows, inter),
-                cudaSuccess);
-      cuda::synchronize_or_die("silu_mul_fp8");
-      std::vector<float> want(n);
-      cpu::silu_mul(gate_up.data(), want.data(), rows, inter);
-      expect_codes_close(download<uint8_t>(d_out, n), download<float>(d_s, scales), want, rows,
-                         inter, what);
+      for (bool raw : {false, true}) {  // raw: as in AddRmsNormFp8MatchesTwin
+        const std::string what = "inter " + std::to_string(inter) + " rows " +
+                                 std::to_string(rows) + (raw ? " raw" : "");
+        const size_t n = size_t(rows) * inter;
+        RawGemmOutput r = random_raw_gemm_output(rng_, rows, 2 * inter, 2 * inter, 3.0f);
+        std::vector<float> plain = random_bf16(rng_, 2 * n, 3.0f);
+        plain[0] = -100.0f;  // exp(100) overflows: silu must be -0, not NaN
+        r.raw[0] = cpu::round_to(-100.0f / (r.row[0] * r.col[0]), cpu::StorageType::kBF16);
+        r.values[0] = r.raw[0] * r.row[0] * r.col[0];
+        const std::vector<float>& gate_up = raw ? r.values : plain;
+        const int64_t scales = cuda::fp8_activation_scales(rows, inter).count();
+        DeviceBuffer d_in = upload(to_bits(raw ? r.raw : plain)), d_out(n), d_s(4 * scales),
+                     d_row = upload(r.row), d_col = upload(r.col);
+        d_out.fill_bytes(0x7F);
+        d_s.fill_bytes(0xFF);
+        const cuda::Fp8Dequant dq =
+            raw ? cuda::Fp8Dequant{d_row.as<float>(), d_col.as<float>()} : cuda::Fp8Dequant{};
+        ASSERT_EQ(cuda::silu_mul_fp8(d_in.data(), d_out.data(), d_s.as<float>(), rows, inter,
+                                     nullptr, dq),
+                  cudaSuccess);
+        cuda::synchronize_or_die("silu_mul_fp8");
+        std::vector<float> want(n);
+        cpu::silu_mul(gate_up.data(), want.data(), rows, inter);
+        expect_codes_close(download<uint8_t>(d_out, n), download<float>(d_s, scales), want, rows,
+                           inter, what);
+      }
     }
   }
 }
@@ -249,6 +274,56 @@ TEST_F(CudaFp8Test, Fp8GemmEqualsTheProductOfDequantizedOperands) {
   // k not a multiple of 16: refused, not run.
   EXPECT_EQ(gemm.run_fp8(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 16, 24,
                          cuda::GemmOut::kBF16, nullptr),
+            cudaErrorInvalidValue);
+}
+
+// run_fp8_raw: the sums of the codes' products (per-tensor kernels, scales of 1) against a
+// float64 sum: bf16 rounding, or in fp32 1e-4 (the tensor cores' FP8 accumulation is not a full
+// fp32 one), at decode and prefill row counts.
+TEST_F(CudaFp8Test, Fp8RawGemmSumsTheCodesProducts) {
+  cuda::Gemm gemm;
+  ASSERT_TRUE(gemm.ok());
+  for (auto [m, n, k] :
+       {std::tuple{1, 256, 256}, std::tuple{7, 6144, 4096}, std::tuple{128, 1024, 14336},
+        std::tuple{300, 1024, 4096}, std::tuple{18, 512, 208}}) {
+    const std::string what =
+        "m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k);
+    const Fp8Matrix x = random_fp8(rng_, m, k, 2.0f), w = random_fp8(rng_, n, k, 0.02f);
+    // The codes' own values (scale 1).
+    std::vector<float> xv(x.codes.size()), wv(w.codes.size());
+    const std::vector<float> ones(std::max(m, n), 1.0f);
+    cpu::dequantize_rows_fp8(x.codes.data(), ones.data(), m, k, xv.data());
+    cpu::dequantize_rows_fp8(w.codes.data(), ones.data(), n, k, wv.data());
+    const size_t ny = size_t(m) * n;
+    std::vector<float> want(ny);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int t = 0; t < k; ++t)
+          acc += double(xv[size_t(i) * k + t]) * wv[size_t(j) * k + t];
+        want[size_t(i) * n + j] = static_cast<float>(acc);
+      }
+    }
+    for (cuda::GemmOut out : {cuda::GemmOut::kBF16, cuda::GemmOut::kF32}) {
+      const bool f32 = out == cuda::GemmOut::kF32;
+      const int rows = cuda::fp8_gemm_rows(m);
+      std::vector<uint8_t> x_codes = x.codes;
+      x_codes.resize(size_t(rows) * k, 0);
+      DeviceBuffer d_x = upload(x_codes), d_w = upload(w.codes),
+                   d_y(size_t(rows) * n * (f32 ? 4 : 2));
+      d_y.fill_bytes(0xFF);
+      const cudaError_t e =
+          gemm.run_fp8_raw(d_x.data(), d_w.data(), d_y.data(), m, n, k, out, nullptr);
+      ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+      cuda::synchronize_or_die("run_fp8_raw");
+      const std::vector<float> got =
+          f32 ? download<float>(d_y, ny) : to_floats(download<uint16_t>(d_y, ny));
+      for (size_t i = 0; i < ny; ++i)
+        ASSERT_FALSE(std::isnan(got[i])) << what << " index " << i;
+      EXPECT_LT(rel_l2(got, want), f32 ? 1e-4 : 5e-3) << what << (f32 ? " fp32" : " bf16");
+    }
+  }
+  EXPECT_EQ(gemm.run_fp8_raw(nullptr, nullptr, nullptr, 4, 16, 24, cuda::GemmOut::kBF16, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -28,7 +28,9 @@ using cuda::KvDtype;
 using testutil::download;
 using testutil::fraction_equal;
 using testutil::random_bf16;
+using testutil::random_raw_gemm_output;
 using testutil::random_vector;
+using testutil::RawGemmOutput;
 using testutil::rel_l2;
 using testutil::to_bits;
 using testutil::to_floats;
@@ -98,24 +100,33 @@ TEST_F(CudaOpsTest, AddRmsNormMatchesTwin) {
   enum Mode { kAccumulate, kFirstLayer, kNormOnly };
   for (int hidden : {64, 100, 1000, 4096}) {
     for (int rows : {1, 37, 300}) {
-      for (Mode mode : {kAccumulate, kFirstLayer, kNormOnly}) {
+      // raw: x is a raw FP8 GEMM output, dequantized by the op (ops.h Fp8Dequant).
+      for (auto [mode, raw] : {std::pair{kAccumulate, false}, std::pair{kFirstLayer, false},
+                               std::pair{kNormOnly, false}, std::pair{kAccumulate, true},
+                               std::pair{kFirstLayer, true}}) {
         const std::string what = "hidden " + std::to_string(hidden) + " rows " +
-                                 std::to_string(rows) + " mode " + std::to_string(mode);
+                                 std::to_string(rows) + " mode " + std::to_string(mode) +
+                                 (raw ? " raw" : "");
         const size_t n = static_cast<size_t>(rows) * hidden;
-        const std::vector<float> x = random_bf16(rng_, n);
+        const RawGemmOutput r = random_raw_gemm_output(rng_, rows, hidden, hidden);
+        const std::vector<float> plain = random_bf16(rng_, n);
+        const std::vector<float>& x = raw ? r.values : plain;
         std::vector<float> w = random_bf16(rng_, hidden, 0.1f);
         for (float& v : w)
           v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
         std::vector<float> residual = random_vector(rng_, n, 3.0f);
-        DeviceBuffer d_x = upload(to_bits(x)), d_w = upload(to_bits(w)), d_res = upload(residual),
-                     d_y(2 * n);
+        DeviceBuffer d_x = upload(to_bits(raw ? r.raw : plain)), d_w = upload(to_bits(w)),
+                     d_res = upload(residual), d_y(2 * n), d_row = upload(r.row),
+                     d_col = upload(r.col);
         d_y.fill_bytes(0xFF);
         if (mode == kFirstLayer) d_res.fill_bytes(0xFF);  // must be overwritten, not read
         const bool with_x = mode != kNormOnly;
-        ASSERT_EQ(
-            cuda::add_rms_norm(with_x ? d_x.data() : nullptr, d_res.as<float>(),
-                               mode == kAccumulate, d_w.data(), d_y.data(), rows, hidden, eps),
-            cudaSuccess);
+        const cuda::Fp8Dequant dq =
+            raw ? cuda::Fp8Dequant{d_row.as<float>(), d_col.as<float>()} : cuda::Fp8Dequant{};
+        ASSERT_EQ(cuda::add_rms_norm(with_x ? d_x.data() : nullptr, d_res.as<float>(),
+                                     mode == kAccumulate, d_w.data(), d_y.data(), rows, hidden, eps,
+                                     nullptr, dq),
+                  cudaSuccess);
         cuda::synchronize_or_die("add_rms_norm");
         std::vector<float> want_y(n);
         cpu::add_rms_norm(with_x ? x.data() : nullptr, residual.data(), mode == kAccumulate,
@@ -245,15 +256,24 @@ TEST_F(CudaOpsTest, QkvBiasNormMatchesTwin) {
   const float eps = 1e-6f;
   for (int head_dim : {64, 128}) {
     for (auto [q_heads, kv_heads] : {std::pair{4, 1}, std::pair{32, 8}, std::pair{14, 2}}) {
-      for (int mode = 0; mode < 3; ++mode) {  // 0: bias, 1: norms, 2: both
+      // 0: bias, 1: norms, 2: both, 3: neither (raw only); raw: the rows are a raw FP8 GEMM
+      // output, dequantized by the op (ops.h Fp8Dequant).
+      for (auto [mode, raw] : {std::pair{0, false}, std::pair{1, false}, std::pair{2, false},
+                               std::pair{0, true}, std::pair{1, true}, std::pair{3, true}}) {
         for (int rows : {1, 45}) {
-          const bool bias = mode != 1, norms = mode != 0;
+          const bool bias = mode == 0 || mode == 2, norms = mode == 1 || mode == 2;
           const int row = (q_heads + 2 * kv_heads) * head_dim, stride = row + 64;
           const std::string what = "d " + std::to_string(head_dim) + " heads " +
                                    std::to_string(q_heads) + "/" + std::to_string(kv_heads) +
                                    " mode " + std::to_string(mode) + " rows " +
-                                   std::to_string(rows);
-          std::vector<float> qkv = random_bf16(rng_, static_cast<size_t>(rows) * stride);
+                                   std::to_string(rows) + (raw ? " raw" : "");
+          const RawGemmOutput r = random_raw_gemm_output(rng_, rows, row, stride);
+          // The device's input, and the values the twin starts from.
+          std::vector<float> qkv =
+              raw ? r.raw : random_bf16(rng_, static_cast<size_t>(rows) * stride);
+          const DeviceBuffer d_row = upload(r.row), d_col = upload(r.col);
+          const cuda::Fp8Dequant dq =
+              raw ? cuda::Fp8Dequant{d_row.as<float>(), d_col.as<float>()} : cuda::Fp8Dequant{};
           const std::vector<float> b = random_bf16(rng_, row, 0.5f);
           std::vector<float> qn = random_bf16(rng_, head_dim, 0.3f),
                              kn = random_bf16(rng_, head_dim, 0.3f);
@@ -265,11 +285,11 @@ TEST_F(CudaOpsTest, QkvBiasNormMatchesTwin) {
                        d_qn = upload(to_bits(qn)), d_kn = upload(to_bits(kn));
           ASSERT_EQ(cuda::qkv_bias_norm(d_qkv.data(), stride, rows, q_heads, kv_heads, head_dim,
                                         bias ? d_b.data() : nullptr, norms ? d_qn.data() : nullptr,
-                                        norms ? d_kn.data() : nullptr, eps),
+                                        norms ? d_kn.data() : nullptr, eps, nullptr, dq),
                     cudaSuccess);
           cuda::synchronize_or_die("qkv_bias_norm");
           const std::vector<uint16_t> got = download<uint16_t>(d_qkv, qkv.size());
-          std::vector<float> want = qkv;
+          std::vector<float> want = raw ? r.values : qkv;
           cpu::qkv_bias_norm(want.data(), stride, rows, q_heads, kv_heads, head_dim,
                              bias ? b.data() : nullptr, norms ? qn.data() : nullptr,
                              norms ? kn.data() : nullptr, eps, cpu::StorageType::kBF16);
@@ -404,6 +424,63 @@ TEST_F(CudaOpsTest, RopeKvAppendEqualsRopeThenKvAppend) {
           EXPECT_EQ(download<uint16_t>(b_qkv, qkv.size()), to_bits(qkv))
               << what << " the QKV rows stay untouched";
         }
+      }
+    }
+  }
+}
+
+// A raw FP8 QKV output (ops.h Fp8Dequant): rope_kv_append rotates q and k from their fp32 values
+// (the twin's rope of the same values, to bf16 rounding) and appends v's values rounded to bf16
+// (exactly), into a bf16 cache; skipped slots and other rows untouched.
+TEST_F(CudaOpsTest, RopeKvAppendDequantizesARawQkvRow) {
+  const cpu::RopeConfig cfg{.theta = 500000, .llama3_scaling = true};
+  for (int head_dim : {64, 128}) {
+    for (int group : {1, 4}) {
+      for (int tokens : {1, 77}) {
+        const int kv_heads = 8 / group, q_heads = kv_heads * group;
+        const int qd = q_heads * head_dim, kvd = kv_heads * head_dim, row = qd + 2 * kvd;
+        const std::string what = "d " + std::to_string(head_dim) + " group " +
+                                 std::to_string(group) + " tokens " + std::to_string(tokens);
+        const RawGemmOutput r = random_raw_gemm_output(rng_, tokens, row, row);
+        std::vector<int32_t> pos(tokens);
+        for (int32_t& p : pos)
+          p = static_cast<int32_t>(rng_() % 131072);
+        const int num_slots = (tokens / 16 + 4) * 16;
+        const std::vector<int32_t> slots = random_slots(num_slots, tokens);
+        const size_t cache_n = static_cast<size_t>(num_slots) * kvd, q_n = size_t(tokens) * qd;
+        const std::vector<float> cache = random_bf16(rng_, cache_n);
+        const cuda::RopeTable table = cuda::make_rope_table(head_dim, cfg);
+        DeviceBuffer d_qkv = upload(to_bits(r.raw)), d_row = upload(r.row), d_col = upload(r.col),
+                     d_pos = upload(pos), d_slots = upload(slots), d_q(q_n * 2),
+                     d_k = upload(to_bits(cache)), d_v = upload(to_bits(cache)),
+                     cs(static_cast<size_t>(tokens) * head_dim / 2 * 8);
+        d_q.fill_bytes(0xFF);
+        auto* base = static_cast<uint16_t*>(d_qkv.data());
+        ASSERT_EQ(cuda::rope_angles(d_pos.as<int32_t>(), tokens, table, cs.data()), cudaSuccess);
+        ASSERT_EQ(cuda::rope_kv_append(
+                      base, row, q_heads, base + qd, row, base + qd + kvd, row, kv_heads, head_dim,
+                      cs.data(), tokens, d_q.data(), qd, d_slots.as<int32_t>(), KvDtype::kBF16,
+                      d_k.data(), d_v.data(), nullptr, {}, {d_row.as<float>(), d_col.as<float>()}),
+                  cudaSuccess);
+        cuda::synchronize_or_die("rope_kv_append raw");
+        std::vector<float> q(q_n), k(size_t(tokens) * kvd), want_k = cache, want_v = cache;
+        for (int t = 0; t < tokens; ++t) {
+          const auto in = r.values.begin() + size_t(t) * row;
+          std::copy_n(in, qd, q.begin() + size_t(t) * qd);
+          std::copy_n(in + qd, kvd, k.begin() + size_t(t) * kvd);
+        }
+        cpu::rope(q.data(), pos.data(), tokens, q_heads, head_dim, cfg);
+        cpu::rope(k.data(), pos.data(), tokens, kv_heads, head_dim, cfg);
+        for (int t = 0; t < tokens; ++t) {
+          if (slots[t] < 0) continue;
+          std::copy_n(k.begin() + size_t(t) * kvd, kvd, want_k.begin() + size_t(slots[t]) * kvd);
+          std::copy_n(r.values.begin() + size_t(t) * row + qd + kvd, kvd,
+                      want_v.begin() + size_t(slots[t]) * kvd);
+        }
+        expect_bf16_close(download<uint16_t>(d_q, q_n), q, what + " q");
+        expect_bf16_close(download<uint16_t>(d_k, cache_n), want_k, what + " K cache");
+        cpu::round_to(want_v.data(), static_cast<int64_t>(cache_n), cpu::StorageType::kBF16);
+        EXPECT_EQ(download<uint16_t>(d_v, cache_n), to_bits(want_v)) << what << " V cache";
       }
     }
   }

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/llama.h"
+
 namespace kvc {
 namespace {
 
@@ -49,6 +51,31 @@ TEST_F(CudaBackendTest, Fp8WeightsMatchTheCpuFp8Twin) {
                         ((q + 2 * kv + 2 * ff) * blocks(h) + h * blocks(q) + h * blocks(ff));
   EXPECT_EQ(bf16_bytes - fp8_bytes, matrices - 4 * scales)
       << "a byte per matrix element saved, less 4 per output channel and 128 columns";
+}
+
+// The FP8 GEMMs' scales applied by cuBLASLt (the default) or by the ops that read their outputs
+// (set_fp8_scales_in_readers: raw per-tensor GEMMs, kernels/cuda/ops.h Fp8Dequant): the same
+// values up to where each rounds to bf16, so the logits agree closely in all three families
+// (a one-ulp difference can move an activation to the neighbouring code: tolerance 5%).
+TEST_F(CudaBackendTest, Fp8ScalesInTheGemmOrInItsReadersGiveTheSameLogits) {
+  const std::vector<GenerationRequest> reqs = twin_requests();
+  for (ModelFamily family : {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3}) {
+    SCOPED_TRACE(model_family_name(family));
+    const ModelWeights w = bf16_weights(family);
+    auto readers = cuda(512, 16, false, w, true);
+    auto in_gemm = cuda(512, 16, false, w, true);
+    if (!readers || !in_gemm) GTEST_SKIP() << "no CUDA device";
+    EXPECT_FALSE(static_cast<CudaBackend&>(*in_gemm).model().fp8_scales_in_readers());
+    static_cast<CudaBackend&>(*readers).model().set_fp8_scales_in_readers(true);
+    const RunOutput a = run(*readers, reqs, false, /*keep_logits=*/true);
+    const RunOutput b = run(*in_gemm, reqs, false, /*keep_logits=*/true);
+    const auto [compared, worst] = expect_logits_close(a, b, reqs, 0.05);
+    std::printf(
+        "%s: FP8 scales in the readers vs in cuBLASLt: %d logit rows, worst relative L2 "
+        "%.3g\n",
+        model_family_name(family), compared, worst);
+    EXPECT_GE(compared, 5);
+  }
 }
 
 // FP8 against bf16 on the device (the accuracy cost of the quantization on this random model),

@@ -106,7 +106,14 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "how often each router polls every replica's health and load")
       ->check(CLI::Range(10, 10000))
       ->capture_default_str();
-  routing->add_option("--sim-preset", g->sim_preset, "model and GPU of the sim replicas");
+  routing
+      ->add_option("--backend", g->backend,
+                   "the replicas: sim (--sim-preset's device model) or cpu (the tiny model on "
+                   "the CPU backend, in this process)")
+      ->check(CLI::IsMember({"sim", "cpu"}))
+      ->capture_default_str();
+  routing->add_option("--sim-preset", g->sim_preset, "model and GPU of the sim replicas")
+      ->check(CLI::IsMember(sim_preset_names()));
   routing->add_option("--kv-blocks", g->kv_blocks, "KV blocks per replica (default: the GPU's)")
       ->check(CLI::Range(1, 1 << 24));
   routing->add_option("--ttft-slo-ms", g->ttft_slo_ms, "goodput counts requests within it")

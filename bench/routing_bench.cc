@@ -108,6 +108,16 @@ struct Fleet {
 
 Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
   Fleet f;
+  if (o.backend == "cpu") {
+    for (int32_t i = 0; i < o.replicas; ++i) {
+      const std::string id = "cpu" + std::to_string(i);
+      f.replicas.push_back(
+          std::make_unique<LocalReplica>(id, o.kv_blocks > 0 ? o.kv_blocks : 4096));
+      if (f.replicas.back()->port() == 0) return Error{"cpu replica " + id + " could not listen"};
+      f.index_of[id] = static_cast<size_t>(i);
+    }
+    return f;
+  }
   for (int32_t i = 0; i < o.replicas; ++i) {
     Result<SimPreset> preset = sim_preset(o.sim_preset);
     if (!preset.ok()) return Error{preset.error().message};
@@ -565,6 +575,7 @@ int run_routing_bench(const RoutingBenchOptions& o) {
   }
   json floor_json = json::object();
   for (const auto& [mix, trace] : traces) {
+    if (o.backend != "sim") continue;  // the floor is the sim device's
     floors[mix] = ttft_floor_ms(trace, *preset, kMaxTokensPerStep);
     const std::vector<double>& f = floors[mix];
     floor_json[mix] = {{"p50", LoadStats::percentile(f, 0.5)},
@@ -575,9 +586,9 @@ int run_routing_bench(const RoutingBenchOptions& o) {
     for (const std::string& policy : o.policies) {
       for (const int32_t n : o.routers) {
         std::fprintf(stderr,
-                     "kvcascade bench routing: %s, %zu requests, policy %s, %d router(s), %d sim "
+                     "kvcascade bench routing: %s, %zu requests, policy %s, %d router(s), %d %s "
                      "replicas\n",
-                     mix.c_str(), trace.size(), policy.c_str(), n, o.replicas);
+                     mix.c_str(), trace.size(), policy.c_str(), n, o.replicas, o.backend.c_str());
         Result<RoutingResult> r = run_routing(trace, mix, policy, o, n);
         if (!r.ok()) {
           std::fprintf(stderr, "kvcascade bench routing: %s\n", r.error().message.c_str());
@@ -602,7 +613,7 @@ int run_routing_bench(const RoutingBenchOptions& o) {
         100 * r.hit_ratio(), 100 * r.cross_replica_share(), r.max_over_mean_work(),
         r.p99_over_mean_work(), pct(r.ttft_ms, 0.5), pct(r.ttft_ms, 0.9), pct(r.ttft_ms, 0.99),
         pct(r.e2e_ms, 0.5), 100 * r.goodput(), static_cast<long long>(r.errors), 100 * r.busy);
-    if (i + 1 == rows.size() || rows[i + 1].mix != r.mix) {
+    if ((i + 1 == rows.size() || rows[i + 1].mix != r.mix) && floors.count(r.mix) > 0) {
       const std::vector<double>& f = floors[r.mix];
       std::printf("%-10s %-20s %7s %8s %9s %9s %8s %8s %9.1f %9.1f %9.1f\n", r.mix.c_str(),
                   "(floor)", "", "", "", "", "", "", pct(f, 0.5), pct(f, 0.9), pct(f, 0.99));
@@ -632,7 +643,8 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       o.ttft_slo_ms);
   const json doc{{"replicas", o.replicas},
                  {"routers", o.routers},
-                 {"sim_preset", o.sim_preset},
+                 {"backend", o.backend},
+                 {"sim_preset", o.backend == "sim" ? json(o.sim_preset) : json(nullptr)},
                  {"results", results},
                  {"ttft_floor_ms", floor_json}};
   if (!o.out.empty()) {

@@ -32,8 +32,11 @@ struct RoutingBenchOptions {
   // counts: each (mix, policy) is replayed with each.
   std::vector<int32_t> routers = {1};
   int32_t router_poll_ms = 500;  // each router's poll of every replica (PoolConfig::poll_interval)
+  // The replicas: "sim" (sim_preset's device model) or "cpu" (real ones: the tiny model on the
+  // CPU backend, in this process, as `kvcascade demo` runs them; no TTFT floor, no busy share).
+  std::string backend = "sim";
   std::string sim_preset = "h200-llama3-8b";
-  int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds
+  int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds (cpu: 4,096)
   double ttft_slo_ms = 500;
   double request_timeout_s = 120;
   std::string out;     // JSON results (empty: none)

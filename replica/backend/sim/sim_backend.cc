@@ -25,6 +25,22 @@ constexpr double kH200MixedStepOverhead = 0.59e-3;
 constexpr double kH200CachedPrefillOverhead = 1.11e-3;
 constexpr double kH200Memory = 141e9;
 constexpr double kH100Memory = 80e9;
+// About an A10G (issue 28's slow-GPU profile): 600 GB/s and 125 TFLOP/s as the rates reached,
+// prefill attention at the H200's share of its GEMM rate, the H200's step overheads (launches and
+// host work do not scale with the GPU), 24 GB. Not measured.
+constexpr double kA10gReadBandwidth = 600e9;
+constexpr double kA10gGemmRate = 125e12;
+constexpr double kA10gMemory = 24e9;
+// A CPU replica's proportions (issue 28's CPU profile): compute-bound rows, so a prefill token or
+// a decode row costs about what a quarter of the weights' read does (peak / bandwidth = 4 tokens,
+// against 143 on the H200), and a small fixed cost per step (the tiny CPU replicas measured
+// here fit about none). Prefill 0.09 ms per token, a weight read 0.4 ms: faster than any CPU, so
+// that fleet traces replay in minutes; the ratios, not the speed, are what routing sees.
+constexpr double kCpuReadBandwidth = 40e12;
+constexpr double kCpuGemmRate = 160e12;
+constexpr double kCpuStepOverhead = 0.1e-3;
+constexpr double kCpuDecodeRowOverhead = 1e-6;
+constexpr double kCpuMemory = 256e9;
 
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -41,29 +57,39 @@ Result<SimPreset> sim_preset(std::string_view name) {
   Result<ModelConfig> model = preset_config("llama3-8b");
   assert(model.ok());
   p.model = *model;
+  Hardware& hw = p.hardware;
   // The H100 has the H200's SMs and clocks (the same compute rates and overheads) and less,
-  // slower memory: not measured here, the seed's bandwidth.
-  const bool h200 = name == "h200-llama3-8b";
-  if (h200 || name == "h100-llama3-8b") {
-    Hardware& hw = p.hardware;
-    hw.bandwidth_bytes_per_s = h200 ? kH200ReadBandwidth : 3.35e12;
-    hw.peak_flops = kH200GemmRate;
-    hw.attention_flops_per_s = kH200AttentionRate;
+  // slower memory: not measured here, the seed's bandwidth. The A10G takes the H200's
+  // overheads with its own rates.
+  const bool h200 = name == "h200-llama3-8b", a10g = name == "a10g-llama3-8b";
+  if (h200 || a10g || name == "h100-llama3-8b") {
+    hw.bandwidth_bytes_per_s = h200 ? kH200ReadBandwidth : a10g ? kA10gReadBandwidth : 3.35e12;
+    hw.peak_flops = a10g ? kA10gGemmRate : kH200GemmRate;
+    hw.attention_flops_per_s = kH200AttentionRate * hw.peak_flops / kH200GemmRate;
     hw.step_overhead_s = kH200StepOverhead;
     hw.decode_row_overhead_s = kH200DecodeRowOverhead;
     hw.prefill_step_overhead_s = kH200PrefillStepOverhead;
     hw.mixed_step_overhead_s = kH200MixedStepOverhead;
     hw.cached_prefill_overhead_s = kH200CachedPrefillOverhead;
-    p.memory_bytes = h200 ? kH200Memory : kH100Memory;
+    p.memory_bytes = h200 ? kH200Memory : a10g ? kA10gMemory : kH100Memory;
+  } else if (name == "cpu-llama3-8b") {
+    hw.bandwidth_bytes_per_s = kCpuReadBandwidth;
+    hw.peak_flops = kCpuGemmRate;
+    hw.attention_flops_per_s = kCpuGemmRate;
+    hw.step_overhead_s = kCpuStepOverhead;
+    hw.decode_row_overhead_s = kCpuDecodeRowOverhead;
+    p.memory_bytes = kCpuMemory;
   } else {
-    return Error{"unknown sim preset '" + std::string(name) +
-                 "' (known: h200-llama3-8b, h100-llama3-8b)"};
+    std::string known;
+    for (const std::string& n : sim_preset_names())
+      known += (known.empty() ? "" : ", ") + n;
+    return Error{"unknown sim preset '" + std::string(name) + "' (known: " + known + ")"};
   }
   return p;
 }
 
 std::vector<std::string> sim_preset_names() {
-  return {"h200-llama3-8b", "h100-llama3-8b"};
+  return {"h200-llama3-8b", "h100-llama3-8b", "a10g-llama3-8b", "cpu-llama3-8b"};
 }
 
 int32_t sim_kv_blocks(const SimPreset& p, double utilization, int32_t block_size) {

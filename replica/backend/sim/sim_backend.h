@@ -19,7 +19,9 @@
 namespace kvc {
 
 // A model shape on a device: "h200-llama3-8b" (calibrated on bench/results/engine-h200.md),
-// "h100-llama3-8b" (the seed's bandwidth, H100 peak, the H200's overhead).
+// "h100-llama3-8b" (the seed's bandwidth, H100 peak, the H200's overhead), "a10g-llama3-8b" (a
+// slow GPU: 600 GB/s, 125 TFLOP/s, 24 GB), "cpu-llama3-8b" (a CPU replica's proportions:
+// compute-bound rows, a small fixed step cost; sim_backend.cc says how fast).
 struct SimPreset {
   std::string name;
   ModelConfig model;

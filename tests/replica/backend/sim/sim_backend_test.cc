@@ -216,6 +216,46 @@ TEST(SimBackend, PresetsAndPoolSize) {
   EXPECT_EQ(sim_kv_blocks(p, 0.05, 16), 1);  // the weights alone do not fit: clamped
 }
 
+// The routing profiles (issue 28 §1): a slow GPU, whose decode step is its weights' read at
+// 600 GB/s, and a CPU replica's proportions, where a 2,048-token prefill costs what about 500
+// weight reads do (the H200: about 15) and a lone decode row is nearly free. Their pools: 24 GB
+// leaves the A10G a few thousand blocks; the CPU profile's memory holds more than the H200's.
+TEST(SimBackend, RoutingProfiles) {
+  const Result<SimPreset> a10g = sim_preset("a10g-llama3-8b"), cpu = sim_preset("cpu-llama3-8b");
+  ASSERT_TRUE(a10g.ok() && cpu.ok());
+  EXPECT_EQ(sim_preset_names().size(), 4u);
+  Result<SimPreset> unknown = sim_preset("a100-llama");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("cpu-llama3-8b"), std::string::npos);  // names known
+  testing::FakeClock clock;
+  auto step = [&](const SimPreset& p, int32_t prefill_tokens) {
+    SimBackend sim(p, 4096, 16, clock);
+    ForwardBatch b;
+    if (prefill_tokens > 0) {
+      PrefillChunk chunk;
+      chunk.tokens.assign(prefill_tokens, 'a');
+      for (int32_t i = 0; i < prefill_tokens / 16; ++i)
+        chunk.block_table.push_back(i);
+      b.prefill.add(chunk);
+    } else {
+      b.decode.plan.add_suffix({0}, 8);
+      b.decode.tokens.push_back('a');
+      b.decode.positions.push_back(7);
+      b.decode.slots.push_back(7);
+    }
+    return ms(sim.predict(b));
+  };
+  // A10G: the 15 GB of layer weights at 600 GB/s = 25 ms, plus the H200's 1.7 ms per step.
+  EXPECT_NEAR(step(*a10g, 0), 26.7, 1.0);
+  const double cpu_decode = step(*cpu, 0), cpu_prefill = step(*cpu, 2048);
+  EXPECT_LT(cpu_decode, 1.0);                   // 0.4 ms of weights + 0.1 ms
+  EXPECT_NEAR(cpu_prefill, 2048 * 0.09, 15.0);  // 15 GFLOP per token at 160 TFLOP/s
+  EXPECT_GT(cpu_prefill / cpu_decode, 200.0);   // prefill is the work
+  EXPECT_LT(step(h200(), 2048) / step(h200(), 0), 20.0);
+  EXPECT_LT(sim_kv_blocks(*a10g, 0.9, 16), 3000);
+  EXPECT_GT(sim_kv_blocks(*cpu, 0.9, 16), sim_kv_blocks(h200(), 0.9, 16));
+}
+
 TEST(SimBackend, EngineRunsARequestOnSimulatedTime) {
   testing::FakeClock clock;
   SimBackend sim(h200(), 4096, 16, clock);

@@ -341,6 +341,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.routed_work = r.routed_work;
     c.unacked_work = r.unacked_work;
     c.unacked_sequences = r.unacked_sequences;
+    c.busy = r.busy;
     {
       std::lock_guard lock(indexes_.mu);
       c.index_blocks = indexes_.num_blocks_locked(r.index);
@@ -629,6 +630,7 @@ std::string RouterServer::state_json() {
                  {"pending_prefill_tokens", r.pending_prefill_tokens}};
     if (r.kv_usage) load["kv_usage"] = *r.kv_usage;
     if (r.routed_work) load["routed_work_tokens"] = *r.routed_work;
+    if (r.busy) load["busy"] = *r.busy;
     if (r.step_model) load["step_model"] = step_model_json(*r.step_model);
     if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
     if (!r.load_error.empty()) load["error"] = r.load_error;

@@ -159,6 +159,7 @@ void EngineLoop::refresh_load() {
                     pending_update_.has_value()};
   snap.num_computed_tokens = num_computed_tokens_;
   snap.num_finished_requests = num_finished_requests_;
+  snap.busy_seconds = busy_seconds_;
   snap.step_model = step_fit_.model();
   std::lock_guard lock(mu_);
   snap.weight_version = weight_version_;
@@ -331,9 +332,10 @@ void EngineLoop::run() {
       num_computed_tokens_ += result.stats.num_prefill_tokens + result.stats.num_decode_seqs;
       num_finished_requests_ += static_cast<int64_t>(result.finished.size());
       const CascadeStats& cs = result.stats.cascade;
+      const double seconds = std::chrono::duration<double>(result.stats.duration).count();
+      busy_seconds_ += seconds;
       step_fit_.add(
-          std::chrono::duration<double>(result.stats.duration).count(),
-          result.stats.num_prefill_tokens, result.stats.num_decode_seqs,
+          seconds, result.stats.num_prefill_tokens, result.stats.num_decode_seqs,
           static_cast<double>(cs.kv_bytes_cascade > 0 ? cs.kv_bytes_cascade : cs.kv_bytes_flat) *
               1e-9);
       observe(result);

@@ -48,6 +48,9 @@ struct LoadSnapshot {
   int64_t num_computed_tokens = 0;
   // Requests (groups) ended since start: with num_computed_tokens, the mean work of a request.
   int64_t num_finished_requests = 0;
+  // Seconds spent in steps since start: a router's reading of how busy the device is (its
+  // share of wall time between two readings).
+  double busy_seconds = 0;
   // This replica's step time as fitted from the steps it ran (nullopt before enough of them).
   std::optional<StepModel> step_model;
 };
@@ -179,6 +182,7 @@ class EngineLoop {
   int64_t num_steps_ = 0;
   int64_t num_computed_tokens_ = 0;
   int64_t num_finished_requests_ = 0;
+  double busy_seconds_ = 0;
   StepModelFit step_fit_;
   std::thread thread_;
 };

@@ -620,7 +620,8 @@ std::string ReplicaServer::load_json() const {
             {"queued_prefill_tokens", t.scheduler.num_prefill_tokens_queued},
             {"queued_work_tokens", t.scheduler.num_work_tokens_queued},
             {"computed_tokens_total", t.num_computed_tokens},
-            {"finished_requests_total", t.num_finished_requests}};
+            {"finished_requests_total", t.num_finished_requests},
+            {"busy_seconds_total", t.busy_seconds}};
   }
   return dump({{"replica_id", config_.replica_id},
                {"waiting_groups", l.scheduler.num_groups_waiting},
@@ -631,6 +632,7 @@ std::string ReplicaServer::load_json() const {
                {"queued_work_tokens", l.scheduler.num_work_tokens_queued},
                {"computed_tokens_total", l.num_computed_tokens},
                {"finished_requests_total", l.num_finished_requests},
+               {"busy_seconds_total", l.busy_seconds},
                {"kv_blocks",
                 {{"total", l.blocks.num_blocks_total},
                  {"used", l.blocks.num_blocks_used},

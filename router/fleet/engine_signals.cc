@@ -136,6 +136,11 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");
+  if (const auto b = figures.find("busy_seconds_total"); b != figures.end() && b->is_number() &&
+                                                         std::isfinite(b->get<double>()) &&
+                                                         b->get<double>() >= 0) {
+    load.busy_seconds_total = b->get<double>();
+  }
   if (const auto m = j->find("step_model"); m != j->end()) load.step_model = read_step_model(*m);
   if (&figures != &*j) {  // a time stamp, not a count: ms since the epoch, as sent
     const auto at = figures.find("at_ms");

@@ -61,6 +61,9 @@ struct ReplicaLoad {
   std::optional<int64_t> computed_tokens_total, queued_work_tokens;
   // kvcascade only: requests ended since start (their mean work, with computed_tokens_total).
   std::optional<int64_t> finished_requests_total;
+  // kvcascade only: seconds the replica spent in steps since start (how busy it is: the pool
+  // reads its share of wall time).
+  std::optional<double> busy_seconds_total;
   // kvcascade only: the start of the replica's load tick these figures are of (ms since the
   // epoch); nullopt: live figures.
   std::optional<int64_t> tick_at_ms;

@@ -33,10 +33,12 @@ struct ReplicaPool::Replica {
   std::atomic<uint64_t> index_generation{0};
   std::atomic<bool> removed{false};
   // The routed-work signal (ReplicaView::routed_work), from the replica's load reports.
-  std::optional<int64_t> computed_total;  // at the last report; nullopt: none reported
-  double computed_decayed = 0;            // computed tokens, decayed to the last report
-  std::optional<int64_t> finished_total;  // ended requests, at the last report
-  double finished_decayed = 0;            // ...decayed alike
+  std::optional<int64_t> computed_total;      // at the last report; nullopt: none reported
+  double computed_decayed = 0;                // computed tokens, decayed to the last report
+  std::optional<int64_t> finished_total;      // ended requests, at the last report
+  double finished_decayed = 0;                // ...decayed alike
+  std::optional<double> busy_total;           // seconds in steps, at the last report
+  double busy_decayed = 0, wall_decayed = 0;  // ...and wall seconds, decayed alike
   // When the last report's figures were taken: its tick (system clock, so that every router
   // decays them alike), else when it arrived (the pool's clock); seconds.
   double computed_at_s = 0;
@@ -131,8 +133,39 @@ ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) con
       v.unacked_sequences += sent.sequences;
     }
     v.routed_work = r.computed_decayed + r.queued_work + v.unacked_work;
+    if (r.busy_total && r.wall_decayed > 0) {
+      v.busy = std::clamp(r.busy_decayed / r.wall_decayed, 0.0, 1.0);
+    }
   }
   return v;
+}
+
+double ReplicaPool::routed_work_horizon_s() const {
+  std::lock_guard lock(mu_);
+  return work_horizon_s_locked();
+}
+
+double ReplicaPool::work_horizon_s_locked() const {
+  const double base = std::chrono::duration<double>(config_.routed_work_horizon).count();
+  return work_horizon_s_ > 0 ? work_horizon_s_ : base;
+}
+
+// PoolConfig::routed_work_requests_per_replica: the decayed ended requests against the target,
+// a tenth of the way per report (a damped step: the sums follow a new horizon only as requests
+// end).
+void ReplicaPool::adapt_work_horizon_locked() {
+  if (config_.routed_work_requests_per_replica <= 0) return;
+  double finished = 0;
+  int n = 0;
+  for (const auto& o : replicas_) {
+    if (o && o->view.healthy && o->finished_total) finished += o->finished_decayed, ++n;
+  }
+  if (n == 0 || finished <= 0) return;
+  const double base = std::chrono::duration<double>(config_.routed_work_horizon).count();
+  const double most = std::chrono::duration<double>(config_.routed_work_max_horizon).count();
+  const double want = config_.routed_work_requests_per_replica * n / finished;
+  work_horizon_s_ =
+      std::clamp(work_horizon_s_locked() * std::pow(want, 0.1), base, std::max(base, most));
 }
 
 std::optional<double> ReplicaPool::fleet_request_work() const {
@@ -217,18 +250,25 @@ void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, u
     }
     r.computed_decayed = n > 0 ? sum / n : 0.0;
     r.finished_decayed = n > 0 ? sum_finished / n : 0.0;
+    r.busy_decayed = r.wall_decayed = 0;  // no share until two readings
   } else {
     const double age = at_s - r.computed_at_s;
-    const double horizon = std::chrono::duration<double>(config_.routed_work_horizon).count();
-    const double keep = std::exp(-std::max(age, 0.0) / horizon);
+    const double keep = std::exp(-std::max(age, 0.0) / work_horizon_s_locked());
     r.computed_decayed = r.computed_decayed * keep + static_cast<double>(total - *r.computed_total);
     r.finished_decayed =
         r.finished_decayed * keep +
         static_cast<double>(std::max<int64_t>(0, finished - r.finished_total.value_or(finished)));
+    if (load.busy_seconds_total && r.busy_total && age > 0) {
+      r.busy_decayed =
+          r.busy_decayed * keep + std::max(0.0, *load.busy_seconds_total - *r.busy_total);
+      r.wall_decayed = r.wall_decayed * keep + age;
+    }
   }
+  r.busy_total = load.busy_seconds_total;
   r.computed_total = total;
   r.finished_total = finished;
   r.computed_at_s = at_s;
+  adapt_work_horizon_locked();
   r.queued_work = static_cast<double>(load.queued_work_tokens.value_or(0));
   std::erase_if(r.unacked, [&](const auto& e) { return e.second.round < round; });
 }

@@ -63,8 +63,16 @@ struct PoolConfig {
   // its KV tokens x bytes per token / block size router blocks. Off: the index's own capacity.
   bool derive_approx_capacity = true;
   // The routed-work signal (ReplicaView::routed_work): a replica's computed tokens count with
-  // weight exp(-age / routed_work_horizon).
+  // weight exp(-age / horizon). The horizon starts at routed_work_horizon and stretches (up to
+  // routed_work_max_horizon) until the fleet's decayed ended requests hold
+  // routed_work_requests_per_replica per replica: a slower fleet (fewer requests a second) keeps
+  // as many requests in the window, so the work bound's slack (a few mean requests) is as
+  // tight a share of it as on a fast one. 0: a fixed horizon.
   std::chrono::milliseconds routed_work_horizon{10000};
+  std::chrono::milliseconds routed_work_max_horizon{120000};
+  // 0 (the default): a fixed horizon; 125 would hold what the H200 sim fleet's does at 200
+  // requests a second (bench/results/routing-profiles.md: not yet shown to help).
+  double routed_work_requests_per_replica = 0;
   double min_requests_for_mean = 20;
   double approx_bytes_per_token = 4.0;  // router blocks are bytes; ~4 bytes per BPE token
 };
@@ -116,6 +124,9 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // nullopt: the replica reports no such figures (other engines); the policy counts its own.
   std::optional<double> routed_work;
   double unacked_work = 0;  // this router's part of routed_work (sent since the report)
+  // The share of wall time the replica spent in steps lately (its busy_seconds_total, decayed
+  // as routed_work's computed tokens), 0..1; nullopt: not reported, or no report to compare yet.
+  std::optional<double> busy;
   // Sequences (n per request) this router sent since that report: with the report's running and
   // waiting sequences, the replica's decode load without counting twice what the report has.
   int64_t unacked_sequences = 0;
@@ -150,6 +161,9 @@ class ReplicaPool {
   // reporting replicas' computed tokens over their ended requests, both decayed over
   // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
   std::optional<double> fleet_request_work() const;
+  // The routed-work signal's horizon now, in seconds (PoolConfig::routed_work_horizon, stretched
+  // by routed_work_requests_per_replica).
+  double routed_work_horizon_s() const;
   std::optional<ReplicaView> get(uint32_t index) const;
   // Proxy outcomes feed the circuit breaker and the in-flight counts. `cancellation`, when given,
   // is cancelled if the replica is found dead while the exchange is in flight; pass the same one
@@ -175,6 +189,8 @@ class ReplicaPool {
   struct Replica;
   void poll(Replica& r, uint64_t round);
   void note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
+  double work_horizon_s_locked() const;
+  void adapt_work_horizon_locked();
   void apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
   ReplicaView view_locked(const Replica& r, Clock::TimePoint now) const;
   void set_approx_capacity_locked(const Replica& r);
@@ -191,8 +207,9 @@ class ReplicaPool {
   std::atomic<uint64_t> poll_rounds_{0};
   std::atomic<uint64_t> rounds_started_{0};  // sends are tagged with it (note_routed_work)
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> version_order_;   // guarded by mu_
-  uint64_t next_send_id_ = 1;                       // guarded by mu_
+  std::map<std::string, uint64_t> version_order_;  // guarded by mu_
+  uint64_t next_send_id_ = 1;                      // guarded by mu_
+  double work_horizon_s_ = 0;  // guarded by mu_; 0: PoolConfig::routed_work_horizon
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
   std::condition_variable wake_;
   bool stopping_ = false;

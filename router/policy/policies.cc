@@ -317,8 +317,10 @@ class KvCascade final : public Policy {
             : 0.0;
     const double queued =
         static_cast<double>(c.queued_prefill_tokens) + pressure * c_.kv_pressure_tokens;
-    return c_.weight_uncached_prefill * static_cast<double>(uncached) +
-           c_.weight_queued_prefill * queued +
+    const double a =
+        c_.weight_uncached_prefill /
+        (c.busy && c_.busy_cap > 0 ? 1.0 - std::clamp(*c.busy, 0.0, c_.busy_cap) : 1.0);
+    return a * static_cast<double>(uncached) + c_.weight_queued_prefill * queued +
            c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
   }
 

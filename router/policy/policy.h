@@ -34,6 +34,9 @@ struct Candidate {
   std::optional<double> routed_work;
   double unacked_work = 0;        // this router's part of routed_work
   int64_t unacked_sequences = 0;  // sent by this router since that report (n per request)
+  // The share of wall time it spent in steps lately, as every router reads it from its reports
+  // (ReplicaView::busy); nullopt: not reported.
+  std::optional<double> busy;
 };
 
 struct RouteRequest {
@@ -81,8 +84,16 @@ class Policy {
 
 struct KvCascadePolicyConfig {
   double weight_uncached_prefill = 1.0;  // a: per prompt token the replica must compute
-  double weight_queued_prefill = 1.0;    // b: per token already queued there
-  double weight_decode = 16.0;           // c: per running/waiting sequence (n counts n times)
+  // With busy_cap > 0, a is divided by 1 - busy (busy capped at busy_cap) where the replica
+  // reports how busy it is (Candidate::busy): work added to a busy device delays what queues
+  // behind it as well (at 75% busy, about three times its own time), while a holder's queue (b)
+  // is only waited for; so under load a request waits for its prefix's holder rather than
+  // compute the prefix again. Off by default: on the sim profiles it recovered hits where
+  // prefill is most of the work and cost TTFT or balance elsewhere, in runs too short to tell
+  // noise from effect (bench/results/routing-profiles.md).
+  double busy_cap = 0;
+  double weight_queued_prefill = 1.0;  // b: per token already queued there
+  double weight_decode = 16.0;         // c: per running/waiting sequence (n counts n times)
   // A prefix is hot when more than this share of its cost-equal replicas would be overloaded:
   // bounded-load rendezvous spreads it over up to `hot_spread` replicas.
   int32_t hot_spread = 2;

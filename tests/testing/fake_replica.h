@@ -66,9 +66,13 @@ class FakeReplica {
   void stall() { stalled_ = true; }
   int num_completions() const { return completions_.load(); }
   // What /v1/load reports next (Options::report_work).
-  void set_work(int64_t computed_tokens_total, int64_t queued_work_tokens) {
+  // Negative busy seconds or finished requests: not reported.
+  void set_work(int64_t computed_tokens_total, int64_t queued_work_tokens,
+                double busy_seconds_total = -1, int64_t finished_requests_total = -1) {
     computed_total_ = computed_tokens_total;
     queued_work_ = queued_work_tokens;
+    busy_seconds_ = busy_seconds_total;
+    finished_ = finished_requests_total;
   }
   int num_subscriptions() const { return subscriptions_.load(); }
   // Completions whose router-side connection is gone (the router gave up on them).
@@ -97,6 +101,8 @@ class FakeReplica {
       if (options_.report_work) {
         load["computed_tokens_total"] = computed_total_.load();
         load["queued_work_tokens"] = queued_work_.load();
+        if (busy_seconds_.load() >= 0) load["busy_seconds_total"] = busy_seconds_.load();
+        if (finished_.load() >= 0) load["finished_requests_total"] = finished_.load();
       }
       w->send(200, "application/json", load.dump());
     } else if (path == "/v1/kv_events" && !options_.blocks.empty()) {
@@ -156,6 +162,8 @@ class FakeReplica {
   std::atomic<int> subscriptions_{0};
   std::atomic<int> abandoned_{0};
   std::atomic<int64_t> computed_total_{0}, queued_work_{0};
+  std::atomic<double> busy_seconds_{-1};  // < 0: not reported
+  std::atomic<int64_t> finished_{-1};     // < 0: not reported
   std::mutex mu_;
   std::vector<std::shared_ptr<http::Responder>> held_;
   http::Server server_;  // last: stopped (and its handlers done) before the members above go

@@ -50,6 +50,9 @@ TEST_F(ReplicaServerTest, LoadReportsWorkAndATickThatEveryPollerOfAPeriodSharesA
             static_cast<int64_t>(kPrompt.size()) + 2 * 23);
   EXPECT_EQ(live["queued_work_tokens"], 0);
   EXPECT_EQ(live["finished_requests_total"], 1);
+  // Seconds spent in steps (how busy it is, read by routers): some, and no more than it took.
+  EXPECT_GT(live["busy_seconds_total"].get<double>(), 0.0);
+  EXPECT_LT(live["busy_seconds_total"].get<double>(), 60.0);
   // Its step time, fitted from the 24 steps it ran: non-negative seconds, not all zero.
   const json& m = live["step_model"];
   ASSERT_TRUE(m.is_object()) << live.dump();
@@ -65,8 +68,9 @@ TEST_F(ReplicaServerTest, LoadReportsWorkAndATickThatEveryPollerOfAPeriodSharesA
   for (int i = 0; i < 50 && !same_period; ++i) {
     const json a = load(), b = load();
     ASSERT_TRUE(a["tick"].is_object()) << a.dump();
-    for (const char* f : {"at_ms", "running_sequences", "waiting_sequences",
-                          "queued_prefill_tokens", "queued_work_tokens", "computed_tokens_total"}) {
+    for (const char* f :
+         {"at_ms", "running_sequences", "waiting_sequences", "queued_prefill_tokens",
+          "queued_work_tokens", "computed_tokens_total", "busy_seconds_total"}) {
       EXPECT_TRUE(a["tick"].contains(f)) << f;
     }
     if (a["tick"]["at_ms"] != b["tick"]["at_ms"]) continue;  // the two straddled a period

@@ -112,11 +112,20 @@ TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
   EXPECT_EQ(load->queued_work_tokens, 6);
   EXPECT_EQ(load->weight_version, "3");
   EXPECT_EQ(load->tick_at_ms, 1796432854500);  // a time stamp: not clamped like a count
+  EXPECT_FALSE(load->busy_seconds_total.has_value());
   auto live = read_kvcascade_load(
-      R"({"running_sequences":9,"computed_tokens_total":100,"queued_work_tokens":7})");
+      R"({"running_sequences":9,"computed_tokens_total":100,"queued_work_tokens":7,)"
+      R"("busy_seconds_total":12.5})");
   ASSERT_TRUE(live.ok());
   EXPECT_EQ(live->running, 9);
   EXPECT_EQ(live->computed_tokens_total, 100);
+  EXPECT_DOUBLE_EQ(*live->busy_seconds_total, 12.5);
+  for (const char* bad : {R"({"busy_seconds_total":-1})", R"({"busy_seconds_total":"3"})",
+                          R"({"busy_seconds_total":null})"}) {
+    auto l = read_kvcascade_load(bad);
+    ASSERT_TRUE(l.ok()) << bad;
+    EXPECT_FALSE(l->busy_seconds_total.has_value()) << bad;
+  }
   EXPECT_FALSE(load->step_model.has_value());
   auto modelled = read_kvcascade_load(
       R"({"step_model":{"overhead_s":0.004,"prefill_token_s":2e-5,"decode_seq_s":5e-5,)"

@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "http/client.h"
 #include "prefix_index/radix_index.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_replica.h"
 
 namespace kvc {
@@ -102,6 +103,76 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
   a.set_work(10, 0);  // a restarted: its count starts at the others' mean
   pool.poll_now();
   EXPECT_NEAR(*work(ra), 2000, 1e-3);
+}
+
+// How busy a replica is: the seconds it reports spent in steps between two reports over the
+// time between them, decayed as the routed work is; nothing until two reports, nothing from a
+// replica that does not report it, and a restart starts over.
+TEST(ReplicaPoolCounts, BusyIsTheShareOfTimeInStepsBetweenReports) {
+  testing::FakeReplica::Options o;
+  o.report_work = true;
+  testing::FakeReplica a(o), quiet(o);
+  http::Client client;
+  testing::FakeClock clock;
+  FleetIndexes indexes(clock);
+  PoolConfig config;
+  config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
+  ReplicaPool pool(client, indexes, clock, config);
+  const uint32_t ra = *pool.add(a.address()), rq = *pool.add(quiet.address());
+  a.set_work(0, 0, 100.0);
+  quiet.set_work(0, 0);
+  pool.poll_now();
+  EXPECT_FALSE(pool.get(ra)->busy.has_value());  // one reading: no share yet
+  clock.advance(std::chrono::seconds(4));
+  a.set_work(10, 0, 103.0);  // 3 of the 4 seconds in steps
+  quiet.set_work(10, 0);
+  pool.poll_now();
+  ASSERT_TRUE(pool.get(ra)->busy.has_value());
+  EXPECT_NEAR(*pool.get(ra)->busy, 0.75, 1e-6);
+  EXPECT_FALSE(pool.get(rq)->busy.has_value());
+  clock.advance(std::chrono::seconds(4));
+  a.set_work(20, 0, 104.0);  // then 1 of 4: 4 of 8 in all
+  pool.poll_now();
+  EXPECT_NEAR(*pool.get(ra)->busy, 0.5, 1e-6);
+  clock.advance(std::chrono::seconds(4));
+  a.set_work(5, 0, 1.0);  // restarted
+  pool.poll_now();
+  EXPECT_FALSE(pool.get(ra)->busy.has_value());
+}
+
+// The routed-work horizon stretches until the fleet's decayed ended requests hold
+// routed_work_requests_per_replica per replica: a slow fleet (a request a second here) keeps as
+// many requests in the window as a fast one, up to the longest horizon; a fast fleet keeps the
+// base horizon.
+TEST(ReplicaPoolCounts, TheWorkHorizonHoldsAsManyRequestsOnASlowFleet) {
+  testing::FakeReplica::Options o;
+  o.report_work = true;
+  for (const int per_second : {1, 1000}) {
+    testing::FakeReplica a(o);
+    http::Client client;
+    testing::FakeClock clock;
+    FleetIndexes indexes(clock);
+    PoolConfig config;
+    config.routed_work_horizon = std::chrono::seconds(10);
+    config.routed_work_max_horizon = std::chrono::seconds(120);
+    config.routed_work_requests_per_replica = 100;
+    ReplicaPool pool(client, indexes, clock, config);
+    const uint32_t r = *pool.add(a.address());
+    double longest = 0;
+    for (int i = 0; i < 400; ++i) {
+      a.set_work(100 * i, 0, -1, int64_t{per_second} * i);
+      pool.poll_now();
+      ASSERT_TRUE(pool.get(r)->healthy);
+      longest = std::max(longest, pool.routed_work_horizon_s());
+      clock.advance(std::chrono::seconds(1));
+    }
+    if (per_second == 1) {
+      EXPECT_GT(pool.routed_work_horizon_s(), 90);  // about 100 s: 100 requests at 1/s
+      EXPECT_LE(longest, 120);
+    } else {
+      EXPECT_DOUBLE_EQ(longest, 10);
+    }
+  }
 }
 
 }  // namespace

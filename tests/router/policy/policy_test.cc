@@ -215,6 +215,36 @@ TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
   EXPECT_NE(d.replica, 0u);
 }
 
+// A busy fleet (the replicas report how busy they are; busy_cap on): computing a prompt again is
+// new work that delays what queues behind it, so it costs a / (1 - busy) per token (a = 2 here)
+// while the holder's queue costs its tokens once. Idle, the holder's 4,000 queued tokens
+// outweigh recomputing 1,700 elsewhere (2 x 1,700); at 75% busy (8 x) the holder wins. Capped at
+// 80% busy (10 x): a queue of 20,000 still loses. Off (the default), busy is not read.
+TEST(KvCascadePolicy, ABusyFleetWaitsForTheHolderRatherThanComputeAgain) {
+  KvCascadePolicyConfig config;
+  config.weight_uncached_prefill = 2;
+  config.busy_cap = 0.8;
+  auto p = make_kvcascade_policy(config);
+  auto cs = three();
+  RouteRequest r = request(1700);
+  r.block_size = 16;
+  cs[1].matched_blocks = 100;  // 1,600 of 1,700 tokens
+  cs[1].queued_prefill_tokens = 4000;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);  // not reported: as idle
+  for (Candidate& c : cs)
+    c.busy = 0.1;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);
+  for (Candidate& c : cs)
+    c.busy = 0.75;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  auto off = make_policy("kvcascade");
+  EXPECT_NE(off->choose(r, cs).replica, 1u);  // a = 1, busy not read: 1,600 + 4,000 queued
+  cs[1].queued_prefill_tokens = 20000;
+  for (Candidate& c : cs)
+    c.busy = 0.99;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);
+}
+
 TEST(KvCascadePolicy, ColdPromptsSpreadByRendezvousAndRoutersAgree) {
   auto a = make_policy("kvcascade");
   auto b = make_policy("kvcascade");

@@ -70,9 +70,10 @@ struct PoolConfig {
   // tight a share of it as on a fast one. 0: a fixed horizon.
   std::chrono::milliseconds routed_work_horizon{10000};
   std::chrono::milliseconds routed_work_max_horizon{120000};
-  // 0 (the default): a fixed horizon; 125 would hold what the H200 sim fleet's does at 200
-  // requests a second (bench/results/routing-profiles.md: not yet shown to help).
-  double routed_work_requests_per_replica = 0;
+  // 125: what the H200 sim fleet's window holds at 200 requests a second; the A10G profile's
+  // balance came within 1.2 with it, the H200's unchanged (bench/results/routing-profiles.md).
+  // 0: a fixed horizon.
+  double routed_work_requests_per_replica = 125;
   double min_requests_for_mean = 20;
   double approx_bytes_per_token = 4.0;  // router blocks are bytes; ~4 bytes per BPE token
 };

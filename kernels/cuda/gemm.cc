@@ -154,6 +154,7 @@ cudaError_t Gemm::run_fp8_raw(const void* x, const void* w, void* y, int m, int 
                               GemmOut out, cudaStream_t stream) {
   if (m == 0 || n == 0) return cudaSuccess;
   if (const cudaError_t e = check_fp8(m, n, k); e != cudaSuccess) return e;
+  if (one_ == nullptr) return cudaErrorInitializationError;  // its scales could not be made
   Plan* p = plan_for(m, n, k, out, false, kFp8Raw);
   if (!p->ok) return cudaErrorNotSupported;
   return matmul(p, x, w, y, 0.0f, stream);

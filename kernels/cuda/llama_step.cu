@@ -231,7 +231,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
       // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
       // row: it is gathered once per sample), then sampling.
       KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s,
-                          dq(I.act_scales, I.layers[d.layers - 1].down_scale)),
+                          raw ? dq(I.act_scales, I.layers[d.layers - 1].down_scale) : Fp8Dequant{}),
              "final norm");
     }
     if (num_samples > 0) {

@@ -289,10 +289,10 @@ __global__ void rope_kv_append_kernel(const bf16* q, int64_t q_stride, int num_q
       float2 x = __bfloat1622float2(x2[j]);
       float2 y = __bfloat1622float2(y2[j]);
       if (dq.row != nullptr) {
-        x.x = x.x * x_scale * (j == 0 ? xs.x : xs.z);
-        x.y = x.y * x_scale * (j == 0 ? xs.y : xs.w);
-        y.x = y.x * x_scale * (j == 0 ? ys.x : ys.z);
-        y.y = y.y * x_scale * (j == 0 ? ys.y : ys.w);
+        x.x = dequant(x.x, x_scale, j == 0 ? xs.x : xs.z);
+        x.y = dequant(x.y, x_scale, j == 0 ? xs.y : xs.w);
+        y.x = dequant(y.x, x_scale, j == 0 ? ys.x : ys.z);
+        y.y = dequant(y.y, x_scale, j == 0 ? ys.y : ys.w);
       }
       rotate_pairs(x, y, c_t[i + 2 * j], c_t[i + 2 * j + 1], lo[j], hi[j]);
     }
@@ -340,7 +340,7 @@ __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int
       v[j] = 0;
       if (i >= head_dim) continue;
       v[j] = __bfloat162float(x[i]);
-      if (dq.row != nullptr) v[j] = v[j] * x_scale * dq.col[int64_t{h} * head_dim + i];
+      if (dq.row != nullptr) v[j] = dequant(v[j], x_scale, dq.col[int64_t{h} * head_dim + i]);
       if (bias != nullptr) v[j] += __bfloat162float(bias[int64_t{h} * head_dim + i]);
       sum_sq += v[j] * v[j];
     }
@@ -576,6 +576,7 @@ cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, con
 cudaError_t qkv_bias_norm(void* qkv, int64_t stride, int rows, int q_heads, int kv_heads,
                           int head_dim, const void* bias, const void* q_norm, const void* k_norm,
                           float eps, cudaStream_t stream, const Fp8Dequant& dq) {
+  if (!dequant_ok(dq)) return cudaErrorInvalidValue;
   if (rows == 0 || (bias == nullptr && q_norm == nullptr && !dq.on())) return cudaSuccess;
   if (rows < 0 || q_heads < 0 || kv_heads <= 0 || head_dim <= 0 || head_dim > 256 ||
       (q_norm == nullptr) != (k_norm == nullptr) || !dequant_ok(dq)) {

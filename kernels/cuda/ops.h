@@ -111,7 +111,8 @@ cudaError_t rope_angles(const int32_t* positions, int tokens, const RopeTable& t
 // keys are what an FP8 cache quantizes). Preconditions: those of rope() and kv_append(), and
 // head_dim % 8 == 0. dq: q, k and v are a raw FP8 GEMM output whose columns are q's channels,
 // then k's, then v's (a fused QKV row): the rotation and the append start from their fp32
-// values, not rounded to bf16 first.
+// values, not rounded to bf16 first (so the bit-equality with rope + kv_append above holds for
+// bf16 inputs only).
 cudaError_t rope_kv_append(const void* q, int64_t q_stride, int num_q_heads, const void* k,
                            int64_t k_stride, const void* v, int64_t v_stride, int num_kv_heads,
                            int head_dim, const void* cs, int tokens, void* q_out,

@@ -78,15 +78,19 @@ bool dequant_ok(const Fp8Dequant& dq) {
   return (dq.row == nullptr) == (dq.col == nullptr) && (dq.col == nullptr || aligned16(dq.col));
 }
 
-// A raw FP8 GEMM output's kVec values (ops.h Fp8Dequant) at columns [col, col + kVec) of a row
-// whose activation scale is row_scale: v * row_scale * col_scale, in that order.
+// A raw FP8 GEMM output's value (ops.h Fp8Dequant): raw * row_scale * col_scale, in that order,
+// each product rounded (never fused into a following add: the CPU twins add the value itself).
+__device__ __forceinline__ float dequant(float raw, float row_scale, float col_scale) {
+  return __fmul_rn(__fmul_rn(raw, row_scale), col_scale);
+}
+// kVec values at columns [col, col + kVec) of a row whose activation scale is row_scale.
 template <int kVec>
 __device__ __forceinline__ void dequant(float* v, float row_scale, const float* col) {
   float c[kVec];
   load<kVec>(col, c);
 #pragma unroll
   for (int j = 0; j < kVec; ++j)
-    v[j] = v[j] * row_scale * c[j];
+    v[j] = dequant(v[j], row_scale, c[j]);
 }
 
 // The kernels a decode GEMM follows (embedding gather for the LM head, add + RMSNorm, SwiGLU)

@@ -278,8 +278,8 @@ TEST_F(CudaFp8Test, Fp8GemmEqualsTheProductOfDequantizedOperands) {
 }
 
 // run_fp8_raw: the sums of the codes' products (per-tensor kernels, scales of 1) against a
-// float64 sum: bf16 rounding, or in fp32 1e-4 (the tensor cores' FP8 accumulation is not a full
-// fp32 one), at decode and prefill row counts.
+// float64 sum: bf16 rounding, or in fp32 1e-3 as run_fp8 (the tensor cores' FP8 accumulation is
+// not a full fp32 one), at decode and prefill row counts.
 TEST_F(CudaFp8Test, Fp8RawGemmSumsTheCodesProducts) {
   cuda::Gemm gemm;
   ASSERT_TRUE(gemm.ok());
@@ -320,7 +320,7 @@ TEST_F(CudaFp8Test, Fp8RawGemmSumsTheCodesProducts) {
           f32 ? download<float>(d_y, ny) : to_floats(download<uint16_t>(d_y, ny));
       for (size_t i = 0; i < ny; ++i)
         ASSERT_FALSE(std::isnan(got[i])) << what << " index " << i;
-      EXPECT_LT(rel_l2(got, want), f32 ? 1e-4 : 5e-3) << what << (f32 ? " fp32" : " bf16");
+      EXPECT_LT(rel_l2(got, want), f32 ? 1e-3 : 5e-3) << what << (f32 ? " fp32" : " bf16");
     }
   }
   EXPECT_EQ(gemm.run_fp8_raw(nullptr, nullptr, nullptr, 4, 16, 24, cuda::GemmOut::kBF16, nullptr),

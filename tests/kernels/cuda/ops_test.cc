@@ -295,9 +295,9 @@ TEST_F(CudaOpsTest, QkvBiasNormMatchesTwin) {
                              norms ? kn.data() : nullptr, eps, cpu::StorageType::kBF16);
           expect_bf16_close(got, want, what);
           // The padding past each row is never written.
-          for (int r = 0; r < rows; ++r) {
+          for (int t = 0; t < rows; ++t) {
             for (int i = row; i < stride; ++i) {
-              const size_t at = static_cast<size_t>(r) * stride + i;
+              const size_t at = static_cast<size_t>(t) * stride + i;
               ASSERT_EQ(got[at], to_bits(std::vector<float>{qkv[at]})[0]) << what;
             }
           }

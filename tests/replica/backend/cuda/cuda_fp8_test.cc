@@ -56,7 +56,8 @@ TEST_F(CudaBackendTest, Fp8WeightsMatchTheCpuFp8Twin) {
 // The FP8 GEMMs' scales applied by cuBLASLt (the default) or by the ops that read their outputs
 // (set_fp8_scales_in_readers: raw per-tensor GEMMs, kernels/cuda/ops.h Fp8Dequant): the same
 // values up to where each rounds to bf16, so the logits agree closely in all three families
-// (a one-ulp difference can move an activation to the neighbouring code: tolerance 5%).
+// (a one-ulp difference can move an activation to the neighbouring code, and rope starts from
+// fp32 values there: tolerance 10%, as the device against its CPU twin).
 TEST_F(CudaBackendTest, Fp8ScalesInTheGemmOrInItsReadersGiveTheSameLogits) {
   const std::vector<GenerationRequest> reqs = twin_requests();
   for (ModelFamily family : {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3}) {
@@ -69,7 +70,7 @@ TEST_F(CudaBackendTest, Fp8ScalesInTheGemmOrInItsReadersGiveTheSameLogits) {
     static_cast<CudaBackend&>(*readers).model().set_fp8_scales_in_readers(true);
     const RunOutput a = run(*readers, reqs, false, /*keep_logits=*/true);
     const RunOutput b = run(*in_gemm, reqs, false, /*keep_logits=*/true);
-    const auto [compared, worst] = expect_logits_close(a, b, reqs, 0.05);
+    const auto [compared, worst] = expect_logits_close(a, b, reqs, 0.1);
     std::printf(
         "%s: FP8 scales in the readers vs in cuBLASLt: %d logit rows, worst relative L2 "
         "%.3g\n",

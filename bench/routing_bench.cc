@@ -574,13 +574,14 @@ int run_routing_bench(const RoutingBenchOptions& o) {
     return 2;
   }
   json floor_json = json::object();
-  for (const auto& [mix, trace] : traces) {
-    if (o.backend != "sim") continue;  // the floor is the sim device's
-    floors[mix] = ttft_floor_ms(trace, *preset, kMaxTokensPerStep);
-    const std::vector<double>& f = floors[mix];
-    floor_json[mix] = {{"p50", LoadStats::percentile(f, 0.5)},
-                       {"p90", LoadStats::percentile(f, 0.9)},
-                       {"p99", LoadStats::percentile(f, 0.99)}};
+  if (o.backend == "sim") {  // the floor is the sim device's: none for real replicas
+    for (const auto& [mix, trace] : traces) {
+      floors[mix] = ttft_floor_ms(trace, *preset, kMaxTokensPerStep);
+      const std::vector<double>& f = floors[mix];
+      floor_json[mix] = {{"p50", LoadStats::percentile(f, 0.5)},
+                         {"p90", LoadStats::percentile(f, 0.9)},
+                         {"p99", LoadStats::percentile(f, 0.99)}};
+    }
   }
   for (const auto& [mix, trace] : traces) {
     for (const std::string& policy : o.policies) {

@@ -579,7 +579,7 @@ cudaError_t qkv_bias_norm(void* qkv, int64_t stride, int rows, int q_heads, int 
   if (!dequant_ok(dq)) return cudaErrorInvalidValue;
   if (rows == 0 || (bias == nullptr && q_norm == nullptr && !dq.on())) return cudaSuccess;
   if (rows < 0 || q_heads < 0 || kv_heads <= 0 || head_dim <= 0 || head_dim > 256 ||
-      (q_norm == nullptr) != (k_norm == nullptr) || !dequant_ok(dq)) {
+      (q_norm == nullptr) != (k_norm == nullptr)) {
     return cudaErrorInvalidValue;
   }
   const int heads = bias != nullptr || dq.on() ? q_heads + 2 * kv_heads : q_heads + kv_heads;

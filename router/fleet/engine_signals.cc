@@ -37,6 +37,14 @@ std::optional<int64_t> count_field(const json& j, const char* key) {
   return count(v);
 }
 
+// A non-negative finite JSON number (seconds, a share); nullopt for anything else.
+std::optional<double> amount_field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return std::isfinite(v) && v >= 0 ? std::optional<double>(v) : std::nullopt;
+}
+
 std::optional<std::string> string_field(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return std::nullopt;
@@ -136,11 +144,7 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");
-  if (const auto b = figures.find("busy_seconds_total"); b != figures.end() && b->is_number() &&
-                                                         std::isfinite(b->get<double>()) &&
-                                                         b->get<double>() >= 0) {
-    load.busy_seconds_total = b->get<double>();
-  }
+  load.busy_seconds_total = amount_field(figures, "busy_seconds_total");
   if (const auto m = j->find("step_model"); m != j->end()) load.step_model = read_step_model(*m);
   if (&figures != &*j) {  // a time stamp, not a count: ms since the epoch, as sent
     const auto at = figures.find("at_ms");

@@ -150,34 +150,37 @@ double ReplicaPool::work_horizon_s_locked() const {
   return work_horizon_s_ > 0 ? work_horizon_s_ : base;
 }
 
-// PoolConfig::routed_work_requests_per_replica: the decayed ended requests against the target,
-// a tenth of the way per report (a damped step: the sums follow a new horizon only as requests
-// end).
+ReplicaPool::FleetWork ReplicaPool::fleet_work_locked() const {
+  FleetWork f;
+  for (const auto& r : replicas_) {
+    if (!r || !r->view.healthy || !r->computed_total || !r->finished_total) continue;
+    f.computed += r->computed_decayed;
+    f.finished += r->finished_decayed;
+    ++f.replicas;
+  }
+  return f;
+}
+
+// PoolConfig::routed_work_requests_per_replica, once per poll round (after every report of the
+// round, so routers that read the same reports stretch it alike): the decayed ended requests
+// against the target, a tenth of the way per round (a damped step: the sums follow a new horizon
+// only as requests end).
 void ReplicaPool::adapt_work_horizon_locked() {
   if (config_.routed_work_requests_per_replica <= 0) return;
-  double finished = 0;
-  int n = 0;
-  for (const auto& o : replicas_) {
-    if (o && o->view.healthy && o->finished_total) finished += o->finished_decayed, ++n;
-  }
-  if (n == 0 || finished <= 0) return;
+  const FleetWork f = fleet_work_locked();
+  if (f.replicas == 0 || f.finished <= 0) return;
   const double base = std::chrono::duration<double>(config_.routed_work_horizon).count();
   const double most = std::chrono::duration<double>(config_.routed_work_max_horizon).count();
-  const double want = config_.routed_work_requests_per_replica * n / finished;
+  const double want = config_.routed_work_requests_per_replica * f.replicas / f.finished;
   work_horizon_s_ =
       std::clamp(work_horizon_s_locked() * std::pow(want, 0.1), base, std::max(base, most));
 }
 
 std::optional<double> ReplicaPool::fleet_request_work() const {
   std::lock_guard lock(mu_);
-  double work = 0, requests = 0;
-  for (const auto& r : replicas_) {
-    if (!r || !r->view.healthy || !r->computed_total || !r->finished_total) continue;
-    work += r->computed_decayed;
-    requests += r->finished_decayed;
-  }
-  if (requests < config_.min_requests_for_mean) return std::nullopt;
-  return work / requests;
+  const FleetWork f = fleet_work_locked();
+  if (f.finished < config_.min_requests_for_mean) return std::nullopt;
+  return f.computed / f.finished;
 }
 
 // The replica's load report: its queue, sequences and work figures.
@@ -268,7 +271,6 @@ void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, u
   r.computed_total = total;
   r.finished_total = finished;
   r.computed_at_s = at_s;
-  adapt_work_horizon_locked();
   r.queued_work = static_cast<double>(load.queued_work_tokens.value_or(0));
   std::erase_if(r.unacked, [&](const auto& e) { return e.second.round < round; });
 }
@@ -411,6 +413,10 @@ void ReplicaPool::poll_now() {
   if (!rs.empty()) poll(*rs.front(), round);
   for (std::thread& t : polls)
     t.join();
+  {
+    std::lock_guard lock(mu_);
+    adapt_work_horizon_locked();
+  }
   for (auto& r : rs) {
     bool want = false;
     {

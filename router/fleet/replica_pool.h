@@ -67,7 +67,7 @@ struct PoolConfig {
   // routed_work_max_horizon) until the fleet's decayed ended requests hold
   // routed_work_requests_per_replica per replica: a slower fleet (fewer requests a second) keeps
   // as many requests in the window, so the work bound's slack (a few mean requests) is as
-  // tight a share of it as on a fast one. 0: a fixed horizon.
+  // tight a share of it as on a fast one.
   std::chrono::milliseconds routed_work_horizon{10000};
   std::chrono::milliseconds routed_work_max_horizon{120000};
   // 125: what the H200 sim fleet's window holds at 200 requests a second; the A10G profile's
@@ -190,6 +190,12 @@ class ReplicaPool {
   struct Replica;
   void poll(Replica& r, uint64_t round);
   void note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
+  // The healthy reporting replicas' decayed computed tokens and ended requests, summed.
+  struct FleetWork {
+    double computed = 0, finished = 0;
+    int replicas = 0;
+  };
+  FleetWork fleet_work_locked() const;
   double work_horizon_s_locked() const;
   void adapt_work_horizon_locked();
   void apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);

@@ -25,13 +25,14 @@ constexpr double kH200MixedStepOverhead = 0.59e-3;
 constexpr double kH200CachedPrefillOverhead = 1.11e-3;
 constexpr double kH200Memory = 141e9;
 constexpr double kH100Memory = 80e9;
-// About an A10G (issue 28's slow-GPU profile): 600 GB/s and 125 TFLOP/s as the rates reached,
+// About an A10G (a slow GPU for routing evaluation): 600 GB/s and 125 TFLOP/s as the rates reached,
 // prefill attention at the H200's share of its GEMM rate, the H200's step overheads (launches and
 // host work do not scale with the GPU), 24 GB. Not measured.
 constexpr double kA10gReadBandwidth = 600e9;
 constexpr double kA10gGemmRate = 125e12;
 constexpr double kA10gMemory = 24e9;
-// A CPU replica's proportions (issue 28's CPU profile): compute-bound rows, so a prefill token or
+// A CPU replica's proportions (for routing evaluation where prefill is most of the work):
+// compute-bound rows, so a prefill token or
 // a decode row costs about what a quarter of the weights' read does (peak / bandwidth = 4 tokens,
 // against 143 on the H200), and a small fixed cost per step (the tiny CPU replicas measured
 // here fit about none). Prefill 0.09 ms per token, a weight read 0.4 ms: faster than any CPU, so

@@ -11,6 +11,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace kvc::kernels::testutil {
@@ -88,6 +89,32 @@ std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
   std::vector<T> v(n);
   if (n > 0) b.download(v.data(), n * sizeof(T));
   return v;
+}
+
+// A layer GEMM's output as the op after it reads it, on the device: with `raw`, a raw FP8 GEMM
+// output (random_raw_gemm_output: its bf16 sums in `data`, the scales in `row` and `col`, and the
+// Fp8Dequant naming them); else plain bf16 values (normal, stddev) and no dequantization.
+// `values` is what the op sees either way: the CPU twin's input.
+struct GemmOutputOnDevice {
+  std::vector<float> values;
+  cuda::DeviceBuffer data, row, col;
+  cuda::Fp8Dequant dq;
+};
+inline GemmOutputOnDevice gemm_output_on_device(std::mt19937& rng, bool raw, int rows, int cols,
+                                                int64_t stride, float stddev = 1.0f) {
+  GemmOutputOnDevice g;
+  if (raw) {
+    RawGemmOutput r = random_raw_gemm_output(rng, rows, cols, stride, stddev);
+    g.data = upload(to_bits(r.raw));
+    g.row = upload(r.row);
+    g.col = upload(r.col);
+    g.dq = {g.row.as<float>(), g.col.as<float>()};  // device pointers: kept by the moves
+    g.values = std::move(r.values);
+  } else {
+    g.values = random_bf16(rng, static_cast<size_t>(rows) * stride, stddev);
+    g.data = upload(to_bits(g.values));
+  }
+  return g;
 }
 
 // Fraction of positions where a and b hold the same bits.

@@ -27,6 +27,8 @@ namespace {
 
 using cuda::DeviceBuffer;
 using testutil::download;
+using testutil::gemm_output_on_device;
+using testutil::GemmOutputOnDevice;
 using testutil::random_bf16;
 using testutil::random_raw_gemm_output;
 using testutil::random_vector;
@@ -143,24 +145,19 @@ TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
         const std::string what = "hidden " + std::to_string(hidden) + " rows " +
                                  std::to_string(rows) + (raw ? " raw" : "");
         const size_t n = size_t(rows) * hidden;
-        const RawGemmOutput r = random_raw_gemm_output(rng_, rows, hidden, hidden);
-        const std::vector<float> plain = random_bf16(rng_, n);
-        const std::vector<float>& x = raw ? r.values : plain;
+        const GemmOutputOnDevice in = gemm_output_on_device(rng_, raw, rows, hidden, hidden);
+        const std::vector<float>& x = in.values;
         std::vector<float> w = random_bf16(rng_, hidden, 0.1f);
         for (float& v : w)
           v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
         std::vector<float> residual = random_vector(rng_, n, 3.0f);
-        DeviceBuffer d_x = upload(to_bits(raw ? r.raw : plain)), d_w = upload(to_bits(w)),
-                     d_res = upload(residual), d_y(n),
-                     d_s(4 * cuda::fp8_activation_scales(rows, hidden).count()),
-                     d_row = upload(r.row), d_col = upload(r.col);
+        DeviceBuffer d_w = upload(to_bits(w)), d_res = upload(residual), d_y(n),
+                     d_s(4 * cuda::fp8_activation_scales(rows, hidden).count());
         d_y.fill_bytes(0x7F);
         d_s.fill_bytes(0xFF);
-        const cuda::Fp8Dequant dq =
-            raw ? cuda::Fp8Dequant{d_row.as<float>(), d_col.as<float>()} : cuda::Fp8Dequant{};
         ASSERT_EQ(
-            cuda::add_rms_norm_fp8(d_x.data(), d_res.as<float>(), true, d_w.data(), d_y.data(),
-                                   d_s.as<float>(), rows, hidden, eps, nullptr, dq),
+            cuda::add_rms_norm_fp8(in.data.data(), d_res.as<float>(), true, d_w.data(), d_y.data(),
+                                   d_s.as<float>(), rows, hidden, eps, nullptr, in.dq),
             cudaSuccess);
         cuda::synchronize_or_die("add_rms_norm_fp8");
         std::vector<float> want(n);

@@ -27,6 +27,8 @@ using cuda::DeviceBuffer;
 using cuda::KvDtype;
 using testutil::download;
 using testutil::fraction_equal;
+using testutil::gemm_output_on_device;
+using testutil::GemmOutputOnDevice;
 using testutil::random_bf16;
 using testutil::random_raw_gemm_output;
 using testutil::random_vector;
@@ -108,24 +110,19 @@ TEST_F(CudaOpsTest, AddRmsNormMatchesTwin) {
                                  std::to_string(rows) + " mode " + std::to_string(mode) +
                                  (raw ? " raw" : "");
         const size_t n = static_cast<size_t>(rows) * hidden;
-        const RawGemmOutput r = random_raw_gemm_output(rng_, rows, hidden, hidden);
-        const std::vector<float> plain = random_bf16(rng_, n);
-        const std::vector<float>& x = raw ? r.values : plain;
+        const GemmOutputOnDevice in = gemm_output_on_device(rng_, raw, rows, hidden, hidden);
+        const std::vector<float>& x = in.values;
         std::vector<float> w = random_bf16(rng_, hidden, 0.1f);
         for (float& v : w)
           v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
         std::vector<float> residual = random_vector(rng_, n, 3.0f);
-        DeviceBuffer d_x = upload(to_bits(raw ? r.raw : plain)), d_w = upload(to_bits(w)),
-                     d_res = upload(residual), d_y(2 * n), d_row = upload(r.row),
-                     d_col = upload(r.col);
+        DeviceBuffer d_w = upload(to_bits(w)), d_res = upload(residual), d_y(2 * n);
         d_y.fill_bytes(0xFF);
         if (mode == kFirstLayer) d_res.fill_bytes(0xFF);  // must be overwritten, not read
         const bool with_x = mode != kNormOnly;
-        const cuda::Fp8Dequant dq =
-            raw ? cuda::Fp8Dequant{d_row.as<float>(), d_col.as<float>()} : cuda::Fp8Dequant{};
-        ASSERT_EQ(cuda::add_rms_norm(with_x ? d_x.data() : nullptr, d_res.as<float>(),
+        ASSERT_EQ(cuda::add_rms_norm(with_x ? in.data.data() : nullptr, d_res.as<float>(),
                                      mode == kAccumulate, d_w.data(), d_y.data(), rows, hidden, eps,
-                                     nullptr, dq),
+                                     nullptr, in.dq),
                   cudaSuccess);
         cuda::synchronize_or_die("add_rms_norm");
         std::vector<float> want_y(n);
@@ -267,13 +264,9 @@ TEST_F(CudaOpsTest, QkvBiasNormMatchesTwin) {
                                    std::to_string(q_heads) + "/" + std::to_string(kv_heads) +
                                    " mode " + std::to_string(mode) + " rows " +
                                    std::to_string(rows) + (raw ? " raw" : "");
-          const RawGemmOutput r = random_raw_gemm_output(rng_, rows, row, stride);
-          // The device's input, and the values the twin starts from.
-          std::vector<float> qkv =
-              raw ? r.raw : random_bf16(rng_, static_cast<size_t>(rows) * stride);
-          const DeviceBuffer d_row = upload(r.row), d_col = upload(r.col);
-          const cuda::Fp8Dequant dq =
-              raw ? cuda::Fp8Dequant{d_row.as<float>(), d_col.as<float>()} : cuda::Fp8Dequant{};
+          // The twin's input; past each row's `row` columns, the device's input as it is.
+          GemmOutputOnDevice in = gemm_output_on_device(rng_, raw, rows, row, stride);
+          const std::vector<float>& qkv = in.values;
           const std::vector<float> b = random_bf16(rng_, row, 0.5f);
           std::vector<float> qn = random_bf16(rng_, head_dim, 0.3f),
                              kn = random_bf16(rng_, head_dim, 0.3f);
@@ -281,15 +274,15 @@ TEST_F(CudaOpsTest, QkvBiasNormMatchesTwin) {
             for (float& v : *w)
               v = cpu::round_to(v + 1.0f, cpu::StorageType::kBF16);
           }
-          DeviceBuffer d_qkv = upload(to_bits(qkv)), d_b = upload(to_bits(b)),
-                       d_qn = upload(to_bits(qn)), d_kn = upload(to_bits(kn));
-          ASSERT_EQ(cuda::qkv_bias_norm(d_qkv.data(), stride, rows, q_heads, kv_heads, head_dim,
+          DeviceBuffer d_b = upload(to_bits(b)), d_qn = upload(to_bits(qn)),
+                       d_kn = upload(to_bits(kn));
+          ASSERT_EQ(cuda::qkv_bias_norm(in.data.data(), stride, rows, q_heads, kv_heads, head_dim,
                                         bias ? d_b.data() : nullptr, norms ? d_qn.data() : nullptr,
-                                        norms ? d_kn.data() : nullptr, eps, nullptr, dq),
+                                        norms ? d_kn.data() : nullptr, eps, nullptr, in.dq),
                     cudaSuccess);
           cuda::synchronize_or_die("qkv_bias_norm");
-          const std::vector<uint16_t> got = download<uint16_t>(d_qkv, qkv.size());
-          std::vector<float> want = raw ? r.values : qkv;
+          const std::vector<uint16_t> got = download<uint16_t>(in.data, qkv.size());
+          std::vector<float> want = qkv;
           cpu::qkv_bias_norm(want.data(), stride, rows, q_heads, kv_heads, head_dim,
                              bias ? b.data() : nullptr, norms ? qn.data() : nullptr,
                              norms ? kn.data() : nullptr, eps, cpu::StorageType::kBF16);

@@ -216,10 +216,11 @@ TEST(SimBackend, PresetsAndPoolSize) {
   EXPECT_EQ(sim_kv_blocks(p, 0.05, 16), 1);  // the weights alone do not fit: clamped
 }
 
-// The routing profiles (issue 28 §1): a slow GPU, whose decode step is its weights' read at
-// 600 GB/s, and a CPU replica's proportions, where a 2,048-token prefill costs what about 500
-// weight reads do (the H200: about 15) and a lone decode row is nearly free. Their pools: 24 GB
-// leaves the A10G a few thousand blocks; the CPU profile's memory holds more than the H200's.
+// The profiles for routing evaluation on other hardware: a slow GPU, whose decode step is its
+// weights' read at 600 GB/s, and a CPU replica's proportions, where a 2,048-token prefill costs
+// what about 500 weight reads do (the H200: about 15) and a lone decode row is nearly free. Their
+// pools: 24 GB leaves the A10G a few thousand blocks; the CPU profile's memory holds more than the
+// H200's.
 TEST(SimBackend, RoutingProfiles) {
   const Result<SimPreset> a10g = sim_preset("a10g-llama3-8b"), cpu = sim_preset("cpu-llama3-8b");
   ASSERT_TRUE(a10g.ok() && cpu.ok());

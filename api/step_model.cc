@@ -6,6 +6,15 @@
 
 namespace kvc {
 
+std::optional<double> seconds_per_work_token(const StepModel& m) {
+  constexpr double kPrefillTokens = 256, kDecodeSeqs = 16, kKvGb = 0.25;
+  constexpr int64_t kMinSteps = 100;
+  if (m.steps < kMinSteps) return std::nullopt;
+  const double s = m.seconds(kPrefillTokens, kDecodeSeqs, kKvGb);
+  if (!std::isfinite(s) || s <= 0) return std::nullopt;
+  return s / (kPrefillTokens + kDecodeSeqs);
+}
+
 nlohmann::json step_model_json(const StepModel& m) {
   return {{"overhead_s", m.overhead_s},
           {"prefill_token_s", m.prefill_token_s},

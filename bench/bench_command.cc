@@ -112,7 +112,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "the CPU backend, in this process)")
       ->check(CLI::IsMember({"sim", "cpu"}))
       ->capture_default_str();
-  routing->add_option("--sim-preset", g->sim_preset, "model and GPU of the sim replicas")
+  routing
+      ->add_option("--sim-preset", g->sim_presets,
+                   "model and GPU of the sim replicas; several (comma-separated) are given to "
+                   "the replicas in turn: a mixed fleet")
+      ->delimiter(',')
       ->check(CLI::IsMember(sim_preset_names()));
   routing->add_option("--kv-blocks", g->kv_blocks, "KV blocks per replica (default: the GPU's)")
       ->check(CLI::Range(1, 1 << 24));

@@ -119,7 +119,8 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
     return f;
   }
   for (int32_t i = 0; i < o.replicas; ++i) {
-    Result<SimPreset> preset = sim_preset(o.sim_preset);
+    Result<SimPreset> preset =
+        sim_preset(o.sim_presets[static_cast<size_t>(i) % o.sim_presets.size()]);
     if (!preset.ok()) return Error{preset.error().message};
     const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : sim_kv_blocks(*preset, 0.9, kBlock);
     auto backend = std::make_unique<SimBackend>(std::move(preset).value(), blocks, kBlock,
@@ -204,6 +205,7 @@ json RoutingResult::to_json() const {
           {"ttft_slo_ms", ttft_slo_ms},
           {"goodput", goodput()},
           {"busy", busy},
+          {"replica_busy", replica_busy},
           {"error_reasons", error_reasons}};
 }
 
@@ -434,7 +436,9 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   double busy_s = 0;
   for (const auto& r : fleet->replicas) {
     if (const auto* sim = dynamic_cast<const SimBackend*>(&r->backend())) {
-      busy_s += std::chrono::duration<double>(sim->busy()).count();
+      const double s = std::chrono::duration<double>(sim->busy()).count();
+      busy_s += s;
+      res.replica_busy.push_back(res.seconds > 0 ? s / res.seconds : 0);
     }
   }
   res.busy =
@@ -496,10 +500,15 @@ int run_routing_bench(const RoutingBenchOptions& o) {
     std::fprintf(stderr, "kvcascade bench routing: --routers needs a count\n");
     return 2;
   }
-  if (!sim_preset(o.sim_preset).ok()) {
-    std::fprintf(stderr, "kvcascade bench routing: %s\n",
-                 sim_preset(o.sim_preset).error().message.c_str());
+  if (o.sim_presets.empty()) {
+    std::fprintf(stderr, "kvcascade bench routing: --sim-preset needs a preset\n");
     return 2;
+  }
+  for (const std::string& name : o.sim_presets) {
+    if (Result<SimPreset> p = sim_preset(name); !p.ok()) {
+      std::fprintf(stderr, "kvcascade bench routing: %s\n", p.error().message.c_str());
+      return 2;
+    }
   }
   if (o.save_only && (o.save_traces.empty() || !o.trace.empty())) {
     std::fprintf(stderr,
@@ -568,11 +577,7 @@ int run_routing_bench(const RoutingBenchOptions& o) {
   std::vector<RoutingResult> rows;
   // Per trace: TTFT with no queueing, on a replica holding what the oracle holds.
   std::map<std::string, std::vector<double>> floors;
-  Result<SimPreset> preset = sim_preset(o.sim_preset);
-  if (!preset.ok()) {
-    std::fprintf(stderr, "kvcascade bench routing: %s\n", preset.error().message.c_str());
-    return 2;
-  }
+  Result<SimPreset> preset = sim_preset(o.sim_presets.front());  // checked above
   json floor_json = json::object();
   if (o.backend == "sim") {  // the floor is the sim device's: none for real replicas
     for (const auto& [mix, trace] : traces) {
@@ -601,19 +606,22 @@ int run_routing_bench(const RoutingBenchOptions& o) {
     }
   }
   const bool several = o.routers.size() > 1 || o.routers.front() > 1;
-  std::printf("%-10s %-20s %7s %8s %9s %8s %8s %8s %9s %9s %9s %9s %8s %6s %5s\n", "mix", "policy",
-              "routers", "requests", "hit/orcl", "x-replica", "max/mean", "p99/mean", "ttft p50",
-              "ttft p90", "ttft p99", "e2e p50", "goodput", "errors", "busy");
+  std::printf("%-10s %-20s %7s %8s %9s %8s %8s %8s %9s %9s %9s %9s %8s %6s %5s %5s\n", "mix",
+              "policy", "routers", "requests", "hit/orcl", "x-replica", "max/mean", "p99/mean",
+              "ttft p50", "ttft p90", "ttft p99", "e2e p50", "goodput", "errors", "busy", "bmax");
   auto pct = [](const std::vector<double>& v, double q) { return LoadStats::percentile(v, q); };
   for (size_t i = 0; i < rows.size(); ++i) {
     const RoutingResult& r = rows[i];
     std::printf(
         "%-10s %-20s %7d %8lld %8.1f%% %8.1f%% %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f %7.1f%% %6lld "
-        "%4.0f%%\n",
+        "%4.0f%% %4.0f%%\n",
         r.mix.c_str(), r.policy.c_str(), r.routers, static_cast<long long>(r.requests),
         100 * r.hit_ratio(), 100 * r.cross_replica_share(), r.max_over_mean_work(),
         r.p99_over_mean_work(), pct(r.ttft_ms, 0.5), pct(r.ttft_ms, 0.9), pct(r.ttft_ms, 0.99),
-        pct(r.e2e_ms, 0.5), 100 * r.goodput(), static_cast<long long>(r.errors), 100 * r.busy);
+        pct(r.e2e_ms, 0.5), 100 * r.goodput(), static_cast<long long>(r.errors), 100 * r.busy,
+        r.replica_busy.empty()
+            ? 0.0
+            : 100 * *std::max_element(r.replica_busy.begin(), r.replica_busy.end()));
     if ((i + 1 == rows.size() || rows[i + 1].mix != r.mix) && floors.count(r.mix) > 0) {
       const std::vector<double>& f = floors[r.mix];
       std::printf("%-10s %-20s %7s %8s %9s %9s %8s %8s %9.1f %9.1f %9.1f\n", r.mix.c_str(),
@@ -639,13 +647,15 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       "cache's; x-replica: prompt blocks computed on a second (third, ...) replica too, in "
       "tokens / the oracle's cached tokens; work: uncached prompt + completion tokens per replica; "
       "goodput: TTFT <= "
-      "%.0f ms; busy: mean share of the replay a replica's simulated device was stepping; (floor): "
+      "%.0f ms; busy: mean share of the replay a replica's simulated device was stepping, bmax: "
+      "the busiest replica's; (floor): "
       "TTFT with no queueing on a replica holding what that cache holds)\n",
       o.ttft_slo_ms);
   const json doc{{"replicas", o.replicas},
                  {"routers", o.routers},
                  {"backend", o.backend},
-                 {"sim_preset", o.backend == "sim" ? json(o.sim_preset) : json(nullptr)},
+                 {"sim_preset", o.backend == "sim" ? json(o.sim_presets.front()) : json(nullptr)},
+                 {"sim_presets", o.backend == "sim" ? json(o.sim_presets) : json(nullptr)},
                  {"results", results},
                  {"ttft_floor_ms", floor_json}};
   if (!o.out.empty()) {

@@ -32,10 +32,12 @@ struct RoutingBenchOptions {
   // counts: each (mix, policy) is replayed with each.
   std::vector<int32_t> routers = {1};
   int32_t router_poll_ms = 500;  // each router's poll of every replica (PoolConfig::poll_interval)
-  // The replicas: "sim" (sim_preset's device model) or "cpu" (real ones: the tiny model on the
+  // The replicas: "sim" (sim_presets' device models) or "cpu" (real ones: the tiny model on the
   // CPU backend, in this process, as `kvcascade demo` runs them; no TTFT floor, no busy share).
   std::string backend = "sim";
-  std::string sim_preset = "h200-llama3-8b";
+  // Sim replicas' device models, given to replica i in turn (i mod their count): several make a
+  // mixed fleet. The TTFT floor is the first's.
+  std::vector<std::string> sim_presets = {"h200-llama3-8b"};
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds (cpu: 4,096)
   double ttft_slo_ms = 500;
   double request_timeout_s = 120;
@@ -73,8 +75,10 @@ struct RoutingResult {
   double ttft_slo_ms = 0;
   double seconds = 0;
   // Mean share of the replay each sim replica's device was busy (its simulated step time over
-  // the replay's wall time): how loaded the fleet was.
+  // the replay's wall time): how loaded the fleet was; and each replica's (a mixed fleet's
+  // balance: replicas of different speeds balance in time, not in tokens).
   double busy = 0;
+  std::vector<double> replica_busy;
 
   double hit_ratio() const;            // cached / oracle cached
   double cross_replica_share() const;  // cross_replica_prefill_tokens / oracle cached

@@ -342,6 +342,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.unacked_work = r.unacked_work;
     c.unacked_sequences = r.unacked_sequences;
     c.busy = r.busy;
+    if (r.step_model) c.seconds_per_token = seconds_per_work_token(*r.step_model);
     {
       std::lock_guard lock(indexes_.mu);
       c.index_blocks = indexes_.num_blocks_locked(r.index);

@@ -132,7 +132,7 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // waiting sequences, the replica's decode load without counting twice what the report has.
   int64_t unacked_sequences = 0;
   // Its step time as it fitted it from its own steps (kvcascade replicas): the basis for costs
-  // in each replica's own seconds. Shown in /router/state; the policy does not read it yet.
+  // in each replica's own seconds (Candidate::seconds_per_token). Shown in /router/state.
   std::optional<StepModel> step_model;
 };
 

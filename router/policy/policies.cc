@@ -198,23 +198,29 @@ class KvCascade final : public Policy {
     }
     const auto cs = healthy(candidates);
     note_arrivals(cs);
+    note_speeds(candidates, cs);
     int64_t total = 0;
-    for (const Candidate* c : cs)
+    double speed_total = 0;
+    for (const Candidate* c : cs) {
       total += decode_load(*c);
-    // Bounded load: nobody takes more than factor x its fair share after this request, plus a
-    // little slack so small or stale loads do not push a prefix away from its holder.
-    const double cap =
-        c_.bounded_load_factor * static_cast<double>(total + r.n) / static_cast<double>(cs.size()) +
-        static_cast<double>(r.n + c_.bounded_load_slack);
+      speed_total += 1.0 / slowness(*c);
+    }
+    // Bounded load: nobody takes more than factor x its fair share after this request (its
+    // share of the fleet's speed), plus a little slack so small or stale loads do not push a
+    // prefix away from its holder.
+    auto cap = [&](const Candidate& c) {
+      return c_.bounded_load_factor * static_cast<double>(total + r.n) / slowness(c) / speed_total +
+             static_cast<double>(r.n + c_.bounded_load_slack);
+    };
     // Bounded work (KvCascadePolicyConfig::work_bound_factor). The slack is in mean requests:
     // over the fleet as the replicas report it (alike for every router), else what this
     // router routed.
     // (A shared-view decision before the fleet has a mean has no work bound: this router's own
     // mean is not what the others have.)
     const double mean_request = r.fleet_request_work.value_or(shared_view ? 0.0 : mean_request_);
-    double work_total = 0;
+    double work_total = 0;  // in the median replica's time (slowness)
     for (const Candidate* c : cs)
-      work_total += recent(*c);
+      work_total += recent(*c) * slowness(*c);
     // A declared group lands whole where its first member goes: it is placed by the work of all
     // its members (planned_work).
     // Staying is worth the prefill that moving would redo: a replica holding more of the prompt
@@ -232,24 +238,29 @@ class KvCascade final : public Policy {
     };
     auto work_ok = [&](const Candidate& c) {
       if (c_.work_bound_factor <= 0 || mean_request == 0) return true;
-      const double w = planned_work(r, c);
+      const double slow = slowness(c), w = planned_work(r, c) * slow;
       const double bound =
           c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
-          c_.work_slack_requests * mean_request + lead_tokens(c);
-      return recent(c) + w <= bound;
+          c_.work_slack_requests * mean_request + lead_tokens(c) * slow;
+      return recent(c) * slow + w <= bound;
     };
     std::vector<const Candidate*> allowed;
     for (const Candidate* c : cs) {
-      if (static_cast<double>(decode_load(*c) + r.n) <= cap && work_ok(*c)) allowed.push_back(c);
+      if (static_cast<double>(decode_load(*c) + r.n) <= cap(*c) && work_ok(*c)) {
+        allowed.push_back(c);
+      }
     }
     const uint64_t key = affinity(r);
     if (allowed.empty()) {
       // The least loaded; equals (a cold start, a fleet that just emptied, where a request
       // larger than the slack fits nowhere) in rendezvous order, so routers agree.
-      allowed.push_back(*std::min_element(cs.begin(), cs.end(), [&](auto* a, auto* b) {
-        return std::tuple(decode_load(*a), recent(*a), ~rendezvous_score(key, a->id)) <
-               std::tuple(decode_load(*b), recent(*b), ~rendezvous_score(key, b->id));
-      }));
+      auto rank = [&](const Candidate* c) {
+        const double slow = slowness(*c);
+        return std::tuple(static_cast<double>(decode_load(*c)) * slow, recent(*c) * slow,
+                          ~rendezvous_score(key, c->id));
+      };
+      allowed.push_back(*std::min_element(cs.begin(), cs.end(),
+                                          [&](auto* a, auto* b) { return rank(a) < rank(b); }));
     }
     size_t longest = 0;
     const Candidate* holder = nullptr;
@@ -320,8 +331,35 @@ class KvCascade final : public Policy {
     const double a =
         c_.weight_uncached_prefill /
         (c.busy && c_.busy_cap > 0 ? 1.0 - std::clamp(*c.busy, 0.0, c_.busy_cap) : 1.0);
-    return a * static_cast<double>(uncached) + c_.weight_queued_prefill * queued +
-           c_.weight_decode * static_cast<double>(decode_load(c) + r.n);
+    return slowness(c) * (a * static_cast<double>(uncached) + c_.weight_queued_prefill * queued +
+                          c_.weight_decode * static_cast<double>(decode_load(c) + r.n));
+  }
+
+  // KvCascadePolicyConfig::costs_by_step_model: each candidate's seconds per token over the
+  // median healthy replica's (1 within speed_tolerance of it, or without a model), kept by the
+  // candidate's position for slowness() during this decision.
+  void note_speeds(std::span<const Candidate> candidates, const std::vector<const Candidate*>& cs) {
+    speeds_of_ = candidates.data();
+    slowness_.assign(candidates.size(), 1.0);
+    if (!c_.costs_by_step_model) return;
+    std::vector<double> known;
+    for (const Candidate* c : cs)
+      if (c->seconds_per_token && *c->seconds_per_token > 0) known.push_back(*c->seconds_per_token);
+    if (known.empty()) return;
+    // The median of those with a model (the lower middle: a real replica's figure).
+    std::nth_element(known.begin(), known.begin() + (known.size() - 1) / 2, known.end());
+    const double median = known[(known.size() - 1) / 2];
+    for (const Candidate* c : cs) {
+      if (!c->seconds_per_token || *c->seconds_per_token <= 0) continue;
+      const double ratio = *c->seconds_per_token / median;
+      if (std::fabs(ratio - 1.0) > c_.speed_tolerance) {
+        slowness_[static_cast<size_t>(c - speeds_of_)] = ratio;
+      }
+    }
+  }
+  double slowness(const Candidate& c) const {
+    const auto at = static_cast<size_t>(&c - speeds_of_);
+    return at < slowness_.size() ? slowness_[at] : 1.0;
   }
 
   // A replica healthy now that was not at the last decision (back from a restart or a stall, or
@@ -393,6 +431,9 @@ class KvCascade final : public Policy {
   std::unordered_map<std::string, CountedGroup> groups_;  // declared groups being counted
   std::deque<std::string> group_order_;                   // ...oldest first (bounded)
   std::unordered_set<std::string> last_healthy_;          // at the last choose() (note_arrivals)
+  // This decision's candidates' slowness (note_speeds), by position from speeds_of_.
+  const Candidate* speeds_of_ = nullptr;
+  std::vector<double> slowness_;
 };
 
 }  // namespace

@@ -37,6 +37,10 @@ struct Candidate {
   // The share of wall time it spent in steps lately, as every router reads it from its reports
   // (ReplicaView::busy); nullopt: not reported.
   std::optional<double> busy;
+  // Its seconds per token of work, from the step model it fitted to its own steps, at one
+  // reference step for every replica (api/step_model.h seconds_per_work_token); nullopt: no
+  // model yet, or an engine that publishes none.
+  std::optional<double> seconds_per_token;
 };
 
 struct RouteRequest {
@@ -123,6 +127,14 @@ struct KvCascadePolicyConfig {
   // reports (Candidate::routed_work less unacked_work, no requests in flight), so routers that
   // get members of one group at once place it alike.
   bool groups_by_shared_view = true;
+  // Costs in each replica's own time (Candidate::seconds_per_token): its tokens (uncached prefill,
+  // queue, decode load, recent work) count at its seconds per token over the fleet's median
+  // replica's, so a replica twice as slow takes half the work and its queue weighs twice; its
+  // share of the decode load follows its speed too. A replica whose speed is within
+  // speed_tolerance of the median's (fits of one device differ by noise, and routers must agree),
+  // or that has no model yet, counts as the median. One kind of device: token costs as before.
+  bool costs_by_step_model = true;
+  double speed_tolerance = 0.25;
 };
 
 struct SglangPolicyConfig {  // SGLang router's Rust defaults

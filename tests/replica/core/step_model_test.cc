@@ -70,5 +70,24 @@ TEST(StepModelFit, FollowsAChangeInTheDevice) {
   EXPECT_NEAR(m->overhead_s, 0.003, 1e-4);
 }
 
+// What routers compare replicas by (api/step_model.h): a model's seconds per token of work at
+// one reference step. A device twice as slow in every term gives twice the figure; a fit of
+// fewer than 100 steps, or one with no terms, gives none (early fits extrapolate badly).
+TEST(StepModelFit, SecondsPerWorkTokenComparesDevicesAtOneReferenceStep) {
+  const StepModel fast{0.005, 25e-6, 8e-6, 2.2e-4, 500};
+  StepModel slow = fast;
+  slow.overhead_s *= 2, slow.prefill_token_s *= 2, slow.decode_seq_s *= 2, slow.kv_gb_s *= 2;
+  const auto f = seconds_per_work_token(fast), s = seconds_per_work_token(slow);
+  ASSERT_TRUE(f.has_value() && s.has_value());
+  EXPECT_NEAR(*s / *f, 2.0, 1e-12);
+  // 256 prefill tokens, 16 decode rows, 0.25 GB of KV: (5 ms + 6.4 ms + 0.128 ms + 0.055 ms) /
+  // 272 tokens.
+  EXPECT_NEAR(*f, (0.005 + 256 * 25e-6 + 16 * 8e-6 + 0.25 * 2.2e-4) / 272, 1e-15);
+  StepModel young = fast;
+  young.steps = 99;
+  EXPECT_FALSE(seconds_per_work_token(young).has_value());
+  EXPECT_FALSE(seconds_per_work_token(StepModel{0, 0, 0, 0, 500}).has_value());
+}
+
 }  // namespace
 }  // namespace kvc

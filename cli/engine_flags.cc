@@ -70,6 +70,11 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_flag("--decode-gemm", b.decode_gemm,
                "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental, --backend cuda: "
                "slower than cuBLASLt so far)");
+  cmd.add_option("--tensor-parallel-size", b.tensor_parallel_size,
+                 "ranks the model is split over (1, 2, 4, 8; they must divide its heads, KV heads "
+                 "and intermediate size): --backend cpu runs a thread per rank; cuda takes 1 so "
+                 "far")
+      ->check(CLI::Range(1, 64));
   cmd.add_option("--block-size", b.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   cmd.add_option("--attention", f.attention, "cascade, or flat (bit-reproducible)")
       ->check(CLI::IsMember({"cascade", "flat"}));

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/server_flags.h"
+#include "replica/backend/cpu/tensor_parallel_backend.h"
 #include "replica/backend/sim/sim_backend.h"
 #include "replica/server/replica_stack.h"
 #include "replica/tokenizer/tokenizer.h"
@@ -96,6 +97,19 @@ int run_replica(ReplicaFlags f, CudaBackendMaker cuda) {
         "us per decode row; no math, each step sleeps its predicted time\n",
         sim->preset().name.c_str(), hw.bandwidth_bytes_per_s / 1e9, hw.peak_flops / 1e12,
         hw.step_overhead_s * 1e3, hw.decode_row_overhead_s * 1e6);
+  }
+  if (const auto* tp = dynamic_cast<const CpuTensorParallelBackend*>(&stack.backend())) {
+    const ModelConfig& whole = tp->config();
+    const ModelConfig& rank = tp->rank(0).config();
+    std::printf(
+        "kvcascade replica: tensor parallel over %d ranks (a thread each): per rank %d of %d "
+        "query heads, %d of %d KV heads, %d of %d intermediate columns, %d of %d LM-head rows, "
+        "%.1f MiB of KV cache\n",
+        tp->tensor_parallel_size(), rank.num_attention_heads, whole.num_attention_heads,
+        rank.num_key_value_heads, whole.num_key_value_heads, rank.intermediate_size,
+        whole.intermediate_size,
+        vocab_slice(whole.vocab_size, 0, tp->tensor_parallel_size()).padded, whole.vocab_size,
+        static_cast<double>(CpuBackend::kv_cache_bytes(rank, num_blocks, block_size)) / (1 << 20));
   }
   if (!f.replica.api_keys.empty()) {
     std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",

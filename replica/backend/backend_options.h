@@ -32,6 +32,9 @@ struct BackendOptions {
   // keeps the E4M3 values in float32, the sim counts one byte per element).
   std::string kv_cache_dtype = "auto";
   bool fp8_kv() const { return kv_cache_dtype == "fp8"; }
+  // Ranks the model is split over (replica/model/tensor_parallel.h): 1, 2, 4 or 8. cpu: one
+  // thread per rank in this process (the GPU's tensor parallelism's twin); cuda: 1 only so far.
+  int32_t tensor_parallel_size = 1;
   int32_t kv_blocks = 0;  // 0: 4096 on the CPU; on the GPU or sim, as many as memory allows
   int32_t block_size = 16;
   // The scheduler's limits (SchedulerConfig): the CUDA backend sizes its workspace by them.

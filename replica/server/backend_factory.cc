@@ -4,7 +4,9 @@
 #include <string>
 
 #include "replica/backend/cpu/cpu_backend.h"
+#include "replica/backend/cpu/tensor_parallel_backend.h"
 #include "replica/backend/sim/sim_backend.h"
+#include "replica/model/tensor_parallel.h"
 #include "replica/model/weights.h"
 #include "replica/tokenizer/hf_tokenizer.h"
 
@@ -29,8 +31,16 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32
     weights = random_weights(*config, o.seed_or_default());
   }
   const bool fp8 = o.fp8_weights_for(weights.config.checkpoint_quantization);
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
-      std::move(weights), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size, fp8, o.fp8_kv()));
+  const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : 4096;
+  if (o.tensor_parallel_size > 1) {
+    if (Status s = check_tensor_parallel(weights.config, o.tensor_parallel_size); !s.ok()) {
+      return Error{s.message()};
+    }
+    return std::unique_ptr<Backend>(std::make_unique<CpuTensorParallelBackend>(
+        weights, o.tensor_parallel_size, blocks, o.block_size, fp8, o.fp8_kv()));
+  }
+  return std::unique_ptr<Backend>(
+      std::make_unique<CpuBackend>(std::move(weights), blocks, o.block_size, fp8, o.fp8_kv()));
 }
 
 Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock& clock) {
@@ -61,6 +71,15 @@ Status check_backend_options(const BackendOptions& o) {
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "fp8") {
     return Error{"--kv-cache-dtype " + o.kv_cache_dtype + ": not supported (auto or fp8)"};
   }
+  if (!is_tensor_parallel_size(o.tensor_parallel_size)) {
+    return Error{"--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                 ": not 1, 2, 4 or 8"};
+  }
+  if (b == "cuda" && o.tensor_parallel_size > 1) {
+    return Error{"--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                 ": the CUDA backend runs a replica on one GPU so far (--backend cpu splits a "
+                 "model over ranks)"};
+  }
   // Each entry: an option that only some backends read, whether it was given, and who reads it.
   struct Only {
     const char* flag;
@@ -78,6 +97,7 @@ Status check_backend_options(const BackendOptions& o) {
        "cuda and sim"},
       {"--no-cuda-graphs", o.cuda_graphs.has_value(), cuda, "cuda"},
       {"--decode-gemm", o.decode_gemm, cuda, "cuda"},
+      {"--tensor-parallel-size", o.tensor_parallel_size != 1, !sim, "cpu and cuda"},
       {"--sim-preset", o.sim_preset.has_value(), sim, "sim"},
       {"--sim-bandwidth-gbps", o.sim_bandwidth_gbps.has_value(), sim, "sim"},
       {"--sim-peak-tflops", o.sim_peak_tflops.has_value(), sim, "sim"},

@@ -31,6 +31,47 @@ CpuBackend::CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_s
   adopt_weights();
 }
 
+CpuBackend::CpuBackend(RankWeights weights, Communicator& comm, int32_t num_blocks,
+                       int32_t block_size, bool fp8_weights, bool fp8_kv)
+    : CpuBackend(std::move(weights.weights), num_blocks, block_size, fp8_weights, fp8_kv) {
+  rank_ = {&comm, std::move(weights.lm_head_rows), weights.vocab};
+}
+
+void CpuBackend::set_rank_weights(RankWeights weights) {
+  assert(rank_.comm != nullptr);
+  weights_ = std::move(weights.weights);
+  rank_.lm_head_rows = std::move(weights.lm_head_rows);
+  rank_.vocab = weights.vocab;
+  adopt_weights();
+}
+
+void CpuBackend::all_reduce(std::vector<float>& partial, int64_t n) {
+  if (rank_.comm != nullptr) rank_.comm->all_reduce_sum(partial.data(), n);
+}
+
+void CpuBackend::lm_head(int rows, std::vector<float>& logits) {
+  const ModelConfig& c = config();
+  const int h = c.hidden_size;
+  if (rank_.comm == nullptr) {
+    cpu::matmul(xn_.data(), weights_.output_embedding().data(), logits.data(), rows, c.vocab_size,
+                h);
+    return;
+  }
+  const int32_t padded = rank_.vocab.padded, size = rank_.comm->size();
+  const int64_t part = int64_t{rows} * padded;
+  rank_logits_.resize(static_cast<size_t>(part));
+  gathered_.resize(static_cast<size_t>(part * size));
+  cpu::matmul(xn_.data(), rank_.lm_head_rows.data(), rank_logits_.data(), rows, padded, h);
+  rank_.comm->all_gather(rank_logits_.data(), part, gathered_.data());
+  for (int32_t k = 0; k < size; ++k) {
+    const VocabSlice v = vocab_slice(c.vocab_size, k, size);
+    for (int r = 0; r < rows; ++r) {
+      const float* from = gathered_.data() + k * part + int64_t{r} * padded;
+      std::copy_n(from, v.rows, logits.data() + int64_t{r} * c.vocab_size + v.begin);
+    }
+  }
+}
+
 void CpuBackend::adopt_weights() {
   // The checkpoint's KV-cache scales (an FP8 checkpoint's), else 1.0.
   const int layers = weights_.config.num_hidden_layers;
@@ -175,6 +216,7 @@ void CpuBackend::mlp(const LayerWeights& l, int rows) {
   cpu::silu_mul(gate_up_.data(), act_.data(), rows, ff);
   quantize_input(act_, rows, ff);
   cpu::matmul(act_.data(), l.w_down.data(), proj_.data(), rows, h, ff);
+  all_reduce(proj_, int64_t{rows} * h);
   cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
 }
 
@@ -277,12 +319,13 @@ Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>&
     }
     quantize_input(attn_, rows, qd);
     cpu::matmul(attn_.data(), l.wo.data(), proj_.data(), rows, h, qd);
+    all_reduce(proj_, int64_t{rows} * h);
     cpu::add_inplace(x_.data(), proj_.data(), int64_t{rows} * h);
     mlp(l, rows);
   }
 
   cpu::rms_norm(x_.data(), weights_.final_norm.data(), xn_.data(), rows, h, c.rms_norm_eps);
-  cpu::matmul(xn_.data(), weights_.output_embedding().data(), logits.data(), rows, c.vocab_size, h);
+  lm_head(rows, logits);
   return Status::Ok();
 }
 

@@ -13,9 +13,20 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
 #include "replica/backend/backend.h"
+#include "replica/backend/communicator.h"
+#include "replica/model/tensor_parallel.h"
 #include "replica/model/weights.h"
 
 namespace kvc {
+
+// One rank of a tensor-parallel CPU model (replica/model/tensor_parallel.h): its communicator
+// and its rows of the LM head. The rank's weights (heads, KV heads, intermediate columns) are
+// the ModelWeights the backend is made with.
+struct CpuRank {
+  Communicator* comm = nullptr;  // of the group; outlives the backend
+  std::vector<float> lm_head_rows;
+  VocabSlice vocab;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -27,6 +38,13 @@ class CpuBackend final : public Backend {
   // CUDA FP8 KV cache's twin.
   CpuBackend(ModelWeights weights, int32_t num_blocks, int32_t block_size, bool fp8_weights = false,
              bool fp8_kv = false);
+  // One rank of a tensor-parallel model (CpuTensorParallelBackend runs the group): weights and
+  // LM head rows from shard_weights. It sums its o and down projections with the other ranks'
+  // (an all-reduce) and gathers the logits; compute_logits returns every rank the whole rows.
+  // FP8 weights take per-output-channel scales of the rank's slice (as vLLM's shards do), so
+  // they are not the unsharded FP8 model's.
+  CpuBackend(RankWeights weights, Communicator& comm, int32_t num_blocks, int32_t block_size,
+             bool fp8_weights = false, bool fp8_kv = false);
 
   static int64_t kv_cache_bytes(const ModelConfig& config, int32_t num_blocks, int32_t block_size) {
     return config.kv_bytes_per_token(sizeof(float)) * num_blocks * block_size;
@@ -51,6 +69,9 @@ class CpuBackend final : public Backend {
   Status load_weights(const std::string& folder) override;
   // The model alone: logits resized to [batch.num_logit_rows(), vocab_size], float32.
   Status compute_logits(const ForwardBatch& batch, std::vector<float>& logits);
+  // A rank's new weights (a weight update of the group: shard_weights of the new model). The
+  // KV cache is kept (the caller flushes it).
+  void set_rank_weights(RankWeights weights);
 
  private:
   // Asserts that every block id, slot, position and plan index is in range and consistent.
@@ -65,6 +86,11 @@ class CpuBackend final : public Backend {
   void adopt_weights();
   // With FP8 weights: rows [rows, dim] of a GEMM's input replaced by their E4M3 values.
   void quantize_input(std::vector<float>& x, int rows, int dim) const;
+  // A rank's partial sums of a row-parallel projection ([n] floats) summed over the group.
+  void all_reduce(std::vector<float>& partial, int64_t n);
+  // The LM head over xn_'s first `rows` rows into logits [rows, vocab]: the whole matrix, or a
+  // rank's rows gathered from every rank.
+  void lm_head(int rows, std::vector<float>& logits);
 
   float* k_cache(int layer) { return k_cache_[layer].data(); }
   float* v_cache(int layer) { return v_cache_[layer].data(); }
@@ -72,6 +98,7 @@ class CpuBackend final : public Backend {
   int64_t kv_row() const { return int64_t{shape_.num_kv_heads} * shape_.head_dim; }
 
   ModelWeights weights_;
+  CpuRank rank_;  // comm null: the whole model
   bool fp8_weights_ = false;
   bool fp8_kv_ = false;
   std::vector<float> k_scales_, v_scales_;  // per layer (fp8_kv)
@@ -95,6 +122,7 @@ class CpuBackend final : public Backend {
   std::vector<float> act_;           // [rows, ff]
   kernels::cpu::CascadeWorkspace cascade_ws_;
   std::vector<float> logits_;
+  std::vector<float> rank_logits_, gathered_;  // a rank's LM head rows, and every rank's
 };
 
 }  // namespace kvc

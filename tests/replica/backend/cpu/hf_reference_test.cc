@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "replica/backend/cpu/cpu_backend.h"
+#include "replica/backend/cpu/tensor_parallel_backend.h"
 #include "replica/core/engine.h"
 #include "replica/model/weights.h"
 #include "tests/testing/fake_clock.h"
@@ -79,12 +81,20 @@ class IdTokenizer final : public Tokenizer {
   int32_t vocab_;
 };
 
-void check_family(const std::string& dir) {
+// tensor_parallel > 1: the model split over that many ranks (CpuTensorParallelBackend).
+void check_family(const std::string& dir, int32_t tensor_parallel = 1) {
   Result<ModelWeights> w = load_hf_weights(dir);
   ASSERT_TRUE(w.ok()) << w.error().message;
   const std::vector<Prompt> prompts = read_reference(dir);
   ASSERT_EQ(prompts.size(), 3u);
-  CpuBackend backend(std::move(w).value(), 256, 16);
+  std::unique_ptr<Backend> made;
+  if (tensor_parallel > 1) {
+    ASSERT_TRUE(check_tensor_parallel(w->config, tensor_parallel).ok());
+    made = std::make_unique<CpuTensorParallelBackend>(*w, tensor_parallel, 256, 16);
+  } else {
+    made = std::make_unique<CpuBackend>(std::move(w).value(), 256, 16);
+  }
+  Backend& backend = *made;
   IdTokenizer tokenizer(backend.config().vocab_size);
   testing::FakeClock clock;
   EngineConfig config;
@@ -150,6 +160,16 @@ TEST(HfReference, EveryFamilyMatchesTransformersOnTheCpuBackend) {
     const std::string dir = std::string(KVC_HF_REFERENCE_DIR) + "/" + family;
     ASSERT_TRUE(fs::exists(dir + "/model.safetensors")) << dir;
     check_family(dir);
+  }
+}
+
+// The same checkpoints split over two ranks (each rank its query and KV heads, its intermediate
+// columns and LM-head rows; the o and down projections summed over the ranks): transformers'
+// logits and tokens still, so the sharding is checked against a reference nobody here wrote.
+TEST(HfReference, EveryFamilySplitOverTwoRanksMatchesTransformers) {
+  for (const char* family : kFamilies) {
+    SCOPED_TRACE(family);
+    check_family(std::string(KVC_HF_REFERENCE_DIR) + "/" + family, /*tensor_parallel=*/2);
   }
 }
 

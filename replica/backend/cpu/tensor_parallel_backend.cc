@@ -1,0 +1,100 @@
+#include "replica/backend/cpu/tensor_parallel_backend.h"
+
+#include <cassert>
+
+#include "replica/model/tensor_parallel.h"
+
+namespace kvc {
+
+CpuTensorParallelBackend::CpuTensorParallelBackend(const ModelWeights& weights, int32_t size,
+                                                   int32_t num_blocks, int32_t block_size,
+                                                   bool fp8_weights, bool fp8_kv)
+    : config_(weights.config), comms_(make_local_group(size)) {
+  assert(check_tensor_parallel(weights.config, size).ok());
+  for (int32_t r = 0; r < size; ++r) {
+    ranks_.push_back(std::make_unique<CpuBackend>(shard_weights(weights, r, size), *comms_[r],
+                                                  num_blocks, block_size, fp8_weights, fp8_kv));
+  }
+  logits_.resize(static_cast<size_t>(size));
+  for (size_t r = 1; r < ranks_.size(); ++r)
+    threads_.emplace_back([this, r] { rank_loop(r); });
+}
+
+CpuTensorParallelBackend::~CpuTensorParallelBackend() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  start_.notify_all();
+  for (std::thread& t : threads_)
+    t.join();
+}
+
+void CpuTensorParallelBackend::rank_loop(size_t r) {
+  uint64_t seen = 0;
+  for (;;) {
+    const ForwardBatch* batch;
+    {
+      std::unique_lock lock(mu_);
+      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      batch = batch_;
+    }
+    // Every rank runs the same batch and the same collectives, so none returns early alone:
+    // compute_logits fails only on what it checks before its first collective, alike everywhere.
+    (void)ranks_[r]->compute_logits(*batch, logits_[r]);
+    std::lock_guard lock(mu_);
+    if (--running_ == 0) done_.notify_one();
+  }
+}
+
+Status CpuTensorParallelBackend::compute_logits(const ForwardBatch& batch,
+                                                std::vector<float>& logits) {
+  {
+    std::lock_guard lock(mu_);
+    batch_ = &batch;
+    running_ = static_cast<int32_t>(threads_.size());
+    ++generation_;
+  }
+  start_.notify_all();
+  const Status s = ranks_[0]->compute_logits(batch, logits_[0]);
+  {
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return running_ == 0; });
+    batch_ = nullptr;
+  }
+  if (!s.ok()) return s;
+  logits.swap(logits_[0]);
+  return Status::Ok();
+}
+
+Status CpuTensorParallelBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
+  if (Status s = compute_logits(batch, host_logits_); !s.ok()) return s;
+  sample_on_host(batch, host_logits_, config_.vocab_size, out.samples);
+  if (batch.return_logits) {
+    out.logits = host_logits_;
+  } else {
+    out.logits.clear();
+  }
+  return Status::Ok();
+}
+
+Status CpuTensorParallelBackend::check_weights(const std::string& folder) const {
+  Result<HfFolder> f = open_replacement(folder, config_);
+  return f.ok() ? Status::Ok() : Status(Error{f.error().message});
+}
+
+Status CpuTensorParallelBackend::load_weights(const std::string& folder) {
+  Result<HfFolder> f = open_replacement(folder, config_);
+  if (!f.ok()) return Error{f.error().message};
+  Result<ModelWeights> loaded = read_weights(*f);
+  if (!loaded.ok()) return Error{loaded.error().message};
+  loaded->config = config_;  // the running model's name, context and defaults
+  const auto size = static_cast<int32_t>(ranks_.size());
+  for (int32_t r = 0; r < size; ++r)
+    ranks_[static_cast<size_t>(r)]->set_rank_weights(shard_weights(*loaded, r, size));
+  return Status::Ok();
+}
+
+}  // namespace kvc

@@ -32,6 +32,10 @@ int run_replica(ReplicaFlags f, CudaBackendMaker cuda) {
     return 2;
   }
   if (f.check_config) {
+    if (Status s = check_backend_model(backend_options(f.engine)); !s.ok()) {
+      std::fprintf(stderr, "kvcascade replica: %s\n", s.message().c_str());
+      return 2;
+    }
     std::printf("kvcascade replica: configuration ok\n");
     return 0;
   }

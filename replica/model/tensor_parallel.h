@@ -4,8 +4,9 @@
 //     holds its heads' KV blocks), gate and up (each rank ff / N of the intermediate columns).
 //   - Row-parallel: o and down take the rank's slice of their input; each rank's product is a
 //     partial sum of the full one, summed over the ranks (an all-reduce) before the residual add.
-//   - Vocab-parallel LM head: each rank computes the logits of its ceil(vocab / N) rows (the last
-//     rank's padded with zero rows); an all-gather assembles the row.
+//   - Vocab-parallel LM head: each rank computes the logits of its ceil(vocab / N) rows (the
+//     trailing ranks' padded with zero rows past the vocabulary); an all-gather assembles the
+//     row.
 //   - Replicated: the embedding, every RMSNorm weight (Qwen3's per-head q/k norms are one [d]
 //     vector shared by the heads), the KV-cache scales.
 // Block tables, the cascade plan and sampling are the same on every rank: the host builds them

@@ -467,6 +467,11 @@ Result<HfFolder> open_replacement(const std::string& folder, const ModelConfig& 
   return f;
 }
 
+Status check_replacement(const std::string& folder, const ModelConfig& serving) {
+  Result<HfFolder> f = open_replacement(folder, serving);
+  return f.ok() ? Status::Ok() : Status(Error{f.error().message});
+}
+
 Result<ModelWeights> read_weights(const HfFolder& f) {
   ModelWeights w;
   w.config = f.config();

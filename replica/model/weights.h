@@ -126,6 +126,8 @@ class HfFolder {
 // update): opened, the same model (check_same_model), every tensor there with its shape and a
 // dtype the model takes (HfFolder::check_tensors). Reads only headers.
 Result<HfFolder> open_replacement(const std::string& folder, const ModelConfig& serving);
+// open_replacement's verdict alone (what every backend's check_weights answers).
+Status check_replacement(const std::string& folder, const ModelConfig& serving);
 
 // Every tensor of an opened folder, converted to float32, in its config's layout.
 Result<ModelWeights> read_weights(const HfFolder& folder);

@@ -112,6 +112,21 @@ Status check_backend_options(const BackendOptions& o) {
   return {};
 }
 
+Status check_backend_model(const BackendOptions& o) {
+  if (Status s = check_backend_options(o); !s.ok()) return s;
+  if (o.tensor_parallel_size == 1 || o.backend == "sim") return {};
+  Result<ModelConfig> config = Error{""};
+  if (!o.model_dir.empty()) {
+    Result<HfFolder> f = HfFolder::open(o.model_dir);
+    if (!f.ok()) return Error{f.error().message};
+    config = f->config();
+  } else {
+    config = preset_config(o.preset_or_default());
+  }
+  if (!config.ok()) return Error{config.error().message};
+  return check_tensor_parallel(*config, o.tensor_parallel_size);
+}
+
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const BackendOptions& o) {
   std::string dir = o.tokenizer_dir;
   if (dir.empty() && !o.model_dir.empty() &&

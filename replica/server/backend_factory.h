@@ -22,6 +22,10 @@ using CudaBackendMaker = Result<std::unique_ptr<Backend>> (*)(const BackendOptio
 
 // Options that the chosen backend does not read are refused, with the option named.
 Status check_backend_options(const BackendOptions& options);
+// What check_backend_options cannot see without the model: that --tensor-parallel-size divides
+// the model's heads, KV heads and intermediate size (reads the preset, or the folder's
+// config.json and tensor headers). For --check-config; make_backend checks it too.
+Status check_backend_model(const BackendOptions& options);
 
 // --tokenizer DIR, else the tokenizer.json next to the model's weights, else the byte tokenizer.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const BackendOptions& options);

@@ -198,7 +198,7 @@ class KvCascade final : public Policy {
     }
     const auto cs = healthy(candidates);
     note_arrivals(cs);
-    note_speeds(candidates, cs);
+    note_speeds(cs);
     int64_t total = 0;
     double speed_total = 0;
     for (const Candidate* c : cs) {
@@ -218,7 +218,7 @@ class KvCascade final : public Policy {
     // (A shared-view decision before the fleet has a mean has no work bound: this router's own
     // mean is not what the others have.)
     const double mean_request = r.fleet_request_work.value_or(shared_view ? 0.0 : mean_request_);
-    double work_total = 0;  // in the median replica's time (slowness)
+    double work_total = 0;  // in the reference replica's time (slowness)
     for (const Candidate* c : cs)
       work_total += recent(*c) * slowness(*c);
     // A declared group lands whole where its first member goes: it is placed by the work of all
@@ -335,31 +335,38 @@ class KvCascade final : public Policy {
                           c_.weight_decode * static_cast<double>(decode_load(c) + r.n));
   }
 
-  // KvCascadePolicyConfig::costs_by_step_model: each candidate's seconds per token over the
-  // median healthy replica's (1 within speed_tolerance of it, or without a model), kept by the
-  // candidate's position for slowness() during this decision.
-  void note_speeds(std::span<const Candidate> candidates, const std::vector<const Candidate*>& cs) {
-    speeds_of_ = candidates.data();
-    slowness_.assign(candidates.size(), 1.0);
+  // KvCascadePolicyConfig::costs_by_step_model: each healthy candidate's seconds per token over
+  // the fleet's geometric mean of them (1 within speed_tolerance of it, or without a model),
+  // by replica index, for slowness() during this decision. The geometric mean moves little when
+  // one replica comes or goes, where a median can jump from one kind of device to another.
+  void note_speeds(const std::vector<const Candidate*>& cs) {
+    slowness_.clear();
     if (!c_.costs_by_step_model) return;
-    std::vector<double> known;
-    for (const Candidate* c : cs)
-      if (c->seconds_per_token && *c->seconds_per_token > 0) known.push_back(*c->seconds_per_token);
-    if (known.empty()) return;
-    // The median of those with a model (the lower middle: a real replica's figure).
-    std::nth_element(known.begin(), known.begin() + (known.size() - 1) / 2, known.end());
-    const double median = known[(known.size() - 1) / 2];
+    auto figure = [](const Candidate& c) {
+      return c.seconds_per_token && std::isfinite(*c.seconds_per_token) &&
+                     *c.seconds_per_token >= kMinSecondsPerToken
+                 ? *c.seconds_per_token
+                 : 0.0;
+    };
+    double log_sum = 0;
+    int known = 0;
     for (const Candidate* c : cs) {
-      if (!c->seconds_per_token || *c->seconds_per_token <= 0) continue;
-      const double ratio = *c->seconds_per_token / median;
-      if (std::fabs(ratio - 1.0) > c_.speed_tolerance) {
-        slowness_[static_cast<size_t>(c - speeds_of_)] = ratio;
+      if (const double f = figure(*c); f > 0) log_sum += std::log(f), ++known;
+    }
+    if (known == 0) return;
+    const double reference = std::exp(log_sum / known);
+    for (const Candidate* c : cs) {
+      const double f = figure(*c);
+      if (f == 0) continue;
+      const double ratio = std::clamp(f / reference, 1.0 / kMaxSlowness, kMaxSlowness);
+      if (ratio > 1.0 + c_.speed_tolerance || ratio < 1.0 / (1.0 + c_.speed_tolerance)) {
+        if (slowness_.size() <= c->replica) slowness_.resize(c->replica + 1, 1.0);
+        slowness_[c->replica] = ratio;
       }
     }
   }
   double slowness(const Candidate& c) const {
-    const auto at = static_cast<size_t>(&c - speeds_of_);
-    return at < slowness_.size() ? slowness_[at] : 1.0;
+    return c.replica < slowness_.size() ? slowness_[c.replica] : 1.0;
   }
 
   // A replica healthy now that was not at the last decision (back from a restart or a stall, or
@@ -431,9 +438,10 @@ class KvCascade final : public Policy {
   std::unordered_map<std::string, CountedGroup> groups_;  // declared groups being counted
   std::deque<std::string> group_order_;                   // ...oldest first (bounded)
   std::unordered_set<std::string> last_healthy_;          // at the last choose() (note_arrivals)
-  // This decision's candidates' slowness (note_speeds), by position from speeds_of_.
-  const Candidate* speeds_of_ = nullptr;
+  // This decision's candidates' slowness (note_speeds), by replica index (1 past its end).
   std::vector<double> slowness_;
+  // Figures below a nanosecond per token are no step model's; slowness stays within 64x.
+  static constexpr double kMinSecondsPerToken = 1e-9, kMaxSlowness = 64;
 };
 
 }  // namespace
@@ -453,6 +461,11 @@ std::unique_ptr<Policy> make_sglang_policy(SglangPolicyConfig config) {
 
 std::unique_ptr<Policy> make_policy(const std::string& name) {
   if (name == "kvcascade") return make_kvcascade_policy({});
+  if (name == "kvcascade_tokens") {
+    KvCascadePolicyConfig tokens;
+    tokens.costs_by_step_model = false;
+    return make_kvcascade_policy(tokens);
+  }
   if (name == "round_robin") return std::make_unique<RoundRobin>();
   if (name == "least_load") return std::make_unique<LeastLoad>();
   if (name == "consistent_hash") return std::make_unique<ConsistentHash>();
@@ -461,7 +474,8 @@ std::unique_ptr<Policy> make_policy(const std::string& name) {
 }
 
 std::vector<std::string> policy_names() {
-  return {"kvcascade", "round_robin", "least_load", "consistent_hash", "sglang_cache_aware"};
+  return {"kvcascade",       "round_robin",        "least_load",
+          "consistent_hash", "sglang_cache_aware", "kvcascade_tokens"};
 }
 
 }  // namespace kvc

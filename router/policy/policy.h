@@ -128,11 +128,12 @@ struct KvCascadePolicyConfig {
   // get members of one group at once place it alike.
   bool groups_by_shared_view = true;
   // Costs in each replica's own time (Candidate::seconds_per_token): its tokens (uncached prefill,
-  // queue, decode load, recent work) count at its seconds per token over the fleet's median
-  // replica's, so a replica twice as slow takes half the work and its queue weighs twice; its
-  // share of the decode load follows its speed too. A replica whose speed is within
-  // speed_tolerance of the median's (fits of one device differ by noise, and routers must agree),
-  // or that has no model yet, counts as the median. One kind of device: token costs as before.
+  // queue, decode load, recent work) count at its seconds per token over the geometric mean of
+  // the healthy replicas' (its slowness, within 1/64..64), so a replica twice as slow takes half
+  // the work and its queue weighs twice; its share of the decode load follows its speed too. A
+  // replica within a factor 1 + speed_tolerance of the mean (fits of one device differ by noise,
+  // and routers must agree), or without a model yet, counts as 1. One kind of device: token
+  // costs as before.
   bool costs_by_step_model = true;
   double speed_tolerance = 0.25;
 };
@@ -143,7 +144,9 @@ struct SglangPolicyConfig {  // SGLang router's Rust defaults
   double balance_rel_threshold = 1.1;
 };
 
-// name: "kvcascade", "round_robin", "least_load", "consistent_hash", "sglang_cache_aware".
+// name: "kvcascade", "round_robin", "least_load", "consistent_hash", "sglang_cache_aware", or
+// "kvcascade_tokens" (kvcascade with its costs in tokens whatever the replicas' speeds:
+// costs_by_step_model off, for comparison).
 std::unique_ptr<Policy> make_policy(const std::string& name);
 std::unique_ptr<Policy> make_kvcascade_policy(KvCascadePolicyConfig config);
 std::unique_ptr<Policy> make_sglang_policy(SglangPolicyConfig config);

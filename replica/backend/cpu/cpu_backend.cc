@@ -221,8 +221,7 @@ void CpuBackend::mlp(const LayerWeights& l, int rows) {
 }
 
 Status CpuBackend::check_weights(const std::string& folder) const {
-  Result<HfFolder> f = open_replacement(folder, weights_.config);
-  return f.ok() ? Status::Ok() : Status(Error{f.error().message});
+  return check_replacement(folder, weights_.config);
 }
 
 Status CpuBackend::load_weights(const std::string& folder) {

@@ -1,6 +1,7 @@
 #include "replica/backend/cpu/tensor_parallel_backend.h"
 
 #include <cassert>
+#include <string>
 
 #include "replica/model/tensor_parallel.h"
 
@@ -16,6 +17,7 @@ CpuTensorParallelBackend::CpuTensorParallelBackend(const ModelWeights& weights, 
                                                   num_blocks, block_size, fp8_weights, fp8_kv));
   }
   logits_.resize(static_cast<size_t>(size));
+  statuses_.resize(static_cast<size_t>(size));
   for (size_t r = 1; r < ranks_.size(); ++r)
     threads_.emplace_back([this, r] { rank_loop(r); });
 }
@@ -43,8 +45,9 @@ void CpuTensorParallelBackend::rank_loop(size_t r) {
     }
     // Every rank runs the same batch and the same collectives, so none returns early alone:
     // compute_logits fails only on what it checks before its first collective, alike everywhere.
-    (void)ranks_[r]->compute_logits(*batch, logits_[r]);
+    Status s = ranks_[r]->compute_logits(*batch, logits_[r]);
     std::lock_guard lock(mu_);
+    statuses_[r] = std::move(s);
     if (--running_ == 0) done_.notify_one();
   }
 }
@@ -58,13 +61,16 @@ Status CpuTensorParallelBackend::compute_logits(const ForwardBatch& batch,
     ++generation_;
   }
   start_.notify_all();
-  const Status s = ranks_[0]->compute_logits(batch, logits_[0]);
+  statuses_[0] = ranks_[0]->compute_logits(batch, logits_[0]);
   {
     std::unique_lock lock(mu_);
     done_.wait(lock, [&] { return running_ == 0; });
     batch_ = nullptr;
   }
-  if (!s.ok()) return s;
+  for (size_t r = 0; r < statuses_.size(); ++r) {
+    if (!statuses_[r].ok())
+      return Error{"rank " + std::to_string(r) + ": " + statuses_[r].message()};
+  }
   logits.swap(logits_[0]);
   return Status::Ok();
 }
@@ -81,8 +87,7 @@ Status CpuTensorParallelBackend::forward(const ForwardBatch& batch, ForwardOutpu
 }
 
 Status CpuTensorParallelBackend::check_weights(const std::string& folder) const {
-  Result<HfFolder> f = open_replacement(folder, config_);
-  return f.ok() ? Status::Ok() : Status(Error{f.error().message});
+  return check_replacement(folder, config_);
 }
 
 Status CpuTensorParallelBackend::load_weights(const std::string& folder) {

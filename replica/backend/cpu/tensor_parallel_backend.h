@@ -5,7 +5,9 @@
 // tensor parallelism's twin: one process, a thread per rank, the batch (block tables, cascade
 // plan) built once by the engine and run by every rank in lockstep; each rank holds its heads'
 // KV. Its logits equal the unsharded CPU model's up to float32 summation order
-// (tests/replica/backend/cpu/tensor_parallel_test.cc).
+// (tests/replica/backend/cpu/tensor_parallel_test.cc). Not faster than the whole model: the
+// ranks share the CPU kernels' one thread pool (kernels/cpu/parallel.h), which one rank holds
+// at a time while the others run their kernels on their own thread.
 #pragma once
 
 #include <condition_variable>
@@ -56,6 +58,7 @@ class CpuTensorParallelBackend final : public Backend {
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::unique_ptr<CpuBackend>> ranks_;
   std::vector<std::vector<float>> logits_;  // per rank (rank 0's are returned)
+  std::vector<Status> statuses_;            // per rank, of the last forward
   std::vector<float> host_logits_;
 
   // Ranks 1.. run on their own threads: each forward bumps generation_, and they report done.

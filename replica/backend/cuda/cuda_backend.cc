@@ -187,8 +187,7 @@ Status CudaBackend::upload_folder(const HfFolder& f) {
 }
 
 Status CudaBackend::check_weights(const std::string& folder) const {
-  Result<HfFolder> f = open_replacement(folder, config_);
-  return f.ok() ? Status::Ok() : Status(Error{f.error().message});
+  return check_replacement(folder, config_);
 }
 
 Status CudaBackend::load_weights(const std::string& folder) {

@@ -18,15 +18,18 @@
 #include "replica/backend/cpu/cpu_backend.h"
 #include "replica/backend/cpu/tensor_parallel_backend.h"
 #include "replica/model/tensor_parallel.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace kvc {
 namespace {
 
+using kernels::testutil::rel_l2;
+
 constexpr int kBlock = 16;
 constexpr int kBlocks = 32;
 
-// 8 query heads over 8 KV heads... and GQA 2:1 (4 KV heads); a vocabulary no rank count divides
-// (322: the last rank's LM-head rows are padded).
+// 8 query heads over 8 KV heads, or GQA 2:1 (4 KV heads); a vocabulary no rank count divides
+// (323 = 17 x 19: the trailing ranks' LM-head rows are padded at 2, 4 and 8 ranks).
 ModelConfig config(bool untied, bool qkv_bias, bool qk_norm, int kv_heads = 8) {
   ModelConfig c;
   c.name = "tp-test";
@@ -36,23 +39,13 @@ ModelConfig config(bool untied, bool qkv_bias, bool qk_norm, int kv_heads = 8) {
   c.num_key_value_heads = kv_heads;
   c.head_dim = 32;
   c.intermediate_size = 256;
-  c.vocab_size = 322;
+  c.vocab_size = 323;
   c.tie_word_embeddings = !untied;
   c.qkv_bias = qkv_bias;
   c.qk_norm = qk_norm;
   c.family = qk_norm ? ModelFamily::kQwen3 : qkv_bias ? ModelFamily::kQwen2 : ModelFamily::kLlama;
   EXPECT_TRUE(c.validate().ok());
   return c;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 std::vector<int32_t> tokens(int n, uint32_t seed) {
@@ -133,11 +126,11 @@ TEST(TensorParallel, RanksTakeEqualSharesAndTheVocabularyIsCoveredOnce) {
       EXPECT_EQ(w.weights.config.num_key_value_heads, 8 / size);
       EXPECT_EQ(w.weights.config.intermediate_size, 256 / size);
       EXPECT_EQ(w.vocab.begin, covered);
-      EXPECT_EQ(w.vocab.padded, (322 + size - 1) / size);
+      EXPECT_EQ(w.vocab.padded, (323 + size - 1) / size);
       EXPECT_EQ(w.lm_head_rows.size(), size_t(w.vocab.padded) * 128);
       covered += w.vocab.rows;
     }
-    EXPECT_EQ(covered, 322);
+    EXPECT_EQ(covered, 323);
   }
   // A rank's slice is the full tensor's: rank 1 of 2's first q row is the full model's row 4 x 32
   // (its first head is head 4); its first o column is column 4 x 32.
@@ -205,7 +198,7 @@ TEST(TensorParallel, SplitOverRanksTheCpuModelGivesTheWholeModelsLogits) {
     for (bool cascade : {false, true}) {
       CpuBackend fresh(full, kBlocks, kBlock);
       const std::vector<float> want = run(fresh, cascade);
-      ASSERT_EQ(want.size(), 4u * 322);
+      ASSERT_EQ(want.size(), 4u * 323);
       for (int32_t size : {2, 4}) {
         SCOPED_TRACE(std::string(c.name) + ", " + std::to_string(size) + " ranks, " +
                      (cascade ? "cascade" : "flat"));
@@ -215,6 +208,7 @@ TEST(TensorParallel, SplitOverRanksTheCpuModelGivesTheWholeModelsLogits) {
         EXPECT_EQ(CpuBackend::kv_cache_bytes(split.rank(0).config(), kBlocks, kBlock) * size,
                   CpuBackend::kv_cache_bytes(full.config, kBlocks, kBlock));
         const std::vector<float> got = run(split, cascade);
+        ASSERT_EQ(got.size(), want.size());
         EXPECT_LT(rel_l2(got, want), 1e-5);
       }
     }
@@ -223,7 +217,9 @@ TEST(TensorParallel, SplitOverRanksTheCpuModelGivesTheWholeModelsLogits) {
   const ModelWeights full = random_weights(config(false, false, false), 3);
   CpuBackend whole(full, kBlocks, kBlock);
   CpuTensorParallelBackend split(full, 8, kBlocks, kBlock);
-  EXPECT_LT(rel_l2(run(split, true), run(whole, true)), 1e-5);
+  const std::vector<float> got = run(split, true), want = run(whole, true);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LT(rel_l2(got, want), 1e-5);
 }
 
 // forward() samples from the gathered logits as the whole model does (greedy and seeded
@@ -249,7 +245,7 @@ TEST(TensorParallel, SplitOverRanksTheCpuModelDrawsTheWholeModelsTokens) {
   ForwardOutput a, b;
   ASSERT_TRUE(whole.forward(batch, a).ok());
   ASSERT_TRUE(split.forward(batch, b).ok());
-  ASSERT_EQ(b.logits.size(), 322u);
+  ASSERT_EQ(b.logits.size(), 323u);
   EXPECT_LT(rel_l2(b.logits, a.logits), 1e-5);
   ASSERT_EQ(a.samples.size(), b.samples.size());
   for (size_t i = 0; i < a.samples.size(); ++i) {

@@ -302,7 +302,8 @@ Result<TensorView> SafetensorsFile::tensor(const std::string& name) const {
 }
 
 Status SafetensorsFile::read_f32(const std::string& name,
-                                 const std::vector<int64_t>& expected_shape, float* out) const {
+                                 const std::vector<int64_t>& expected_shape, float* out,
+                                 const std::optional<TensorSlice>& slice) const {
   Result<TensorView> t = tensor(name);
   if (!t.ok()) return Error{t.error().message};
   if (t->shape != expected_shape) {
@@ -314,26 +315,48 @@ Status SafetensorsFile::read_f32(const std::string& name,
   float fp8_values[256];
   for (int c = 0; c < 256 && type == DType::kF8E4M3; ++c)
     fp8_values[c] = kernels::fp8::e4m3_to_float(static_cast<uint8_t>(c));
+  // Elements [from, from + n) of the file's tensor into out[0, n).
+  auto convert = [&](int64_t from, int64_t n, float* to) {
+    if (type == DType::kF32) {
+      std::memcpy(to, src + from * 4, n * 4);  // src may be unaligned
+    } else if (type == DType::kF8E4M3) {
+      for (int64_t i = 0; i < n; ++i)
+        to[i] = fp8_values[static_cast<uint8_t>(src[from + i])];
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, src + (from + i) * 2, 2);
+        to[i] = type == DType::kF16 ? f16_to_float(bits) : bf16_to_float(bits);
+      }
+    }
+  };
+  // The block as runs: `runs` runs of `run` elements, run i from file element first + i x stride.
+  int64_t runs = 1, run = t->numel(), first = 0, stride = 0;
+  if (slice) {
+    assert(t->shape.size() <= 2 && slice->dim >= 0 &&
+           slice->dim < static_cast<int>(t->shape.size()) && slice->begin >= 0 &&
+           slice->count >= 0 && slice->begin + slice->count <= t->shape[slice->dim]);
+    const int64_t cols = t->shape.size() == 2 ? t->shape[1] : 1;
+    if (slice->dim == 0) {
+      first = slice->begin * cols, run = slice->count * cols;
+    } else {
+      runs = t->shape[0], run = slice->count, first = slice->begin, stride = cols;
+    }
+  }
   // Converted in parallel: loading a multi-GB checkpoint is otherwise bound by one core.
-  kernels::cpu::parallel_for(
-      t->numel(),
-      [&](int64_t begin, int64_t end) {
-        if (type == DType::kF32) {
-          std::memcpy(out + begin, src + begin * 4, (end - begin) * 4);  // src may be unaligned
-          return;
-        }
-        if (type == DType::kF8E4M3) {
-          for (int64_t i = begin; i < end; ++i)
-            out[i] = fp8_values[static_cast<uint8_t>(src[i])];
-          return;
-        }
-        for (int64_t i = begin; i < end; ++i) {
-          uint16_t bits;
-          std::memcpy(&bits, src + i * 2, 2);
-          out[i] = type == DType::kF16 ? f16_to_float(bits) : bf16_to_float(bits);
-        }
-      },
-      /*min_chunk=*/int64_t{1} << 16);
+  if (runs == 1) {
+    kernels::cpu::parallel_for(
+        run, [&](int64_t begin, int64_t end) { convert(first + begin, end - begin, out + begin); },
+        /*min_chunk=*/int64_t{1} << 16);
+  } else {
+    kernels::cpu::parallel_for(
+        runs,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r)
+            convert(first + r * stride, run, out + r * run);
+        },
+        /*min_chunk=*/std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(run, 1)));
+  }
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +45,15 @@ struct TensorView {
 // tensors; the limit keeps a corrupt length from turning into a huge JSON parse.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;
 
+// Part of a tensor along one dimension: elements [begin, begin + count) of dimension `dim` (the
+// rows of a [rows, cols] matrix, or its columns), read as a contiguous row-major block. What a
+// tensor-parallel rank reads of a checkpoint (replica/model/tensor_parallel.h).
+struct TensorSlice {
+  int dim = 0;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
 class SafetensorsFile {
  public:
   static Result<SafetensorsFile> open(const std::string& path);
@@ -62,10 +72,11 @@ class SafetensorsFile {
   Result<TensorView> tensor(const std::string& name) const;
 
   // Converts tensor `name` (F32, F16 or BF16; F8_E4M3: the codes' values, unscaled) to float32
-  // into out[0 .. numel).
+  // into out[0 .. numel), or only `slice` of it (out[0 .. numel / shape[dim] x count)).
   // Errors name the tensor: missing, unsupported dtype, or a shape other than expected_shape.
-  Status read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
-                  float* out) const;
+  // Precondition: a slice lies within the shape, on a tensor of at most two dimensions.
+  Status read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, float* out,
+                  const std::optional<TensorSlice>& slice = std::nullopt) const;
 
  private:
   struct Mapping;  // the mmap of the whole file

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
+#include <optional>
 #include <string>
 
 namespace kvc {
@@ -115,6 +117,53 @@ RankWeights shard_weights(const ModelWeights& full, int32_t rank, int32_t size) 
   out.vocab = vocab_slice(c.vocab_size, rank, size);
   out.lm_head_rows = rows_of(full.output_embedding(), h, out.vocab.begin, out.vocab.rows);
   out.lm_head_rows.resize(static_cast<size_t>(out.vocab.padded * h), 0.0f);
+  return out;
+}
+
+Result<RankWeights> read_rank_weights(const HfFolder& folder, int32_t rank, int32_t size) {
+  assert(rank >= 0 && rank < size);
+  const ModelConfig& c = folder.config();
+  if (Status s = check_tensor_parallel(c, size); !s.ok()) return Error{s.message()};
+  RankWeights out;
+  ModelWeights& w = out.weights;
+  w.config = rank_config(c, size);
+  w.config.tie_word_embeddings = true;  // as shard_weights: the LM head is lm_head_rows
+  allocate_weights(w);
+  std::map<std::string, const TensorSpec*> whole;
+  for (const TensorSpec& s : folder.specs())
+    whole[s.name] = &s;
+  // Each tensor of the rank's model is the whole one's, or its slice along the one dimension
+  // whose size the split changed (rows of a column-parallel matrix or bias, columns of a
+  // row-parallel one).
+  for (const TensorSpec& s : hf_tensor_specs(w.config)) {
+    const auto it = whole.find(s.name);
+    assert(it != whole.end());
+    const TensorSpec& full = *it->second;
+    std::optional<TensorSlice> slice;
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (s.shape[d] != full.shape[d]) {
+        slice = TensorSlice{static_cast<int>(d), rank * s.shape[d], s.shape[d]};
+      }
+    }
+    if (Status st = folder.read_f32(full.name, full.shape, tensor_values(w, s), slice); !st.ok()) {
+      return Error{st.message()};
+    }
+  }
+  Result<KvCacheScales> kv = folder.kv_cache_scales();
+  if (!kv.ok()) return Error{kv.error().message};
+  w.kv_scales = std::move(kv).value();
+  out.vocab = vocab_slice(c.vocab_size, rank, size);
+  out.lm_head_rows.assign(static_cast<size_t>(out.vocab.padded) * c.hidden_size, 0.0f);
+  const char* head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const auto it = whole.find(head);
+  assert(it != whole.end());
+  if (out.vocab.rows > 0) {
+    if (Status st = folder.read_f32(head, it->second->shape, out.lm_head_rows.data(),
+                                    TensorSlice{0, out.vocab.begin, out.vocab.rows});
+        !st.ok()) {
+      return Error{st.message()};
+    }
+  }
   return out;
 }
 

@@ -56,4 +56,10 @@ struct RankWeights {
 // check_weight_shapes(full) is ok.
 RankWeights shard_weights(const ModelWeights& full, int32_t rank, int32_t size);
 
+// The same slices read from a checkpoint, touching only the rank's part of each split tensor
+// (each rank reads its slices of the mapped files, not the whole model). Errors: the split does
+// not divide the model (check_tensor_parallel), or a tensor cannot be read. Precondition:
+// 0 <= rank < size.
+Result<RankWeights> read_rank_weights(const HfFolder& folder, int32_t rank, int32_t size);
+
 }  // namespace kvc

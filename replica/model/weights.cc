@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "kernels/cpu/parallel.h"
 #include "replica/model/safetensors.h"
@@ -25,8 +26,9 @@ bool is_norm(ModelTensor k) {
          k == ModelTensor::kFinalNorm || k == ModelTensor::kQNorm || k == ModelTensor::kKNorm;
 }
 
-// Sizes every tensor of `w` for w.config.
-void allocate(ModelWeights& w) {
+}  // namespace
+
+void allocate_weights(ModelWeights& w) {
   const ModelConfig& c = w.config;
   const size_t h = c.hidden_size, d = c.head_dim, q = size_t(c.num_attention_heads) * d,
                kv = size_t(c.num_key_value_heads) * d, ff = c.intermediate_size,
@@ -56,9 +58,11 @@ void allocate(ModelWeights& w) {
   }
 }
 
-float* mutable_values(ModelWeights& w, const TensorSpec& t) {
-  return const_cast<float*>(tensor_values(w, t));
+float* tensor_values(ModelWeights& w, const TensorSpec& t) {
+  return const_cast<float*>(tensor_values(std::as_const(w), t));
 }
+
+namespace {
 
 uint64_t splitmix64_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -213,11 +217,11 @@ Status check_weight_shapes(const ModelWeights& weights) {
 ModelWeights random_weights(const ModelConfig& config, uint64_t seed) {
   ModelWeights w;
   w.config = config;
-  allocate(w);
+  allocate_weights(w);
   const std::vector<TensorSpec> specs = hf_tensor_specs(config);
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& s = specs[i];
-    float* dst = mutable_values(w, s);
+    float* dst = tensor_values(w, s);
     if (is_norm(s.kind)) {
       std::fill(dst, dst + s.numel(), 1.0f);
     } else {
@@ -401,12 +405,12 @@ Result<HfFolder::Fp8Scales> HfFolder::fp8_scales(const std::string& name,
                ".weight_scale' (or '.weight_scale_inv')"};
 }
 
-Status HfFolder::read_f32(const std::string& name, const std::vector<int64_t>& shape,
-                          float* out) const {
+Status HfFolder::read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out,
+                          const std::optional<TensorSlice>& slice) const {
   const auto it = shard_of_.find(name);
   if (it == shard_of_.end()) return Error{folder_ + ": missing tensor '" + name + "'"};
   const SafetensorsFile& shard = shards_[it->second];
-  if (Status st = shard.read_f32(name, shape, out); !st.ok()) return st;
+  if (Status st = shard.read_f32(name, shape, out, slice); !st.ok()) return st;
   if (Result<TensorView> v = shard.tensor(name); !v.ok() || v->dtype != DType::kF8E4M3) {
     return Status::Ok();  // read_f32 succeeded: the view exists
   }
@@ -421,11 +425,15 @@ Status HfFolder::read_f32(const std::string& name, const std::vector<int64_t>& s
     return st;
   }
   const int64_t cols = shape[1], blocks_per_row = (cols + s->block_cols - 1) / s->block_cols;
-  kernels::cpu::parallel_for(shape[0], [&](int64_t r0, int64_t r1) {
+  // The block read: rows [row0, row0 + rows) x columns [col0, col0 + out_cols) of the matrix.
+  int64_t row0 = 0, rows = shape[0], col0 = 0, out_cols = cols;
+  if (slice && slice->dim == 0) row0 = slice->begin, rows = slice->count;
+  if (slice && slice->dim == 1) col0 = slice->begin, out_cols = slice->count;
+  kernels::cpu::parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* row_scales = scales.data() + (r / s->block_rows) * blocks_per_row;
-      for (int64_t c = 0; c < cols; ++c)
-        out[r * cols + c] *= row_scales[c / s->block_cols];
+      const float* row_scales = scales.data() + ((row0 + r) / s->block_rows) * blocks_per_row;
+      for (int64_t c = 0; c < out_cols; ++c)
+        out[r * out_cols + c] *= row_scales[(col0 + c) / s->block_cols];
     }
   });
   return Status::Ok();
@@ -475,9 +483,9 @@ Status check_replacement(const std::string& folder, const ModelConfig& serving) 
 Result<ModelWeights> read_weights(const HfFolder& f) {
   ModelWeights w;
   w.config = f.config();
-  allocate(w);
+  allocate_weights(w);
   for (const TensorSpec& s : f.specs()) {
-    if (Status st = f.read_f32(s.name, s.shape, mutable_values(w, s)); !st.ok()) {
+    if (Status st = f.read_f32(s.name, s.shape, tensor_values(w, s)); !st.ok()) {
       return Error{st.message()};
     }
   }

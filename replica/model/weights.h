@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,9 @@ std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& config);
 // Where `spec`'s values are in `weights` (spec.numel() floats). Precondition: the weights have
 // their config's shapes (check_weight_shapes) and spec is one of hf_tensor_specs(its config).
 const float* tensor_values(const ModelWeights& weights, const TensorSpec& spec);
+float* tensor_values(ModelWeights& weights, const TensorSpec& spec);
+// Sizes every tensor of `weights` for weights.config (zeros).
+void allocate_weights(ModelWeights& weights);
 
 // A Hugging Face model folder, opened: config.json parsed (the model is named after the folder),
 // generation_config.json read when present, and every *.safetensors file mapped (tensors may be
@@ -100,7 +104,10 @@ class HfFolder {
   // Tensor `name` as float32; an F8_E4M3 matrix dequantized by its scales (`<linear>.weight_scale`
   // or `.weight_scale_inv`: one scale, one per row, or one per block of
   // config().checkpoint_fp8_block).
-  Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // `slice`: only that part of it (SafetensorsFile::read_f32), its FP8 scales those of its
+  // elements' places in the whole tensor.
+  Status read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out,
+                  const std::optional<TensorSlice>& slice = std::nullopt) const;
   // The checkpoint's KV-cache scales (KvCacheScales): every layer's k_scale and v_scale, or none.
   // Errors: some layers only, a tensor of more than one value, a scale not finite and > 0.
   Result<KvCacheScales> kv_cache_scales() const;

@@ -13,7 +13,27 @@
 namespace kvc {
 namespace {
 
+// A checkpoint split over ranks: each rank reads only its slices.
+Result<std::unique_ptr<Backend>> make_cpu_tensor_parallel_backend(const BackendOptions& o) {
+  Result<HfFolder> f = HfFolder::open(o.model_dir);
+  if (!f.ok()) return Error{f.error().message};
+  if (Status s = f->check_tensors(); !s.ok()) return Error{s.message()};
+  std::vector<RankWeights> ranks;
+  for (int32_t r = 0; r < o.tensor_parallel_size; ++r) {
+    Result<RankWeights> w = read_rank_weights(*f, r, o.tensor_parallel_size);
+    if (!w.ok()) return Error{w.error().message};
+    ranks.push_back(std::move(w).value());
+  }
+  const bool fp8 = o.fp8_weights_for(f->config().checkpoint_quantization);
+  return std::unique_ptr<Backend>(std::make_unique<CpuTensorParallelBackend>(
+      f->config(), std::move(ranks), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size, fp8,
+      o.fp8_kv()));
+}
+
 Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32_t min_vocab) {
+  if (o.tensor_parallel_size > 1 && !o.model_dir.empty()) {
+    return make_cpu_tensor_parallel_backend(o);
+  }
   ModelWeights weights;
   if (!o.model_dir.empty()) {
     auto loaded = load_hf_weights(o.model_dir);

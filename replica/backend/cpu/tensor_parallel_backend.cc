@@ -7,14 +7,34 @@
 
 namespace kvc {
 
+namespace {
+
+std::vector<RankWeights> shard_all(const ModelWeights& weights, int32_t size) {
+  std::vector<RankWeights> ranks;
+  for (int32_t r = 0; r < size; ++r)
+    ranks.push_back(shard_weights(weights, r, size));
+  return ranks;
+}
+
+}  // namespace
+
 CpuTensorParallelBackend::CpuTensorParallelBackend(const ModelWeights& weights, int32_t size,
                                                    int32_t num_blocks, int32_t block_size,
                                                    bool fp8_weights, bool fp8_kv)
-    : config_(weights.config), comms_(make_local_group(size)) {
-  assert(check_tensor_parallel(weights.config, size).ok());
+    : CpuTensorParallelBackend(weights.config, shard_all(weights, size), num_blocks, block_size,
+                               fp8_weights, fp8_kv) {}
+
+CpuTensorParallelBackend::CpuTensorParallelBackend(ModelConfig whole,
+                                                   std::vector<RankWeights> ranks,
+                                                   int32_t num_blocks, int32_t block_size,
+                                                   bool fp8_weights, bool fp8_kv)
+    : config_(std::move(whole)), comms_(make_local_group(static_cast<int32_t>(ranks.size()))) {
+  const auto size = static_cast<int32_t>(ranks.size());
+  assert(check_tensor_parallel(config_, size).ok());
   for (int32_t r = 0; r < size; ++r) {
-    ranks_.push_back(std::make_unique<CpuBackend>(shard_weights(weights, r, size), *comms_[r],
-                                                  num_blocks, block_size, fp8_weights, fp8_kv));
+    ranks_.push_back(std::make_unique<CpuBackend>(std::move(ranks[static_cast<size_t>(r)]),
+                                                  *comms_[static_cast<size_t>(r)], num_blocks,
+                                                  block_size, fp8_weights, fp8_kv));
   }
   logits_.resize(static_cast<size_t>(size));
   statuses_.resize(static_cast<size_t>(size));
@@ -93,12 +113,19 @@ Status CpuTensorParallelBackend::check_weights(const std::string& folder) const 
 Status CpuTensorParallelBackend::load_weights(const std::string& folder) {
   Result<HfFolder> f = open_replacement(folder, config_);
   if (!f.ok()) return Error{f.error().message};
-  Result<ModelWeights> loaded = read_weights(*f);
-  if (!loaded.ok()) return Error{loaded.error().message};
-  loaded->config = config_;  // the running model's name, context and defaults
   const auto size = static_cast<int32_t>(ranks_.size());
+  std::vector<RankWeights> read;
+  for (int32_t r = 0; r < size; ++r) {
+    Result<RankWeights> w = read_rank_weights(*f, r, size);
+    if (!w.ok()) return Error{w.error().message};
+    // The running model's name, context and defaults, at the rank's shapes (read_rank_weights'
+    // rank config: its LM head apart, so tied).
+    w->weights.config = rank_config(config_, size);
+    w->weights.config.tie_word_embeddings = true;
+    read.push_back(std::move(w).value());
+  }
   for (int32_t r = 0; r < size; ++r)
-    ranks_[static_cast<size_t>(r)]->set_rank_weights(shard_weights(*loaded, r, size));
+    ranks_[static_cast<size_t>(r)]->set_rank_weights(std::move(read[static_cast<size_t>(r)]));
   return Status::Ok();
 }
 

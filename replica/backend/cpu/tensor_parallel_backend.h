@@ -27,9 +27,14 @@ namespace kvc {
 
 class CpuTensorParallelBackend final : public Backend {
  public:
-  // Preconditions: check_tensor_parallel(weights.config, size) and check_weight_shapes(weights)
-  // are ok; num_blocks > 0, block_size > 0. Each rank's KV cache holds num_blocks blocks of its
+  // The ranks' weights, rank r at [r] (read_rank_weights from a checkpoint, or shard_weights),
+  // of a model of config `whole`. Preconditions: check_tensor_parallel(whole, ranks.size()) is
+  // ok; num_blocks > 0, block_size > 0. Each rank's KV cache holds num_blocks blocks of its
   // heads.
+  CpuTensorParallelBackend(ModelConfig whole, std::vector<RankWeights> ranks, int32_t num_blocks,
+                           int32_t block_size, bool fp8_weights = false, bool fp8_kv = false);
+  // `weights` split over `size` ranks (shard_weights). Preconditions as above, and
+  // check_weight_shapes(weights) is ok.
   CpuTensorParallelBackend(const ModelWeights& weights, int32_t size, int32_t num_blocks,
                            int32_t block_size, bool fp8_weights = false, bool fp8_kv = false);
   ~CpuTensorParallelBackend() override;  // stops the rank threads
@@ -48,7 +53,8 @@ class CpuTensorParallelBackend final : public Backend {
   // Every rank's logits are the whole rows: these are rank 0's.
   Status compute_logits(const ForwardBatch& batch, std::vector<float>& logits);
   Status check_weights(const std::string& folder) const override;
-  // Read whole, checked, then sharded to every rank; an error leaves the old weights.
+  // Checked, then each rank's slices read (read_rank_weights), then swapped in on every rank;
+  // an error leaves the old weights.
   Status load_weights(const std::string& folder) override;
 
  private:

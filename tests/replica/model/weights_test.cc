@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 
 #include "kernels/fp8_rule.h"
 #include "replica/model/safetensors.h"
+#include "replica/model/tensor_parallel.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvc {
@@ -368,6 +370,55 @@ TEST(LoadHfWeights, Fp8CheckpointsAreDequantizedByTheirScales) {
       const float* want = tensor_values(expected, s);
       ASSERT_TRUE(std::equal(got, got + s.numel(), want)) << s.name;
     }
+  }
+}
+
+// A tensor-parallel rank reads only its slices of a checkpoint (read_rank_weights): they are
+// exactly the slices of the whole model as read (shard_weights), plain, tied or untied, and FP8
+// with per-channel, per-tensor and 32 x 40 block scales, whose blocks the ranks' row and column
+// slices cut across (rank 1's o_proj columns 32-63 span blocks 0 and 1).
+TEST(LoadHfWeights, EachTensorParallelRankReadsItsSlices) {
+  struct Case {
+    const char* name;
+    bool tied;
+    std::optional<Fp8Layout> fp8;
+  };
+  const Case cases[] = {{"bf16/f16 untied", false, std::nullopt},
+                        {"tied", true, std::nullopt},
+                        {"fp8 channel", false, Fp8Layout::kChannel},
+                        {"fp8 tensor", false, Fp8Layout::kTensor},
+                        {"fp8 block", true, Fp8Layout::kBlock}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir tmp;
+    const ModelWeights w = random_weights(small_config(c.tied), 12);
+    if (c.fp8) {
+      ModelWeights expected;
+      write_folder(tmp.path(), fp8_config(w.config, *c.fp8), fp8_tensors(w, *c.fp8, expected));
+    } else {
+      write_folder(tmp.path(), config_json(w.config), hf_tensors(w));
+    }
+    Result<HfFolder> f = HfFolder::open(tmp.path());
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    Result<ModelWeights> full = read_weights(*f);
+    ASSERT_TRUE(full.ok()) << full.error().message;
+    for (int32_t rank = 0; rank < 2; ++rank) {
+      Result<RankWeights> got = read_rank_weights(*f, rank, 2);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      const RankWeights want = shard_weights(*full, rank, 2);
+      for (const TensorSpec& s : hf_tensor_specs(want.weights.config)) {
+        const float* a = tensor_values(got->weights, s);
+        const float* b = tensor_values(want.weights, s);
+        EXPECT_TRUE(std::equal(a, a + s.numel(), b)) << "rank " << rank << ": " << s.name;
+      }
+      EXPECT_EQ(got->lm_head_rows, want.lm_head_rows) << "rank " << rank;
+      EXPECT_EQ(got->vocab.begin, want.vocab.begin);
+      EXPECT_EQ(got->vocab.rows, want.vocab.rows);
+    }
+    // 4 ranks do not divide the 2 KV heads: refused, naming the field.
+    Result<RankWeights> four = read_rank_weights(*f, 0, 4);
+    ASSERT_FALSE(four.ok());
+    EXPECT_THAT(four.error().message, HasSubstr("num_key_value_heads 2"));
   }
 }
 

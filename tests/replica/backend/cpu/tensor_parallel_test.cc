@@ -6,6 +6,7 @@
 // split over two ranks: hf_reference_test.cc.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -19,6 +20,7 @@
 #include "replica/backend/cpu/tensor_parallel_backend.h"
 #include "replica/model/tensor_parallel.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvc {
 namespace {
@@ -252,6 +254,48 @@ TEST(TensorParallel, SplitOverRanksTheCpuModelDrawsTheWholeModelsTokens) {
     EXPECT_EQ(a.samples[i].token, b.samples[i].token) << "sample " << i;
     EXPECT_NEAR(a.samples[i].logprob, b.samples[i].logprob, 1e-4);
   }
+}
+
+// From a checkpoint each rank reads only its slices (read_rank_weights), and a weight update
+// gives every rank its slices of the new model: logits of the whole new model; a folder of
+// another shape is refused and the old weights keep serving.
+TEST(TensorParallel, ACheckpointAndAWeightUpdateAreReadRankByRank) {
+  const ModelConfig c = config(true, true, false, 4);
+  const ModelWeights before = random_weights(c, 21), after = random_weights(c, 22);
+  testing::TempDir tmp;
+  const std::string old_dir = tmp.file("old"), new_dir = tmp.file("new");
+  for (const auto& [w, dir] : {std::pair{&before, old_dir}, std::pair{&after, new_dir}}) {
+    std::filesystem::create_directories(dir);
+    ASSERT_TRUE(write_hf_checkpoint(*w, dir, DType::kF32).ok());
+  }
+  Result<HfFolder> f = HfFolder::open(old_dir);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  std::vector<RankWeights> ranks;
+  for (int32_t r = 0; r < 4; ++r) {
+    Result<RankWeights> w = read_rank_weights(*f, r, 4);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    ranks.push_back(std::move(w).value());
+  }
+  CpuTensorParallelBackend split(f->config(), std::move(ranks), kBlocks, kBlock);
+  CpuBackend whole_before(*load_hf_weights(old_dir), kBlocks, kBlock);
+  std::vector<float> got = run(split, true), want = run(whole_before, true);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LT(rel_l2(got, want), 1e-5);
+
+  ASSERT_TRUE(split.check_weights(new_dir).ok());
+  ASSERT_TRUE(split.load_weights(new_dir).ok());
+  CpuBackend whole_after(*load_hf_weights(new_dir), kBlocks, kBlock);
+  got = run(split, true), want = run(whole_after, true);
+  EXPECT_LT(rel_l2(got, want), 1e-5);
+
+  ModelConfig other = c;
+  other.intermediate_size = 128;
+  const std::string other_dir = tmp.file("other");
+  std::filesystem::create_directories(other_dir);
+  ASSERT_TRUE(write_hf_checkpoint(random_weights(other, 23), other_dir, DType::kF32).ok());
+  EXPECT_FALSE(split.check_weights(other_dir).ok());
+  EXPECT_FALSE(split.load_weights(other_dir).ok());
+  EXPECT_LT(rel_l2(run(split, true), want), 1e-5);  // the new weights still serve
 }
 
 }  // namespace

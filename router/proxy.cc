@@ -342,6 +342,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.unacked_work = r.unacked_work;
     c.unacked_sequences = r.unacked_sequences;
     c.busy = r.busy;
+    c.load_busy = r.load_busy;
     if (r.step_model) c.seconds_per_token = seconds_per_work_token(*r.step_model);
     {
       std::lock_guard lock(indexes_.mu);
@@ -632,6 +633,7 @@ std::string RouterServer::state_json() {
     if (r.kv_usage) load["kv_usage"] = *r.kv_usage;
     if (r.routed_work) load["routed_work_tokens"] = *r.routed_work;
     if (r.busy) load["busy"] = *r.busy;
+    if (r.load_busy) load["load_busy"] = *r.load_busy;
     if (r.step_model) load["step_model"] = step_model_json(*r.step_model);
     if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
     if (!r.load_error.empty()) load["error"] = r.load_error;

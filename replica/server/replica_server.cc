@@ -621,7 +621,8 @@ std::string ReplicaServer::load_json() const {
             {"queued_work_tokens", t.scheduler.num_work_tokens_queued},
             {"computed_tokens_total", t.num_computed_tokens},
             {"finished_requests_total", t.num_finished_requests},
-            {"busy_seconds_total", t.busy_seconds}};
+            {"busy_seconds_total", t.busy_seconds},
+            {"steps_total", t.num_steps}};
   }
   return dump({{"replica_id", config_.replica_id},
                {"waiting_groups", l.scheduler.num_groups_waiting},

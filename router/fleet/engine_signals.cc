@@ -145,6 +145,7 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");
   load.busy_seconds_total = amount_field(figures, "busy_seconds_total");
+  load.steps_total = count_field(figures, &figures != &*j ? "steps_total" : "steps");
   if (const auto m = j->find("step_model"); m != j->end()) load.step_model = read_step_model(*m);
   if (&figures != &*j) {  // a time stamp, not a count: ms since the epoch, as sent
     const auto at = figures.find("at_ms");

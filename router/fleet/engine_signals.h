@@ -64,6 +64,9 @@ struct ReplicaLoad {
   // kvcascade only: seconds the replica spent in steps since start (how busy it is: the pool
   // reads its share of wall time).
   std::optional<double> busy_seconds_total;
+  // kvcascade only: steps run since start (the tick's steps_total, else the live `steps`): with
+  // the step model's fixed cost per step, how much of the busy time was work that grows with load.
+  std::optional<int64_t> steps_total;
   // kvcascade only: the start of the replica's load tick these figures are of (ms since the
   // epoch); nullopt: live figures.
   std::optional<int64_t> tick_at_ms;

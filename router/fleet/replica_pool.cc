@@ -39,6 +39,8 @@ struct ReplicaPool::Replica {
   double finished_decayed = 0;                // ...decayed alike
   std::optional<double> busy_total;           // seconds in steps, at the last report
   double busy_decayed = 0, wall_decayed = 0;  // ...and wall seconds, decayed alike
+  std::optional<int64_t> steps_total;         // steps run, at the last report
+  double steps_decayed = 0;                   // ...decayed alike
   // When the last report's figures were taken: its tick (system clock, so that every router
   // decays them alike), else when it arrived (the pool's clock); seconds.
   double computed_at_s = 0;
@@ -135,6 +137,11 @@ ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) con
     v.routed_work = r.computed_decayed + r.queued_work + v.unacked_work;
     if (r.busy_total && r.wall_decayed > 0) {
       v.busy = std::clamp(r.busy_decayed / r.wall_decayed, 0.0, 1.0);
+      if (r.steps_total && r.view.step_model) {
+        v.load_busy = std::clamp(
+            (r.busy_decayed - r.view.step_model->overhead_s * r.steps_decayed) / r.wall_decayed,
+            0.0, 1.0);
+      }
     }
   }
   return v;
@@ -253,7 +260,7 @@ void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, u
     }
     r.computed_decayed = n > 0 ? sum / n : 0.0;
     r.finished_decayed = n > 0 ? sum_finished / n : 0.0;
-    r.busy_decayed = r.wall_decayed = 0;  // no share until two readings
+    r.busy_decayed = r.wall_decayed = r.steps_decayed = 0;  // no share until two readings
   } else {
     const double age = at_s - r.computed_at_s;
     const double keep = std::exp(-std::max(age, 0.0) / work_horizon_s_locked());
@@ -265,9 +272,14 @@ void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, u
       r.busy_decayed =
           r.busy_decayed * keep + std::max(0.0, *load.busy_seconds_total - *r.busy_total);
       r.wall_decayed = r.wall_decayed * keep + age;
+      if (load.steps_total && r.steps_total) {
+        r.steps_decayed = r.steps_decayed * keep + static_cast<double>(std::max<int64_t>(
+                                                       0, *load.steps_total - *r.steps_total));
+      }
     }
   }
   r.busy_total = load.busy_seconds_total;
+  r.steps_total = load.steps_total;
   r.computed_total = total;
   r.finished_total = finished;
   r.computed_at_s = at_s;

@@ -128,6 +128,12 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // The share of wall time the replica spent in steps lately (its busy_seconds_total, decayed
   // as routed_work's computed tokens), 0..1; nullopt: not reported, or no report to compare yet.
   std::optional<double> busy;
+  // The share of wall time in steps beyond each step's fixed cost (its step model's overhead_s x
+  // the steps it ran, decayed alike): the work that grows with what is sent there. A GPU
+  // stepping all the time on small decode batches is busy and still has room (most of each step
+  // is the weights' read, the same for one row or a hundred); a CPU replica's busy time is nearly
+  // all of this kind. nullopt: no step model or steps reported yet.
+  std::optional<double> load_busy;
   // Sequences (n per request) this router sent since that report: with the report's running and
   // waiting sequences, the replica's decode load without counting twice what the report has.
   int64_t unacked_sequences = 0;

@@ -330,7 +330,7 @@ class KvCascade final : public Policy {
         static_cast<double>(c.queued_prefill_tokens) + pressure * c_.kv_pressure_tokens;
     const double a =
         c_.weight_uncached_prefill /
-        (c.busy && c_.busy_cap > 0 ? 1.0 - std::clamp(*c.busy, 0.0, c_.busy_cap) : 1.0);
+        (c.load_busy && c_.busy_cap > 0 ? 1.0 - std::clamp(*c.load_busy, 0.0, c_.busy_cap) : 1.0);
     return slowness(c) * (a * static_cast<double>(uncached) + c_.weight_queued_prefill * queued +
                           c_.weight_decode * static_cast<double>(decode_load(c) + r.n));
   }

@@ -37,6 +37,9 @@ struct Candidate {
   // The share of wall time it spent in steps lately, as every router reads it from its reports
   // (ReplicaView::busy); nullopt: not reported.
   std::optional<double> busy;
+  // The part of it beyond each step's fixed cost (ReplicaView::load_busy): how loaded it is, what
+  // the policy reads (KvCascadePolicyConfig::busy_cap); nullopt: unknown.
+  std::optional<double> load_busy;
   // Its seconds per token of work, from the step model it fitted to its own steps, at one
   // reference step for every replica (api/step_model.h seconds_per_work_token); nullopt: no
   // model yet, or an engine that publishes none.
@@ -88,14 +91,16 @@ class Policy {
 
 struct KvCascadePolicyConfig {
   double weight_uncached_prefill = 1.0;  // a: per prompt token the replica must compute
-  // With busy_cap > 0, a is divided by 1 - busy (busy capped at busy_cap) where the replica
-  // reports how busy it is (Candidate::busy): work added to a busy device delays what queues
-  // behind it as well (at 75% busy, about three times its own time), while a holder's queue (b)
-  // is only waited for; so under load a request waits for its prefix's holder rather than
-  // compute the prefix again. Off by default: on the sim profiles it recovered hits where
-  // prefill is most of the work and cost TTFT or balance elsewhere, in runs too short to tell
-  // noise from effect (bench/results/routing-profiles.md).
-  double busy_cap = 0;
+  // With busy_cap > 0, a is divided by 1 - load (capped at busy_cap) where the replica reports
+  // how loaded it is (Candidate::load_busy: the busy time beyond each step's fixed cost): work
+  // added to a loaded device delays what queues behind it as well (at 75%, about three times its
+  // own time), while a holder's queue (b) is only waited for; so under load a request waits for
+  // its prefix's holder rather than compute the prefix again. A GPU stepping all the time on
+  // small batches is busy but hardly loaded (the sim H200 at 52-68% busy: 9-24% beyond its
+  // steps' fixed cost), a CPU replica's busy time nearly all load. 5,000-request sim runs:
+  // the CPU profile's rl mix 92.6% -> 95.4% of the oracle and TTFT p90 halved, the A10G's and
+  // H200's rows within their noise (bench/results/routing-profiles.md, "Load").
+  double busy_cap = 0.8;
   double weight_queued_prefill = 1.0;  // b: per token already queued there
   double weight_decode = 16.0;         // c: per running/waiting sequence (n counts n times)
   // A prefix is hot when more than this share of its cost-equal replicas would be overloaded:

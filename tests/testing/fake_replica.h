@@ -74,6 +74,12 @@ class FakeReplica {
     busy_seconds_ = busy_seconds_total;
     finished_ = finished_requests_total;
   }
+  // Also report `steps` run so far and a step model of `overhead_s` per step (the rest 0);
+  // negative steps: neither.
+  void set_steps(int64_t steps, double overhead_s) {
+    steps_ = steps;
+    step_overhead_s_ = overhead_s;
+  }
   int num_subscriptions() const { return subscriptions_.load(); }
   // Completions whose router-side connection is gone (the router gave up on them).
   int num_completions_abandoned() const { return abandoned_.load(); }
@@ -103,6 +109,14 @@ class FakeReplica {
         load["queued_work_tokens"] = queued_work_.load();
         if (busy_seconds_.load() >= 0) load["busy_seconds_total"] = busy_seconds_.load();
         if (finished_.load() >= 0) load["finished_requests_total"] = finished_.load();
+        if (steps_.load() >= 0) {
+          load["steps"] = steps_.load();
+          load["step_model"] = {{"overhead_s", step_overhead_s_.load()},
+                                {"prefill_token_s", 0.0},
+                                {"decode_seq_s", 0.0},
+                                {"kv_gb_s", 0.0},
+                                {"steps", steps_.load()}};
+        }
       }
       w->send(200, "application/json", load.dump());
     } else if (path == "/v1/kv_events" && !options_.blocks.empty()) {
@@ -164,6 +178,8 @@ class FakeReplica {
   std::atomic<int64_t> computed_total_{0}, queued_work_{0};
   std::atomic<double> busy_seconds_{-1};  // < 0: not reported
   std::atomic<int64_t> finished_{-1};     // < 0: not reported
+  std::atomic<int64_t> steps_{-1};        // < 0: not reported
+  std::atomic<double> step_overhead_s_{0};
   std::mutex mu_;
   std::vector<std::shared_ptr<http::Responder>> held_;
   http::Server server_;  // last: stopped (and its handlers done) before the members above go

@@ -70,7 +70,7 @@ TEST_F(ReplicaServerTest, LoadReportsWorkAndATickThatEveryPollerOfAPeriodSharesA
     ASSERT_TRUE(a["tick"].is_object()) << a.dump();
     for (const char* f :
          {"at_ms", "running_sequences", "waiting_sequences", "queued_prefill_tokens",
-          "queued_work_tokens", "computed_tokens_total", "busy_seconds_total"}) {
+          "queued_work_tokens", "computed_tokens_total", "busy_seconds_total", "steps_total"}) {
       EXPECT_TRUE(a["tick"].contains(f)) << f;
     }
     if (a["tick"]["at_ms"] != b["tick"]["at_ms"]) continue;  // the two straddled a period

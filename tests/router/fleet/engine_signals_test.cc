@@ -113,13 +113,20 @@ TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
   EXPECT_EQ(load->weight_version, "3");
   EXPECT_EQ(load->tick_at_ms, 1796432854500);  // a time stamp: not clamped like a count
   EXPECT_FALSE(load->busy_seconds_total.has_value());
+  EXPECT_FALSE(load->steps_total.has_value());
   auto live = read_kvcascade_load(
       R"({"running_sequences":9,"computed_tokens_total":100,"queued_work_tokens":7,)"
-      R"("busy_seconds_total":12.5})");
+      R"("busy_seconds_total":12.5,"steps":40})");
   ASSERT_TRUE(live.ok());
   EXPECT_EQ(live->running, 9);
   EXPECT_EQ(live->computed_tokens_total, 100);
   EXPECT_DOUBLE_EQ(*live->busy_seconds_total, 12.5);
+  EXPECT_EQ(live->steps_total, 40);  // the live count
+  auto ticked =
+      read_kvcascade_load(R"({"steps":40,"tick":{"at_ms":1796432854500,"computed_tokens_total":90,)"
+                          R"("queued_work_tokens":6,"busy_seconds_total":11.0,"steps_total":35}})");
+  ASSERT_TRUE(ticked.ok());
+  EXPECT_EQ(ticked->steps_total, 35);  // the tick's, with its busy seconds
   for (const char* bad : {R"({"busy_seconds_total":-1})", R"({"busy_seconds_total":"3"})",
                           R"({"busy_seconds_total":null})"}) {
     auto l = read_kvcascade_load(bad);

@@ -140,6 +140,44 @@ TEST(ReplicaPoolCounts, BusyIsTheShareOfTimeInStepsBetweenReports) {
   EXPECT_FALSE(pool.get(ra)->busy.has_value());
 }
 
+// The busy time beyond each step's fixed cost (ReplicaView::load_busy): 3 of 4 seconds in steps,
+// 100 steps of which each had 10 ms of fixed cost, is 2 s of load (0.5); a replica stepping all
+// the time on steps that are nearly all fixed cost (a GPU decoding small batches) is busy and
+// hardly loaded. Without steps or a step model there is no such share.
+TEST(ReplicaPoolCounts, LoadBusyIsTheBusyTimeBeyondEachStepsFixedCost) {
+  testing::FakeReplica::Options o;
+  o.report_work = true;
+  testing::FakeReplica a(o), idle_steps(o), no_model(o);
+  http::Client client;
+  testing::FakeClock clock;
+  FleetIndexes indexes(clock);
+  PoolConfig config;
+  config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
+  ReplicaPool pool(client, indexes, clock, config);
+  const uint32_t ra = *pool.add(a.address()), ri = *pool.add(idle_steps.address()),
+                 rn = *pool.add(no_model.address());
+  a.set_work(0, 0, 100.0);
+  a.set_steps(1000, 0.01);
+  idle_steps.set_work(0, 0, 50.0);
+  idle_steps.set_steps(5000, 0.01);
+  no_model.set_work(0, 0, 10.0);
+  pool.poll_now();
+  clock.advance(std::chrono::seconds(4));
+  a.set_work(10, 0, 103.0);
+  a.set_steps(1100, 0.01);
+  idle_steps.set_work(10, 0, 53.9);  // 3.9 s in 380 steps of 10 ms fixed cost each
+  idle_steps.set_steps(5380, 0.01);
+  no_model.set_work(10, 0, 13.0);
+  pool.poll_now();
+  ASSERT_TRUE(pool.get(ra)->load_busy.has_value());
+  EXPECT_NEAR(*pool.get(ra)->busy, 0.75, 1e-6);
+  EXPECT_NEAR(*pool.get(ra)->load_busy, 0.5, 1e-6);
+  EXPECT_NEAR(*pool.get(ri)->busy, 0.975, 1e-6);
+  EXPECT_NEAR(*pool.get(ri)->load_busy, 0.025, 1e-6);
+  EXPECT_TRUE(pool.get(rn)->busy.has_value());
+  EXPECT_FALSE(pool.get(rn)->load_busy.has_value());
+}
+
 // The routed-work horizon stretches until the fleet's decayed ended requests hold
 // routed_work_requests_per_replica per replica: a slow fleet (a request a second here) keeps as
 // many requests in the window as a fast one, up to the longest horizon; a fast fleet keeps the

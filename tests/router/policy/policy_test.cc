@@ -248,6 +248,74 @@ TEST(KvCascadePolicy, ALoadedFleetWaitsForTheHolderRatherThanComputeAgain) {
   EXPECT_NE(p->choose(r, cs).replica, 1u);
 }
 
+// Replicas of different speeds (their step models: Candidate::seconds_per_token) cost their own
+// time. The holder of 1,600 of 1,700 tokens, with 1,000 queued, wins in tokens (1,116 against
+// 1,716); five times as slow as the others it loses (x 2.92 against x 0.58 of the fleet's
+// geometric mean). Speeds within 25% of the mean count as one (fits of one device differ by
+// noise): the holder keeps it. A replica without a model counts as 1. kvcascade_tokens ignores
+// the speeds.
+TEST(KvCascadePolicy, ReplicasOfDifferentSpeedsCostTheirOwnTime) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  RouteRequest r = request(1700);
+  r.block_size = 16;
+  cs[1].matched_blocks = 100;
+  cs[1].queued_prefill_tokens = 1000;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);  // no models: tokens
+  cs[0].seconds_per_token = cs[2].seconds_per_token = 1e-4;
+  cs[1].seconds_per_token = 5e-4;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);
+  cs[1].seconds_per_token = 1.2e-4;  // within the tolerance: as fast
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  cs[1].seconds_per_token.reset();  // no model yet: as the mean
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  cs[1].seconds_per_token = 5e-4;
+  EXPECT_EQ(make_policy("kvcascade_tokens")->choose(r, cs).replica, 1u);
+  // Two replicas of one kind whose fits differ by 14% either way (1.33x apart) count as one: the
+  // holder (1,516 against 1,716 in tokens) keeps the request, which it would lose at its own
+  // figure (x 1.15 against x 0.87).
+  std::vector<Candidate> two(cs.begin(), cs.begin() + 2);
+  two[1].queued_prefill_tokens = 1400;
+  two[0].seconds_per_token = 0.86e-4;
+  two[1].seconds_per_token = 1.14e-4;
+  EXPECT_EQ(p->choose(r, two).replica, 1u);
+  KvCascadePolicyConfig exact;
+  exact.speed_tolerance = 0;
+  EXPECT_EQ(make_kvcascade_policy(exact)->choose(r, two).replica, 0u);
+  // A figure no step model gives (0, a denormal, infinity) is as no model.
+  for (double bad : {0.0, 1e-300, std::numeric_limits<double>::infinity()}) {
+    two[0].seconds_per_token = bad;
+    EXPECT_EQ(p->choose(r, two).replica, 1u) << bad;
+  }
+}
+
+// The bounded load gives each replica its share of the fleet's speed: a holder four times as
+// fast as the two others keeps its prefix at 120 running sequences (its cap: 1.25 x 141 x 4/6
+// + 33 = 150.5), where a fleet of equals would move it (cap 1.25 x 141 / 3 + 33 = 91.75). Its
+// recent work counts in its own time too: four times the others' tokens is its share.
+TEST(KvCascadePolicy, AFasterReplicaTakesItsShareOfSequencesAndWork) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  RouteRequest r = request(512);
+  r.block_size = 16;
+  r.max_tokens = 64;
+  cs[1].matched_blocks = 30;
+  cs[1].running_sequences = 120;
+  cs[0].running_sequences = cs[2].running_sequences = 10;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);  // equals: over its share
+  cs[0].seconds_per_token = cs[2].seconds_per_token = 4e-4;
+  cs[1].seconds_per_token = 1e-4;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  // Work as the replicas report it: the holder took four times the others' tokens lately.
+  cs[0].routed_work = cs[2].routed_work = 20000.0;
+  cs[1].routed_work = 80000.0;
+  r.fleet_request_work = 600;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  cs[1].seconds_per_token = 4e-4;  // as slow as the others: far over the bound
+  cs[1].running_sequences = 10;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);
+}
+
 TEST(KvCascadePolicy, ColdPromptsSpreadByRendezvousAndRoutersAgree) {
   auto a = make_policy("kvcascade");
   auto b = make_policy("kvcascade");

@@ -17,7 +17,6 @@ namespace {
 Result<std::unique_ptr<Backend>> make_cpu_tensor_parallel_backend(const BackendOptions& o) {
   Result<HfFolder> f = HfFolder::open(o.model_dir);
   if (!f.ok()) return Error{f.error().message};
-  if (Status s = f->check_tensors(); !s.ok()) return Error{s.message()};
   std::vector<RankWeights> ranks;
   for (int32_t r = 0; r < o.tensor_parallel_size; ++r) {
     Result<RankWeights> w = read_rank_weights(*f, r, o.tensor_parallel_size);

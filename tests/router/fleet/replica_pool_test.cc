@@ -105,6 +105,20 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
   EXPECT_NEAR(*work(ra), 2000, 1e-3);
 }
 
+// A pool on a fake clock whose work figures hardly decay (a test's seconds against a 1,000-hour
+// horizon), for the share-of-time tests.
+struct UndecayedPool {
+  static PoolConfig config() {
+    PoolConfig c;
+    c.routed_work_horizon = std::chrono::hours(1000);
+    return c;
+  }
+  http::Client client;
+  testing::FakeClock clock;
+  FleetIndexes indexes{clock};
+  ReplicaPool pool{client, indexes, clock, config()};
+};
+
 // How busy a replica is: the seconds it reports spent in steps between two reports over the
 // time between them, decayed as the routed work is; nothing until two reports, nothing from a
 // replica that does not report it, and a restart starts over.
@@ -112,12 +126,9 @@ TEST(ReplicaPoolCounts, BusyIsTheShareOfTimeInStepsBetweenReports) {
   testing::FakeReplica::Options o;
   o.report_work = true;
   testing::FakeReplica a(o), quiet(o);
-  http::Client client;
-  testing::FakeClock clock;
-  FleetIndexes indexes(clock);
-  PoolConfig config;
-  config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
-  ReplicaPool pool(client, indexes, clock, config);
+  UndecayedPool p;
+  testing::FakeClock& clock = p.clock;
+  ReplicaPool& pool = p.pool;
   const uint32_t ra = *pool.add(a.address()), rq = *pool.add(quiet.address());
   a.set_work(0, 0, 100.0);
   quiet.set_work(0, 0);
@@ -148,12 +159,9 @@ TEST(ReplicaPoolCounts, LoadBusyIsTheBusyTimeBeyondEachStepsFixedCost) {
   testing::FakeReplica::Options o;
   o.report_work = true;
   testing::FakeReplica a(o), idle_steps(o), no_model(o);
-  http::Client client;
-  testing::FakeClock clock;
-  FleetIndexes indexes(clock);
-  PoolConfig config;
-  config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
-  ReplicaPool pool(client, indexes, clock, config);
+  UndecayedPool p;
+  testing::FakeClock& clock = p.clock;
+  ReplicaPool& pool = p.pool;
   const uint32_t ra = *pool.add(a.address()), ri = *pool.add(idle_steps.address()),
                  rn = *pool.add(no_model.address());
   a.set_work(0, 0, 100.0);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "http/deadline.h"
 #include "http/wire.h"
 
 namespace kvc::http {
@@ -164,7 +165,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
             options.response_header_timeout.value_or(core_->limits.response_header_timeout)),
         body_idle_timeout_(options.body_idle_timeout.value_or(core_->limits.body_idle_timeout)),
         cancellation_(std::move(options.cancellation)),
-        timer_(strand_),
+        deadline_(strand_),
         total_timer_(strand_),
         resolver_(strand_) {}
 
@@ -211,26 +212,35 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     return net::bind_executor(strand_, std::forward<F>(f));
   }
 
-  // Deadline for the current step; on expiry the socket is closed and the step fails with `what`.
-  void arm(std::chrono::milliseconds timeout, std::string what) {
-    uint64_t generation = ++timer_generation_;
-    timer_.expires_after(timeout);
-    timer_.async_wait(
-        [self = shared_from_this(), generation, what = std::move(what)](error_code ec) {
-          if (ec || generation != self->timer_generation_) return;
-          self->fail(what);
-        });
+  // The exchange's steps, each under its own deadline.
+  enum class Step { kConnect, kResponseHeader, kBody };
+
+  // Deadline for the current step; on expiry the socket is closed and the step fails.
+  void arm(std::chrono::milliseconds timeout, Step step) {
+    step_ = step;
+    deadline_.arm(timeout, [self = shared_from_this()] { self->fail(self->timeout_message()); });
   }
 
-  void disarm() {
-    ++timer_generation_;
-    timer_.cancel();
+  void disarm() { deadline_.clear(); }
+
+  std::string timeout_message() const {
+    switch (step_) {
+      case Step::kConnect:
+        return "connect to " + key_ + " timed out";
+      case Step::kResponseHeader:
+        return "no response from " + key_ + " within " + std::to_string(header_timeout_.count()) +
+               " ms";
+      case Step::kBody:
+        break;
+    }
+    return "response from " + key_ + " stalled: nothing for " +
+           std::to_string(body_idle_timeout_.count()) + " ms";
   }
 
   void connect() {
     reused_ = false;
     socket_.emplace(core_->ioc);
-    arm(core_->limits.connect_timeout, "connect to " + key_ + " timed out");
+    arm(core_->limits.connect_timeout, Step::kConnect);
     resolver_.async_resolve(
         host_, std::to_string(port_),
         on_strand([self = shared_from_this()](error_code ec, tcp::resolver::results_type results) {
@@ -251,8 +261,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   }
 
   void write_request() {
-    arm(header_timeout_,
-        "no response from " + key_ + " within " + std::to_string(header_timeout_.count()) + " ms");
+    arm(header_timeout_, Step::kResponseHeader);
     net::async_write(*socket_, net::buffer(request_),
                      on_strand([self = shared_from_this()](error_code ec, size_t) {
                        if (self->done_) return;
@@ -307,8 +316,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     auto& body = parser_->get().body();
     body.data = chunk_.data();
     body.size = chunk_.size();
-    arm(body_idle_timeout_, "response from " + key_ + " stalled: nothing for " +
-                                std::to_string(body_idle_timeout_.count()) + " ms");
+    arm(body_idle_timeout_, Step::kBody);
     bhttp::async_read_some(*socket_, buffer_, *parser_,
                            on_strand([self = shared_from_this()](error_code ec, size_t) {
                              if (self->done_) return;
@@ -353,7 +361,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   void finish(Status status) {
     done_ = true;
-    disarm();
+    deadline_.cancel();  // releases the exchange its pending wait holds
     total_timer_.cancel();
     {
       std::lock_guard lock(core_->exchanges_mu);
@@ -380,9 +388,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   const std::chrono::milliseconds header_timeout_;
   const std::chrono::milliseconds body_idle_timeout_;
   const std::shared_ptr<Cancellation> cancellation_;
-  net::steady_timer timer_;
+  Deadline deadline_;  // of the current step (arm)
+  Step step_ = Step::kConnect;
   net::steady_timer total_timer_;
-  uint64_t timer_generation_ = 0;
   tcp::resolver resolver_;
   std::optional<tcp::socket> socket_;
   boost::beast::flat_buffer buffer_;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "http/deadline.h"
 #include "http/errors.h"
 #include "http/server.h"
 #include "http/wire.h"
@@ -125,8 +126,8 @@ class Session : public std::enable_shared_from_this<Session> {
         probes_only_(admission == Admission::kProbesOnly),
         socket_(std::move(socket)),
         ex_(socket_.get_executor()),
-        read_timer_(ex_),
-        write_timer_(ex_),
+        read_deadline_(ex_),
+        write_deadline_(ex_),
         probe_timer_(ex_),
         buffer_(core_->limits.max_header_bytes + kReadChunk) {
     error_code ec;
@@ -176,8 +177,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     closed_ = true;
     phase_ = Phase::kClosed;
-    read_timer_.cancel();
-    write_timer_.cancel();
+    read_deadline_.cancel();
+    write_deadline_.cancel();
     probe_timer_.cancel();
     error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
@@ -199,12 +200,10 @@ class Session : public std::enable_shared_from_this<Session> {
   const ServerLimits& limits() const { return core_->limits; }
 
   // Deadline for the current read phase; on expiry the pending read is cancelled and its handler
-  // sees timed_out_.
+  // sees read_timed_out_.
   void arm_read_timer(std::chrono::milliseconds timeout) {
-    uint64_t generation = ++read_timer_generation_;
-    read_timer_.expires_after(timeout);
-    read_timer_.async_wait([self = shared_from_this(), generation](error_code ec) {
-      if (ec || self->closed_ || generation != self->read_timer_generation_) return;
+    read_deadline_.arm(timeout, [self = shared_from_this()] {
+      if (self->closed_) return;
       self->read_timed_out_ = true;
       if (self->phase_ == Phase::kLinger || self->phase_ == Phase::kIdle) {
         self->close();
@@ -215,10 +214,7 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  void disarm_read_timer() {
-    ++read_timer_generation_;
-    read_timer_.cancel();
-  }
+  void disarm_read_timer() { read_deadline_.clear(); }
 
   void read_request() {
     if (closed_) return;
@@ -413,16 +409,11 @@ class Session : public std::enable_shared_from_this<Session> {
     buffers.reserve(in_flight_.size());
     for (const auto& s : in_flight_)
       buffers.push_back(net::buffer(s));
-    uint64_t generation = ++write_timer_generation_;
-    write_timer_.expires_after(limits().write_timeout);
-    write_timer_.async_wait([self = shared_from_this(), generation](error_code ec) {
-      // a client that does not read is cut
-      if (!ec && generation == self->write_timer_generation_) self->close();
-    });
+    // a client that does not read is cut
+    write_deadline_.arm(limits().write_timeout, [self = shared_from_this()] { self->close(); });
     net::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, size_t) {
       self->writing_ = false;
-      ++self->write_timer_generation_;
-      self->write_timer_.cancel();
+      self->write_deadline_.clear();
       self->in_flight_.clear();
       if (self->closed_) return;
       if (ec) return self->close();
@@ -463,11 +454,9 @@ class Session : public std::enable_shared_from_this<Session> {
   const bool probes_only_;  // Admission::kProbesOnly
   tcp::socket socket_;
   net::any_io_executor ex_;  // the session's strand
-  net::steady_timer read_timer_;
-  net::steady_timer write_timer_;
+  Deadline read_deadline_;
+  Deadline write_deadline_;
   net::steady_timer probe_timer_;  // probe_half_closed
-  uint64_t read_timer_generation_ = 0;
-  uint64_t write_timer_generation_ = 0;
   bool read_timed_out_ = false;
   boost::beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;

@@ -28,7 +28,9 @@ CpuTensorParallelBackend::CpuTensorParallelBackend(ModelConfig whole,
                                                    std::vector<RankWeights> ranks,
                                                    int32_t num_blocks, int32_t block_size,
                                                    bool fp8_weights, bool fp8_kv)
-    : config_(std::move(whole)), comms_(make_local_group(static_cast<int32_t>(ranks.size()))) {
+    : config_(std::move(whole)),
+      comms_(make_local_group(static_cast<int32_t>(ranks.size()))),
+      threads_(static_cast<int32_t>(ranks.size()), /*caller_runs_first=*/true) {
   const auto size = static_cast<int32_t>(ranks.size());
   assert(check_tensor_parallel(config_, size).ok());
   for (int32_t r = 0; r < size; ++r) {
@@ -37,59 +39,20 @@ CpuTensorParallelBackend::CpuTensorParallelBackend(ModelConfig whole,
                                                   block_size, fp8_weights, fp8_kv));
   }
   logits_.resize(static_cast<size_t>(size));
-  statuses_.resize(static_cast<size_t>(size));
-  for (size_t r = 1; r < ranks_.size(); ++r)
-    threads_.emplace_back([this, r] { rank_loop(r); });
 }
 
-CpuTensorParallelBackend::~CpuTensorParallelBackend() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  start_.notify_all();
-  for (std::thread& t : threads_)
-    t.join();
-}
-
-void CpuTensorParallelBackend::rank_loop(size_t r) {
-  uint64_t seen = 0;
-  for (;;) {
-    const ForwardBatch* batch;
-    {
-      std::unique_lock lock(mu_);
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      batch = batch_;
-    }
-    // Every rank runs the same batch and the same collectives, so none returns early alone:
-    // compute_logits fails only on what it checks before its first collective, alike everywhere.
-    Status s = ranks_[r]->compute_logits(*batch, logits_[r]);
-    std::lock_guard lock(mu_);
-    statuses_[r] = std::move(s);
-    if (--running_ == 0) done_.notify_one();
-  }
-}
+CpuTensorParallelBackend::~CpuTensorParallelBackend() = default;
 
 Status CpuTensorParallelBackend::compute_logits(const ForwardBatch& batch,
                                                 std::vector<float>& logits) {
-  {
-    std::lock_guard lock(mu_);
-    batch_ = &batch;
-    running_ = static_cast<int32_t>(threads_.size());
-    ++generation_;
-  }
-  start_.notify_all();
-  statuses_[0] = ranks_[0]->compute_logits(batch, logits_[0]);
-  {
-    std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return running_ == 0; });
-    batch_ = nullptr;
-  }
-  for (size_t r = 0; r < statuses_.size(); ++r) {
-    if (!statuses_[r].ok())
-      return Error{"rank " + std::to_string(r) + ": " + statuses_[r].message()};
+  // Every rank runs the same batch and the same collectives, so none returns early alone:
+  // compute_logits fails only on what it checks before its first collective, alike everywhere.
+  if (Status s = threads_.run([&](int32_t r) {
+        return ranks_[static_cast<size_t>(r)]->compute_logits(batch,
+                                                              logits_[static_cast<size_t>(r)]);
+      });
+      !s.ok()) {
+    return s;
   }
   logits.swap(logits_[0]);
   return Status::Ok();

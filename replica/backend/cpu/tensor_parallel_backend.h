@@ -10,17 +10,15 @@
 // at a time while the others run their kernels on their own thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "replica/backend/backend.h"
 #include "replica/backend/communicator.h"
 #include "replica/backend/cpu/cpu_backend.h"
+#include "replica/backend/rank_threads.h"
 #include "replica/model/weights.h"
 
 namespace kvc {
@@ -58,23 +56,13 @@ class CpuTensorParallelBackend final : public Backend {
   Status load_weights(const std::string& folder) override;
 
  private:
-  void rank_loop(size_t r);
-
   ModelConfig config_;  // the whole model's
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::unique_ptr<CpuBackend>> ranks_;
   std::vector<std::vector<float>> logits_;  // per rank (rank 0's are returned)
-  std::vector<Status> statuses_;            // per rank, of the last forward
   std::vector<float> host_logits_;
-
-  // Ranks 1.. run on their own threads: each forward bumps generation_, and they report done.
-  std::mutex mu_;
-  std::condition_variable start_, done_;
-  const ForwardBatch* batch_ = nullptr;
-  uint64_t generation_ = 0;
-  int32_t running_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
+  RankThreads threads_;  // rank 0 on the engine's thread, ranks 1.. on their own; last member:
+                         // stopped before the ranks they run are destroyed
 };
 
 }  // namespace kvc

@@ -13,6 +13,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/nccl_group.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/sampling.h"
@@ -59,7 +60,7 @@ TensorSizes sizes_of(const LlamaDims& d) {
           2 * ff * h,
           h * ff,
           h,
-          d.tied_embeddings ? 0 : size_t(d.vocab) * h};
+          d.tied_embeddings ? 0 : size_t(d.lm_head_rows()) * h};
 }
 // The layer matrices FP8 weights quantize, and their rows (output channels).
 bool is_fp8_matrix(const LlamaDims& d, ModelTensor t) {
@@ -158,6 +159,8 @@ size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
   size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff) +
                t * d.head_dim / 2 * 8;  // RoPE's (cos, sin)
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
+  // Tensor parallelism: this rank's logits and every rank's, gathered (set_tensor_parallel).
+  act += 4 * size_t(c.max_samples) * d.lm_head_rows() * (1 + size_t(d.tp_size));
   if (d.fp8_weights) {  // FP8 activations and their scales
     act += t * (std::max(h, q) + ff) +
            4 * (fp8_scale_floats(c.max_tokens, static_cast<int>(std::max(h, q))) +
@@ -185,6 +188,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   }
   if (d.q_heads % d.kv_heads != 0 || d.hidden % 8 != 0 || d.intermediate % 8 != 0) {
     return Error{"unsupported model shape (heads, hidden or intermediate size)"};
+  }
+  if (d.tp_size < 1 || (d.tp_size > 1 && d.tied_embeddings)) {
+    return Error{"a tensor-parallel rank's LM head is its own slice: tied_embeddings must be off"};
   }
   if (d.fp8_weights &&
       (d.hidden % 16 != 0 || d.intermediate % 16 != 0 || (d.q_heads * d.head_dim) % 16 != 0 ||
@@ -527,6 +533,25 @@ void LlamaModel::set_fp8_scales_in_readers(bool on) {
 
 bool LlamaModel::fp8_scales_in_readers() const {
   return impl_->fp8_scales_in_readers;
+}
+
+Status LlamaModel::set_tensor_parallel(NcclComm* comm) {
+  Impl& I = *impl_;
+  if (comm == nullptr || comm->size() != dims_.tp_size) {
+    return Error{"set_tensor_parallel: the group's size is not the model's tp_size (" +
+                 std::to_string(dims_.tp_size) + ")"};
+  }
+  cudaStreamSynchronize(I.stream);
+  I.drop_graphs();  // captured steps have no collectives
+  if (I.logits_part == nullptr) {
+    const size_t part = size_t(capacity_.max_samples) * dims_.lm_head_rows() * 4;
+    if (cudaError_t e = I.alloc(reinterpret_cast<void**>(&I.logits_part), part); e)
+      return Error{std::string("allocating the rank's logits: ") + cudaGetErrorString(e)};
+    if (cudaError_t e = I.alloc(reinterpret_cast<void**>(&I.logits_ranks), part * comm->size()); e)
+      return Error{std::string("allocating the gathered logits: ") + cudaGetErrorString(e)};
+  }
+  I.comm = comm;
+  return Status::Ok();
 }
 
 void LlamaModel::set_kv_scales(std::span<const float> k_scale, std::span<const float> v_scale) {

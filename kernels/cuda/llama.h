@@ -25,6 +25,8 @@
 
 namespace kvc::kernels::cuda {
 
+class NcclComm;  // kernels/cuda/nccl_group.h
+
 struct LlamaDims {
   int hidden = 0;
   int intermediate = 0;
@@ -47,6 +49,16 @@ struct LlamaDims {
   // The KV cache as E4M3 codes (--kv-cache-dtype fp8), one byte per element, one K and one V
   // scale per layer (1.0; attention.h KvQuant): twice the blocks in the same memory.
   bool fp8_kv = false;
+  // Tensor parallelism (issue 29; docs/architecture.md "Tensor parallelism"): the model is one
+  // rank of a group of tp_size, its dims already the rank's (replica/model/tensor_parallel.h
+  // rank_config: query and KV heads and the intermediate size divided), except `vocab`, the
+  // whole vocabulary: the embedding is whole, the LM head holds lm_head_rows() rows (its
+  // ceil(vocab / tp_size) slice, the last rank's padded; tied_embeddings must then be false) and
+  // the ranks' logits are gathered into [samples, vocab] before sampling. The collectives run
+  // once set_tensor_parallel gives the model its communicator; tp_size 1 with one runs the same
+  // path on one device.
+  int tp_size = 1;
+  int lm_head_rows() const { return tp_size > 1 ? (vocab + tp_size - 1) / tp_size : vocab; }
 };
 
 struct LlamaCapacity {
@@ -173,6 +185,14 @@ class LlamaModel {
   // and outer-vector kernels: the default). Not yet measured in the engine on the H200.
   void set_fp8_scales_in_readers(bool on);
   bool fp8_scales_in_readers() const;
+  // Tensor parallelism (LlamaDims::tp_size): this rank's communicator (comm->size() ==
+  // dims().tp_size), kept, not owned. From then on every step all-reduces the o and down
+  // projections' outputs and gathers the LM head's logits over the group, so every rank calls
+  // forward with the same step, in lockstep, each from the thread its device is current on
+  // (NcclComm::bind_thread, before create). The FP8 GEMMs' scales go into cuBLASLt (each
+  // rank's activation scales differ, so raw partial sums could not be added). Drops the
+  // captured graphs.
+  Status set_tensor_parallel(NcclComm* comm);
   struct GraphStats {
     int64_t captures = 0;  // graphs captured and instantiated
     int64_t replays = 0;   // steps that ran as a graph (captures included)

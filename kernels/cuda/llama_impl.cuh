@@ -71,6 +71,11 @@ struct LlamaModel::Impl {
   };
   std::map<std::pair<int, int>, PendingMatrix> pending;
   float* logits = nullptr;  // [max_samples, vocab]
+  // Tensor parallelism (set_tensor_parallel): the group, this rank's LM-head logits
+  // [max_samples, lm_head_rows] and every rank's gathered [tp_size, max_samples, lm_head_rows].
+  NcclComm* comm = nullptr;
+  float* logits_part = nullptr;
+  float* logits_ranks = nullptr;
   int32_t* tokens_out = nullptr;
   float* logprobs_out = nullptr;
   sampling::LogprobNorm* norms_out = nullptr;  // [max_samples]

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cuda/llama_impl.cuh"
+#include "kernels/cuda/nccl_group.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/sampling.h"
 
@@ -137,7 +138,9 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   // (per-tensor kernels) and the op that reads its output applies them (ops.h Fp8Dequant: `dq`
   // below). A reader may write the activation scales it reads (the norm after o_proj): only its
   // own row's, after reading them.
-  const bool fp8 = d.fp8_weights, raw = fp8 && I.fp8_scales_in_readers;
+  // Under tensor parallelism each rank's activation scales differ, so raw partial sums of the
+  // row-parallel GEMMs could not be added: cuBLASLt applies the scales there.
+  const bool fp8 = d.fp8_weights, raw = fp8 && I.fp8_scales_in_readers && I.comm == nullptr;
   auto layer_gemm = [&](const void* x, const void* xq, const float* x_scales, const void* w,
                         const float* w_scales, void* y, int n, int k) {
     if (raw) return g.run_fp8_raw(xq, w, y, rows, n, k, GemmOut::kBF16, s);
@@ -151,6 +154,15 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     return fp8 ? add_rms_norm_fp8(x, I.residual, accumulate, weight, I.xq, I.xq_scales, rows, h,
                                   d.rms_eps, s, x_dq)
                : add_rms_norm(x, I.residual, accumulate, weight, I.xn, rows, h, d.rms_eps, s);
+  };
+  // Tensor parallelism: the row-parallel projections' partial sums, added over the group.
+  auto all_reduce = [&](void* data, const char* what) -> Status {
+    if (I.comm == nullptr) return Status::Ok();
+    if (Status e = I.comm->all_reduce_bf16(data, size_t(rows) * h, s); !e.ok()) {
+      return Error{std::string(what) + ": " + e.message()};
+    }
+    I.mark(what, s);
+    return Status::Ok();
   };
   // 2. Copy-on-write.
   if (num_copies > 0) {
@@ -213,6 +225,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
                  "quantize attn");
         }
         KVC_OP(layer_gemm(I.attn, I.xq, I.xq_scales, L.o, L.o_scale, I.proj, h, qd), "o_proj");
+        if (Status e = all_reduce(I.proj, "o_proj all-reduce"); !e.ok()) return e;
         // MLP block.
         KVC_OP(norm(I.proj, true, L.mlp_norm, dq(I.xq_scales, L.o_scale)), "add_rms_norm");
         KVC_OP(
@@ -227,6 +240,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         }
         KVC_OP(layer_gemm(I.act, I.actq, I.act_scales, L.down, L.down_scale, I.proj, h, ff),
                "down_proj");
+        if (Status e = all_reduce(I.proj, "down_proj all-reduce"); !e.ok()) return e;
       }
       // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
       // row: it is gathered once per sample), then sampling.
@@ -237,8 +251,20 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     if (num_samples > 0) {
       KVC_OP(embedding_gather(I.xn, rows, h, dw + sl.sample_act_rows, num_samples, I.xs, s),
              "gather sample rows");
-      KVC_OP(g.run(I.xs, I.lm_head, I.logits, num_samples, d.vocab, h, GemmOut::kF32, s),
-             "lm_head");
+      // Tensor parallelism: each rank's rows of the LM head, then every rank's logits gathered.
+      const int lm_rows = d.lm_head_rows();
+      float* lm_out = I.comm != nullptr ? I.logits_part : I.logits;
+      KVC_OP(g.run(I.xs, I.lm_head, lm_out, num_samples, lm_rows, h, GemmOut::kF32, s), "lm_head");
+      if (I.comm != nullptr) {
+        if (Status e = I.comm->all_gather_f32(I.logits_part, size_t(num_samples) * lm_rows,
+                                              I.logits_ranks, s);
+            !e.ok()) {
+          return Error{"lm_head all-gather: " + e.message()};
+        }
+        KVC_OP(gather_vocab_parts(I.logits_ranks, I.comm->size(), num_samples, lm_rows, d.vocab,
+                                  I.logits, s),
+               "gather logits");
+      }
       KVC_OP(sample(I.logits, num_samples, st.sample_vocab > 0 ? st.sample_vocab : d.vocab, d.vocab,
                     dparams, I.tokens_out, I.logprobs_out, I.norms_out, s),
              "sample");

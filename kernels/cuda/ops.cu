@@ -365,6 +365,16 @@ __global__ void qkv_bias_norm_kernel(bf16* qkv, int64_t stride, int q_heads, int
 
 // ---- block copies ---------------------------------------------------------------------------
 
+// blockIdx.y: the sample row; each thread copies ids of it (a grid-stride loop over the vocab).
+__global__ void gather_vocab_parts_kernel(const float* ranks, int rows, int part, int vocab,
+                                          float* out) {
+  const int64_t row = blockIdx.y;
+  for (int id = blockIdx.x * blockDim.x + threadIdx.x; id < vocab; id += gridDim.x * blockDim.x) {
+    const int r = id / part;
+    out[row * vocab + id] = ranks[(int64_t{r} * rows + row) * part + (id - r * part)];
+  }
+}
+
 // blockIdx.x: the pair; blockIdx.y: the cache (2 * layer + {0: K, 1: V}); sizes in units of U
 // (16 bytes when the block's bytes allow, else bytes).
 template <typename U>
@@ -607,6 +617,19 @@ cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t
     copy_blocks_kernel<unsigned char>
         <<<grid, threads_for(block), 0, stream>>>(base, cache, block, pairs);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t gather_vocab_parts(const float* ranks, int num_ranks, int rows, int part, int vocab,
+                               float* out, cudaStream_t stream) {
+  if (rows == 0 || vocab == 0) return cudaSuccess;
+  if (rows < 0 || vocab < 0 || num_ranks < 1 || part < 1 || int64_t{part} * num_ranks < vocab ||
+      rows > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>(std::min((vocab + 255) / 256, 64)),
+                  static_cast<unsigned>(rows));
+  gather_vocab_parts_kernel<<<grid, 256, 0, stream>>>(ranks, rows, part, vocab, out);
   return cudaGetLastError();
 }
 

@@ -94,11 +94,6 @@ Status check_backend_options(const BackendOptions& o) {
     return Error{"--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
                  ": not 1, 2, 4 or 8"};
   }
-  if (b == "cuda" && o.tensor_parallel_size > 1) {
-    return Error{"--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
-                 ": the CUDA backend runs a replica on one GPU so far (--backend cpu splits a "
-                 "model over ranks)"};
-  }
   // Each entry: an option that only some backends read, whether it was given, and who reads it.
   struct Only {
     const char* flag;

@@ -7,6 +7,8 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/llama.h"
+#include "kernels/cuda/nccl_group.h"
+#include "replica/backend/cuda/tensor_parallel_backend.h"
 
 namespace kvc {
 
@@ -61,10 +63,15 @@ int32_t CudaBackend::kv_bytes_per_element() const {
 }
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& config,
-                                                           const CudaBackendOptions& o) {
+                                                           const CudaBackendOptions& o,
+                                                           int32_t tp_size) {
   if (!kc::device_available()) return Error{"--backend cuda: " + kc::device_description()};
   if (Status s = config.validate(); !s.ok()) return Error{s.message()};
   kc::LlamaDims dims = dims_of(config);
+  if (tp_size > 1) {
+    dims.tp_size = tp_size;
+    dims.tied_embeddings = false;  // the rank's LM head is its slice (RankWeights::lm_head_rows)
+  }
   dims.fp8_weights = o.fp8_weights.value_or(!config.checkpoint_quantization.empty());
   dims.fp8_kv = o.fp8_kv;
   kc::LlamaCapacity cap;
@@ -143,6 +150,44 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
   return b;
 }
 
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create_rank(const ModelConfig& whole,
+                                                              kc::NcclComm& comm,
+                                                              const CudaBackendOptions& o) {
+  if (Status s = check_tensor_parallel(whole, comm.size()); !s.ok()) return Error{s.message()};
+  auto made = allocate(rank_config(whole, comm.size()), o, comm.size());
+  if (!made.ok()) return made;
+  std::unique_ptr<CudaBackend> b = std::move(made).value();
+  if (Status s = b->model_->set_tensor_parallel(&comm); !s.ok()) return Error{s.message()};
+  if (Status s = b->model_->random_init(o.weights_seed + static_cast<uint64_t>(comm.rank()));
+      !s.ok()) {
+    return Error{s.message()};
+  }
+  return b;
+}
+
+Status CudaBackend::upload_rank(const RankWeights& w) {
+  kc::LlamaModel& m = *model_;
+  // The rank's config says tied (its LM head apart, in lm_head_rows); a model whose LM head is
+  // its own tensor (every rank of a split, or one whole untied model) takes those rows.
+  const bool own_head = !m.dims().tied_embeddings;
+  if (own_head && w.lm_head_rows.size() != m.tensor_elements(kernels::ModelTensor::kLmHead)) {
+    return Error{"the rank's LM head rows do not fit its model"};
+  }
+  if (Status s = check_weight_shapes(w.weights); !s.ok()) return s;
+  set_kv_scales(w.weights.kv_scales);
+  for (const TensorSpec& t : hf_tensor_specs(w.weights.config)) {
+    const Status e =
+        m.upload(t.kind, t.layer, size_t(t.offset), tensor_values(w.weights, t), size_t(t.numel()));
+    if (!e.ok()) return Error{"uploading weights: " + t.name + ": " + e.message()};
+  }
+  if (own_head) {
+    const Status e =
+        m.upload(kernels::ModelTensor::kLmHead, 0, 0, w.lm_head_rows.data(), w.lm_head_rows.size());
+    if (!e.ok()) return Error{"uploading the LM head's rows: " + e.message()};
+  }
+  return m.finish_uploads();
+}
+
 void CudaBackend::set_kv_scales(const KvCacheScales& scales) {
   const std::vector<float> ones(config_.num_hidden_layers, 1.0f);
   model_->set_kv_scales(scales.empty() ? ones : scales.k, scales.empty() ? ones : scales.v);
@@ -190,16 +235,20 @@ Status CudaBackend::check_weights(const std::string& folder) const {
   return check_replacement(folder, config_);
 }
 
+Status note_weights_written(const Status& written, std::string& broken) {
+  if (!written.ok()) {
+    broken = "a weight update failed while writing the weights (" + written.message() +
+             "): load a complete checkpoint";
+    return Error{broken};
+  }
+  broken.clear();
+  return Status::Ok();
+}
+
 Status CudaBackend::load_weights(const std::string& folder) {
   Result<HfFolder> f = open_replacement(folder, config_);
   if (!f.ok()) return Error{f.error().message};
-  if (Status s = upload_folder(*f); !s.ok()) {
-    weights_broken_ = "a weight update failed while writing the weights (" + s.message() +
-                      "): load a complete checkpoint";
-    return Error{weights_broken_};
-  }
-  weights_broken_.clear();
-  return Status::Ok();
+  return note_weights_written(upload_folder(*f), weights_broken_);
 }
 
 void CudaBackend::set_profile(bool on) {
@@ -263,6 +312,56 @@ Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   return Status::Ok();
 }
 
+namespace {
+
+// What start-up allocated on one device (`who`: the backend, or a tensor-parallel rank).
+void log_allocation(const CudaBackend& b, const std::string& who) {
+  const CudaBackendMemory& m = b.memory();
+  auto mib = [](size_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  std::fprintf(
+      stderr,
+      "%s on %s: weights %.0f MiB (%s), workspace %.0f MiB, KV cache %.0f MiB "
+      "(%d blocks of %d tokens, %s); %.0f of %.0f MiB were free\n",
+      who.c_str(), m.device.c_str(), mib(m.weight_bytes),
+      b.quantization() == "fp8" ? "layer matrices FP8 E4M3, per-channel scales" : "bf16",
+      mib(m.workspace_bytes), mib(m.kv_bytes), b.num_blocks(), b.block_size(),
+      b.kv_cache_dtype() == "fp8" ? "FP8 E4M3, 1 byte per element: twice the blocks" : "bf16",
+      mib(m.device_free), mib(m.device_total));
+}
+
+// --tensor-parallel-size N > 1: the preset's or folder's model over GPUs 0..N-1.
+Result<std::unique_ptr<Backend>> make_cuda_tensor_parallel_backend(const BackendOptions& f,
+                                                                   const CudaBackendOptions& o,
+                                                                   int32_t min_vocab) {
+  const int32_t size = f.tensor_parallel_size;
+  Result<std::unique_ptr<CudaTensorParallelBackend>> made = Error{""};
+  if (!f.model_dir.empty()) {
+    made = CudaTensorParallelBackend::load(f.model_dir, size, o);
+  } else {
+    auto config = preset_config(f.preset_or_default());
+    if (!config.ok()) return Error{config.error().message};
+    config->vocab_size = std::max(config->vocab_size, min_vocab);
+    made = CudaTensorParallelBackend::create(*config, nullptr, size, o);
+  }
+  if (!made.ok()) return Error{made.error().message};
+  CudaTensorParallelBackend& tp = **made;
+  const ModelConfig& whole = tp.config();
+  const ModelConfig rank = rank_config(whole, size);
+  std::fprintf(stderr,
+               "tensor parallelism over %d GPUs (%s, a thread per GPU): each rank %d of %d query "
+               "heads, %d of %d KV heads, %d of %d intermediate columns, %d LM-head rows of %d; "
+               "KV pool %d blocks per rank\n",
+               size, kernels::cuda::nccl_description().c_str(), rank.num_attention_heads,
+               whole.num_attention_heads, rank.num_key_value_heads, whole.num_key_value_heads,
+               rank.intermediate_size, whole.intermediate_size,
+               vocab_slice(whole.vocab_size, 0, size).padded, whole.vocab_size, tp.num_blocks());
+  for (int32_t r = 0; r < size; ++r)
+    log_allocation(tp.rank(r), "rank " + std::to_string(r));
+  return std::unique_ptr<Backend>(std::move(made).value());
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int32_t min_vocab) {
   CudaBackendOptions o;
   o.num_blocks = f.kv_blocks;
@@ -275,6 +374,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   o.decode_gemm = f.decode_gemm;
   if (!f.quantization.empty()) o.fp8_weights = f.quantization == "fp8";  // else as the checkpoint
   o.fp8_kv = f.fp8_kv();
+  if (f.tensor_parallel_size > 1) return make_cuda_tensor_parallel_backend(f, o, min_vocab);
   Result<std::unique_ptr<CudaBackend>> made = Error{""};
   if (!f.model_dir.empty()) {
     made = CudaBackend::load(f.model_dir, o);
@@ -285,18 +385,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
     made = CudaBackend::create(*config, nullptr, o);
   }
   if (!made.ok()) return Error{made.error().message};
-  const CudaBackendMemory& m = (*made)->memory();
-  auto mib = [](size_t b) { return static_cast<double>(b) / (1 << 20); };
-  std::fprintf(
-      stderr,
-      "cuda backend on %s: weights %.0f MiB (%s), workspace %.0f MiB, KV cache %.0f MiB "
-      "(%d blocks of %d tokens, %s); %.0f of %.0f MiB were free\n",
-      m.device.c_str(), mib(m.weight_bytes),
-      (*made)->quantization() == "fp8" ? "layer matrices FP8 E4M3, per-channel scales" : "bf16",
-      mib(m.workspace_bytes), mib(m.kv_bytes), (*made)->num_blocks(), (*made)->block_size(),
-      (*made)->kv_cache_dtype() == "fp8" ? "FP8 E4M3, 1 byte per element: twice the blocks"
-                                         : "bf16",
-      mib(m.device_free), mib(m.device_total));
+  log_allocation(**made, "cuda backend");
   return std::unique_ptr<Backend>(std::move(made).value());
 }
 

@@ -13,11 +13,13 @@
 #include "base/status.h"
 #include "replica/backend/backend.h"
 #include "replica/backend/backend_options.h"
+#include "replica/model/tensor_parallel.h"
 #include "replica/model/weights.h"
 
 namespace kvc::kernels::cuda {
 class LlamaModel;
-}
+class NcclComm;
+}  // namespace kvc::kernels::cuda
 
 namespace kvc {
 
@@ -59,6 +61,17 @@ class CudaBackend final : public Backend {
   // device, tensor by tensor in pieces: no float32 copy of the model on the host.
   static Result<std::unique_ptr<CudaBackend>> load(const std::string& folder,
                                                    const CudaBackendOptions& options);
+  // Rank comm.rank() of a tensor-parallel group (CudaTensorParallelBackend): the model of
+  // rank_config(whole, comm.size()) with the whole vocabulary (kernels/cuda/llama.h
+  // LlamaDims::tp_size), on the calling thread's device (comm.bind_thread() first), its
+  // collectives through comm. Its weights: upload_rank, or random (weights_seed + rank: a random
+  // model of its own, not a slice of the one-GPU random model). With a group of one this is the
+  // whole model, through the same path.
+  static Result<std::unique_ptr<CudaBackend>> create_rank(const ModelConfig& whole,
+                                                          kernels::cuda::NcclComm& comm,
+                                                          const CudaBackendOptions& options);
+  // A rank's slices (shard_weights or read_rank_weights) onto its device.
+  Status upload_rank(const RankWeights& weights);
   ~CudaBackend() override;
 
   const ModelConfig& config() const override { return config_; }
@@ -93,8 +106,10 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend(ModelConfig config, std::unique_ptr<kernels::cuda::LlamaModel> model,
               int32_t num_blocks, int32_t block_size, CudaBackendMemory memory);
+  // tp_size > 1: config is a rank's (rank_config) and the LM head its vocabulary slice.
   static Result<std::unique_ptr<CudaBackend>> allocate(const ModelConfig& config,
-                                                       const CudaBackendOptions& options);
+                                                       const CudaBackendOptions& options,
+                                                       int32_t tp_size = 1);
   // Every tensor of the folder onto the device (BF16/F16 as is, F32 converted), in pieces.
   Status upload_folder(const HfFolder& folder);
 
@@ -109,6 +124,10 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> copies_, sample_rows_;
   std::vector<uint8_t> params_;  // kernels::sampling::SampleParams
 };
+
+// After a weight update wrote (or failed to write) over the device's weights: `broken` becomes
+// why they are incomplete (forward refuses to run until a complete load), or empty.
+Status note_weights_written(const Status& written, std::string& broken);
 
 // The backend factory's CUDA maker (replica/server/backend_factory.h: CudaBackendMaker): the
 // options' preset (vocabulary grown to min_vocab) or model folder on the device; prints what it

@@ -37,6 +37,22 @@ struct RunOutput {
   int levels_kept = 0;
 };
 
+// Every tensor of `w` rounded to bf16, as the device stores it.
+inline void round_to_bf16(ModelWeights& w) {
+  auto round = [](std::vector<float>& v) {
+    for (float& x : v)
+      x = bf16_to_float(float_to_bf16(x));
+  };
+  round(w.embed);
+  round(w.final_norm);
+  round(w.lm_head);
+  for (LayerWeights& l : w.layers) {
+    for (auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.mlp_norm, &l.w_gate_up, &l.w_down,
+                    &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm})
+      round(*v);
+  }
+}
+
 // The tiny preset's weights in `family` (Qwen2: q/k/v biases, Qwen3: q/k norms, scaled off 1 so
 // that they change the output), rounded to bf16 as the device stores them.
 inline ModelWeights bf16_weights(ModelFamily family = ModelFamily::kLlama) {
@@ -53,18 +69,7 @@ inline ModelWeights bf16_weights(ModelFamily family = ModelFamily::kLlama) {
         x = u(rng);
     }
   }
-  auto round = [](std::vector<float>& v) {
-    for (float& x : v)
-      x = bf16_to_float(float_to_bf16(x));
-  };
-  round(w.embed);
-  round(w.final_norm);
-  round(w.lm_head);
-  for (LayerWeights& l : w.layers) {
-    for (auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.mlp_norm, &l.w_gate_up, &l.w_down,
-                    &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm})
-      round(*v);
-  }
+  round_to_bf16(w);
   return w;
 }
 

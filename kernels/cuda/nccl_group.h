@@ -1,0 +1,61 @@
+// NCCL for tensor parallelism over the GPUs of one host (issue 29: one process, a thread per
+// GPU; docs/architecture.md "Tensor parallelism"), without CUDA or NCCL types in this header.
+//
+// NCCL is loaded at run time (dlopen of libnccl.so.2): the toolkit's library (218 MB) is not
+// linked, so the binaries run on hosts without it until a split is asked for, and then the error
+// says which library was missing and where it was looked for (KVC_NCCL_LIBRARY names another
+// file; on the GPU host PyTorch's nvidia-nccl package has one: bench/gpu_tp.sh). NVLink
+// multicast (NVLS) stays off: NCCL_NVLS_ENABLE=0 is set before NCCL starts unless the
+// environment already says otherwise, and nothing here creates multicast objects.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvc::kernels::cuda {
+
+// One rank's communicator of a group; each is used by one thread (its rank's), and every rank
+// calls the same collectives in the same order. The collectives are enqueued on `stream` (a
+// cudaStream_t of the rank's device) and may be captured into a CUDA graph.
+class NcclComm {
+ public:
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+  // Makes the rank's device the calling thread's current one (each rank thread calls it first).
+  Status bind_thread() const;
+
+  // In place: data[0, count) (bf16) becomes the sum over the ranks of theirs.
+  Status all_reduce_bf16(void* data, size_t count, void* stream);
+  // out[r * count, (r + 1) * count) (float32) becomes rank r's in[0, count), on every rank.
+  Status all_gather_f32(const void* in, size_t count, void* out, void* stream);
+
+ private:
+  friend Result<std::vector<std::unique_ptr<NcclComm>>> make_nccl_group(std::span<const int>);
+  NcclComm(void* comm, int rank, int size, int device)
+      : comm_(comm), rank_(rank), size_(size), device_(device) {}
+  void* comm_;  // ncclComm_t
+  int rank_, size_, device_;
+};
+
+// A group of devices.size() ranks, rank i on CUDA device devices[i] (ncclCommInitAll). Errors
+// name what failed: NCCL not found, a device that does not exist (or appears twice), NCCL's own
+// initialisation.
+Result<std::vector<std::unique_ptr<NcclComm>>> make_nccl_group(std::span<const int> devices);
+
+// CUDA devices this process sees (0 without a driver).
+int device_count();
+
+// "NCCL 2.28.9 (libnccl.so.2)", or why it cannot be loaded.
+std::string nccl_description();
+
+}  // namespace kvc::kernels::cuda

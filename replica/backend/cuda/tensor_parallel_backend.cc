@@ -1,0 +1,116 @@
+#include "replica/backend/cuda/tensor_parallel_backend.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/cuda/nccl_group.h"
+#include "replica/model/tensor_parallel.h"
+
+namespace kvc {
+
+namespace kc = kernels::cuda;
+
+CudaTensorParallelBackend::CudaTensorParallelBackend(ModelConfig whole, int32_t size)
+    : config_(std::move(whole)),
+      ranks_(static_cast<size_t>(size)),
+      outputs_(static_cast<size_t>(size)),
+      threads_(std::make_unique<RankThreads>(size, /*caller_runs_first=*/false)) {}
+
+CudaTensorParallelBackend::~CudaTensorParallelBackend() {
+  // Each rank's model and communicator go on the thread its device is current on.
+  (void)threads_->run([&](int32_t r) {
+    ranks_[static_cast<size_t>(r)].reset();
+    if (static_cast<size_t>(r) < comms_.size()) comms_[static_cast<size_t>(r)].reset();
+    return Status::Ok();
+  });
+}
+
+Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::create(
+    const ModelConfig& whole, const ModelWeights* weights, int32_t size,
+    const CudaBackendOptions& o) {
+  if (Status s = check_tensor_parallel(whole, size); !s.ok()) return Error{s.message()};
+  if (weights != nullptr) {
+    if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
+  }
+  std::vector<int> devices(static_cast<size_t>(size));
+  std::iota(devices.begin(), devices.end(), 0);
+  auto group = kc::make_nccl_group(devices);
+  if (!group.ok())
+    return Error{"--tensor-parallel-size " + std::to_string(size) + ": " + group.error().message};
+  std::unique_ptr<CudaTensorParallelBackend> b(new CudaTensorParallelBackend(whole, size));
+  b->comms_ = std::move(group).value();
+  Status made = b->threads_->run([&](int32_t r) -> Status {
+    kc::NcclComm& comm = *b->comms_[static_cast<size_t>(r)];
+    if (Status s = comm.bind_thread(); !s.ok()) return s;
+    auto rank = CudaBackend::create_rank(whole, comm, o);
+    if (!rank.ok()) return Error{rank.error().message};
+    b->ranks_[static_cast<size_t>(r)] = std::move(rank).value();
+    if (weights == nullptr) return Status::Ok();
+    return b->ranks_[static_cast<size_t>(r)]->upload_rank(shard_weights(*weights, r, size));
+  });
+  if (!made.ok()) return Error{made.message()};
+  b->num_blocks_ = b->ranks_[0]->num_blocks();
+  for (const auto& rank : b->ranks_)
+    b->num_blocks_ = std::min(b->num_blocks_, rank->num_blocks());
+  return b;
+}
+
+Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::load(
+    const std::string& folder, int32_t size, const CudaBackendOptions& o) {
+  Result<HfFolder> f = HfFolder::open(folder);
+  if (!f.ok()) return Error{f.error().message};
+  auto made = create(f->config(), nullptr, size, o);
+  if (!made.ok()) return made;
+  if (Status s = (*made)->upload_folder(*f); !s.ok()) return Error{s.message()};
+  return made;
+}
+
+Status CudaTensorParallelBackend::upload_folder(const HfFolder& f) {
+  const int32_t size = threads_->size();
+  return threads_->run([&](int32_t r) -> Status {
+    std::lock_guard lock(upload_mu_);
+    Result<RankWeights> w = read_rank_weights(f, r, size);
+    if (!w.ok()) return Error{w.error().message};
+    return ranks_[static_cast<size_t>(r)]->upload_rank(*w);
+  });
+}
+
+Status CudaTensorParallelBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
+  if (!weights_broken_.empty()) return Error{weights_broken_};
+  // Every rank runs the same batch and the same collectives; a rank fails alone only on what
+  // it checks before its first collective, alike on every rank.
+  if (Status s = threads_->run([&](int32_t r) {
+        return ranks_[static_cast<size_t>(r)]->forward(batch, outputs_[static_cast<size_t>(r)]);
+      });
+      !s.ok()) {
+    return s;
+  }
+  std::swap(out, outputs_[0]);
+  return Status::Ok();
+}
+
+Status CudaTensorParallelBackend::check_weights(const std::string& folder) const {
+  return check_replacement(folder, config_);
+}
+
+Status CudaTensorParallelBackend::load_weights(const std::string& folder) {
+  Result<HfFolder> f = open_replacement(folder, config_);
+  if (!f.ok()) return Error{f.error().message};
+  return note_weights_written(upload_folder(*f), weights_broken_);
+}
+
+void CudaTensorParallelBackend::set_graphs(bool on) {
+  (void)threads_->run([&](int32_t r) {
+    ranks_[static_cast<size_t>(r)]->set_graphs(on);
+    return Status::Ok();
+  });
+}
+
+void CudaTensorParallelBackend::set_profile(bool on) {
+  (void)threads_->run([&](int32_t r) {
+    ranks_[static_cast<size_t>(r)]->set_profile(on);
+    return Status::Ok();
+  });
+}
+
+}  // namespace kvc

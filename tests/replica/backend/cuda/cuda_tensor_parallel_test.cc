@@ -1,0 +1,105 @@
+// The CUDA backend split over GPUs (replica/backend/cuda/tensor_parallel_backend.h), against
+// the one-GPU backend on the same weights: one rank through the whole split path (NCCL group,
+// rank threads, all-reduces, the LM head's all-gather and vocab gather) gives the same logits to
+// the bit in flat and cascade decode; over 2, 4 or 8 GPUs where the machine has them, the
+// logits stay within bf16 rounding of the whole model's (the partial sums are added in bf16).
+// A group of more ranks than GPUs is refused. bench/gpu_tp.sh runs these on the GPU host.
+#include "replica/backend/cuda/tensor_parallel_backend.h"
+
+#include "kernels/cuda/nccl_group.h"
+#include "tests/replica/backend/cuda/cuda_backend_fixture.h"
+
+namespace kvc {
+namespace {
+
+// The tiny preset with 4 KV heads (and 8 query heads) and an LM head of its own: it splits over
+// 1, 2 and 4 ranks (the tiny preset, tied, over 1).
+const ModelWeights& split_weights() {
+  static const ModelWeights w = [] {
+    ModelConfig c = *preset_config("tiny");
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 4;
+    c.hidden_size = 512;
+    c.intermediate_size = 1024;
+    c.tie_word_embeddings = false;  // its own LM head: the split path uploads its rows
+    ModelWeights r = random_weights(c, 7);
+    round_to_bf16(r);
+    return r;
+  }();
+  return w;
+}
+
+class CudaTensorParallelTest : public CudaBackendTest {
+ protected:
+  // The split backend over `size` GPUs, or null when NCCL cannot be loaded here (skipped unless
+  // KVC_REQUIRE_NCCL=1).
+  std::unique_ptr<Backend> split(const ModelWeights& w, int32_t size) {
+    CudaBackendOptions o;
+    o.num_blocks = 512;
+    auto b = CudaTensorParallelBackend::create(w.config, &w, size, o);
+    if (!b.ok()) {
+      const char* require = std::getenv("KVC_REQUIRE_NCCL");
+      if (b.error().message.find("cannot be loaded") != std::string::npos &&
+          (require == nullptr || std::string(require) != "1")) {
+        skipped_ = b.error().message;
+        return nullptr;
+      }
+      ADD_FAILURE() << b.error().message;
+      return nullptr;
+    }
+    return std::unique_ptr<Backend>(std::move(b).value());
+  }
+  std::string skipped_;
+};
+
+TEST_F(CudaTensorParallelTest, OneRankThroughTheSplitPathEqualsTheWholeModel) {
+  for (const ModelWeights* w : {&weights(), &split_weights()}) {
+    for (bool cascade : {false, true}) {
+      SCOPED_TRACE(cascade ? "cascade" : "flat");
+      auto one = split(*w, 1);
+      if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+      ASSERT_TRUE(one);
+      auto whole = cuda(512, 16, false, *w);
+      ASSERT_TRUE(whole);
+      const std::vector<GenerationRequest> reqs = sibling_requests(2);
+      const RunOutput a = run(*whole, reqs, cascade, /*keep_logits=*/true);
+      const RunOutput b = run(*one, reqs, cascade, /*keep_logits=*/true);
+      EXPECT_EQ(a.tokens, b.tokens);
+      EXPECT_EQ(a.logits, b.logits) << "the split path with one rank changed a logit";
+    }
+  }
+}
+
+TEST_F(CudaTensorParallelTest, SplitOverTheGpusStaysWithinBf16OfTheWholeModel) {
+  const int gpus = kernels::cuda::device_count();
+  if (gpus < 2) GTEST_SKIP() << "one GPU: the split over several runs on a multi-GPU machine";
+  const std::vector<GenerationRequest> reqs = twin_requests();
+  for (int32_t size : {2, 4}) {
+    if (size > gpus) break;
+    for (bool cascade : {false, true}) {
+      SCOPED_TRACE("tp " + std::to_string(size) + (cascade ? " cascade" : " flat"));
+      auto whole = cuda(512, 16, false, split_weights());
+      auto parts = split(split_weights(), size);
+      ASSERT_TRUE(whole && parts);
+      const RunOutput a = run(*whole, reqs, cascade, /*keep_logits=*/true);
+      const RunOutput b = run(*parts, reqs, cascade, /*keep_logits=*/true);
+      const auto [compared, worst] = expect_logits_close(a, b, reqs, 2e-2);
+      std::printf("tp %d %s: %d logit rows against one GPU, worst relative L2 %.3g\n", size,
+                  cascade ? "cascade" : "flat", compared, worst);
+      EXPECT_GE(compared, 5);
+    }
+  }
+}
+
+TEST_F(CudaTensorParallelTest, MoreRanksThanGpusIsRefused) {
+  const int gpus = kernels::cuda::device_count();
+  if (gpus >= 8) GTEST_SKIP() << "8 GPUs: nothing to refuse";
+  CudaBackendOptions o;
+  auto b = CudaTensorParallelBackend::create(*preset_config("llama3-8b"), nullptr, 8, o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message.find("this process sees " + std::to_string(gpus)), std::string::npos)
+      << b.error().message;
+}
+
+}  // namespace
+}  // namespace kvc

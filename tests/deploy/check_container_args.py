@@ -132,9 +132,14 @@ def main():
                 failures.append("%s: `%s` exited %d" % (where, shown, run.returncode))
             checked.append((doc, c, argv))
             if expect_gpu and argv[0] == "replica":
+                # One GPU per rank of the replica's split (--tensor-parallel-size, else 1).
+                ranks = "1"
+                if "--tensor-parallel-size" in argv[:-1]:
+                    ranks = argv[argv.index("--tensor-parallel-size") + 1]
                 limits = ((c.get("resources") or {}).get("limits") or {})
-                if str(limits.get("nvidia.com/gpu")) != "1":
-                    failures.append("%s: expected resources.limits nvidia.com/gpu: 1" % where)
+                if str(limits.get("nvidia.com/gpu")) != ranks:
+                    failures.append("%s: expected resources.limits nvidia.com/gpu: %s (the "
+                                    "replica's ranks)" % (where, ranks))
     commands = {argv[0] for _, _, argv in checked}
     for needed in ("router", "replica"):
         if needed not in commands:

@@ -14,6 +14,7 @@
 #include "bench/rl_bench.h"
 #include "bench/router_bench.h"
 #include "bench/routing_bench.h"
+#include "replica/model/model_config.h"
 
 namespace kvc::bench {
 namespace {
@@ -188,7 +189,7 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   engine->add_option("--anchor", e->anchor_json,
                      "anchor.json of torch_cascade_anchor.py from the same run: rows side by side");
   engine->add_option("--preset", e->preset, "model shape (random bf16 weights)")
-      ->check(CLI::IsMember({"tiny", "llama3-8b"}));
+      ->check(CLI::IsMember(preset_names()));
   engine->add_option("--groups", e->groups, "prompts")->check(CLI::Range(1, 64));
   engine->add_option("--siblings", e->siblings, "samples per prompt")->check(CLI::Range(1, 256));
   engine->add_option("--prefix", e->prefix, "prompt tokens")->check(CLI::Range(16, 65536));
@@ -237,10 +238,15 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   add_kv_cache_dtype(engine, e->fp8_kv, "the KV cache as E4M3 codes; auto: bf16");
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
-  engine->add_flag("--fp8-scales-in-readers", e->fp8_scales_in_readers,
-                   "with --quantization fp8: the ops that read the GEMMs' outputs apply the "
-                   "scales (cuBLASLt's per-tensor kernels) instead of cuBLASLt (its block-scaled "
-                   "kernels)");
+  engine
+      ->add_option("--tensor-parallel-size", e->tensor_parallel_size,
+                   "the model split over this many GPUs (1: the split's path, NCCL included, on "
+                   "one GPU); floors per GPU")
+      ->check(CLI::IsMember({1, 2, 4, 8}));
+  engine->add_flag("--fp8-scales-in-gemm", e->fp8_scales_in_gemm,
+                   "with --quantization fp8: cuBLASLt applies the scales (its block-scaled "
+                   "kernels) instead of the ops that read the GEMMs' outputs (its per-tensor "
+                   "kernels with scales of 1, the default)");
   auto gm = std::make_shared<GemmBenchOptions>();
   CLI::App* gemm = bench->add_subcommand(
       "gemm",

@@ -13,9 +13,9 @@
 #                                 and bf16 + bf16 (same run)
 #   bash bench/gpu_fp8.sh scales  where the FP8 GEMMs' scales are applied: the CUDA tests, bench
 #                                 gemm at 16 and 128 rows (block-scaled vs raw), then bench
-#                                 engine with FP8 weights + FP8 KV, scales in cuBLASLt (the
-#                                 default) and in the GEMMs' readers (--fp8-scales-in-readers),
-#                                 each beside the anchor
+#                                 engine with FP8 weights + FP8 KV, scales in the GEMMs' readers
+#                                 (the default) and in cuBLASLt (--fp8-scales-in-gemm), each
+#                                 beside the anchor
 set -u -o pipefail
 mode=${1:-tests}
 out=${OUT:-gpu-out}
@@ -99,7 +99,7 @@ case "$mode" in
       tail -9 "$out/gemm-$rows.txt"
     done
     run_anchor
-    for v in "in-gemm" "readers --fp8-scales-in-readers"; do
+    for v in "readers" "in-gemm --fp8-scales-in-gemm"; do
       set -- $v
       name=$1
       shift

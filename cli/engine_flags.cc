@@ -1,6 +1,7 @@
 #include "cli/engine_flags.h"
 
 #include "replica/backend/sim/sim_backend.h"
+#include "replica/model/model_config.h"
 
 namespace kvc::cli {
 
@@ -11,7 +12,7 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_option_function<std::string>(
          "--preset", [&b](const std::string& v) { b.preset = v; },
          "random-initialised model shape (default tiny)")
-      ->check(CLI::IsMember({"tiny", "llama3-8b"}));
+      ->check(CLI::IsMember(preset_names()));
   cmd.add_option("--model", b.model_dir, "Hugging Face model folder (config.json + *.safetensors)")
       ->check(CLI::ExistingDirectory);
   cmd.add_option("--tokenizer", b.tokenizer_dir,

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "replica/model/bandwidth_model.h"
+#include "replica/model/model_config.h"
 
 namespace kvc::cli {
 namespace {
@@ -40,8 +41,7 @@ Run add_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "plan",
       "bytes and predicted time of one decode step, flat vs cascade (the seed's arithmetic)");
-  cmd->add_option("--preset", flags->preset, "model shape")
-      ->check(CLI::IsMember({"tiny", "llama3-8b"}));
+  cmd->add_option("--preset", flags->preset, "model shape")->check(CLI::IsMember(preset_names()));
   cmd->add_option("--prefix", flags->work.prefix_tokens, "shared prefix tokens per group")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--suffix", flags->work.suffix_tokens, "private tokens per sequence")

@@ -18,8 +18,10 @@
 #include "bench/cuda/engine_bench_common.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/llama.h"
+#include "kernels/cuda/nccl_group.h"
 #include "kernels/cuda/roofline.h"
 #include "replica/backend/cuda/cuda_backend.h"
+#include "replica/backend/cuda/tensor_parallel_backend.h"
 #include "replica/core/engine.h"
 #include "replica/tokenizer/tokenizer.h"
 
@@ -88,11 +90,24 @@ struct NeedGap {
 // Device time per operation over the profiled steps of one S window.
 using Profile = std::map<int, std::vector<std::pair<std::string, double>>>;  // S point -> op us
 
-bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade, bool graphs,
+// What the bench drives: one GPU's backend, or a split over GPUs (--tensor-parallel-size) whose
+// rank 0 gives the step timings, profile and graph statistics (its step includes the
+// collectives, which wait for every rank).
+struct BenchBackend {
+  std::unique_ptr<CudaBackend> one;
+  std::unique_ptr<CudaTensorParallelBackend> split;
+  Backend& engine() { return split ? static_cast<Backend&>(*split) : *one; }
+  CudaBackend& rank0() { return split ? split->rank(0) : *one; }
+  void set_graphs(bool on) { split ? split->set_graphs(on) : one->set_graphs(on); }
+  void set_profile(bool on) { split ? split->set_profile(on) : one->set_profile(on); }
+  int ranks() const { return split ? split->tensor_parallel_size() : 1; }
+};
+
+bool run_rollout(const EngineBenchOptions& o, BenchBackend& backend, bool cascade, bool graphs,
                  const std::vector<GenerationRequest>& reqs, ModeRun& out, NeedGap* need,
                  Profile* profile = nullptr) {
   ByteTokenizer tokenizer;
-  Engine engine(backend, tokenizer, engine_config(o, cascade, backend.config()),
+  Engine engine(backend.engine(), tokenizer, engine_config(o, cascade, backend.engine().config()),
                 SteadyClock::instance());
   for (const auto& r : reqs) {
     auto id = engine.submit(r);
@@ -149,12 +164,12 @@ bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade
     }
     StepRecord r;
     r.wall_ms = wall;
-    r.host_ms = backend.last_timing().host_us / 1e3;
-    r.prep_ms = backend.last_timing().prep_us / 1e3;
+    r.host_ms = backend.rank0().last_timing().host_us / 1e3;
+    r.prep_ms = backend.rank0().last_timing().prep_us / 1e3;
     r.engine_ms =
         std::chrono::duration<double, std::milli>(step.stats.duration - step.stats.forward).count();
-    r.wait_ms = backend.last_timing().wait_us / 1e3;
-    r.device_ms = backend.last_timing().device_us / 1e3;
+    r.wait_ms = backend.rank0().last_timing().wait_us / 1e3;
+    r.device_ms = backend.rank0().last_timing().device_us / 1e3;
     r.decode = step.stats.num_decode_seqs;
     r.prefill = step.stats.num_prefill_tokens;
     r.s = generated[1];
@@ -162,7 +177,7 @@ bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade
     out.steps.push_back(r);
     if (profile_point != 0 && r.prefill == 0) {
       auto& acc = (*profile)[profile_point];
-      for (const auto& [name, us] : backend.last_timing().profile) {
+      for (const auto& [name, us] : backend.rank0().last_timing().profile) {
         auto it =
             std::find_if(acc.begin(), acc.end(), [&](const auto& a) { return a.first == name; });
         if (it == acc.end()) {
@@ -184,7 +199,7 @@ bool run_rollout(const EngineBenchOptions& o, CudaBackend& backend, bool cascade
     if (r.prefill == 0) {
       out.decode_s += wall / 1e3;
       ++out.decode_steps;
-      out.graph_steps += backend.last_timing().graph;
+      out.graph_steps += backend.rank0().last_timing().graph;
     }
   }
   if (profile) backend.set_profile(false);
@@ -204,8 +219,10 @@ struct Point {
 };
 
 // Pure decode steps of every sequence with S in [s - window/2, s + window/2) (clipped to the run).
+// `ranks` > 1: the model split over that many GPUs, each reading and computing 1/ranks of it
+// (the floors are one GPU's; the collectives' time is in the step, not in the floor).
 Point point_at(const ModeRun& run, int s, int window, int rows, const ModelCost& m, double bw,
-               double peak, int gen, int prompt_len) {
+               double peak, int gen, int prompt_len, int ranks) {
   Point p;
   p.s = s;
   int lo = std::max(1, s - window / 2), hi = lo + window;
@@ -236,8 +253,8 @@ Point point_at(const ModeRun& run, int s, int window, int rows, const ModelCost&
   p.host_ms = median(host);
   p.wait_ms = median(wait);
   p.device_ms = median(dev);
-  p.bytes = median(bytes);
-  p.flops = median(flops);
+  p.bytes = median(bytes) / ranks;
+  p.flops = median(flops) / ranks;
   p.byte_floor_ms = p.bytes / bw * 1e3;
   p.flop_floor_ms = p.flops / peak * 1e3;
   return p;
@@ -318,13 +335,27 @@ int run_engine_bench(const EngineBenchOptions& o) {
   bo.decode_gemm = o.decode_gemm;
   bo.fp8_weights = fp8;
   bo.fp8_kv = o.fp8_kv;
-  auto made = CudaBackend::create(*config, nullptr, bo);
-  if (!made.ok()) {
-    std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());
-    return 1;
+  BenchBackend backend;
+  if (o.tensor_parallel_size > 0) {
+    auto made = CudaTensorParallelBackend::create(*config, nullptr, o.tensor_parallel_size, bo);
+    if (!made.ok()) {
+      std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());
+      return 1;
+    }
+    backend.split = std::move(made).value();
+    std::printf(
+        "tensor parallelism: %d rank(s), a thread per GPU, %s (each rank a random model "
+        "of its own; floors per GPU)\n\n",
+        o.tensor_parallel_size, kc::nccl_description().c_str());
+  } else {
+    auto made = CudaBackend::create(*config, nullptr, bo);
+    if (!made.ok()) {
+      std::fprintf(stderr, "bench engine: %s\n", made.error().message.c_str());
+      return 1;
+    }
+    backend.one = std::move(made).value();
+    backend.one->model().set_fp8_scales_in_readers(!o.fp8_scales_in_gemm);
   }
-  CudaBackend& backend = **made;
-  backend.model().set_fp8_scales_in_readers(o.fp8_scales_in_readers);
 
   const int rows = o.groups * o.siblings;
   result.update({{"groups", o.groups},
@@ -332,13 +363,14 @@ int run_engine_bench(const EngineBenchOptions& o) {
                  {"prefix", o.prefix},
                  {"gen", o.gen},
                  {"logprobs", o.logprobs},
-                 {"decode_gemm", backend.model().decode_gemm()},
-                 {"fp8_scales_in_readers", fp8 && o.fp8_scales_in_readers}});
-  std::printf("decode GEMMs: %s\n\n", backend.model().decode_gemm()
+                 {"decode_gemm", backend.rank0().model().decode_gemm()},
+                 {"tensor_parallel_size", o.tensor_parallel_size},
+                 {"fp8_scales_in_readers", fp8 && !o.fp8_scales_in_gemm}});
+  std::printf("decode GEMMs: %s\n\n", backend.rank0().model().decode_gemm()
                                           ? "Hopper decode GEMM (<= 128 rows), cuBLASLt above"
                                           : "cuBLASLt");
   if (fp8) {
-    std::printf("FP8 scales: %s\n\n", o.fp8_scales_in_readers
+    std::printf("FP8 scales: %s\n\n", !o.fp8_scales_in_gemm
                                           ? "applied by the ops that read each GEMM's output"
                                           : "in cuBLASLt (block-scaled kernels)");
   }
@@ -365,7 +397,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     std::vector<Point>& pts = points[name];
     for (int s : {16, 256, 1024}) {
       if (s > o.gen) continue;
-      Point p = point_at(run, s, o.window, rows, m, bw, peak, o.gen, o.prefix);
+      Point p = point_at(run, s, o.window, rows, m, bw, peak, o.gen, o.prefix, backend.ranks());
       pts.push_back(p);
       std::printf("%6d %6d %9.3f %8.3f %8.3f %8.3f %8.3f %9.3f %11.3f %11.3f %9.3f %6.2fx\n", p.s,
                   p.steps, p.wall_ms, p.engine_ms, p.prep_ms, p.host_ms, p.wait_ms, p.device_ms,
@@ -466,7 +498,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
   if (o.graphs == "both") {
     // The same rollouts with every decode step enqueued kernel by kernel.
     std::printf("\n== CUDA graphs: step ms with / without, and rollout decode s ==\n");
-    const auto stats = backend.model().graph_stats();
+    const auto stats = backend.rank0().model().graph_stats();
     std::printf("graphs captured %lld, replayed steps %lld, evicted %lld%s%s\n",
                 static_cast<long long>(stats.captures), static_cast<long long>(stats.replays),
                 static_cast<long long>(stats.evictions), stats.disabled.empty() ? "" : "; ",

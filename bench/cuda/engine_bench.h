@@ -21,17 +21,20 @@ struct EngineBenchOptions {
   int siblings = 64;
   int prefix = 4096;
   int gen = 1024;
-  std::string attention = "both";      // cascade | flat | both
-  std::string graphs = "both";         // on | off | both: decode steps as CUDA graph replays
-  int window = 20;                     // decode steps around each S point (median)
-  int max_tokens_per_step = 4096;      // one prompt's prefill fits one step
-  bool check_agreement = true;         // with both: cascade vs flat tokens, near-ties proven
-  bool profile = true;                 // one more rollout per mode with per-operation device times
-  bool decode_gemm = false;            // the Hopper decode GEMM (off: cuBLASLt for every GEMM)
-  std::string quantization;            // "fp8": --quantization fp8 (llama.h fp8_weights)
-  bool fp8_kv = false;                 // --kv-cache-dtype fp8 (llama.h fp8_kv): KV bytes halved
-  bool fp8_scales_in_readers = false;  // llama.h set_fp8_scales_in_readers
-  int logprobs = -1;                   // >= 0: every sibling asks for its tokens' top-k logprobs
+  std::string attention = "both";   // cascade | flat | both
+  std::string graphs = "both";      // on | off | both: decode steps as CUDA graph replays
+  int window = 20;                  // decode steps around each S point (median)
+  int max_tokens_per_step = 4096;   // one prompt's prefill fits one step
+  bool check_agreement = true;      // with both: cascade vs flat tokens, near-ties proven
+  bool profile = true;              // one more rollout per mode with per-operation device times
+  bool decode_gemm = false;         // the Hopper decode GEMM (off: cuBLASLt for every GEMM)
+  std::string quantization;         // "fp8": --quantization fp8 (llama.h fp8_weights)
+  bool fp8_kv = false;              // --kv-cache-dtype fp8 (llama.h fp8_kv): KV bytes halved
+  bool fp8_scales_in_gemm = false;  // llama.h set_fp8_scales_in_readers(false)
+  int logprobs = -1;                // >= 0: every sibling asks for its tokens' top-k logprobs
+  // > 0: the model split over that many GPUs (CudaTensorParallelBackend; 1: the split's path on
+  // one GPU, NCCL and all); the floors are per GPU (a rank reads 1/N of the weights and KV).
+  int tensor_parallel_size = 0;
   // Instead of the rollout: warm step times over a grid of decode rows (separate requests with
   // `step_table_context`-token prompts) x prefill chunk (a fresh prompt of that many tokens in
   // the same step): the shapes a serving replica's steps take, for the sim backend's model.

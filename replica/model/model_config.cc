@@ -83,14 +83,27 @@ Result<ModelConfig> preset_config(std::string_view name) {
     c.rope_theta = 500000.0f;
     c.max_position_embeddings = 131072;
     c.rope_llama3 = true;
+  } else if (name == "llama3-70b") {
+    // Llama-3-70B's shape (~70.6 B parameters, 141 GB in bf16: more than one GPU holds; split
+    // it with --tensor-parallel-size, or FP8 weights on one H200).
+    c.hidden_size = 8192;
+    c.num_hidden_layers = 80;
+    c.num_attention_heads = 64;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.intermediate_size = 28672;
+    c.vocab_size = 128256;
+    c.rope_theta = 500000.0f;
+    c.max_position_embeddings = 131072;
+    c.rope_llama3 = true;
   } else {
-    return Error{"unknown preset '" + std::string(name) + "' (known: tiny, llama3-8b)"};
+    return Error{"unknown preset '" + std::string(name) + "' (known: tiny, llama3-8b, llama3-70b)"};
   }
   return c;
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "llama3-8b"};
+  return {"tiny", "llama3-8b", "llama3-70b"};
 }
 
 namespace {

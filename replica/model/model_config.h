@@ -88,8 +88,8 @@ struct ModelConfig {
   Status validate() const;
 };
 
-// Preset shapes for random-initialised models: "tiny" (CPU demo and tests) and "llama3-8b"
-// (GPU benchmarks; never allocated by CPU tests).
+// Preset shapes for random-initialised models: "tiny" (CPU demo and tests), "llama3-8b" and
+// "llama3-70b" (GPU benchmarks, the latter split over GPUs; never allocated by CPU tests).
 Result<ModelConfig> preset_config(std::string_view name);
 std::vector<std::string> preset_names();
 

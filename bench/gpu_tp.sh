@@ -7,6 +7,10 @@
 #   bash bench/gpu_tp.sh tests   the NCCL group test (every visible GPU) and the split backend's
 #                                tests: one rank through the split path == the one-GPU model
 #                                (bit for bit), and 2/4 ranks within bf16 where there are GPUs
+#   bash bench/gpu_tp.sh engine  bench engine (seed rollout, 256 tokens, cascade, graphs) on one
+#                                GPU and through the split's path with one rank, back to back:
+#                                what the collectives and the vocab gather cost at N = 1; on a
+#                                machine with N GPUs also --tensor-parallel-size N (TP_SIZES)
 set -u -o pipefail
 mode=${1:-tests}
 out=${OUT:-gpu-out}
@@ -25,8 +29,19 @@ case "$mode" in
     timeout 300 "$bin/replica_cuda_test" --gtest_filter='CudaTensorParallel*' 2>&1 |
       tee "$out/tp_test.txt" | grep -E "tp [0-9]|OK|FAILED|PASSED|SKIPPED|Failure" -A2 | head -30
     ;;
+  engine)
+    for tp in 0 1 ${TP_SIZES:-}; do
+      a=()
+      [ "$tp" != 0 ] && a=(--tensor-parallel-size "$tp")
+      timeout 150 "$bin/kvcascade" bench engine --gen 256 --attention cascade --graphs on \
+        "${a[@]}" --out "$out/engine-tp$tp.json" >"$out/engine-tp$tp.txt" 2>&1
+      echo "== tensor-parallel-size ${tp/#0/none}"
+      grep -E "^ +(16|128|256) +[0-9]|rollout:|all-reduce|tensor parallelism" \
+        "$out/engine-tp$tp.txt" | head -12
+    done
+    ;;
   *)
-    echo "usage: $0 tests" >&2
+    echo "usage: $0 tests|engine" >&2
     exit 2
     ;;
 esac

@@ -307,6 +307,11 @@ int run_engine_bench(const EngineBenchOptions& o) {
               {"kv_cache_dtype", o.fp8_kv ? "fp8" : "bf16"},
               {"max_tokens_per_step", o.max_tokens_per_step},
               {"weight_bytes_per_step", m.weight_bytes}};
+  if (o.step_table && o.tensor_parallel_size > 0) {
+    std::fprintf(stderr,
+                 "bench engine: --step-table runs on one GPU (no --tensor-parallel-size)\n");
+    return 1;
+  }
   if (o.step_table) {
     std::fflush(stdout);
     return run_step_table(o, m, bw, peak, std::move(result));

@@ -34,8 +34,13 @@ std::string device_description() {
     return std::string("no CUDA device: ") +
            (err != cudaSuccess ? cudaGetErrorString(err) : "count is 0");
   }
+  int device = 0;  // the calling thread's (a tensor-parallel rank's thread: its own GPU)
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    device = 0;
+  }
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
                 prop.minor, prop.multiProcessorCount,

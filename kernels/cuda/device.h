@@ -9,7 +9,8 @@ namespace kvc::kernels::cuda {
 
 // True when a CUDA device is usable (false on machines without a GPU or driver).
 bool device_available();
-// "NVIDIA H200 (sm_90, 132 SMs)" or the reason none is available.
+// "NVIDIA H200 (sm_90, 132 SMs)" of the calling thread's current device, or the reason none is
+// available.
 std::string device_description();
 
 // Bytes on the device, freed on destruction. Move-only. Allocation failure aborts with a message

@@ -159,8 +159,9 @@ size_t LlamaModel::workspace_bytes(const LlamaDims& d, const LlamaCapacity& c) {
   size_t act = t * h * 4 + 2 * (t * h * 3 + t * q * 3 + t * 2 * kv + t * 2 * ff + t * ff) +
                t * d.head_dim / 2 * 8;  // RoPE's (cos, sin)
   act += 2 * size_t(c.max_samples) * h + 4 * size_t(c.max_samples) * d.vocab;
-  // Tensor parallelism: this rank's logits and every rank's, gathered (set_tensor_parallel).
-  act += 4 * size_t(c.max_samples) * d.lm_head_rows() * (1 + size_t(d.tp_size));
+  // Split: this rank's logits and every rank's, gathered (set_tensor_parallel; a group of one
+  // takes its two copies of the logits out of the memory left free).
+  if (d.tp_size > 1) act += 4 * size_t(c.max_samples) * d.lm_head_rows() * (1 + size_t(d.tp_size));
   if (d.fp8_weights) {  // FP8 activations and their scales
     act += t * (std::max(h, q) + ff) +
            4 * (fp8_scale_floats(c.max_tokens, static_cast<int>(std::max(h, q))) +

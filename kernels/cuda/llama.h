@@ -190,8 +190,9 @@ class LlamaModel {
   // projections' outputs and gathers the LM head's logits over the group, so every rank calls
   // forward with the same step, in lockstep, each from the thread its device is current on
   // (NcclComm::bind_thread, before create). The FP8 GEMMs' scales go into cuBLASLt (each
-  // rank's activation scales differ, so raw partial sums could not be added). Drops the
-  // captured graphs.
+  // rank's activation scales differ, so raw partial sums could not be added) for the
+  // row-parallel o and down projections when the group has several ranks. Drops the captured
+  // graphs.
   Status set_tensor_parallel(NcclComm* comm);
   struct GraphStats {
     int64_t captures = 0;  // graphs captured and instantiated

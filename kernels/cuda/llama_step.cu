@@ -138,17 +138,22 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   // (per-tensor kernels) and the op that reads its output applies them (ops.h Fp8Dequant: `dq`
   // below). A reader may write the activation scales it reads (the norm after o_proj): only its
   // own row's, after reading them.
-  // Under tensor parallelism each rank's activation scales differ, so raw partial sums of the
-  // row-parallel GEMMs could not be added: cuBLASLt applies the scales there.
-  const bool fp8 = d.fp8_weights, raw = fp8 && I.fp8_scales_in_readers && I.comm == nullptr;
-  auto layer_gemm = [&](const void* x, const void* xq, const float* x_scales, const void* w,
-                        const float* w_scales, void* y, int n, int k) {
-    if (raw) return g.run_fp8_raw(xq, w, y, rows, n, k, GemmOut::kBF16, s);
+  // Split over several ranks, each rank's activation scales differ, so the row-parallel GEMMs'
+  // (o, down) raw partial sums could not be added: cuBLASLt applies their scales (raw_rp off);
+  // qkv and gate_up, whose outputs stay on their rank, keep raw.
+  const bool fp8 = d.fp8_weights, raw = fp8 && I.fp8_scales_in_readers;
+  const bool raw_rp = raw && !(I.comm != nullptr && I.comm->size() > 1);
+  auto layer_gemm = [&](bool raw_out, const void* x, const void* xq, const float* x_scales,
+                        const void* w, const float* w_scales, void* y, int n, int k) {
+    if (raw_out) return g.run_fp8_raw(xq, w, y, rows, n, k, GemmOut::kBF16, s);
     return fp8 ? g.run_fp8(xq, x_scales, w, w_scales, y, rows, n, k, GemmOut::kBF16, s)
                : g.run(x, w, y, rows, n, k, GemmOut::kBF16, s);
   };
   auto dq = [&](const float* x_scales, const float* w_scales) {
     return raw ? Fp8Dequant{x_scales, w_scales} : Fp8Dequant{};
+  };
+  auto dq_rp = [&](const float* x_scales, const float* w_scales) {  // o's and down's readers
+    return raw_rp ? Fp8Dequant{x_scales, w_scales} : Fp8Dequant{};
   };
   auto norm = [&](const void* x, bool accumulate, const void* weight, const Fp8Dequant& x_dq) {
     return fp8 ? add_rms_norm_fp8(x, I.residual, accumulate, weight, I.xq, I.xq_scales, rows, h,
@@ -181,14 +186,15 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         void* kc = I.kv_layout.k(I.kv, layer);
         void* vc = I.kv_layout.v(I.kv, layer);
         // Attention block.
-        KVC_OP(norm(layer == 0 ? I.x : I.proj, layer > 0, L.attn_norm,
-                    layer == 0 ? Fp8Dequant{} : dq(I.act_scales, I.layers[layer - 1].down_scale)),
-               "add_rms_norm");
+        KVC_OP(
+            norm(layer == 0 ? I.x : I.proj, layer > 0, L.attn_norm,
+                 layer == 0 ? Fp8Dequant{} : dq_rp(I.act_scales, I.layers[layer - 1].down_scale)),
+            "add_rms_norm");
         // One GEMM for q, k and v; one launch rotates q into the contiguous buffer the
         // attention kernels read and writes rotated k and v to the cache from the QKV rows.
         const int64_t qkv_row = qd + 2 * kvd;
         auto* qkv = static_cast<__nv_bfloat16*>(I.qkv);
-        KVC_OP(layer_gemm(I.xn, I.xq, I.xq_scales, L.qkv, L.qkv_scale, qkv,
+        KVC_OP(layer_gemm(raw, I.xn, I.xq, I.xq_scales, L.qkv, L.qkv_scale, qkv,
                           static_cast<int>(qkv_row), h),
                "qkv_proj");
         // The QKV values' scales are applied by the first op that reads them.
@@ -224,13 +230,14 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
                                    fp8_activation_scales(rows, qd), s),
                  "quantize attn");
         }
-        KVC_OP(layer_gemm(I.attn, I.xq, I.xq_scales, L.o, L.o_scale, I.proj, h, qd), "o_proj");
+        KVC_OP(layer_gemm(raw_rp, I.attn, I.xq, I.xq_scales, L.o, L.o_scale, I.proj, h, qd),
+               "o_proj");
         if (Status e = all_reduce(I.proj, "o_proj all-reduce"); !e.ok()) return e;
         // MLP block.
-        KVC_OP(norm(I.proj, true, L.mlp_norm, dq(I.xq_scales, L.o_scale)), "add_rms_norm");
-        KVC_OP(
-            layer_gemm(I.xn, I.xq, I.xq_scales, L.gate_up, L.gate_up_scale, I.gate_up, 2 * ff, h),
-            "gate_up_proj");
+        KVC_OP(norm(I.proj, true, L.mlp_norm, dq_rp(I.xq_scales, L.o_scale)), "add_rms_norm");
+        KVC_OP(layer_gemm(raw, I.xn, I.xq, I.xq_scales, L.gate_up, L.gate_up_scale, I.gate_up,
+                          2 * ff, h),
+               "gate_up_proj");
         if (fp8) {
           KVC_OP(silu_mul_fp8(I.gate_up, I.actq, I.act_scales, rows, ff, s,
                               dq(I.xq_scales, L.gate_up_scale)),
@@ -238,14 +245,14 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
         } else {
           KVC_OP(silu_mul(I.gate_up, I.act, rows, ff, s), "silu_mul");
         }
-        KVC_OP(layer_gemm(I.act, I.actq, I.act_scales, L.down, L.down_scale, I.proj, h, ff),
+        KVC_OP(layer_gemm(raw_rp, I.act, I.actq, I.act_scales, L.down, L.down_scale, I.proj, h, ff),
                "down_proj");
         if (Status e = all_reduce(I.proj, "down_proj all-reduce"); !e.ok()) return e;
       }
       // 4. Final norm, then the LM head over one row per sample (siblings' first tokens share a
       // row: it is gathered once per sample), then sampling.
       KVC_OP(add_rms_norm(I.proj, I.residual, true, I.final_norm, I.xn, rows, h, d.rms_eps, s,
-                          raw ? dq(I.act_scales, I.layers[d.layers - 1].down_scale) : Fp8Dequant{}),
+                          dq_rp(I.act_scales, I.layers[d.layers - 1].down_scale)),
              "final norm");
     }
     if (num_samples > 0) {

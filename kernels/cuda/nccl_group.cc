@@ -20,6 +20,7 @@ struct NcclApi {
   ncclResult_t (*get_version)(int*) = nullptr;
   ncclResult_t (*comm_init_all)(ncclComm_t*, int, const int*) = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
+  ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
   const char* (*error_string)(ncclResult_t) = nullptr;
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t) = nullptr;
@@ -66,6 +67,7 @@ const NcclApi& nccl() {
     const bool ok = bind(api.handle, "ncclGetVersion", api.get_version, missing) &&
                     bind(api.handle, "ncclCommInitAll", api.comm_init_all, missing) &&
                     bind(api.handle, "ncclCommDestroy", api.comm_destroy, missing) &&
+                    bind(api.handle, "ncclCommAbort", api.comm_abort, missing) &&
                     bind(api.handle, "ncclGetErrorString", api.error_string, missing) &&
                     bind(api.handle, "ncclAllReduce", api.all_reduce, missing) &&
                     bind(api.handle, "ncclAllGather", api.all_gather, missing);
@@ -133,7 +135,14 @@ Result<std::vector<std::unique_ptr<NcclComm>>> make_nccl_group(std::span<const i
 }
 
 NcclComm::~NcclComm() {
-  if (comm_ != nullptr) (void)nccl().comm_destroy(static_cast<ncclComm_t>(comm_));
+  if (void* comm = comm_.load(); comm != nullptr) {
+    (void)nccl().comm_destroy(static_cast<ncclComm_t>(comm));
+  }
+}
+
+void NcclComm::abort() {
+  void* comm = comm_.exchange(nullptr);
+  if (comm != nullptr) (void)nccl().comm_abort(static_cast<ncclComm_t>(comm));
 }
 
 Status NcclComm::bind_thread() const {
@@ -143,14 +152,18 @@ Status NcclComm::bind_thread() const {
 }
 
 Status NcclComm::all_reduce_bf16(void* data, size_t count, void* stream) {
+  void* comm = comm_.load();
+  if (comm == nullptr) return Error{"the tensor-parallel group was aborted"};
   return nccl_status(
-      nccl().all_reduce(data, data, count, ncclBfloat16, ncclSum, static_cast<ncclComm_t>(comm_),
+      nccl().all_reduce(data, data, count, ncclBfloat16, ncclSum, static_cast<ncclComm_t>(comm),
                         static_cast<cudaStream_t>(stream)),
       "ncclAllReduce");
 }
 
 Status NcclComm::all_gather_f32(const void* in, size_t count, void* out, void* stream) {
-  return nccl_status(nccl().all_gather(in, out, count, ncclFloat32, static_cast<ncclComm_t>(comm_),
+  void* comm = comm_.load();
+  if (comm == nullptr) return Error{"the tensor-parallel group was aborted"};
+  return nccl_status(nccl().all_gather(in, out, count, ncclFloat32, static_cast<ncclComm_t>(comm),
                                        static_cast<cudaStream_t>(stream)),
                      "ncclAllGather");
 }

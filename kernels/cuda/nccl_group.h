@@ -9,6 +9,7 @@
 // environment already says otherwise, and nothing here creates multicast objects.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -38,12 +39,16 @@ class NcclComm {
   Status all_reduce_bf16(void* data, size_t count, void* stream);
   // out[r * count, (r + 1) * count) (float32) becomes rank r's in[0, count), on every rank.
   Status all_gather_f32(const void* in, size_t count, void* out, void* stream);
+  // Ends the communicator at once, from any thread (ncclCommAbort): a rank blocked in one of
+  // its collectives (or in a stream wait behind one) gets an error instead of waiting for a
+  // peer that failed. The communicator is unusable afterwards (its collectives return errors).
+  void abort();
 
  private:
   friend Result<std::vector<std::unique_ptr<NcclComm>>> make_nccl_group(std::span<const int>);
   NcclComm(void* comm, int rank, int size, int device)
       : comm_(comm), rank_(rank), size_(size), device_(device) {}
-  void* comm_;  // ncclComm_t
+  std::atomic<void*> comm_;  // ncclComm_t; null once aborted
   int rank_, size_, device_;
 };
 

@@ -1,8 +1,23 @@
 #include "replica/backend/rank_threads.h"
 
+#include <exception>
 #include <string>
 
 namespace kvc {
+
+namespace {
+
+// f(r), with an exception (std::bad_alloc of a rank's host copy of its weights, say) as its
+// error: a rank thread must report, not end the process.
+Status call(const std::function<Status(int32_t)>& f, int32_t r) {
+  try {
+    return f(r);
+  } catch (const std::exception& e) {
+    return Error{std::string("exception: ") + e.what()};
+  }
+}
+
+}  // namespace
 
 RankThreads::RankThreads(int32_t size, bool caller_runs_first)
     : size_(size), first_thread_(caller_runs_first ? 1 : 0), statuses_(static_cast<size_t>(size)) {
@@ -31,7 +46,7 @@ void RankThreads::loop(int32_t r) {
       seen = generation_;
       job = job_;
     }
-    Status s = (*job)(r);
+    Status s = call(*job, r);
     std::lock_guard lock(mu_);
     statuses_[static_cast<size_t>(r)] = std::move(s);
     if (--running_ == 0) done_.notify_one();
@@ -47,7 +62,7 @@ Status RankThreads::run(const std::function<Status(int32_t)>& f) {
   }
   start_.notify_all();
   for (int32_t r = 0; r < first_thread_; ++r)
-    statuses_[static_cast<size_t>(r)] = f(r);
+    statuses_[static_cast<size_t>(r)] = call(f, r);
   {
     std::unique_lock lock(mu_);
     done_.wait(lock, [&] { return running_ == 0; });

@@ -26,7 +26,8 @@ class RankThreads {
 
   int32_t size() const { return size_; }
   // f(r) on every rank's thread; the first error in rank order, prefixed with its rank when
-  // there are several ranks. Not reentrant: one run at a time.
+  // there are several ranks (an exception f throws is its rank's error). Not reentrant: one run
+  // at a time.
   Status run(const std::function<Status(int32_t)>& f);
 
  private:

@@ -158,10 +158,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create_rank(const ModelConfig&
   if (!made.ok()) return made;
   std::unique_ptr<CudaBackend> b = std::move(made).value();
   if (Status s = b->model_->set_tensor_parallel(&comm); !s.ok()) return Error{s.message()};
-  if (Status s = b->model_->random_init(o.weights_seed + static_cast<uint64_t>(comm.rank()));
-      !s.ok()) {
-    return Error{s.message()};
-  }
+  // Graphs are per rank, and a capture failing on one rank only would part the ranks'
+  // collectives (CudaTensorParallelBackend::set_graphs).
+  if (comm.size() > 1) b->model_->set_graphs(false);
+  if (Status s = b->model_->random_init(o.weights_seed); !s.ok()) return Error{s.message()};
   return b;
 }
 

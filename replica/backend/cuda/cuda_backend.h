@@ -64,9 +64,9 @@ class CudaBackend final : public Backend {
   // Rank comm.rank() of a tensor-parallel group (CudaTensorParallelBackend): the model of
   // rank_config(whole, comm.size()) with the whole vocabulary (kernels/cuda/llama.h
   // LlamaDims::tp_size), on the calling thread's device (comm.bind_thread() first), its
-  // collectives through comm. Its weights: upload_rank, or random (weights_seed + rank: a random
-  // model of its own, not a slice of the one-GPU random model). With a group of one this is the
-  // whole model, through the same path.
+  // collectives through comm. Its weights: upload_rank, or random (weights_seed on every rank:
+  // the replicated embedding and norms alike, not a slice of the one-GPU random model). With a
+  // group of one this is the whole model, through the same path; with several, no CUDA graphs.
   static Result<std::unique_ptr<CudaBackend>> create_rank(const ModelConfig& whole,
                                                           kernels::cuda::NcclComm& comm,
                                                           const CudaBackendOptions& options);

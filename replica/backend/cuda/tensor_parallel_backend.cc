@@ -77,13 +77,23 @@ Status CudaTensorParallelBackend::upload_folder(const HfFolder& f) {
 
 Status CudaTensorParallelBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   if (!weights_broken_.empty()) return Error{weights_broken_};
-  // Every rank runs the same batch and the same collectives; a rank fails alone only on what
-  // it checks before its first collective, alike on every rank.
-  if (Status s = threads_->run([&](int32_t r) {
-        return ranks_[static_cast<size_t>(r)]->forward(batch, outputs_[static_cast<size_t>(r)]);
-      });
-      !s.ok()) {
-    return s;
+  if (!group_failed_.empty()) return Error{group_failed_};
+  // Every rank runs the same batch and the same collectives. A rank that fails alone (out of
+  // device memory for a plan, an NCCL error) would leave the others waiting in a collective
+  // for it: it aborts the group, which turns their waits into errors, and the replica stops
+  // stepping (a restart rebuilds the group).
+  Status s = threads_->run([&](int32_t r) {
+    Status e = ranks_[static_cast<size_t>(r)]->forward(batch, outputs_[static_cast<size_t>(r)]);
+    if (!e.ok()) {
+      for (const auto& comm : comms_)
+        comm->abort();
+    }
+    return e;
+  });
+  if (!s.ok()) {
+    group_failed_ = "the tensor-parallel group failed in a step (" + s.message() +
+                    ") and was aborted: restart the replica";
+    return Error{group_failed_};
   }
   std::swap(out, outputs_[0]);
   return Status::Ok();
@@ -101,7 +111,7 @@ Status CudaTensorParallelBackend::load_weights(const std::string& folder) {
 
 void CudaTensorParallelBackend::set_graphs(bool on) {
   (void)threads_->run([&](int32_t r) {
-    ranks_[static_cast<size_t>(r)]->set_graphs(on);
+    ranks_[static_cast<size_t>(r)]->set_graphs(on && threads_->size() == 1);
     return Status::Ok();
   });
 }

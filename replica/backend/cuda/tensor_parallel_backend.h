@@ -6,7 +6,9 @@
 // (kernels/cuda/nccl_group.h). The engine, its block tables and cascade plan are unchanged:
 // every rank runs the same ForwardBatch in lockstep, samples the same gathered logits with the
 // same parameters, and rank 0's tokens are returned. Each rank holds its KV heads' blocks, as
-// many blocks as the rank with the least room holds (num_blocks). The twin of
+// many blocks as the rank with the least room holds (num_blocks). With several ranks the steps
+// run without CUDA graphs (set_graphs). A step that fails on a rank aborts the NCCL group (the
+// others would wait for it in a collective) and the replica refuses further steps. The twin of
 // CpuTensorParallelBackend.
 #pragma once
 
@@ -54,7 +56,9 @@ class CudaTensorParallelBackend final : public Backend {
 
   int32_t tensor_parallel_size() const { return threads_->size(); }
   CudaBackend& rank(int32_t r) { return *ranks_[static_cast<size_t>(r)]; }
-  // On every rank (benchmarks).
+  // On every rank (benchmarks). Graphs stay off with several ranks: each rank decides on its
+  // own whether a step replays, captures or runs eagerly, and a capture failing on one rank
+  // only would leave the ranks' collectives apart (a collective decision is not built yet).
   void set_graphs(bool on);
   void set_profile(bool on);
 
@@ -66,6 +70,7 @@ class CudaTensorParallelBackend final : public Backend {
   ModelConfig config_;  // the whole model's
   int32_t num_blocks_ = 0;
   std::string weights_broken_;
+  std::string group_failed_;  // a step failed on a rank and the group was aborted
   std::vector<std::unique_ptr<kernels::cuda::NcclComm>> comms_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   std::vector<ForwardOutput> outputs_;  // per rank (rank 0's are returned)

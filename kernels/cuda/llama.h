@@ -181,8 +181,9 @@ class LlamaModel {
   bool decode_gemm() const;
   // With FP8 weights: whether the op that reads each layer GEMM's output applies the per-token
   // and per-channel scales (ops.h Fp8Dequant; the GEMMs then run cuBLASLt's per-tensor kernels,
-  // its fastest in the probe of bench/results/fp8-h200.md) instead of cuBLASLt (its block-scaled
-  // and outer-vector kernels: the default). Not yet measured in the engine on the H200.
+  // its fastest in the probe of bench/results/fp8-h200.md: the default) or cuBLASLt does (its
+  // block-scaled and outer-vector kernels; 0.15-0.23 ms per step slower on the seed's rollout,
+  // bench/results/fp8-h200.md).
   void set_fp8_scales_in_readers(bool on);
   bool fp8_scales_in_readers() const;
   // Tensor parallelism (LlamaDims::tp_size): this rank's communicator (comm->size() ==

@@ -53,8 +53,9 @@ TEST_F(CudaBackendTest, Fp8WeightsMatchTheCpuFp8Twin) {
       << "a byte per matrix element saved, less 4 per output channel and 128 columns";
 }
 
-// The FP8 GEMMs' scales applied by cuBLASLt (the default) or by the ops that read their outputs
-// (set_fp8_scales_in_readers: raw per-tensor GEMMs, kernels/cuda/ops.h Fp8Dequant): the same
+// The FP8 GEMMs' scales applied by the ops that read their outputs (the default:
+// set_fp8_scales_in_readers, raw per-tensor GEMMs, kernels/cuda/ops.h Fp8Dequant) or by cuBLASLt
+// (its block-scaled kernels, set_fp8_scales_in_readers(false)): the same
 // values up to where each rounds to bf16, so the logits agree closely in all three families
 // (a one-ulp difference can move an activation to the neighbouring code, and rope starts from
 // fp32 values there: tolerance 10%, as the device against its CPU twin).
@@ -66,8 +67,10 @@ TEST_F(CudaBackendTest, Fp8ScalesInTheGemmOrInItsReadersGiveTheSameLogits) {
     auto readers = cuda(512, 16, false, w, true);
     auto in_gemm = cuda(512, 16, false, w, true);
     if (!readers || !in_gemm) GTEST_SKIP() << "no CUDA device";
+    EXPECT_TRUE(static_cast<CudaBackend&>(*readers).model().fp8_scales_in_readers())
+        << "the readers apply the scales by default";
+    static_cast<CudaBackend&>(*in_gemm).model().set_fp8_scales_in_readers(false);
     EXPECT_FALSE(static_cast<CudaBackend&>(*in_gemm).model().fp8_scales_in_readers());
-    static_cast<CudaBackend&>(*readers).model().set_fp8_scales_in_readers(true);
     const RunOutput a = run(*readers, reqs, false, /*keep_logits=*/true);
     const RunOutput b = run(*in_gemm, reqs, false, /*keep_logits=*/true);
     const auto [compared, worst] = expect_logits_close(a, b, reqs, 0.1);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call for tensor parallelism on the CUDA backend (issue 29), over gpu-bin/
+# One device call for tensor parallelism on the CUDA backend (a model split over the host's GPUs,
+# docs/architecture.md "Tensor parallelism"), over gpu-bin/
 # (bench/pack_gpu_bin.sh); everything under $OUT. NCCL is dlopen'ed (kernels/cuda/nccl_group.h):
 # on the GPU host it comes from PyTorch's nvidia-nccl package (or the toolkit's lib64), put on
 # the library path here; KVC_REQUIRE_NCCL=1 turns the tests' "NCCL missing" skip into a failure.

@@ -288,6 +288,16 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
   }
 }
 
+void gather_vocab_parts(const float* ranks, int num_ranks, int rows, int part, int vocab,
+                        float* out) {
+  for (int k = 0; k < num_ranks; ++k) {
+    const int begin = std::min(vocab, k * part), count = std::min(part, vocab - begin);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(ranks + (int64_t{k} * rows + r) * part, count, out + int64_t{r} * vocab + begin);
+    }
+  }
+}
+
 void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_elems,
                  const int32_t* pairs, int num_pairs) {
   for (int p = 0; p < num_pairs; ++p) {

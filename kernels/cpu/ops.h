@@ -92,4 +92,11 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
 void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_elems,
                  const int32_t* pairs, int num_pairs);
 
+// Tensor parallelism's vocab-parallel LM head: rank k's logits of `rows` samples over its `part`
+// ids [k * part, (k + 1) * part) (the last rank's padded past the vocabulary), as an all-gather
+// leaves them (ranks[k][row][j], rank-major), into out[row][id] for id < vocab. ranks:
+// [num_ranks, rows, part]; out: [rows, vocab]. The twin of kernels/cuda/ops.h's.
+void gather_vocab_parts(const float* ranks, int num_ranks, int rows, int part, int vocab,
+                        float* out);
+
 }  // namespace kvc::kernels::cpu

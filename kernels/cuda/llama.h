@@ -49,7 +49,7 @@ struct LlamaDims {
   // The KV cache as E4M3 codes (--kv-cache-dtype fp8), one byte per element, one K and one V
   // scale per layer (1.0; attention.h KvQuant): twice the blocks in the same memory.
   bool fp8_kv = false;
-  // Tensor parallelism (issue 29; docs/architecture.md "Tensor parallelism"): the model is one
+  // Tensor parallelism (docs/architecture.md "Tensor parallelism"): the model is one
   // rank of a group of tp_size, its dims already the rank's (replica/model/tensor_parallel.h
   // rank_config: query and KV heads and the intermediate size divided), except `vocab`, the
   // whole vocabulary: the embedding is whole, the LM head holds lm_head_rows() rows (its
@@ -193,7 +193,9 @@ class LlamaModel {
   // (NcclComm::bind_thread, before create). The FP8 GEMMs' scales go into cuBLASLt (each
   // rank's activation scales differ, so raw partial sums could not be added) for the
   // row-parallel o and down projections when the group has several ranks. Drops the captured
-  // graphs.
+  // graphs; with several ranks the steps then run without them (each rank decides on its own
+  // whether a step replays, captures or runs eagerly, and a capture failing on one rank only
+  // would leave the ranks' collectives apart).
   Status set_tensor_parallel(NcclComm* comm);
   struct GraphStats {
     int64_t captures = 0;  // graphs captured and instantiated

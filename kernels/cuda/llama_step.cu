@@ -142,7 +142,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   // (o, down) raw partial sums could not be added: cuBLASLt applies their scales (raw_rp off);
   // qkv and gate_up, whose outputs stay on their rank, keep raw.
   const bool fp8 = d.fp8_weights, raw = fp8 && I.fp8_scales_in_readers;
-  const bool raw_rp = raw && !(I.comm != nullptr && I.comm->size() > 1);
+  const bool raw_rp = raw && !(I.comm != nullptr && I.comm->size() > 1);  // o's and down's
   auto layer_gemm = [&](bool raw_out, const void* x, const void* xq, const float* x_scales,
                         const void* w, const float* w_scales, void* y, int n, int k) {
     if (raw_out) return g.run_fp8_raw(xq, w, y, rows, n, k, GemmOut::kBF16, s);
@@ -298,7 +298,8 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     return {};
   };
   out.graph = false;
-  if (I.graphs_on && !I.profile && num_chunks == 0 && decode_rows > 0) {
+  const bool split = I.comm != nullptr && I.comm->size() > 1;  // set_tensor_parallel: no graphs
+  if (I.graphs_on && !I.profile && !split && num_chunks == 0 && decode_rows > 0) {
     // Everything the enqueued work depends on besides the contents of the staging and plan
     // buffers: equal signatures enqueue identical launches.
     const auto& o = dplan.offsets;

@@ -1,5 +1,5 @@
-// NCCL for tensor parallelism over the GPUs of one host (issue 29: one process, a thread per
-// GPU; docs/architecture.md "Tensor parallelism"), without CUDA or NCCL types in this header.
+// NCCL for tensor parallelism over the GPUs of one host (one process, a thread per GPU;
+// docs/architecture.md "Tensor parallelism"), without CUDA or NCCL types in this header.
 //
 // NCCL is loaded at run time (dlopen of libnccl.so.2): the toolkit's library (218 MB) is not
 // linked, so the binaries run on hosts without it until a split is asked for, and then the error

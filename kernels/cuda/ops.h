@@ -190,7 +190,8 @@ cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t
 // Tensor parallelism's vocab-parallel LM head: rank r's logits of `rows` samples over its
 // `part` ids [r * part, (r + 1) * part) (the last rank's padded past the vocabulary), as an
 // all-gather leaves them (ranks[r][row][j], rank-major), into out[row][id] for id < vocab.
-// ranks: [num_ranks, rows, part] float32; out: [rows, vocab] float32.
+// ranks: [num_ranks, rows, part] float32; out: [rows, vocab] float32. CPU twin:
+// kernels/cpu/ops.h gather_vocab_parts.
 cudaError_t gather_vocab_parts(const float* ranks, int num_ranks, int rows, int part, int vocab,
                                float* out, cudaStream_t stream = nullptr);
 

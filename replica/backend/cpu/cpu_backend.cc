@@ -63,13 +63,7 @@ void CpuBackend::lm_head(int rows, std::vector<float>& logits) {
   gathered_.resize(static_cast<size_t>(part * size));
   cpu::matmul(xn_.data(), rank_.lm_head_rows.data(), rank_logits_.data(), rows, padded, h);
   rank_.comm->all_gather(rank_logits_.data(), part, gathered_.data());
-  for (int32_t k = 0; k < size; ++k) {
-    const VocabSlice v = vocab_slice(c.vocab_size, k, size);
-    for (int r = 0; r < rows; ++r) {
-      const float* from = gathered_.data() + k * part + int64_t{r} * padded;
-      std::copy_n(from, v.rows, logits.data() + int64_t{r} * c.vocab_size + v.begin);
-    }
-  }
+  cpu::gather_vocab_parts(gathered_.data(), size, rows, padded, c.vocab_size, logits.data());
 }
 
 void CpuBackend::adopt_weights() {

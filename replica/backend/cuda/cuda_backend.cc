@@ -129,13 +129,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const ModelConfig& conf
     if (Status s = m.random_init(o.weights_seed); !s.ok()) return Error{s.message()};
     return b;
   }
-  if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
-  b->set_kv_scales(weights->kv_scales);
-  for (const TensorSpec& t : hf_tensor_specs(weights->config)) {
-    const Status e =
-        m.upload(t.kind, t.layer, size_t(t.offset), tensor_values(*weights, t), size_t(t.numel()));
-    if (!e.ok()) return Error{"uploading weights: " + t.name + ": " + e.message()};
-  }
+  if (Status s = b->upload_weights(*weights); !s.ok()) return Error{s.message()};
   return b;
 }
 
@@ -158,11 +152,18 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create_rank(const ModelConfig&
   if (!made.ok()) return made;
   std::unique_ptr<CudaBackend> b = std::move(made).value();
   if (Status s = b->model_->set_tensor_parallel(&comm); !s.ok()) return Error{s.message()};
-  // Graphs are per rank, and a capture failing on one rank only would part the ranks'
-  // collectives (CudaTensorParallelBackend::set_graphs).
-  if (comm.size() > 1) b->model_->set_graphs(false);
-  if (Status s = b->model_->random_init(o.weights_seed); !s.ok()) return Error{s.message()};
   return b;
+}
+
+Status CudaBackend::upload_weights(const ModelWeights& w) {
+  if (Status s = check_weight_shapes(w); !s.ok()) return s;
+  set_kv_scales(w.kv_scales);
+  for (const TensorSpec& t : hf_tensor_specs(w.config)) {
+    const Status e =
+        model_->upload(t.kind, t.layer, size_t(t.offset), tensor_values(w, t), size_t(t.numel()));
+    if (!e.ok()) return Error{"uploading weights: " + t.name + ": " + e.message()};
+  }
+  return Status::Ok();
 }
 
 Status CudaBackend::upload_rank(const RankWeights& w) {
@@ -173,13 +174,7 @@ Status CudaBackend::upload_rank(const RankWeights& w) {
   if (own_head && w.lm_head_rows.size() != m.tensor_elements(kernels::ModelTensor::kLmHead)) {
     return Error{"the rank's LM head rows do not fit its model"};
   }
-  if (Status s = check_weight_shapes(w.weights); !s.ok()) return s;
-  set_kv_scales(w.weights.kv_scales);
-  for (const TensorSpec& t : hf_tensor_specs(w.weights.config)) {
-    const Status e =
-        m.upload(t.kind, t.layer, size_t(t.offset), tensor_values(w.weights, t), size_t(t.numel()));
-    if (!e.ok()) return Error{"uploading weights: " + t.name + ": " + e.message()};
-  }
+  if (Status s = upload_weights(w.weights); !s.ok()) return s;
   if (own_head) {
     const Status e =
         m.upload(kernels::ModelTensor::kLmHead, 0, 0, w.lm_head_rows.data(), w.lm_head_rows.size());

@@ -64,9 +64,9 @@ class CudaBackend final : public Backend {
   // Rank comm.rank() of a tensor-parallel group (CudaTensorParallelBackend): the model of
   // rank_config(whole, comm.size()) with the whole vocabulary (kernels/cuda/llama.h
   // LlamaDims::tp_size), on the calling thread's device (comm.bind_thread() first), its
-  // collectives through comm. Its weights: upload_rank, or random (weights_seed on every rank:
-  // the replicated embedding and norms alike, not a slice of the one-GPU random model). With a
-  // group of one this is the whole model, through the same path; with several, no CUDA graphs.
+  // collectives through comm; its weights uninitialised (upload_rank, or model().random_init).
+  // With a group of one this is the whole model, through the same path; with several, no CUDA
+  // graphs (kernels/cuda/llama.h set_tensor_parallel).
   static Result<std::unique_ptr<CudaBackend>> create_rank(const ModelConfig& whole,
                                                           kernels::cuda::NcclComm& comm,
                                                           const CudaBackendOptions& options);
@@ -110,6 +110,8 @@ class CudaBackend final : public Backend {
   static Result<std::unique_ptr<CudaBackend>> allocate(const ModelConfig& config,
                                                        const CudaBackendOptions& options,
                                                        int32_t tp_size = 1);
+  // Host weights (their config's tensors, and KV-cache scales) onto the device.
+  Status upload_weights(const ModelWeights& w);
   // Every tensor of the folder onto the device (BF16/F16 as is, F32 converted), in pieces.
   Status upload_folder(const HfFolder& folder);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/cuda/llama.h"
 #include "kernels/cuda/nccl_group.h"
 #include "replica/model/tensor_parallel.h"
 
@@ -25,13 +26,9 @@ CudaTensorParallelBackend::~CudaTensorParallelBackend() {
   });
 }
 
-Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::create(
-    const ModelConfig& whole, const ModelWeights* weights, int32_t size,
-    const CudaBackendOptions& o) {
+Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::make(
+    const ModelConfig& whole, int32_t size, const CudaBackendOptions& o) {
   if (Status s = check_tensor_parallel(whole, size); !s.ok()) return Error{s.message()};
-  if (weights != nullptr) {
-    if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
-  }
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), 0);
   auto group = kc::make_nccl_group(devices);
@@ -45,8 +42,7 @@ Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::cr
     auto rank = CudaBackend::create_rank(whole, comm, o);
     if (!rank.ok()) return Error{rank.error().message};
     b->ranks_[static_cast<size_t>(r)] = std::move(rank).value();
-    if (weights == nullptr) return Status::Ok();
-    return b->ranks_[static_cast<size_t>(r)]->upload_rank(shard_weights(*weights, r, size));
+    return Status::Ok();
   });
   if (!made.ok()) return Error{made.message()};
   b->num_blocks_ = b->ranks_[0]->num_blocks();
@@ -55,11 +51,31 @@ Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::cr
   return b;
 }
 
+Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::create(
+    const ModelConfig& whole, const ModelWeights* weights, int32_t size,
+    const CudaBackendOptions& o) {
+  if (weights != nullptr) {
+    if (Status s = check_weight_shapes(*weights); !s.ok()) return Error{s.message()};
+  }
+  auto made = make(whole, size, o);
+  if (!made.ok()) return made;
+  CudaTensorParallelBackend& b = **made;
+  // Random: weights_seed on every rank (the replicated embedding and norms alike; not a slice of
+  // the one-GPU random model).
+  Status filled = b.threads_->run([&](int32_t r) -> Status {
+    CudaBackend& rank = *b.ranks_[static_cast<size_t>(r)];
+    if (weights != nullptr) return rank.upload_rank(shard_weights(*weights, r, size));
+    return rank.model().random_init(o.weights_seed);
+  });
+  if (!filled.ok()) return Error{filled.message()};
+  return made;
+}
+
 Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::load(
     const std::string& folder, int32_t size, const CudaBackendOptions& o) {
   Result<HfFolder> f = HfFolder::open(folder);
   if (!f.ok()) return Error{f.error().message};
-  auto made = create(f->config(), nullptr, size, o);
+  auto made = make(f->config(), size, o);
   if (!made.ok()) return made;
   if (Status s = (*made)->upload_folder(*f); !s.ok()) return Error{s.message()};
   return made;
@@ -111,7 +127,7 @@ Status CudaTensorParallelBackend::load_weights(const std::string& folder) {
 
 void CudaTensorParallelBackend::set_graphs(bool on) {
   (void)threads_->run([&](int32_t r) {
-    ranks_[static_cast<size_t>(r)]->set_graphs(on && threads_->size() == 1);
+    ranks_[static_cast<size_t>(r)]->set_graphs(on);
     return Status::Ok();
   });
 }

@@ -56,14 +56,17 @@ class CudaTensorParallelBackend final : public Backend {
 
   int32_t tensor_parallel_size() const { return threads_->size(); }
   CudaBackend& rank(int32_t r) { return *ranks_[static_cast<size_t>(r)]; }
-  // On every rank (benchmarks). Graphs stay off with several ranks: each rank decides on its
-  // own whether a step replays, captures or runs eagerly, and a capture failing on one rank
-  // only would leave the ranks' collectives apart (a collective decision is not built yet).
+  // On every rank (benchmarks). With several ranks the steps run without graphs whatever `on`
+  // says (kernels/cuda/llama.h set_tensor_parallel).
   void set_graphs(bool on);
   void set_profile(bool on);
 
  private:
   CudaTensorParallelBackend(ModelConfig whole, int32_t size);
+  // The group and every rank's model, their weights uninitialised.
+  static Result<std::unique_ptr<CudaTensorParallelBackend>> make(const ModelConfig& whole,
+                                                                 int32_t size,
+                                                                 const CudaBackendOptions& options);
   // Every rank's slices of a folder onto its device, one rank at a time.
   Status upload_folder(const HfFolder& folder);
 

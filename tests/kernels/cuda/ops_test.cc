@@ -611,6 +611,32 @@ TEST_F(CudaOpsTest, Fp8KvAppendWritesTheRulesCodes) {
 
 // Block copies of an FP8 cache move bytes: 16 at a time, or one at a time when a block's bytes
 // are not a multiple of 16 (18 here).
+// Tensor parallelism's logits reorder (rank-major all-gather -> [rows, vocab]) against its CPU
+// twin, bit for bit: ranks whose slices divide the vocabulary and ones whose last slice is
+// padded (or empty), one rank, and more rows than a block's threads.
+TEST_F(CudaOpsTest, GatherVocabPartsEqualsTwinExactly) {
+  struct Case {
+    int ranks, rows, vocab;
+  };
+  for (const Case& c :
+       {Case{1, 3, 320}, Case{2, 5, 322}, Case{4, 7, 1000}, Case{8, 2, 9}, Case{4, 130, 128256}}) {
+    SCOPED_TRACE(std::to_string(c.ranks) + " ranks, vocab " + std::to_string(c.vocab));
+    const int part = (c.vocab + c.ranks - 1) / c.ranks;
+    const std::vector<float> gathered = random_vector(rng_, size_t(c.ranks) * c.rows * part);
+    std::vector<float> want(size_t(c.rows) * c.vocab, -1.0f);
+    cpu::gather_vocab_parts(gathered.data(), c.ranks, c.rows, part, c.vocab, want.data());
+    DeviceBuffer d_in = upload(gathered), d_out(want.size() * 4);
+    d_out.fill_bytes(0xFF);
+    ASSERT_EQ(cuda::gather_vocab_parts(d_in.as<float>(), c.ranks, c.rows, part, c.vocab,
+                                       d_out.as<float>()),
+              cudaSuccess);
+    cuda::synchronize_or_die("gather_vocab_parts");
+    std::vector<float> got(want.size());
+    d_out.download(got.data(), got.size() * 4);
+    EXPECT_EQ(got, want);
+  }
+}
+
 TEST_F(CudaOpsTest, CopyBlocksOfAnFp8CacheMovesBytes) {
   for (int block_size : {16, 3}) {
     cuda::KvCacheLayout layout{

@@ -17,7 +17,7 @@ namespace {
 // ---- SwiGLU to FP8, and plain rows to FP8 ------------------------------------------------
 
 // One CTA per row: silu(gate) * up in fp32, the row's maximum, then its E4M3 codes (the values
-// are computed twice rather than kept: a row of 14336 does not fit a CTA's registers).
+// kept in registers where the row fits them, ops_common.cuh quantize_row).
 // dq on: gate_up is a raw FP8 GEMM output.
 template <int kVec>
 __global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales,

@@ -39,9 +39,10 @@ __global__ void embedding_gather_kernel(const bf16* table, int vocab, int hidden
 
 // One CTA per row; kVec = 8: hidden % 8 == 0 and 16-byte aligned pointers. Each thread rereads
 // only the residual values it wrote itself, so no barrier is needed between the two loops.
-// kFp8: y is E4M3 codes with the row's scale in y_scales (gemm.h Fp8ScaleLayout; two passes
-// over the normalised row: its maximum, then the codes), else bf16. dq on: x is a raw FP8 GEMM
-// output.
+// kFp8: y is E4M3 codes with the row's scale in y_scales (gemm.h Fp8ScaleLayout: the
+// normalised row's maximum, then the codes), else bf16. dq on: x is a raw FP8 GEMM output. A
+// row that fits the threads' registers (row_fits) is read once and kept there; a longer one is
+// read again for the norm (and twice for FP8: its maximum, then its codes).
 template <int kVec, bool kFp8>
 __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate,
                                     const bf16* weight, void* y, float* y_scales,
@@ -51,9 +52,8 @@ __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumul
   float* res = residual + row * hidden;
   const bf16* xr = x != nullptr ? x + row * hidden : nullptr;
   const float x_scale = dq.row != nullptr ? dq.row[row] : 1.0f;
-  float sum_sq = 0;
-  for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
-    float v[kVec];
+  // The residual's new values: x added (dequantized) when given, stored; their squares summed.
+  auto add = [&](int i, float* v, float& sum_sq) {
     if (xr == nullptr || accumulate) {
       load<kVec>(res + i, v);
     } else {
@@ -73,6 +73,38 @@ __global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumul
 #pragma unroll
     for (int j = 0; j < kVec; ++j)
       sum_sq += v[j] * v[j];
+  };
+  if (row_fits<kVec>(hidden)) {  // the row stays in registers: one read of each input
+    constexpr int kHeld = kHeldVectors<kVec>;
+    float v[kHeld][kVec], sum_sq = 0;
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j)
+      if (held_at<kVec>(j) < hidden) add(held_at<kVec>(j), v[j], sum_sq);
+    const float inv = 1.0f / sqrtf(block_sum(sum_sq) / hidden + eps);
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) {
+      if (held_at<kVec>(j) >= hidden) continue;
+      float w[kVec];
+      load<kVec>(weight + held_at<kVec>(j), w);
+#pragma unroll
+      for (int c = 0; c < kVec; ++c)
+        v[j][c] = w[c] * (v[j][c] * inv);
+    }
+    if constexpr (kFp8) {
+      quantize_held<kVec>(v, hidden, static_cast<uint8_t*>(y) + row * hidden, y_scales + row,
+                          y_layout.stride, y_layout.blocks);
+    } else {
+      bf16* yr = static_cast<bf16*>(y) + row * hidden;
+#pragma unroll
+      for (int j = 0; j < kHeld; ++j)
+        if (held_at<kVec>(j) < hidden) store<kVec>(yr + held_at<kVec>(j), v[j]);
+    }
+    return;
+  }
+  float sum_sq = 0;
+  for (int i = threadIdx.x * kVec; i < hidden; i += blockDim.x * kVec) {
+    float v[kVec];
+    add(i, v, sum_sq);
   }
   const float inv = 1.0f / sqrtf(block_sum(sum_sq) / hidden + eps);
   auto normed = [&](int i, float* v) {

@@ -159,14 +159,54 @@ __device__ __forceinline__ float abs_max(float m, const float* v) {
   return m;
 }
 
-// One CTA quantizes one row of `dim` values: values(i, v) computes the kVec values at i (called
-// twice per value: for the row's maximum, then for its codes, instead of holding the row), q gets
-// the codes and the row's scale goes to scale_out[b * scale_stride] for b < scale_blocks (the
-// layout of gemm.h Fp8ScaleLayout, scale_out at the row's first entry).
+// A thread's share of a row held in registers: kHeld vectors of kVec values, vector j at
+// i = threadIdx.x * kVec + j * blockDim.x * kVec (those at or past the row's end unused). A row
+// of up to kHeld x blockDim.x x kVec values fits (14,336 at 1,024 threads and kVec = 8 needs 2).
+template <int kVec>
+inline constexpr int kHeldVectors = kVec == 8 ? 4 : 16;
+template <int kVec>
+__device__ __forceinline__ bool row_fits(int dim) {
+  return dim <= kHeldVectors<kVec> * static_cast<int>(blockDim.x) * kVec;
+}
+template <int kVec>
+__device__ __forceinline__ int held_at(int j) {
+  return (threadIdx.x + j * blockDim.x) * kVec;
+}
+
+// The E4M3 codes of a row held as above (row_fits), with its scale: the row's maximum over the
+// CTA, then every held vector's codes into q, the scale to scale_out[b * scale_stride] for
+// b < scale_blocks (the layout of gemm.h Fp8ScaleLayout, scale_out at the row's first entry).
+template <int kVec>
+__device__ __forceinline__ void quantize_held(const float (&v)[kHeldVectors<kVec>][kVec], int dim,
+                                              uint8_t* q, float* scale_out, int64_t scale_stride,
+                                              int scale_blocks) {
+  float m = 0;
+#pragma unroll
+  for (int j = 0; j < kHeldVectors<kVec>; ++j)
+    if (held_at<kVec>(j) < dim) m = abs_max<kVec>(m, v[j]);
+  const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
+#pragma unroll
+  for (int j = 0; j < kHeldVectors<kVec>; ++j)
+    if (held_at<kVec>(j) < dim) store_e4m3<kVec>(q + held_at<kVec>(j), v[j], qinv);
+  for (int b = threadIdx.x; b < scale_blocks; b += blockDim.x)
+    scale_out[b * scale_stride] = scale;
+}
+
+// One CTA quantizes one row of `dim` values: values(i, v) computes the kVec values at i, once
+// each when the row fits the threads' registers (row_fits), else twice (for the row's maximum,
+// then for its codes); q gets the codes and the scale goes as in quantize_held.
 template <int kVec, class Values>
 __device__ __forceinline__ void quantize_row(const Values& values, int dim, uint8_t* q,
                                              float* scale_out, int64_t scale_stride,
                                              int scale_blocks) {
+  if (row_fits<kVec>(dim)) {
+    float v[kHeldVectors<kVec>][kVec];
+#pragma unroll
+    for (int j = 0; j < kHeldVectors<kVec>; ++j)
+      if (held_at<kVec>(j) < dim) values(held_at<kVec>(j), v[j]);
+    quantize_held<kVec>(v, dim, q, scale_out, scale_stride, scale_blocks);
+    return;
+  }
   float m = 0;
   for (int i = threadIdx.x * kVec; i < dim; i += blockDim.x * kVec) {
     float v[kVec];

@@ -97,8 +97,11 @@ void expect_codes_close(const std::vector<uint8_t>& got, const std::vector<float
 }
 
 TEST_F(CudaFp8Test, QuantizeRowsEqualsTwinExactly) {
-  for (int dim : {64, 100, 4096, 14336}) {  // 100: the scalar path
+  // 100: the scalar path; 16389 and 32776: rows longer than the threads' registers hold
+  // (ops_common.cuh row_fits) on the scalar and the vector path.
+  for (int dim : {64, 100, 4096, 14336, 16389, 32776}) {
     for (int rows : {1, 37, 300}) {
+      if (dim > 14336 && rows > 37) continue;
       const int stride = dim + (dim % 8 == 0 ? 8 : 3);  // rows apart, as in a fused buffer
       std::vector<float> x = random_bf16(rng_, size_t(rows) * stride, 2.0f);
       if (rows > 2) {
@@ -138,8 +141,9 @@ TEST_F(CudaFp8Test, QuantizeRowsEqualsTwinExactly) {
 
 TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
   const float eps = 1e-5f;
-  for (int hidden : {64, 100, 4096}) {
+  for (int hidden : {64, 100, 4096, 16389, 32776}) {  // as QuantizeRowsEqualsTwinExactly
     for (int rows : {1, 37, 300}) {
+      if (hidden > 4096 && rows > 37) continue;
       // raw: x is a raw FP8 GEMM output (ops.h Fp8Dequant) whose values the twin reads.
       for (bool raw : {false, true}) {
         const std::string what = "hidden " + std::to_string(hidden) + " rows " +
@@ -173,8 +177,9 @@ TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
 }
 
 TEST_F(CudaFp8Test, SiluMulFp8MatchesTwin) {
-  for (int inter : {64, 100, 1408, 14336}) {
+  for (int inter : {64, 100, 1408, 14336, 16389, 32776}) {  // as QuantizeRowsEqualsTwinExactly
     for (int rows : {1, 37, 300}) {
+      if (inter > 14336 && rows > 37) continue;
       for (bool raw : {false, true}) {  // raw: as in AddRmsNormFp8MatchesTwin
         const std::string what = "inter " + std::to_string(inter) + " rows " +
                                  std::to_string(rows) + (raw ? " raw" : "");

@@ -193,9 +193,10 @@ class LlamaModel {
   // (NcclComm::bind_thread, before create). The FP8 GEMMs' scales go into cuBLASLt (each
   // rank's activation scales differ, so raw partial sums could not be added) for the
   // row-parallel o and down projections when the group has several ranks. Drops the captured
-  // graphs; with several ranks the steps then run without them (each rank decides on its own
-  // whether a step replays, captures or runs eagerly, and a capture failing on one rank only
-  // would leave the ranks' collectives apart).
+  // graphs; with several ranks the collectives are captured with the rest of a step, and the
+  // ranks vote each step (NcclComm::all_agree) on replaying, capturing or running eagerly, so
+  // they do it together: a step on which they differ, or a capture that failed on any rank,
+  // turns graphs off on all of them.
   Status set_tensor_parallel(NcclComm* comm);
   struct GraphStats {
     int64_t captures = 0;  // graphs captured and instantiated

@@ -298,76 +298,106 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     return {};
   };
   out.graph = false;
-  const bool split = I.comm != nullptr && I.comm->size() > 1;  // set_tensor_parallel: no graphs
-  if (I.graphs_on && !I.profile && !split && num_chunks == 0 && decode_rows > 0) {
+  // Split over several ranks, the ranks replay, capture or run eagerly together: each step
+  // they vote on what they would do (a step on which they differ runs eagerly everywhere and
+  // turns graphs off), and a capture is kept only where it succeeded on every rank, so each
+  // rank's collectives run in the same steps as its peers'.
+  NcclComm* group = I.comm != nullptr && I.comm->size() > 1 ? I.comm : nullptr;
+  const bool eligible = I.graphs_on && !I.profile && num_chunks == 0 && decode_rows > 0;
+  auto graphs_off = [&](const std::string& why) {
+    I.graphs_on = false;
+    I.drop_graphs();
+    I.graph_stats.disabled = why;
+  };
+  std::vector<int64_t> key;
+  Impl::GraphEntry* entry = nullptr;
+  bool capture = false;
+  if (eligible) {
     // Everything the enqueued work depends on besides the contents of the staging and plan
     // buffers: equal signatures enqueue identical launches.
     const auto& o = dplan.offsets;
-    std::vector<int64_t> key{rows,
-                             num_samples,
-                             st.sample_vocab,
-                             st.top_logprobs,
-                             dplan.num_seqs,
-                             dplan.num_nodes,
-                             dplan.num_node_items,
-                             dplan.node_chunk_tokens,
-                             dplan.num_prefix_ctas,
-                             dplan.suffix.num_splits,
-                             dplan.suffix.split_tokens,
-                             dplan.wide_path,
-                             dplan.num_node_units,
-                             o.node_block_indptr,
-                             o.node_block_indices,
-                             o.node_seq_indptr,
-                             o.node_seq_indices,
-                             o.node_unit_base,
-                             o.node_items,
-                             o.suffix_block_indptr,
-                             o.suffix_block_indices,
-                             o.suffix_len,
-                             o.seq_unit_indptr,
-                             o.seq_units,
-                             reinterpret_cast<int64_t>(I.decode_plan_buf),
-                             reinterpret_cast<int64_t>(I.decode_ws),
-                             static_cast<int64_t>(I.decode_ws_bytes)};
-    Impl::GraphEntry* entry = I.find_graph(key);
-    if (entry == nullptr && key == I.last_key) {
-      KVC_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "graph capture");
-      const Status captured = body();
-      std::string failed = captured.message();
-      cudaGraph_t graph = nullptr;
-      cudaError_t e = cudaStreamEndCapture(s, &graph);
-      cudaGraphExec_t exec = nullptr;
-      if (captured.ok() && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      if (captured.ok() && e != cudaSuccess) failed = cudaGetErrorString(e);
-      if (!captured.ok() || e != cudaSuccess) {
-        (void)cudaGetLastError();
-        I.graphs_on = false;
-        I.drop_graphs();
-        I.graph_stats.disabled = "CUDA graph capture failed (" + failed + "); steps run eagerly";
-      } else {
-        if (I.graphs.size() == Impl::kMaxGraphs) {
-          auto lru = std::min_element(
-              I.graphs.begin(), I.graphs.end(),
-              [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
-          cudaGraphExecDestroy(lru->exec);
-          I.graphs.erase(lru);
-          ++I.graph_stats.evictions;
-        }
-        I.graphs.push_back({key, exec, ++I.graph_clock});
-        entry = &I.graphs.back();
-        ++I.graph_stats.captures;
+    key = {rows,
+           num_samples,
+           st.sample_vocab,
+           st.top_logprobs,
+           dplan.num_seqs,
+           dplan.num_nodes,
+           dplan.num_node_items,
+           dplan.node_chunk_tokens,
+           dplan.num_prefix_ctas,
+           dplan.suffix.num_splits,
+           dplan.suffix.split_tokens,
+           dplan.wide_path,
+           dplan.num_node_units,
+           o.node_block_indptr,
+           o.node_block_indices,
+           o.node_seq_indptr,
+           o.node_seq_indices,
+           o.node_unit_base,
+           o.node_items,
+           o.suffix_block_indptr,
+           o.suffix_block_indices,
+           o.suffix_len,
+           o.seq_unit_indptr,
+           o.seq_units,
+           reinterpret_cast<int64_t>(I.decode_plan_buf),
+           reinterpret_cast<int64_t>(I.decode_ws),
+           static_cast<int64_t>(I.decode_ws_bytes)};
+    entry = I.find_graph(key);
+    capture = entry == nullptr && key == I.last_key;
+  }
+  if (group != nullptr && !group->all_agree(!eligible          ? 0
+                                            : entry != nullptr ? 1
+                                            : capture          ? 2
+                                                               : 3)) {
+    entry = nullptr;
+    capture = false;
+    if (I.graphs_on) {
+      graphs_off("the tensor-parallel ranks' graph decisions differed; steps run eagerly");
+    }
+  }
+  if (capture) {
+    KVC_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "graph capture");
+    const Status captured = body();
+    std::string failed = captured.message();
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s, &graph);
+    cudaGraphExec_t exec = nullptr;
+    if (captured.ok() && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (captured.ok() && e != cudaSuccess) failed = cudaGetErrorString(e);
+    bool ok = captured.ok() && e == cudaSuccess;
+    if (group != nullptr && !group->all_agree(ok ? 1 : 0) && ok) {
+      failed = "on another tensor-parallel rank";
+      ok = false;
+    }
+    if (!ok) {
+      (void)cudaGetLastError();
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      graphs_off("CUDA graph capture failed (" + failed + "); steps run eagerly");
+    } else {
+      if (I.graphs.size() == Impl::kMaxGraphs) {
+        auto lru =
+            std::min_element(I.graphs.begin(), I.graphs.end(),
+                             [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+        cudaGraphExecDestroy(lru->exec);
+        I.graphs.erase(lru);
+        ++I.graph_stats.evictions;
       }
+      I.graphs.push_back({key, exec, ++I.graph_clock});
+      entry = &I.graphs.back();
+      ++I.graph_stats.captures;
     }
+  }
+  if (eligible) {
     I.last_key = std::move(key);
-    if (entry != nullptr) {
-      KVC_TRY(cudaGraphLaunch(entry->exec, s), "graph launch");
-      ++I.graph_stats.replays;
-      out.graph = true;
-    }
   } else if (num_chunks > 0) {
     I.last_key.clear();
+  }
+  if (entry != nullptr) {
+    KVC_TRY(cudaGraphLaunch(entry->exec, s), "graph launch");
+    ++I.graph_stats.replays;
+    out.graph = true;
   }
   if (!out.graph) {
     if (Status e = body(); !e.ok()) return e;

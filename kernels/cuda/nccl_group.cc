@@ -127,9 +127,11 @@ Result<std::vector<std::unique_ptr<NcclComm>>> make_nccl_group(std::span<const i
     return Error{s.message()};
   }
   std::vector<std::unique_ptr<NcclComm>> group;
+  const int size = static_cast<int>(devices.size());
+  auto vote = std::make_shared<GroupVote>(size);
   for (size_t i = 0; i < devices.size(); ++i) {
     group.push_back(std::unique_ptr<NcclComm>(
-        new NcclComm(comms[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i])));
+        new NcclComm(comms[i], static_cast<int>(i), size, devices[i], vote)));
   }
   return group;
 }
@@ -141,6 +143,7 @@ NcclComm::~NcclComm() {
 }
 
 void NcclComm::abort() {
+  vote_->abort();
   void* comm = comm_.exchange(nullptr);
   if (comm != nullptr) (void)nccl().comm_abort(static_cast<ncclComm_t>(comm));
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/cuda/group_vote.h"
 
 namespace kvc::kernels::cuda {
 
@@ -39,17 +40,22 @@ class NcclComm {
   Status all_reduce_bf16(void* data, size_t count, void* stream);
   // out[r * count, (r + 1) * count) (float32) becomes rank r's in[0, count), on every rank.
   Status all_gather_f32(const void* in, size_t count, void* out, void* stream);
+  // A host-side vote of the group's rank threads (GroupVote): blocks until every rank called it
+  // this round; true iff all passed `value`. False once the group was aborted.
+  bool all_agree(int64_t value) { return vote_->agree(value); }
   // Ends the communicator at once, from any thread (ncclCommAbort): a rank blocked in one of
-  // its collectives (or in a stream wait behind one) gets an error instead of waiting for a
-  // peer that failed. The communicator is unusable afterwards (its collectives return errors).
+  // its collectives (or in a stream wait behind one, or in all_agree) gets an error instead of
+  // waiting for a peer that failed. The communicator is unusable afterwards (its collectives
+  // return errors, its votes false).
   void abort();
 
  private:
   friend Result<std::vector<std::unique_ptr<NcclComm>>> make_nccl_group(std::span<const int>);
-  NcclComm(void* comm, int rank, int size, int device)
-      : comm_(comm), rank_(rank), size_(size), device_(device) {}
+  NcclComm(void* comm, int rank, int size, int device, std::shared_ptr<GroupVote> vote)
+      : comm_(comm), rank_(rank), size_(size), device_(device), vote_(std::move(vote)) {}
   std::atomic<void*> comm_;  // ncclComm_t; null once aborted
   int rank_, size_, device_;
+  std::shared_ptr<GroupVote> vote_;  // the group's, shared by its ranks
 };
 
 // A group of devices.size() ranks, rank i on CUDA device devices[i] (ncclCommInitAll). Errors

@@ -2,10 +2,12 @@
 // the one-GPU backend on the same weights: one rank through the whole split path (NCCL group,
 // rank threads, all-reduces, the LM head's all-gather and vocab gather) gives the same logits to
 // the bit in flat and cascade decode; over 2, 4 or 8 GPUs where the machine has them, the
-// logits stay within bf16 rounding of the whole model's (the partial sums are added in bf16).
+// logits stay within bf16 rounding of the whole model's (the partial sums are added in bf16),
+// every rank replaying its decode steps from CUDA graphs.
 // A group of more ranks than GPUs is refused. bench/gpu_tp.sh runs these on the GPU host.
 #include "replica/backend/cuda/tensor_parallel_backend.h"
 
+#include "kernels/cuda/llama.h"
 #include "kernels/cuda/nccl_group.h"
 #include "tests/replica/backend/cuda/cuda_backend_fixture.h"
 
@@ -33,7 +35,7 @@ class CudaTensorParallelTest : public CudaBackendTest {
  protected:
   // The split backend over `size` GPUs, or null when NCCL cannot be loaded here (skipped unless
   // KVC_REQUIRE_NCCL=1).
-  std::unique_ptr<Backend> split(const ModelWeights& w, int32_t size) {
+  std::unique_ptr<CudaTensorParallelBackend> split(const ModelWeights& w, int32_t size) {
     CudaBackendOptions o;
     o.num_blocks = 512;
     auto b = CudaTensorParallelBackend::create(w.config, &w, size, o);
@@ -47,7 +49,7 @@ class CudaTensorParallelTest : public CudaBackendTest {
       ADD_FAILURE() << b.error().message;
       return nullptr;
     }
-    return std::unique_ptr<Backend>(std::move(b).value());
+    return std::unique_ptr<CudaTensorParallelBackend>(std::move(b).value());
   }
   std::string skipped_;
 };
@@ -88,6 +90,12 @@ TEST_F(CudaTensorParallelTest, SplitOverTheGpusStaysWithinBf16OfTheWholeModel) {
       std::printf("tp %d %s: %d logit rows against one GPU, worst relative L2 %.3g\n", size,
                   cascade ? "cascade" : "flat", compared, worst);
       EXPECT_GE(compared, 5);
+      // The ranks replayed their decode steps from CUDA graphs, collectives included, together.
+      for (int32_t r = 0; r < size; ++r) {
+        const auto g = parts->rank(r).model().graph_stats();
+        EXPECT_EQ(g.disabled, "") << "rank " << r;
+        EXPECT_GT(g.replays, g.captures) << "rank " << r;
+      }
     }
   }
 }

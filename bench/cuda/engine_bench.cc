@@ -214,15 +214,19 @@ struct Point {
   double wall_ms = NAN, engine_ms = NAN, prep_ms = NAN, host_ms = NAN, wait_ms = NAN,
          device_ms = NAN;
   double bytes = 0, flops = 0, byte_floor_ms = 0, flop_floor_ms = 0;
+  double link_floor_ms = 0;  // split: the collectives' bytes over the measured link (in bytes)
   double floor_ms() const { return std::max(byte_floor_ms, flop_floor_ms); }
   double ratio() const { return wall_ms / floor_ms(); }
 };
 
 // Pure decode steps of every sequence with S in [s - window/2, s + window/2) (clipped to the run).
 // `ranks` > 1: the model split over that many GPUs, each reading and computing 1/ranks of it
-// (the floors are one GPU's; the collectives' time is in the step, not in the floor).
+// (the floors are one GPU's), and the byte floor adds the collectives' bytes over `link_bw`
+// (the group's all-reduce bus bandwidth measured in the run): two all-reduces of rows x hidden
+// bf16 values a layer at 2 (N - 1) / N of their bytes, and the LM head's logits all-gathered
+// at (N - 1) / N of theirs (NCCL's bus-bandwidth accounting).
 Point point_at(const ModeRun& run, int s, int window, int rows, const ModelCost& m, double bw,
-               double peak, int gen, int prompt_len, int ranks) {
+               double peak, int gen, int prompt_len, int ranks, double link_bw) {
   Point p;
   p.s = s;
   int lo = std::max(1, s - window / 2), hi = lo + window;
@@ -257,6 +261,14 @@ Point point_at(const ModeRun& run, int s, int window, int rows, const ModelCost&
   p.flops = median(flops) / ranks;
   p.byte_floor_ms = p.bytes / bw * 1e3;
   p.flop_floor_ms = p.flops / peak * 1e3;
+  if (ranks > 1 && link_bw > 0) {
+    const double n = ranks, all_reduce = 2.0 * m.config.num_hidden_layers * rows *
+                                         m.config.hidden_size * 2.0 * 2.0 * (n - 1) / n;
+    const double lm_rows = std::ceil(double(m.config.vocab_size) / n);
+    const double gather = double(rows) * lm_rows * 4.0 * n * (n - 1) / n;
+    p.link_floor_ms = (all_reduce + gather) / link_bw * 1e3;
+    p.byte_floor_ms += p.link_floor_ms;
+  }
   return p;
 }
 
@@ -272,6 +284,7 @@ json point_json(const Point& p) {
           {"bytes", p.bytes},
           {"flops", p.flops},
           {"byte_floor_ms", p.byte_floor_ms},
+          {"link_floor_ms", p.link_floor_ms},
           {"flop_floor_ms", p.flop_floor_ms},
           {"floor_ms", p.floor_ms()},
           {"ratio", p.ratio()}};
@@ -362,6 +375,23 @@ int run_engine_bench(const EngineBenchOptions& o) {
     backend.one->model().set_fp8_scales_in_readers(!o.fp8_scales_in_gemm);
   }
 
+  // Split over several GPUs: the group's all-reduce bus bandwidth (256 MiB per rank), the
+  // links' term of the floor.
+  double link_bw = 0;
+  if (backend.split) {
+    constexpr size_t kBytes = size_t{256} << 20;
+    Result<double> t = backend.split->all_reduce_seconds(kBytes, 20);
+    if (!t.ok()) {
+      std::fprintf(stderr, "bench engine: %s\n", t.error().message.c_str());
+      return 1;
+    }
+    const int n = backend.ranks();
+    link_bw = double(kBytes) / *t * 2.0 * (n - 1) / n;  // 0 with one rank: no link crossed
+    std::printf("all-reduce of 256 MiB over %d GPU(s): %.3f ms, bus bandwidth %.0f GB/s\n\n", n,
+                *t * 1e3, link_bw / 1e9);
+    result["all_reduce_256MiB_ms"] = *t * 1e3;
+    result["all_reduce_bus_GBps"] = link_bw / 1e9;
+  }
   const int rows = o.groups * o.siblings;
   result.update({{"groups", o.groups},
                  {"siblings", o.siblings},
@@ -402,11 +432,16 @@ int run_engine_bench(const EngineBenchOptions& o) {
     std::vector<Point>& pts = points[name];
     for (int s : {16, 256, 1024}) {
       if (s > o.gen) continue;
-      Point p = point_at(run, s, o.window, rows, m, bw, peak, o.gen, o.prefix, backend.ranks());
+      Point p =
+          point_at(run, s, o.window, rows, m, bw, peak, o.gen, o.prefix, backend.ranks(), link_bw);
       pts.push_back(p);
       std::printf("%6d %6d %9.3f %8.3f %8.3f %8.3f %8.3f %9.3f %11.3f %11.3f %9.3f %6.2fx\n", p.s,
                   p.steps, p.wall_ms, p.engine_ms, p.prep_ms, p.host_ms, p.wait_ms, p.device_ms,
                   p.byte_floor_ms, p.flop_floor_ms, p.floor_ms(), p.ratio());
+      if (p.link_floor_ms > 0) {
+        std::printf("%6s the byte floor holds %.3f ms of collectives at the bus bandwidth\n", "",
+                    p.link_floor_ms);
+      }
     }
     const double tps = run.generated / run.total_s;
     std::printf(

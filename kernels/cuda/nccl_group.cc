@@ -163,6 +163,43 @@ Status NcclComm::all_reduce_bf16(void* data, size_t count, void* stream) {
       "ncclAllReduce");
 }
 
+Result<double> NcclComm::time_all_reduce_bf16(size_t count, int iters) {
+  if (iters < 1 || count == 0) return Error{"time_all_reduce_bf16: nothing to time"};
+  void* data = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t begin = nullptr, end = nullptr;
+  std::vector<double> seconds;
+  Status status = Status::Ok();
+  auto cuda_ok = [&](cudaError_t e, const char* what) {
+    if (e == cudaSuccess || !status.ok()) return status.ok();
+    status = Error{std::string(what) + ": " + cudaGetErrorString(e)};
+    return false;
+  };
+  if (cuda_ok(cudaMalloc(&data, count * 2), "cudaMalloc") &&
+      cuda_ok(cudaMemset(data, 0, count * 2), "cudaMemset") &&
+      cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream") &&
+      cuda_ok(cudaEventCreate(&begin), "event") && cuda_ok(cudaEventCreate(&end), "event")) {
+    for (int i = 0; i < iters + 2 && status.ok(); ++i) {
+      if (!cuda_ok(cudaEventRecord(begin, stream), "event")) break;
+      status = all_reduce_bf16(data, count, stream);
+      if (!status.ok() || !cuda_ok(cudaEventRecord(end, stream), "event") ||
+          !cuda_ok(cudaEventSynchronize(end), "all-reduce")) {
+        break;
+      }
+      float ms = 0;
+      if (!cuda_ok(cudaEventElapsedTime(&ms, begin, end), "event")) break;
+      if (i >= 2) seconds.push_back(ms * 1e-3);
+    }
+  }
+  if (end != nullptr) cudaEventDestroy(end);
+  if (begin != nullptr) cudaEventDestroy(begin);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  if (data != nullptr) cudaFree(data);
+  if (!status.ok()) return Error{status.message()};
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
 Status NcclComm::all_gather_f32(const void* in, size_t count, void* out, void* stream) {
   void* comm = comm_.load();
   if (comm == nullptr) return Error{"the tensor-parallel group was aborted"};

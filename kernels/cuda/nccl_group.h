@@ -40,6 +40,10 @@ class NcclComm {
   Status all_reduce_bf16(void* data, size_t count, void* stream);
   // out[r * count, (r + 1) * count) (float32) becomes rank r's in[0, count), on every rank.
   Status all_gather_f32(const void* in, size_t count, void* out, void* stream);
+  // Seconds one all-reduce of `count` bf16 values takes, the median of `iters` timed on a
+  // stream of its own after two untimed (benchmarks: every rank calls it at once, between
+  // steps; it allocates and frees its buffer).
+  Result<double> time_all_reduce_bf16(size_t count, int iters);
   // A host-side vote of the group's rank threads (GroupVote): blocks until every rank called it
   // this round; true iff all passed `value`. False once the group was aborted.
   bool all_agree(int64_t value) { return vote_->agree(value); }

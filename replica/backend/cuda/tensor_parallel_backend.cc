@@ -139,4 +139,25 @@ void CudaTensorParallelBackend::set_profile(bool on) {
   });
 }
 
+Result<double> CudaTensorParallelBackend::all_reduce_seconds(size_t bytes, int iters) {
+  const int32_t n = tensor_parallel_size();
+  std::vector<double> seconds(static_cast<size_t>(n), 0.0);
+  Status s = threads_->run([&](int32_t r) -> Status {
+    Result<double> t = comms_[static_cast<size_t>(r)]->time_all_reduce_bf16(bytes / 2, iters);
+    if (!t.ok()) {  // the others may wait for this rank in a collective
+      for (const auto& comm : comms_)
+        comm->abort();
+      return Error{t.error().message};
+    }
+    seconds[static_cast<size_t>(r)] = *t;
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    group_failed_ = "the tensor-parallel group failed timing an all-reduce (" + s.message() +
+                    ") and was aborted: restart the replica";
+    return Error{group_failed_};
+  }
+  return seconds[0];
+}
+
 }  // namespace kvc

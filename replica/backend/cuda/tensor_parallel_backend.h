@@ -6,9 +6,10 @@
 // (kernels/cuda/nccl_group.h). The engine, its block tables and cascade plan are unchanged:
 // every rank runs the same ForwardBatch in lockstep, samples the same gathered logits with the
 // same parameters, and rank 0's tokens are returned. Each rank holds its KV heads' blocks, as
-// many blocks as the rank with the least room holds (num_blocks). With several ranks the steps
-// run without CUDA graphs (set_graphs). A step that fails on a rank aborts the NCCL group (the
-// others would wait for it in a collective) and the replica refuses further steps. The twin of
+// many blocks as the rank with the least room holds (num_blocks). Decode steps replay per-rank
+// CUDA graphs, collectives included, which the ranks capture and replay together
+// (kernels/cuda/llama.h set_tensor_parallel). A step that fails on a rank aborts the NCCL group
+// (the others would wait for it in a collective) and the replica refuses further steps. The twin of
 // CpuTensorParallelBackend.
 #pragma once
 
@@ -56,10 +57,13 @@ class CudaTensorParallelBackend final : public Backend {
 
   int32_t tensor_parallel_size() const { return threads_->size(); }
   CudaBackend& rank(int32_t r) { return *ranks_[static_cast<size_t>(r)]; }
-  // On every rank (benchmarks). With several ranks the steps run without graphs whatever `on`
-  // says (kernels/cuda/llama.h set_tensor_parallel).
+  // On every rank (benchmarks).
   void set_graphs(bool on);
   void set_profile(bool on);
+  // Seconds the group's all-reduce of `bytes` of bf16 per rank takes on rank 0, the median of
+  // `iters` runs after a warm-up (benchmarks, between steps). NCCL's bus bandwidth of the group
+  // is bytes / seconds x 2 (N - 1) / N. A rank that fails aborts the group.
+  Result<double> all_reduce_seconds(size_t bytes, int iters);
 
  private:
   CudaTensorParallelBackend(ModelConfig whole, int32_t size);

@@ -99,7 +99,7 @@ size_t lay_out_weights(const LlamaDims& d, char* base, LlamaModel::Impl* I) {
     const int rows = matrix_rows(d, t), cols = static_cast<int>(n / rows);
     *scale = static_cast<float*>(take(4 * size_t(fp8_weight_scales(rows, cols).count())));
   };
-  void* p = nullptr;
+  [[maybe_unused]] void* p = nullptr;  // the sink of a count-only pass
   LlamaModel::Impl::Layer scratch{};
   (I ? I->embed : p) = half(s.embed);
   (I ? I->final_norm : p) = half(s.final_norm);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -14,41 +15,25 @@ namespace {
 using SliceReader = std::function<Status(const TensorSpec& full,
                                          const std::optional<TensorSlice>& slice, float* out)>;
 
-// A rank's weights from a whole model's tensors (`whole`, config `c`), each read by `read`: every
-// tensor of the rank's model is the whole one's, or its slice along the one dimension whose size
-// the split changed (rows of a column-parallel matrix or bias, columns of a row-parallel one);
-// then the rank's LM-head rows, padded. KV-cache scales are the caller's.
+// A rank's weights from a whole model's tensors (`whole`, config `c`), each read by `read` as
+// plan_rank places it; KV-cache scales are the caller's.
 Result<RankWeights> split(const ModelConfig& c, const std::vector<TensorSpec>& whole, int32_t rank,
                           int32_t size, const SliceReader& read) {
-  assert(rank >= 0 && rank < size);
-  if (Status s = check_tensor_parallel(c, size); !s.ok()) return Error{s.message()};
+  Result<RankPlan> plan = plan_rank(c, whole, rank, size);
+  if (!plan.ok()) return Error{plan.error().message};
   RankWeights out;
   ModelWeights& w = out.weights;
-  w.config = rank_config(c, size);
-  w.config.tie_word_embeddings = true;  // the rank's input embedding only: its LM head is below
+  w.config = plan->config;
   allocate_weights(w);
-  std::map<std::string, const TensorSpec*> by_name;
-  for (const TensorSpec& s : whole)
-    by_name[s.name] = &s;
-  for (const TensorSpec& s : hf_tensor_specs(w.config)) {
-    const auto it = by_name.find(s.name);
-    assert(it != by_name.end());
-    const TensorSpec& full = *it->second;
-    std::optional<TensorSlice> slice;
-    for (size_t d = 0; d < s.shape.size(); ++d) {
-      if (s.shape[d] != full.shape[d]) {
-        slice = TensorSlice{static_cast<int>(d), rank * s.shape[d], s.shape[d]};
-      }
+  for (const RankTensor& t : plan->tensors) {
+    if (Status st = read(t.full, t.slice, tensor_values(w, t.part)); !st.ok()) {
+      return Error{st.message()};
     }
-    if (Status st = read(full, slice, tensor_values(w, s)); !st.ok()) return Error{st.message()};
   }
-  out.vocab = vocab_slice(c.vocab_size, rank, size);
+  out.vocab = plan->vocab;
   out.lm_head_rows.assign(static_cast<size_t>(out.vocab.padded) * c.hidden_size, 0.0f);
-  const auto head =
-      by_name.find(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  assert(head != by_name.end());
   if (out.vocab.rows > 0) {
-    if (Status st = read(*head->second, TensorSlice{0, out.vocab.begin, out.vocab.rows},
+    if (Status st = read(plan->head, TensorSlice{0, out.vocab.begin, out.vocab.rows},
                          out.lm_head_rows.data());
         !st.ok()) {
       return Error{st.message()};
@@ -57,26 +42,57 @@ Result<RankWeights> split(const ModelConfig& c, const std::vector<TensorSpec>& w
   return out;
 }
 
-// `slice` of a row-major tensor of `shape` (at most two dimensions) at `src`, into `out`.
-void copy_slice(const float* src, const std::vector<int64_t>& shape,
-                const std::optional<TensorSlice>& slice, float* out) {
+}  // namespace
+
+Result<RankPlan> plan_rank(const ModelConfig& c, const std::vector<TensorSpec>& whole, int32_t rank,
+                           int32_t size) {
+  assert(rank >= 0 && rank < size);
+  if (Status s = check_tensor_parallel(c, size); !s.ok()) return Error{s.message()};
+  RankPlan plan;
+  plan.config = rank_config(c, size);
+  plan.config.tie_word_embeddings = true;  // the rank's input embedding only: its LM head apart
+  std::map<std::string, const TensorSpec*> by_name;
+  for (const TensorSpec& s : whole)
+    by_name[s.name] = &s;
+  for (const TensorSpec& s : hf_tensor_specs(plan.config)) {
+    const auto it = by_name.find(s.name);
+    assert(it != by_name.end());
+    RankTensor t{s, *it->second, std::nullopt};
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (s.shape[d] != t.full.shape[d]) {
+        t.slice = TensorSlice{static_cast<int>(d), rank * s.shape[d], s.shape[d]};
+      }
+    }
+    plan.tensors.push_back(std::move(t));
+  }
+  const auto head =
+      by_name.find(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  assert(head != by_name.end());
+  plan.head = *head->second;
+  plan.vocab = vocab_slice(c.vocab_size, rank, size);
+  return plan;
+}
+
+void copy_slice_bytes(const std::byte* src, size_t elem_bytes, const std::vector<int64_t>& shape,
+                      const std::optional<TensorSlice>& slice, std::byte* out) {
   int64_t numel = 1;
   for (int64_t d : shape)
     numel *= d;
   if (!slice) {
-    std::copy_n(src, numel, out);
+    std::memcpy(out, src, size_t(numel) * elem_bytes);
     return;
   }
-  const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const size_t cols = shape.size() == 2 ? size_t(shape[1]) : 1;
   if (slice->dim == 0) {
-    std::copy_n(src + slice->begin * cols, slice->count * cols, out);
+    std::memcpy(out, src + size_t(slice->begin) * cols * elem_bytes,
+                size_t(slice->count) * cols * elem_bytes);
     return;
   }
+  const size_t row = size_t(slice->count) * elem_bytes;
   for (int64_t r = 0; r < shape[0]; ++r)
-    std::copy_n(src + r * cols + slice->begin, slice->count, out + r * slice->count);
+    std::memcpy(out + size_t(r) * row, src + (size_t(r) * cols + size_t(slice->begin)) * elem_bytes,
+                row);
 }
-
-}  // namespace
 
 bool is_tensor_parallel_size(int32_t size) {
   return size == 1 || size == 2 || size == 4 || size == 8;
@@ -122,7 +138,8 @@ RankWeights shard_weights(const ModelWeights& full, int32_t rank, int32_t size) 
   Result<RankWeights> out =
       split(full.config, hf_tensor_specs(full.config), rank, size,
             [&](const TensorSpec& t, const std::optional<TensorSlice>& slice, float* to) {
-              copy_slice(tensor_values(full, t), t.shape, slice, to);
+              copy_slice_bytes(reinterpret_cast<const std::byte*>(tensor_values(full, t)), 4,
+                               t.shape, slice, reinterpret_cast<std::byte*>(to));
               return Status::Ok();
             });
   assert(out.ok());

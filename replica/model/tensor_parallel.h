@@ -13,7 +13,9 @@
 // once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "base/status.h"
@@ -50,6 +52,31 @@ struct RankWeights {
   std::vector<float> lm_head_rows;  // [vocab.padded, h]: its rows of the output projection
   VocabSlice vocab;
 };
+
+// Where each tensor of rank `rank`'s model comes from in the whole model's (`whole`, config `c`):
+// `part` is the rank model's spec (rank_config with tie_word_embeddings set: the input
+// embedding only), `full` the whole one's, `slice` the part of it along the one dimension whose
+// size the split changed (rows of a column-parallel matrix or bias, columns of a row-parallel
+// one; nullopt: all of it). Then the rank's LM-head rows: `vocab` of `head` (the whole model's
+// LM head, or its embedding when tied), padded. Errors: check_tensor_parallel.
+struct RankTensor {
+  TensorSpec part, full;
+  std::optional<TensorSlice> slice;
+};
+struct RankPlan {
+  ModelConfig config;  // rank_config, tie_word_embeddings set
+  std::vector<RankTensor> tensors;
+  TensorSpec head;
+  VocabSlice vocab;
+};
+Result<RankPlan> plan_rank(const ModelConfig& c, const std::vector<TensorSpec>& whole, int32_t rank,
+                           int32_t size);
+
+// `slice` of a row-major tensor of `shape` (at most two dimensions) whose elements are
+// `elem_bytes` wide, from `src` into `out` (slice->count x shape[1] elements for rows,
+// shape[0] x slice->count for columns; all of it without a slice).
+void copy_slice_bytes(const std::byte* src, size_t elem_bytes, const std::vector<int64_t>& shape,
+                      const std::optional<TensorSlice>& slice, std::byte* out);
 
 // Rank `rank`'s slices of `full` (the layouts of weights.h: Linear [out, in], row-major).
 // Preconditions: check_tensor_parallel(full.config, size) is ok; 0 <= rank < size;

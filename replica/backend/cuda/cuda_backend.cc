@@ -226,6 +226,69 @@ Status CudaBackend::upload_folder(const HfFolder& f) {
   return m.finish_uploads();
 }
 
+Status CudaBackend::upload_rank_folder(const HfFolder& f, int32_t rank, int32_t size) {
+  kc::LlamaModel& m = *model_;
+  Result<RankPlan> plan = plan_rank(f.config(), f.specs(), rank, size);
+  if (!plan.ok()) return Error{plan.error().message};
+  Result<KvCacheScales> kv_scales = f.kv_cache_scales();
+  if (!kv_scales.ok()) return Error{kv_scales.error().message};
+  set_kv_scales(*kv_scales);
+  std::vector<std::byte> gathered;
+  std::vector<float> values;
+  // `slice` of the whole tensor `full` into the model's `kind` at `offset` (`count` elements).
+  auto put = [&](const TensorSpec& full, const std::optional<TensorSlice>& slice,
+                 kernels::ModelTensor kind, int layer, size_t offset, size_t count) -> Status {
+    Result<TensorView> v = f.tensor(full.name, full.shape);
+    if (!v.ok()) return Error{v.error().message};
+    if (v->dtype == DType::kBF16 || v->dtype == DType::kF16) {
+      const bool f16 = v->dtype == DType::kF16;
+      const std::byte* src = v->bytes.data();
+      if (slice && slice->dim != 0) {  // columns: gathered row by row
+        gathered.resize(count * 2);
+        copy_slice_bytes(src, 2, full.shape, slice, gathered.data());
+        return m.upload_half(kind, layer, offset, gathered.data(), count, f16);
+      }
+      const size_t cols = full.shape.size() == 2 ? size_t(full.shape[1]) : 1;
+      if (slice) src += size_t(slice->begin) * cols * 2;  // rows: as they lie
+      return m.upload_half(kind, layer, offset, src, count, f16);
+    }
+    values.resize(count);  // F32 and FP8 checkpoints: their values, as float32
+    if (Status e = f.read_f32(full.name, full.shape, values.data(), slice); !e.ok()) return e;
+    return m.upload(kind, layer, offset, values.data(), count);
+  };
+  for (const RankTensor& t : plan->tensors) {
+    const Status e = put(t.full, t.slice, t.part.kind, t.part.layer, size_t(t.part.offset),
+                         size_t(t.part.numel()));
+    if (!e.ok()) {
+      (void)m.finish_uploads();
+      return Error{t.full.name + ": " + e.message()};
+    }
+  }
+  // The LM head: every rank of a split (and a whole untied model) has its own rows.
+  if (!m.dims().tied_embeddings) {
+    const size_t h = size_t(config_.hidden_size), rows = size_t(plan->vocab.rows);
+    const size_t padded = size_t(plan->vocab.padded);
+    if (padded * h != m.tensor_elements(kernels::ModelTensor::kLmHead)) {
+      (void)m.finish_uploads();
+      return Error{"the rank's LM head rows do not fit its model"};
+    }
+    Status e = Status::Ok();
+    if (rows > 0) {
+      e = put(plan->head, TensorSlice{0, plan->vocab.begin, plan->vocab.rows},
+              kernels::ModelTensor::kLmHead, 0, 0, rows * h);
+    }
+    if (e.ok() && padded > rows) {
+      const std::vector<float> zeros((padded - rows) * h, 0.0f);
+      e = m.upload(kernels::ModelTensor::kLmHead, 0, rows * h, zeros.data(), zeros.size());
+    }
+    if (!e.ok()) {
+      (void)m.finish_uploads();
+      return Error{"uploading the LM head's rows: " + e.message()};
+    }
+  }
+  return m.finish_uploads();
+}
+
 Status CudaBackend::check_weights(const std::string& folder) const {
   return check_replacement(folder, config_);
 }

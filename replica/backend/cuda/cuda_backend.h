@@ -65,13 +65,17 @@ class CudaBackend final : public Backend {
   // rank_config(whole, comm.size()) with the whole vocabulary (kernels/cuda/llama.h
   // LlamaDims::tp_size), on the calling thread's device (comm.bind_thread() first), its
   // collectives through comm; its weights uninitialised (upload_rank, or model().random_init).
-  // With a group of one this is the whole model, through the same path; with several, no CUDA
-  // graphs (kernels/cuda/llama.h set_tensor_parallel).
+  // With a group of one this is the whole model, through the same path.
   static Result<std::unique_ptr<CudaBackend>> create_rank(const ModelConfig& whole,
                                                           kernels::cuda::NcclComm& comm,
                                                           const CudaBackendOptions& options);
   // A rank's slices (shard_weights or read_rank_weights) onto its device.
   Status upload_rank(const RankWeights& weights);
+  // Rank `rank` of `size`'s slices of a Hugging Face folder onto its device, tensor by tensor
+  // (plan_rank): 16-bit tensors from the mapping (a row slice as it lies, a column slice
+  // gathered into one host buffer of its size), others read as float32 slices; the LM head's
+  // rows, zero past the vocabulary. On the host at most one tensor's slice at a time.
+  Status upload_rank_folder(const HfFolder& folder, int32_t rank, int32_t size);
   ~CudaBackend() override;
 
   const ModelConfig& config() const override { return config_; }

@@ -84,10 +84,7 @@ Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::lo
 Status CudaTensorParallelBackend::upload_folder(const HfFolder& f) {
   const int32_t size = threads_->size();
   return threads_->run([&](int32_t r) -> Status {
-    std::lock_guard lock(upload_mu_);
-    Result<RankWeights> w = read_rank_weights(f, r, size);
-    if (!w.ok()) return Error{w.error().message};
-    return ranks_[static_cast<size_t>(r)]->upload_rank(*w);
+    return ranks_[static_cast<size_t>(r)]->upload_rank_folder(f, r, size);
   });
 }
 

@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,8 +33,9 @@ class CudaTensorParallelBackend final : public Backend {
   static Result<std::unique_ptr<CudaTensorParallelBackend>> create(
       const ModelConfig& whole, const ModelWeights* weights, int32_t size,
       const CudaBackendOptions& options);
-  // A Hugging Face folder: each rank reads only its slices (read_rank_weights), one rank at a
-  // time (the slices are float32 on the host while they are uploaded).
+  // A Hugging Face folder: each rank streams only its slices onto its device, tensor by tensor
+  // and all ranks at once (CudaBackend::upload_rank_folder: a 16-bit checkpoint's slices go from
+  // the mapping, at most one tensor's slice a rank on the host).
   static Result<std::unique_ptr<CudaTensorParallelBackend>> load(const std::string& folder,
                                                                  int32_t size,
                                                                  const CudaBackendOptions& options);
@@ -71,7 +71,7 @@ class CudaTensorParallelBackend final : public Backend {
   static Result<std::unique_ptr<CudaTensorParallelBackend>> make(const ModelConfig& whole,
                                                                  int32_t size,
                                                                  const CudaBackendOptions& options);
-  // Every rank's slices of a folder onto its device, one rank at a time.
+  // Every rank's slices of a folder onto its device (upload_rank_folder), the ranks at once.
   Status upload_folder(const HfFolder& folder);
 
   ModelConfig config_;  // the whole model's
@@ -81,7 +81,6 @@ class CudaTensorParallelBackend final : public Backend {
   std::vector<std::unique_ptr<kernels::cuda::NcclComm>> comms_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   std::vector<ForwardOutput> outputs_;  // per rank (rank 0's are returned)
-  std::mutex upload_mu_;                // one rank's slices on the host at a time
   std::unique_ptr<RankThreads> threads_;
 };
 

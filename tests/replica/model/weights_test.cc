@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -419,6 +420,56 @@ TEST(LoadHfWeights, EachTensorParallelRankReadsItsSlices) {
     Result<RankWeights> four = read_rank_weights(*f, 0, 4);
     ASSERT_FALSE(four.ok());
     EXPECT_THAT(four.error().message, HasSubstr("num_key_value_heads 2"));
+  }
+}
+
+// What a device upload streams from a 16-bit checkpoint (CudaBackend::upload_rank_folder): each
+// rank tensor's slice of the mapped bytes (plan_rank, copy_slice_bytes), and the LM head's rows,
+// are exactly the values read_rank_weights gives, for bf16 and f16, tied and untied.
+TEST(LoadHfWeights, RankSlicesOfTheMappedBytesAreTheRankWeights) {
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const bool tied : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (tied ? " tied" : " untied"));
+      testing::TempDir tmp;
+      const ModelWeights w = random_weights(small_config(tied), 21);
+      ASSERT_TRUE(write_hf_checkpoint(w, tmp.path(), dtype).ok());
+      Result<HfFolder> f = HfFolder::open(tmp.path());
+      ASSERT_TRUE(f.ok()) << f.error().message;
+      auto as_floats = [&](const std::vector<std::byte>& b) {
+        std::vector<float> v(b.size() / 2);
+        for (size_t i = 0; i < v.size(); ++i) {
+          uint16_t h;
+          std::memcpy(&h, b.data() + 2 * i, 2);
+          v[i] = dtype == DType::kBF16 ? bf16_to_float(h) : f16_to_float(h);
+        }
+        return v;
+      };
+      for (int32_t rank = 0; rank < 2; ++rank) {
+        Result<RankPlan> plan = plan_rank(f->config(), f->specs(), rank, 2);
+        ASSERT_TRUE(plan.ok()) << plan.error().message;
+        Result<RankWeights> want = read_rank_weights(*f, rank, 2);
+        ASSERT_TRUE(want.ok()) << want.error().message;
+        for (const RankTensor& t : plan->tensors) {
+          Result<TensorView> v = f->tensor(t.full.name, t.full.shape);
+          ASSERT_TRUE(v.ok()) << v.error().message;
+          ASSERT_EQ(v->dtype, dtype);
+          std::vector<std::byte> part(size_t(t.part.numel()) * 2);
+          copy_slice_bytes(v->bytes.data(), 2, t.full.shape, t.slice, part.data());
+          const float* expected = tensor_values(want->weights, t.part);
+          EXPECT_EQ(as_floats(part), std::vector<float>(expected, expected + t.part.numel()))
+              << "rank " << rank << ": " << t.full.name;
+        }
+        Result<TensorView> head = f->tensor(plan->head.name, plan->head.shape);
+        ASSERT_TRUE(head.ok());
+        const int64_t h = f->config().hidden_size;
+        std::vector<std::byte> rows(size_t(plan->vocab.rows * h) * 2);
+        copy_slice_bytes(head->bytes.data(), 2, plan->head.shape,
+                         TensorSlice{0, plan->vocab.begin, plan->vocab.rows}, rows.data());
+        std::vector<float> got = as_floats(rows);
+        got.resize(size_t(plan->vocab.padded * h), 0.0f);  // the padding rows: zeros
+        EXPECT_EQ(got, want->lm_head_rows) << "rank " << rank;
+      }
+    }
   }
 }
 

@@ -7,9 +7,13 @@
 // A group of more ranks than GPUs is refused. bench/gpu_tp.sh runs these on the GPU host.
 #include "replica/backend/cuda/tensor_parallel_backend.h"
 
+#include <cstdlib>
+#include <filesystem>
+
 #include "kernels/cuda/llama.h"
 #include "kernels/cuda/nccl_group.h"
 #include "tests/replica/backend/cuda/cuda_backend_fixture.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvc {
 namespace {
@@ -97,6 +101,50 @@ TEST_F(CudaTensorParallelTest, SplitOverTheGpusStaysWithinBf16OfTheWholeModel) {
         EXPECT_GT(g.replays, g.captures) << "rank " << r;
       }
     }
+  }
+}
+
+// A checkpoint streamed onto every rank (CudaTensorParallelBackend::load: each rank's slices
+// from the mapped bf16 tensors, upload_rank_folder) computes what the ranks given the same
+// model's slices in memory compute (shard_weights), bit for bit: over one GPU (and with one rank
+// what the one-GPU backend loaded from the folder computes), and over 2 where there are GPUs.
+// A weight update takes the same path.
+TEST_F(CudaTensorParallelTest, AFolderStreamsEachRanksSlicesOntoItsGpu) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(write_hf_checkpoint(split_weights(), dir).ok());
+  Result<HfFolder> f = HfFolder::open(dir);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  Result<ModelWeights> read = read_weights(*f);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  const std::vector<GenerationRequest> reqs = sibling_requests(2);
+  const int gpus = kernels::cuda::device_count();
+  for (int32_t size : {1, 2}) {
+    if (size > gpus) break;
+    SCOPED_TRACE("tp " + std::to_string(size));
+    CudaBackendOptions o;
+    o.num_blocks = 512;
+    auto streamed = CudaTensorParallelBackend::load(dir, size, o);
+    if (!streamed.ok() && streamed.error().message.find("cannot be loaded") != std::string::npos &&
+        std::getenv("KVC_REQUIRE_NCCL") == nullptr) {
+      GTEST_SKIP() << streamed.error().message;
+    }
+    ASSERT_TRUE(streamed.ok()) << streamed.error().message;
+    auto sharded = split(*read, size);
+    ASSERT_TRUE(sharded);
+    const RunOutput a = run(**streamed, reqs, true, /*keep_logits=*/true);
+    const RunOutput b = run(*sharded, reqs, true, /*keep_logits=*/true);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.logits, b.logits) << "a streamed slice differs from the sharded one";
+    if (size == 1) {
+      auto whole = CudaBackend::load(dir, o);
+      ASSERT_TRUE(whole.ok()) << whole.error().message;
+      EXPECT_EQ(run(**whole, reqs, true, /*keep_logits=*/true).logits, a.logits);
+    }
+    // An update with the same checkpoint streams the same values over them.
+    ASSERT_TRUE((*streamed)->load_weights(dir).ok());
+    EXPECT_EQ(run(**streamed, reqs, true, /*keep_logits=*/true).logits, a.logits);
   }
 }
 

@@ -173,6 +173,12 @@ struct Row {
   nlohmann::json j;
 };
 
+// `o` with the pool's KV element size (the plan's cost model reads it).
+kc::PlanOptions with_elem_bytes(kc::PlanOptions o, const Pool& pool) {
+  o.kv_element_bytes = pool.elem_bytes();
+  return o;
+}
+
 // A layout's cascade plan uploaded with its workspace; layer i runs over slot i % slots of the
 // layout's blocks (rotated so that L2 does not hold them).
 struct CascadeRun {
@@ -186,7 +192,7 @@ struct CascadeRun {
              const kc::PlanOptions& options = {})
       : l(layout),
         pool(p),
-        plan(kc::make_device_plan(layout.plan, kShape, 0, options)),
+        plan(kc::make_device_plan(layout.plan, kShape, 0, with_elem_bytes(options, p))),
         d_plan(std::max<size_t>(plan.device_bytes(), 16)),
         ws(kc::cascade_workspace_bytes(plan, kShape)),
         slots(static_cast<int>(std::max<int64_t>(

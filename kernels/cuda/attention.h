@@ -107,6 +107,9 @@ struct DeviceCascadePlan {
 struct PlanOptions {
   int prefix_ctas_per_sm = 0;  // 1..3 forces that many prefix CTAs per SM; 0: cost model
   bool no_wide_path = false;   // a plan without nodes still runs on the cascade kernel's CTAs
+  // The cache's bytes per element (1: FP8 codes, KvQuant::fp8): the cost model's KV bytes, and
+  // its prefix tiles' time (an FP8 prefix item widens its codes first).
+  int kv_element_bytes = 2;
 };
 
 // Precondition: the CascadePlan's own (every node's span ends before each member's position;

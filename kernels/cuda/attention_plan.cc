@@ -21,6 +21,10 @@ constexpr int kMaxSharedSplitTiles = 4;
 // (index k), and the suffix pass's KV bytes per microsecond.
 constexpr double kPrefixTileUs[kCascadeCtasPerSm + 1] = {0.0, 1.6, 2.0, 2.3};
 constexpr double kDecodeBytesPerUs = 3.5e6;
+// An FP8 cache's prefix tile (its codes widened to fp16 in shared memory first) over a 16-bit
+// one's: the seed's cascade attention at S = 16 on the H200, 1.47 ms against 1.17 (the prefix
+// pass decides it there; docs/kernels-cuda.md "FP8 KV cache").
+constexpr double kFp8PrefixTileFactor = 1.25;
 
 int ceil_div(int64_t a, int64_t b) {
   return static_cast<int>((a + b - 1) / b);
@@ -135,8 +139,10 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   double suffix_tokens = 0;
   for (int32_t len : plan.suffix_len)
     suffix_tokens += len;
+  const int elem = options.kv_element_bytes;
+  const double tile_factor = elem == 1 ? kFp8PrefixTileFactor : 1.0;
   const double suffix_us =
-      suffix_tokens * shape.num_kv_heads * shape.head_dim * 2 * 2 / kDecodeBytesPerUs;
+      suffix_tokens * shape.num_kv_heads * shape.head_dim * 2 * elem / kDecodeBytesPerUs;
   // k prefix CTAs per SM (k = 1..kCascadeCtasPerSm); the suffix CTAs take the other slots while the
   // prefix pass runs (k / kCascadeCtasPerSm of the GPU goes to the prefix pass) and all of them
   // after it. Prefix time P_k: waves x chunk tiles at the measured per-tile time, but no less than
@@ -146,7 +152,7 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   for (int n = 0; n < num_nodes; ++n)
     prefix_tokens += node_tiles[n] * double{kKvTileTokens};
   const double kv_bytes_per_token =
-      static_cast<double>(shape.num_kv_heads) * shape.head_dim * 2 * 2;
+      static_cast<double>(shape.num_kv_heads) * shape.head_dim * 2 * elem;
   const double prefix_bytes_us = prefix_tokens * kv_bytes_per_token / kDecodeBytesPerUs;
   int chunk_tiles[kCascadeCtasPerSm + 1] = {};
   double finish_us[kCascadeCtasPerSm + 1] = {};
@@ -155,8 +161,9 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
     const int slots = num_sms * kk;
     chunk_tiles[kk] = choose_piece_tiles(max_tiles, slots, items_for);
     const int64_t waves = (items_for(chunk_tiles[kk]) + slots - 1) / slots;
-    const double prefix_us = std::max(
-        waves * (chunk_tiles[kk] + kCtaOverheadTiles) * kPrefixTileUs[kk], prefix_bytes_us);
+    const double prefix_us =
+        std::max(waves * (chunk_tiles[kk] + kCtaOverheadTiles) * kPrefixTileUs[kk] * tile_factor,
+                 prefix_bytes_us);
     finish_us[kk] = std::max(prefix_us, suffix_us + prefix_us * kk / kCascadeCtasPerSm);
     if (finish_us[kk] < finish_us[k]) k = kk;
   }

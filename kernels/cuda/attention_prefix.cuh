@@ -8,56 +8,6 @@
 namespace kvc::kernels::cuda {
 namespace {
 
-// ---- the prefix item's products (sm_90a: wgmma; the warpgroup is the CTA's 4 warps) ----------
-
-// Issues S = Q K^T for 64 rows x 64 tokens from the K stage at ks (D / 64 column blocks of
-// [64 tokens x 128 B], 128-byte swizzle) and commits it; the caller waits.
-template <int D, typename M>
-__device__ __forceinline__ void wgmma_scores(float (&s)[kTile / 8][4],
-                                             const uint32_t (&qf)[D / 16][4], uint32_t ks) {
-  constexpr int kBlockBytes = kTile * 128;
-  wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < D / 16; ++k) {  // k-steps of 16 columns (32 bytes) within a column block
-    const uint64_t b = sw128_desc(ks + (k / 4) * kBlockBytes + (k % 4) * 32, 16, 1024);
-    wgmma_m64n64k16<M, 0>(s, qf[k], b, k > 0);
-  }
-  wgmma_commit();
-}
-
-// Issues O += P V from the V stage at vs (read N-major: V's 16-token k-steps are 2048 bytes
-// apart, its 64-column blocks kTile * 128) and commits it; the caller waits. All of P is packed
-// before wgmma.fence (a register written after it makes ptxas insert another fence).
-template <int D, typename M>
-__device__ __forceinline__ void wgmma_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kTile / 16][4],
-                                         uint32_t vs) {
-  constexpr int kBlockBytes = kTile * 128;
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kTile / 16; ++kk) {
-#pragma unroll
-    for (int h = 0; h < D / 64; ++h) {
-      const uint64_t b = sw128_desc(vs + h * kBlockBytes + kk * 2048, kBlockBytes, 1024);
-      wgmma_m64n64k16<M, 1>(reinterpret_cast<float(&)[8][4]>(o[h * 8]), pa[kk], b, 1);
-    }
-  }
-  wgmma_commit();
-}
-
-// P (the softmax's probabilities in the scores' accumulator layout) as the A fragments of
-// O += P V.
-template <typename M>
-__device__ __forceinline__ void pack_p(uint32_t (&pa)[kTile / 16][4],
-                                       const float (&s)[kTile / 8][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kTile / 16; ++kk) {
-    pa[kk][0] = pack2<M>(s[2 * kk][0], s[2 * kk][1]);
-    pa[kk][1] = pack2<M>(s[2 * kk][2], s[2 * kk][3]);
-    pa[kk][2] = pack2<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    pa[kk][3] = pack2<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-  }
-}
-
 // ---- prefix item ----------------------------------------------------------------------------
 //
 // CTA row r is stacked row R = row0 + r of the node: member R / group, query head
@@ -139,117 +89,99 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   const LaneOffsets lo(lane, kPitch);
   RowState<D> st;
 
-  if constexpr (kFp8 && kWgmmaPrefix) {
-    // Over an FP8 cache the codes are widened into the one fp16 stage (K at smem_base, V
-    // kStageBytes on) while the tensor cores work: V of tile t beside S = Q K^T of tile t, K of
-    // tile t + 1 beside O += P V of tile t. Two raw stages are in flight ahead (tiles t + 1 and
-    // t + 2 are copied while t is multiplied); two barriers a tile, as the bf16 loop.
-    static_assert(kStages == 2, "the raw stages alternate");
-    const uint32_t kw = smem_base, vw = smem_base + kStageBytes;
-    if (1 < num_tiles) ld.issue(1, stage_at(1), stage_at(1) + v_at);
-    ld.fetch(2);
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
+    if (tile + kStages - 1 < num_tiles) {
+      const uint32_t nb = stage_at((tile + kStages - 1) % kStages);
+      ld.issue(tile + kStages - 1, nb, nb + v_at);
+      // wgmma.fence waits for every outstanding register write, the page-table load included:
+      // with wgmma it is issued after the P V products instead (below).
+      if constexpr (!kWgmmaPrefix) ld.fetch(tile + kStages);
+    }
     cp_async_commit();
-    cp_async_wait<1>();  // this thread's codes of tile 0
-    __syncthreads();     // ... and every thread's
-    if (num_tiles > 0) ld.widen(stage_at(0), kw);
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      const uint32_t raw = stage_at(tile % kStages);
+    uint32_t ks = stage_at(tile % kStages);
+    if constexpr (kFp8) {  // the codes landed for all: widen them into the one M stage
+      ld.widen(ks, ks + v_at, smem_base, smem_base + kStageBytes);
       fence_proxy_async();
-      __syncthreads();  // K of `tile` widened by all; every warp is past O += P V of tile - 1
-      float s[kTile / 8][4];
-      wgmma_scores<D, M>(s, qf, kw);
-      ld.widen(raw + v_at, vw);  // V of `tile` (its stage was free since O += P V of tile - 1)
+      __syncthreads();
+      ks = smem_base;
+    }
+    if (!warp_active) continue;
+    const uint32_t vs = ks + kStageBytes;
+
+    // S = Q K^T: 16 rows (a warp's share of 64) x 64 tokens.
+    float s[kTile / 8][4];
+    if constexpr (kWgmmaPrefix) {
+      // k-steps of 16 columns (32 bytes) within a 64-column block.
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        const uint64_t b = sw128_desc(ks + (k / 4) * kBlockBytes + (k % 4) * 32, 16, 1024);
+        wgmma_m64n64k16<M, 0>(s, qf[k], b, k > 0);
+      }
+      wgmma_commit();
       wgmma_wait_all();
       fence_regs(s);
-      const int t0 = t_begin + tile * kTile;
-      st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
-      uint32_t pa[kTile / 16][4];
-      pack_p<M>(pa, s);
-      cp_async_wait<0>();  // this thread's codes of tile + 1 (the newest group)
-      fence_proxy_async();
-      __syncthreads();  // V widened by all, tile + 1's codes landed, `raw` free for tile + 2
-      wgmma_pv<D, M>(st.o, pa, vw);
-      if (tile + kStages < num_tiles) ld.issue(tile + kStages, raw, raw + v_at);
-      cp_async_commit();
-      if (tile + kStages + 1 < num_tiles) ld.fetch(tile + kStages + 1);
-      // K of tile + 1, beside the product (every warp waited for S = Q K^T of `tile`).
-      if (tile + 1 < num_tiles) ld.widen(stage_at((tile + 1) % kStages), kw);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTile / 8; ++j)
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        const uint32_t a = ks + LaneOffsets::at(lo.k_off, k);
+#pragma unroll
+        for (int j = 0; j < kTile / 8; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, a + j * 8 * kPitch);
+          mma16816<M>(s[j], qf[k], b[0], b[1]);
+          mma16816<M>(s[j + 1], qf[k], b[2], b[3]);
+        }
+      }
+    }
+
+    const int t0 = t_begin + tile * kTile;
+    st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
+
+    // O += P V: P's accumulator layout is the A fragment of the next product. All of P is packed
+    // before wgmma.fence (a register written after it makes ptxas insert another fence).
+    uint32_t pa[kTile / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      pa[kk][0] = pack2<M>(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack2<M>(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack2<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack2<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    if constexpr (kWgmmaPrefix) wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      const uint32_t(&a)[4] = pa[kk];
+      if constexpr (kWgmmaPrefix) {
+        // V's 16-token k-steps are 2048 bytes apart, its 64-column blocks kBlockBytes.
+#pragma unroll
+        for (int h = 0; h < D / 64; ++h) {
+          const uint64_t b = sw128_desc(vs + h * kBlockBytes + kk * 2048, kBlockBytes, 1024);
+          wgmma_m64n64k16<M, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a, b, 1);
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < D / 16; ++m) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
+          mma16816<M>(st.o[2 * m], a, b[0], b[1]);
+          mma16816<M>(st.o[2 * m + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    if constexpr (kWgmmaPrefix) {
+      wgmma_commit();
+      if (tile + kStages - 1 < num_tiles) ld.fetch(tile + kStages);
       wgmma_wait_all();
 #pragma unroll
       for (int h = 0; h < D / 64; ++h)
         fence_regs(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]));
-    }
-  } else {
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      cp_async_wait<kStages - 2>();
-      fence_proxy_async();
-      __syncthreads();  // stage `tile` landed for all; stage tile - 1 is free for reuse
-      if (tile + kStages - 1 < num_tiles) {
-        const uint32_t nb = stage_at((tile + kStages - 1) % kStages);
-        ld.issue(tile + kStages - 1, nb, nb + v_at);
-        // wgmma.fence waits for every outstanding register write, the page-table load
-        // included: with wgmma it is issued after the P V products instead (below).
-        if constexpr (!kWgmmaPrefix) ld.fetch(tile + kStages);
-      }
-      cp_async_commit();
-      uint32_t ks = stage_at(tile % kStages);
-      if constexpr (kFp8) {  // the codes landed for all: widen them into the one M stage
-        ld.widen(ks, ks + v_at, smem_base, smem_base + kStageBytes);
-        fence_proxy_async();
-        __syncthreads();
-        ks = smem_base;
-      }
-      if (!warp_active) continue;
-      const uint32_t vs = ks + kStageBytes;
-
-      // S = Q K^T: 16 rows (a warp's share of 64) x 64 tokens.
-      float s[kTile / 8][4];
-      if constexpr (kWgmmaPrefix) {
-        wgmma_scores<D, M>(s, qf, ks);
-        wgmma_wait_all();
-        fence_regs(s);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kTile / 8; ++j)
-          s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-        for (int k = 0; k < D / 16; ++k) {
-          const uint32_t a = ks + LaneOffsets::at(lo.k_off, k);
-#pragma unroll
-          for (int j = 0; j < kTile / 8; j += 2) {
-            uint32_t b[4];
-            ldmatrix_x4(b, a + j * 8 * kPitch);
-            mma16816<M>(s[j], qf[k], b[0], b[1]);
-            mma16816<M>(s[j + 1], qf[k], b[2], b[3]);
-          }
-        }
-      }
-
-      const int t0 = t_begin + tile * kTile;
-      st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
-
-      // O += P V: P's accumulator layout is the A fragment of the next product.
-      uint32_t pa[kTile / 16][4];
-      pack_p<M>(pa, s);
-      if constexpr (kWgmmaPrefix) {
-        wgmma_pv<D, M>(st.o, pa, vs);
-        if (tile + kStages - 1 < num_tiles) ld.fetch(tile + kStages);
-        wgmma_wait_all();
-#pragma unroll
-        for (int h = 0; h < D / 64; ++h)
-          fence_regs(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]));
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < kTile / 16; ++kk) {
-#pragma unroll
-          for (int m = 0; m < D / 16; ++m) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
-            mma16816<M>(st.o[2 * m], pa[kk], b[0], b[1]);
-            mma16816<M>(st.o[2 * m + 1], pa[kk], b[2], b[3]);
-          }
-        }
-      }
     }
   }
   cp_async_wait<0>();

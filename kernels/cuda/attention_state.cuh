@@ -163,12 +163,6 @@ struct StageLoader {
       widen_e4m3x8(v_raw + raw_row + i * kRawStep, vs + sm_off(i));
     }
   }
-  // The same for one of K or V: the raw stage's codes at `raw` into the T stage at `dst`.
-  __device__ __forceinline__ void widen(uint32_t raw, uint32_t dst) const {
-#pragma unroll 1
-    for (int i = 0; i < kPer; ++i)
-      widen_e4m3x8(raw + raw_row + i * kRawStep, dst + sm_off(i));
-  }
 };
 
 // Per-lane ldmatrix offsets (bytes) for a staged tile whose rows are `pitch` bytes apart and whose

@@ -20,8 +20,9 @@ namespace {
 // kept in registers where the row fits them, ops_common.cuh quantize_row).
 // dq on: gate_up is a raw FP8 GEMM output.
 template <int kVec>
-__global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales,
-                                    Fp8ScaleLayout layout, int inter, Fp8Dequant dq) {
+__global__ void __launch_bounds__(1024)
+    silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* scales, Fp8ScaleLayout layout,
+                        int inter, Fp8Dequant dq) {
   let_next_gemm_start();
   const int64_t r = blockIdx.x;
   const bf16* gr = gate_up + r * 2 * inter;
@@ -43,8 +44,9 @@ __global__ void silu_mul_fp8_kernel(const bf16* gate_up, uint8_t* out, float* sc
 
 // One CTA per row of bf16 values: the row's maximum, then its E4M3 codes.
 template <int kVec>
-__global__ void quantize_rows_fp8_kernel(const bf16* x, int64_t stride, int dim, uint8_t* q,
-                                         float* scales, Fp8ScaleLayout layout) {
+__global__ void __launch_bounds__(1024)
+    quantize_rows_fp8_kernel(const bf16* x, int64_t stride, int dim, uint8_t* q, float* scales,
+                             Fp8ScaleLayout layout) {
   const int64_t r = blockIdx.x;
   const bf16* xr = x + r * stride;
   quantize_row<kVec>([&](int i, float* v) { load<kVec>(xr + i, v); }, dim, q + r * dim, scales + r,

@@ -104,7 +104,9 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   if (decode_rows > 0) {
     if (st.plan == nullptr || st.plan->num_seqs != decode_rows)
       return Error{"decode without a plan"};
-    dplan = make_device_plan(*st.plan, I.shape);
+    PlanOptions po;
+    po.kv_element_bytes = d.fp8_kv ? 1 : 2;
+    dplan = make_device_plan(*st.plan, I.shape, 0, po);
     KVC_TRY(I.grow(&I.decode_plan_buf, &I.decode_plan_bytes, dplan.device_bytes()),
             "decode plan buffer");
     decode_ws_need = cascade_workspace_bytes(dplan, I.shape);

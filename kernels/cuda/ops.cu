@@ -44,9 +44,10 @@ __global__ void embedding_gather_kernel(const bf16* table, int vocab, int hidden
 // row that fits the threads' registers (row_fits) is read once and kept there; a longer one is
 // read again for the norm (and twice for FP8: its maximum, then its codes).
 template <int kVec, bool kFp8>
-__global__ void add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate,
-                                    const bf16* weight, void* y, float* y_scales,
-                                    Fp8ScaleLayout y_layout, int hidden, float eps, Fp8Dequant dq) {
+__global__ void __launch_bounds__(1024)
+    add_rms_norm_kernel(const bf16* x, float* residual, bool accumulate, const bf16* weight,
+                        void* y, float* y_scales, Fp8ScaleLayout y_layout, int hidden, float eps,
+                        Fp8Dequant dq) {
   let_next_gemm_start();
   const int64_t row = blockIdx.x;
   float* res = residual + row * hidden;

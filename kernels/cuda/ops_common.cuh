@@ -162,8 +162,10 @@ __device__ __forceinline__ float abs_max(float m, const float* v) {
 // A thread's share of a row held in registers: kHeld vectors of kVec values, vector j at
 // i = threadIdx.x * kVec + j * blockDim.x * kVec (those at or past the row's end unused). A row
 // of up to kHeld x blockDim.x x kVec values fits (14,336 at 1,024 threads and kVec = 8 needs 2).
+// The kernels that hold rows are launched with up to 1,024 threads: __launch_bounds__(1024)
+// keeps them at 64 registers.
 template <int kVec>
-inline constexpr int kHeldVectors = kVec == 8 ? 4 : 16;
+inline constexpr int kHeldVectors = kVec == 8 ? 4 : 8;
 template <int kVec>
 __device__ __forceinline__ bool row_fits(int dim) {
   return dim <= kHeldVectors<kVec> * static_cast<int>(blockDim.x) * kVec;

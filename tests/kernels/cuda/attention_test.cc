@@ -625,6 +625,18 @@ TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {
     EXPECT_GT(tree.num_prefix_ctas, 132);
     EXPECT_LE(tree.num_prefix_ctas, 264);
   }
+  // An FP8 cache (kv_element_bytes 1): half the suffix's bytes and slower prefix tiles. At S = 256
+  // the 16-bit model keeps one prefix CTA per SM; over FP8 codes two are faster (H100, bench
+  // kernels --kv-cache-dtype fp8: 2.60 / 1.73 / 2.13 ms with 1 / 2 / 3) and are chosen. At S = 16
+  // and 1024 the choices stay (3 and 1, the fastest there too).
+  cuda::PlanOptions fp8;
+  fp8.kv_element_bytes = 1;
+  EXPECT_LE(cuda::make_device_plan(seed_example(256), sh, 132).num_prefix_ctas, 132);
+  const int fp8_256 = cuda::make_device_plan(seed_example(256), sh, 132, fp8).num_prefix_ctas;
+  EXPECT_GT(fp8_256, 132);
+  EXPECT_LE(fp8_256, 264);
+  EXPECT_GT(cuda::make_device_plan(seed_example(16), sh, 132, fp8).num_prefix_ctas, 264);
+  EXPECT_LE(cuda::make_device_plan(seed_example(1024), sh, 132, fp8).num_prefix_ctas, 132);
   // Forced either way.
   EXPECT_LE(cuda::make_device_plan(seed_example(16), sh, 132, {1}).num_prefix_ctas, 132);
   EXPECT_GT(cuda::make_device_plan(seed_example(1024), sh, 132, {2}).num_prefix_ctas, 132);

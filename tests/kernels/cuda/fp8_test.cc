@@ -97,9 +97,10 @@ void expect_codes_close(const std::vector<uint8_t>& got, const std::vector<float
 }
 
 TEST_F(CudaFp8Test, QuantizeRowsEqualsTwinExactly) {
-  // 100: the scalar path; 16389 and 32776: rows longer than the threads' registers hold
+  // 100 and 5003: the scalar path (5003: five values a thread); 16389 and 32776: rows longer
+  // than the threads' registers hold
   // (ops_common.cuh row_fits) on the scalar and the vector path.
-  for (int dim : {64, 100, 4096, 14336, 16389, 32776}) {
+  for (int dim : {64, 100, 4096, 5003, 14336, 16389, 32776}) {
     for (int rows : {1, 37, 300}) {
       if (dim > 14336 && rows > 37) continue;
       const int stride = dim + (dim % 8 == 0 ? 8 : 3);  // rows apart, as in a fused buffer
@@ -141,7 +142,7 @@ TEST_F(CudaFp8Test, QuantizeRowsEqualsTwinExactly) {
 
 TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
   const float eps = 1e-5f;
-  for (int hidden : {64, 100, 4096, 16389, 32776}) {  // as QuantizeRowsEqualsTwinExactly
+  for (int hidden : {64, 100, 4096, 5003, 16389, 32776}) {  // as QuantizeRowsEqualsTwinExactly
     for (int rows : {1, 37, 300}) {
       if (hidden > 4096 && rows > 37) continue;
       // raw: x is a raw FP8 GEMM output (ops.h Fp8Dequant) whose values the twin reads.
@@ -177,7 +178,8 @@ TEST_F(CudaFp8Test, AddRmsNormFp8MatchesTwin) {
 }
 
 TEST_F(CudaFp8Test, SiluMulFp8MatchesTwin) {
-  for (int inter : {64, 100, 1408, 14336, 16389, 32776}) {  // as QuantizeRowsEqualsTwinExactly
+  for (int inter :
+       {64, 100, 1408, 5003, 14336, 16389, 32776}) {  // as QuantizeRowsEqualsTwinExactly
     for (int rows : {1, 37, 300}) {
       if (inter > 14336 && rows > 37) continue;
       for (bool raw : {false, true}) {  // raw: as in AddRmsNormFp8MatchesTwin

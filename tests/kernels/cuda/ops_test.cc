@@ -102,7 +102,7 @@ TEST_F(CudaOpsTest, AddRmsNormMatchesTwin) {
   enum Mode { kAccumulate, kFirstLayer, kNormOnly };
   // 16389 and 32776: rows longer than the threads' registers hold (ops_common.cuh row_fits),
   // scalar and vector path.
-  for (int hidden : {64, 100, 1000, 4096, 16389, 32776}) {
+  for (int hidden : {64, 100, 1000, 4096, 5003, 16389, 32776}) {
     for (int rows : {1, 37, 300}) {
       if (hidden > 4096 && rows > 37) continue;
       // raw: x is a raw FP8 GEMM output, dequantized by the op (ops.h Fp8Dequant).

@@ -47,10 +47,16 @@ class NcclComm {
   // A host-side vote of the group's rank threads (GroupVote): blocks until every rank called it
   // this round; true iff all passed `value`. False once the group was aborted.
   bool all_agree(int64_t value) { return vote_->agree(value); }
-  // Ends the communicator at once, from any thread (ncclCommAbort): a rank blocked in one of
-  // its collectives (or in a stream wait behind one, or in all_agree) gets an error instead of
+  // Ends the group's votes at once: every rank waiting in all_agree, and every later call,
+  // gets false (the first step of aborting a group: abort() does it too).
+  void end_votes() { vote_->abort(); }
+  // Ends the communicator, from any thread (ncclCommAbort): a rank blocked in one of its
+  // collectives (or in a stream wait behind one, or in all_agree) gets an error instead of
   // waiting for a peer that failed. The communicator is unusable afterwards (its collectives
-  // return errors, its votes false).
+  // return errors, its votes false). NCCL sets the abort flag at once but returns only when
+  // every CUDA graph that captured this communicator's collectives has been destroyed (NCCL >=
+  // 2.26): with graphs alive, call it from a thread of its own while the rank drops them
+  // (CudaTensorParallelBackend::abort_group).
   void abort();
 
  private:

@@ -95,18 +95,19 @@ Status CudaTensorParallelBackend::forward(const ForwardBatch& batch, ForwardOutp
   // device memory for a plan, an NCCL error) would leave the others waiting in a collective
   // for it: it aborts the group, which turns their waits into errors, and the replica stops
   // stepping (a restart rebuilds the group).
-  Status s = threads_->run([&](int32_t r) {
-    Status e = ranks_[static_cast<size_t>(r)]->forward(batch, outputs_[static_cast<size_t>(r)]);
-    if (!e.ok()) {
-      for (const auto& comm : comms_)
-        comm->abort();
+  Status s = threads_->run([&](int32_t r) -> Status {
+    Status e = Status::Ok();
+    try {
+      e = ranks_[static_cast<size_t>(r)]->forward(batch, outputs_[static_cast<size_t>(r)]);
+    } catch (const std::exception& x) {
+      e = Error{std::string("exception: ") + x.what()};
     }
+    if (!e.ok()) abort_group();
     return e;
   });
   if (!s.ok()) {
-    group_failed_ = "the tensor-parallel group failed in a step (" + s.message() +
-                    ") and was aborted: restart the replica";
-    return Error{group_failed_};
+    return finish_abort("the tensor-parallel group failed in a step (" + s.message() +
+                        ") and was aborted: restart the replica");
   }
   std::swap(out, outputs_[0]);
   return Status::Ok();
@@ -136,23 +137,49 @@ void CudaTensorParallelBackend::set_profile(bool on) {
   });
 }
 
+void CudaTensorParallelBackend::abort_group() {
+  std::lock_guard lock(abort_mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  for (const auto& comm : comms_)
+    comm->end_votes();
+  for (const auto& comm : comms_)
+    aborting_.emplace_back([c = comm.get()] { c->abort(); });
+}
+
+Status CudaTensorParallelBackend::finish_abort(const std::string& why) {
+  (void)threads_->run([&](int32_t r) {
+    ranks_[static_cast<size_t>(r)]->set_graphs(false);
+    return Status::Ok();
+  });
+  {
+    std::lock_guard lock(abort_mu_);
+    for (std::thread& t : aborting_)
+      t.join();
+    aborting_.clear();
+  }
+  group_failed_ = why;
+  return Error{group_failed_};
+}
+
 Result<double> CudaTensorParallelBackend::all_reduce_seconds(size_t bytes, int iters) {
+  if (!group_failed_.empty()) return Error{group_failed_};
+  if (bytes < 2 || iters < 1) return Error{"all_reduce_seconds: nothing to time"};
   const int32_t n = tensor_parallel_size();
   std::vector<double> seconds(static_cast<size_t>(n), 0.0);
   Status s = threads_->run([&](int32_t r) -> Status {
     Result<double> t = comms_[static_cast<size_t>(r)]->time_all_reduce_bf16(bytes / 2, iters);
     if (!t.ok()) {  // the others may wait for this rank in a collective
-      for (const auto& comm : comms_)
-        comm->abort();
+      abort_group();
       return Error{t.error().message};
     }
     seconds[static_cast<size_t>(r)] = *t;
     return Status::Ok();
   });
   if (!s.ok()) {
-    group_failed_ = "the tensor-parallel group failed timing an all-reduce (" + s.message() +
-                    ") and was aborted: restart the replica";
-    return Error{group_failed_};
+    return Error{finish_abort("the tensor-parallel group failed timing an all-reduce (" +
+                              s.message() + ") and was aborted: restart the replica")
+                     .message()};
   }
   return seconds[0];
 }

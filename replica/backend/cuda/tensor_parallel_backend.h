@@ -15,7 +15,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "replica/backend/backend.h"
@@ -50,7 +52,7 @@ class CudaTensorParallelBackend final : public Backend {
   int32_t kv_bytes_per_element() const override { return ranks_[0]->kv_bytes_per_element(); }
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
   Status check_weights(const std::string& folder) const override;
-  // Checked, then every rank's slices read and uploaded over its old ones (one rank at a time);
+  // Checked, then every rank's slices read and uploaded over its old ones (all ranks at once);
   // a failure while writing leaves the weights broken until a complete load.
   Status load_weights(const std::string& folder) override;
   bool weights_intact() const override { return weights_broken_.empty(); }
@@ -73,6 +75,14 @@ class CudaTensorParallelBackend final : public Backend {
                                                                  const CudaBackendOptions& options);
   // Every rank's slices of a folder onto its device (upload_rank_folder), the ranks at once.
   Status upload_folder(const HfFolder& folder);
+  // A rank failed inside `threads_->run`: ends the group's votes, then aborts every communicator
+  // from a thread of its own (NcclComm::abort returns only once the graphs that captured the
+  // group's collectives are gone), so that ranks blocked in a collective or a vote return. Once
+  // per group; any rank thread may call it.
+  void abort_group();
+  // After the run that aborted: every rank drops its CUDA graphs on its thread (which lets the
+  // aborts finish), then the abort threads are joined; `why` becomes group_failed_.
+  Status finish_abort(const std::string& why);
 
   ModelConfig config_;  // the whole model's
   int32_t num_blocks_ = 0;
@@ -81,6 +91,9 @@ class CudaTensorParallelBackend final : public Backend {
   std::vector<std::unique_ptr<kernels::cuda::NcclComm>> comms_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   std::vector<ForwardOutput> outputs_;  // per rank (rank 0's are returned)
+  std::mutex abort_mu_;
+  std::vector<std::thread> aborting_;  // abort_group's, joined by finish_abort
+  bool aborted_ = false;
   std::unique_ptr<RankThreads> threads_;
 };
 

@@ -148,6 +148,29 @@ TEST_F(CudaTensorParallelTest, AFolderStreamsEachRanksSlicesOntoItsGpu) {
   }
 }
 
+// A step that fails on a rank after the ranks captured CUDA graphs holding the group's
+// collectives aborts the group and returns (NCCL >= 2.26 finishes ncclCommAbort only once those
+// graphs are destroyed: aborting from the rank's own thread with its graphs alive would block
+// for ever). Later steps are refused with the reason. One rank shows it on one GPU.
+TEST_F(CudaTensorParallelTest, AFailedStepAbortsTheGroupWithGraphsCaptured) {
+  auto one = split(split_weights(), 1);
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  ASSERT_TRUE(one);
+  const std::vector<GenerationRequest> reqs = sibling_requests(2);
+  (void)run(*one, reqs, true);
+  ASSERT_GT(one->rank(0).model().graph_stats().cached, 0);  // graphs hold the collectives
+  ForwardBatch bad;
+  bad.samples.push_back(SampleRequest{.logits_row = 3});  // a row the step does not produce
+  ForwardOutput out;
+  const Status failed = one->forward(bad, out);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("aborted: restart the replica"), std::string::npos)
+      << failed.message();
+  EXPECT_EQ(one->rank(0).model().graph_stats().cached, 0) << "the graphs were dropped";
+  const Status later = one->forward(ForwardBatch{}, out);
+  EXPECT_EQ(later.message(), failed.message());
+}
+
 TEST_F(CudaTensorParallelTest, MoreRanksThanGpusIsRefused) {
   const int gpus = kernels::cuda::device_count();
   if (gpus >= 8) GTEST_SKIP() << "8 GPUs: nothing to refuse";

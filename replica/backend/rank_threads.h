@@ -26,9 +26,10 @@ class RankThreads {
 
   int32_t size() const { return size_; }
   // f(r) on every rank's thread; the first error in rank order, prefixed with its rank when
-  // there are several ranks (an exception f throws is its rank's error). Not reentrant: one run
-  // at a time.
-  Status run(const std::function<Status(int32_t)>& f);
+  // there are several ranks (an exception f throws is its rank's error). A rank whose f fails
+  // calls on_failure (when given) on its thread at once, before the run ends: the hook that
+  // releases ranks that would wait for it in a collective. Not reentrant: one run at a time.
+  Status run(const std::function<Status(int32_t)>& f, const std::function<void()>& on_failure = {});
 
  private:
   void loop(int32_t r);
@@ -38,6 +39,7 @@ class RankThreads {
   std::mutex mu_;
   std::condition_variable start_, done_;
   const std::function<Status(int32_t)>* job_ = nullptr;
+  const std::function<void()>* on_failure_ = nullptr;
   uint64_t generation_ = 0;
   int32_t running_ = 0;
   bool stop_ = false;

@@ -72,32 +72,25 @@ Result<ModelConfig> preset_config(std::string_view name) {
     c.rope_theta = 10000.0f;
     c.max_position_embeddings = 16384;
     c.tie_word_embeddings = true;
-  } else if (name == "llama3-8b") {
-    c.hidden_size = 4096;
-    c.num_hidden_layers = 32;
-    c.num_attention_heads = 32;
+  } else if (name == "llama3-8b" || name == "llama3-70b") {
+    // Llama 3's shapes; the 70B (~70.6 B parameters, 141 GB in bf16) is more than one GPU
+    // holds: split it with --tensor-parallel-size, or FP8 weights on one H200.
+    const bool big = name == "llama3-70b";
+    c.hidden_size = big ? 8192 : 4096;
+    c.num_hidden_layers = big ? 80 : 32;
+    c.num_attention_heads = big ? 64 : 32;
     c.num_key_value_heads = 8;
     c.head_dim = 128;
-    c.intermediate_size = 14336;
-    c.vocab_size = 128256;
-    c.rope_theta = 500000.0f;
-    c.max_position_embeddings = 131072;
-    c.rope_llama3 = true;
-  } else if (name == "llama3-70b") {
-    // Llama-3-70B's shape (~70.6 B parameters, 141 GB in bf16: more than one GPU holds; split
-    // it with --tensor-parallel-size, or FP8 weights on one H200).
-    c.hidden_size = 8192;
-    c.num_hidden_layers = 80;
-    c.num_attention_heads = 64;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;
-    c.intermediate_size = 28672;
+    c.intermediate_size = big ? 28672 : 14336;
     c.vocab_size = 128256;
     c.rope_theta = 500000.0f;
     c.max_position_embeddings = 131072;
     c.rope_llama3 = true;
   } else {
-    return Error{"unknown preset '" + std::string(name) + "' (known: tiny, llama3-8b, llama3-70b)"};
+    std::string known;
+    for (const std::string& n : preset_names())
+      known += (known.empty() ? "" : ", ") + n;
+    return Error{"unknown preset '" + std::string(name) + "' (known: " + known + ")"};
   }
   return c;
 }

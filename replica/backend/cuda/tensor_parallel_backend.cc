@@ -95,16 +95,11 @@ Status CudaTensorParallelBackend::forward(const ForwardBatch& batch, ForwardOutp
   // device memory for a plan, an NCCL error) would leave the others waiting in a collective
   // for it: it aborts the group, which turns their waits into errors, and the replica stops
   // stepping (a restart rebuilds the group).
-  Status s = threads_->run([&](int32_t r) -> Status {
-    Status e = Status::Ok();
-    try {
-      e = ranks_[static_cast<size_t>(r)]->forward(batch, outputs_[static_cast<size_t>(r)]);
-    } catch (const std::exception& x) {
-      e = Error{std::string("exception: ") + x.what()};
-    }
-    if (!e.ok()) abort_group();
-    return e;
-  });
+  Status s = threads_->run(
+      [&](int32_t r) {
+        return ranks_[static_cast<size_t>(r)]->forward(batch, outputs_[static_cast<size_t>(r)]);
+      },
+      [this] { abort_group(); });
   if (!s.ok()) {
     return finish_abort("the tensor-parallel group failed in a step (" + s.message() +
                         ") and was aborted: restart the replica");
@@ -167,15 +162,14 @@ Result<double> CudaTensorParallelBackend::all_reduce_seconds(size_t bytes, int i
   if (bytes < 2 || iters < 1) return Error{"all_reduce_seconds: nothing to time"};
   const int32_t n = tensor_parallel_size();
   std::vector<double> seconds(static_cast<size_t>(n), 0.0);
-  Status s = threads_->run([&](int32_t r) -> Status {
-    Result<double> t = comms_[static_cast<size_t>(r)]->time_all_reduce_bf16(bytes / 2, iters);
-    if (!t.ok()) {  // the others may wait for this rank in a collective
-      abort_group();
-      return Error{t.error().message};
-    }
-    seconds[static_cast<size_t>(r)] = *t;
-    return Status::Ok();
-  });
+  Status s = threads_->run(
+      [&](int32_t r) -> Status {
+        Result<double> t = comms_[static_cast<size_t>(r)]->time_all_reduce_bf16(bytes / 2, iters);
+        if (!t.ok()) return Error{t.error().message};
+        seconds[static_cast<size_t>(r)] = *t;
+        return Status::Ok();
+      },
+      [this] { abort_group(); });  // the others may wait for a failed rank in a collective
   if (!s.ok()) {
     return Error{finish_abort("the tensor-parallel group failed timing an all-reduce (" +
                               s.message() + ") and was aborted: restart the replica")

@@ -75,10 +75,10 @@ class CudaTensorParallelBackend final : public Backend {
                                                                  const CudaBackendOptions& options);
   // Every rank's slices of a folder onto its device (upload_rank_folder), the ranks at once.
   Status upload_folder(const HfFolder& folder);
-  // A rank failed inside `threads_->run`: ends the group's votes, then aborts every communicator
-  // from a thread of its own (NcclComm::abort returns only once the graphs that captured the
-  // group's collectives are gone), so that ranks blocked in a collective or a vote return. Once
-  // per group; any rank thread may call it.
+  // A rank failed inside `threads_->run` (its on_failure hook): ends the group's votes, then aborts
+  // every communicator from a thread of its own (NcclComm::abort returns only once the graphs that
+  // captured the group's collectives are gone), so that ranks blocked in a collective or a vote
+  // return. Once per group; any rank thread may call it.
   void abort_group();
   // After the run that aborted: every rank drops its CUDA graphs on its thread (which lets the
   // aborts finish), then the abort threads are joined; `why` becomes group_failed_.

@@ -189,41 +189,7 @@ void CudaBackend::set_kv_scales(const KvCacheScales& scales) {
 }
 
 Status CudaBackend::upload_folder(const HfFolder& f) {
-  kc::LlamaModel& m = *model_;
-  Result<KvCacheScales> kv_scales = f.kv_cache_scales();
-  if (!kv_scales.ok()) return Error{kv_scales.error().message};
-  set_kv_scales(*kv_scales);
-  // F32 pieces of at most 16M values go through one host buffer (the mapping may be unaligned);
-  // BF16 / F16 go from the mapping through upload_half's pinned staging, overlapped with the DMA.
-  constexpr size_t kPiece = size_t{1} << 24;
-  std::vector<float> single;
-  for (const TensorSpec& t : f.specs()) {
-    Result<TensorView> v = f.tensor(t.name, t.shape);
-    if (!v.ok()) return Error{v.error().message};
-    const size_t n = static_cast<size_t>(v->numel());
-    const std::byte* src = v->bytes.data();
-    Status e;
-    if (v->dtype == DType::kF8E4M3) {
-      // An FP8 checkpoint's matrix: dequantized by its scales on the host (its block or tensor
-      // scales are not the device's per-channel ones), then uploaded as float32.
-      single.resize(n);
-      e = f.read_f32(t.name, t.shape, single.data());
-      if (e.ok()) e = m.upload(t.kind, t.layer, size_t(t.offset), single.data(), n);
-    } else if (v->dtype != DType::kF32) {
-      e = m.upload_half(t.kind, t.layer, size_t(t.offset), src, n, v->dtype == DType::kF16);
-    }
-    for (size_t i = 0; i < n && e.ok() && v->dtype == DType::kF32; i += kPiece) {
-      const size_t k = std::min(kPiece, n - i);
-      single.resize(k);
-      std::memcpy(single.data(), src + i * 4, k * 4);
-      e = m.upload(t.kind, t.layer, size_t(t.offset) + i, single.data(), k);
-    }
-    if (!e.ok()) {
-      (void)m.finish_uploads();
-      return Error{t.name + ": " + e.message()};
-    }
-  }
-  return m.finish_uploads();
+  return upload_rank_folder(f, 0, 1);  // the whole model: a group of one's only rank
 }
 
 Status CudaBackend::upload_rank_folder(const HfFolder& f, int32_t rank, int32_t size) {
@@ -233,6 +199,10 @@ Status CudaBackend::upload_rank_folder(const HfFolder& f, int32_t rank, int32_t 
   Result<KvCacheScales> kv_scales = f.kv_cache_scales();
   if (!kv_scales.ok()) return Error{kv_scales.error().message};
   set_kv_scales(*kv_scales);
+  // F32 and FP8 values go through one float32 host buffer, in pieces of whole rows of at most
+  // kPiece values (a column slice whole); BF16 / F16 go from the mapping through upload_half's
+  // pinned staging, overlapped with the DMA (a column slice gathered first).
+  constexpr int64_t kPiece = int64_t{1} << 24;
   std::vector<std::byte> gathered;
   std::vector<float> values;
   // `slice` of the whole tensor `full` into the model's `kind` at `offset` (`count` elements).
@@ -240,21 +210,36 @@ Status CudaBackend::upload_rank_folder(const HfFolder& f, int32_t rank, int32_t 
                  kernels::ModelTensor kind, int layer, size_t offset, size_t count) -> Status {
     Result<TensorView> v = f.tensor(full.name, full.shape);
     if (!v.ok()) return Error{v.error().message};
+    const bool columns = slice && slice->dim != 0;
+    const int64_t cols = full.shape.size() == 2 ? full.shape[1] : 1;
+    const int64_t first = slice && !columns ? slice->begin : 0;  // rows: as they lie
     if (v->dtype == DType::kBF16 || v->dtype == DType::kF16) {
       const bool f16 = v->dtype == DType::kF16;
       const std::byte* src = v->bytes.data();
-      if (slice && slice->dim != 0) {  // columns: gathered row by row
-        gathered.resize(count * 2);
-        copy_slice_bytes(src, 2, full.shape, slice, gathered.data());
-        return m.upload_half(kind, layer, offset, gathered.data(), count, f16);
-      }
-      const size_t cols = full.shape.size() == 2 ? size_t(full.shape[1]) : 1;
-      if (slice) src += size_t(slice->begin) * cols * 2;  // rows: as they lie
-      return m.upload_half(kind, layer, offset, src, count, f16);
+      if (!columns) return m.upload_half(kind, layer, offset, src + first * cols * 2, count, f16);
+      gathered.resize(count * 2);
+      copy_slice_bytes(src, 2, full.shape, slice, gathered.data());
+      return m.upload_half(kind, layer, offset, gathered.data(), count, f16);
     }
-    values.resize(count);  // F32 and FP8 checkpoints: their values, as float32
-    if (Status e = f.read_f32(full.name, full.shape, values.data(), slice); !e.ok()) return e;
-    return m.upload(kind, layer, offset, values.data(), count);
+    if (columns) {
+      values.resize(count);
+      if (Status e = f.read_f32(full.name, full.shape, values.data(), slice); !e.ok()) return e;
+      return m.upload(kind, layer, offset, values.data(), count);
+    }
+    const int64_t rows = int64_t(count) / cols, step = std::max<int64_t>(1, kPiece / cols);
+    for (int64_t r = 0; r < rows; r += step) {
+      const int64_t n = std::min(step, rows - r);
+      values.resize(size_t(n * cols));
+      if (Status e = f.read_f32(full.name, full.shape, values.data(), TensorSlice{0, first + r, n});
+          !e.ok()) {
+        return e;
+      }
+      if (Status e = m.upload(kind, layer, offset + size_t(r * cols), values.data(), values.size());
+          !e.ok()) {
+        return e;
+      }
+    }
+    return Status::Ok();
   };
   for (const RankTensor& t : plan->tensors) {
     const Status e = put(t.full, t.slice, t.part.kind, t.part.layer, size_t(t.part.offset),

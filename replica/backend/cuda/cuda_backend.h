@@ -74,7 +74,8 @@ class CudaBackend final : public Backend {
   // Rank `rank` of `size`'s slices of a Hugging Face folder onto its device, tensor by tensor
   // (plan_rank): 16-bit tensors from the mapping (a row slice as it lies, a column slice
   // gathered into one host buffer of its size), others read as float32 slices; the LM head's
-  // rows, zero past the vocabulary. On the host at most one tensor's slice at a time.
+  // rows, zero past the vocabulary. On the host at most one tensor's slice at a time (F32 and
+  // FP8 row slices in pieces of at most 16M values).
   Status upload_rank_folder(const HfFolder& folder, int32_t rank, int32_t size);
   ~CudaBackend() override;
 
@@ -116,7 +117,7 @@ class CudaBackend final : public Backend {
                                                        int32_t tp_size = 1);
   // Host weights (their config's tensors, and KV-cache scales) onto the device.
   Status upload_weights(const ModelWeights& w);
-  // Every tensor of the folder onto the device (BF16/F16 as is, F32 converted), in pieces.
+  // Every tensor of the folder onto the device: upload_rank_folder(folder, 0, 1).
   Status upload_folder(const HfFolder& folder);
 
   ModelConfig config_;

@@ -1,5 +1,7 @@
-// bench_kernels --out FILE [--quick] [--iters N] [--only CASE] [--cascade-only]: the kernel
-// benchmark without the kvcascade CLI (--cascade-only: just the cascade, e.g. under a profiler).
+// bench_kernels --out FILE [--quick] [--iters N] [--only CASE] [--cascade-only] [--prefix-only]
+// [--kv-cache-dtype fp8]: the kernel benchmark without the kvcascade CLI (--cascade-only: just the
+// cascade, e.g. under a profiler; --prefix-only: each case's tree with no private tokens, so the
+// cascade launch is the prefix pass alone).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,9 +22,16 @@ int main(int argc, char** argv) {
       opt.only = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--cascade-only") == 0) {
       opt.cascade_only = true;
+    } else if (std::strcmp(argv[i], "--prefix-only") == 0) {
+      opt.prefix_only = true;
+    } else if (std::strcmp(argv[i], "--kv-cache-dtype") == 0 && i + 1 < argc &&
+               std::strcmp(argv[i + 1], "fp8") == 0) {
+      opt.fp8_kv = true;
+      ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: %s --out FILE [--quick] [--iters N] [--only CASE] [--cascade-only]\n",
+                   "usage: %s --out FILE [--quick] [--iters N] [--only CASE] [--cascade-only] "
+                   "[--prefix-only] [--kv-cache-dtype fp8]\n",
                    argv[0]);
       return 2;
     }

@@ -467,6 +467,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < cases.size(); ++i) {
     if (opt.only >= 0 && static_cast<size_t>(opt.only) != i) continue;
+    if (opt.prefix_only) cases[i].suffix = 0;
     nlohmann::json r = run_case(cases[i], pool, bw, iters, i < num_main, opt.cascade_only, stream);
     print_row(r);
     rows.push_back(r);

@@ -14,6 +14,7 @@ struct KernelBenchOptions {
   int only = -1;              // >= 0: run only this case (index in the printed order)
   bool cascade_only = false;  // time only the cascade (no flat, passes or forced grids): profiling
   bool fp8_kv = false;        // an FP8 KV cache (E4M3 codes, bf16 queries; floors count a byte)
+  bool prefix_only = false;   // each case with no private tokens: the cascade is the prefix pass
 };
 
 // Returns 0 on success; non-zero (with a message on stderr) without a CUDA device.

@@ -46,6 +46,20 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   const int32_t* seqs = p.node_seq_indices + seq_begin;
   const int64_t unit = p.node_unit_base[node] + int64_t{it.z} * members;
 
+  // Rows of this thread: R_lo = row0 + 16 warp + qr, R_hi = R_lo + 8. Their sequences are loaded
+  // before the first stage's copies are issued (a cp.async orders the loads after it), so the
+  // two dependent loads (page table, sequence index) share one round trip.
+  int32_t row_seq[2];
+  int row_head[2], row_member[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int R = row0 + warp * 16 + qr + 8 * h;
+    const bool ok = R < end;
+    row_member[h] = ok ? R / p.group : -1;
+    row_head[h] = kv_head * p.group + (ok ? R % p.group : 0);
+    row_seq[h] = ok ? __ldg(seqs + row_member[h]) : 0;
+  }
+
   StageLoader<kPer, 1, M, kFp8, D> ld;
   ld.template init<D>(p, p.node_block_indices + p.node_block_indptr[node],
                       kv_head * D + (tid % kCpr) * 8, tid / kCpr * kPer, t_begin, t_end, kTile);
@@ -72,15 +86,12 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     cp_async_commit();
   }
 
-  // Rows of this thread: R_lo = row0 + 16 warp + qr, R_hi = R_lo + 8.
   int64_t q_row[2], part_row[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int R = row0 + warp * 16 + qr + 8 * h;
-    const bool ok = R < end;
-    const int member = ok ? R / p.group : 0, head = kv_head * p.group + (ok ? R % p.group : 0);
-    q_row[h] = ok ? int64_t{__ldg(seqs + member)} * p.num_q_heads + head : -1;
-    part_row[h] = ok ? (unit + member) * p.num_q_heads + head : -1;
+    const bool ok = row_member[h] >= 0;
+    q_row[h] = ok ? int64_t{row_seq[h]} * p.num_q_heads + row_head[h] : -1;
+    part_row[h] = ok ? (unit + row_member[h]) * p.num_q_heads + row_head[h] : -1;
   }
   // wgmma needs all 4 warps; mma.sync skips warps whose 16 rows are all padding.
   const bool warp_active = kWgmmaPrefix || row0 + warp * 16 < end;
@@ -110,17 +121,18 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     }
     if (!warp_active) continue;
     const uint32_t vs = ks + kStageBytes;
+    [[maybe_unused]] const uint64_t vd = sw128_desc(vs, kBlockBytes, 1024);
 
     // S = Q K^T: 16 rows (a warp's share of 64) x 64 tokens.
     float s[kTile / 8][4];
     if constexpr (kWgmmaPrefix) {
       // k-steps of 16 columns (32 bytes) within a 64-column block.
+      // One descriptor per stage; each k-step's is an offset of it (desc_at: no carry).
+      const uint64_t kd = sw128_desc(ks, 16, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < D / 16; ++k) {
-        const uint64_t b = sw128_desc(ks + (k / 4) * kBlockBytes + (k % 4) * 32, 16, 1024);
-        wgmma_m64n64k16<M, 0>(s, qf[k], b, k > 0);
-      }
+      for (int k = 0; k < D / 16; ++k)
+        wgmma_m64n64k16<M, 0>(s, qf[k], desc_at(kd, (k / 4) * kBlockBytes + (k % 4) * 32), k > 0);
       wgmma_commit();
       wgmma_wait_all();
       fence_regs(s);
@@ -161,10 +173,9 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
       if constexpr (kWgmmaPrefix) {
         // V's 16-token k-steps are 2048 bytes apart, its 64-column blocks kBlockBytes.
 #pragma unroll
-        for (int h = 0; h < D / 64; ++h) {
-          const uint64_t b = sw128_desc(vs + h * kBlockBytes + kk * 2048, kBlockBytes, 1024);
-          wgmma_m64n64k16<M, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a, b, 1);
-        }
+        for (int h = 0; h < D / 64; ++h)
+          wgmma_m64n64k16<M, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a,
+                                desc_at(vd, h * kBlockBytes + kk * 2048), 1);
       } else {
 #pragma unroll
         for (int m = 0; m < D / 16; ++m) {

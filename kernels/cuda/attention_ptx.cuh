@@ -81,6 +81,11 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr, uint32_t lbo, uin
   return uint64_t{(saddr & 0x3FFFF) >> 4} | (uint64_t{(lbo >> 4) & 0x3FFF} << 16) |
          (uint64_t{(sbo >> 4) & 0x3FFF} << 32) | (uint64_t{1} << 62);
 }
+// The descriptor of an operand `bytes` past `d`'s start: the start field is (address >> 4) in
+// 14 bits and shared memory ends below 256 KB, so the sum never carries out of it.
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes) {
+  return d + (bytes >> 4);
+}
 // Device code for sm_90a uses wgmma for the prefix pass; other targets (sm_80, plain sm_90) the
 // mma.sync path. The wgmma helpers are declared everywhere and empty off sm_90a.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -15,6 +15,19 @@ constexpr float kLn2 = 0.6931471805599453f;
 // most tiles skip the O rescale.
 constexpr float kRescaleLog2 = 8.f;
 
+// v[0] op v[1] op ... op v[N - 1] as a balanced tree (pairs of neighbours, then of pairs), in a
+// fixed order; v is overwritten.
+template <int N, typename Op>
+__device__ __forceinline__ float tree_reduce(float (&v)[N], Op op) {
+#pragma unroll
+  for (int step = 1; step < N; step *= 2) {
+#pragma unroll
+    for (int j = 0; j + step < N; j += 2 * step)
+      v[j] = op(v[j], v[j + step]);
+  }
+  return v[0];
+}
+
 // This thread's share of its warp's 16 rows: rows qr (h = 0) and qr + 8 (h = 1), with raw-score
 // reference maxima m, sums l of 2^(s * scale_log2 - m * scale_log2) over this thread's columns,
 // and O accumulators (D / 8 n-tiles of the m16n8 layout: o[n][2h], o[n][2h + 1] are row h,
@@ -41,17 +54,23 @@ struct OnlineSoftmax {
   template <int NJ>
   __device__ __forceinline__ void fold(float (&s)[NJ][4], float scale_log2, bool masked, int tbase,
                                        const int (&lim)[2]) {
-    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    if (masked) {
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      if (masked) {
+      for (int j = 0; j < NJ; ++j) {
 #pragma unroll
         for (int c = 0; c < 4; ++c)
           if (tbase + j * 8 + (c & 1) >= lim[c >> 1]) s[j][c] = -CUDART_INF_F;
       }
-      mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
     }
+    // Row maxima as trees (a chain of NJ dependent steps would leave the scheduler idle).
+    float mj[2][NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      mj[0][j] = fmaxf(s[j][0], s[j][1]);
+      mj[1][j] = fmaxf(s[j][2], s[j][3]);
+    }
+    float mx[2] = {tree_reduce<NJ>(mj[0], [](float a, float b) { return fmaxf(a, b); }),
+                   tree_reduce<NJ>(mj[1], [](float a, float b) { return fmaxf(a, b); })};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -87,14 +106,17 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       ref[h] = m[h] == -CUDART_INF_F ? 0.f : m[h] * scale_log2;
+    float lj[2][NJ];
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
 #pragma unroll
       for (int c = 0; c < 4; ++c)
         s[j][c] = ex2(fmaf(s[j][c], scale_log2, -ref[c >> 1]));
-      l[0] += s[j][0] + s[j][1];
-      l[1] += s[j][2] + s[j][3];
+      lj[0][j] = s[j][0] + s[j][1];
+      lj[1][j] = s[j][2] + s[j][3];
     }
+    l[0] += tree_reduce<NJ>(lj[0], [](float a, float b) { return a + b; });
+    l[1] += tree_reduce<NJ>(lj[1], [](float a, float b) { return a + b; });
   }
 
   // Each thread summed its own columns: the row sums are the quad's.

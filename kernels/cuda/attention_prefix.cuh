@@ -8,6 +8,56 @@
 namespace kvc::kernels::cuda {
 namespace {
 
+// ---- the prefix item's products (sm_90a: wgmma; the warpgroup is the CTA's 4 warps) ----------
+
+// Issues S = Q K^T for 64 rows x 64 tokens from the K stage at ks (D / 64 column blocks of
+// [64 tokens x 128 B], 128-byte swizzle) and commits it; the caller waits. One descriptor for
+// the stage, each 16-column k-step's an offset of it (desc_at).
+template <int D, typename M>
+__device__ __forceinline__ void wgmma_scores(float (&s)[kTile / 8][4],
+                                             const uint32_t (&qf)[D / 16][4], uint32_t ks) {
+  constexpr int kBlockBytes = kTile * 128;
+  const uint64_t kd = sw128_desc(ks, 16, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k)  // k-steps of 16 columns (32 bytes) within a column block
+    wgmma_m64n64k16<M, 0>(s, qf[k], desc_at(kd, (k / 4) * kBlockBytes + (k % 4) * 32), k > 0);
+  wgmma_commit();
+}
+
+// Issues O += P V from the V stage at vs (read N-major: V's 16-token k-steps are 2048 bytes
+// apart, its 64-column blocks kTile * 128) and commits it; the caller waits. All of P is packed
+// before wgmma.fence (a register written after it makes ptxas insert another fence).
+template <int D, typename M>
+__device__ __forceinline__ void wgmma_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kTile / 16][4],
+                                         uint32_t vs) {
+  constexpr int kBlockBytes = kTile * 128;
+  const uint64_t vd = sw128_desc(vs, kBlockBytes, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+#pragma unroll
+    for (int h = 0; h < D / 64; ++h)
+      wgmma_m64n64k16<M, 1>(reinterpret_cast<float(&)[8][4]>(o[h * 8]), pa[kk],
+                            desc_at(vd, h * kBlockBytes + kk * 2048), 1);
+  }
+  wgmma_commit();
+}
+
+// P (the softmax's probabilities in the scores' accumulator layout) as the A fragments of
+// O += P V.
+template <typename M>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[kTile / 16][4],
+                                       const float (&s)[kTile / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    pa[kk][0] = pack2<M>(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = pack2<M>(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = pack2<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = pack2<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
 // ---- prefix item ----------------------------------------------------------------------------
 //
 // CTA row r is stacked row R = row0 + r of the node: member R / group, query head
@@ -121,19 +171,11 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     }
     if (!warp_active) continue;
     const uint32_t vs = ks + kStageBytes;
-    [[maybe_unused]] const uint64_t vd = sw128_desc(vs, kBlockBytes, 1024);
 
     // S = Q K^T: 16 rows (a warp's share of 64) x 64 tokens.
     float s[kTile / 8][4];
     if constexpr (kWgmmaPrefix) {
-      // k-steps of 16 columns (32 bytes) within a 64-column block.
-      // One descriptor per stage; each k-step's is an offset of it (desc_at: no carry).
-      const uint64_t kd = sw128_desc(ks, 16, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < D / 16; ++k)
-        wgmma_m64n64k16<M, 0>(s, qf[k], desc_at(kd, (k / 4) * kBlockBytes + (k % 4) * 32), k > 0);
-      wgmma_commit();
+      wgmma_scores<D, M>(s, qf, ks);
       wgmma_wait_all();
       fence_regs(s);
     } else {
@@ -156,43 +198,27 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     const int t0 = t_begin + tile * kTile;
     st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
 
-    // O += P V: P's accumulator layout is the A fragment of the next product. All of P is packed
-    // before wgmma.fence (a register written after it makes ptxas insert another fence).
+    // O += P V: P's accumulator layout is the A fragment of the next product.
     uint32_t pa[kTile / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      pa[kk][0] = pack2<M>(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack2<M>(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack2<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack2<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-    if constexpr (kWgmmaPrefix) wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      const uint32_t(&a)[4] = pa[kk];
-      if constexpr (kWgmmaPrefix) {
-        // V's 16-token k-steps are 2048 bytes apart, its 64-column blocks kBlockBytes.
-#pragma unroll
-        for (int h = 0; h < D / 64; ++h)
-          wgmma_m64n64k16<M, 1>(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]), a,
-                                desc_at(vd, h * kBlockBytes + kk * 2048), 1);
-      } else {
-#pragma unroll
-        for (int m = 0; m < D / 16; ++m) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
-          mma16816<M>(st.o[2 * m], a, b[0], b[1]);
-          mma16816<M>(st.o[2 * m + 1], a, b[2], b[3]);
-        }
-      }
-    }
+    pack_p<M>(pa, s);
     if constexpr (kWgmmaPrefix) {
-      wgmma_commit();
+      wgmma_pv<D, M>(st.o, pa, vs);
       if (tile + kStages - 1 < num_tiles) ld.fetch(tile + kStages);
       wgmma_wait_all();
 #pragma unroll
       for (int h = 0; h < D / 64; ++h)
         fence_regs(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]));
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+#pragma unroll
+        for (int m = 0; m < D / 16; ++m) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + LaneOffsets::at(lo.v_off, m) + kk * 16 * kPitch);
+          mma16816<M>(st.o[2 * m], pa[kk], b[0], b[1]);
+          mma16816<M>(st.o[2 * m + 1], pa[kk], b[2], b[3]);
+        }
+      }
     }
   }
   cp_async_wait<0>();

@@ -247,6 +247,10 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "with --quantization fp8: cuBLASLt applies the scales (its block-scaled "
                    "kernels) instead of the ops that read the GEMMs' outputs (its per-tensor "
                    "kernels with scales of 1, the default)");
+  engine->add_flag("--fp8-attention-quantize-pass", e->fp8_attention_quantize_pass,
+                   "with --quantization fp8: the attention output is quantized for the o "
+                   "projection by a pass of its own instead of by the attention's merge (the "
+                   "default; the same codes)");
   auto gm = std::make_shared<GemmBenchOptions>();
   CLI::App* gemm = bench->add_subcommand(
       "gemm",

@@ -18,8 +18,13 @@
 //
 // Parts: attention_ptx.cuh (constants, PTX), attention_state.cuh (parameters, loader, softmax
 // state), attention_prefix.cuh, attention_decode.cuh; here the kernels and their launchers.
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefix.cuh"
+#include "kernels/fp8_rule.h"
 
 namespace kvc::kernels::cuda {
 namespace {
@@ -63,21 +68,19 @@ __global__ void __launch_bounds__(32 * kDecodeHeadsPerCta)
   }
 }
 
-// One warp per (sequence, query head) row: its node units in plan order, then its splits in
-// order. Launched as a programmatic dependent of the attention launch: the unit list (plan data)
-// is read before griddepcontrol.wait, the partials after it. The units' LSEs are loaded one per
-// lane (32 at a time), so the row's maximum is known before any O is read; the O rows are then
-// loaded four at a time with no dependence on the running sum, and folded in the fixed order
-// (weights exp(lse - max); identity: LSE -inf).
-template <int D, typename T>
-__global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
-  launch_dependents();  // the o projection (decode_gemm.h) streams its weights meanwhile
+// One warp merges one (sequence, query head) row: its node units in plan order, then its splits
+// in order. The kernels below are launched as programmatic dependents of the attention launch:
+// the unit list (plan data) is read before griddepcontrol.wait, the partials after it. The units'
+// LSEs are loaded one per lane (32 at a time), so the row's maximum is known before any O is
+// read; the O rows are then loaded four at a time with no dependence on the running sum, and
+// folded in the fixed order (weights exp(lse - max); identity: LSE -inf). Leaves the lane's D / 32
+// normalised values in `out` and returns the row's LSE.
+template <int D>
+__device__ __forceinline__ float merge_row(const MergeParams& p, int row, int lane,
+                                           float (&out)[D / 32]) {
   constexpr int kPer = D / 32;
   constexpr int kUnroll = 4;
   constexpr int kFewUnits = 8;
-  const int row = blockIdx.x * 4 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= p.num_rows) return;
   const int64_t seq = row / p.num_q_heads;
   const int head = row % p.num_q_heads;
   const int node_begin = p.seq_unit_indptr != nullptr ? p.seq_unit_indptr[seq] : 0;
@@ -174,13 +177,120 @@ __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
     }
   }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    out[i] = acc[i] * inv;
+  return sum > 0.f ? m + logf(sum) : -CUDART_INF_F;
+}
+
+// Four rows per CTA, written in T.
+template <int D, typename T>
+__global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
+  launch_dependents();  // the o projection (decode_gemm.h) streams its weights meanwhile
+  constexpr int kPer = D / 32;
+  const int row = blockIdx.x * 4 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= p.num_rows) return;
+  float v[kPer];
+  const float lse = merge_row<D>(p, row, lane, v);
   T* out = static_cast<T*>(p.out) + int64_t{row} * D + lane * kPer;
 #pragma unroll
-  for (int i = 0; i < kPer; i += 2) {
-    const uint32_t packed = pack2<T>(acc[i] * inv, acc[i + 1] * inv);
-    *reinterpret_cast<uint32_t*>(out + i) = packed;
+  for (int i = 0; i < kPer; i += 2)
+    *reinterpret_cast<uint32_t*>(out + i) = pack2<T>(v[i], v[i + 1]);
+  if (p.lse != nullptr && lane == 0) p.lse[row] = lse;
+}
+
+// One CTA per sequence, a warp per query head (kHeads heads per warp): the sequence's whole row,
+// rounded to bf16 as merge_kernel<D, bf16> writes it, then its E4M3 codes under the row's scale
+// (attention.h Fp8RowsOut; the rule and the rounding of ops.h quantize_rows_fp8).
+template <int D, int kHeads>
+__global__ void __launch_bounds__(1024) merge_fp8_kernel(const MergeParams p) {
+  launch_dependents();
+  constexpr int kPer = D / 32;
+  const int seq = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warps = blockDim.x >> 5;
+  float v[kHeads][kPer];
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < kHeads; ++j) {
+    const int head = warp + j * warps;
+    if (head >= p.num_q_heads) continue;
+    const int row = seq * p.num_q_heads + head;
+    const float lse = merge_row<D>(p, row, lane, v[j]);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      v[j][i] = __bfloat162float(__float2bfloat16_rn(v[j][i]));
+      amax = fmaxf(amax, fabsf(v[j][i]));
+    }
+    if (p.lse != nullptr && lane == 0) p.lse[row] = lse;
   }
-  if (p.lse != nullptr && lane == 0) p.lse[row] = sum > 0.f ? m + logf(sum) : -CUDART_INF_F;
+  __shared__ float partial[32];
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if (lane == 0) partial[warp] = amax;
+  __syncthreads();
+  float row_max = 0.f;
+  for (int w = 0; w < warps; ++w)
+    row_max = fmaxf(row_max, partial[w]);
+  const float scale = fp8::row_scale(row_max), qinv = 1.0f / scale;
+  uint8_t* q = p.fp8.q + int64_t{seq} * p.num_q_heads * D;
+#pragma unroll
+  for (int j = 0; j < kHeads; ++j) {
+    const int head = warp + j * warps;
+    if (head >= p.num_q_heads) continue;
+    uint32_t codes = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; i += 2) {
+      const __nv_fp8x2_storage_t c = __nv_cvt_float2_to_fp8x2(
+          make_float2(v[j][i] * qinv, v[j][i + 1] * qinv), __NV_SATFINITE, __NV_E4M3);
+      codes |= static_cast<uint32_t>(c) << (8 * i);
+    }
+    uint8_t* dst = q + head * D + lane * kPer;
+    if constexpr (kPer == 4) {
+      *reinterpret_cast<uint32_t*>(dst) = codes;
+    } else {
+      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(codes);
+    }
+  }
+  for (int b = threadIdx.x; b < p.fp8.scale_blocks; b += blockDim.x)
+    p.fp8.scales[seq + b * p.fp8.scale_stride] = scale;
+}
+
+// The merge as a programmatic dependent launch: its CTAs may start (and read the plan) while the
+// attention launch drains; griddepcontrol.wait in the kernel orders the partials.
+template <typename Kernel>
+cudaError_t launch_merge(Kernel kernel, const MergeParams& mp, unsigned grid, unsigned threads,
+                         cudaStream_t stream) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, mp);
+}
+
+template <int D, typename T>
+cudaError_t merge(const MergeParams& mp, cudaStream_t stream) {
+  if (mp.fp8.q == nullptr) {
+    return launch_merge(merge_kernel<D, T>, mp, static_cast<unsigned>((mp.num_rows + 3) / 4), 128,
+                        stream);
+  }
+  if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+    return cudaErrorInvalidValue;  // FP8 rows are made of bf16 values
+  } else {
+    const int heads = mp.num_q_heads;
+    const unsigned seqs = static_cast<unsigned>(mp.num_rows / heads);
+    const unsigned threads = 32u * static_cast<unsigned>(min(heads, 32));
+    if (heads <= 32) return launch_merge(merge_fp8_kernel<D, 1>, mp, seqs, threads, stream);
+    if (heads <= 64) return launch_merge(merge_fp8_kernel<D, 2>, mp, seqs, threads, stream);
+    if (heads <= 128) return launch_merge(merge_fp8_kernel<D, 4>, mp, seqs, threads, stream);
+    return cudaErrorInvalidValue;
+  }
 }
 
 // ---- launch ---------------------------------------------------------------------------------
@@ -205,21 +315,7 @@ cudaError_t launch_typed(const AttendParams& ap, int64_t grid, int64_t wide_grid
         <<<static_cast<unsigned>(wide_grid), 32 * kDecodeHeadsPerCta, kWideSmem, stream>>>(ap);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  if (mp.num_rows > 0) {
-    // A programmatic dependent launch: its CTAs may start (and read the plan) while the attention
-    // launch drains; griddepcontrol.wait in the kernel orders the partials.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>((mp.num_rows + 3) / 4));
-    cfg.blockDim = dim3(128);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, merge_kernel<D, T>, mp);
-  }
-  return cudaSuccess;
+  return mp.num_rows > 0 ? merge<D, T>(mp, stream) : cudaSuccess;
 }
 
 // grid: cascade_kernel CTAs (prefix CTAs, then 4-head decode items); wide_grid:
@@ -275,9 +371,15 @@ AttendParams base_params(const AttentionShape& shape, const KvQuant& quant, cons
 cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
                            const DeviceCascadePlan& plan, const void* q, const void* k_cache,
                            const void* v_cache, void* out, float* lse, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream, const KvQuant& quant) {
+                           size_t workspace_bytes, cudaStream_t stream, const KvQuant& quant,
+                           const Fp8RowsOut* fp8_out) {
   if (!shape_supported(shape) || (plan.device == nullptr && !plan.host.empty()) ||
       workspace_bytes < cascade_workspace_bytes(plan, shape)) {
+    return cudaErrorInvalidValue;
+  }
+  if (fp8_out != nullptr && (dtype != KvDtype::kBF16 || fp8_out->q == nullptr ||
+                             fp8_out->scales == nullptr || fp8_out->scale_blocks < 1 ||
+                             fp8_out->scale_stride < plan.num_seqs || shape.num_q_heads > 128)) {
     return cudaErrorInvalidValue;
   }
   const int64_t units = plan.num_units();
@@ -319,6 +421,7 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   mp.num_splits = plan.suffix.num_splits;
   mp.out = out;
   mp.lse = lse;
+  if (fp8_out != nullptr) mp.fp8 = *fp8_out;
   return launch(shape, dtype, quant.fp8, ap, grid, wide_grid, mp, stream);
 }
 

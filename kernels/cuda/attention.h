@@ -125,18 +125,32 @@ cudaError_t upload_plan(DeviceCascadePlan& plan, void* device_buffer, size_t dev
 // Bytes of workspace cascade_decode needs for this plan (fp32 partials of every unit).
 size_t cascade_workspace_bytes(const DeviceCascadePlan& plan, const AttentionShape& shape);
 
+// The attention output as an FP8 GEMM's input, written by the merge instead of `out`: each
+// sequence's row (num_q_heads x head_dim values, rounded to bf16 first) as E4M3 codes at
+// q + s * num_q_heads * head_dim under one scale (kernels/fp8_rule.h row_scale of the row's
+// largest magnitude), stored at scales[s + b * scale_stride] for b < scale_blocks (gemm.h
+// Fp8ScaleLayout): bit for bit what ops.h quantize_rows_fp8 makes of the bf16 output, with no pass
+// of its own. bf16 queries only; num_q_heads <= 128.
+struct Fp8RowsOut {
+  uint8_t* q = nullptr;
+  float* scales = nullptr;
+  int64_t scale_stride = 0;
+  int scale_blocks = 1;
+};
+
 // Cascade decode: one launch runs every prefix-pass item (tensor cores, on num_prefix_ctas
 // persistent CTAs first in the grid) and every suffix split (4-head decode CTAs after them, which
 // share the SMs with the prefix CTAs when the plan chose one prefix CTA per SM); one merge launch
 // then folds, per (sequence, query head), its nodes' chunks in plan order, then its suffix splits
 // in order (deterministic for a fixed plan). q, out: [num_seqs, num_q_heads, head_dim] in `dtype`;
 // lse: [num_seqs, num_q_heads] fp32 or null. k_cache, v_cache: [num_blocks, block_size,
-// num_kv_heads, head_dim] in `dtype` (E4M3 codes under quant.fp8).
+// num_kv_heads, head_dim] in `dtype` (E4M3 codes under quant.fp8). With fp8_out the output goes
+// there instead of `out` (which may then be null).
 cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
                            const DeviceCascadePlan& plan, const void* q, const void* k_cache,
                            const void* v_cache, void* out, float* lse, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream = nullptr,
-                           const KvQuant& quant = {});
+                           const KvQuant& quant = {}, const Fp8RowsOut* fp8_out = nullptr);
 
 // Workspace of paged_decode for num_seqs sequences of at most max_seq_len tokens.
 size_t paged_decode_workspace_bytes(const AttentionShape& shape, int num_seqs, int max_seq_len,

@@ -50,7 +50,8 @@ struct MergeParams {
   int64_t decode_unit_base;
   int num_splits;
   void* out;
-  float* lse;  // null: not written
+  float* lse;      // null: not written
+  Fp8RowsOut fp8;  // q non-null: the output as FP8 rows (attention.h) instead of `out`
 };
 
 // ---- the pieces every CTA shares ------------------------------------------------------------

@@ -536,6 +536,18 @@ bool LlamaModel::fp8_scales_in_readers() const {
   return impl_->fp8_scales_in_readers;
 }
 
+void LlamaModel::set_fp8_attention_rows_in_merge(bool on) {
+  Impl& I = *impl_;
+  if (I.fp8_attention_rows_in_merge == on) return;
+  cudaStreamSynchronize(I.stream);
+  I.drop_graphs();  // captured launches name the merge kernel and the quantize pass
+  I.fp8_attention_rows_in_merge = on;
+}
+
+bool LlamaModel::fp8_attention_rows_in_merge() const {
+  return impl_->fp8_attention_rows_in_merge;
+}
+
 Status LlamaModel::set_tensor_parallel(NcclComm* comm) {
   Impl& I = *impl_;
   if (comm == nullptr || comm->size() != dims_.tp_size) {

@@ -186,6 +186,11 @@ class LlamaModel {
   // bench/results/fp8-h200.md).
   void set_fp8_scales_in_readers(bool on);
   bool fp8_scales_in_readers() const;
+  // With FP8 weights: whether the decode rows' attention output reaches the o projection as E4M3
+  // codes written by the attention's merge (attention.h Fp8RowsOut: the default) or as bf16 rows
+  // quantized by a pass of their own (ops.h quantize_rows_fp8). The same codes either way.
+  void set_fp8_attention_rows_in_merge(bool on);
+  bool fp8_attention_rows_in_merge() const;
   // Tensor parallelism (LlamaDims::tp_size): this rank's communicator (comm->size() ==
   // dims().tp_size), kept, not owned. From then on every step all-reduces the o and down
   // projections' outputs and gathers the LM head's logits over the group, so every rank calls

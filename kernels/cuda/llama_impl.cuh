@@ -140,7 +140,8 @@ struct LlamaModel::Impl {
     uint64_t last_use = 0;
   };
   bool graphs_on = true;
-  bool fp8_scales_in_readers = true;  // LlamaModel::set_fp8_scales_in_readers
+  bool fp8_scales_in_readers = true;        // LlamaModel::set_fp8_scales_in_readers
+  bool fp8_attention_rows_in_merge = true;  // LlamaModel::set_fp8_attention_rows_in_merge
   std::vector<GraphEntry> graphs;
   std::vector<int64_t> last_key;  // the previous decode step's signature
   uint64_t graph_clock = 0;

@@ -219,17 +219,22 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
                             dw + sl.start_pos, I.attn, nullptr, s, I.kv_quant[layer]),
               "paged_prefill");
         }
+        // With FP8 weights the o projection's input is E4M3 rows: the decode rows' are written by
+        // the attention's merge (attention.h Fp8RowsOut), the prefill rows' by a pass of their own.
+        const Fp8ScaleLayout attn_scales = fp8_activation_scales(rows, qd);
+        const bool rows_in_merge = fp8 && I.fp8_attention_rows_in_merge;
         if (decode_rows > 0) {
           const size_t off = size_t(prefill_rows) * qd;
-          KVC_OP(
-              cascade_decode(I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off,
-                             kc, vc, static_cast<__nv_bfloat16*>(I.attn) + off, nullptr,
-                             I.decode_ws, I.decode_ws_bytes, s, I.kv_quant[layer]),
-              "cascade_decode");
+          const Fp8RowsOut attn_q{static_cast<uint8_t*>(I.xq) + off, I.xq_scales + prefill_rows,
+                                  attn_scales.stride, attn_scales.blocks};
+          KVC_OP(cascade_decode(
+                     I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off, kc, vc,
+                     static_cast<__nv_bfloat16*>(I.attn) + off, nullptr, I.decode_ws,
+                     I.decode_ws_bytes, s, I.kv_quant[layer], rows_in_merge ? &attn_q : nullptr),
+                 "cascade_decode");
         }
-        if (fp8) {
-          KVC_OP(quantize_rows_fp8(I.attn, qd, rows, qd, I.xq, I.xq_scales,
-                                   fp8_activation_scales(rows, qd), s),
+        if (const int quantized = rows_in_merge ? prefill_rows : rows; fp8 && quantized > 0) {
+          KVC_OP(quantize_rows_fp8(I.attn, qd, quantized, qd, I.xq, I.xq_scales, attn_scales, s),
                  "quantize attn");
         }
         KVC_OP(layer_gemm(raw_rp, I.attn, I.xq, I.xq_scales, L.o, L.o_scale, I.proj, h, qd),

@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/fp8_rule.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -566,6 +567,93 @@ TEST_F(CudaAttentionTest, Fp8CacheMatchesCpuTwin) {
   EXPECT_EQ(cuda::cascade_decode(sh, KvDtype::kF16, dp, pr.d_q.data(), pr.d_k.data(), pr.d_v.data(),
                                  out.data(), nullptr, ws.data(), ws_bytes, nullptr, fp8),
             cudaErrorInvalidValue);
+}
+
+// With Fp8RowsOut the merge writes each sequence's row as E4M3 codes and one scale: the same
+// bytes as the bf16 output quantized by its own pass (ops.h quantize_rows_fp8), over both cache
+// dtypes, cascade and flat plans, and head counts below, at and above one warp per head.
+TEST_F(CudaAttentionTest, MergeWritesFp8RowsAsTheQuantizePassWould) {
+  struct Shape {
+    int head_dim, group, kv_heads;
+  };
+  const Shape shapes[] = {{128, 4, 8}, {128, 4, 2}, {64, 8, 8}, {128, 8, 5}, {128, 16, 8}};
+  int checked = 0;
+  for (const Shape& c : shapes) {
+    for (const cuda::KvQuant& quant : {cuda::KvQuant{}, cuda::KvQuant{true, 0.37f, 1.9f}}) {
+      for (const bool tree : {true, false}) {
+        const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, c.kv_heads);
+        const int seqs = 20;
+        Problem pr(sh, KvDtype::kBF16, 400, seqs, rng_, quant);
+        TreeBatch batch(pr.kv, seqs);
+        if (tree) {
+          build_two_level(batch, rng_);
+        } else {
+          batch.add_suffixes(random_lens(rng_, seqs, 1, 200));
+        }
+        pr.upload_kv();
+        const std::string what = label(KvDtype::kBF16, sh, tree ? "tree" : "flat") +
+                                 " heads=" + std::to_string(sh.num_q_heads) +
+                                 (quant.fp8 ? " fp8 cache" : "");
+        cuda::DeviceCascadePlan dp = cuda::make_device_plan(batch.plan(), sh);
+        cuda::DeviceBuffer d_plan(std::max<size_t>(dp.device_bytes(), 16));
+        ASSERT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
+        const size_t ws_bytes = cuda::cascade_workspace_bytes(dp, sh);
+        cuda::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
+        const int dim = sh.num_q_heads * sh.head_dim;
+        const cuda::Fp8ScaleLayout layout = cuda::fp8_activation_scales(seqs, dim);
+        const size_t codes = size_t{seqs} * dim, scales = static_cast<size_t>(layout.count());
+        cuda::DeviceBuffer out(codes * 2), q_pass(codes), s_pass(scales * 4), q_merge(codes),
+            s_merge(scales * 4);
+        for (cuda::DeviceBuffer* b : {&q_pass, &s_pass, &q_merge, &s_merge})
+          b->fill_bytes(0x5A);
+        ASSERT_EQ(cuda::cascade_decode(sh, KvDtype::kBF16, dp, pr.d_q.data(), pr.d_k.data(),
+                                       pr.d_v.data(), out.data(), nullptr, ws.data(), ws_bytes,
+                                       nullptr, quant),
+                  cudaSuccess);
+        ASSERT_EQ(cuda::quantize_rows_fp8(out.data(), dim, seqs, dim, q_pass.data(),
+                                          s_pass.as<float>(), layout),
+                  cudaSuccess);
+        const cuda::Fp8RowsOut rows{static_cast<uint8_t*>(q_merge.data()), s_merge.as<float>(),
+                                    layout.stride, layout.blocks};
+        ASSERT_EQ(cuda::cascade_decode(sh, KvDtype::kBF16, dp, pr.d_q.data(), pr.d_k.data(),
+                                       pr.d_v.data(), nullptr, nullptr, ws.data(), ws_bytes,
+                                       nullptr, quant, &rows),
+                  cudaSuccess);
+        cuda::synchronize_or_die("cascade_decode to FP8 rows");
+        std::vector<uint8_t> a(codes), b(codes);
+        q_pass.download(a.data(), codes);
+        q_merge.download(b.data(), codes);
+        EXPECT_EQ(a, b) << what;
+        std::vector<float> sa(scales), sb(scales);
+        s_pass.download(sa.data(), scales * 4);
+        s_merge.download(sb.data(), scales * 4);
+        EXPECT_EQ(sa, sb) << what;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 20);
+
+  // What it cannot write: FP8 rows from fp16 queries, a scale stride shorter than the rows.
+  const AttentionShape sh = testutil::make_shape(128, 4, 8);
+  Problem pr(sh, KvDtype::kF16, 100, 4, rng_);
+  TreeBatch batch(pr.kv, 4);
+  batch.add_suffixes({3, 9, 40, 1});
+  pr.upload_kv();
+  cuda::DeviceCascadePlan dp = cuda::make_device_plan(batch.plan(), sh);
+  cuda::DeviceBuffer d_plan(std::max<size_t>(dp.device_bytes(), 16));
+  ASSERT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
+  const size_t ws_bytes = cuda::cascade_workspace_bytes(dp, sh);
+  cuda::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16)), q(4 * 4096), s(64 * 4);
+  cuda::Fp8RowsOut rows{static_cast<uint8_t*>(q.data()), s.as<float>(), 4, 1};
+  EXPECT_EQ(cuda::cascade_decode(sh, KvDtype::kF16, dp, pr.d_q.data(), pr.d_k.data(), pr.d_v.data(),
+                                 nullptr, nullptr, ws.data(), ws_bytes, nullptr, {}, &rows),
+            cudaErrorInvalidValue);
+  rows.scale_stride = 3;
+  EXPECT_EQ(
+      cuda::cascade_decode(sh, KvDtype::kBF16, dp, pr.d_q.data(), pr.d_k.data(), pr.d_v.data(),
+                           nullptr, nullptr, ws.data(), ws_bytes, nullptr, {}, &rows),
+      cudaErrorInvalidValue);
 }
 
 TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {

@@ -82,6 +82,32 @@ TEST_F(CudaBackendTest, Fp8ScalesInTheGemmOrInItsReadersGiveTheSameLogits) {
   }
 }
 
+// The o projection's E4M3 input written by the attention's merge (the default) or by a quantize
+// pass over the bf16 attention output (set_fp8_attention_rows_in_merge(false)): the same codes
+// and scales, so the same logits to the bit, flat and cascade, FP8 and bf16 KV.
+TEST_F(CudaBackendTest, Fp8AttentionRowsFromTheMergeEqualTheQuantizePass) {
+  const std::vector<GenerationRequest> reqs = twin_requests();
+  for (ModelFamily family : {ModelFamily::kLlama, ModelFamily::kQwen3}) {
+    for (bool fp8_kv : {false, true}) {
+      for (bool cascade : {false, true}) {
+        SCOPED_TRACE(std::string(model_family_name(family)) + (fp8_kv ? " fp8 KV" : "") +
+                     (cascade ? " cascade" : " flat"));
+        const ModelWeights w = bf16_weights(family);
+        auto merged = cuda(512, 16, false, w, true, fp8_kv);
+        auto pass = cuda(512, 16, false, w, true, fp8_kv);
+        if (!merged || !pass) GTEST_SKIP() << "no CUDA device";
+        EXPECT_TRUE(static_cast<CudaBackend&>(*merged).model().fp8_attention_rows_in_merge());
+        static_cast<CudaBackend&>(*pass).model().set_fp8_attention_rows_in_merge(false);
+        const RunOutput a = run(*merged, reqs, cascade, /*keep_logits=*/true);
+        const RunOutput b = run(*pass, reqs, cascade, /*keep_logits=*/true);
+        const auto [compared, worst] = expect_logits_close(a, b, reqs, 1e-6);
+        EXPECT_EQ(worst, 0.0);
+        EXPECT_GE(compared, 5);
+      }
+    }
+  }
+}
+
 // FP8 against bf16 on the device (the accuracy cost of the quantization on this random model),
 // and cascade against flat under FP8: near-ties only, as in bf16.
 TEST_F(CudaBackendTest, Fp8CascadeEqualsFlatAndStaysNearBf16) {

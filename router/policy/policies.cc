@@ -283,10 +283,18 @@ class KvCascade final : public Policy {
     // load at its own poll, and its own requests in flight) are equal: among the candidates that
     // hold as much of the prompt as the cheapest, within tie_tokens of its cost, the rendezvous
     // order of the prompt's first block past that match decides, so routers agree (and copies
-    // of one prompt, a group's members, land together).
+    // of one prompt, a group's members, land together). A match shorter than min_match_bytes
+    // (the first block or two every prompt of a tenant shares) does not set that block: how far
+    // such a match reaches is what routers see differently (a block stored a moment ago is in one
+    // router's index and not yet in another's), so the prompt's last block (its whole chain) is
+    // the key instead.
     if (c_.tie_tokens > 0) {
-      const uint64_t tie_key =
-          best->matched_blocks < r.blocks.size() ? r.blocks[best->matched_blocks].value : key;
+      const bool short_match =
+          static_cast<double>(best->matched_blocks) * r.block_size < c_.min_match_bytes;
+      const uint64_t tie_key = short_match && !r.blocks.empty() ? r.blocks.back().value
+                               : best->matched_blocks < r.blocks.size()
+                                   ? r.blocks[best->matched_blocks].value
+                                   : key;
       const Candidate* pick = best;
       for (const Candidate* c : allowed) {
         if (c->matched_blocks == best->matched_blocks &&

@@ -128,6 +128,13 @@ struct KvCascadePolicyConfig {
   // many tokens of it, count as equal: the rendezvous order decides among them (several routers,
   // whose views of load differ a little, then agree). 0: the cheapest wins.
   double tie_tokens = 2048;
+  // Among near-equal costs, a cheapest candidate's match shorter than this many prompt bytes
+  // (the first block or two every prompt of a tenant shares) does not pick the rendezvous key
+  // (the prompt's first block past the match): the prompt's last block does. How far such a
+  // match reaches differs between routers (a block stored a moment ago is in one router's index
+  // and not yet in another's), and keying by it placed one prompt differently at each
+  // (bench/results/routing-routers.md, eighth session).
+  double min_match_bytes = 256;
   // The first member of a declared group (group_size > 1) is placed on the replicas' own
   // reports (Candidate::routed_work less unacked_work, no requests in flight), so routers that
   // get members of one group at once place it alike.

@@ -414,6 +414,34 @@ TEST(KvCascadePolicy, NearEqualCostsAreBrokenByRendezvousSoRoutersAgree) {
   EXPECT_NE(a->choose(r, cs).replica, first);
 }
 
+// How far a short match reaches (a tenant's first blocks, stored a moment ago: in one router's
+// index and not yet in another's) does not change where near-equal costs send the prompt: below
+// min_match_bytes the rendezvous key is the prompt's last block, not the first block past the
+// match. Before, router a (two blocks matched) keyed by the third block and router b (one) by
+// the second, and placed the same prompt differently about two times in three.
+TEST(KvCascadePolicy, AShortMatchOneRouterHasNotSeenYetDoesNotSplitThePlacement) {
+  auto a = make_policy("kvcascade"), b = make_policy("kvcascade");
+  std::map<uint32_t, int> on;
+  for (int k = 0; k < 300; ++k) {
+    auto va = three(), vb = three();
+    for (uint32_t i = 0; i < 3; ++i) {
+      va[i].matched_blocks = 2;  // 128 bytes: the tenant's first two blocks
+      vb[i].matched_blocks = 1;  // the second one's event has not reached router b yet
+    }
+    RouteRequest r = request(600, "tenant");
+    r.block_size = 64;
+    std::vector<BlockHash> blocks;
+    for (uint64_t i = 0; i < 9; ++i)
+      blocks.push_back(BlockHash{i < 2 ? i + 1 : 1000u * k + i});
+    r.blocks = blocks;
+    const RouteDecision da = a->choose(r, va), db = b->choose(r, vb);
+    ASSERT_EQ(da.replica, db.replica) << k;
+    ++on[da.replica];
+  }
+  for (auto [replica, n] : on)
+    EXPECT_NEAR(n, 100, 40) << replica;
+}
+
 TEST(KvCascadePolicy, HotPrefixSpreadsWhenItsHolderIsOverloaded) {
   auto p = make_policy("kvcascade");
   auto cs = three();

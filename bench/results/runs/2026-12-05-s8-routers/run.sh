@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Eighth session: the tie-break key change (0b033ad) A/B against its parent (b321afc), alternating,
+# on the 2-core development VM with nothing else running. kvc-old / kvc-new: build/cli/kvcascade
+# built at each commit.
+for i in 1 2 3; do for v in old new; do
+  ./kvc-$v bench routing --replicas 16 --requests 5000 --mix rl --policy kvcascade \
+    --routers 1 --routers 2 --out ab-$v-$i.json > ab-$v-$i.txt 2>&1
+done; done
+for i in 4 5 6; do for v in old new; do
+  ./kvc-$v bench routing --replicas 16 --requests 5000 --mix rl --policy kvcascade \
+    --routers 1 --routers 2 --routers 4 --out ab-$v-$i.json > ab-$v-$i.txt 2>&1
+done; done
+# All three mixes at the new commit:
+./kvc-new bench routing --replicas 16 --requests 5000 --mix chat --mix rl --mix mixed \
+  --policy kvcascade --routers 1 --routers 2 --routers 4 --out final-routers.json \
+  --plot final-routers.svg > final-routers.txt 2>&1

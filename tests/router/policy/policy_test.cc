@@ -379,39 +379,57 @@ TEST(KvCascadePolicy, RoutersWithDifferentHistoriesPlaceAGroupAlike) {
   }
 }
 
-// A prompt whose only match is a first block cached on every replica: costs within tie_tokens
-// of each other are ties, broken by the rendezvous order of the prompt's next block, so two
-// routers whose views of load differ a little agree, and different prompts still spread.
-TEST(KvCascadePolicy, NearEqualCostsAreBrokenByRendezvousSoRoutersAgree) {
+// Two routers, each with its own view of three replicas, choose for `prompts` prompts (`make(k,
+// views)` fills both views, the request and its blocks): they must agree every time. Returns
+// how many prompts each replica got.
+struct TwoViews {
+  std::vector<Candidate> a = three(), b = three();
+  RouteRequest r;
+  std::vector<BlockHash> blocks;
+};
+template <class Make>
+std::map<uint32_t, int> expect_routers_agree(int prompts, Make make) {
   auto a = make_policy("kvcascade"), b = make_policy("kvcascade");
-  std::mt19937 rng(5);
   std::map<uint32_t, int> on;
-  for (int k = 0; k < 400; ++k) {
-    auto va = three(), vb = three();
-    for (uint32_t i = 0; i < 3; ++i) {
-      va[i].matched_blocks = vb[i].matched_blocks = 1;
-      va[i].queued_prefill_tokens = static_cast<int64_t>(rng() % 400);
-      vb[i].queued_prefill_tokens = static_cast<int64_t>(rng() % 400);
-    }
-    RouteRequest r = request(600, "system-prompt");
-    std::vector<BlockHash> blocks = {BlockHash{1}, BlockHash{7000u + k}};
-    r.blocks = blocks;
-    const RouteDecision da = a->choose(r, va), db = b->choose(r, vb);
-    ASSERT_EQ(da.replica, db.replica) << k;
+  for (int k = 0; k < prompts; ++k) {
+    TwoViews v;
+    make(k, v);
+    v.r.blocks = v.blocks;
+    const RouteDecision da = a->choose(v.r, v.a), db = b->choose(v.r, v.b);
+    EXPECT_EQ(da.replica, db.replica) << k;
     ++on[da.replica];
   }
+  return on;
+}
+
+// A prompt whose only match is a first block cached on every replica: costs within tie_tokens
+// of each other are ties, broken by the rendezvous order of one of the prompt's blocks (its
+// last: the match is short, see below), so two routers whose views of load differ a little
+// agree, and different prompts still spread.
+TEST(KvCascadePolicy, NearEqualCostsAreBrokenByRendezvousSoRoutersAgree) {
+  std::mt19937 rng(5);
+  const auto on = expect_routers_agree(400, [&](int k, TwoViews& v) {
+    for (uint32_t i = 0; i < 3; ++i) {
+      v.a[i].matched_blocks = v.b[i].matched_blocks = 1;
+      v.a[i].queued_prefill_tokens = static_cast<int64_t>(rng() % 400);
+      v.b[i].queued_prefill_tokens = static_cast<int64_t>(rng() % 400);
+    }
+    v.r = request(600, "system-prompt");
+    v.blocks = {BlockHash{1}, BlockHash{7000u + k}};
+  });
   for (auto [replica, n] : on)
     EXPECT_NEAR(n, 133, 50) << replica;
   // A real difference in load still counts.
+  auto p = make_policy("kvcascade");
   auto cs = three();
   for (Candidate& c : cs)
     c.matched_blocks = 1;
   RouteRequest r = request(600, "system-prompt");
   std::vector<BlockHash> blocks = {BlockHash{1}, BlockHash{42}};
   r.blocks = blocks;
-  const uint32_t first = a->choose(r, cs).replica;
+  const uint32_t first = p->choose(r, cs).replica;
   cs[first].queued_prefill_tokens = 20000;
-  EXPECT_NE(a->choose(r, cs).replica, first);
+  EXPECT_NE(p->choose(r, cs).replica, first);
 }
 
 // How far a short match reaches (a tenant's first blocks, stored a moment ago: in one router's
@@ -420,24 +438,16 @@ TEST(KvCascadePolicy, NearEqualCostsAreBrokenByRendezvousSoRoutersAgree) {
 // match. Before, router a (two blocks matched) keyed by the third block and router b (one) by
 // the second, and placed the same prompt differently about two times in three.
 TEST(KvCascadePolicy, AShortMatchOneRouterHasNotSeenYetDoesNotSplitThePlacement) {
-  auto a = make_policy("kvcascade"), b = make_policy("kvcascade");
-  std::map<uint32_t, int> on;
-  for (int k = 0; k < 300; ++k) {
-    auto va = three(), vb = three();
+  const auto on = expect_routers_agree(300, [](int k, TwoViews& v) {
     for (uint32_t i = 0; i < 3; ++i) {
-      va[i].matched_blocks = 2;  // 128 bytes: the tenant's first two blocks
-      vb[i].matched_blocks = 1;  // the second one's event has not reached router b yet
+      v.a[i].matched_blocks = 2;  // 128 bytes: the tenant's first two blocks
+      v.b[i].matched_blocks = 1;  // the second one's event has not reached router b yet
     }
-    RouteRequest r = request(600, "tenant");
-    r.block_size = 64;
-    std::vector<BlockHash> blocks;
+    v.r = request(600, "tenant");
+    v.r.block_size = 64;
     for (uint64_t i = 0; i < 9; ++i)
-      blocks.push_back(BlockHash{i < 2 ? i + 1 : 1000u * k + i});
-    r.blocks = blocks;
-    const RouteDecision da = a->choose(r, va), db = b->choose(r, vb);
-    ASSERT_EQ(da.replica, db.replica) << k;
-    ++on[da.replica];
-  }
+      v.blocks.push_back(BlockHash{i < 2 ? i + 1 : 1000u * k + i});
+  });
   for (auto [replica, n] : on)
     EXPECT_NEAR(n, 100, 40) << replica;
 }

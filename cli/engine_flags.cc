@@ -92,6 +92,10 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
                  "how long the first requests of a declared group (group_size) wait for the rest "
                  "before starting with those present")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  cmd.add_option("--group-idle-ms", f.group_idle_ms,
+                 "within --group-wait-ms: how long after the latest member of a declared group "
+                 "arrived, with none following, those present start (0: off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   auto& c = f.engine.cascade;
   cmd.add_option("--cascade-min-shared-tokens", c.min_shared_tokens,
                  "shortest shared span worth a cascade level")
@@ -119,6 +123,7 @@ EngineConfig engine_config(const EngineFlags& f, const Backend& backend) {
   c.cascade.enabled = f.attention == "cascade";
   c.processed_logprobs = f.logprobs_mode == "processed";
   c.scheduler.affinity_wait = std::chrono::milliseconds(f.group_wait_ms);
+  c.scheduler.affinity_idle = std::chrono::milliseconds(f.group_idle_ms);
   return fit_engine_config(std::move(c), backend);
 }
 

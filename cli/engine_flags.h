@@ -21,6 +21,7 @@ struct EngineFlags {
   std::string attention = "cascade";  // or "flat"
   std::string logprobs_mode = "raw";  // or "processed"
   int64_t group_wait_ms = 2000;       // SchedulerConfig::affinity_wait
+  int64_t group_idle_ms = 250;        // SchedulerConfig::affinity_idle
   EngineConfig engine;
 };
 

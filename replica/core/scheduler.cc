@@ -489,13 +489,25 @@ bool Scheduler::waits_for_members(const SequenceGroup& g, Clock::TimePoint now) 
   if (g.declared_affinity_size <= 1 || g.affinity.empty() || g.preempted) return false;
   if (joins_started_affinity(g)) return false;  // late member: joins at once
   int32_t present = 0;
-  Clock::TimePoint first = g.arrived;
+  for (const auto& w : waiting_)
+    present += w->affinity == g.affinity;
+  return present < g.declared_affinity_size && now < members_due(g);
+}
+
+// Until when a declared group's present members wait for the rest: affinity_wait after the
+// first arrived, or affinity_idle after the latest, whichever comes first.
+Clock::TimePoint Scheduler::members_due(const SequenceGroup& g) const {
+  Clock::TimePoint first = g.arrived, last = g.arrived;
   for (const auto& w : waiting_) {
     if (w->affinity != g.affinity) continue;
-    ++present;
     first = std::min(first, w->arrived);
+    last = std::max(last, w->arrived);
   }
-  return present < g.declared_affinity_size && now - first < config_.affinity_wait;
+  Clock::TimePoint due = first + config_.affinity_wait;
+  if (config_.affinity_idle > Clock::Duration::zero()) {
+    due = std::min(due, last + config_.affinity_idle);
+  }
+  return due;
 }
 
 std::optional<Clock::TimePoint> Scheduler::held_until(Clock::TimePoint now) const {
@@ -503,11 +515,7 @@ std::optional<Clock::TimePoint> Scheduler::held_until(Clock::TimePoint now) cons
   std::optional<Clock::TimePoint> until;
   for (const auto& w : waiting_) {
     if (!waits_for_members(*w, now)) return std::nullopt;
-    Clock::TimePoint first = w->arrived;
-    for (const auto& o : waiting_) {
-      if (o->affinity == w->affinity) first = std::min(first, o->arrived);
-    }
-    const Clock::TimePoint end = first + config_.affinity_wait;
+    const Clock::TimePoint end = members_due(*w);
     if (!until || end < *until) until = end;
   }
   return until;

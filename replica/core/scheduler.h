@@ -46,6 +46,11 @@ struct SchedulerConfig {
   // How long the first members of a declared affinity group
   // (SequenceGroup::declared_affinity_size) wait for the rest before starting with those present.
   Clock::Duration affinity_wait = std::chrono::seconds(2);
+  // ...and, within that, how long after the latest member arrived while none follows: a client
+  // sends a group's members together, so a pause this long says the rest went elsewhere (several
+  // routers that placed the group differently) or will not come; the members present start, and
+  // any later one joins them. 0: only affinity_wait.
+  Clock::Duration affinity_idle = std::chrono::milliseconds(250);
 };
 
 // One prefill chunk: tokens [start, start + length) of a group's prompt sequence
@@ -163,6 +168,7 @@ class Scheduler {
   SequenceGroup* prompt_leader_for(const SequenceGroup& group) const;
   static bool same_prompt(const SequenceGroup& a, const SequenceGroup& b);
   bool waits_for_members(const SequenceGroup& group, Clock::TimePoint now) const;
+  Clock::TimePoint members_due(const SequenceGroup& group) const;
   void promote_followers(const SequenceGroup& leader);
   int32_t projected_length(const SequenceGroup& group, int32_t length) const;
   int32_t projected_growth_of_running() const;

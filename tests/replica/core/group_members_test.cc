@@ -28,7 +28,9 @@ class GroupMembersTest : public ::testing::Test {
     return w;
   }
 
-  void make_engine(int32_t blocks = 512, int32_t tokens_per_step = 512) {
+  // affinity_idle is off unless a test turns it on (`idle`): the tests below time affinity_wait.
+  void make_engine(int32_t blocks = 512, int32_t tokens_per_step = 512,
+                   std::chrono::milliseconds idle = 0ms) {
     backend_ = std::make_unique<CpuBackend>(weights(), blocks, 16);
     EngineConfig config;
     config.cascade.min_shared_tokens = 16;
@@ -36,6 +38,7 @@ class GroupMembersTest : public ::testing::Test {
     config.scheduler.max_tokens_per_step = tokens_per_step;
     config.scheduler.max_num_seqs = std::min(256, tokens_per_step);
     config.scheduler.affinity_wait = 2s;
+    config.scheduler.affinity_idle = idle;
     engine_ = std::make_unique<Engine>(*backend_, tokenizer_, config, clock_);
   }
 
@@ -187,6 +190,52 @@ TEST_F(GroupMembersTest, DeclaredGroupWaitsForItsMembersThenForTheTimeout) {
   EXPECT_GT(held.prefill_tokens, 0);
   EXPECT_EQ(engine_->scheduler().counts().num_seqs_running, 3);
   EXPECT_EQ(engine_->scheduler().counts().num_groups_running, 1);
+}
+
+// With affinity_idle, a group's present members stop waiting once no member has arrived for
+// that long (the rest went to another replica, e.g. routers that placed the group differently):
+// each arrival restarts it, affinity_wait still bounds the whole, and a member that comes later
+// joins the running group.
+TEST_F(GroupMembersTest, PresentMembersStartAfterAPauseInArrivals) {
+  make_engine(512, 512, 250ms);
+  submit(member("c", 4));
+  Run run;
+  step_once(run);
+  EXPECT_EQ(run.prefill_tokens, 0);
+  EXPECT_EQ(*engine_->held_for(), 250ms);
+  clock_.advance(200ms);
+  submit(member("c", 4));  // restarts the pause
+  step_once(run);
+  EXPECT_EQ(run.prefill_tokens, 0);
+  EXPECT_EQ(*engine_->held_for(), 250ms);
+  clock_.advance(249ms);
+  step_once(run);
+  EXPECT_EQ(run.prefill_tokens, 0) << "249 ms since the last member";
+  clock_.advance(1ms);
+  EXPECT_FALSE(engine_->held_for().has_value());
+  step_once(run);
+  EXPECT_GT(run.prefill_tokens, 0) << "two of four start after the pause, not after 2 s";
+  EXPECT_EQ(engine_->scheduler().counts().num_seqs_running, 2);
+  submit(member("c", 4));  // late: joins the running group at once
+  step_once(run);
+  EXPECT_EQ(engine_->scheduler().counts().num_groups_running, 1);
+  EXPECT_EQ(engine_->scheduler().counts().num_seqs_running, 3);
+  drain();
+
+  // Members arriving every 200 ms never pause 250 ms: affinity_wait (2 s) ends the wait.
+  submit(member("d", 20));
+  Run held;
+  for (int i = 0; i < 9; ++i) {
+    clock_.advance(200ms);
+    submit(member("d", 20));
+    step_once(held);
+    EXPECT_EQ(held.prefill_tokens, 0) << "member " << i + 2;
+  }
+  EXPECT_EQ(*engine_->held_for(), 200ms) << "2 s after the first member, not 250 ms after the last";
+  clock_.advance(200ms);
+  step_once(held);
+  EXPECT_GT(held.prefill_tokens, 0);
+  EXPECT_EQ(engine_->scheduler().counts().num_seqs_running, 10);
 }
 
 // A waiting declared group does not hold back other requests.

@@ -24,3 +24,11 @@ done; done
   --routers 1 --routers 2 --out id-mixed.json > id-mixed.txt 2>&1
 ./kvc-idle bench routing --sim-preset cpu-llama3-8b --replicas 16 --requests 5000 --mix rl \
   --rate 70 --seed 1 --policy kvcascade > id-cpu1.txt 2>&1
+# At 4cbeb4e (the idle wait in): all three mixes once, then the rl mix five times.
+kvcascade bench routing --replicas 16 --requests 5000 --mix chat --mix rl --mix mixed \
+  --policy kvcascade --routers 1 --routers 2 --routers 4 --out canon.json --plot canon.svg \
+  > canon.txt 2>&1
+for i in 1 2 3 4 5; do
+  kvcascade bench routing --replicas 16 --requests 5000 --mix rl --policy kvcascade \
+    --routers 1 --routers 2 --routers 4 --out fin-$i.json > fin-$i.txt 2>&1
+done

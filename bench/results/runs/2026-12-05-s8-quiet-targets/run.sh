@@ -13,3 +13,13 @@ kvcascade bench routing --replicas 16 --requests 5000 --mix mixed --rate 100 --s
 # and with the two baselines (cpu3_1, cpu3_2):
 kvcascade bench routing --sim-preset cpu-llama3-8b --replicas 16 --requests 5000 --mix rl \
   --rate 70 --seed S --policy kvcascade [sglang_cache_aware consistent_hash]
+# The same rl row before the idle group wait (kvc-new = b3b800b's build, kvc-idle = 4cbeb4e's):
+kvc-new bench routing --replicas 16 --requests 5000 --mix rl --rate 100 --seed 1 \
+  --policy kvcascade sglang_cache_aware > preidle-rl1.txt 2>&1
+for i in 1 2; do for v in new idle; do
+  kvc-$v bench routing --replicas 16 --requests 5000 --mix rl --rate 100 --seed 1 \
+    --policy kvcascade > pi-$v-$i.txt 2>&1
+done; done
+# With --decisions (now with each request's TTFT): the *.tsv.gz files (gzipped after).
+kvcascade bench routing --replicas 16 --requests 5000 --mix rl --rate 100 --seed 1 \
+  --policy kvcascade sglang_cache_aware --decisions .

@@ -486,23 +486,25 @@ void Scheduler::promote_followers(const SequenceGroup& leader) {
 }
 
 bool Scheduler::waits_for_members(const SequenceGroup& g, Clock::TimePoint now) const {
-  if (g.declared_affinity_size <= 1 || g.affinity.empty() || g.preempted) return false;
-  if (joins_started_affinity(g)) return false;  // late member: joins at once
-  int32_t present = 0;
-  for (const auto& w : waiting_)
-    present += w->affinity == g.affinity;
-  return present < g.declared_affinity_size && now < members_due(g);
+  const std::optional<Clock::TimePoint> due = members_due(g);
+  return due && now < *due;
 }
 
 // Until when a declared group's present members wait for the rest: affinity_wait after the
-// first arrived, or affinity_idle after the latest, whichever comes first.
-Clock::TimePoint Scheduler::members_due(const SequenceGroup& g) const {
+// first arrived, or affinity_idle after the latest, whichever comes first. nullopt: they do not
+// wait (no declared size, preempted, a late member, or all present).
+std::optional<Clock::TimePoint> Scheduler::members_due(const SequenceGroup& g) const {
+  if (g.declared_affinity_size <= 1 || g.affinity.empty() || g.preempted) return std::nullopt;
+  if (joins_started_affinity(g)) return std::nullopt;  // late member: joins at once
+  int32_t present = 0;
   Clock::TimePoint first = g.arrived, last = g.arrived;
   for (const auto& w : waiting_) {
     if (w->affinity != g.affinity) continue;
+    ++present;
     first = std::min(first, w->arrived);
     last = std::max(last, w->arrived);
   }
+  if (present >= g.declared_affinity_size) return std::nullopt;
   Clock::TimePoint due = first + config_.affinity_wait;
   if (config_.affinity_idle > Clock::Duration::zero()) {
     due = std::min(due, last + config_.affinity_idle);
@@ -514,9 +516,9 @@ std::optional<Clock::TimePoint> Scheduler::held_until(Clock::TimePoint now) cons
   if (!running_.empty() || waiting_.empty()) return std::nullopt;
   std::optional<Clock::TimePoint> until;
   for (const auto& w : waiting_) {
-    if (!waits_for_members(*w, now)) return std::nullopt;
-    const Clock::TimePoint end = members_due(*w);
-    if (!until || end < *until) until = end;
+    const std::optional<Clock::TimePoint> due = members_due(*w);
+    if (!due || now >= *due) return std::nullopt;
+    if (!until || *due < *until) until = *due;
   }
   return until;
 }

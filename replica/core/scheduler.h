@@ -168,7 +168,7 @@ class Scheduler {
   SequenceGroup* prompt_leader_for(const SequenceGroup& group) const;
   static bool same_prompt(const SequenceGroup& a, const SequenceGroup& b);
   bool waits_for_members(const SequenceGroup& group, Clock::TimePoint now) const;
-  Clock::TimePoint members_due(const SequenceGroup& group) const;
+  std::optional<Clock::TimePoint> members_due(const SequenceGroup& group) const;
   void promote_followers(const SequenceGroup& leader);
   int32_t projected_length(const SequenceGroup& group, int32_t length) const;
   int32_t projected_growth_of_running() const;

@@ -291,10 +291,12 @@ class KvCascade final : public Policy {
     if (c_.tie_tokens > 0) {
       const bool short_match =
           static_cast<double>(best->matched_blocks) * r.block_size < c_.min_match_bytes;
-      const uint64_t tie_key = short_match && !r.blocks.empty() ? r.blocks.back().value
-                               : best->matched_blocks < r.blocks.size()
-                                   ? r.blocks[best->matched_blocks].value
-                                   : key;
+      uint64_t tie_key = key;  // the whole prompt matched: its affinity key
+      if (short_match && !r.blocks.empty()) {
+        tie_key = r.blocks.back().value;
+      } else if (best->matched_blocks < r.blocks.size()) {
+        tie_key = r.blocks[best->matched_blocks].value;
+      }
       const Candidate* pick = best;
       for (const Candidate* c : allowed) {
         if (c->matched_blocks == best->matched_blocks &&

@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefix.cuh"
+#include "kernels/cuda/block_reduce.cuh"  // block_max
 #include "kernels/fp8_rule.h"
 
 namespace kvc::kernels::cuda {
@@ -224,15 +225,7 @@ __global__ void __launch_bounds__(1024) merge_fp8_kernel(const MergeParams p) {
     }
     if (p.lse != nullptr && lane == 0) p.lse[row] = lse;
   }
-  __shared__ float partial[32];
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1)
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  if (lane == 0) partial[warp] = amax;
-  __syncthreads();
-  float row_max = 0.f;
-  for (int w = 0; w < warps; ++w)
-    row_max = fmaxf(row_max, partial[w]);
+  const float row_max = block_max(amax);
   const float scale = fp8::row_scale(row_max), qinv = 1.0f / scale;
   uint8_t* q = p.fp8.q + int64_t{seq} * p.num_q_heads * D;
 #pragma unroll

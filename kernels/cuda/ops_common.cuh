@@ -103,33 +103,7 @@ __device__ __forceinline__ void let_next_gemm_start() {
 #endif
 }
 
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float sum = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
-    sum += partial[w];
-  return sum;  // the same value in every thread (fixed order)
-}
-
-__device__ float block_max(float v) {
-  __shared__ float partial[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float m = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
-    m = fmaxf(m, partial[w]);
-  return m;
-}
+#include "kernels/cuda/block_reduce.cuh"  // block_sum, block_max
 
 // ---- FP8 E4M3 (kernels/fp8_rule.h) ----------------------------------------------------------
 

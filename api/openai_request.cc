@@ -46,7 +46,8 @@ std::optional<ApiError> number(const json& j, const char* key, std::optional<T>&
   return std::nullopt;
 }
 
-std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, ParseMode mode,
+// Text prompts are moved out of `p` (a long prompt is not copied again).
+std::optional<ApiError> prompts_from(json& p, const ApiLimits& limits, ParseMode mode,
                                      OpenAiRequest& r) {
   std::vector<std::string>& out = r.prompts;
   auto text_prompt = [&](std::string text) {
@@ -77,7 +78,7 @@ std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, Par
     return std::nullopt;
   };
   if (p.is_string()) {
-    text_prompt(p.get<std::string>());
+    text_prompt(std::move(p.get_ref<std::string&>()));
     return std::nullopt;
   }
   if (!p.is_array() || p.empty()) {
@@ -90,7 +91,7 @@ std::optional<ApiError> prompts_from(const json& p, const ApiLimits& limits, Par
   for (size_t i = 0; i < p.size(); ++i) {
     const std::string where = "prompt[" + std::to_string(i) + "]";
     if (p[i].is_string()) {
-      text_prompt(p[i].get<std::string>());
+      text_prompt(std::move(p[i].get_ref<std::string&>()));
     } else if (p[i].is_array() && !p[i].empty()) {
       if (auto e = tokens_to_prompt(p[i], where)) return e;
     } else {
@@ -127,7 +128,8 @@ void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
   r.group = text("group", 256);
 }
 
-std::optional<ApiError> parse_fields(Endpoint endpoint, const json& j, const ApiLimits& limits,
+// Reads `j`, moving the prompt text out of it.
+std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits& limits,
                                      ParseMode mode, const ChatTemplateFor& template_for,
                                      OpenAiRequest& r) {
   if (!j.contains("model") || !j["model"].is_string()) return bad("model", "must be a string");

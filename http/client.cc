@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -117,9 +118,9 @@ struct ClientCore {
 
 namespace {
 
-std::string serialize_request(const std::string& host, uint16_t port, const std::string& method,
-                              const std::string& target, const std::string& body,
-                              const Headers& headers) {
+// The request line and headers; the body follows them on the wire from its own buffer.
+std::string serialize_head(const std::string& host, uint16_t port, const std::string& method,
+                           const std::string& target, size_t body_size, const Headers& headers) {
   std::string out = method + " " + target + " HTTP/1.1\r\n";
   bool has_host = false;
   for (const auto& [name, value] : headers) {
@@ -132,11 +133,10 @@ std::string serialize_request(const std::string& host, uint16_t port, const std:
   }
   if (!has_host) out += "host: " + host + ":" + std::to_string(port) + "\r\n";
   bool may_have_body = !(wire::iequals(method, "GET") || wire::iequals(method, "HEAD"));
-  if (!body.empty() || may_have_body) {
-    out += "content-length: " + std::to_string(body.size()) + "\r\n";
+  if (body_size > 0 || may_have_body) {
+    out += "content-length: " + std::to_string(body_size) + "\r\n";
   }
   out += "\r\n";
-  out += body;
   return out;
 }
 
@@ -146,7 +146,7 @@ std::string serialize_request(const std::string& host, uint16_t port, const std:
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
   Exchange(std::shared_ptr<ClientCore> core, uint64_t id, std::string host, uint16_t port,
-           std::string request_bytes, bool head, Client::OnHeaders on_headers,
+           std::string request_head, Body body, bool head, Client::OnHeaders on_headers,
            Client::OnChunk on_chunk, Client::OnDone on_done,
            std::optional<std::chrono::milliseconds> total_timeout, StreamOptions options)
       : core_(std::move(core)),
@@ -155,7 +155,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         host_(std::move(host)),
         port_(port),
         key_(host_ + ":" + std::to_string(port_)),
-        request_(std::move(request_bytes)),
+        request_head_(std::move(request_head)),
+        body_(std::move(body)),
         head_(head),
         on_headers_(std::move(on_headers)),
         on_chunk_(std::move(on_chunk)),
@@ -262,7 +263,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   void write_request() {
     arm(header_timeout_, Step::kResponseHeader);
-    net::async_write(*socket_, net::buffer(request_),
+    const std::array<net::const_buffer, 2> request{net::buffer(request_head_),
+                                                   net::buffer(body_.view())};
+    net::async_write(*socket_, request,
                      on_strand([self = shared_from_this()](error_code ec, size_t) {
                        if (self->done_) return;
                        if (ec) return self->retry_or_fail("write to " + self->key_, ec);
@@ -379,7 +382,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   const std::string host_;
   const uint16_t port_;
   const std::string key_;
-  const std::string request_;
+  const std::string request_head_;
+  const Body body_;  // shared with the caller: never copied
   const bool head_;
   Client::OnHeaders on_headers_;
   Client::OnChunk on_chunk_;
@@ -404,10 +408,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 namespace {
 
 void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& host, uint16_t port,
-                    std::string method, std::string target, std::string body, Headers headers,
+                    std::string method, std::string target, Body body, Headers headers,
                     Client::OnHeaders on_headers, Client::OnChunk on_chunk, Client::OnDone on_done,
                     std::optional<std::chrono::milliseconds> timeout, StreamOptions options = {}) {
-  std::string bytes = serialize_request(host, port, method, target, body, headers);
+  std::string head_bytes = serialize_head(host, port, method, target, body.view().size(), headers);
   bool head = wire::iequals(method, "HEAD");
   std::shared_ptr<Exchange> exchange;
   {
@@ -420,9 +424,9 @@ void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& 
       return;
     }
     uint64_t id = core->next_exchange_id++;
-    exchange = std::make_shared<Exchange>(core, id, host, port, std::move(bytes), head,
-                                          std::move(on_headers), std::move(on_chunk),
-                                          std::move(on_done), timeout, std::move(options));
+    exchange = std::make_shared<Exchange>(
+        core, id, host, port, std::move(head_bytes), std::move(body), head, std::move(on_headers),
+        std::move(on_chunk), std::move(on_done), timeout, std::move(options));
     core->exchanges.emplace(id, exchange);
   }
   net::dispatch(exchange->strand(), [exchange] { exchange->start(); });
@@ -532,7 +536,7 @@ Result<ClientResponse> Client::request(const std::string& host, uint16_t port, s
 }
 
 void Client::stream(const std::string& host, uint16_t port, std::string method, std::string target,
-                    std::string body, Headers headers, OnHeaders on_headers, OnChunk on_chunk,
+                    Body body, Headers headers, OnHeaders on_headers, OnChunk on_chunk,
                     OnDone on_done, StreamOptions options) {
   if (core_->stopping.load()) {
     if (on_done) on_done(Error{"client shut down"});

@@ -67,6 +67,23 @@ struct StreamOptions {
   std::shared_ptr<Cancellation> cancellation;  // null: only on_chunk can cancel
 };
 
+// A request body, held by reference count: an exchange (and its retry on a fresh connection)
+// writes these bytes after its header as they are, and a caller that keeps them, such as a proxy
+// for its own retries, hands them over without a copy.
+class Body {
+ public:
+  Body() = default;
+  Body(std::string bytes)  // NOLINT(google-explicit-constructor): a string is a body
+      : bytes_(std::make_shared<const std::string>(std::move(bytes))) {}
+  Body(const char* bytes) : Body(std::string(bytes)) {}  // NOLINT(google-explicit-constructor)
+  Body(std::shared_ptr<const std::string> bytes)         // NOLINT(google-explicit-constructor)
+      : bytes_(std::move(bytes)) {}
+  std::string_view view() const { return bytes_ ? std::string_view(*bytes_) : std::string_view(); }
+
+ private:
+  std::shared_ptr<const std::string> bytes_;
+};
+
 struct ClientCore;
 
 // Owns an io_context and limits.io_threads threads. Thread-safe.
@@ -112,8 +129,8 @@ class Client {
   // byte arrived is retried once on a fresh connection. `options` may shorten or lengthen the
   // timeouts of this exchange and hand it a Cancellation.
   void stream(const std::string& host, uint16_t port, std::string method, std::string target,
-              std::string body, Headers headers, OnHeaders on_headers, OnChunk on_chunk,
-              OnDone on_done, StreamOptions options = {});
+              Body body, Headers headers, OnHeaders on_headers, OnChunk on_chunk, OnDone on_done,
+              StreamOptions options = {});
 
   // TCP connections opened so far (tests check keep-alive reuse).
   size_t num_connects() const;

@@ -54,14 +54,15 @@ BlockHash hash_block(BlockHash parent, std::span<const uint8_t> block) {
 namespace {
 
 // The common block sizes get a fixed-size copy the compiler inlines (no memcpy call per block).
+// Appends to `out` (reserved by the caller: no zero-fill of a long prompt's hashes first).
 template <size_t kBlock>
-void hash_fixed(BlockHash parent, const uint8_t* bytes, size_t n, BlockHash* out) {
+void hash_fixed(BlockHash parent, const uint8_t* bytes, size_t n, std::vector<BlockHash>& out) {
   uint8_t buf[8 + kBlock];
   for (size_t i = 0; i < n; ++i) {
     put_le64(buf, parent.value);
     std::memcpy(buf + 8, bytes + i * kBlock, kBlock);
     parent = BlockHash{XXH3_64bits(buf, sizeof buf)};
-    out[i] = parent;
+    out.push_back(parent);
   }
 }
 
@@ -71,16 +72,17 @@ std::vector<BlockHash> hash_blocks(BlockHash seed, std::span<const uint8_t> byte
                                    size_t block_size) {
   assert(block_size > 0);
   const size_t n = bytes.size() / block_size;
-  std::vector<BlockHash> out(n);
+  std::vector<BlockHash> out;
+  out.reserve(n);
   switch (block_size) {
     case 16:
-      hash_fixed<16>(seed, bytes.data(), n, out.data());
+      hash_fixed<16>(seed, bytes.data(), n, out);
       return out;
     case 32:
-      hash_fixed<32>(seed, bytes.data(), n, out.data());
+      hash_fixed<32>(seed, bytes.data(), n, out);
       return out;
     case 64:
-      hash_fixed<64>(seed, bytes.data(), n, out.data());
+      hash_fixed<64>(seed, bytes.data(), n, out);
       return out;
     default:
       break;
@@ -88,7 +90,7 @@ std::vector<BlockHash> hash_blocks(BlockHash seed, std::span<const uint8_t> byte
   BlockHash parent = seed;
   for (size_t i = 0; i < n; ++i) {
     parent = hash_block(parent, bytes.subspan(i * block_size, block_size));
-    out[i] = parent;
+    out.push_back(parent);
   }
   return out;
 }

@@ -34,7 +34,9 @@ class RouterServer::ProxiedRequest : public std::enable_shared_from_this<Proxied
   // Chooses the first replica and sends; false: none is healthy (nothing was sent).
   bool start();
 
-  http::Request request;
+  http::Request request;  // its body moved to upstream_body
+  // The client's body as sent to every try: one buffer, written after each try's header.
+  std::shared_ptr<const std::string> upstream_body;
   std::shared_ptr<http::Responder> responder;
   bool stream = false;
   std::vector<BlockHash> hashes;
@@ -289,14 +291,20 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
               : std::string();
   const std::string& prompt = id_bytes ? *id_bytes : wrapped ? wrapped_prompt : req.prompts.front();
   const std::string& hash_model = seed_from != replicas.end() ? any.hash_model : req.model;
-  attempt->hashes = hash_blocks(chain_seed(hash_model, cache_salt), prompt, any.block_size);
-  const uint64_t prompt_hash = XXH3_64bits_withSeed(
-      prompt.data(), prompt.size(), XXH3_64bits(cache_salt.data(), cache_salt.size()));
+  const BlockHash seed = chain_seed(hash_model, cache_salt);
+  attempt->hashes = hash_blocks(seed, prompt, any.block_size);
+  // The whole prompt's identity, for the sibling tracker, from the chain already computed (it
+  // covers the model and the salt): the last full block's hash seeds the bytes after it.
+  const size_t tail = prompt.size() % static_cast<size_t>(any.block_size);
+  const uint64_t prompt_hash =
+      XXH3_64bits_withSeed(prompt.data() + prompt.size() - tail, tail,
+                           (attempt->hashes.empty() ? seed : attempt->hashes.back()).value);
   attempt->sibling_key = SiblingTracker::key_for(group, prompt_hash);
   attempt->debug_headers = config_.debug_headers;
   attempt->routing_key = request.header(config_.routing_key_header);
   if (!attempt->routing_key) attempt->routing_key = request.header("x-smg-routing-key");
   const std::optional<std::string> pinned_version = request.header("x-kvcascade-weight-version");
+  attempt->upstream_body = std::make_shared<const std::string>(std::move(request.body));
   attempt->request = std::move(request);
 
   MatchResult exact, guessed;
@@ -514,7 +522,7 @@ void RouterServer::ProxiedRequest::do_try() {
   options.cancellation = cancellation;
   auto self = shared_from_this();
   s_.client_.stream(
-      view->host, view->port, request.method, request.target, request.body, headers,
+      view->host, view->port, request.method, request.target, upstream_body, headers,
       [self](int st, const http::Headers& upstream) { self->on_headers(st, upstream); },
       [self](std::string_view bytes) { return self->on_chunk(bytes); },
       [self, cancellation, prompt_size](Status st) {

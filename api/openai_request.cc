@@ -319,10 +319,11 @@ json to_json(simdjson::dom::element e) {
 // byte at a time). nullopt when simdjson refuses it: nlohmann then parses it again for its
 // verdict and the byte offset of the error (and takes what simdjson cannot hold, such as an
 // integer past 64 bits), so the accepted documents and the messages are nlohmann's.
-std::optional<json> parse_fast(std::string_view body) {
+std::optional<json> parse_fast(JsonBody body) {
   thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
-  if (parser.parse(body.data(), body.size(), true).get(root) != simdjson::SUCCESS) {
+  const bool padded = body.slack >= simdjson::SIMDJSON_PADDING;  // else simdjson copies it
+  if (parser.parse(body.bytes.data(), body.bytes.size(), !padded).get(root) != simdjson::SUCCESS) {
     return std::nullopt;
   }
   return to_json(root);
@@ -330,10 +331,11 @@ std::optional<json> parse_fast(std::string_view body) {
 
 }  // namespace
 
-std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
+std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, JsonBody json_body,
                                                            const ApiLimits& limits,
                                                            const ChatTemplateFor& template_for,
                                                            ParseMode mode) {
+  const std::string_view body = json_body.bytes;
   // nlohmann's lexer takes a NUL byte for the end of input, so "{...}\0garbage" would parse. A NUL
   // is never valid in JSON text (raw or inside a string), so any NUL refuses the body.
   if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
@@ -341,7 +343,7 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, st
   }
   json j;
   try {
-    if (std::optional<json> fast = parse_fast(body)) {
+    if (std::optional<json> fast = parse_fast(json_body)) {
       j = std::move(*fast);
     } else {
       j = json::parse(body);

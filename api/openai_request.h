@@ -92,7 +92,19 @@ bool valid_weight_version(std::string_view version);
 
 // Never throws. Unknown fields are ignored, as OpenAI-compatible servers do. Chat messages are
 // rendered with template_for(model) when it gives a template, else canonically.
-std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, std::string_view body,
+// A request body, and how many bytes its buffer holds past its end (a std::string's capacity
+// beyond its size, e.g. http::RequestBody's padding): with 64 or more the JSON parser reads the
+// body in place instead of copying it into a padded buffer first.
+struct JsonBody {
+  JsonBody(std::string_view b) : bytes(b) {}  // NOLINT(google-explicit-constructor)
+  JsonBody(const char* b) : bytes(b) {}       // NOLINT(google-explicit-constructor)
+  JsonBody(const std::string& b)              // NOLINT(google-explicit-constructor)
+      : bytes(b), slack(b.capacity() - b.size()) {}
+  std::string_view bytes;
+  size_t slack = 0;
+};
+
+std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, JsonBody body,
                                                            const ApiLimits& limits = {},
                                                            const ChatTemplateFor& template_for = {},
                                                            ParseMode mode = ParseMode::kFull);

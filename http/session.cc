@@ -21,7 +21,7 @@ std::string_view trim_ows(std::string_view s) {
 // exactly one Host header (RFC 9112 3.2). Returns why a request is refused.
 }  // namespace
 
-std::optional<std::string> framing_error(const bhttp::request<bhttp::string_body>& msg) {
+std::optional<std::string> framing_error(const bhttp::request<RequestBody>& msg) {
   size_t num_host = 0, num_te = 0, num_cl = 0;
   std::string_view te;
   for (const auto& field : msg) {

@@ -57,9 +57,50 @@ struct ServerCore {
   bool on_io_thread() const { return io_threads.on_io_thread(); }
 };
 
+// A request body as a std::string, read the way a large JSON body wants it: the declared length
+// (and kRequestBodyPadding beyond it) reserved at once, the bytes appended as they arrive (Beast's
+// string_body resizes first, zero-filling what it then copies over). The padding lets the JSON
+// parser read the body in place (api/openai_request.h JsonBody).
+inline constexpr size_t kRequestBodyPadding = 64;
+struct RequestBody {
+  using value_type = std::string;
+  static std::uint64_t size(const value_type& body) { return body.size(); }
+
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(bhttp::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    void init(const boost::optional<std::uint64_t>& length, error_code& ec) {
+      ec = {};
+      if (!length) return;
+      if (*length > body_.max_size() - kRequestBodyPadding) {
+        ec = bhttp::error::buffer_overflow;
+        return;
+      }
+      body_.reserve(static_cast<size_t>(*length) + kRequestBodyPadding);
+    }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
+      ec = {};
+      size_t n = 0;
+      for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers);
+           ++it) {
+        const net::const_buffer b = *it;
+        body_.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      return n;
+    }
+    void finish(error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+  };
+};
+
 // Why a request's framing is refused (RFC 9112 6.3), or nullopt: several Content-Length or
 // Transfer-Encoding fields, a Transfer-Encoding other than chunked, or both.
-std::optional<std::string> framing_error(const bhttp::request<bhttp::string_body>& msg);
+std::optional<std::string> framing_error(const bhttp::request<RequestBody>& msg);
 
 // Shared by a session and the responder of its current request: "has the client gone" and the
 // callback to fire when it does.
@@ -459,7 +500,7 @@ class Session : public std::enable_shared_from_this<Session> {
   net::steady_timer probe_timer_;  // probe_half_closed
   bool read_timed_out_ = false;
   boost::beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::optional<bhttp::request_parser<RequestBody>> parser_;
   std::string remote_;
   Phase phase_ = Phase::kHeader;
   bool closed_ = false;

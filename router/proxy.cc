@@ -191,7 +191,7 @@ std::vector<ReplicaView> serving(std::vector<ReplicaView> all, const std::string
 // serves its model it is parsed for routing only, and that engine judges the rest.
 // Chat requests are rendered with the template of a kvcascade replica serving the model, so they
 // are hashed as that replica will tokenize them.
-std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, std::string_view body,
+std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, JsonBody body,
                                                         const ApiLimits& limits,
                                                         const std::vector<ReplicaView>& all) {
   ChatTemplateFor template_for;

@@ -150,6 +150,32 @@ TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {
 // through nlohmann for the verdict. The two agree: numbers typed as nlohmann types them, a
 // repeated key's last value, escapes and non-ASCII text of a long prompt byte for byte, integers
 // past 64 bits and invalid UTF-8 refused with nlohmann's messages.
+// A body whose buffer holds padding past its end (http::RequestBody reserves it) is parsed in
+// place: the bytes past its size, whatever they are, are not part of it.
+TEST(OpenAiRequest, APaddedBodyParsesInPlaceAsACopiedOne) {
+  const Endpoint c = Endpoint::kCompletions;
+  const std::string text = R"({"model":"m","n":2,"prompt":"one two three"})";
+  std::string padded = text + R"(,"n":5,"prompt":"other"}   )" + std::string(80, '"');
+  padded.resize(text.size());  // the capacity keeps the bytes above
+  ASSERT_GE(padded.capacity() - padded.size(), 64u);
+  const JsonBody in_place(padded);
+  EXPECT_GE(in_place.slack, 64u);
+  const auto a = parse_openai_request(c, in_place);
+  const auto b = parse_openai_request(c, std::string_view(text));
+  ASSERT_TRUE(std::holds_alternative<OpenAiRequest>(a));
+  ASSERT_TRUE(std::holds_alternative<OpenAiRequest>(b));
+  EXPECT_EQ(std::get<OpenAiRequest>(a).prompts, std::get<OpenAiRequest>(b).prompts);
+  EXPECT_EQ(std::get<OpenAiRequest>(a).n, 2);
+  // A body cut short with padding past it is refused as the same body without padding is.
+  std::string cut = text;
+  cut.reserve(cut.size() + 128);
+  cut.resize(text.size() - 2);
+  const auto refused = parse_openai_request(c, JsonBody(cut));
+  const auto* e = std::get_if<ApiError>(&refused);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->message.find("invalid JSON in the body at byte"), 0u) << e->message;
+}
+
 TEST(OpenAiRequest, FastParseReadsWhatNlohmannReads) {
   const Endpoint c = Endpoint::kCompletions;
   std::string prompt;

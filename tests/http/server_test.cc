@@ -94,6 +94,34 @@ TEST(ServerTest, EchoKeepAliveSequentialAndPipelined) {
   EXPECT_EQ(server.num_accepted(), 1u);
 }
 
+// A body is delivered whole, chunked or not, and with a declared length its buffer holds the JSON
+// parser's padding past its end (api/openai_request.h JsonBody reads it in place).
+TEST(ServerTest, BodiesArriveWholeWithTheirPaddingReserved) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, size_t>> seen;  // body, capacity beyond its size
+  Server server(short_limits(), [&](Request req, std::shared_ptr<Responder> r) {
+    {
+      std::lock_guard lock(mu);
+      seen.emplace_back(req.body, req.body.capacity() - req.body.size());
+    }
+    r->send(200, "text/plain", "ok");
+  });
+  RawConn c(listen_or_die(server));
+  ASSERT_TRUE(c.connected());
+  const std::string body(700, 'x');
+  ASSERT_TRUE(c.send("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 700\r\n\r\n" + body));
+  ASSERT_TRUE(c.read_response());
+  ASSERT_TRUE(
+      c.send("POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"));
+  ASSERT_TRUE(c.read_response());
+  std::lock_guard lock(mu);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].first, body);
+  EXPECT_GE(seen[0].second, 64u);
+  EXPECT_EQ(seen[1].first, "hello world");
+}
+
 TEST(ServerTest, UnknownMethodReachesHandler) {
   Server server(short_limits(), echo);
   RawConn c(listen_or_die(server));

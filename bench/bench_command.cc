@@ -121,6 +121,12 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       ->check(CLI::IsMember(sim_preset_names()));
   routing->add_option("--kv-blocks", g->kv_blocks, "KV blocks per replica (default: the GPU's)")
       ->check(CLI::Range(1, 1 << 24));
+  routing
+      ->add_option("--stream-interval", g->stream_interval,
+                   "the sim replicas' --stream-interval: tokens per streamed chunk after a "
+                   "choice's first (the harness's CPU per generated token; TTFT unchanged)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   routing->add_option("--ttft-slo-ms", g->ttft_slo_ms, "goodput counts requests within it")
       ->check(CLI::Range(1.0, 1e6))
       ->capture_default_str();

@@ -125,11 +125,12 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
     const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : sim_kv_blocks(*preset, 0.9, kBlock);
     auto backend = std::make_unique<SimBackend>(std::move(preset).value(), blocks, kBlock,
                                                 SteadyClock::instance());
-    EngineConfig config;
-    config.scheduler.max_model_len = 32768;
-    config.scheduler.max_tokens_per_step = kMaxTokensPerStep;
+    ReplicaStackConfig config;
+    config.engine.scheduler.max_model_len = 32768;
+    config.engine.scheduler.max_tokens_per_step = kMaxTokensPerStep;
+    config.server.stream_interval = o.stream_interval;
     const std::string id = "sim" + std::to_string(i);
-    f.replicas.push_back(std::make_unique<LocalReplica>(id, std::move(backend), config));
+    f.replicas.push_back(std::make_unique<LocalReplica>(id, std::move(backend), std::move(config)));
     if (f.replicas.back()->port() == 0) return Error{"sim replica " + id + " could not listen"};
     f.index_of[id] = static_cast<size_t>(i);
   }

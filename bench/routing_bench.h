@@ -39,6 +39,9 @@ struct RoutingBenchOptions {
   // mixed fleet. The TTFT floor is the first's.
   std::vector<std::string> sim_presets = {"h200-llama3-8b"};
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds (cpu: 4,096)
+  // The sim replicas' --stream-interval (ReplicaServerConfig::stream_interval): tokens per
+  // streamed chunk after a choice's first. The client's TTFT is the first chunk's either way.
+  int32_t stream_interval = 1;
   double ttft_slo_ms = 500;
   double request_timeout_s = 120;
   std::string out;     // JSON results (empty: none)

@@ -143,6 +143,12 @@ Run add_replica_command(CLI::App& app, const CudaEntry& cuda) {
                   "model name clients use (default: the preset or the model folder's name)");
   cmd->add_option("--max-n", f->replica.api.max_n, "largest n accepted")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--stream-interval", f->replica.stream_interval,
+                  "a streamed choice's tokens after its first are sent in chunks of up to this "
+                  "many (less CPU per token in the replica, router and client; the first token "
+                  "and the last are sent at once)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   add_api_key_flags(*cmd, f->api_keys, "api-key",
                     "require Authorization: Bearer KEY on every path but /health");
   add_api_key_flags(*cmd, f->admin_api_keys, "admin-api-key",

@@ -39,6 +39,11 @@ class LocalReplica {
     init(std::move(id), kv_blocks, "127.0.0.1", std::move(tokenizer), std::move(c));
   }
 
+  // The tiny model with every setting of the stack given (a stream interval, API keys).
+  LocalReplica(std::string id, int32_t kv_blocks, ReplicaStackConfig c) {
+    init(std::move(id), kv_blocks, "127.0.0.1", std::make_shared<ByteTokenizer>(), std::move(c));
+  }
+
   // Any backend (the sim backend of fleet-scale routing tests and `bench routing`), the byte
   // tokenizer.
   LocalReplica(std::string id, std::unique_ptr<Backend> backend, EngineConfig config,

@@ -55,8 +55,10 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
  public:
   RequestState(OpenAiRequest req, std::string id, std::string model,
                std::shared_ptr<http::Responder> responder, metrics::ReplicaMetrics* metrics,
-               const Clock& clock, const Tokenizer& tokenizer, const EngineLoop& loop)
+               const Clock& clock, const Tokenizer& tokenizer, const EngineLoop& loop,
+               int32_t stream_interval)
       : loop_(loop),
+        stream_interval_(std::max<size_t>(1, static_cast<size_t>(stream_interval))),
         metrics_(metrics),
         clock_(clock),
         tokenizer_(tokenizer),
@@ -99,25 +101,16 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
       return;
     }
     if (!started_) start_stream_locked();
-    const size_t index = prompt_index * req_.n + o.sibling;
-    json delta;
-    if (chat()) {
-      delta = {{"index", index}, {"delta", {{"content", o.text_delta}}}};
-      if (!c.sent_role) {
-        delta["delta"]["role"] = "assistant";
-      }
-    } else {
-      delta = {{"index", index}, {"text", o.text_delta}};
+    c.pending_text += o.text_delta;
+    c.pending.push_back(o.token);
+    // A choice's first token goes out at once (time to first token), its last with the finish
+    // reason; those between wait for stream_interval_ of them (ReplicaServerConfig).
+    if (c.sent_role && o.finish == FinishReason::kNone && c.pending.size() < stream_interval_) {
+      return;
     }
-    delta["logprobs"] = logprobs_locked(std::span(&o.token, 1), c);
-    if (req_.return_token_ids) {
-      if (!c.sent_role) delta["prompt_token_ids"] = prompt_ids_[prompt_index];
-      delta["token_ids"] = token_ids_json(std::span(&o.token, 1));
-    }
-    c.sent_role = true;
-    delta["finish_reason"] =
-        o.finish == FinishReason::kNone ? json(nullptr) : json(finish_reason_name(o.finish));
-    responder_->write(http::sse_event(dump(chunk_envelope({delta}))));
+    send_pending_locked(
+        prompt_index * req_.n + o.sibling, c,
+        o.finish == FinishReason::kNone ? json(nullptr) : json(finish_reason_name(o.finish)));
   }
 
   // A group ended; the response completes with the last one.
@@ -150,10 +143,36 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     std::string finish;
     int64_t tokens = 0;
     bool sent_role = false;  // a stream's first chunk for this choice went out
+    // A stream's tokens (and their text) not sent yet: at most stream_interval_ - 1 of them.
+    std::vector<GeneratedToken> pending;
+    std::string pending_text;
     // Without a stream, with logprobs or token ids: every generated token.
     std::vector<GeneratedToken> generated;
     size_t text_offset = 0;  // completions' logprobs: the text before the next token
   };
+
+  // One stream chunk for choice `index`: its pending tokens' text, logprobs and ids.
+  void send_pending_locked(size_t index, Choice& c, json finish_reason) {
+    json delta;
+    if (chat()) {
+      delta = {{"index", index}, {"delta", {{"content", c.pending_text}}}};
+      if (!c.sent_role) {
+        delta["delta"]["role"] = "assistant";
+      }
+    } else {
+      delta = {{"index", index}, {"text", c.pending_text}};
+    }
+    delta["logprobs"] = logprobs_locked(c.pending, c);
+    if (req_.return_token_ids) {
+      if (!c.sent_role) delta["prompt_token_ids"] = prompt_ids_[index / req_.n];
+      delta["token_ids"] = token_ids_json(c.pending);
+    }
+    c.sent_role = true;
+    delta["finish_reason"] = std::move(finish_reason);
+    c.pending.clear();
+    c.pending_text.clear();
+    responder_->write(http::sse_event(dump(chunk_envelope({delta}))));
+  }
 
   // The choice's logprobs for these tokens (null without logprobs).
   json logprobs_locked(std::span<const GeneratedToken> tokens, Choice& c) const {
@@ -222,6 +241,9 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     observe_locked();
     if (req_.stream) {
       if (!started_) start_stream_locked();
+      for (size_t i = 0; i < choices_.size(); ++i) {  // an aborted choice's last tokens
+        if (!choices_[i].pending.empty()) send_pending_locked(i, choices_[i], nullptr);
+      }
       if (!error_.empty()) {
         responder_->write(http::sse_event(http::error_body(error_, "server_error")));
       }
@@ -266,6 +288,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   }
 
   const EngineLoop& loop_;
+  const size_t stream_interval_;        // ReplicaServerConfig::stream_interval, at least 1
   std::optional<std::string> version_;  // the weights' version (note_version_locked)
   metrics::ReplicaMetrics* metrics_;
   const Clock& clock_;          // the engine's: TTFT and TPOT read the injected clock
@@ -395,8 +418,9 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                          config_.replica_id + "-" + std::to_string(number);
   const uint64_t seed = req.seed.value_or(std::random_device{}() ^ (number << 32));
   const Tokenizer& tokenizer = engine_.tokenizer();
-  auto state = std::make_shared<RequestState>(req, id, config_.served_model_name, responder,
-                                              metrics_, engine_.clock(), tokenizer, loop_);
+  auto state =
+      std::make_shared<RequestState>(req, id, config_.served_model_name, responder, metrics_,
+                                     engine_.clock(), tokenizer, loop_, config_.stream_interval);
   std::vector<GenerationRequest> groups;
   std::vector<GroupSink> sinks;
   for (size_t p = 0; p < req.prompts.size(); ++p) {

@@ -36,6 +36,11 @@ struct ReplicaServerConfig {
   // system clock found them, so that routers polling within one period (ReplicaPool aligns its
   // polls to the clock) read the same numbers and agree without talking. 0: no tick object.
   std::chrono::milliseconds load_tick{100};
+  // A streamed choice's tokens after its first go out in chunks of up to this many (SGLang's
+  // --stream-interval): the same text in fewer events, for less CPU per generated token in the
+  // replica, the router and the client. Its first token and its last (with the finish reason)
+  // are sent at once. 1: a chunk per token.
+  int32_t stream_interval = 1;
 };
 
 class ReplicaServer {

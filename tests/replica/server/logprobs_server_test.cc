@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "http/client.h"
 #include "http/sse.h"
+#include "replica/server/local_replica.h"
 #include "tests/replica/server/replica_server_fixture.h"
 
 namespace kvc {
@@ -178,6 +180,59 @@ TEST_F(ReplicaServerTest, ChatLogprobsHaveContentEntriesWholeAndStreamed) {
     EXPECT_EQ(streamed.at(0).content[i]["top_logprobs"].size(), 3u);
   }
   EXPECT_EQ(streamed.at(0).token_ids, whole["choices"][0]["token_ids"]);
+}
+
+// --stream-interval 3: a choice's first token alone, then chunks of three, the last token with
+// its finish reason; the same tokens, text, logprobs and ids as one chunk per token.
+TEST(ReplicaStreamInterval, ChunksOfTheIntervalCarryWhatTokenByTokenChunksCarry) {
+  ReplicaStackConfig config;
+  config.server.stream_interval = 3;
+  LocalReplica replica("r0", 64, std::move(config));
+  ASSERT_NE(replica.port(), 0);
+  http::Client client;
+  auto post = [&](const json& body) {
+    auto r = client.request("127.0.0.1", replica.port(), "POST", "/v1/completions", body.dump(),
+                            {{"content-type", "application/json"}}, std::chrono::seconds(60));
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : http::ClientResponse{};
+  };
+  json req = {{"model", "tiny"}, {"prompt", kPrompt},  {"n", 2},
+              {"max_tokens", 8}, {"seed", 3},          {"temperature", 0.9},
+              {"logprobs", 2},   {"ignore_eos", true}, {"return_token_ids", true}};
+  const json whole = json::parse(post(req).body);
+  req["stream"] = true;
+  const auto s = post(req);
+  ASSERT_EQ(s.status, 200);
+  const auto streamed = gather_stream(s.body);
+  ASSERT_EQ(streamed.size(), 2u);
+  for (const auto& [i, c] : streamed) {
+    const json& w = whole["choices"][i];
+    EXPECT_EQ(c.token_ids, w["token_ids"]);
+    EXPECT_EQ(c.logprobs["tokens"], w["logprobs"]["tokens"]);
+    EXPECT_EQ(c.logprobs["text_offset"], w["logprobs"]["text_offset"]);
+  }
+  // Chunk sizes and finish reasons per choice, in order.
+  http::SseParser parser;
+  auto events = parser.feed(s.body);
+  ASSERT_TRUE(events.ok());
+  std::map<int, std::vector<size_t>> sizes;
+  std::map<int, std::string> text;
+  std::map<int, json> finish;
+  for (const auto& e : *events) {
+    if (e.data == "[DONE]") continue;
+    const json chunk = json::parse(e.data);
+    for (const auto& c : chunk["choices"]) {
+      const int i = c["index"].get<int>();
+      sizes[i].push_back(c["token_ids"].size());
+      text[i] += c["text"].get<std::string>();
+      finish[i] = c["finish_reason"];
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(sizes[i], (std::vector<size_t>{1, 3, 3, 1})) << i;
+    EXPECT_EQ(text[i], whole["choices"][i]["text"]) << i;
+    EXPECT_EQ(finish[i], "length") << i;
+  }
 }
 
 }  // namespace

@@ -41,7 +41,10 @@ struct RoutingBenchOptions {
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds (cpu: 4,096)
   // The sim replicas' --stream-interval (ReplicaServerConfig::stream_interval): tokens per
   // streamed chunk after a choice's first. The client's TTFT is the first chunk's either way.
-  int32_t stream_interval = 1;
+  // 16: with a chunk per token the replay's own CPU (replicas, routers and client in one
+  // process) saturated a 2-core machine during RL bursts, and TTFT measured that machine
+  // (bench/results/routing-profiles.md, ninth session).
+  int32_t stream_interval = 16;
   double ttft_slo_ms = 500;
   double request_timeout_s = 120;
   std::string out;     // JSON results (empty: none)

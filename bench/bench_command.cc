@@ -123,7 +123,7 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       ->check(CLI::Range(1, 1 << 24));
   routing
       ->add_option("--stream-interval", g->stream_interval,
-                   "the sim replicas' --stream-interval: tokens per streamed chunk after a "
+                   "the replicas' --stream-interval: tokens per streamed chunk after a "
                    "choice's first (the harness's CPU per generated token; TTFT unchanged)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

@@ -111,8 +111,10 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
   if (o.backend == "cpu") {
     for (int32_t i = 0; i < o.replicas; ++i) {
       const std::string id = "cpu" + std::to_string(i);
-      f.replicas.push_back(
-          std::make_unique<LocalReplica>(id, o.kv_blocks > 0 ? o.kv_blocks : 4096));
+      ReplicaStackConfig config;
+      config.server.stream_interval = o.stream_interval;
+      f.replicas.push_back(std::make_unique<LocalReplica>(id, o.kv_blocks > 0 ? o.kv_blocks : 4096,
+                                                          std::move(config)));
       if (f.replicas.back()->port() == 0) return Error{"cpu replica " + id + " could not listen"};
       f.index_of[id] = static_cast<size_t>(i);
     }

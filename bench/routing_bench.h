@@ -39,7 +39,7 @@ struct RoutingBenchOptions {
   // mixed fleet. The TTFT floor is the first's.
   std::vector<std::string> sim_presets = {"h200-llama3-8b"};
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds (cpu: 4,096)
-  // The sim replicas' --stream-interval (ReplicaServerConfig::stream_interval): tokens per
+  // The replicas' --stream-interval (ReplicaServerConfig::stream_interval): tokens per
   // streamed chunk after a choice's first. The client's TTFT is the first chunk's either way.
   // 16: with a chunk per token the replay's own CPU (replicas, routers and client in one
   // process) saturated a 2-core machine during RL bursts, and TTFT measured that machine

@@ -59,6 +59,24 @@ std::map<int, StreamedChoice> gather_stream(const std::string& body) {
   return out;
 }
 
+// A completion streamed: each choice's token ids, prompt ids, tokens, text offsets and logprobs
+// as the same request answered whole.
+void expect_stream_equals_whole(const std::map<int, StreamedChoice>& streamed, const json& whole) {
+  ASSERT_EQ(streamed.size(), whole["choices"].size());
+  for (const auto& [i, c] : streamed) {
+    const json& w = whole["choices"][i];
+    EXPECT_EQ(c.token_ids, w["token_ids"]);
+    EXPECT_EQ(c.prompt_token_ids, w["prompt_token_ids"]);
+    EXPECT_EQ(c.logprobs["tokens"], w["logprobs"]["tokens"]);
+    EXPECT_EQ(c.logprobs["text_offset"], w["logprobs"]["text_offset"]);
+    ASSERT_EQ(c.logprobs["token_logprobs"].size(), w["logprobs"]["token_logprobs"].size());
+    for (size_t k = 0; k < w["logprobs"]["token_logprobs"].size(); ++k) {
+      EXPECT_FLOAT_EQ(c.logprobs["token_logprobs"][k].get<float>(),
+                      w["logprobs"]["token_logprobs"][k].get<float>());
+    }
+  }
+}
+
 TEST_F(ReplicaServerTest, CompletionLogprobsAndTokenIdsWholeAndStreamed) {
   json req = {{"model", "tiny"}, {"prompt", kPrompt},  {"n", 2},
               {"max_tokens", 8}, {"seed", 3},          {"temperature", 0.9},
@@ -101,19 +119,7 @@ TEST_F(ReplicaServerTest, CompletionLogprobsAndTokenIdsWholeAndStreamed) {
   req["stream"] = true;
   const auto s = post("/v1/completions", req.dump());
   ASSERT_EQ(s.status, 200);
-  const auto streamed = gather_stream(s.body);
-  ASSERT_EQ(streamed.size(), 2u);
-  for (const auto& [i, c] : streamed) {
-    const json& w = whole["choices"][i];
-    EXPECT_EQ(c.token_ids, w["token_ids"]);
-    EXPECT_EQ(c.prompt_token_ids, w["prompt_token_ids"]);
-    EXPECT_EQ(c.logprobs["tokens"], w["logprobs"]["tokens"]);
-    EXPECT_EQ(c.logprobs["text_offset"], w["logprobs"]["text_offset"]);
-    for (size_t k = 0; k < 8; ++k) {
-      EXPECT_FLOAT_EQ(c.logprobs["token_logprobs"][k].get<float>(),
-                      w["logprobs"]["token_logprobs"][k].get<float>());
-    }
-  }
+  expect_stream_equals_whole(gather_stream(s.body), whole);
   // The prompt sent back as its token ids: the same continuation.
   json by_ids = req;
   by_ids.erase("stream");
@@ -203,14 +209,7 @@ TEST(ReplicaStreamInterval, ChunksOfTheIntervalCarryWhatTokenByTokenChunksCarry)
   req["stream"] = true;
   const auto s = post(req);
   ASSERT_EQ(s.status, 200);
-  const auto streamed = gather_stream(s.body);
-  ASSERT_EQ(streamed.size(), 2u);
-  for (const auto& [i, c] : streamed) {
-    const json& w = whole["choices"][i];
-    EXPECT_EQ(c.token_ids, w["token_ids"]);
-    EXPECT_EQ(c.logprobs["tokens"], w["logprobs"]["tokens"]);
-    EXPECT_EQ(c.logprobs["text_offset"], w["logprobs"]["text_offset"]);
-  }
+  expect_stream_equals_whole(gather_stream(s.body), whole);
   // Chunk sizes and finish reasons per choice, in order.
   http::SseParser parser;
   auto events = parser.feed(s.body);

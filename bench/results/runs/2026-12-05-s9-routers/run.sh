@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Ninth session: issue 28 §2 (several routers) with the sim replicas streaming in chunks of 16
+# (bench routing's default since this session): the rl mix five times, chat and mixed once,
+# 1 / 2 / 4 routers each, nothing else running. From the repository root.
+set -u
+d=bench/results/runs/2026-12-05-s9-routers
+k=build/cli/kvcascade
+for i in 1 2 3 4 5; do
+  $k bench routing --replicas 16 --requests 5000 --mix rl --policy kvcascade \
+    --routers 1 --routers 2 --routers 4 > "$d/rl-$i.txt" 2>&1
+done
+$k bench routing --replicas 16 --requests 5000 --mix chat --mix mixed --policy kvcascade \
+  --routers 1 --routers 2 --routers 4 > "$d/chat-mixed.txt" 2>&1

@@ -34,9 +34,8 @@ class RouterServer::ProxiedRequest : public std::enable_shared_from_this<Proxied
   // Chooses the first replica and sends; false: none is healthy (nothing was sent).
   bool start();
 
-  http::Request request;  // its body moved to upstream_body
-  // The client's body as sent to every try: one buffer, written after each try's header.
-  std::shared_ptr<const std::string> upstream_body;
+  http::Request request;     // its body moved to upstream_body
+  http::Body upstream_body;  // the client's body, shared by every try (never copied)
   std::shared_ptr<http::Responder> responder;
   bool stream = false;
   std::vector<BlockHash> hashes;
@@ -304,7 +303,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   attempt->routing_key = request.header(config_.routing_key_header);
   if (!attempt->routing_key) attempt->routing_key = request.header("x-smg-routing-key");
   const std::optional<std::string> pinned_version = request.header("x-kvcascade-weight-version");
-  attempt->upstream_body = std::make_shared<const std::string>(std::move(request.body));
+  attempt->upstream_body = std::move(request.body);
   attempt->request = std::move(request);
 
   MatchResult exact, guessed;

@@ -425,7 +425,8 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     std::replace(file.begin(), file.end(), '/', '_');
     std::ofstream out(o.decisions + "/" + file);
     out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached"
-           "\tttft_ms\n";
+           "\toracle\tttft_ms\n";
+    const std::vector<int64_t> oracle = oracle_cached_per_request(trace);
     for (size_t i = 0; i < xs.size(); ++i) {
       const json& usage = xs[i]->usage;
       const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")
@@ -434,7 +435,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
       out << i << "\t" << trace[i].arrival_s << "\t" << (i % routers.size()) << "\t"
           << trace[i].group << "\t" << trace[i].n << "\t" << prompt_bytes(trace[i]).size() << "\t"
           << xs[i]->replica << "\t" << xs[i]->reason << "\t" << xs[i]->matched << "\t" << cached
-          << "\t";
+          << "\t" << oracle[i] << "\t";
       if (xs[i]->first_token) {
         out << ms_since(xs[i]->sent, *xs[i]->first_token);
       } else {

@@ -30,6 +30,7 @@ struct RouterFlags {
   std::string tenant_isolation = "off";
   std::optional<size_t> approx_capacity_blocks;  // unset: 1 << 20, or from the replica's metrics
   int64_t approx_ttl_s = 600;
+  int64_t routed_ttl_ms = 10000;
   bool check_config = false;
 };
 
@@ -101,6 +102,7 @@ int run_router(RouterFlags f) {
   c.approx_capacity_blocks = f.approx_capacity_blocks.value_or(c.approx_capacity_blocks);
   c.pool.derive_approx_capacity = !f.approx_capacity_blocks.has_value();
   c.approx_ttl = std::chrono::seconds(f.approx_ttl_s);
+  c.routed_ttl = std::chrono::milliseconds(f.routed_ttl_ms);
   RouterStack stack(std::move(c));
   auto port = stack.start(f.server.host, f.server.port);
   if (!port.ok()) {
@@ -189,6 +191,11 @@ Run add_router_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--approx-ttl-s", f->approx_ttl_s, "approximate mode: entry lifetime")
       ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  cmd->add_option("--routed-ttl-ms", f->routed_ttl_ms,
+                  "a prompt sent to a replica with KV events counts as held there for this long "
+                  "before its events say so (0: not at all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
+      ->capture_default_str();
   cmd->add_option_function<int64_t>(
          "--sibling-window-ms",
          [f](int64_t ms) { f->router.siblings.window = std::chrono::milliseconds(ms); },

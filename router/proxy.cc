@@ -306,11 +306,12 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   attempt->upstream_body = std::move(request.body);
   attempt->request = std::move(request);
 
-  MatchResult exact, guessed;
+  MatchResult exact, guessed, routed;
   {
     std::lock_guard lock(indexes_.mu);
     exact = indexes_.exact.match(attempt->hashes);
     guessed = indexes_.approx.match(attempt->hashes);
+    routed = indexes_.routed.match(attempt->hashes);
   }
   if (exact.near_miss() || guessed.near_miss()) {
     stats_.note_near_miss();
@@ -337,7 +338,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.replica = r.index;
     c.id = r.replica_id;
     c.healthy = r.healthy;
-    c.matched_blocks = std::max(exact.blocks_for(r.index), guessed.blocks_for(r.index));
+    c.matched_blocks = std::max(
+        {exact.blocks_for(r.index), guessed.blocks_for(r.index), routed.blocks_for(r.index)});
     // Without a load report (a plain OpenAI server, or metrics that failed) the prompt tokens
     // this router has in flight there stand in for its queue.
     c.queued_prefill_tokens = r.load_reported ? r.queued_prefill_tokens : r.in_flight_prompt_bytes;
@@ -483,10 +485,11 @@ void RouterServer::ProxiedRequest::do_try() {
     cancellation_ = cancellation;
   }
   auto view = s_.pool_.get(replica);
-  if (view && !view->exact) {
-    // Approximate mode: this replica publishes no KV events; remember what we sent it.
+  if (view) {
+    // Approximate mode (a replica that publishes no KV events): remember what we sent it. Exact
+    // mode: until its KV events say so (FleetIndexes::routed).
     std::lock_guard lock(s_.indexes_.mu);
-    (void)s_.indexes_.approx.insert(replica, hashes);
+    (void)(view->exact ? s_.indexes_.routed : s_.indexes_.approx).insert(replica, hashes);
   }
   count_route();
   const auto prompt_size = static_cast<int64_t>(prompt_bytes);

@@ -34,6 +34,9 @@ struct RouterStackConfig {
   std::chrono::milliseconds dns_interval{5000};
   size_t approx_capacity_blocks = 1 << 20;
   std::chrono::seconds approx_ttl{600};
+  // How long a prompt sent to a replica with KV events counts as held there before its events
+  // say so (FleetIndexes::routed); 0: not at all.
+  std::chrono::milliseconds routed_ttl{10000};
 };
 
 class RouterStack {

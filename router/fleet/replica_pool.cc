@@ -106,6 +106,7 @@ void ReplicaPool::forget_blocks_locked(Replica& r) {
   std::lock_guard index_lock(indexes_.mu);  // lock order: pool, then index
   indexes_.exact.clear(r.view.index);
   indexes_.approx.clear(r.view.index);
+  indexes_.routed.clear(r.view.index);
 }
 
 void ReplicaPool::set_addresses(const std::vector<std::string>& addresses) {
@@ -500,6 +501,13 @@ void ReplicaPool::subscribe(uint32_t index) {
               if (!indexes_.exact.apply(index, ev).ok()) {
                 refused = true;
                 break;
+              }
+              // What the replica evicts or loses is not held there any more, however recently
+              // this router sent it.
+              if (const auto* removed = std::get_if<KvRemoved>(&ev)) {
+                indexes_.routed.remove(index, removed->hashes);
+              } else if (std::holds_alternative<KvCleared>(ev)) {
+                indexes_.routed.clear(index);
               }
             }
           }

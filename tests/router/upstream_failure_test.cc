@@ -411,5 +411,108 @@ TEST_F(RouterWithFake, RetriesAreCountedInMetrics) {
   EXPECT_EQ(state()["retries"], 2);
 }
 
+// Three replicas that publish KV events (exact mode) and hold every completion: a prompt sent
+// to one is queued there, its blocks not yet stored, so no KV event says it is held.
+class RouterWithHoldingReplicas : public ::testing::Test {
+ protected:
+  void start(RouterStackConfig c = {}) {
+    for (int i = 0; i < 3; ++i) {
+      const std::string id = "hold" + std::to_string(i);
+      fakes_.push_back(std::make_unique<FakeReplica>(FakeReplica::Options{
+          .replica_id = id, .blocks = FakeReplica::blocks_of("what " + id + " held before")}));
+      c.replicas.push_back(fakes_.back()->address());
+    }
+    c.pool.poll_interval = 100ms;
+    stack_ = std::make_unique<RouterStack>(std::move(c));
+    auto port = stack_->start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    port_ = *port;
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(wait_exact(*stack_, "hold" + std::to_string(i)));
+  }
+  void TearDown() override {
+    if (stack_) stack_->stop();
+    for (auto& s : sent_)
+      s.wait();
+    stack_.reset();
+    fakes_.clear();
+  }
+  // Sends `prompt` (held: the client gives up after a while) and returns the fake it reached.
+  int send(const std::string& prompt) {
+    std::vector<int> before;
+    for (auto& f : fakes_)
+      before.push_back(f->num_completions());
+    sent_.push_back(std::async(std::launch::async, [this, prompt] {
+      http::Client client;
+      (void)client.request("127.0.0.1", port_, "POST", "/v1/completions",
+                           json{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 4}}.dump(),
+                           {{"content-type", "application/json"}}, 3s);
+    }));
+    int reached = -1;
+    EXPECT_TRUE(eventually(
+        [&] {
+          for (size_t i = 0; i < fakes_.size(); ++i)
+            if (fakes_[i]->num_completions() > before[i]) reached = static_cast<int>(i);
+          return reached >= 0;
+        },
+        10s));
+    return reached;
+  }
+  // Blocks of `prompt` the router counts as sent to fake `i` and not yet reported stored.
+  size_t routed_blocks(int i, const std::string& prompt) {
+    uint32_t index = 0;
+    for (const ReplicaView& r : stack_->pool().snapshot())
+      if (r.replica_id == "hold" + std::to_string(i)) index = r.index;
+    std::lock_guard lock(stack_->indexes().mu);
+    return stack_->indexes().routed.match(FakeReplica::blocks_of(prompt)).blocks_for(index);
+  }
+  static std::string document(int k) {
+    std::string s = "Document " + std::to_string(k) + " that several questions are asked about. ";
+    while (s.size() < 600)
+      s += "Its paragraph " + std::to_string(s.size()) + " says something of note. ";
+    return s;
+  }
+
+  std::vector<std::unique_ptr<FakeReplica>> fakes_;
+  std::unique_ptr<RouterStack> stack_;
+  std::vector<std::future<void>> sent_;
+  uint16_t port_ = 0;
+};
+
+// A second question about a document whose first question is still queued on a replica (its
+// blocks stored nowhere yet, so no KV event names them) goes where the first went: the router
+// counts what it sent as held there until the replica's events say so. Before, each question
+// was placed as a cold prompt (by its own last block), and the document was prefilled on two
+// replicas. Six documents: by chance alone all six pairs meet with probability 1/729.
+TEST_F(RouterWithHoldingReplicas, APromptStillQueuedCountsAsHeldWhereItWasSent) {
+  start();
+  for (int k = 0; k < 6; ++k) {
+    const int first = send(document(k) + "What is its title?");
+    ASSERT_GE(first, 0);
+    EXPECT_GE(routed_blocks(first, document(k)), document(k).size() / 16);
+    EXPECT_EQ(send(document(k) + "Who wrote it, and when?"), first) << "document " << k;
+  }
+}
+
+// The routed entries go when the replica reports the blocks removed, and expire on their own.
+TEST_F(RouterWithHoldingReplicas, RoutedEntriesGoWithRemovedEventsAndTheirLifetime) {
+  RouterStackConfig c;
+  c.routed_ttl = 2s;
+  start(c);
+  const std::string doc = document(0);
+  const int to = send(doc + "A question.");
+  ASSERT_GE(to, 0);
+  ASSERT_GE(routed_blocks(to, doc), doc.size() / 16);
+  // The replica evicts the document's second half: it holds the first half at most.
+  const std::vector<BlockHash> blocks = FakeReplica::blocks_of(doc);
+  const size_t half = blocks.size() / 2;
+  ASSERT_TRUE(fakes_[to]->publish({KvRemoved{
+      std::vector<BlockHash>(blocks.begin() + static_cast<ptrdiff_t>(half), blocks.end())}}));
+  EXPECT_TRUE(eventually([&] { return routed_blocks(to, doc) == half; }, 5s))
+      << routed_blocks(to, doc);
+  // And nothing once the entries' lifetime passed with no event saying the replica holds them.
+  EXPECT_TRUE(eventually([&] { return routed_blocks(to, doc) == 0; }, 5s));
+}
+
 }  // namespace
 }  // namespace kvc

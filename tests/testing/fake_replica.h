@@ -58,6 +58,7 @@ class FakeReplica {
     server_.stop();
     std::lock_guard lock(mu_);
     held_.clear();
+    feed_.reset();
   }
 
   uint16_t port() const { return port_; }
@@ -81,6 +82,18 @@ class FakeReplica {
     step_overhead_s_ = overhead_s;
   }
   int num_subscriptions() const { return subscriptions_.load(); }
+  // Sends `events` on the latest KV-event feed as the replica's next batch (a replica that
+  // stored or evicted blocks); false when no feed is open.
+  bool publish(std::vector<KvEvent> events) {
+    std::lock_guard lock(mu_);
+    if (!feed_ || feed_->client_gone()) return false;
+    KvEventBatch batch;
+    batch.replica = options_.replica_id;
+    batch.seq = ++feed_seq_;
+    batch.events = std::move(events);
+    feed_->write("data: " + encode_kv_event_batch(batch) + "\n\n");
+    return true;
+  }
   // Completions whose router-side connection is gone (the router gave up on them).
   int num_completions_abandoned() const { return abandoned_.load(); }
 
@@ -126,10 +139,18 @@ class FakeReplica {
       batch.events = {KvCleared{}, KvStored{std::nullopt, options_.blocks}};
       w->start_stream(200, "text/event-stream");
       w->write("data: " + encode_kv_event_batch(batch) + "\n\n");
+      {
+        std::lock_guard lock(mu_);
+        feed_ = w;
+        feed_seq_ = 0;
+      }
       if (++subscriptions_ == 1 && options_.orphan_event_once) {
         KvEventBatch orphan;
         orphan.replica = options_.replica_id;
-        orphan.seq = 1;
+        {
+          std::lock_guard lock(mu_);
+          orphan.seq = ++feed_seq_;
+        }
         orphan.events = {KvStored{BlockHash{0x0123456789abcdefull}, {BlockHash{0x1111ull}}}};
         w->write("data: " + encode_kv_event_batch(orphan) + "\n\n");
       }
@@ -182,6 +203,8 @@ class FakeReplica {
   std::atomic<double> step_overhead_s_{0};
   std::mutex mu_;
   std::vector<std::shared_ptr<http::Responder>> held_;
+  std::shared_ptr<http::Responder> feed_;  // the latest KV-event feed (publish)
+  uint64_t feed_seq_ = 0;                  // its last batch's seq
   http::Server server_;  // last: stopped (and its handlers done) before the members above go
   uint16_t port_ = 0;
 };

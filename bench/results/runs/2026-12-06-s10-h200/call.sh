@@ -25,3 +25,5 @@ timeout 120 gpu-bin/kvcascade bench engine --attention cascade --graphs on --no-
   "${a[@]}" --out "$OUT/engine-bf16.json" >"$OUT/engine-bf16.txt" 2>&1
 grep -A4 "  S  steps" "$OUT/engine-bf16.txt"; grep "rollout" "$OUT/engine-bf16.txt" | tail -2
 tail -6 "$OUT/engine-bf16.txt"
+# Tries this session (2026-12-06): 00:02 (any kind), 00:34 (any kind, then nvidia-h100-x1),
+# 00:44, 01:13: "no device machine could be started"; about 90 s of device budget each.

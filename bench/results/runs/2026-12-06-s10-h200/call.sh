@@ -26,4 +26,4 @@ timeout 120 gpu-bin/kvcascade bench engine --attention cascade --graphs on --no-
 grep -A4 "  S  steps" "$OUT/engine-bf16.txt"; grep "rollout" "$OUT/engine-bf16.txt" | tail -2
 tail -6 "$OUT/engine-bf16.txt"
 # Tries this session (2026-12-06): 00:02 (any kind), 00:34 (any kind, then nvidia-h100-x1),
-# 00:44, 01:13: "no device machine could be started"; about 90 s of device budget each.
+# 00:44, 01:13, 02:31: "no device machine could be started"; about 90 s of device budget each.

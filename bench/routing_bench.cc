@@ -374,7 +374,9 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   res.ttft_slo_ms = o.ttft_slo_ms;
   res.requests = static_cast<int64_t>(trace.size());
   res.replica_work.assign(fleet->replicas.size(), 0);
-  res.oracle_cached_tokens = oracle_cached_tokens(trace);
+  // Per request for the --decisions file, summed for the hit ratio.
+  const std::vector<int64_t> oracle = oracle_cached_per_request(trace);
+  res.oracle_cached_tokens = std::accumulate(oracle.begin(), oracle.end(), int64_t{0});
   // block hash -> the replicas that computed it (cross_replica_prefill_tokens)
   std::unordered_map<uint64_t, std::vector<size_t>> computed_on;
   const BlockHash seed = chain_seed("oracle");
@@ -426,7 +428,6 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     std::ofstream out(o.decisions + "/" + file);
     out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached"
            "\toracle\tttft_ms\n";
-    const std::vector<int64_t> oracle = oracle_cached_per_request(trace);
     for (size_t i = 0; i < xs.size(); ++i) {
       const json& usage = xs[i]->usage;
       const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")

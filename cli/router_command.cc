@@ -30,7 +30,7 @@ struct RouterFlags {
   std::string tenant_isolation = "off";
   std::optional<size_t> approx_capacity_blocks;  // unset: 1 << 20, or from the replica's metrics
   int64_t approx_ttl_s = 600;
-  int64_t routed_ttl_ms = 10000;
+  int64_t routed_ttl_ms = FleetIndexes::kRoutedTtl.count();
   bool check_config = false;
 };
 

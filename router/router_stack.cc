@@ -12,12 +12,6 @@ RadixIndexConfig approx_config(const RouterStackConfig& c) {
   return r;
 }
 
-RadixIndexConfig routed_config(const RouterStackConfig& c) {
-  RadixIndexConfig r = FleetIndexes::routed_defaults();
-  r.ttl = c.routed_ttl;
-  return r;
-}
-
 // Proxied requests set their own timeouts (RouterConfig); these are for the pool's polls and
 // KV-event feeds.
 http::ClientLimits client_limits() {
@@ -36,7 +30,7 @@ RouterStackConfig with_replica_key(RouterStackConfig c) {
 
 RouterStack::RouterStack(RouterStackConfig config, const Clock& clock)
     : config_(with_replica_key(std::move(config))),
-      indexes_(clock, approx_config(config_), routed_config(config_)),
+      indexes_(clock, approx_config(config_), {.ttl = config_.routed_ttl}),
       metrics_(registry_) {
   http_ = std::make_unique<http::Server>(
       config_.limits,

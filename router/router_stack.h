@@ -13,6 +13,7 @@
 #include "http/server.h"
 #include "metrics/metrics.h"
 #include "router/fleet/dns_discovery.h"
+#include "router/fleet/fleet_indexes.h"
 #include "router/fleet/replica_pool.h"
 #include "router/proxy.h"
 
@@ -36,7 +37,7 @@ struct RouterStackConfig {
   std::chrono::seconds approx_ttl{600};
   // How long a prompt sent to a replica with KV events counts as held there before its events
   // say so (FleetIndexes::routed); 0: not at all.
-  std::chrono::milliseconds routed_ttl{10000};
+  std::chrono::milliseconds routed_ttl = FleetIndexes::kRoutedTtl;
 };
 
 class RouterStack {

@@ -25,14 +25,10 @@ namespace kvc {
 struct FleetIndexes {
   // The routed index's entries live this long unless told otherwise: past the queue wait and
   // prefill of a loaded CPU replica (TTFT p99 about 4 s in bench/results/routing-profiles.md).
-  static RadixIndexConfig routed_defaults() {
-    RadixIndexConfig c;
-    c.ttl = std::chrono::seconds(10);
-    return c;
-  }
+  static constexpr std::chrono::milliseconds kRoutedTtl{10000};
 
   explicit FleetIndexes(const Clock& clock, RadixIndexConfig approx_config = {},
-                        RadixIndexConfig routed_config = routed_defaults())
+                        RadixIndexConfig routed_config = {.ttl = kRoutedTtl})
       : exact(clock), approx(clock, approx_config), routed(clock, routed_config) {}
   FleetIndexes(const FleetIndexes&) = delete;
   FleetIndexes& operator=(const FleetIndexes&) = delete;

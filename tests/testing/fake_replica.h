@@ -145,14 +145,7 @@ class FakeReplica {
         feed_seq_ = 0;
       }
       if (++subscriptions_ == 1 && options_.orphan_event_once) {
-        KvEventBatch orphan;
-        orphan.replica = options_.replica_id;
-        {
-          std::lock_guard lock(mu_);
-          orphan.seq = ++feed_seq_;
-        }
-        orphan.events = {KvStored{BlockHash{0x0123456789abcdefull}, {BlockHash{0x1111ull}}}};
-        w->write("data: " + encode_kv_event_batch(orphan) + "\n\n");
+        publish({KvStored{BlockHash{0x0123456789abcdefull}, {BlockHash{0x1111ull}}}});
       }
       hold(std::move(w));  // the feed stays open
     } else if (path == "/v1/completions" || path == "/v1/chat/completions") {

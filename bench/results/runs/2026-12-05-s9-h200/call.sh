@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Session 9: NOT RUN (no GPU was lent: fourteen tries on nvidia-h200 and nvidia-h100-x1). The H200 record at this session's GPU code (the eighth session's merge FP8 rows and
+# Session 9: NOT RUN (no GPU was lent: fourteen tries on nvidia-h200 and nvidia-h100-x1;
+# session 10, 2026-12-06: six more, at 00:02, 00:34 twice, 00:44, 01:13 and 02:31, each "no device
+# machine could be started", about 90 s of device budget apiece). The H200 record at this session's GPU code (the eighth session's merge FP8 rows and
 # the test split, block_reduce.cuh): the CUDA tests, the PyTorch anchor, the seed rollout with
 # FP8 weights + FP8 KV (profiled beside the anchor, then --no-profile) and bf16 (--no-profile),
 # cascade, graphs. Run: OUT=... bash bench/results/runs/2026-12-05-s9-h200/call.sh

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""The target table of issue 28 §1 from this folder's bench routing outputs (*.txt)."""
+"""Issue 28 §1's target table from a folder of `bench routing` outputs named
+PROFILE-MIX-sSEED.txt (kvcascade, sglang_cache_aware and consistent_hash in each).
+
+Usage: bench/routing_target_table.py DIR"""
 import glob, os, re, sys
-here = os.path.dirname(os.path.abspath(__file__))
+if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+    sys.exit('usage: bench/routing_target_table.py DIR (a folder of bench routing outputs)')
+here = sys.argv[1]
 rows = []
 for path in sorted(glob.glob(os.path.join(here, '*-s[0-9].txt'))):
     name = os.path.basename(path)[:-4]

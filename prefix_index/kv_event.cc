@@ -13,6 +13,7 @@ using nlohmann::json;
 constexpr char kStored[] = "stored";
 constexpr char kRemoved[] = "removed";
 constexpr char kCleared[] = "cleared";
+constexpr char kQueued[] = "queued";
 constexpr char kBatchName[] = "kv event batch";
 constexpr char kExpectedHash[] = "expected a 16-digit hex string";
 
@@ -83,10 +84,18 @@ json hash_array(const std::vector<BlockHash>& hashes) {
   return out;
 }
 
-json event_json(const KvStored& e) {
-  return json{{"type", kStored},
+// A stored or queued event: a parent and the chain after it.
+template <typename Chain>
+json chain_json(const char* type, const Chain& e) {
+  return json{{"type", type},
               {"parent", e.parent ? json(format_block_hash(*e.parent)) : json(nullptr)},
               {"hashes", hash_array(e.hashes)}};
+}
+json event_json(const KvStored& e) {
+  return chain_json(kStored, e);
+}
+json event_json(const KvQueued& e) {
+  return chain_json(kQueued, e);
 }
 json event_json(const KvRemoved& e) {
   return json{{"type", kRemoved}, {"hashes", hash_array(e.hashes)}};
@@ -116,8 +125,9 @@ Result<std::vector<BlockHash>> decode_hashes(const json& event, std::string_view
   return hashes;
 }
 
-Result<KvEvent> decode_stored(const json& j, std::string_view prefix, const KvEventLimits& limits) {
-  KvStored stored;
+template <typename Chain>
+Result<KvEvent> decode_chain(const json& j, std::string_view prefix, const KvEventLimits& limits) {
+  Chain stored;
   // Absent and null both mean "hashes[0] is a first block".
   if (const json* parent = member(j, "parent"); parent != nullptr && !parent->is_null()) {
     stored.parent = hash_value(*parent);
@@ -145,11 +155,12 @@ Result<KvEvent> decode_event(const json& j, std::string_view prefix, const KvEve
   if (type == nullptr) return field_error(type_field, "missing");
   if (!type->is_string()) return field_error(type_field, "expected a string");
   const std::string& name = type->get_ref<const std::string&>();
-  if (name == kStored) return decode_stored(j, prefix, limits);
+  if (name == kStored) return decode_chain<KvStored>(j, prefix, limits);
   if (name == kRemoved) return decode_removed(j, prefix, limits);
   if (name == kCleared) return KvEvent(KvCleared{});
+  if (name == kQueued) return decode_chain<KvQueued>(j, prefix, limits);
   return field_error(type_field, "unknown event type '" + printable(name) +
-                                     "' (expected stored, removed or cleared)");
+                                     "' (expected stored, removed, cleared or queued)");
 }
 
 Result<uint64_t> decode_seq(const json& batch) {

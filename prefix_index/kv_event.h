@@ -4,6 +4,7 @@
 //   {"type":"stored","parent":"<16 hex>"|null,"hashes":["<16 hex>",...]}
 //   {"type":"removed","hashes":[...]}
 //   {"type":"cleared"}
+//   {"type":"queued","parent":"<16 hex>"|null,"hashes":["<16 hex>",...]}
 //   batch: {"replica":"r0","seq":12,"snapshot":false,"events":[...]}
 //
 // Hashes travel as 16-digit lower-case hex strings: JSON numbers above 2^53 do not survive every
@@ -43,7 +44,18 @@ struct KvCleared {
   friend bool operator==(const KvCleared&, const KvCleared&) = default;
 };
 
-using KvEvent = std::variant<KvStored, KvRemoved, KvCleared>;
+// Blocks a request queued here will compute, not held yet: the prompt's chain past the blocks
+// the replica already holds (parent: its last held block; nullopt: none held). Routers count
+// them held here for a short while (FleetIndexes::routed), so every router, not only the one
+// that sent the request, places a prompt sharing them here while it waits and prefills; the
+// stored events follow once the blocks are computed. Not part of a snapshot.
+struct KvQueued {
+  std::optional<BlockHash> parent;
+  std::vector<BlockHash> hashes;
+  friend bool operator==(const KvQueued&, const KvQueued&) = default;
+};
+
+using KvEvent = std::variant<KvStored, KvRemoved, KvCleared, KvQueued>;
 
 // One SSE message. `seq` increases by one per batch on a stream, so a gap tells the subscriber it
 // missed events and must resubscribe; a snapshot batch replaces everything known of the replica.

@@ -368,6 +368,8 @@ Status RadixIndex::apply(ReplicaId replica, const KvEvent& event) {
         } else if constexpr (std::is_same_v<T, KvRemoved>) {
           remove(replica, e.hashes);
           return Status::Ok();
+        } else if constexpr (std::is_same_v<T, KvQueued>) {
+          return Status::Ok();
         } else {
           clear(replica);
           return Status::Ok();
@@ -423,6 +425,23 @@ MatchResult RadixIndex::match(std::span<const BlockHash> chain) const {
   }
   result.tree_blocks = i;
   return result;
+}
+
+std::vector<BlockHash> RadixIndex::chain_to(BlockHash hash) const {
+  auto it = where_.find(hash);
+  if (it == where_.end()) return {};
+  const Location at = it->second;
+  std::vector<BlockHash> chain(at.node->depth_end - at.node->edge.size() + at.offset + 1);
+  size_t end = chain.size();
+  // This node's edge through the block, then each ancestor's whole edge, back to the root.
+  size_t take = at.offset + 1;
+  for (const Node* n = at.node; n != nullptr && n->parent != nullptr; n = n->parent) {
+    std::copy(n->edge.begin(), n->edge.begin() + static_cast<std::ptrdiff_t>(take),
+              chain.begin() + static_cast<std::ptrdiff_t>(end - take));
+    end -= take;
+    take = n->parent->edge.size();
+  }
+  return chain;
 }
 
 bool RadixIndex::holds(ReplicaId replica, BlockHash hash) const {

@@ -81,7 +81,7 @@ class RadixIndex {
   size_t remove(ReplicaId replica, std::span<const BlockHash> hashes);
   // Forgets everything `replica` holds.
   void clear(ReplicaId replica);
-  // Exact mode: applies one KV event of `replica`.
+  // Exact mode: applies one KV event of `replica` (a queued event holds nothing yet: no change).
   Status apply(ReplicaId replica, const KvEvent& event);
   // The capacity of one replica, instead of config.capacity_blocks_per_replica (0: back to that);
   // kept across clear(). Evicts at once down to it.
@@ -90,6 +90,8 @@ class RadixIndex {
   size_t expire();
 
   MatchResult match(std::span<const BlockHash> chain) const;
+  // The chain from its first block through `hash` (empty when `hash` is not in the tree).
+  std::vector<BlockHash> chain_to(BlockHash hash) const;
   bool holds(ReplicaId replica, BlockHash hash) const;
 
   size_t num_blocks() const { return where_.size(); }  // distinct blocks in the tree

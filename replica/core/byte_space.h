@@ -38,6 +38,8 @@ class ByteSpaceEvents {
   std::vector<KvEvent> snapshot(const std::vector<KvEvent>& token_snapshot) const;
 
   size_t num_byte_blocks() const { return refs_.size(); }
+  // Whether the byte block is published (owned by a cached token block).
+  bool publishes(BlockHash byte_block) const { return refs_.count(byte_block) > 0; }
 
  private:
   struct Owned {

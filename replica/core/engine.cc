@@ -73,13 +73,38 @@ std::vector<KvEvent> Engine::take_kv_events() {
   std::vector<KvEvent> events = pool_.take_events();
   switch (key_space_) {
     case KeySpace::kBytes:
-      return events;
-    case KeySpace::kTokenIds:
-      return byte_space_->translate(events);
-    case KeySpace::kPrivateTokenIds:
       break;
+    case KeySpace::kTokenIds:
+      events = byte_space_->translate(events);
+      break;
+    case KeySpace::kPrivateTokenIds:
+      return {};
   }
-  return {};
+  for (KvQueued& q : queued_)
+    events.emplace_back(std::move(q));
+  queued_.clear();
+  return events;
+}
+
+void Engine::note_queued(const SequenceGroup& g) {
+  if (!g.prompt_template || key_space_ == KeySpace::kPrivateTokenIds) return;
+  const SequenceKeys& keys = g.prompt_template->keys;
+  const std::vector<BlockHash>& chain =
+      key_space_ == KeySpace::kTokenIds ? keys.byte_hashes() : keys.hashes();
+  auto published = [&](BlockHash h) {
+    return key_space_ == KeySpace::kTokenIds ? byte_space_->publishes(h)
+                                             : pool_.lookup(h).has_value();
+  };
+  size_t held = 0;
+  while (held < chain.size() && published(chain[held]))
+    ++held;
+  if (held == chain.size()) return;
+  KvQueued q;
+  if (held > 0) q.parent = chain[held - 1];
+  q.hashes.assign(chain.begin() + static_cast<std::ptrdiff_t>(held), chain.end());
+  // Siblings sent as separate requests (a GRPO step) queue one prompt many times at once.
+  if (std::find(queued_.begin(), queued_.end(), q) == queued_.end())
+    queued_.push_back(std::move(q));
 }
 
 std::vector<KvEvent> Engine::kv_snapshot() const {
@@ -135,6 +160,7 @@ Result<uint64_t> Engine::submit(GenerationRequest request) {
   Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(request));
   if (!g.ok()) return g.error();
   const uint64_t id = (*g)->id = next_group_id_++;
+  note_queued(**g);
   scheduler_.add(std::move(*g));
   return id;
 }
@@ -152,6 +178,7 @@ Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenerationRequest> 
   std::vector<uint64_t> ids;
   for (auto& g : groups) {
     ids.push_back(g->id = next_group_id_++);
+    note_queued(*g);
     scheduler_.add(std::move(g));
   }
   return ids;

@@ -137,7 +137,8 @@ class Engine {
 
   // KV events since the last call, in router key space (byte blocks): the pool's own with the
   // byte tokenizer, translated from token blocks with any other (byte_space.h), none when the
-  // tokenizer does not give its input back byte for byte.
+  // tokenizer does not give its input back byte for byte; then a queued event (KvQueued) for each
+  // prompt submitted since, with the blocks it will compute.
   std::vector<KvEvent> take_kv_events();
   // Every byte block held, parents first: a new subscriber's snapshot.
   std::vector<KvEvent> kv_snapshot() const;
@@ -154,6 +155,10 @@ class Engine {
   Result<std::unique_ptr<SequenceGroup>> prepare(GenerationRequest request);
   // The prompt as a sequence with its keys in this replica's key space.
   Sequence prompt_sequence(const SequenceGroup& g, const std::string& cache_salt) const;
+  // Queues the KvQueued event of a submitted group: its prompt's router chain past the blocks
+  // published already (none when all are, or the key space has no router chain); once per
+  // distinct chain between two take_kv_events.
+  void note_queued(const SequenceGroup& g);
   // Extends s's keys by one token.
   void hash_token(Sequence& s, int32_t token) const;
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
@@ -176,6 +181,7 @@ class Engine {
   KeySpace key_space_;                         // the tokenizer's (api/key_space.h)
   std::vector<int32_t> model_eos_;             // the model's end ids besides the tokenizer's
   std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
+  std::vector<KvQueued> queued_;               // note_queued's, until take_kv_events
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;
 };

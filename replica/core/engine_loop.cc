@@ -326,6 +326,9 @@ void EngineLoop::run() {
     }
     for (auto& c : commands)
       c();
+    // Submissions' queued events (and anything else pending) go out before the step, which may
+    // take long: other routers learn at once where the prompts wait.
+    if (!commands.empty()) publish_kv_events();
     if (engine_.has_runnable_work()) {
       StepResult result = engine_.step();
       ++num_steps_;

@@ -7,8 +7,10 @@
 //    replica's queue and is prefilled before its KV events say so: hundreds of ms on a CPU
 //    replica, during which a second prompt sharing its document would otherwise be placed as if
 //    nobody held it). Short-lived (RouterStackConfig::routed_ttl); a block the replica reports
-//    removed goes from here as well. This router's own unacknowledged work: other routers do
-//    not see it, as they do not see its requests in flight.
+//    removed goes from here as well. Fed twice: by this router as it sends (its own
+//    unacknowledged work, the one local term) and by the replicas' queued events (KvQueued: a
+//    request admitted there, from whichever router), which every router receives alike, so
+//    routers in front of one fleet place a prompt sharing a queued one's blocks alike.
 // Lock order: the pool's lock, then this one.
 #pragma once
 
@@ -16,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "base/clock.h"
 #include "prefix_index/radix_index.h"
@@ -32,6 +35,19 @@ struct FleetIndexes {
       : exact(clock), approx(clock, approx_config), routed(clock, routed_config) {}
   FleetIndexes(const FleetIndexes&) = delete;
   FleetIndexes& operator=(const FleetIndexes&) = delete;
+
+  // A queued event of replica r: its chain (the exact index's path to its parent, then its
+  // blocks) counts as held there until the routed TTL ends. Dropped when the parent is not known
+  // (evicted meanwhile). Precondition: mu is held.
+  void note_queued_locked(uint32_t r, const KvQueued& queued) {
+    std::vector<BlockHash> chain;
+    if (queued.parent) {
+      chain = exact.chain_to(*queued.parent);
+      if (chain.empty()) return;
+    }
+    chain.insert(chain.end(), queued.hashes.begin(), queued.hashes.end());
+    (void)routed.insert(r, chain);  // a chain the tree refuses (a colliding hash) is not kept
+  }
 
   // Blocks held for replica r in both. Precondition: mu is held.
   size_t num_blocks_locked(uint32_t r) const { return exact.num_blocks(r) + approx.num_blocks(r); }

@@ -508,6 +508,8 @@ void ReplicaPool::subscribe(uint32_t index) {
                 indexes_.routed.remove(index, removed->hashes);
               } else if (std::holds_alternative<KvCleared>(ev)) {
                 indexes_.routed.clear(index);
+              } else if (const auto* queued = std::get_if<KvQueued>(&ev)) {
+                indexes_.note_queued_locked(index, *queued);
               }
             }
           }

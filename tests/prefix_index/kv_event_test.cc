@@ -34,13 +34,17 @@ std::vector<BlockHash> random_hashes(std::mt19937_64& rng, size_t max_count) {
 }
 
 KvEvent random_event(std::mt19937_64& rng) {
-  switch (rng() % 4) {
+  switch (rng() % 6) {
     case 0:
       return KvStored{std::nullopt, random_hashes(rng, 5)};
     case 1:
       return KvStored{random_hash(rng), random_hashes(rng, 5)};
     case 2:
       return KvRemoved{random_hashes(rng, 5)};
+    case 3:
+      return KvQueued{std::nullopt, random_hashes(rng, 5)};
+    case 4:
+      return KvQueued{random_hash(rng), random_hashes(rng, 5)};
     default:
       return KvCleared{};
   }
@@ -119,6 +123,11 @@ TEST(KvEventJsonTest, ExactJsonOfEachKind) {
   EXPECT_EQ(to_json(KvRemoved{{BlockHash{0xab}}}),
             json::parse(R"({"type":"removed","hashes":["00000000000000ab"]})"));
   EXPECT_EQ(to_json(KvCleared{}), json::parse(R"({"type":"cleared"})"));
+  EXPECT_EQ(to_json(KvQueued{BlockHash{2}, {BlockHash{3}}}),
+            json::parse(R"({"type":"queued","parent":"0000000000000002",
+                            "hashes":["0000000000000003"]})"));
+  EXPECT_EQ(to_json(KvQueued{std::nullopt, {BlockHash{3}}}),
+            json::parse(R"({"type":"queued","parent":null,"hashes":["0000000000000003"]})"));
 }
 
 TEST(KvEventJsonTest, EncodesBatchAsOneCompactLine) {

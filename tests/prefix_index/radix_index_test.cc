@@ -124,6 +124,28 @@ TEST_F(RadixIndexTest, StoredEventContinuesAfterParent) {
   index.check_invariants();
 }
 
+// chain_to walks a block's path back to the root across split and merged edges; a queued event
+// (blocks not held yet) changes nothing in an exact index.
+TEST_F(RadixIndexTest, ChainToAHashAndQueuedEventsHoldNothing) {
+  RadixIndex index(clock_);
+  ASSERT_TRUE(index.insert(0, chain({1, 2, 3, 4, 5})).ok());
+  ASSERT_TRUE(index.insert(1, chain({1, 2, 9})).ok());  // splits [1..5] after 2
+  EXPECT_EQ(index.chain_to(BlockHash{1}), chain({1}));
+  EXPECT_EQ(index.chain_to(BlockHash{2}), chain({1, 2}));
+  EXPECT_EQ(index.chain_to(BlockHash{4}), chain({1, 2, 3, 4}));
+  EXPECT_EQ(index.chain_to(BlockHash{5}), chain({1, 2, 3, 4, 5}));
+  EXPECT_EQ(index.chain_to(BlockHash{9}), chain({1, 2, 9}));
+  EXPECT_TRUE(index.chain_to(BlockHash{77}).empty());
+
+  const size_t nodes = index.num_nodes(), blocks = index.num_blocks();
+  ASSERT_TRUE(index.apply(2, KvQueued{BlockHash{5}, chain({6, 7})}).ok());
+  ASSERT_TRUE(index.apply(2, KvQueued{std::nullopt, chain({8})}).ok());
+  EXPECT_EQ(index.num_nodes(), nodes);
+  EXPECT_EQ(index.num_blocks(), blocks);
+  EXPECT_EQ(index.num_blocks(2), 0u);
+  index.check_invariants();
+}
+
 TEST_F(RadixIndexTest, ConflictingChainIsRefusedWithoutCorruption) {
   RadixIndex index(clock_);
   ASSERT_TRUE(index.insert(0, chain({1, 2, 3})).ok());

@@ -514,5 +514,31 @@ TEST_F(RouterWithHoldingReplicas, RoutedEntriesGoWithRemovedEventsAndTheirLifeti
   EXPECT_TRUE(eventually([&] { return routed_blocks(to, doc) == 0; }, 5s));
 }
 
+// A replica announces a prompt it queued (KvQueued: from whichever router it came), and this
+// router counts its blocks held there too: the whole chain for a cold prompt, and the path to
+// the parent it holds plus the rest for one extending its cache; a later prompt sharing them
+// goes there. An announcement whose parent the router does not know is dropped.
+TEST_F(RouterWithHoldingReplicas, AReplicasQueuedEventCountsAsHeldThereForEveryRouter) {
+  start();
+  const std::string doc = document(4);
+  const std::vector<BlockHash> cold = FakeReplica::blocks_of(doc);
+  ASSERT_TRUE(fakes_[1]->publish({KvQueued{std::nullopt, cold}}));
+  EXPECT_TRUE(eventually([&] { return routed_blocks(1, doc) == cold.size(); }, 5s));
+  EXPECT_EQ(send(doc + "What is its title?"), 1);
+
+  // hold2 holds the first block of "what hold2 held before": a prompt starting with those 16
+  // bytes is announced past it.
+  const std::string warm = std::string("what hold2 held before").substr(0, 16) + document(5);
+  const std::vector<BlockHash> chain = FakeReplica::blocks_of(warm);
+  ASSERT_TRUE(fakes_[2]->publish(
+      {KvQueued{chain[0], std::vector<BlockHash>(chain.begin() + 1, chain.end())},
+       KvQueued{BlockHash{0x5eed}, std::vector<BlockHash>(chain.begin() + 1, chain.end())}}));
+  EXPECT_TRUE(eventually([&] { return routed_blocks(2, warm) == chain.size(); }, 5s));
+  EXPECT_EQ(send(warm + "Who wrote it?"), 2);
+  // The unknown parent's announcement placed nothing: only the chain from its first block.
+  std::lock_guard lock(stack_->indexes().mu);
+  EXPECT_EQ(stack_->indexes().routed.chain_to(chain.back()), chain);
+}
+
 }  // namespace
 }  // namespace kvc

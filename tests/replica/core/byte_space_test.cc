@@ -167,6 +167,39 @@ TEST_F(Llama3Engine, KvEventsAreTheRoutersByteBlocksOfTheCoveredPrompt) {
   EXPECT_EQ(snap, router);
 }
 
+// A submitted prompt is announced at once (KvQueued) as the router's byte blocks of its text;
+// a later prompt extending a cached one, as the blocks past the last published one.
+TEST_F(Llama3Engine, SubmittedPromptsAreQueuedEventsInTheRoutersByteBlocks) {
+  GenerationRequest r;
+  r.prompt = tok_->encode(kDocument);
+  r.params.max_tokens = 2;
+  ASSERT_TRUE(engine_->submit(r).ok());
+  const std::vector<BlockHash> all = hash_blocks(engine_->chain_seed(""), kDocument, 16);
+  std::vector<KvEvent> events = engine_->take_kv_events();
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<KvQueued>(events[0]));
+  EXPECT_EQ(std::get<KvQueued>(events[0]), (KvQueued{std::nullopt, all}));
+  while (engine_->has_work())
+    engine_->step();
+  std::vector<BlockHash> published;
+  for (const KvEvent& e : engine_->take_kv_events())
+    if (const auto* st = std::get_if<KvStored>(&e))
+      published.insert(published.end(), st->hashes.begin(), st->hashes.end());
+  ASSERT_FALSE(published.empty());
+
+  const std::string longer = kDocument + " And a question about it, with more words in it.";
+  r.prompt = tok_->encode(longer);
+  ASSERT_TRUE(engine_->submit(r).ok());
+  events = engine_->take_kv_events();
+  ASSERT_EQ(events.size(), 1u);
+  const auto& q = std::get<KvQueued>(events[0]);
+  const std::vector<BlockHash> want = hash_blocks(engine_->chain_seed(""), longer, 16);
+  EXPECT_EQ(q.parent, published.back());
+  EXPECT_EQ(q.hashes,
+            std::vector<BlockHash>(want.begin() + static_cast<std::ptrdiff_t>(published.size()),
+                                   want.end()));
+}
+
 // A second prompt sharing a long byte prefix reuses the cached tokens up to the last pre-token
 // before the divergence, rounded down to a block.
 TEST_F(Llama3Engine, SharedBytePrefixHitsWithinOnePreTokenAndABlock) {

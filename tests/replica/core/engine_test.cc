@@ -134,6 +134,28 @@ TEST_F(EngineTest, SecondRequestWithSamePromptComputesOnlyTheSuffix) {
   EXPECT_EQ(first.stats.num_prefill_tokens, 2);  // only the suffix is computed
 }
 
+// Each submitted prompt is announced at once (KvQueued: the blocks it will compute, past those
+// held), once per distinct chain between two takes; a prompt held whole announces nothing.
+TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  const BlockHash seed = engine.chain_seed("");
+  const GenerationRequest r = request(kSystem + "Q1", 1, 0, 1);  // 82 tokens: 5 full blocks
+  const std::vector<BlockHash> five = hash_blocks(seed, kSystem + "Q1", 16);
+  ASSERT_EQ(five.size(), 5u);
+  ASSERT_TRUE(engine.submit_all({r, r, r}).ok());  // three requests, one prompt
+  EXPECT_EQ(engine.take_kv_events(), (std::vector<KvEvent>{KvQueued{std::nullopt, five}}));
+  while (engine.has_work())
+    engine.step();
+  (void)engine.take_kv_events();  // the stored blocks
+
+  const std::string longer = kSystem + "Question two, a longer one";  // 106 tokens: 6 blocks
+  const std::vector<BlockHash> six = hash_blocks(seed, longer, 16);
+  ASSERT_TRUE(engine.submit(request(longer, 1, 0, 1)).ok());
+  ASSERT_TRUE(engine.submit(r).ok());  // all 5 blocks held: nothing to announce
+  EXPECT_EQ(engine.take_kv_events(), (std::vector<KvEvent>{KvQueued{six[4], {six[5]}}}));
+}
+
 // The work a replica has taken on (SchedulerCounts::num_work_tokens_queued, what routers read
 // alike): a waiting group counts its prompt less the prefix cached when it arrived, plus
 // max_tokens per sample; it shrinks as the engine computes, and is 0 when all is done.

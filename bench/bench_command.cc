@@ -257,11 +257,6 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "with --quantization fp8: the attention output is quantized for the o "
                    "projection by a pass of its own instead of by the attention's merge (the "
                    "default; the same codes)");
-  engine
-      ->add_option("--l2-prefetch-mb", e->l2_prefetch_mb,
-                   "MiB of each layer's o and gate/up projection weights the decode attention "
-                   "reads ahead into L2 (0: none; default: the engine's)")
-      ->check(CLI::Range(0, 1024));
   auto gm = std::make_shared<GemmBenchOptions>();
   CLI::App* gemm = bench->add_subcommand(
       "gemm",

@@ -374,7 +374,6 @@ int run_engine_bench(const EngineBenchOptions& o) {
     backend.one = std::move(made).value();
     backend.one->model().set_fp8_scales_in_readers(!o.fp8_scales_in_gemm);
     backend.one->model().set_fp8_attention_rows_in_merge(!o.fp8_attention_quantize_pass);
-    if (o.l2_prefetch_mb >= 0) backend.one->model().set_l2_prefetch_bytes(o.l2_prefetch_mb << 20);
   }
 
   // Split over several GPUs: the group's all-reduce bus bandwidth (256 MiB per rank), the
@@ -403,8 +402,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
                  {"decode_gemm", backend.rank0().model().decode_gemm()},
                  {"tensor_parallel_size", o.tensor_parallel_size},
                  {"fp8_scales_in_readers", fp8 && !o.fp8_scales_in_gemm},
-                 {"fp8_attention_rows_in_merge", fp8 && !o.fp8_attention_quantize_pass},
-                 {"l2_prefetch_bytes", backend.rank0().model().l2_prefetch_bytes()}});
+                 {"fp8_attention_rows_in_merge", fp8 && !o.fp8_attention_quantize_pass}});
   std::printf("decode GEMMs: %s\n\n", backend.rank0().model().decode_gemm()
                                           ? "Hopper decode GEMM (<= 128 rows), cuBLASLt above"
                                           : "cuBLASLt");

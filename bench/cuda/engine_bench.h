@@ -32,8 +32,7 @@ struct EngineBenchOptions {
   bool fp8_kv = false;              // --kv-cache-dtype fp8 (llama.h fp8_kv): KV bytes halved
   bool fp8_scales_in_gemm = false;  // llama.h set_fp8_scales_in_readers(false)
   bool fp8_attention_quantize_pass = false;  // llama.h set_fp8_attention_rows_in_merge(false)
-  int64_t l2_prefetch_mb = -1;  // >= 0: llama.h set_l2_prefetch_bytes (MiB); -1: the default
-  int logprobs = -1;            // >= 0: every sibling asks for its tokens' top-k logprobs
+  int logprobs = -1;  // >= 0: every sibling asks for its tokens' top-k logprobs
   // > 0: the model split over that many GPUs (CudaTensorParallelBackend; 1: the split's path on
   // one GPU, NCCL and all); the floors are per GPU (a rank reads 1/N of the weights and KV).
   int tensor_parallel_size = 0;

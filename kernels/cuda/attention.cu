@@ -42,7 +42,6 @@ __global__ void __launch_bounds__(kThreads, kCascadeCtasPerSm)
   const uint32_t smem_base =
       (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   launch_dependents();
-  prefetch_l2_share(p.l2, blockIdx.x, gridDim.x);
   const int bid = static_cast<int>(blockIdx.x);
   if (bid < p.num_prefix_ctas) {
     for (int item = bid; item < p.num_node_items; item += p.num_prefix_ctas)
@@ -63,7 +62,6 @@ __global__ void __launch_bounds__(32 * kDecodeHeadsPerCta)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   launch_dependents();
-  prefetch_l2_share(p.l2, blockIdx.x, gridDim.x);
   if constexpr (kFp8) {
     decode_item_fp8<D, T, kDecodeHeadsPerCta, kFp8WideStages>(p, blockIdx.x, smem_base);
   } else {
@@ -367,7 +365,7 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
                            const DeviceCascadePlan& plan, const void* q, const void* k_cache,
                            const void* v_cache, void* out, float* lse, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream, const KvQuant& quant,
-                           const Fp8RowsOut* fp8_out, const L2Prefetch& l2_prefetch) {
+                           const Fp8RowsOut* fp8_out) {
   if (!shape_supported(shape) || (plan.device == nullptr && !plan.host.empty()) ||
       workspace_bytes < cascade_workspace_bytes(plan, shape)) {
     return cudaErrorInvalidValue;
@@ -399,7 +397,6 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   ap.num_splits = plan.suffix.num_splits;
   ap.split_tokens = plan.suffix.split_tokens;
   ap.decode_unit_base = plan.num_node_units;
-  ap.l2 = l2_prefetch;
   const int per_cta = plan.wide_path ? kDecodeHeadsPerCta : kCascadeHeadsPerCta;
   const int64_t decode_ctas = int64_t{plan.num_seqs} * plan.suffix.num_splits *
                               ((shape.num_kv_heads + per_cta - 1) / per_cta);

@@ -138,16 +138,6 @@ struct Fp8RowsOut {
   int scale_blocks = 1;
 };
 
-// Bytes for an attention launch to pull into L2 while it runs: the next GEMM's weights. At small
-// S the cascade's prefix pass is tensor-core bound and leaves HBM mostly idle, so the o
-// projection's weights (and the start of the MLP's) can be read ahead of their GEMM; each CTA
-// issues its share (Hopper bulk prefetch; a no-op before sm_90). Up to two ranges, 16-byte
-// aligned (sizes rounded down to 16 bytes).
-struct L2Prefetch {
-  const void* ptr[2] = {nullptr, nullptr};
-  int64_t bytes[2] = {0, 0};
-};
-
 // Cascade decode: one launch runs every prefix-pass item (tensor cores, on num_prefix_ctas
 // persistent CTAs first in the grid) and every suffix split (4-head decode CTAs after them, which
 // share the SMs with the prefix CTAs when the plan chose one prefix CTA per SM); one merge launch
@@ -160,8 +150,7 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
                            const DeviceCascadePlan& plan, const void* q, const void* k_cache,
                            const void* v_cache, void* out, float* lse, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream = nullptr,
-                           const KvQuant& quant = {}, const Fp8RowsOut* fp8_out = nullptr,
-                           const L2Prefetch& l2_prefetch = {});
+                           const KvQuant& quant = {}, const Fp8RowsOut* fp8_out = nullptr);
 
 // Workspace of paged_decode for num_seqs sequences of at most max_seq_len tokens.
 size_t paged_decode_workspace_bytes(const AttentionShape& shape, int num_seqs, int max_seq_len,

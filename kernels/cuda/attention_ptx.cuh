@@ -62,25 +62,6 @@ __device__ __forceinline__ void launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-// Thread 0 of CTA `cta` of `ctas` asks L2 for its share of the ranges (attention.h L2Prefetch):
-// 32 KB pieces, piece i by CTA i % ctas, each one cp.async.bulk.prefetch (no registers or shared
-// memory held, nothing waited on). No-op before sm_90.
-__device__ __forceinline__ void prefetch_l2_share(const L2Prefetch& l2, int64_t cta, int64_t ctas) {
-#if __CUDA_ARCH__ >= 900
-  constexpr int64_t kPiece = 32 << 10;
-  if (threadIdx.x != 0) return;
-  for (int r = 0; r < 2; ++r) {
-    const int64_t bytes = l2.bytes[r] & ~int64_t{15};
-    const char* base = static_cast<const char*>(l2.ptr[r]);
-    for (int64_t off = cta * kPiece; off < bytes; off += ctas * kPiece) {
-      const uint32_t n = static_cast<uint32_t>(bytes - off < kPiece ? bytes - off : kPiece);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n)
-                   : "memory");
-    }
-  }
-#endif
-}
-
 __device__ __forceinline__ void wait_for_primary() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

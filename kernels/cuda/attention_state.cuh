@@ -39,8 +39,6 @@ struct AttendParams {
   const int32_t* seq_lens;
   int num_splits, split_tokens;
   int64_t decode_unit_base;  // unit of (sequence 0, split 0)
-
-  L2Prefetch l2;  // read ahead into L2 by the launch's CTAs, each its share (attention.h)
 };
 
 struct MergeParams {

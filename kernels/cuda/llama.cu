@@ -548,19 +548,6 @@ bool LlamaModel::fp8_attention_rows_in_merge() const {
   return impl_->fp8_attention_rows_in_merge;
 }
 
-void LlamaModel::set_l2_prefetch_bytes(int64_t bytes) {
-  Impl& I = *impl_;
-  bytes = std::max<int64_t>(bytes, 0);
-  if (I.l2_prefetch_bytes == bytes) return;
-  cudaStreamSynchronize(I.stream);
-  I.drop_graphs();  // captured attention launches carry the ranges
-  I.l2_prefetch_bytes = bytes;
-}
-
-int64_t LlamaModel::l2_prefetch_bytes() const {
-  return impl_->l2_prefetch_bytes;
-}
-
 Status LlamaModel::set_tensor_parallel(NcclComm* comm) {
   Impl& I = *impl_;
   if (comm == nullptr || comm->size() != dims_.tp_size) {

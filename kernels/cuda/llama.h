@@ -191,11 +191,6 @@ class LlamaModel {
   // quantized by a pass of their own (ops.h quantize_rows_fp8). The same codes either way.
   void set_fp8_attention_rows_in_merge(bool on);
   bool fp8_attention_rows_in_merge() const;
-  // Bytes of each layer's weights the decode attention launch reads ahead into L2
-  // (attention.h L2Prefetch): the o projection's, then the gate/up projection's first bytes, up
-  // to this many; 0: none.
-  void set_l2_prefetch_bytes(int64_t bytes);
-  int64_t l2_prefetch_bytes() const;
   // Tensor parallelism (LlamaDims::tp_size): this rank's communicator (comm->size() ==
   // dims().tp_size), kept, not owned. From then on every step all-reduces the o and down
   // projections' outputs and gathers the LM head's logits over the group, so every rank calls

@@ -142,7 +142,6 @@ struct LlamaModel::Impl {
   bool graphs_on = true;
   bool fp8_scales_in_readers = true;        // LlamaModel::set_fp8_scales_in_readers
   bool fp8_attention_rows_in_merge = true;  // LlamaModel::set_fp8_attention_rows_in_merge
-  int64_t l2_prefetch_bytes = 0;            // LlamaModel::set_l2_prefetch_bytes
   std::vector<GraphEntry> graphs;
   std::vector<int64_t> last_key;  // the previous decode step's signature
   uint64_t graph_clock = 0;

@@ -227,21 +227,11 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
           const size_t off = size_t(prefill_rows) * qd;
           const Fp8RowsOut attn_q{static_cast<uint8_t*>(I.xq) + off, I.xq_scales + prefill_rows,
                                   attn_scales.stride, attn_scales.blocks};
-          // The o projection's weights, then the gate/up projection's, read ahead into L2.
-          L2Prefetch ahead;
-          const int64_t elem = fp8 ? 1 : 2;
-          const int64_t o_bytes = std::min<int64_t>(I.l2_prefetch_bytes, int64_t{h} * qd * elem);
-          ahead.ptr[0] = L.o;
-          ahead.bytes[0] = o_bytes;
-          ahead.ptr[1] = L.gate_up;
-          ahead.bytes[1] =
-              std::min<int64_t>(I.l2_prefetch_bytes - o_bytes, int64_t{2} * ff * h * elem);
-          KVC_OP(
-              cascade_decode(I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off,
-                             kc, vc, static_cast<__nv_bfloat16*>(I.attn) + off, nullptr,
-                             I.decode_ws, I.decode_ws_bytes, s, I.kv_quant[layer],
-                             rows_in_merge ? &attn_q : nullptr, ahead),
-              "cascade_decode");
+          KVC_OP(cascade_decode(
+                     I.shape, KvDtype::kBF16, dplan, static_cast<__nv_bfloat16*>(I.q) + off, kc, vc,
+                     static_cast<__nv_bfloat16*>(I.attn) + off, nullptr, I.decode_ws,
+                     I.decode_ws_bytes, s, I.kv_quant[layer], rows_in_merge ? &attn_q : nullptr),
+                 "cascade_decode");
         }
         if (const int quantized = rows_in_merge ? prefill_rows : rows; fp8 && quantized > 0) {
           KVC_OP(quantize_rows_fp8(I.attn, qd, quantized, qd, I.xq, I.xq_scales, attn_scales, s),

@@ -140,7 +140,7 @@ struct Problem {
   // `launches` > 1 replays the same uploaded plan (outputs poisoned before each launch), as a
   // captured decode step does: nothing a launch leaves behind may change the next one.
   Output run_cascade(const CascadePlan& plan, const cuda::PlanOptions& options = {},
-                     int launches = 1, const cuda::L2Prefetch& l2 = {}) const {
+                     int launches = 1) const {
     cuda::DeviceCascadePlan dp = cuda::make_device_plan(plan, shape, 0, options);
     cuda::DeviceBuffer d_plan(std::max<size_t>(dp.device_bytes(), 16));
     EXPECT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
@@ -154,7 +154,7 @@ struct Problem {
       lse.fill_bytes(0xFF);
       EXPECT_EQ(
           cuda::cascade_decode(shape, dtype, dp, d_q.data(), d_k.data(), d_v.data(), out.data(),
-                               lse.as<float>(), ws.data(), ws_bytes, nullptr, quant, nullptr, l2),
+                               lse.as<float>(), ws.data(), ws_bytes, nullptr, quant),
           cudaSuccess);
       cuda::synchronize_or_die("cascade_decode");
     }

@@ -25,3 +25,7 @@ for mb in 0 32 48; do
   echo "bf16 l2 $mb MiB"; grep -A4 "  S  steps" "$OUT/bf16-l2-$mb.txt" | tail -3
   grep "rollout:" "$OUT/bf16-l2-$mb.txt" | tail -1
 done
+# Per-operation device times with 32 MiB read ahead (o_proj and gate_up_proj should shrink).
+timeout 100 gpu-bin/kvcascade bench engine --quantization fp8 --kv-cache-dtype fp8 \
+  --attention cascade --graphs on --l2-prefetch-mb 32 >"$OUT/fp8kv8-l2-32-profile.txt" 2>&1
+grep -E "^S=|cascade_decode|o_proj|gate_up_proj" "$OUT/fp8kv8-l2-32-profile.txt"

@@ -119,34 +119,6 @@ TEST_F(CudaBackendTest, CudaGraphsReplayEqualsEagerBitForBit) {
   }
 }
 
-// Reading the next GEMMs' weights ahead into L2 during the decode attention (llama.h
-// set_l2_prefetch_bytes: none, the o projection's part, all of o and part of gate/up) changes
-// no bit of the logits, cascade or flat, eager or replayed.
-TEST_F(CudaBackendTest, L2PrefetchChangesNoBit) {
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 4; ++i)
-    reqs.push_back(request(kSystem + "Question " + std::to_string(i) + ": why?", 3, 0.0f, 16, i));
-  for (bool cascade : {true, false}) {
-    CudaBackendOptions o;
-    o.num_blocks = 1024;
-    auto plain = CudaBackend::create(weights().config, &weights(), o);
-    if (!plain.ok()) GTEST_SKIP() << "no CUDA device";
-    const RunOutput want = run(**plain, reqs, cascade, true);
-    for (int64_t bytes : {int64_t{1000}, int64_t{64} << 20}) {
-      auto ahead = CudaBackend::create(weights().config, &weights(), o);
-      ASSERT_TRUE(ahead.ok());
-      (*ahead)->model().set_l2_prefetch_bytes(bytes);
-      EXPECT_EQ((*ahead)->model().l2_prefetch_bytes(), bytes);
-      const RunOutput got = run(**ahead, reqs, cascade, true);
-      EXPECT_EQ(got.tokens, want.tokens);
-      ASSERT_EQ(got.logits.size(), want.logits.size());
-      for (const auto& [key, l] : want.logits)
-        ASSERT_EQ(l, got.logits.at(key))
-            << "prefetch " << bytes << ", position " << std::get<2>(key);
-    }
-  }
-}
-
 // A pool so small that whole groups are preempted and recomputed gives the large pool's tokens
 // (recompute runs the prefill kernel where the first run decoded: near-ties may flip).
 TEST_F(CudaBackendTest, SmallPoolPreemptionKeepsOutputs) {

@@ -113,12 +113,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         break;
       default: {  // match the chain's prefix, maybe diverging after it
-        Chain query(chain.begin(), chain.begin() + 1 + in.below(chain.size()));
+        const size_t len = 1 + in.below(chain.size());
+        Chain query(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(len));
         if (code & 8) query.push_back(hash_of(kMaxBlock + 1 + in.byte()));
         const kvc::MatchResult got = index.match(query);
         FUZZ_CHECK(got.replicas == model.match(query));
         FUZZ_CHECK(got.tree_blocks == model.tree_blocks(query));
         FUZZ_CHECK(got.best() <= got.tree_blocks);
+        // The path back from the prefix's last block is the prefix, when the tree has it.
+        const Chain path = index.chain_to(chain[len - 1]);
+        if (path.empty()) {
+          FUZZ_CHECK(got.tree_blocks < len);
+        } else {
+          FUZZ_CHECK(got.tree_blocks >= len);
+          FUZZ_CHECK(path ==
+                     Chain(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(len)));
+        }
         break;
       }
     }

@@ -89,6 +89,7 @@ std::vector<KvEvent> Engine::take_kv_events() {
 void Engine::note_queued(const SequenceGroup& g) {
   if (!g.prompt_template || key_space_ == KeySpace::kPrivateTokenIds) return;
   const SequenceKeys& keys = g.prompt_template->keys;
+  if (key_space_ == KeySpace::kTokenIds && !keys.has_byte_space()) return;
   const std::vector<BlockHash>& chain =
       key_space_ == KeySpace::kTokenIds ? keys.byte_hashes() : keys.hashes();
   auto published = [&](BlockHash h) {

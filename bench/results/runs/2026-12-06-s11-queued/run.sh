@@ -18,3 +18,7 @@ for i in 1 2; do
   $k bench routing --replicas 16 --requests 5000 --mix rl --policy kvcascade \
     --routers 1 --routers 2 --routers 4 > "$d/h200-rl-$i.txt" 2>&1
 done
+# targets-spot/: two cells of issue 28 §1's table after the change (one router: queued events
+# only repeat what the router inserted itself), as runs/2026-12-06-s10-targets/run.sh runs them:
+#   run h200-rl h200-llama3-8b rl 100 1; run cpu-rl cpu-llama3-8b rl 70 1
+# (into targets-spot/), then: python3 bench/routing_target_table.py DIR > DIR/table.md

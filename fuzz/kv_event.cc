@@ -32,6 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(s->hashes.size() <= limits.max_hashes_per_event);
     if (const auto* r = std::get_if<kvc::KvRemoved>(&e))
       FUZZ_CHECK(r->hashes.size() <= limits.max_hashes_per_event);
+    if (const auto* q = std::get_if<kvc::KvQueued>(&e))
+      FUZZ_CHECK(q->hashes.size() <= limits.max_hashes_per_event);
   }
   const std::string encoded = kvc::encode_kv_event_batch(*batch);
   kvc::Result<kvc::KvEventBatch> again = kvc::decode_kv_event_batch(encoded);

@@ -9,6 +9,22 @@ namespace kvc::http {
 // stop(): rounds of running what closed sockets left queued (each round runs what is ready).
 constexpr int kMaxDrainPolls = 1000;
 
+std::optional<std::string_view> query_param(std::string_view target, std::string_view name) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name)
+      return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    rest = rest.substr(amp + 1);
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> find_header(const Headers& headers, std::string_view name) {
   for (const auto& [n, v] : headers) {
     if (wire::iequals(n, name)) return v;

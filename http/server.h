@@ -26,6 +26,10 @@ namespace kvc::http {
 using Headers = std::vector<std::pair<std::string, std::string>>;
 // The first header of that name (case-insensitive), if any.
 std::optional<std::string> find_header(const Headers& headers, std::string_view name);
+// The value of `name` in the query of an origin-form target ("/path?a=1&b"): '&'-separated
+// pairs after the first '?', compared as sent (no percent-decoding); a name without '=' has the
+// empty value. nullopt when absent.
+std::optional<std::string_view> query_param(std::string_view target, std::string_view name);
 
 struct Request {
   std::string method;  // as sent, e.g. "POST"

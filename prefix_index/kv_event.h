@@ -47,8 +47,10 @@ struct KvCleared {
 // Blocks a request queued here will compute, not held yet: the prompt's chain past the blocks
 // the replica already holds (parent: its last held block; nullopt: none held). Routers count
 // them held here for a short while (FleetIndexes::routed), so every router, not only the one
-// that sent the request, places a prompt sharing them here while it waits and prefills; the
-// stored events follow once the blocks are computed. Not part of a snapshot.
+// that sent the request, places a prompt sharing them here while it waits and prefills; stored
+// events follow for the blocks computed and cached (a byte block a cached token block never
+// covers wholly is not; its entry expires). At most the first 8,192 blocks of a prompt, best
+// effort. Not part of a snapshot; sent only to subscribers that ask (/v1/kv_events?queued=1).
 struct KvQueued {
   std::optional<BlockHash> parent;
   std::vector<BlockHash> hashes;

@@ -44,7 +44,7 @@ std::vector<KvEvent> ByteSpaceEvents::translate(const std::vector<KvEvent>& toke
         owned_.erase(it);
       }
       if (!bytes.hashes.empty()) out.push_back(std::move(bytes));
-    } else {
+    } else if (std::holds_alternative<KvCleared>(e)) {
       owned_.clear();
       refs_.clear();
       cached_.clear();

@@ -83,13 +83,13 @@ std::vector<KvEvent> Engine::take_kv_events() {
   for (KvQueued& q : queued_)
     events.emplace_back(std::move(q));
   queued_.clear();
+  queued_blocks_ = 0;
   return events;
 }
 
 void Engine::note_queued(const SequenceGroup& g) {
   if (!g.prompt_template || key_space_ == KeySpace::kPrivateTokenIds) return;
   const SequenceKeys& keys = g.prompt_template->keys;
-  if (key_space_ == KeySpace::kTokenIds && !keys.has_byte_space()) return;
   const std::vector<BlockHash>& chain =
       key_space_ == KeySpace::kTokenIds ? keys.byte_hashes() : keys.hashes();
   auto published = [&](BlockHash h) {
@@ -99,13 +99,18 @@ void Engine::note_queued(const SequenceGroup& g) {
   size_t held = 0;
   while (held < chain.size() && published(chain[held]))
     ++held;
-  if (held == chain.size()) return;
+  if (held == chain.size() || queued_blocks_ >= kMaxQueuedBlocks) return;
+  // The first blocks past the held ones: what a prompt sharing them matches first.
+  const size_t n =
+      std::min({chain.size() - held, kMaxQueuedBlocksPerPrompt, kMaxQueuedBlocks - queued_blocks_});
   KvQueued q;
   if (held > 0) q.parent = chain[held - 1];
-  q.hashes.assign(chain.begin() + static_cast<std::ptrdiff_t>(held), chain.end());
+  q.hashes.assign(chain.begin() + static_cast<std::ptrdiff_t>(held),
+                  chain.begin() + static_cast<std::ptrdiff_t>(held + n));
   // Siblings sent as separate requests (a GRPO step) queue one prompt many times at once.
-  if (std::find(queued_.begin(), queued_.end(), q) == queued_.end())
-    queued_.push_back(std::move(q));
+  if (std::find(queued_.begin(), queued_.end(), q) != queued_.end()) return;
+  queued_blocks_ += n;
+  queued_.push_back(std::move(q));
 }
 
 std::vector<KvEvent> Engine::kv_snapshot() const {

@@ -140,6 +140,11 @@ class Engine {
   // tokenizer does not give its input back byte for byte; then a queued event (KvQueued) for each
   // prompt submitted since, with the blocks it will compute.
   std::vector<KvEvent> take_kv_events();
+  // The queued events are best effort, so bounded: a prompt's first blocks past those held, and
+  // so many blocks in all between two takes (a batch stays far below a router's
+  // max_kv_event_bytes, and an engine whose events nobody takes stops adding).
+  static constexpr size_t kMaxQueuedBlocksPerPrompt = 8192;
+  static constexpr size_t kMaxQueuedBlocks = 65536;
   // Every byte block held, parents first: a new subscriber's snapshot.
   std::vector<KvEvent> kv_snapshot() const;
 
@@ -181,7 +186,8 @@ class Engine {
   KeySpace key_space_;                         // the tokenizer's (api/key_space.h)
   std::vector<int32_t> model_eos_;             // the model's end ids besides the tokenizer's
   std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
-  std::vector<KvQueued> queued_;               // note_queued's, until take_kv_events
+  std::vector<KvQueued> queued_;  // note_queued's, until take_kv_events
+  size_t queued_blocks_ = 0;
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;
 };

@@ -1,5 +1,9 @@
 #include "replica/core/engine_loop.h"
 
+#include <variant>
+
+#include <optional>
+
 #include <cassert>
 
 namespace kvc {
@@ -106,7 +110,7 @@ void EngineLoop::abort(uint64_t group_id) {
   post([this, group_id] { engine_.abort(group_id); });
 }
 
-std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber) {
+std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber, bool queued) {
   uint64_t sid = 0;
   {
     std::lock_guard lock(mu_);
@@ -114,17 +118,18 @@ std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber)
     sid = next_subscriber_++;
   }
   // Commands run in order, so an unsubscribe posted after this finds the subscriber.
-  const bool queued = post([this, sid, subscriber = std::move(subscriber)]() mutable {
+  const bool posted = post([this, sid, queued, subscriber = std::move(subscriber)]() mutable {
     // Changes not yet published belong before the snapshot for everyone else.
     publish_kv_events();
     Subscriber& s = subscribers_[sid];
     s.fn = std::move(subscriber);
+    s.queued = queued;
     KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
     for (KvEvent& e : engine_.kv_snapshot())
       snapshot.events.push_back(std::move(e));
     s.fn(snapshot);
   });
-  if (!queued) return std::nullopt;
+  if (!posted) return std::nullopt;
   return sid;
 }
 
@@ -247,8 +252,17 @@ void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
 void EngineLoop::publish_kv_events() {
   std::vector<KvEvent> events = engine_.take_kv_events();
   if (events.empty()) return;
+  std::optional<std::vector<KvEvent>> without_queued;  // for subscribers that did not ask
   for (auto& [id, s] : subscribers_) {
-    s.fn(KvEventBatch{replica_id_, s.next_seq++, false, events});
+    if (!s.queued) {
+      if (!without_queued) {
+        without_queued.emplace();
+        for (const KvEvent& e : events)
+          if (!std::holds_alternative<KvQueued>(e)) without_queued->push_back(e);
+      }
+      if (without_queued->empty()) continue;
+    }
+    s.fn(KvEventBatch{replica_id_, s.next_seq++, false, s.queued ? events : *without_queued});
   }
 }
 

@@ -105,8 +105,10 @@ class EngineLoop {
               OnSubmitted on_submitted);
   void abort(uint64_t group_id);
   // Returns at once. The subscriber gets a snapshot batch first, then every change, all on the
-  // engine thread. Returns the id to unsubscribe with, or nullopt after stop().
-  std::optional<uint64_t> subscribe_kv_events(KvSubscriber subscriber);
+  // engine thread; queued events (KvQueued) only with `queued` (a router that knows them: one
+  // built before them refuses a batch holding one). Returns the id to unsubscribe with, or
+  // nullopt after stop().
+  std::optional<uint64_t> subscribe_kv_events(KvSubscriber subscriber, bool queued = false);
   void unsubscribe_kv_events(uint64_t id);
   // Ends the engine thread: commands already queued run, groups still running are aborted (their
   // sinks see the error), later submissions and subscriptions are refused. Idempotent.
@@ -177,6 +179,7 @@ class EngineLoop {
   struct Subscriber {
     KvSubscriber fn;
     uint64_t next_seq = 0;
+    bool queued = false;  // receives KvQueued events
   };
   std::map<uint64_t, Subscriber> subscribers_;
   int64_t num_steps_ = 0;

@@ -388,7 +388,7 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
       responder->send(200, "text/event-stream", "", {{"cache-control", "no-cache"}});
       return;
     }
-    kv_events(responder);
+    kv_events(responder, http::query_param(request.target, "queued") == "1");
   } else if (path == "/metrics" && registry_) {
     if (only("GET")) responder->send(200, metrics::kContentType, metrics::expose(*registry_));
   } else {
@@ -487,12 +487,13 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   });
 }
 
-void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder) {
+void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder, bool queued) {
   responder->start_stream(200, "text/event-stream", {{"cache-control", "no-cache"}});
-  const std::optional<uint64_t> sub =
-      loop_.subscribe_kv_events([responder](const KvEventBatch& batch) {
+  const std::optional<uint64_t> sub = loop_.subscribe_kv_events(
+      [responder](const KvEventBatch& batch) {
         responder->write(http::sse_event(encode_kv_event_batch(batch)));
-      });
+      },
+      queued);
   if (!sub) {
     responder->write(
         http::sse_event(http::error_body("the engine is shutting down", "server_error")));

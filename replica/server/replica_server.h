@@ -56,7 +56,8 @@ class ReplicaServer {
  private:
   void generate(Endpoint endpoint, const http::Request& request,
                 std::shared_ptr<http::Responder> responder);
-  void kv_events(std::shared_ptr<http::Responder> responder);
+  // /v1/kv_events; `queued` (?queued=1): with the queued events (EngineLoop::subscribe_kv_events).
+  void kv_events(std::shared_ptr<http::Responder> responder, bool queued);
   // POST /v1/admin/weights, /v1/admin/pause, /v1/admin/resume.
   void admin(const std::string& path, const http::Request& request,
              std::shared_ptr<http::Responder> responder);

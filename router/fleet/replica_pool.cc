@@ -464,7 +464,7 @@ void ReplicaPool::subscribe(uint32_t index) {
   http::StreamOptions options;
   options.cancellation = cancellation;
   client_.stream(
-      r->view.host, r->view.port, "GET", "/v1/kv_events", "",
+      r->view.host, r->view.port, "GET", "/v1/kv_events?queued=1", "",
       replica_auth_headers(config_.replica_api_key),
       [status](int s, const http::Headers&) { *status = s; },
       [this, r, index, status, generation](std::string_view bytes) {

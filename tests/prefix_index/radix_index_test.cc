@@ -124,8 +124,8 @@ TEST_F(RadixIndexTest, StoredEventContinuesAfterParent) {
   index.check_invariants();
 }
 
-// chain_to walks a block's path back to the root across split and merged edges; a queued event
-// (blocks not held yet) changes nothing in an exact index.
+// chain_to walks a block's path back to the root across a split edge (fuzz/radix_index.cc checks
+// merged ones too); a queued event (blocks not held yet) changes nothing in an exact index.
 TEST_F(RadixIndexTest, ChainToAHashAndQueuedEventsHoldNothing) {
   RadixIndex index(clock_);
   ASSERT_TRUE(index.insert(0, chain({1, 2, 3, 4, 5})).ok());

@@ -281,6 +281,51 @@ TEST_F(EngineLoopTest, KvSubscribersGetASnapshotThenNumberedChanges) {
   EXPECT_EQ(first.size(), before);
 }
 
+// Queued events go only to subscribers that asked for them (a router built before them refuses
+// a batch holding one), and before the step that admits the prompt: the first batch after the
+// submission holds the announcement; the others see the same stored events without it.
+TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
+  EngineLoop loop(engine_, "r8");
+  std::mutex mu;
+  std::vector<KvEventBatch> with, without;
+  ASSERT_TRUE(loop.subscribe_kv_events(
+      [&](const KvEventBatch& b) {
+        std::lock_guard lock(mu);
+        with.push_back(b);
+      },
+      /*queued=*/true));
+  ASSERT_TRUE(loop.subscribe_kv_events([&](const KvEventBatch& b) {
+    std::lock_guard lock(mu);
+    without.push_back(b);
+  }));
+  Recorder rec;
+  std::vector<GroupSink> sinks{rec.sink()};
+  loop.submit({bytes_request(std::string(64, 'q'), 1, 2)}, std::move(sinks), rec.on_submitted());
+  wait(rec.finished);
+  loop.run_on_engine_thread([](Engine&) {});
+
+  std::lock_guard lock(mu);
+  auto count = [](const std::vector<KvEventBatch>& batches, auto kind) {
+    size_t n = 0;
+    for (const KvEventBatch& b : batches)
+      for (const KvEvent& e : b.events)
+        n += std::holds_alternative<decltype(kind)>(e) ? 1 : 0;
+    return n;
+  };
+  ASSERT_GE(with.size(), 3u);  // snapshot, the announcement, the stored blocks
+  ASSERT_EQ(with[1].events.size(), 1u);
+  const auto* q = std::get_if<KvQueued>(&with[1].events[0]);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->parent, std::nullopt);
+  EXPECT_EQ(q->hashes.size(), 4u);  // 64 bytes in 16-token blocks
+  EXPECT_EQ(count(with, KvQueued{}), 1u);
+  EXPECT_EQ(count(without, KvQueued{}), 0u);
+  EXPECT_EQ(count(with, KvStored{}), count(without, KvStored{}));
+  EXPECT_GE(count(without, KvStored{}), 1u);
+  for (size_t i = 0; i < without.size(); ++i)
+    EXPECT_EQ(without[i].seq, i);  // no gap where a batch held only the announcement
+}
+
 TEST_F(EngineLoopTest, LoadCountsStepsAndIsIdleAfterward) {
   EngineLoop loop(engine_, "r0");
   Recorder rec;

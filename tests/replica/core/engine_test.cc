@@ -156,6 +156,30 @@ TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {
   EXPECT_EQ(engine.take_kv_events(), (std::vector<KvEvent>{KvQueued{six[4], {six[5]}}}));
 }
 
+// Announcements are best effort and bounded between two takes (Engine::kMaxQueuedBlocks), so an
+// engine whose events nobody takes does not grow them without end; the next take starts afresh.
+TEST_F(EngineTest, QueuedEventsAreBoundedBetweenTakes) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  const size_t prompts = Engine::kMaxQueuedBlocks / 5 + 10;  // 5 full blocks each
+  std::vector<GenerationRequest> reqs;
+  for (size_t i = 0; i < prompts; ++i) {
+    std::string p = std::to_string(i) + ":" + kSystem;
+    reqs.push_back(request(p.substr(0, 82), 1, 0, 1));
+  }
+  ASSERT_TRUE(engine.submit_all(reqs).ok());
+  size_t blocks = 0, events = 0;
+  for (const KvEvent& e : engine.take_kv_events()) {
+    blocks += std::get<KvQueued>(e).hashes.size();
+    ++events;
+  }
+  EXPECT_EQ(blocks, Engine::kMaxQueuedBlocks);
+  EXPECT_LT(events, prompts);
+  ASSERT_TRUE(
+      engine.submit(request("Another prompt, after the take: it is announced.", 1, 0, 1)).ok());
+  EXPECT_EQ(engine.take_kv_events().size(), 1u);
+}
+
 // The work a replica has taken on (SchedulerCounts::num_work_tokens_queued, what routers read
 // alike): a waiting group counts its prompt less the prefix cached when it arrived, plus
 // max_tokens per sample; it shrinks as the engine computes, and is 0 when all is done.

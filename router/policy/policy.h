@@ -117,7 +117,11 @@ struct KvCascadePolicyConfig {
   // prefix then replicates to as many replicas as its load needs). 0: off.
   double work_bound_factor = 1.1;
   double work_slack_requests = 4.0;
-  double work_lead_factor = 2.0;
+  // 1.0 since the eleventh session (2.0 before): at 2.0 the holders of Mooncake's long shared
+  // prefixes ended 1.25-1.53x the mean work on the H200 profile; at 1.0, 1.12-1.17 with the same
+  // hits, and every cell of issue 28's target table still met (bench/results/
+  // routing-profiles.md, eleventh session).
+  double work_lead_factor = 1.0;
   double work_decay = 0.999;
   // KV pressure (engines reporting their KV-cache usage, e.g. vLLM's kv_cache_usage_perc): past
   // kv_pressure_start, new work there waits for memory or preempts, so the replica is charged as

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 28 §1's target table from a folder of `bench routing` outputs named
+"""The routing target table (kvcascade's hits, balance and TTFT p90 against bounds from
+sglang_cache_aware and consistent_hash) from a folder of `bench routing` outputs named
 PROFILE-MIX-sSEED.txt (kvcascade, sglang_cache_aware and consistent_hash in each).
 
 Usage: bench/routing_target_table.py DIR"""

@@ -31,8 +31,9 @@ int config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttrib
 
 // Mean microseconds of one GEMM over the rotated weights (median of 5 sweeps of kLayers).
 float time_algo(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-                cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, const cublasLtMatmulAlgo_t* algo,
-                const std::vector<void*>& w, const void* x, void* y, void* ws) {
+                cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                const cublasLtMatmulAlgo_t* algo, const std::vector<void*>& w, const void* x,
+                void* y, void* ws) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <span>
 
 namespace kvc {
@@ -90,15 +91,18 @@ std::vector<KvEvent> Engine::take_kv_events() {
 void Engine::note_queued(const SequenceGroup& g) {
   if (!g.prompt_template || key_space_ == KeySpace::kPrivateTokenIds) return;
   const SequenceKeys& keys = g.prompt_template->keys;
-  const std::vector<BlockHash>& chain =
-      key_space_ == KeySpace::kTokenIds ? keys.byte_hashes() : keys.hashes();
-  auto published = [&](BlockHash h) {
-    return key_space_ == KeySpace::kTokenIds ? byte_space_->publishes(h)
-                                             : pool_.lookup(h).has_value();
-  };
+  const bool token_ids = key_space_ == KeySpace::kTokenIds;
+  const std::vector<BlockHash>& chain = token_ids ? keys.byte_hashes() : keys.hashes();
+  // Leading blocks published already: the pool's cached prefix (its keys are the router's with
+  // the byte tokenizer), else the byte blocks the cached token blocks cover.
   size_t held = 0;
-  while (held < chain.size() && published(chain[held]))
-    ++held;
+  if (token_ids) {
+    while (held < chain.size() && byte_space_->publishes(chain[held]))
+      ++held;
+  } else {
+    held = static_cast<size_t>(
+        kv_.find_cached_prefix(*g.prompt_template, std::numeric_limits<int32_t>::max()).blocks);
+  }
   if (held == chain.size() || queued_blocks_ >= kMaxQueuedBlocks) return;
   // The first blocks past the held ones: what a prompt sharing them matches first.
   const size_t n =

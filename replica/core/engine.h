@@ -186,7 +186,7 @@ class Engine {
   KeySpace key_space_;                         // the tokenizer's (api/key_space.h)
   std::vector<int32_t> model_eos_;             // the model's end ids besides the tokenizer's
   std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
-  std::vector<KvQueued> queued_;  // note_queued's, until take_kv_events
+  std::vector<KvQueued> queued_;               // note_queued's, until take_kv_events
   size_t queued_blocks_ = 0;
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;

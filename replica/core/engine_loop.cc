@@ -1,10 +1,8 @@
 #include "replica/core/engine_loop.h"
 
-#include <variant>
-
-#include <optional>
-
 #include <cassert>
+#include <optional>
+#include <variant>
 
 namespace kvc {
 

@@ -119,8 +119,8 @@ struct KvCascadePolicyConfig {
   double work_slack_requests = 4.0;
   // 1.0 since the eleventh session (2.0 before): at 2.0 the holders of Mooncake's long shared
   // prefixes ended 1.25-1.53x the mean work on the H200 profile; at 1.0, 1.12-1.17 with the same
-  // hits, and every cell of issue 28's target table still met (bench/results/
-  // routing-profiles.md, eleventh session).
+  // hits, and every cell of the routing target table (bench/routing_target_table.py) still met
+  // (bench/results/routing-profiles.md, eleventh session).
   double work_lead_factor = 1.0;
   double work_decay = 0.999;
   // KV pressure (engines reporting their KV-cache usage, e.g. vLLM's kv_cache_usage_perc): past

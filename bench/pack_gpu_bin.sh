@@ -2,7 +2,7 @@
 # Copies what bench/gpu_engine.sh runs on the GPU host into gpu-bin/ (ignored by git, carried by
 # the device call): the CUDA test binaries, kvcascade and kvcascade-cuda (to which kvcascade hands
 # --backend cuda and the GPU benchmarks), and the shared libraries the GPU host lacks
-# (prometheus-cpp, utf8proc, simdjson). BUILD: the CUDA-enabled build dir (default build/).
+# (prometheus-cpp, utf8proc, simdjson, tcmalloc). BUILD: the CUDA-enabled build dir (default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
@@ -11,7 +11,7 @@ mkdir -p gpu-bin/lib
 cp "$build/tests/kernels/cuda/kernels_cuda_test" "$build/tests/replica/backend/replica_cuda_test" \
   "$build/cli/kvcascade" "$build/cli/kvcascade-cuda" gpu-bin/
 for lib in $(ldd "$build/cli/kvcascade-cuda" "$build/tests/replica/backend/replica_cuda_test" |
-  awk '/prometheus|utf8proc|simdjson/ {print $3}' | sort -u); do
+  awk '/prometheus|utf8proc|simdjson|tcmalloc/ {print $3}' | sort -u); do
   cp -L "$lib" gpu-bin/lib/
 done
 grep -qx 'gpu-bin/' .git/info/exclude 2>/dev/null || echo 'gpu-bin/' >>.git/info/exclude

@@ -21,6 +21,7 @@ packages=(
   nginx                   # `kvcascade bench router` compares the router with nginx's proxy_pass
   libpcre2-dev            # Unicode regexes of Hugging Face pre-tokenizers (replica/hf_tokenizer)
   libutf8proc-dev         # Unicode NFC, the normalizer of Qwen's tokenizers (replica/hf_tokenizer)
+  libgoogle-perftools-dev # tcmalloc_minimal, the kvcascade binaries' allocator (KVCASCADE_TCMALLOC)
   python3                 # bench/mooncake_trace.py (tested), the results' table scripts
 )
 # Node.js runs the tokenizer and chat-template references (scripts/fetch-npm-refs.sh), which the

@@ -255,8 +255,33 @@ nlohmann::json to_json(const KvEventBatch& batch) {
 }
 
 std::string encode_kv_event_batch(const KvEventBatch& batch) {
-  // `replica` comes from configuration and may not be valid UTF-8; replacing beats throwing.
-  return to_json(batch).dump(-1, ' ', false, json::error_handler_t::replace);
+  return encode_kv_event_batch(batch.replica, batch.seq, batch.snapshot,
+                               encode_kv_events(batch.events));
+}
+
+std::string encode_kv_events(std::span<const KvEvent> events) {
+  std::string out = "[";
+  for (const KvEvent& e : events) {
+    if (out.size() > 1) out += ',';
+    out += to_json(e).dump();  // hashes and type names: ASCII
+  }
+  out += ']';
+  return out;
+}
+
+std::string encode_kv_event_batch(std::string_view replica, uint64_t seq, bool snapshot,
+                                  std::string_view events_json) {
+  // nlohmann's key order (sorted), as to_json(batch).dump() writes it. `replica` comes from
+  // configuration and may not be valid UTF-8; replacing beats throwing.
+  std::string out = "{\"events\":";
+  out.reserve(events_json.size() + replica.size() + 64);
+  out += events_json;
+  out += ",\"replica\":";
+  out += json(std::string(replica)).dump(-1, ' ', false, json::error_handler_t::replace);
+  out += ",\"seq\":";
+  out += std::to_string(seq);
+  out += snapshot ? ",\"snapshot\":true}" : ",\"snapshot\":false}";
+  return out;
 }
 
 Result<KvEvent> decode_kv_event(const nlohmann::json& j, const KvEventLimits& limits) {

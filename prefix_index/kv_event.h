@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -82,6 +83,12 @@ std::optional<BlockHash> parse_block_hash(std::string_view text);  // exactly 16
 nlohmann::json to_json(const KvEvent& event);
 nlohmann::json to_json(const KvEventBatch& batch);
 std::string encode_kv_event_batch(const KvEventBatch& batch);  // compact, one line
+// The same in two parts, for a publisher with several subscribers: the events' JSON array
+// (encode_kv_events) is the same for all of them, only `seq` differs; the second joins them
+// into the batch's text, byte for byte what encode_kv_event_batch gives.
+std::string encode_kv_events(std::span<const KvEvent> events);
+std::string encode_kv_event_batch(std::string_view replica, uint64_t seq, bool snapshot,
+                                  std::string_view events_json);
 
 // Never throws: malformed JSON, wrong types, unknown "type", bad hashes, over-limit arrays and
 // invalid UTF-8 all give an Error naming the offending field.

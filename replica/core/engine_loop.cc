@@ -125,7 +125,7 @@ std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber,
     KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
     for (KvEvent& e : engine_.kv_snapshot())
       snapshot.events.push_back(std::move(e));
-    s.fn(snapshot);
+    s.fn(snapshot, encode_kv_events(snapshot.events));
   });
   if (!posted) return std::nullopt;
   return sid;
@@ -249,18 +249,27 @@ void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
 
 void EngineLoop::publish_kv_events() {
   std::vector<KvEvent> events = engine_.take_kv_events();
-  if (events.empty()) return;
-  std::optional<std::vector<KvEvent>> without_queued;  // for subscribers that did not ask
+  if (events.empty() || subscribers_.empty()) return;
+  // One batch and one encoding for the subscribers that asked for queued events and one for
+  // those that did not, each subscriber's seq set on it in turn: N routers cost the engine
+  // thread one copy and one encoding of the events, not N.
+  struct Shared {
+    KvEventBatch batch;
+    std::string json;
+  };
+  std::optional<Shared> with_queued, without_queued;
   for (auto& [id, s] : subscribers_) {
-    if (!s.queued) {
-      if (!without_queued) {
-        without_queued.emplace();
-        for (const KvEvent& e : events)
-          if (!std::holds_alternative<KvQueued>(e)) without_queued->push_back(e);
-      }
-      if (without_queued->empty()) continue;
+    std::optional<Shared>& shared = s.queued ? with_queued : without_queued;
+    if (!shared) {
+      shared.emplace();
+      shared->batch.replica = replica_id_;
+      for (const KvEvent& e : events)
+        if (s.queued || !std::holds_alternative<KvQueued>(e)) shared->batch.events.push_back(e);
+      shared->json = encode_kv_events(shared->batch.events);
     }
-    s.fn(KvEventBatch{replica_id_, s.next_seq++, false, s.queued ? events : *without_queued});
+    if (shared->batch.events.empty()) continue;
+    shared->batch.seq = s.next_seq++;
+    s.fn(shared->batch, shared->json);
   }
 }
 
@@ -333,7 +342,7 @@ void EngineLoop::run() {
     // Idle streams get an empty batch now and then, so proxies and clients do not cut them.
     if (engine_.clock().now() - last_publish >= kHeartbeat) {
       for (auto& [id, s] : subscribers_)
-        s.fn(KvEventBatch{replica_id_, s.next_seq++, false, {}});
+        s.fn(KvEventBatch{replica_id_, s.next_seq++, false, {}}, "[]");
       last_publish = engine_.clock().now();
     }
     for (auto& c : commands)

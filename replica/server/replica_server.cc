@@ -490,8 +490,9 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
 void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder, bool queued) {
   responder->start_stream(200, "text/event-stream", {{"cache-control", "no-cache"}});
   const std::optional<uint64_t> sub = loop_.subscribe_kv_events(
-      [responder](const KvEventBatch& batch) {
-        responder->write(http::sse_event(encode_kv_event_batch(batch)));
+      [responder](const KvEventBatch& batch, std::string_view events_json) {
+        responder->write(http::sse_event(
+            encode_kv_event_batch(batch.replica, batch.seq, batch.snapshot, events_json)));
       },
       queued);
   if (!sub) {

@@ -153,6 +153,10 @@ TEST(KvEventJsonTest, BatchesRoundTrip) {
     const KvEventBatch batch = random_batch(rng);
     const std::string text = encode_kv_event_batch(batch);
     EXPECT_EQ(text.find('\n'), std::string::npos);
+    EXPECT_EQ(text, to_json(batch).dump());  // nlohmann's own text of the batch, byte for byte
+    EXPECT_EQ(encode_kv_event_batch(batch.replica, batch.seq, batch.snapshot,
+                                    encode_kv_events(batch.events)),
+              text);
     Result<KvEventBatch> decoded = decode_kv_event_batch(text);
     ASSERT_TRUE(decoded.ok()) << decoded.error().message;
     EXPECT_EQ(*decoded, batch) << text;

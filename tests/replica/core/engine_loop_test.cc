@@ -214,7 +214,7 @@ TEST_F(EngineLoopTest, StopEndsRunningGroupsWithAnErrorAndRefusesLaterWork) {
   ASSERT_TRUE(refused.has_value());
   EXPECT_NE(refused->find("shutting down"), std::string::npos) << *refused;
   EXPECT_EQ(answered_on, caller);
-  EXPECT_FALSE(loop->subscribe_kv_events([](const KvEventBatch&) {}).has_value());
+  EXPECT_FALSE(loop->subscribe_kv_events([](const KvEventBatch&, std::string_view) {}).has_value());
   bool ran = false;
   loop->run_on_engine_thread([&](Engine&) { ran = true; });
   EXPECT_FALSE(ran);
@@ -227,7 +227,7 @@ TEST_F(EngineLoopTest, KvSubscribersGetASnapshotThenNumberedChanges) {
   EngineLoop loop(engine_, "r7");
   std::mutex mu;
   std::vector<KvEventBatch> first, second;
-  auto sid = loop.subscribe_kv_events([&](const KvEventBatch& b) {
+  auto sid = loop.subscribe_kv_events([&](const KvEventBatch& b, std::string_view) {
     std::lock_guard lock(mu);
     first.push_back(b);
   });
@@ -238,7 +238,7 @@ TEST_F(EngineLoopTest, KvSubscribersGetASnapshotThenNumberedChanges) {
   loop.submit({bytes_request(std::string(64, 'k'), 2, 3)}, std::move(sinks), rec.on_submitted());
   wait(rec.finished);
   // A later subscriber's snapshot holds what the first one was told of, as one picture.
-  auto sid2 = loop.subscribe_kv_events([&](const KvEventBatch& b) {
+  auto sid2 = loop.subscribe_kv_events([&](const KvEventBatch& b, std::string_view) {
     std::lock_guard lock(mu);
     second.push_back(b);
   });
@@ -288,14 +288,23 @@ TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
   EngineLoop loop(engine_, "r8");
   std::mutex mu;
   std::vector<KvEventBatch> with, without;
+  // Every subscriber's text is its batch's (the events' JSON is encoded once for all that
+  // receive the same events; only seq is each one's own).
+  int texts_checked = 0;
+  auto text_is_the_batchs = [&](const KvEventBatch& b, std::string_view json) {
+    EXPECT_EQ(encode_kv_event_batch(b.replica, b.seq, b.snapshot, json), encode_kv_event_batch(b));
+    ++texts_checked;
+  };
   ASSERT_TRUE(loop.subscribe_kv_events(
-      [&](const KvEventBatch& b) {
+      [&](const KvEventBatch& b, std::string_view json) {
         std::lock_guard lock(mu);
+        text_is_the_batchs(b, json);
         with.push_back(b);
       },
       /*queued=*/true));
-  ASSERT_TRUE(loop.subscribe_kv_events([&](const KvEventBatch& b) {
+  ASSERT_TRUE(loop.subscribe_kv_events([&](const KvEventBatch& b, std::string_view json) {
     std::lock_guard lock(mu);
+    text_is_the_batchs(b, json);
     without.push_back(b);
   }));
   Recorder rec;
@@ -324,6 +333,9 @@ TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
   EXPECT_GE(count(without, KvStored{}), 1u);
   for (size_t i = 0; i < without.size(); ++i)
     EXPECT_EQ(without[i].seq, i);  // no gap where a batch held only the announcement
+  for (size_t i = 0; i < with.size(); ++i)
+    EXPECT_EQ(with[i].seq, i);
+  EXPECT_EQ(texts_checked, static_cast<int>(with.size() + without.size()));
 }
 
 TEST_F(EngineLoopTest, LoadCountsStepsAndIsIdleAfterward) {

@@ -498,7 +498,7 @@ TEST(EngineLoopStop, LaterSubmissionsAndSubscriptionsAreRefusedAtOnce) {
   loop.stop();  // idempotent
   EXPECT_TRUE(loop.stopped());
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(loop.subscribe_kv_events([](const KvEventBatch&) {}), std::nullopt);
+  EXPECT_EQ(loop.subscribe_kv_events([](const KvEventBatch&, std::string_view) {}), std::nullopt);
   std::optional<std::string> refused;
   GenerationRequest g;
   g.prompt = {'x'};

@@ -89,7 +89,18 @@ std::vector<KvEvent> Engine::take_kv_events() {
 }
 
 void Engine::note_queued(const SequenceGroup& g) {
-  if (!g.prompt_template || key_space_ == KeySpace::kPrivateTokenIds) return;
+  if (queued_blocks_ >= kMaxQueuedBlocks) return;
+  std::optional<KvQueued> q = queued_event(g, kMaxQueuedBlocks - queued_blocks_);
+  // Siblings sent as separate requests (a GRPO step) queue one prompt many times at once.
+  if (!q || std::find(queued_.begin(), queued_.end(), *q) != queued_.end()) return;
+  queued_blocks_ += q->hashes.size();
+  queued_.push_back(std::move(*q));
+}
+
+std::optional<KvQueued> Engine::queued_event(const SequenceGroup& g, size_t budget) const {
+  if (!g.prompt_template || key_space_ == KeySpace::kPrivateTokenIds || budget == 0) {
+    return std::nullopt;
+  }
   const SequenceKeys& keys = g.prompt_template->keys;
   const bool token_ids = key_space_ == KeySpace::kTokenIds;
   const std::vector<BlockHash>& chain = token_ids ? keys.byte_hashes() : keys.hashes();
@@ -103,30 +114,41 @@ void Engine::note_queued(const SequenceGroup& g) {
     held = static_cast<size_t>(
         kv_.find_cached_prefix(*g.prompt_template, std::numeric_limits<int32_t>::max()).blocks);
   }
-  if (held == chain.size() || queued_blocks_ >= kMaxQueuedBlocks) return;
+  if (held == chain.size()) return std::nullopt;
   // The first blocks past the held ones: what a prompt sharing them matches first.
-  const size_t n =
-      std::min({chain.size() - held, kMaxQueuedBlocksPerPrompt, kMaxQueuedBlocks - queued_blocks_});
+  const size_t n = std::min({chain.size() - held, kMaxQueuedBlocksPerPrompt, budget});
   KvQueued q;
   if (held > 0) q.parent = chain[held - 1];
   q.hashes.assign(chain.begin() + static_cast<std::ptrdiff_t>(held),
                   chain.begin() + static_cast<std::ptrdiff_t>(held + n));
-  // Siblings sent as separate requests (a GRPO step) queue one prompt many times at once.
-  if (std::find(queued_.begin(), queued_.end(), q) != queued_.end()) return;
-  queued_blocks_ += n;
-  queued_.push_back(std::move(q));
+  return q;
 }
 
-std::vector<KvEvent> Engine::kv_snapshot() const {
+std::vector<KvEvent> Engine::kv_snapshot(bool queued) const {
+  std::vector<KvEvent> events;
   switch (key_space_) {
     case KeySpace::kBytes:
-      return pool_.snapshot();
-    case KeySpace::kTokenIds:
-      return byte_space_->snapshot(pool_.snapshot());
-    case KeySpace::kPrivateTokenIds:
+      events = pool_.snapshot();
       break;
+    case KeySpace::kTokenIds:
+      events = byte_space_->snapshot(pool_.snapshot());
+      break;
+    case KeySpace::kPrivateTokenIds:
+      return {};
   }
-  return {};
+  if (!queued) return events;
+  std::vector<KvQueued> announced;
+  size_t blocks = 0;
+  for (const auto& g : scheduler_.waiting()) {
+    if (blocks >= kMaxQueuedBlocks) break;
+    std::optional<KvQueued> q = queued_event(*g, kMaxQueuedBlocks - blocks);
+    if (!q || std::find(announced.begin(), announced.end(), *q) != announced.end()) continue;
+    blocks += q->hashes.size();
+    announced.push_back(std::move(*q));
+  }
+  for (KvQueued& q : announced)
+    events.emplace_back(std::move(q));
+  return events;
 }
 
 void Engine::hash_token(Sequence& s, int32_t token) const {

@@ -145,8 +145,10 @@ class Engine {
   // max_kv_event_bytes, and an engine whose events nobody takes stops adding).
   static constexpr size_t kMaxQueuedBlocksPerPrompt = 8192;
   static constexpr size_t kMaxQueuedBlocks = 65536;
-  // Every byte block held, parents first: a new subscriber's snapshot.
-  std::vector<KvEvent> kv_snapshot() const;
+  // Every byte block held, parents first: a new subscriber's snapshot. With `queued`, then a
+  // queued event for each prompt still waiting (as submit announced it, bounded alike): a
+  // router that (re)subscribes learns where prompts wait, not only those submitted after.
+  std::vector<KvEvent> kv_snapshot(bool queued = false) const;
 
   // Sees every row of logits a token is sampled from (tests, debugging; a host copy of each).
   using LogitsObserver = std::function<void(uint64_t group, int32_t sibling, int32_t position,
@@ -164,6 +166,8 @@ class Engine {
   // published already (none when all are, or the key space has no router chain); once per
   // distinct chain between two take_kv_events.
   void note_queued(const SequenceGroup& g);
+  // That event for g: at most `budget` blocks past those published; nullopt when none.
+  std::optional<KvQueued> queued_event(const SequenceGroup& g, size_t budget) const;
   // Extends s's keys by one token.
   void hash_token(Sequence& s, int32_t token) const;
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);

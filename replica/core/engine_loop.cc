@@ -123,7 +123,7 @@ std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber,
     s.fn = std::move(subscriber);
     s.queued = queued;
     KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
-    for (KvEvent& e : engine_.kv_snapshot())
+    for (KvEvent& e : engine_.kv_snapshot(queued))
       snapshot.events.push_back(std::move(e));
     s.fn(snapshot, encode_kv_events(snapshot.events));
   });

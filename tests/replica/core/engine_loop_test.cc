@@ -338,6 +338,44 @@ TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
   EXPECT_EQ(texts_checked, static_cast<int>(with.size() + without.size()));
 }
 
+// A router that subscribes (or resubscribes) while a prompt waits learns of it from the
+// snapshot: held blocks first, then the waiting prompt's queued event; only if it asks.
+TEST_F(EngineLoopTest, ASnapshotAnnouncesThePromptsStillWaitingToQueuedSubscribers) {
+  EngineLoop loop(engine_, "r9");
+  loop.set_paused(true);  // admits nothing: the prompt stays waiting
+  Recorder rec;
+  std::vector<GroupSink> sinks{rec.sink()};
+  loop.submit({bytes_request(std::string(40, 'w'), 1, 2)}, std::move(sinks), rec.on_submitted());
+  wait(rec.submitted);
+  std::mutex mu;
+  std::vector<KvEventBatch> with, without;
+  ASSERT_TRUE(loop.subscribe_kv_events(
+      [&](const KvEventBatch& b, std::string_view) {
+        std::lock_guard lock(mu);
+        with.push_back(b);
+      },
+      /*queued=*/true));
+  ASSERT_TRUE(loop.subscribe_kv_events([&](const KvEventBatch& b, std::string_view) {
+    std::lock_guard lock(mu);
+    without.push_back(b);
+  }));
+  loop.run_on_engine_thread([](Engine&) {});
+  {
+    std::lock_guard lock(mu);
+    ASSERT_FALSE(with.empty());
+    ASSERT_FALSE(without.empty());
+    ASSERT_TRUE(with[0].snapshot);
+    ASSERT_EQ(with[0].events.size(), 2u);  // cleared, then the waiting prompt
+    EXPECT_TRUE(std::holds_alternative<KvCleared>(with[0].events[0]));
+    const auto* q = std::get_if<KvQueued>(&with[0].events[1]);
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->hashes.size(), 2u);  // 40 bytes: two full 16-byte blocks
+    EXPECT_EQ(without[0].events, (std::vector<KvEvent>{KvCleared{}}));
+  }
+  loop.set_paused(false);
+  wait(rec.finished);
+}
+
 TEST_F(EngineLoopTest, LoadCountsStepsAndIsIdleAfterward) {
   EngineLoop loop(engine_, "r0");
   Recorder rec;

@@ -156,6 +156,34 @@ TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {
   EXPECT_EQ(engine.take_kv_events(), (std::vector<KvEvent>{KvQueued{six[4], {six[5]}}}));
 }
 
+// A subscriber that asks for queued events gets, after the held blocks of its snapshot, the
+// prompts still waiting (a router that resubscribes would otherwise learn only of later ones);
+// a prompt computed since is held, no longer queued.
+TEST_F(EngineTest, SnapshotsForQueuedSubscribersHoldThePromptsStillWaiting) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  const BlockHash seed = engine.chain_seed("");
+  const GenerationRequest r = request(kSystem + "Q1", 1, 0, 1);  // 82 tokens: 5 full blocks
+  const std::vector<BlockHash> five = hash_blocks(seed, kSystem + "Q1", 16);
+  ASSERT_TRUE(engine.submit_all({r, r}).ok());  // two requests, one prompt
+  (void)engine.take_kv_events();                // announced to the subscribers of then
+  auto queued = [](const std::vector<KvEvent>& events) {
+    std::vector<KvQueued> q;
+    for (const KvEvent& e : events)
+      if (const auto* k = std::get_if<KvQueued>(&e)) q.push_back(*k);
+    return q;
+  };
+  EXPECT_EQ(queued(engine.kv_snapshot(/*queued=*/true)),
+            (std::vector<KvQueued>{KvQueued{std::nullopt, five}}));
+  EXPECT_TRUE(queued(engine.kv_snapshot()).empty());
+  while (engine.has_work())
+    engine.step();
+  const std::vector<KvEvent> after = engine.kv_snapshot(/*queued=*/true);
+  EXPECT_TRUE(queued(after).empty());
+  EXPECT_EQ(after, engine.kv_snapshot());
+  EXPECT_FALSE(after.empty());  // the five blocks, held now
+}
+
 // Announcements are best effort and bounded between two takes (Engine::kMaxQueuedBlocks), so an
 // engine whose events nobody takes does not grow them without end; the next take starts afresh.
 TEST_F(EngineTest, QueuedEventsAreBoundedBetweenTakes) {

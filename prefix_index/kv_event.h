@@ -51,7 +51,8 @@ struct KvCleared {
 // that sent the request, places a prompt sharing them here while it waits and prefills; stored
 // events follow for the blocks computed and cached (a byte block a cached token block never
 // covers wholly is not; its entry expires). At most the first 8,192 blocks of a prompt, best
-// effort. Not part of a snapshot; sent only to subscribers that ask (/v1/kv_events?queued=1).
+// effort. Sent only to subscribers that ask (/v1/kv_events?queued=1); their snapshot ends with
+// one for each prompt not computed yet.
 struct KvQueued {
   std::optional<BlockHash> parent;
   std::vector<BlockHash> hashes;

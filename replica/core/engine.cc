@@ -139,13 +139,18 @@ std::vector<KvEvent> Engine::kv_snapshot(bool queued) const {
   if (!queued) return events;
   std::vector<KvQueued> announced;
   size_t blocks = 0;
-  for (const auto& g : scheduler_.waiting()) {
-    if (blocks >= kMaxQueuedBlocks) break;
-    std::optional<KvQueued> q = queued_event(*g, kMaxQueuedBlocks - blocks);
-    if (!q || std::find(announced.begin(), announced.end(), *q) != announced.end()) continue;
+  auto announce = [&](const SequenceGroup& g) {
+    if (blocks >= kMaxSnapshotQueuedBlocks) return;
+    // A running group's computed blocks are held (published): only the rest is queued.
+    std::optional<KvQueued> q = queued_event(g, kMaxSnapshotQueuedBlocks - blocks);
+    if (!q || std::find(announced.begin(), announced.end(), *q) != announced.end()) return;
     blocks += q->hashes.size();
     announced.push_back(std::move(*q));
-  }
+  };
+  for (const auto& g : scheduler_.running())
+    announce(*g);
+  for (const auto& g : scheduler_.waiting())
+    announce(*g);
   for (KvQueued& q : announced)
     events.emplace_back(std::move(q));
   return events;

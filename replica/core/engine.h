@@ -146,9 +146,12 @@ class Engine {
   static constexpr size_t kMaxQueuedBlocksPerPrompt = 8192;
   static constexpr size_t kMaxQueuedBlocks = 65536;
   // Every byte block held, parents first: a new subscriber's snapshot. With `queued`, then a
-  // queued event for each prompt still waiting (as submit announced it, bounded alike): a
-  // router that (re)subscribes learns where prompts wait, not only those submitted after.
+  // queued event for each prompt not computed yet (waiting, or running mid-prefill; as submit
+  // announced it, at most kMaxSnapshotQueuedBlocks in all, so that the snapshot batch stays
+  // within a router's batch limits): a router that (re)subscribes learns where prompts wait,
+  // not only those submitted after.
   std::vector<KvEvent> kv_snapshot(bool queued = false) const;
+  static constexpr size_t kMaxSnapshotQueuedBlocks = 8192;
 
   // Sees every row of logits a token is sampled from (tests, debugging; a host copy of each).
   using LogitsObserver = std::function<void(uint64_t group, int32_t sibling, int32_t position,

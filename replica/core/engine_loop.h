@@ -86,7 +86,8 @@ class EngineLoop {
  public:
   // A batch and its events' JSON array (encode_kv_events), encoded once for every subscriber
   // that receives the same events: encode_kv_event_batch(batch.replica, batch.seq,
-  // batch.snapshot, events_json) is the batch's text.
+  // batch.snapshot, events_json) is the batch's text. Both are valid during the call only (the
+  // batch is shared: the next subscriber's seq is written into it).
   using KvSubscriber = std::function<void(const KvEventBatch& batch, std::string_view events_json)>;
   // The engine's answer to a submission: the group ids in request order, or why none was queued.
   using OnSubmitted = std::function<void(Result<std::vector<uint64_t>>)>;

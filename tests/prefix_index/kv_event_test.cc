@@ -377,5 +377,16 @@ TEST(KvEventUnicodeTest, EncodingInvalidUtf8ReplicaDoesNotThrow) {
   EXPECT_EQ(decoded->replica, "r\xef\xbf\xbd");  // U+FFFD
 }
 
+// The two-part encoding (the events once, the replica and seq around them) gives nlohmann's
+// own text for every replica name: quotes, control characters, non-ASCII, invalid UTF-8.
+TEST(KvEventUnicodeTest, TwoPartEncodingEscapesReplicaNamesAsNlohmannDoes) {
+  for (const std::string name : {"a\"b\\c", "tab\there\n", "gpu-\xc3\xa9", "r\xff\xfe", ""}) {
+    const KvEventBatch batch{name, 7, true, {KvCleared{}, KvRemoved{{BlockHash{9}}}}};
+    EXPECT_EQ(encode_kv_event_batch(batch),
+              to_json(batch).dump(-1, ' ', false, json::error_handler_t::replace))
+        << name;
+  }
+}
+
 }  // namespace
 }  // namespace kvc

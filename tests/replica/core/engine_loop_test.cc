@@ -338,6 +338,52 @@ TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
   EXPECT_EQ(texts_checked, static_cast<int>(with.size() + without.size()));
 }
 
+// Subscribers of one kind share each publication's batch and encoding; one that came later
+// still numbers its batches from its own snapshot on, and gets the same events.
+TEST_F(EngineLoopTest, SubscribersOfOneKindShareEventsAndKeepTheirOwnSeqs) {
+  EngineLoop loop(engine_, "r7");
+  std::mutex mu;
+  std::vector<KvEventBatch> early, late;
+  std::vector<std::string> early_texts, late_texts;
+  auto subscribe = [&](std::vector<KvEventBatch>& batches, std::vector<std::string>& texts) {
+    return loop.subscribe_kv_events(
+        [&](const KvEventBatch& b, std::string_view json) {
+          std::lock_guard lock(mu);
+          batches.push_back(b);
+          texts.push_back(encode_kv_event_batch(b.replica, b.seq, b.snapshot, json));
+        },
+        /*queued=*/true);
+  };
+  ASSERT_TRUE(subscribe(early, early_texts));
+  const std::string second = "a second prompt, also long enough for blocks";
+  for (const std::string& prompt :
+       {std::string("the first prompt, long enough for blocks"), second}) {
+    if (prompt == second) ASSERT_TRUE(subscribe(late, late_texts));
+    Recorder rec;
+    std::vector<GroupSink> sinks{rec.sink()};
+    loop.submit({bytes_request(prompt, 1, 2)}, std::move(sinks), rec.on_submitted());
+    wait(rec.finished);
+    loop.run_on_engine_thread([](Engine&) {});
+  }
+  std::lock_guard lock(mu);
+  ASSERT_GE(late.size(), 2u);  // its snapshot, then the second prompt's events
+  ASSERT_GT(early.size(), late.size());
+  for (size_t i = 0; i < early.size(); ++i) {
+    EXPECT_EQ(early[i].seq, i);
+    EXPECT_EQ(early_texts[i], encode_kv_event_batch(early[i]));
+  }
+  for (size_t i = 0; i < late.size(); ++i) {
+    EXPECT_EQ(late[i].seq, i);
+    EXPECT_EQ(late_texts[i], encode_kv_event_batch(late[i]));
+  }
+  // After the snapshot, the late subscriber's batches are the early one's last, seq apart.
+  const size_t offset = early.size() - late.size();
+  for (size_t i = 1; i < late.size(); ++i) {
+    EXPECT_EQ(late[i].events, early[offset + i].events);
+    EXPECT_NE(late[i].seq, early[offset + i].seq);
+  }
+}
+
 // A router that subscribes (or resubscribes) while a prompt waits learns of it from the
 // snapshot: held blocks first, then the waiting prompt's queued event; only if it asks.
 TEST_F(EngineLoopTest, ASnapshotAnnouncesThePromptsStillWaitingToQueuedSubscribers) {

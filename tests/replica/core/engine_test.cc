@@ -182,6 +182,23 @@ TEST_F(EngineTest, SnapshotsForQueuedSubscribersHoldThePromptsStillWaiting) {
   EXPECT_TRUE(queued(after).empty());
   EXPECT_EQ(after, engine.kv_snapshot());
   EXPECT_FALSE(after.empty());  // the five blocks, held now
+
+  // A prompt prefilled in chunks: after its first chunk (two blocks) it runs, and the snapshot
+  // announces the three blocks still to compute, after the two held.
+  EngineConfig chunked;
+  chunked.scheduler.max_num_seqs = 8;  // the step's token budget is at least this
+  chunked.scheduler.max_tokens_per_step = 32;
+  Engine engine2(backend, tokenizer_, chunked, clock_);
+  const std::string other = kSystem + "Q2";
+  const std::vector<BlockHash> chain = hash_blocks(engine2.chain_seed(""), other, 16);
+  ASSERT_EQ(chain.size(), 5u);
+  ASSERT_TRUE(engine2.submit(request(other, 1, 0, 1)).ok());
+  const StepResult first = engine2.step();
+  ASSERT_EQ(engine2.scheduler().running().size(), 1u)
+      << first.stats.num_prefill_tokens << " prefill tokens, "
+      << engine2.scheduler().waiting().size() << " waiting";
+  EXPECT_EQ(queued(engine2.kv_snapshot(/*queued=*/true)),
+            (std::vector<KvQueued>{KvQueued{chain[1], {chain[2], chain[3], chain[4]}}}));
 }
 
 // Announcements are best effort and bounded between two takes (Engine::kMaxQueuedBlocks), so an

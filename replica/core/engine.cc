@@ -89,12 +89,17 @@ std::vector<KvEvent> Engine::take_kv_events() {
 }
 
 void Engine::note_queued(const SequenceGroup& g) {
-  if (queued_blocks_ >= kMaxQueuedBlocks) return;
-  std::optional<KvQueued> q = queued_event(g, kMaxQueuedBlocks - queued_blocks_);
+  add_queued(g, queued_, queued_blocks_, kMaxQueuedBlocks);
+}
+
+void Engine::add_queued(const SequenceGroup& g, std::vector<KvQueued>& events, size_t& blocks,
+                        size_t max_blocks) const {
+  if (blocks >= max_blocks) return;
+  std::optional<KvQueued> q = queued_event(g, max_blocks - blocks);
   // Siblings sent as separate requests (a GRPO step) queue one prompt many times at once.
-  if (!q || std::find(queued_.begin(), queued_.end(), *q) != queued_.end()) return;
-  queued_blocks_ += q->hashes.size();
-  queued_.push_back(std::move(*q));
+  if (!q || std::find(events.begin(), events.end(), *q) != events.end()) return;
+  blocks += q->hashes.size();
+  events.push_back(std::move(*q));
 }
 
 std::optional<KvQueued> Engine::queued_event(const SequenceGroup& g, size_t budget) const {
@@ -137,20 +142,13 @@ std::vector<KvEvent> Engine::kv_snapshot(bool queued) const {
       return {};
   }
   if (!queued) return events;
+  // A running group's computed blocks are published: only the rest of its prompt is queued.
   std::vector<KvQueued> announced;
   size_t blocks = 0;
-  auto announce = [&](const SequenceGroup& g) {
-    if (blocks >= kMaxSnapshotQueuedBlocks) return;
-    // A running group's computed blocks are held (published): only the rest is queued.
-    std::optional<KvQueued> q = queued_event(g, kMaxSnapshotQueuedBlocks - blocks);
-    if (!q || std::find(announced.begin(), announced.end(), *q) != announced.end()) return;
-    blocks += q->hashes.size();
-    announced.push_back(std::move(*q));
-  };
   for (const auto& g : scheduler_.running())
-    announce(*g);
+    add_queued(*g, announced, blocks, kMaxSnapshotQueuedBlocks);
   for (const auto& g : scheduler_.waiting())
-    announce(*g);
+    add_queued(*g, announced, blocks, kMaxSnapshotQueuedBlocks);
   for (KvQueued& q : announced)
     events.emplace_back(std::move(q));
   return events;

@@ -171,6 +171,10 @@ class Engine {
   void note_queued(const SequenceGroup& g);
   // That event for g: at most `budget` blocks past those published; nullopt when none.
   std::optional<KvQueued> queued_event(const SequenceGroup& g, size_t budget) const;
+  // Appends g's queued event to `events` unless one like it is there, while `blocks` (the
+  // blocks of `events`) stays within max_blocks.
+  void add_queued(const SequenceGroup& g, std::vector<KvQueued>& events, size_t& blocks,
+                  size_t max_blocks) const;
   // Extends s's keys by one token.
   void hash_token(Sequence& s, int32_t token) const;
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);

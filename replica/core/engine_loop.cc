@@ -1,7 +1,6 @@
 #include "replica/core/engine_loop.h"
 
 #include <cassert>
-#include <optional>
 #include <variant>
 
 namespace kvc {
@@ -250,26 +249,31 @@ void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
 void EngineLoop::publish_kv_events() {
   std::vector<KvEvent> events = engine_.take_kv_events();
   if (events.empty() || subscribers_.empty()) return;
-  // One batch and one encoding for the subscribers that asked for queued events and one for
-  // those that did not, each subscriber's seq set on it in turn: N routers cost the engine
-  // thread one copy and one encoding of the events, not N.
+  // One batch and one encoding for the subscribers that asked for queued events (the events
+  // themselves, moved) and one for those that did not, each subscriber's seq set on it in turn:
+  // N routers cost the engine thread one encoding of the events, not N copies and encodings.
   struct Shared {
     KvEventBatch batch;
     std::string json;
   };
-  std::optional<Shared> with_queued, without_queued;
+  Shared with_queued, without_queued;
+  bool any_with = false, any_without = false;
+  for (const auto& [id, s] : subscribers_)
+    (s.queued ? any_with : any_without) = true;
+  if (any_without) {
+    for (const KvEvent& e : events)
+      if (!std::holds_alternative<KvQueued>(e)) without_queued.batch.events.push_back(e);
+  }
+  if (any_with) with_queued.batch.events = std::move(events);
+  for (Shared* shared : {&with_queued, &without_queued}) {
+    shared->batch.replica = replica_id_;
+    if (!shared->batch.events.empty()) shared->json = encode_kv_events(shared->batch.events);
+  }
   for (auto& [id, s] : subscribers_) {
-    std::optional<Shared>& shared = s.queued ? with_queued : without_queued;
-    if (!shared) {
-      shared.emplace();
-      shared->batch.replica = replica_id_;
-      for (const KvEvent& e : events)
-        if (s.queued || !std::holds_alternative<KvQueued>(e)) shared->batch.events.push_back(e);
-      shared->json = encode_kv_events(shared->batch.events);
-    }
-    if (shared->batch.events.empty()) continue;
-    shared->batch.seq = s.next_seq++;
-    s.fn(shared->batch, shared->json);
+    Shared& shared = s.queued ? with_queued : without_queued;
+    if (shared.batch.events.empty()) continue;
+    shared.batch.seq = s.next_seq++;
+    s.fn(shared.batch, shared.json);
   }
 }
 

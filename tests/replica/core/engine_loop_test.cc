@@ -358,7 +358,9 @@ TEST_F(EngineLoopTest, SubscribersOfOneKindShareEventsAndKeepTheirOwnSeqs) {
   const std::string second = "a second prompt, also long enough for blocks";
   for (const std::string& prompt :
        {std::string("the first prompt, long enough for blocks"), second}) {
-    if (prompt == second) ASSERT_TRUE(subscribe(late, late_texts));
+    if (prompt == second) {
+      ASSERT_TRUE(subscribe(late, late_texts));
+    }
     Recorder rec;
     std::vector<GroupSink> sinks{rec.sink()};
     loop.submit({bytes_request(prompt, 1, 2)}, std::move(sinks), rec.on_submitted());

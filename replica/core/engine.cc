@@ -81,25 +81,26 @@ std::vector<KvEvent> Engine::take_kv_events() {
     case KeySpace::kPrivateTokenIds:
       return {};
   }
-  for (KvQueued& q : queued_)
+  for (KvQueued& q : queued_.events)
     events.emplace_back(std::move(q));
   queued_.clear();
-  queued_blocks_ = 0;
   return events;
 }
 
 void Engine::note_queued(const SequenceGroup& g) {
-  add_queued(g, queued_, queued_blocks_, kMaxQueuedBlocks);
+  add_queued(g, queued_, kMaxQueuedBlocks);
 }
 
-void Engine::add_queued(const SequenceGroup& g, std::vector<KvQueued>& events, size_t& blocks,
-                        size_t max_blocks) const {
-  if (blocks >= max_blocks) return;
-  std::optional<KvQueued> q = queued_event(g, max_blocks - blocks);
-  // Siblings sent as separate requests (a GRPO step) queue one prompt many times at once.
-  if (!q || std::find(events.begin(), events.end(), *q) != events.end()) return;
-  blocks += q->hashes.size();
-  events.push_back(std::move(*q));
+void Engine::add_queued(const SequenceGroup& g, QueuedEvents& queued, size_t max_blocks) const {
+  if (queued.blocks >= max_blocks) return;
+  std::optional<KvQueued> q = queued_event(g, max_blocks - queued.blocks);
+  if (!q) return;
+  const uint64_t key = q->hashes.back().value ^ (q->hashes.size() * 0x9E3779B97F4A7C15ull);
+  const auto [it, added] = queued.index.try_emplace(key, queued.events.size());
+  // An equal event is there; a different one under the same key (a 64-bit collision) is kept.
+  if (!added && queued.events[it->second] == *q) return;
+  queued.blocks += q->hashes.size();
+  queued.events.push_back(std::move(*q));
 }
 
 std::optional<KvQueued> Engine::queued_event(const SequenceGroup& g, size_t budget) const {
@@ -143,13 +144,12 @@ std::vector<KvEvent> Engine::kv_snapshot(bool queued) const {
   }
   if (!queued) return events;
   // A running group's computed blocks are published: only the rest of its prompt is queued.
-  std::vector<KvQueued> announced;
-  size_t blocks = 0;
+  QueuedEvents announced;
   for (const auto& g : scheduler_.running())
-    add_queued(*g, announced, blocks, kMaxSnapshotQueuedBlocks);
+    add_queued(*g, announced, kMaxSnapshotQueuedBlocks);
   for (const auto& g : scheduler_.waiting())
-    add_queued(*g, announced, blocks, kMaxSnapshotQueuedBlocks);
-  for (KvQueued& q : announced)
+    add_queued(*g, announced, kMaxSnapshotQueuedBlocks);
+  for (KvQueued& q : announced.events)
     events.emplace_back(std::move(q));
   return events;
 }

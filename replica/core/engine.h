@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/clock.h"
@@ -171,10 +172,19 @@ class Engine {
   void note_queued(const SequenceGroup& g);
   // That event for g: at most `budget` blocks past those published; nullopt when none.
   std::optional<KvQueued> queued_event(const SequenceGroup& g, size_t budget) const;
-  // Appends g's queued event to `events` unless one like it is there, while `blocks` (the
-  // blocks of `events`) stays within max_blocks.
-  void add_queued(const SequenceGroup& g, std::vector<KvQueued>& events, size_t& blocks,
-                  size_t max_blocks) const;
+  // Queued events, at most one per distinct event, with their blocks counted. A chain's blocks
+  // depend on every block before them, so an event's last block and its length name it: the
+  // lookup finds an equal one in constant time (siblings sent as separate requests, a GRPO step,
+  // queue one prompt many times at once, among as many other prompts).
+  struct QueuedEvents {
+    std::vector<KvQueued> events;
+    size_t blocks = 0;
+    std::unordered_map<uint64_t, size_t> index;  // (last block, length) -> position in events
+    void clear() { *this = QueuedEvents{}; }
+  };
+  // Appends g's queued event to `queued` unless an equal one is there, while queued.blocks
+  // stays within max_blocks.
+  void add_queued(const SequenceGroup& g, QueuedEvents& queued, size_t max_blocks) const;
   // Extends s's keys by one token.
   void hash_token(Sequence& s, int32_t token) const;
   ForwardBatch build_batch(const SchedulerOutput& work, StepStats& stats);
@@ -197,8 +207,7 @@ class Engine {
   KeySpace key_space_;                         // the tokenizer's (api/key_space.h)
   std::vector<int32_t> model_eos_;             // the model's end ids besides the tokenizer's
   std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
-  std::vector<KvQueued> queued_;               // note_queued's, until take_kv_events
-  size_t queued_blocks_ = 0;
+  QueuedEvents queued_;                        // note_queued's, until take_kv_events
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;
 };

@@ -154,6 +154,20 @@ TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {
   ASSERT_TRUE(engine.submit(request(longer, 1, 0, 1)).ok());
   ASSERT_TRUE(engine.submit(r).ok());  // all 5 blocks held: nothing to announce
   EXPECT_EQ(engine.take_kv_events(), (std::vector<KvEvent>{KvQueued{six[4], {six[5]}}}));
+
+  // Copies of prompts interleaved: each distinct one once, in the order first submitted; the
+  // next take window announces a prompt still waiting again.
+  const std::string third = kSystem + "Question three, longer than the second one";
+  const std::vector<BlockHash> seven = hash_blocks(seed, third, 16);
+  ASSERT_EQ(seven.size(), 7u);
+  const GenerationRequest a = request(third, 1, 0, 1), b = request(longer + "?", 1, 0, 1);
+  ASSERT_TRUE(engine.submit_all({a, b, a, b, a}).ok());
+  const std::vector<KvEvent> both = engine.take_kv_events();
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0], KvEvent(KvQueued{seven[4], {seven[5], seven[6]}}));
+  ASSERT_TRUE(engine.submit(a).ok());
+  EXPECT_EQ(engine.take_kv_events(),
+            (std::vector<KvEvent>{KvQueued{seven[4], {seven[5], seven[6]}}}));
 }
 
 // A subscriber that asks for queued events gets, after the held blocks of its snapshot, the

@@ -3,11 +3,14 @@
 // anything. What remains is scheduling, cascade planning, building the ForwardBatch and
 // appending tokens: the time a GPU waits between steps unless it is overlapped (keep it
 // under ~5% of a ~8-12 ms step). Prints the median per-step time at S = 16, 256, 1024.
-//   bench_engine_host [groups siblings prefix gen]
+// Prints the split of each (schedule, build the batch, the rest) as well.
+//   bench_engine_host [groups siblings prefix gen [same]]   (same: siblings draw equal tokens,
+//   as greedy decoding does; else each its own)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "replica/core/engine.h"
@@ -17,7 +20,8 @@ namespace {
 
 class NullBackend final : public Backend {
  public:
-  NullBackend(ModelConfig c, int32_t blocks) : config_(std::move(c)), blocks_(blocks) {}
+  NullBackend(ModelConfig c, int32_t blocks, bool same)
+      : config_(std::move(c)), blocks_(blocks), same_(same) {}
   const ModelConfig& config() const override { return config_; }
   int32_t num_blocks() const override { return blocks_; }
   int32_t block_size() const override { return 16; }
@@ -26,7 +30,8 @@ class NullBackend final : public Backend {
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override {
     out.samples.resize(batch.samples.size());
     for (size_t k = 0; k < batch.samples.size(); ++k)
-      out.samples[k] = {'a' + (batch.samples[k].position + batch.samples[k].sibling) % 26, 0.0f};
+      out.samples[k] = {
+          'a' + (batch.samples[k].position + (same_ ? 0 : batch.samples[k].sibling)) % 26, 0.0f};
     out.logits.clear();
     return Status::Ok();
   }
@@ -34,6 +39,7 @@ class NullBackend final : public Backend {
  private:
   ModelConfig config_;
   int32_t blocks_;
+  bool same_;  // every sibling draws the same tokens (greedy decoding of one prompt)
 };
 
 }  // namespace
@@ -45,9 +51,10 @@ int main(int argc, char** argv) {
   const int siblings = argc > 2 ? std::atoi(argv[2]) : 64;
   const int prefix = argc > 3 ? std::atoi(argv[3]) : 4096;
   const int gen = argc > 4 ? std::atoi(argv[4]) : 1024;
+  const bool same = argc > 5 && std::string_view(argv[5]) == "same";
   ModelConfig c = *preset_config("llama3-8b");
   const int32_t blocks = groups * (prefix / 16 + 1 + siblings * ((prefix + gen) / 16 + 2)) + 64;
-  NullBackend backend(c, blocks);
+  NullBackend backend(c, blocks, same);
   ByteTokenizer tokenizer;
   EngineConfig config;
   config.scheduler.max_num_seqs = 256;
@@ -65,25 +72,42 @@ int main(int argc, char** argv) {
     r.params.ignore_eos = true;
     if (!engine.submit(r).ok()) return 1;
   }
-  std::vector<std::pair<int, double>> steps;  // (S, ms)
+  struct Step {
+    int s;
+    double ms, schedule_ms, build_ms;
+  };
+  std::vector<Step> steps;
   int s = 0;
   while (engine.has_work()) {
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r = engine.step();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (r.stats.num_prefill_tokens == 0) steps.emplace_back(s, ms);
+    auto in_ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    if (r.stats.num_prefill_tokens == 0) {
+      steps.push_back({s, ms, in_ms(r.stats.schedule), in_ms(r.stats.build)});
+    }
     for (const auto& o : r.outputs)
       if (o.group_id == 1 && o.sibling == 0) s += o.num_new_tokens;
   }
-  std::printf("host work per step, %d x %d, prefix %d:\n", groups, siblings, prefix);
+  std::printf("host work per step, %d x %d, prefix %d%s:\n", groups, siblings, prefix,
+              same ? ", siblings drawing equal tokens" : "");
   for (int point : {16, 256, 1024}) {
-    std::vector<double> v;
-    for (auto [at, ms] : steps)
-      if (at >= point - 10 && at < point + 10 && at < gen) v.push_back(ms);
+    std::vector<double> v, sched, build;
+    for (const Step& st : steps) {
+      if (st.s < point - 10 || st.s >= point + 10 || st.s >= gen) continue;
+      v.push_back(st.ms);
+      sched.push_back(st.schedule_ms);
+      build.push_back(st.build_ms);
+    }
     if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    std::printf("  S=%-5d %.3f ms (median of %zu steps)\n", point, v[v.size() / 2], v.size());
+    auto median = [](std::vector<double>& x) {
+      std::sort(x.begin(), x.end());
+      return x[x.size() / 2];
+    };
+    const size_t n = v.size();
+    std::printf("  S=%-5d %.3f ms (median of %zu steps; schedule %.3f, build the batch %.3f)\n",
+                point, median(v), n, median(sched), median(build));
   }
   return 0;
 }

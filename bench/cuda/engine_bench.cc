@@ -37,6 +37,7 @@ struct StepRecord {
   double host_ms = 0;    // the backend's host work until it waits (staging, plans, launches)
   double prep_ms = 0;    // of which before the first launch
   double engine_ms = 0;  // the engine's own work: schedule, build (plan), append tokens
+  double schedule_ms = 0, build_ms = 0;  // of which scheduling, and building the batch
   double wait_ms = 0;
   double device_ms = 0;  // first to last operation of the step on the device
   int decode = 0;        // decode rows
@@ -168,6 +169,8 @@ bool run_rollout(const EngineBenchOptions& o, BenchBackend& backend, bool cascad
     r.prep_ms = backend.rank0().last_timing().prep_us / 1e3;
     r.engine_ms =
         std::chrono::duration<double, std::milli>(step.stats.duration - step.stats.forward).count();
+    r.schedule_ms = std::chrono::duration<double, std::milli>(step.stats.schedule).count();
+    r.build_ms = std::chrono::duration<double, std::milli>(step.stats.build).count();
     r.wait_ms = backend.rank0().last_timing().wait_us / 1e3;
     r.device_ms = backend.rank0().last_timing().device_us / 1e3;
     r.decode = step.stats.num_decode_seqs;
@@ -211,8 +214,8 @@ bool run_rollout(const EngineBenchOptions& o, BenchBackend& backend, bool cascad
 struct Point {
   int s = 0;
   int steps = 0;
-  double wall_ms = NAN, engine_ms = NAN, prep_ms = NAN, host_ms = NAN, wait_ms = NAN,
-         device_ms = NAN;
+  double wall_ms = NAN, engine_ms = NAN, schedule_ms = NAN, build_ms = NAN, prep_ms = NAN,
+         host_ms = NAN, wait_ms = NAN, device_ms = NAN;
   double bytes = 0, flops = 0, byte_floor_ms = 0, flop_floor_ms = 0;
   double link_floor_ms = 0;  // split: the collectives' bytes over the measured link (in bytes)
   double floor_ms() const { return std::max(byte_floor_ms, flop_floor_ms); }
@@ -234,11 +237,13 @@ Point point_at(const ModeRun& run, int s, int window, int rows, const ModelCost&
     hi = gen;
     lo = std::max(1, hi - window);
   }
-  std::vector<double> wall, engine, prep, host, wait, dev, bytes, flops;
+  std::vector<double> wall, engine, schedule, build, prep, host, wait, dev, bytes, flops;
   for (const StepRecord& r : run.steps) {
     if (r.prefill != 0 || r.decode != rows || r.s < lo || r.s >= hi) continue;
     wall.push_back(r.wall_ms);
     engine.push_back(r.engine_ms);
+    schedule.push_back(r.schedule_ms);
+    build.push_back(r.build_ms);
     prep.push_back(r.prep_ms);
     host.push_back(r.host_ms);
     wait.push_back(r.wait_ms);
@@ -253,6 +258,8 @@ Point point_at(const ModeRun& run, int s, int window, int rows, const ModelCost&
   if (p.steps == 0) return p;
   p.wall_ms = median(wall);
   p.engine_ms = median(engine);
+  p.schedule_ms = median(schedule);
+  p.build_ms = median(build);
   p.prep_ms = median(prep);
   p.host_ms = median(host);
   p.wait_ms = median(wait);
@@ -277,6 +284,8 @@ json point_json(const Point& p) {
           {"steps", p.steps},
           {"step_ms", p.wall_ms},
           {"engine_ms", p.engine_ms},
+          {"engine_schedule_ms", p.schedule_ms},
+          {"engine_build_ms", p.build_ms},
           {"prep_ms", p.prep_ms},
           {"host_ms", p.host_ms},
           {"wait_ms", p.wait_ms},
@@ -440,6 +449,9 @@ int run_engine_bench(const EngineBenchOptions& o) {
       std::printf("%6d %6d %9.3f %8.3f %8.3f %8.3f %8.3f %9.3f %11.3f %11.3f %9.3f %6.2fx\n", p.s,
                   p.steps, p.wall_ms, p.engine_ms, p.prep_ms, p.host_ms, p.wait_ms, p.device_ms,
                   p.byte_floor_ms, p.flop_floor_ms, p.floor_ms(), p.ratio());
+      std::printf(
+          "%6s engine: schedule %.3f, build the batch %.3f, the rest (tokens, outputs) %.3f ms\n",
+          "", p.schedule_ms, p.build_ms, p.engine_ms - p.schedule_ms - p.build_ms);
       if (p.link_floor_ms > 0) {
         std::printf("%6s the byte floor holds %.3f ms of collectives at the bus bandwidth\n", "",
                     p.link_floor_ms);

@@ -128,6 +128,61 @@ void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
   r.group = text("group", 256);
 }
 
+// Known sampling fields this server does not implement are refused unless they ask for what it
+// does anyway (their neutral value, which clients such as LangChain send by default): the
+// tokens would otherwise differ from what the client asked for, without a word.
+std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest& r) {
+  auto number_is = [&](const char* key, double neutral, double lo,
+                       double hi) -> std::optional<ApiError> {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) return bad(key, "must be a number");
+    const double v = it->get<double>();
+    if (!(v >= lo && v <= hi)) {
+      return bad(key, "must be between " + json(lo).dump() + " and " + json(hi).dump());
+    }
+    if (v == neutral) return std::nullopt;
+    return bad(key, "is not supported by this server (only " + json(neutral).dump() + ")");
+  };
+  // OpenAI's ranges, and vLLM's for its extensions.
+  if (auto e = number_is("frequency_penalty", 0, -2, 2)) return e;
+  if (auto e = number_is("presence_penalty", 0, -2, 2)) return e;
+  if (auto e = number_is("repetition_penalty", 1, 1e-9, 1e9)) return e;
+  if (auto e = number_is("min_p", 0, 0, 1)) return e;
+  if (auto e = number_is("min_tokens", 0, 0, 1e9)) return e;
+  if (auto it = j.find("best_of"); it != j.end() && !it->is_null()) {
+    // best_of = n (1 by default) is what every request does: n samples, all returned.
+    if (!it->is_number_integer() || it->get<int64_t>() != r.n) {
+      return bad("best_of", "is not supported by this server (only equal to n)");
+    }
+  }
+  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return bad("logit_bias", "must be an object");
+    if (!it->empty()) return bad("logit_bias", "is not supported by this server (only {})");
+  }
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    const auto type = it->is_object() ? it->find("type") : it->end();
+    if (type == it->end() || !type->is_string()) {
+      return bad("response_format", "must be an object with a \"type\"");
+    }
+    if (type->get_ref<const std::string&>() != "text") {
+      return bad("response_format", "is not supported by this server (only {\"type\": \"text\"})");
+    }
+  }
+  if (auto it = j.find("tool_choice"); it != j.end() && !it->is_null()) {
+    // Tools reach the model through its chat template and nothing constrains what it generates:
+    // "auto" is what happens; "none" holds only where no tools are given.
+    const bool tools = j.contains("tools") && !j["tools"].is_null();
+    const std::string choice = it->is_string() ? it->get<std::string>() : "";
+    if (choice != "auto" && (choice != "none" || tools)) {
+      return bad("tool_choice",
+                 "is not supported by this server (only \"auto\": the model decides whether "
+                 "to call a tool)");
+    }
+  }
+  return std::nullopt;
+}
+
 // Reads `j`, moving the prompt text out of it.
 std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits& limits,
                                      ParseMode mode, const ChatTemplateFor& template_for,
@@ -264,17 +319,17 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
     }
     if (want) r.logprobs = top;
   }
-  for (const char* unsupported :
-       {"tools", "functions", "echo", "suffix", "best_of", "prompt_logprobs"}) {
+  for (const char* unsupported : {"tools", "functions", "echo", "suffix", "prompt_logprobs"}) {
     // Chat requests give tools to the model's template (above).
     if (endpoint == Endpoint::kChatCompletions && std::string_view(unsupported) == "tools")
       continue;
     auto it = j.find(unsupported);
-    if (it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>())) {
+    if (it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()) &&
+        !(it->is_string() && it->get_ref<const std::string&>().empty())) {
       return bad(unsupported, "is not supported by this server");
     }
   }
-  return std::nullopt;
+  return unsupported_sampling(j, r);
 }
 
 // simdjson's document as the nlohmann one the field checks read: numbers as nlohmann types them

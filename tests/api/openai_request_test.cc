@@ -126,6 +126,57 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
 }
 
+// Known sampling fields the server does not implement: their neutral values (what clients such
+// as LangChain send by default) pass, anything else is refused with the field named, never
+// ignored (the tokens would differ from what was asked for).
+TEST(OpenAiRequest, SamplingFieldsNotImplementedPassOnlyAtTheirNeutralValues) {
+  const Endpoint c = Endpoint::kCompletions, chat = Endpoint::kChatCompletions;
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  for (const char* neutral :
+       {R"("frequency_penalty":0)", R"("presence_penalty":0.0)", R"("repetition_penalty":1)",
+        R"("min_p":0)", R"("min_tokens":0)", R"("best_of":1)", R"("logit_bias":{})",
+        R"("suffix":"")", R"("echo":false)", R"("frequency_penalty":null)"}) {
+    EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
+        parse_openai_request(c, R"({"model":"m","prompt":"x",)" + std::string(neutral) + "}")))
+        << neutral;
+  }
+  EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
+      parse_openai_request(c, R"({"model":"m","prompt":"x","n":3,"best_of":3})")));
+  for (const char* neutral : {R"("response_format":{"type":"text"})", R"("tool_choice":"auto")",
+                              R"("tool_choice":"none")"}) {
+    EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
+        parse_openai_request(chat, R"({"model":"m",)" + msgs + "," + neutral + "}")))
+        << neutral;
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {R"("frequency_penalty":0.5)", "frequency_penalty"},
+      {R"("frequency_penalty":3)", "frequency_penalty"},
+      {R"("frequency_penalty":"0")", "frequency_penalty"},
+      {R"("presence_penalty":-1)", "presence_penalty"},
+      {R"("repetition_penalty":1.1)", "repetition_penalty"},
+      {R"("min_p":0.05)", "min_p"},
+      {R"("min_tokens":4)", "min_tokens"},
+      {R"("best_of":2)", "best_of"},
+      {R"("logit_bias":{"50256":-100})", "logit_bias"},
+      {R"("logit_bias":[1])", "logit_bias"},
+      {R"("suffix":"end")", "suffix"}};
+  for (const auto& [field, param] : refused) {
+    const ApiError e = err(c, R"({"model":"m","prompt":"x",)" + std::string(field) + "}");
+    EXPECT_EQ(e.status, 400) << field;
+    EXPECT_EQ(e.param, param) << field;
+  }
+  const std::pair<const char*, const char*> chat_refused[] = {
+      {R"("response_format":{"type":"json_object"})", "response_format"},
+      {R"("response_format":"json")", "response_format"},
+      {R"("tool_choice":"required")", "tool_choice"},
+      {R"("tool_choice":{"type":"function","function":{"name":"f"}})", "tool_choice"}};
+  for (const auto& [field, param] : chat_refused) {
+    EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + "," + field + "}").param, param) << field;
+  }
+  EXPECT_NE(err(c, R"({"model":"m","prompt":"x","min_p":0.1})").message.find("not supported"),
+            std::string::npos);
+}
+
 // nlohmann's lexer reads a NUL byte as the end of input, so a valid JSON text followed by
 // "\0garbage" used to parse. A NUL is never valid in JSON text, raw or in a string.
 TEST(OpenAiRequest, BytesAfterTheJsonTextAreRefused) {

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,7 @@ void on_body(Exchange& x, std::string_view bytes) {
 struct Fleet {
   std::vector<std::unique_ptr<LocalReplica>> replicas;
   std::map<std::string, size_t> index_of;  // replica id -> index
+  int64_t kv_blocks = 0;                   // of all replicas (kBlock tokens each)
 };
 
 Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
@@ -113,8 +115,9 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
       const std::string id = "cpu" + std::to_string(i);
       ReplicaStackConfig config;
       config.server.stream_interval = o.stream_interval;
-      f.replicas.push_back(std::make_unique<LocalReplica>(id, o.kv_blocks > 0 ? o.kv_blocks : 4096,
-                                                          std::move(config)));
+      const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : 4096;
+      f.replicas.push_back(std::make_unique<LocalReplica>(id, blocks, std::move(config)));
+      f.kv_blocks += blocks;
       if (f.replicas.back()->port() == 0) return Error{"cpu replica " + id + " could not listen"};
       f.index_of[id] = static_cast<size_t>(i);
     }
@@ -125,6 +128,7 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
         sim_preset(o.sim_presets[static_cast<size_t>(i) % o.sim_presets.size()]);
     if (!preset.ok()) return Error{preset.error().message};
     const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : sim_kv_blocks(*preset, 0.9, kBlock);
+    f.kv_blocks += blocks;
     auto backend = std::make_unique<SimBackend>(std::move(preset).value(), blocks, kBlock,
                                                 SteadyClock::instance());
     ReplicaStackConfig config;
@@ -164,6 +168,10 @@ double ratio_to_mean(const std::vector<int64_t>& work, double q) {
 double RoutingResult::hit_ratio() const {
   return oracle_cached_tokens > 0 ? static_cast<double>(cached_tokens) / oracle_cached_tokens : 1;
 }
+double RoutingResult::hit_ratio_vs_fleet_lru() const {
+  return fleet_lru_cached_tokens > 0 ? static_cast<double>(cached_tokens) / fleet_lru_cached_tokens
+                                     : 1;
+}
 double RoutingResult::cross_replica_share() const {
   return oracle_cached_tokens > 0
              ? static_cast<double>(cross_replica_prefill_tokens) / oracle_cached_tokens
@@ -194,6 +202,9 @@ json RoutingResult::to_json() const {
           {"cached_tokens", cached_tokens},
           {"oracle_cached_tokens", oracle_cached_tokens},
           {"hit_ratio_vs_oracle", hit_ratio()},
+          {"fleet_kv_tokens", fleet_kv_tokens},
+          {"fleet_lru_cached_tokens", fleet_lru_cached_tokens},
+          {"hit_ratio_vs_fleet_lru", hit_ratio_vs_fleet_lru()},
           {"cross_replica_prefill_tokens", cross_replica_prefill_tokens},
           {"cross_replica_prefill_vs_oracle", cross_replica_share()},
           {"groups", groups},
@@ -225,6 +236,35 @@ std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& 
     cached.push_back(static_cast<int64_t>(hit * kBlock));
     for (const BlockHash& b : blocks)
       seen.insert(b.value);
+  }
+  return cached;
+}
+
+std::vector<int64_t> fleet_lru_cached_per_request(const std::vector<TraceRequest>& trace,
+                                                  int64_t capacity_blocks) {
+  const BlockHash seed = chain_seed("oracle");
+  std::list<uint64_t> order;  // most recent first
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
+  std::vector<int64_t> cached;
+  cached.reserve(trace.size());
+  for (const TraceRequest& r : trace) {
+    const std::vector<BlockHash> blocks = hash_blocks(seed, prompt_bytes(r), kBlock);
+    size_t hit = 0;
+    while (hit < blocks.size() && where.count(blocks[hit].value))
+      ++hit;
+    cached.push_back(static_cast<int64_t>(hit * kBlock));
+    for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+      if (auto it = where.find(b->value); it != where.end()) {
+        order.splice(order.begin(), order, it->second);
+      } else {
+        order.push_front(b->value);
+        where[b->value] = order.begin();
+      }
+    }
+    while (static_cast<int64_t>(order.size()) > std::max<int64_t>(capacity_blocks, 0)) {
+      where.erase(order.back());
+      order.pop_back();
+    }
   }
   return cached;
 }
@@ -377,6 +417,9 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   // Per request for the --decisions file, summed for the hit ratio.
   const std::vector<int64_t> oracle = oracle_cached_per_request(trace);
   res.oracle_cached_tokens = std::accumulate(oracle.begin(), oracle.end(), int64_t{0});
+  res.fleet_kv_tokens = fleet->kv_blocks * kBlock;
+  const std::vector<int64_t> lru = fleet_lru_cached_per_request(trace, fleet->kv_blocks);
+  res.fleet_lru_cached_tokens = std::accumulate(lru.begin(), lru.end(), int64_t{0});
   // block hash -> the replicas that computed it (cross_replica_prefill_tokens)
   std::unordered_map<uint64_t, std::vector<size_t>> computed_on;
   const BlockHash seed = chain_seed("oracle");
@@ -639,6 +682,13 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       std::printf("%-10s %-20s %7s %8s %9s %9s %8s %8s %9.1f %9.1f %9.1f\n", r.mix.c_str(),
                   "(floor)", "", "", "", "", "", "", pct(f, 0.5), pct(f, 0.9), pct(f, 0.99));
     }
+    if (i + 1 == rows.size() || rows[i + 1].mix != r.mix) {
+      std::printf("%-10s %-20s %7s %8s %8.1f%%\n", r.mix.c_str(), "(fleet LRU)", "", "",
+                  r.oracle_cached_tokens > 0
+                      ? 100.0 * static_cast<double>(r.fleet_lru_cached_tokens) /
+                            static_cast<double>(r.oracle_cached_tokens)
+                      : 100.0);
+    }
   }
   if (several) {
     // Against the one-router run of the same mix and policy: what disagreeing routers cost.
@@ -654,9 +704,18 @@ int run_routing_bench(const RoutingBenchOptions& o) {
       }
     }
   }
+  for (const RoutingResult& r : rows) {
+    if (r.fleet_lru_cached_tokens < r.oracle_cached_tokens) {
+      std::printf(
+          "%s / %s: hits %.1f%% of what the fleet's %lld tokens of KV as one LRU cache serve\n",
+          r.mix.c_str(), r.policy.c_str(), 100 * r.hit_ratio_vs_fleet_lru(),
+          static_cast<long long>(r.fleet_kv_tokens));
+    }
+  }
   std::printf(
       "(latencies in ms; hit/orcl: prompt tokens served from cache / an infinite single "
-      "cache's; x-replica: prompt blocks computed on a second (third, ...) replica too, in "
+      "cache's; (fleet LRU): what one LRU cache of the fleet's KV blocks would serve, of the "
+      "same; x-replica: prompt blocks computed on a second (third, ...) replica too, in "
       "tokens / the oracle's cached tokens; work: uncached prompt + completion tokens per replica; "
       "goodput: TTFT <= "
       "%.0f ms; busy: mean share of the replay a replica's simulated device was stepping, bmax: "

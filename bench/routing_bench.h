@@ -67,6 +67,10 @@ struct RoutingResult {
   int32_t routers = 1;
   int64_t requests = 0, errors = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, oracle_cached_tokens = 0;
+  // What the fleet's KV blocks, pooled as one LRU cache, would serve
+  // (fleet_lru_cached_per_request): where the trace's prefixes outgrow the fleet's memory, a reach
+  // no policy can pass.
+  int64_t fleet_kv_tokens = 0, fleet_lru_cached_tokens = 0;
   // Prefill computed on more than one replica: for each full prompt block, the replicas that
   // computed it (it was not in their cache) beyond the first, in tokens. A policy that spreads a
   // hot prefix does this on purpose; routers that disagree on a prefix do it by accident (the
@@ -86,8 +90,9 @@ struct RoutingResult {
   double busy = 0;
   std::vector<double> replica_busy;
 
-  double hit_ratio() const;            // cached / oracle cached
-  double cross_replica_share() const;  // cross_replica_prefill_tokens / oracle cached
+  double hit_ratio() const;               // cached / oracle cached
+  double hit_ratio_vs_fleet_lru() const;  // cached / fleet LRU cached
+  double cross_replica_share() const;     // cross_replica_prefill_tokens / oracle cached
   double max_over_mean_work() const;
   double p99_over_mean_work() const;
   double goodput() const;  // share of all requests with TTFT <= the SLO
@@ -99,6 +104,14 @@ struct RoutingResult {
 int64_t oracle_cached_tokens(const std::vector<TraceRequest>& trace);
 // ...and per request, in trace order.
 std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& trace);
+
+// Prompt tokens per request (trace order) that one LRU cache of `capacity_blocks` full 16-token
+// blocks would serve: each prompt's leading blocks found in it, then all its blocks touched, its
+// first the most recent (a prefix's parents outlive their children, as the engine's own eviction
+// does), the least recent evicted past the capacity. Requests in flight pin nothing here, so it
+// is optimistic for a fleet of that much KV memory; with room for every block it is the oracle.
+std::vector<int64_t> fleet_lru_cached_per_request(const std::vector<TraceRequest>& trace,
+                                                  int64_t capacity_blocks);
 
 // The TTFT floor of each request (ms): its prompt beyond what the oracle holds prefilled on an
 // idle replica (no queue, no step in progress) in chunks of max_tokens_per_step, each chunk one

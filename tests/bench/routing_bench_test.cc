@@ -21,6 +21,22 @@ TEST(RoutingBench, OracleCountsEveryRepeatedFullBlock) {
   EXPECT_EQ(oracle_cached_tokens({a, b, c, b}), 32 + 48);
 }
 
+// The fleet's KV as one LRU cache: with room for every block it is the oracle; with less, what
+// was pushed out is computed again, and a prompt's first blocks outlive its last.
+TEST(RoutingBench, FleetLruServesWhatItsCapacityKeeps) {
+  TraceRequest a;
+  a.prompt = std::string(48, 'a');  // 3 full blocks
+  TraceRequest b;
+  b.prompt = std::string(32, 'b');  // 2
+  const std::vector<TraceRequest> trace = {a, b, a, b};
+  EXPECT_EQ(fleet_lru_cached_per_request(trace, 100), oracle_cached_per_request(trace));
+  EXPECT_EQ(fleet_lru_cached_per_request(trace, 5), (std::vector<int64_t>{0, 0, 48, 32}));
+  // Room for 4: b's 2 blocks push out a's last one (its first two stay), a's return pushes out
+  // b's last one.
+  EXPECT_EQ(fleet_lru_cached_per_request(trace, 4), (std::vector<int64_t>{0, 0, 32, 16}));
+  EXPECT_EQ(fleet_lru_cached_per_request(trace, 0), (std::vector<int64_t>{0, 0, 0, 0}));
+}
+
 // The TTFT floor: a prompt seen before (the oracle holds it) costs one short step; a new long one
 // a step per chunk of the step budget, and more the longer it is.
 TEST(RoutingBench, TtftFloorFollowsWhatTheOracleHolds) {

@@ -11,6 +11,13 @@ json logprob_value(float lp) {
   return std::isfinite(lp) ? json(lp) : json(kMinLogprob);
 }
 
+// A token's text as the response shows it: its bytes with each invalid UTF-8 sequence replaced
+// by U+FFFD, as the serializer writes them (json::error_handler_t::replace).
+std::string shown(const std::string& bytes) {
+  return json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 json bytes_of(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s)
@@ -26,10 +33,12 @@ json completion_logprobs_json(std::span<const GeneratedToken> tokens, const Toke
   for (const GeneratedToken& t : tokens) {
     strings.push_back(tokenizer.token_bytes(t.id));
     lps.push_back(logprob_value(t.logprob));
+    // Keyed by the text shown: tokens that show alike (partial UTF-8 pieces are all U+FFFD)
+    // keep the most likely one's entry, so that no key repeats in the response.
     json top = json::object();
     for (const TokenLogprob& e : t.top)
-      top.emplace(tokenizer.token_bytes(e.token), logprob_value(e.logprob));
-    top.emplace(tokenizer.token_bytes(t.id), logprob_value(t.logprob));  // kept if present
+      top.emplace(shown(tokenizer.token_bytes(e.token)), logprob_value(e.logprob));
+    top.emplace(shown(tokenizer.token_bytes(t.id)), logprob_value(t.logprob));  // kept if present
     tops.push_back(std::move(top));
     offsets.push_back(text_offset);
     text_offset += t.text.size();

@@ -19,7 +19,10 @@ namespace kvc {
 inline constexpr double kMinLogprob = -9999.0;
 
 // Completions: text_offset counts the choice's text before the first token and is advanced past
-// these tokens' text. The top dict has the k most likely tokens and, as vLLM's, the sampled one.
+// these tokens' text. The top dict has the k most likely tokens and, as vLLM's, the sampled one,
+// keyed by their text as shown (invalid UTF-8 as U+FFFD): tokens that show alike, such as the
+// pieces of one character, share the entry of the most likely of them (the chat form and
+// return_token_ids keep every token).
 nlohmann::json completion_logprobs_json(std::span<const GeneratedToken> tokens,
                                         const Tokenizer& tokenizer, size_t& text_offset);
 // Chat: {"content": [...], "refusal": null}, exactly k top entries per token.

@@ -11,6 +11,7 @@
 #include "http/client.h"
 #include "http/sse.h"
 #include "replica/server/local_replica.h"
+#include "replica/server/token_json.h"
 #include "tests/replica/server/replica_server_fixture.h"
 
 namespace kvc {
@@ -145,6 +146,26 @@ TEST_F(ReplicaServerTest, CompletionLogprobsAndTokenIdsWholeAndStreamed) {
                       .body);
   EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null());
   EXPECT_FALSE(plain["choices"][0].contains("token_ids"));
+}
+
+// Completions' top dicts are keyed by the text shown: the pieces of one character (invalid
+// UTF-8 alone, each shown as U+FFFD) share the entry of the most likely of them, so no key repeats
+// in the response text (a JSON parser would keep one and drop the rest).
+TEST(CompletionLogprobsJson, TokensShownAlikeShareTheMostLikelyEntry) {
+  ByteTokenizer tokenizer;
+  GeneratedToken t;
+  t.id = 0xe2;
+  t.logprob = -1.0f;
+  t.top = {{0xe2, -1.0f}, {0x80, -2.0f}, {'a', -3.0f}};
+  size_t offset = 0;
+  const json lp =
+      completion_logprobs_json(std::span<const GeneratedToken>(&t, 1), tokenizer, offset);
+  const json& top = lp["top_logprobs"][0];
+  ASSERT_EQ(top.size(), 2u) << top.dump(-1, ' ', false, json::error_handler_t::replace);
+  EXPECT_FLOAT_EQ(top["\xef\xbf\xbd"].get<float>(), -1.0f);
+  EXPECT_FLOAT_EQ(top["a"].get<float>(), -3.0f);
+  const std::string text = lp.dump(-1, ' ', false, json::error_handler_t::replace);
+  EXPECT_EQ(json::parse(text)["top_logprobs"][0].size(), 2u) << text;
 }
 
 TEST_F(ReplicaServerTest, ChatLogprobsHaveContentEntriesWholeAndStreamed) {

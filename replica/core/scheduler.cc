@@ -69,7 +69,9 @@ int32_t Scheduler::projected_growth_of_running() const {
     const int32_t prompt_len = static_cast<int32_t>(g->prompt.size());
     if (g->seqs.empty()) {
       const int32_t own = kv_.blocks_for(projected_length(*g, prompt_len)) - shared_full;
-      blocks += static_cast<int64_t>(g->num_samples) * std::max(0, own);
+      // The prompt's partial block, held already, is one sibling's own.
+      blocks += std::max<int64_t>(0, static_cast<int64_t>(g->num_samples) * std::max(0, own) -
+                                         (prompt_has_partial_block(*g) ? 1 : 0));
       continue;
     }
     for (const Sequence& s : g->seqs) {
@@ -81,11 +83,21 @@ int32_t Scheduler::projected_growth_of_running() const {
   return static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
 }
 
+int32_t Scheduler::shared_prompt_blocks(const SequenceGroup& g) const {
+  return static_cast<int32_t>(static_cast<int64_t>(g.prompt.size()) / kv_.block_size());
+}
+bool Scheduler::prompt_has_partial_block(const SequenceGroup& g) const {
+  return static_cast<int64_t>(g.prompt.size()) % kv_.block_size() != 0;
+}
+
+// The prompt's full blocks are shared; its partial last block is shared until a sibling writes
+// to it, when every sibling but the last to write copies it (KvCacheManager::prepare_write): at
+// most one copy of that position per sibling, which is its own from then on.
 int32_t Scheduler::worst_case_blocks(const SequenceGroup& g) const {
   const int64_t prompt = static_cast<int64_t>(g.prompt.size());
-  const int32_t shared_full = static_cast<int32_t>(prompt / kv_.block_size());
-  const int32_t per_sibling = kv_.blocks_for(prompt + g.params.max_tokens) - shared_full;
-  return kv_.blocks_for(prompt) + g.num_samples * per_sibling;
+  const int32_t shared = shared_prompt_blocks(g);
+  const int32_t per_sibling = kv_.blocks_for(prompt + g.params.max_tokens) - shared;
+  return shared + g.num_samples * per_sibling;
 }
 
 Status Scheduler::check_fits(const SequenceGroup& g) const {
@@ -105,10 +117,9 @@ Status Scheduler::check_fits(const SequenceGroup& g) const {
   if (!g.affinity.empty() && g.declared_affinity_size > 1) {
     // A declared group is admitted whole: all of it must fit at once.
     const int64_t seqs = int64_t{g.num_samples} * g.declared_affinity_size;
-    // The members share the prompt's blocks.
-    const int64_t prompt_blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size()));
-    const int64_t blocks =
-        prompt_blocks + (worst_case_blocks(g) - prompt_blocks) * g.declared_affinity_size;
+    // The members share the prompt's full blocks.
+    const int64_t shared = shared_prompt_blocks(g);
+    const int64_t blocks = shared + (worst_case_blocks(g) - shared) * g.declared_affinity_size;
     if (seqs > config_.max_num_seqs || blocks > kv_.pool().num_blocks()) {
       return Error{"group_size " + std::to_string(g.declared_affinity_size) +
                    " x n = " + std::to_string(g.num_samples) + " needs " + std::to_string(seqs) +
@@ -328,6 +339,9 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
     for (const Sequence& s : g.seqs)
       needs.blocks += s.finished() ? 0 : own(s.length());
   }
+  // The prompt's partial block, counted with the prompt's, is one sibling's own from then on
+  // (the others copy it when they write: worst_case_blocks).
+  if (!prompt_shared && prompt_has_partial_block(g)) needs.blocks -= 1;
   return needs;
 }
 

@@ -180,7 +180,11 @@ class Scheduler {
   bool prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end, StepState& step);
   void preempt(SequenceGroup& group, StepState& step);
   void release_all(SequenceGroup& group);
+  // The most blocks a group holds at once (its prompt's full blocks shared, each sibling's own
+  // from the partial block on, at max_tokens), and the shared part.
   int32_t worst_case_blocks(const SequenceGroup& group) const;
+  int32_t shared_prompt_blocks(const SequenceGroup& group) const;
+  bool prompt_has_partial_block(const SequenceGroup& group) const;
 
   SchedulerConfig config_;
   KvCacheManager& kv_;

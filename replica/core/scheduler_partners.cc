@@ -44,7 +44,7 @@ std::vector<SequenceGroup*> Scheduler::affinity_set(SequenceGroup& g) const {
       seqs += other->num_samples;
       for (const SequenceGroup* c : counted) {
         if (c->prompt == other->prompt && c->chain_seed == other->chain_seed) {
-          blocks -= kv_.blocks_for(static_cast<int64_t>(other->prompt.size()));
+          blocks -= shared_prompt_blocks(*other);
           break;
         }
       }

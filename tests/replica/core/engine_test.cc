@@ -294,6 +294,30 @@ TEST_F(EngineTest, RejectsAGroupThatCouldNeverFit) {
   EXPECT_NE(id.error().message.find("KV blocks"), std::string::npos) << id.error().message;
 }
 
+// What fits exactly is admitted and runs: the prompt's partial block is one sibling's own block
+// (the others copy it when they write), not a block besides theirs. Found by the audit: 14
+// tokens were refused on a one-block pool as needing two.
+TEST_F(EngineTest, AdmitsWhatFitsTheBlocksExactly) {
+  CpuBackend one_block(weights(), 1, 16);
+  Engine engine(one_block, tokenizer_, EngineConfig{}, clock_);
+  ASSERT_TRUE(engine.submit(request("Hello there", 1, 0, 3)).ok());  // 11 + 3 tokens
+  for (int i = 0; i < 50 && engine.has_work(); ++i)
+    ASSERT_TRUE(engine.step().error.empty());
+  ASSERT_FALSE(engine.has_work()) << "admitted to the queue but never run";
+  EXPECT_FALSE(engine.submit(request("Hello there", 1, 0, 6)).ok());  // 17 tokens: 2 blocks
+
+  // 3 siblings of a 20-token prompt to 48 tokens: 1 shared full block + 3 x 2 of their own.
+  CpuBackend seven(weights(), 7, 16);
+  Engine e7(seven, tokenizer_, EngineConfig{}, clock_);
+  const std::string twenty = "twenty tokens long..";
+  ASSERT_EQ(twenty.size(), 20u);
+  ASSERT_TRUE(e7.submit(request(twenty, 3, 1.0f, 28)).ok());
+  for (int i = 0; i < 200 && e7.has_work(); ++i)
+    ASSERT_TRUE(e7.step().error.empty());
+  ASSERT_FALSE(e7.has_work()) << "admitted to the queue but never run";
+  EXPECT_FALSE(e7.submit(request(twenty, 3, 1.0f, 29)).ok());  // 49 tokens: 3 of their own each
+}
+
 // A batch of prompts is queued whole or not at all: a request whose second prompt can never run
 // must not have started its first (a stream answered 200, then an error event).
 TEST_F(EngineTest, SubmitAllQueuesEveryRequestOrNone) {

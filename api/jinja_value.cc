@@ -8,15 +8,20 @@
 namespace kvc::jinja {
 
 void Text::append(const Text& other) {
-  if (!other.literal.empty() && literal.empty()) literal.assign(s.size(), '\0');
-  s += other.s;
-  if (!literal.empty()) {
-    if (other.literal.empty()) {
-      literal.append(other.s.size(), '\0');
-    } else {
-      literal += other.literal;
-    }
+  // Decided before appending: an empty text has no flags, and sizing its flags to its zero bytes
+  // leaves them empty, which read as "none" would drop the flags of the text appended to it (the
+  // first output of every template: the client's text there could spell special tokens).
+  if (literal.empty() && other.literal.empty()) {
+    s += other.s;
+    return;
   }
+  literal.resize(s.size(), '\0');  // bytes that had no flags are not the client's
+  if (other.literal.empty()) {
+    literal.append(other.s.size(), '\0');
+  } else {
+    literal += other.literal;
+  }
+  s += other.s;
 }
 
 Text Text::substr(size_t pos, size_t n) const {

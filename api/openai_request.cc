@@ -223,6 +223,10 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
         return bad("tools", "this model has no chat template to describe tools with");
       }
       r.prompts.push_back(rendered.ok() ? std::move(rendered).value() : std::move(*fallback));
+      // The canonical rendering writes no model's special tokens (its markers are text, and a
+      // message cannot spell them: chat_render.h): all of it is plain text to a model's tokenizer,
+      // so "</s>" or "<|eot_id|>" in a message stays text for a model without a template too.
+      r.literal.push_back({TextSpan{0, r.prompts.back().size()}});
     }
   }
   for (size_t i = 0; i < r.prompts.size(); ++i) {

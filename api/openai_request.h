@@ -38,7 +38,8 @@ struct OpenAiRequest {
   std::string model;
   std::vector<std::string> prompts;  // rendered prompt bytes, one per sibling group
   // Per prompt (or none): byte ranges holding the client's text in a chat prompt rendered with a
-  // model's template, which the replica's tokenizer encodes as plain text (text_span.h).
+  // model's template, which the replica's tokenizer encodes as plain text (text_span.h). A chat
+  // prompt rendered canonically is one range: it holds no special token at all.
   std::vector<std::vector<TextSpan>> literal;
   // Some prompt came as token ids.
   bool token_id_prompts = false;

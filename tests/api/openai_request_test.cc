@@ -80,6 +80,12 @@ TEST(OpenAiRequest, ChatRendersMessages) {
                     R"({"model":"m","messages":[{"role":"user","content":"hi"}],
                         "max_completion_tokens":3})");
   EXPECT_EQ(r.prompts, std::vector<std::string>{"<|start|>user\nhi<|end|>\n<|start|>assistant\n"});
+  // No special token anywhere in it: a model's tokenizer (one without a template) reads it as
+  // text, so "</s>" in a message is not its EOS.
+  ASSERT_EQ(r.literal.size(), 1u);
+  ASSERT_EQ(r.literal[0].size(), 1u);
+  EXPECT_EQ(r.literal[0][0].begin, 0u);
+  EXPECT_EQ(r.literal[0][0].end, r.prompts[0].size());
   EXPECT_EQ(r.max_tokens, 3);
   EXPECT_EQ(err(Endpoint::kChatCompletions,
                 R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})")

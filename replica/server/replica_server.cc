@@ -124,6 +124,12 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
       Choice& c = choices_[prompt_index * req_.n + s.sibling];
       if (c.finish.empty()) c.finish = s.finished() ? finish_reason_name(s.finish) : "abort";
     }
+    // A group ended before its siblings forked (aborted while waiting or computing its prompt)
+    // has no sequences: its choices were aborted too.
+    for (int32_t k = 0; k < req_.n; ++k) {
+      Choice& c = choices_[prompt_index * req_.n + static_cast<size_t>(k)];
+      if (c.finish.empty()) c.finish = "abort";
+    }
     if (++groups_done_ < req_.prompts.size()) return;
     finish_locked();
   }
@@ -142,7 +148,8 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     std::string text;
     std::string finish;
     int64_t tokens = 0;
-    bool sent_role = false;  // a stream's first chunk for this choice went out
+    bool sent_role = false;    // a stream's first chunk for this choice went out
+    bool sent_finish = false;  // ...and its last, the one with the finish reason
     // A stream's tokens (and their text) not sent yet: at most stream_interval_ - 1 of them.
     std::vector<GeneratedToken> pending;
     std::string pending_text;
@@ -168,6 +175,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
       delta["token_ids"] = token_ids_json(c.pending);
     }
     c.sent_role = true;
+    if (!finish_reason.is_null()) c.sent_finish = true;
     delta["finish_reason"] = std::move(finish_reason);
     c.pending.clear();
     c.pending_text.clear();
@@ -241,8 +249,14 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     observe_locked();
     if (req_.stream) {
       if (!started_) start_stream_locked();
-      for (size_t i = 0; i < choices_.size(); ++i) {  // an aborted choice's last tokens
-        if (!choices_[i].pending.empty()) send_pending_locked(i, choices_[i], nullptr);
+      // Choices that ended without a last chunk from on_output (aborted: by a weight update in
+      // abort mode, a client gone, a failed step, shutdown) get one now, with their last tokens
+      // and their finish reason ("abort"), as the non-streamed reply has it: a streaming client
+      // tells a cut choice from a finished one.
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        Choice& c = choices_[i];
+        if (c.sent_finish || (c.pending.empty() && c.finish.empty())) continue;
+        send_pending_locked(i, c, c.finish.empty() ? json(nullptr) : json(c.finish));
       }
       if (!error_.empty()) {
         responder_->write(http::sse_event(http::error_body(error_, "server_error")));

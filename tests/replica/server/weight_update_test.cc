@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -98,12 +99,14 @@ class WeightUpdateTest : public ::testing::Test {
     return post("/v1/admin/weights", {{"path", path}, {"version", version}, {"mode", mode}});
   }
 
-  // A completion sent on a thread of its own (its own client): the reply when it comes.
-  std::future<http::ClientResponse> completion_async(json body) {
+  // A completion (or, with that path, a chat completion) sent on a thread of its own (its own
+  // client): the reply when it comes.
+  std::future<http::ClientResponse> completion_async(json body,
+                                                     std::string path = "/v1/completions") {
     body["model"] = "tiny";
-    return std::async(std::launch::async, [port = replica_->port(), body] {
+    return std::async(std::launch::async, [port = replica_->port(), body, path] {
       http::Client c;
-      auto r = c.request("127.0.0.1", port, "POST", "/v1/completions", body.dump(),
+      auto r = c.request("127.0.0.1", port, "POST", path, body.dump(),
                          {{"content-type", "application/json"}}, 60s);
       return r.ok() ? *r : http::ClientResponse{};
     });
@@ -268,6 +271,72 @@ TEST_F(WeightUpdateTest, AbortEndsWhatRunsAndSwapsAtOnce) {
   EXPECT_EQ(old["choices"][1]["finish_reason"], "abort");
   EXPECT_LT(old["usage"]["completion_tokens"].get<int>(), 2 * 1500);
   EXPECT_EQ(greedy()["weight_version"], "step-1");
+}
+
+// The same for streams, completions and chat: every choice's last chunk has finish_reason
+// "abort" (a streaming RL client tells a cut rollout from a finished one), then the usage asked
+// for, then [DONE]. Streams used to end with no finish reason at all.
+TEST_F(WeightUpdateTest, AbortEndsEveryChoiceOfAStreamWithFinishReasonAbort) {
+  struct Case {
+    std::string path, folder, version, old_version;
+  };
+  for (const Case& t : {Case{"/v1/completions", b_, "step-1", "v0"},
+                        Case{"/v1/chat/completions", a_, "step-2", "step-1"}}) {
+    SCOPED_TRACE(t.path);
+    const bool chat = t.path == "/v1/chat/completions";
+    json body = {{"max_tokens", 1500},
+                 {"ignore_eos", true},
+                 {"n", 2},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}}};
+    if (chat) {
+      body["messages"] = {{{"role", "user"}, {"content", kPrompt}}};
+    } else {
+      body["prompt"] = kPrompt;
+    }
+    auto running = completion_async(body, t.path);
+    wait_for_running();
+    const auto r = update(t.folder, t.version, "abort");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["aborted_groups"], 1);
+    const auto old = running.get();
+    ASSERT_EQ(old.status, 200) << old.body;
+    EXPECT_EQ(old.header("x-kvcascade-weight-version"), t.old_version);
+    http::SseParser parser;
+    auto events = parser.feed(old.body);
+    ASSERT_TRUE(events.ok());
+    ASSERT_FALSE(events->empty());
+    EXPECT_EQ(events->back().data, "[DONE]");
+    std::map<int, std::vector<json>> finish;  // per choice, its non-null finish reasons
+    bool usage = false;
+    for (size_t e = 0; e + 1 < events->size(); ++e) {
+      const json chunk = json::parse((*events)[e].data);
+      ASSERT_FALSE(chunk.contains("error")) << chunk.dump();
+      EXPECT_EQ(chunk["object"], chat ? "chat.completion.chunk" : "text_completion");
+      EXPECT_EQ(chunk["weight_version"].get<std::string>(), t.old_version);
+      if (chunk.contains("usage") && !chunk["usage"].is_null()) {
+        EXPECT_FALSE(usage) << "a second usage chunk";
+        usage = true;
+        EXPECT_TRUE(chunk["choices"].empty());
+        EXPECT_LT(chunk["usage"]["completion_tokens"].get<int>(), 2 * 1500);
+        continue;
+      }
+      EXPECT_FALSE(usage) << "a choice's chunk after the usage: " << chunk.dump();
+      for (const json& c : chunk["choices"]) {
+        const int i = c["index"].get<int>();
+        // Nothing follows a choice's last chunk.
+        EXPECT_TRUE(finish[i].empty()) << "choice " << i << " after its end: " << chunk.dump();
+        if (!c["finish_reason"].is_null()) finish[i].push_back(c["finish_reason"]);
+      }
+    }
+    EXPECT_TRUE(usage);
+    ASSERT_EQ(finish.size(), 2u) << old.body.substr(0, 2000);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(finish[i].size(), 1u) << i;
+      EXPECT_EQ(finish[i][0], "abort") << i;
+    }
+  }
+  EXPECT_EQ(greedy()["weight_version"], "step-2");
 }
 
 TEST_F(WeightUpdateTest, BadUpdatesGetJsonErrorsAndChangeNothing) {

@@ -138,8 +138,9 @@ Run add_router_command(CLI::App& app) {
   cmd->add_option("--policy", f->router.policy, "routing policy")
       ->check(CLI::IsMember(policy_names()));
   cmd->add_option("--weight-version-policy", f->router.weight_version_policy,
-                  "latest: only replicas at the newest weight version seen take new requests "
-                  "(a group stays where it began); any: every replica")
+                  "latest: only replicas at the newest weight version (the one a replica "
+                  "loaded last, as the replicas report) take new requests (a group stays where "
+                  "it began); any: every replica")
       ->check(CLI::IsMember({"latest", "any"}))
       ->capture_default_str();
   add_api_key_flags(*cmd, f->api_keys, "api-key",

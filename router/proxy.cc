@@ -317,8 +317,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     stats_.note_near_miss();
   }
   // Weight versions: a pinned version takes only its replicas; "latest" takes only replicas at the
-  // newest version among the healthy ones, except the replica a group already went to (a group
-  // is never split across versions). Replicas without a version (other engines) always qualify.
+  // newest version among the healthy ones (the one last loaded anywhere, as the replicas report:
+  // ReplicaView::weight_version_order), except the replica a group already went to (a group is
+  // never split across versions). Replicas without a version (other engines) always qualify.
   uint64_t newest = 0;
   for (const ReplicaView& r : replicas)
     if (r.healthy) newest = std::max(newest, r.weight_version_order);
@@ -662,6 +663,7 @@ std::string RouterServer::state_json() {
                     {"index_blocks", indexes_.exact.num_blocks(r.index)},
                     {"approx_blocks", indexes_.approx.num_blocks(r.index)}};
     if (!r.error.empty()) replica["error"] = r.error;
+    if (r.weight_loaded_at_ms) replica["weight_loaded_at_ms"] = *r.weight_loaded_at_ms;
     replicas.push_back(std::move(replica));
   }
   json state{{"policy", config_.policy},

@@ -62,9 +62,10 @@ struct RouterConfig {
   SiblingTrackerConfig siblings;
   ApiLimits api;
   // Which kvcascade replicas take new requests while their weight versions differ: "latest"
-  // (only those at the newest version this router has seen among healthy replicas; a group
-  // already placed stays where it is, so it is never split across versions) or "any". A request
-  // header x-kvcascade-weight-version: V takes only replicas at V (409 when none).
+  // (only those at the newest version among healthy replicas: the one a replica loaded last, by
+  // the load times the replicas report, so every router finds the same one; a group already
+  // placed stays where it is, so it is never split across versions) or "any". A request header
+  // x-kvcascade-weight-version: V takes only replicas at V (409 when none).
   std::string weight_version_policy = "latest";
   // Sent to replicas on /router/admin/weights' fan-out (their --admin-api-key); empty: the
   // replica_api_key.

@@ -1,9 +1,22 @@
 #include "replica/core/engine_loop.h"
 
+#include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <variant>
 
 namespace kvc {
+namespace {
+
+// Now on the system clock, in ms since the epoch: what routers compare across replicas (the
+// time weights were loaded, LoadSnapshot::weight_loaded_at_ms).
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics,
                        std::string weight_version)
@@ -12,7 +25,13 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
       metrics_(metrics),
       load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0, weight_version},
       weight_version_(std::move(weight_version)),
+      weight_loaded_at_ms_(unix_ms_now()),
       thread_([this] { run(); }) {
+  {
+    // The first load report (before the engine thread's first refresh) has it too.
+    std::lock_guard lock(mu_);
+    load_.weight_loaded_at_ms = weight_loaded_at_ms_;
+  }
   // Every series a dashboard plots exists from the start (at zero), not only after its first
   // event: "no data" and "zero" look different on a graph. The per-step ones are kept.
   if (!metrics_) return;
@@ -144,6 +163,11 @@ std::string EngineLoop::weight_version() const {
   return weight_version_;
 }
 
+int64_t EngineLoop::weight_loaded_at_ms() const {
+  std::lock_guard lock(mu_);
+  return weight_loaded_at_ms_;
+}
+
 void EngineLoop::set_paused(bool paused) {
   post([this, paused] {
     paused_ = paused;
@@ -165,6 +189,7 @@ void EngineLoop::refresh_load() {
   snap.step_model = step_fit_.model();
   std::lock_guard lock(mu_);
   snap.weight_version = weight_version_;
+  snap.weight_loaded_at_ms = weight_loaded_at_ms_;
   load_ = snap;
 }
 
@@ -222,6 +247,8 @@ void EngineLoop::finish_update() {
   if (s.ok() || !intact) {
     std::lock_guard lock(mu_);
     weight_version_ = s.ok() ? p.update.version : "";
+    // Later than the weights it replaced, even if the system clock stepped back.
+    if (s.ok()) weight_loaded_at_ms_ = std::max(unix_ms_now(), weight_loaded_at_ms_ + 1);
   }
   update_admission();
   refresh_load();  // /v1/load agrees with the answer the client is about to read

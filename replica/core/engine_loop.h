@@ -53,6 +53,11 @@ struct LoadSnapshot {
   double busy_seconds = 0;
   // This replica's step time as fitted from the steps it ran (nullopt before enough of them).
   std::optional<StepModel> step_model;
+  // When the weights serving now began to serve, in ms since the epoch on the system clock: the
+  // loop's start for the weights it started with, else the swap of the update that loaded them
+  // (later on this replica than any earlier load). Routers rank weight versions by it, so that
+  // every router finds the same one newest (router/fleet/replica_pool.h).
+  int64_t weight_loaded_at_ms = 0;
 };
 
 // POST /v1/admin/weights: a Hugging Face folder of the same model to serve from now on.
@@ -129,6 +134,8 @@ class EngineLoop {
   // The version of the weights serving now. While a callback of a group runs on the engine
   // thread it is the version that group ran on (swaps happen only with no group started).
   std::string weight_version() const;
+  // When those weights began to serve (LoadSnapshot::weight_loaded_at_ms).
+  int64_t weight_loaded_at_ms() const;
   // Runs `fn` on the engine thread between steps (metrics, tests); returns when it ran, or at once
   // (without running it) after stop(). Blocks: not for I/O threads.
   void run_on_engine_thread(std::function<void(Engine&)> fn);
@@ -168,6 +175,7 @@ class EngineLoop {
   bool stopping_ = false;
   LoadSnapshot load_;             // guarded by mu_
   std::string weight_version_;    // guarded by mu_ (written on the engine thread)
+  int64_t weight_loaded_at_ms_;   // guarded by mu_ (LoadSnapshot::weight_loaded_at_ms)
   uint64_t next_subscriber_ = 1;  // guarded by mu_
 
   // Engine-thread state.

@@ -628,6 +628,7 @@ std::string ReplicaServer::info_json() const {
          {"head_dim", m.head_dim}}},
        {"generation_defaults", generation_defaults_json(m)},
        {"weight_version", loop_.weight_version()},
+       {"weight_loaded_at_ms", loop_.weight_loaded_at_ms()},
        {"quantization", engine_.backend().quantization().empty()
                             ? json(nullptr)
                             : json(engine_.backend().quantization())},
@@ -682,6 +683,9 @@ std::string ReplicaServer::load_json() const {
                {"steps", l.num_steps},
                {"preemptions", l.num_preemptions},
                {"weight_version", l.weight_version},
+               // When those weights began to serve (ms since the epoch): routers rank versions
+               // by it (router/fleet/replica_pool.h).
+               {"weight_loaded_at_ms", l.weight_loaded_at_ms},
                {"paused", l.paused},
                {"updating_weights", l.updating},
                {"step_model", l.step_model ? step_model_json(*l.step_model) : json(nullptr)},

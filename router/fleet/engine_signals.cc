@@ -141,6 +141,10 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.running = count_field(figures, "running_sequences").value_or(0);
   load.waiting = count_field(figures, "waiting_sequences").value_or(0);
   load.weight_version = string_field(*j, "weight_version").value_or("");
+  if (const auto at = j->find("weight_loaded_at_ms");  // a time stamp, as at_ms below
+      at != j->end() && at->is_number_integer() && at->get<int64_t>() > 0) {
+    load.weight_loaded_at_ms = at->get<int64_t>();
+  }
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");

@@ -55,6 +55,9 @@ struct ReplicaLoad {
   std::optional<double> kv_usage;             // share of the KV cache in use, 0..1
   std::optional<int64_t> kv_capacity_tokens;  // what the KV cache holds in all
   std::string weight_version;                 // kvcascade only: the weights serving now
+  // kvcascade only: when they began to serve there (ms since the epoch, the replica's system
+  // clock; its start for the weights it started with). nullopt: an older replica.
+  std::optional<int64_t> weight_loaded_at_ms;
   // kvcascade only (both or neither): tokens run through the model since the replica started,
   // and the work it has taken on but not done yet (SchedulerCounts::num_work_tokens_queued).
   // Every router reads the same figures: the routed-work signal (replica_pool.h).

@@ -206,12 +206,58 @@ void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_
   }
 }
 
+// Weight versions newest last. A version's time is the latest load time a healthy replica at it
+// reports: the same for every router reading the same reports, whatever order each saw the
+// versions in (a restarted router, the other router of a pair, during a rolling update). Health
+// is the polls' (not this router's breaker), which routers see alike. Equal times: by name.
+// Versions without a time (replicas that do not report one, or only unhealthy replicas at them)
+// rank below every timed one, in the order this router first saw them.
+std::map<std::string, uint64_t> ReplicaPool::version_ranks_locked() const {
+  struct Key {
+    std::optional<int64_t> loaded_at_ms;
+    uint64_t first_seen = 0;
+  };
+  std::map<std::string, Key> keys;
+  for (const auto& r : replicas_) {
+    if (!r || r->view.weight_version.empty()) continue;
+    Key& k = keys[r->view.weight_version];
+    if (r->view.healthy && r->view.weight_loaded_at_ms &&
+        (!k.loaded_at_ms || *r->view.weight_loaded_at_ms > *k.loaded_at_ms)) {
+      k.loaded_at_ms = r->view.weight_loaded_at_ms;
+    }
+  }
+  std::vector<std::pair<std::string, Key>> order;
+  for (auto& [version, k] : keys) {
+    const auto seen = version_order_.find(version);
+    k.first_seen = seen != version_order_.end() ? seen->second : 0;
+    order.emplace_back(version, k);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    if (a.second.loaded_at_ms.has_value() != b.second.loaded_at_ms.has_value()) {
+      return !a.second.loaded_at_ms.has_value();  // untimed first: older
+    }
+    if (!a.second.loaded_at_ms) return a.second.first_seen < b.second.first_seen;
+    if (*a.second.loaded_at_ms != *b.second.loaded_at_ms) {
+      return *a.second.loaded_at_ms < *b.second.loaded_at_ms;
+    }
+    return a.first < b.first;
+  });
+  std::map<std::string, uint64_t> ranks;
+  for (size_t i = 0; i < order.size(); ++i)
+    ranks[order[i].first] = i + 1;
+  return ranks;
+}
+
 std::vector<ReplicaView> ReplicaPool::snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<ReplicaView> out;
   const Clock::TimePoint now = clock_.now();
+  const std::map<std::string, uint64_t> ranks = version_ranks_locked();
   for (const auto& r : replicas_) {
-    if (r) out.push_back(view_locked(*r, now));
+    if (!r) continue;
+    out.push_back(view_locked(*r, now));
+    const auto rank = ranks.find(r->view.weight_version);
+    out.back().weight_version_order = rank != ranks.end() ? rank->second : 0;
   }
   return out;
 }
@@ -221,6 +267,9 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
   ReplicaView v = view_locked(*replicas_[index], clock_.now());
   v.healthy = replicas_[index]->view.healthy;  // as before: the breaker is the proxy's business
+  const std::map<std::string, uint64_t> ranks = version_ranks_locked();
+  const auto rank = ranks.find(v.weight_version);
+  v.weight_version_order = rank != ranks.end() ? rank->second : 0;
   return v;
 }
 
@@ -370,11 +419,9 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
     const ReplicaLoad load = p.load.value_or(ReplicaLoad{});
     r.view.kv_usage = load.kv_usage;
     r.view.weight_version = load.weight_version;
+    r.view.weight_loaded_at_ms = load.weight_loaded_at_ms;
     if (!load.weight_version.empty()) {
-      auto [it, added] = version_order_.emplace(load.weight_version, version_order_.size() + 1);
-      r.view.weight_version_order = it->second;
-    } else {
-      r.view.weight_version_order = 0;
+      version_order_.emplace(load.weight_version, version_order_.size() + 1);
     }
     if (load.kv_capacity_tokens && load.kv_capacity_tokens != r.view.kv_capacity_tokens) {
       r.view.kv_capacity_tokens = load.kv_capacity_tokens;

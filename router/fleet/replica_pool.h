@@ -101,9 +101,15 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // load signal failed (load_error says why): the router's own counts stand in.
   bool load_reported = false;
   int64_t queued_prefill_tokens = 0, running_sequences = 0, waiting_sequences = 0;
-  // The version of its weights (kvcascade's /v1/load; empty for other engines) and when this
-  // router first saw that version anywhere (1, 2, ...: a later version is newer).
+  // The version of its weights (kvcascade's /v1/load; empty for other engines), when they began
+  // to serve there (ms since the epoch, as the replica reports it; nullopt: a replica that does
+  // not), and the version's rank among the versions the replicas serve (1, 2, ...: a higher one
+  // is newer; 0: no version). A version ranks by the latest time a healthy replica reports
+  // loading it, which every router reads alike, so routers agree on the newest whatever order
+  // they saw the versions in; versions no replica gives a time for rank below those, in the
+  // order this router first saw them. Ranks compare within one snapshot only.
   std::string weight_version;
+  std::optional<int64_t> weight_loaded_at_ms;
   uint64_t weight_version_order = 0;
   std::optional<double> kv_usage;             // 0..1, when reported
   std::optional<int64_t> kv_capacity_tokens;  // when reported
@@ -206,6 +212,8 @@ class ReplicaPool {
   void adapt_work_horizon_locked();
   void apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
   ReplicaView view_locked(const Replica& r, Clock::TimePoint now) const;
+  // Each weight version the replicas report, with its rank (ReplicaView::weight_version_order).
+  std::map<std::string, uint64_t> version_ranks_locked() const;
   void set_approx_capacity_locked(const Replica& r);
   void subscribe(uint32_t index);
   void note_resync(Replica& r, const char* reason);
@@ -220,8 +228,10 @@ class ReplicaPool {
   std::atomic<uint64_t> poll_rounds_{0};
   std::atomic<uint64_t> rounds_started_{0};  // sends are tagged with it (note_routed_work)
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> version_order_;  // guarded by mu_
-  uint64_t next_send_id_ = 1;                      // guarded by mu_
+  // Guarded by mu_: when this router first saw each weight version (1, 2, ...), the order of
+  // versions no replica gives a load time for.
+  std::map<std::string, uint64_t> version_order_;
+  uint64_t next_send_id_ = 1;  // guarded by mu_
   double work_horizon_s_ = 0;  // guarded by mu_; 0: PoolConfig::routed_work_horizon
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
   std::condition_variable wake_;

@@ -7,10 +7,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,6 +46,10 @@ class FakeReplica {
     // /v1/load reports computed_tokens_total and queued_work_tokens (set_work) as kvcascade's
     // does; false: as a replica from before they existed.
     bool report_work = false;
+    // /v1/load's weight version (empty: none, as other engines) and when it was loaded (ms since
+    // the epoch; 0: not reported, as a replica from before it was); set_weights changes them.
+    std::string weight_version;
+    int64_t weight_loaded_at_ms = 0;
   };
 
   explicit FakeReplica(Options options)
@@ -80,6 +86,13 @@ class FakeReplica {
   void set_steps(int64_t steps, double overhead_s) {
     steps_ = steps;
     step_overhead_s_ = overhead_s;
+  }
+  // What /v1/load reports of the weights serving next (Options::weight_version,
+  // weight_loaded_at_ms).
+  void set_weights(std::string version, int64_t loaded_at_ms) {
+    std::lock_guard lock(mu_);
+    weight_version_ = std::move(version);
+    weight_loaded_at_ms_ = loaded_at_ms;
   }
   int num_subscriptions() const { return subscriptions_.load(); }
   // Sends `events` on the latest KV-event feed as the replica's next batch (a replica that
@@ -130,6 +143,11 @@ class FakeReplica {
                                 {"kv_gb_s", 0.0},
                                 {"steps", steps_.load()}};
         }
+      }
+      {
+        std::lock_guard lock(mu_);
+        if (!weight_version_.empty()) load["weight_version"] = weight_version_;
+        if (weight_loaded_at_ms_ > 0) load["weight_loaded_at_ms"] = weight_loaded_at_ms_;
       }
       w->send(200, "application/json", load.dump());
     } else if (path == "/v1/kv_events" && !options_.blocks.empty()) {
@@ -195,6 +213,8 @@ class FakeReplica {
   std::atomic<int64_t> steps_{-1};        // < 0: not reported
   std::atomic<double> step_overhead_s_{0};
   std::mutex mu_;
+  std::string weight_version_ = options_.weight_version;        // guarded by mu_
+  int64_t weight_loaded_at_ms_ = options_.weight_loaded_at_ms;  // guarded by mu_
   std::vector<std::shared_ptr<http::Responder>> held_;
   std::shared_ptr<http::Responder> feed_;  // the latest KV-event feed (publish)
   uint64_t feed_seq_ = 0;                  // its last batch's seq

@@ -137,6 +137,10 @@ TEST_F(WeightUpdateTest, TheNewWeightsServeWithTheirVersionAndTheOldKvIsGone) {
     cached = get("/v1/load")["kv_blocks"]["cached"].get<int>();
   EXPECT_GT(cached, 0);
   EXPECT_GT(greedy()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  // When the weights serving began to serve (ms since the epoch): routers rank versions by it.
+  const int64_t started_at = get("/v1/load")["weight_loaded_at_ms"].get<int64_t>();
+  EXPECT_GT(started_at, 0);
+  EXPECT_EQ(get("/v1/info")["weight_loaded_at_ms"].get<int64_t>(), started_at);
 
   const auto r = update(b_, "step-1");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -148,6 +152,10 @@ TEST_F(WeightUpdateTest, TheNewWeightsServeWithTheirVersionAndTheOldKvIsGone) {
   EXPECT_EQ(get("/v1/load")["kv_blocks"]["cached"], 0);
   EXPECT_EQ(get("/v1/info")["weight_version"], "step-1");
   EXPECT_EQ(get("/v1/load")["weight_version"], "step-1");
+  // Loaded later than the weights it replaced (each update, even within one millisecond).
+  const int64_t updated_at = get("/v1/load")["weight_loaded_at_ms"].get<int64_t>();
+  EXPECT_GT(updated_at, started_at);
+  EXPECT_EQ(get("/v1/info")["weight_loaded_at_ms"].get<int64_t>(), updated_at);
 
   const json after = greedy();
   EXPECT_EQ(after["weight_version"], "step-1");

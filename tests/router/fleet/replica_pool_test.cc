@@ -1,10 +1,15 @@
 // ReplicaPool's per-replica counts of what this router sent: requests and prompt tokens in flight
-// until they end, and the uncached prefill pending until the answer starts (or the try ends).
+// until they end, and the uncached prefill pending until the answer starts (or the try ends);
+// the routed-work and busy signals from the replicas' reports; and the rank of their weight
+// versions, alike for every router.
 #include "router/fleet/replica_pool.h"
 
 #include <chrono>
+#include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -219,6 +224,96 @@ TEST(ReplicaPoolCounts, TheWorkHorizonHoldsAsManyRequestsOnASlowFleet) {
       EXPECT_DOUBLE_EQ(longest, 10);
     }
   }
+}
+
+// A pool of its own: one router's view.
+struct OwnPool {
+  http::Client client;
+  SteadyClock clock;
+  FleetIndexes indexes{clock};
+  ReplicaPool pool{client, indexes, clock};
+};
+
+// The version RouterConfig::weight_version_policy "latest" sends new requests to: the healthy
+// replicas' highest rank (router/proxy.cc).
+std::string newest_version(const ReplicaPool& pool) {
+  std::string newest;
+  uint64_t best = 0;
+  for (const ReplicaView& r : pool.snapshot()) {
+    if (r.healthy && r.weight_version_order > best) {
+      best = r.weight_version_order;
+      newest = r.weight_version;
+    }
+  }
+  return newest;
+}
+
+// The newest weight version used to be the one this router met last, in the order of its own
+// polls: a router restarted during a rolling update (or the other router of a pair) that
+// happened to read the older version last sent every new request to the older weights. A
+// version now ranks by the latest time a replica reports loading it, which every router reads
+// alike: routers that met the versions in opposite orders agree, and a version loaded again (a
+// rollback) is the newest again.
+TEST(ReplicaPoolVersions, RoutersThatSawTheVersionsInEitherOrderAgreeOnTheNewest) {
+  testing::FakeReplica::Options o;
+  o.replica_id = "r0";
+  o.weight_version = "step-1";
+  o.weight_loaded_at_ms = 1'700'000'000'000;  // r0 updated first,
+  testing::FakeReplica r0(o);
+  o.replica_id = "r1";
+  o.weight_version = "step-2";
+  o.weight_loaded_at_ms = 1'700'000'060'000;  // r1 a minute later
+  testing::FakeReplica r1(o);
+  OwnPool old_first, new_first;
+  ASSERT_TRUE(old_first.pool.add(r0.address()).ok());
+  old_first.pool.poll_now();  // meets step-1 first
+  ASSERT_TRUE(old_first.pool.add(r1.address()).ok());
+  old_first.pool.poll_now();
+  ASSERT_TRUE(new_first.pool.add(r1.address()).ok());
+  new_first.pool.poll_now();  // meets step-2 first
+  ASSERT_TRUE(new_first.pool.add(r0.address()).ok());
+  new_first.pool.poll_now();
+  for (OwnPool* p : {&old_first, &new_first}) {
+    const std::vector<ReplicaView> views = p->pool.snapshot();
+    ASSERT_EQ(views.size(), 2u);
+    for (const ReplicaView& r : views) {
+      ASSERT_TRUE(r.healthy) << r.replica_id << ": " << r.error;
+      EXPECT_EQ(p->pool.get(r.index)->weight_version_order, r.weight_version_order);
+    }
+    EXPECT_EQ(newest_version(p->pool), "step-2");
+  }
+  // r0 moves on to step-2, then r1 goes back to step-1: step-1 is the one loaded last.
+  r0.set_weights("step-2", 1'700'000'120'000);
+  r1.set_weights("step-1", 1'700'000'180'000);
+  for (OwnPool* p : {&old_first, &new_first}) {
+    p->pool.poll_now();
+    EXPECT_EQ(newest_version(p->pool), "step-1");
+  }
+}
+
+// Replicas that report no load time (from before it was reported) rank below those that do, and
+// among themselves in the order this router first saw their versions, as all did before.
+TEST(ReplicaPoolVersions, VersionsWithoutALoadTimeRankBelowTimedOnesInTheOrderSeen) {
+  testing::FakeReplica::Options o;
+  o.replica_id = "a";
+  o.weight_version = "untimed-a";
+  testing::FakeReplica a(o);
+  o.replica_id = "b";
+  o.weight_version = "untimed-b";
+  testing::FakeReplica b(o);
+  o.replica_id = "t";
+  o.weight_version = "timed";
+  o.weight_loaded_at_ms = 1'000;
+  testing::FakeReplica t(o);
+  OwnPool p;
+  ASSERT_TRUE(p.pool.add(a.address()).ok());
+  p.pool.poll_now();
+  ASSERT_TRUE(p.pool.add(b.address()).ok());
+  p.pool.poll_now();
+  EXPECT_EQ(newest_version(p.pool), "untimed-b");  // seen last
+  ASSERT_TRUE(p.pool.add(t.address()).ok());
+  p.pool.poll_now();
+  EXPECT_EQ(newest_version(p.pool), "timed");
 }
 
 }  // namespace

@@ -41,6 +41,9 @@ class RouterServer::ProxiedRequest : public std::enable_shared_from_this<Proxied
   std::vector<BlockHash> hashes;
   std::string sibling_key;
   std::vector<Candidate> candidates;
+  // Candidates whose admission an operator paused (ReplicaView::paused): left out while another
+  // can take the request (do_choose).
+  std::vector<uint32_t> paused;
   RouteRequest route;  // its blocks view `hashes`
   std::vector<uint32_t> tried;
   uint32_t replica = 0;
@@ -335,6 +338,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   };
   for (const ReplicaView& r : replicas) {
     if (!version_ok(r)) continue;
+    if (r.paused) attempt->paused.push_back(r.index);
     Candidate c;
     c.replica = r.index;
     c.id = r.replica_id;
@@ -412,6 +416,10 @@ bool RouterServer::ProxiedRequest::start() {
 
 // Chooses among the candidates not tried yet (health re-read on a retry): an explicit routing
 // key first, then a sibling pin (policies that keep siblings together), then the policy.
+// A paused replica (POST /v1/admin/pause: it admits nothing until resumed) is left out while
+// another candidate can take the request, which would otherwise wait there; the replica a group
+// was placed on stays eligible (its members start together, on one version). With every healthy
+// candidate paused the request goes to one and waits there, as it always did.
 bool RouterServer::ProxiedRequest::do_choose() {
   std::vector<ReplicaView> now;
   if (!tried.empty()) now = s_.pool_.snapshot();  // a retry: health may have changed
@@ -425,31 +433,50 @@ bool RouterServer::ProxiedRequest::do_choose() {
   if (std::none_of(candidates.begin(), candidates.end(), [](auto& c) { return c.healthy; })) {
     return false;
   }
+  if (!now.empty()) {  // a retry: pauses may have changed too
+    paused.clear();
+    for (const ReplicaView& v : now)
+      if (v.paused) paused.push_back(v.index);
+  }
+  auto is_paused = [&](const Candidate& c) {
+    return std::find(paused.begin(), paused.end(), c.replica) != paused.end();
+  };
+  // What this choice may take: the candidates, less the paused ones while others can serve
+  // (a copy: a retry decides again).
+  std::vector<Candidate> open = candidates;
   RouteDecision d;
-  const Candidate* chosen = nullptr;
+  const Candidate* chosen = nullptr;  // in `open`
   {
     std::lock_guard lock(s_.policy_mu_);  // the policy's state and the sibling tracker
     const bool pins = s_.policy_->pins_siblings();
+    const std::optional<uint32_t> pin =
+        !routing_key && pins ? s_.siblings_.lookup(sibling_key) : std::nullopt;
+    const bool unpaused = std::any_of(
+        open.begin(), open.end(), [&](const Candidate& c) { return c.healthy && !is_paused(c); });
+    if (unpaused) {
+      for (Candidate& c : open) {
+        const bool group_home = route.group && pin && *pin == c.replica;
+        if (is_paused(c) && !group_home) c.healthy = false;
+      }
+    }
     bool decided = false;
     if (routing_key) {
-      d = route_by_key(*routing_key, candidates);
+      d = route_by_key(*routing_key, open);
       decided = true;
-    } else if (pins) {
-      if (auto p = s_.siblings_.lookup(sibling_key)) {
-        for (const Candidate& c : candidates) {
-          if (c.replica == *p && c.healthy) {
-            d = {c.replica, "sibling_pinned"};
-            decided = true;
-          }
+    } else if (pin) {
+      for (const Candidate& c : open) {
+        if (c.replica == *pin && c.healthy) {
+          d = {c.replica, "sibling_pinned"};
+          decided = true;
         }
       }
     }
     if (!decided) {
-      d = s_.policy_->choose(route, candidates);
+      d = s_.policy_->choose(route, open);
       if (pins) s_.siblings_.record(sibling_key, d.replica);
     }
     const Candidate* previous = nullptr;  // a retry: the replica whose try failed
-    for (const Candidate& c : candidates) {
+    for (const Candidate& c : open) {
       if (c.replica == d.replica) chosen = &c;
       if (!tried.empty() && c.replica == tried.back()) previous = &c;
     }
@@ -659,6 +686,7 @@ std::string RouterServer::state_json() {
                     {"block_size", r.block_size},
                     {"in_flight", r.in_flight},
                     {"weight_version", r.weight_version},
+                    {"paused", r.paused},
                     {"load", std::move(load)},
                     {"index_blocks", indexes_.exact.num_blocks(r.index)},
                     {"approx_blocks", indexes_.approx.num_blocks(r.index)}};

@@ -145,6 +145,9 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
       at != j->end() && at->is_number_integer() && at->get<int64_t>() > 0) {
     load.weight_loaded_at_ms = at->get<int64_t>();
   }
+  if (const auto p = j->find("paused"); p != j->end() && p->is_boolean()) {
+    load.paused = p->get<bool>();
+  }
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");

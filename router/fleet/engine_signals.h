@@ -58,6 +58,9 @@ struct ReplicaLoad {
   // kvcascade only: when they began to serve there (ms since the epoch, the replica's system
   // clock; its start for the weights it started with). nullopt: an older replica.
   std::optional<int64_t> weight_loaded_at_ms;
+  // kvcascade only: an operator paused admission (POST /v1/admin/pause): requests sent there
+  // wait until it resumes.
+  bool paused = false;
   // kvcascade only (both or neither): tokens run through the model since the replica started,
   // and the work it has taken on but not done yet (SchedulerCounts::num_work_tokens_queued).
   // Every router reads the same figures: the routed-work signal (replica_pool.h).

@@ -420,6 +420,7 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
     r.view.kv_usage = load.kv_usage;
     r.view.weight_version = load.weight_version;
     r.view.weight_loaded_at_ms = load.weight_loaded_at_ms;
+    r.view.paused = load.paused;
     if (!load.weight_version.empty()) {
       version_order_.emplace(load.weight_version, version_order_.size() + 1);
     }

@@ -111,6 +111,9 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   std::string weight_version;
   std::optional<int64_t> weight_loaded_at_ms;
   uint64_t weight_version_order = 0;
+  // An operator paused its admission (kvcascade's /v1/load "paused"): it takes no new request
+  // while another replica can (router/proxy.cc).
+  bool paused = false;
   std::optional<double> kv_usage;             // 0..1, when reported
   std::optional<int64_t> kv_capacity_tokens;  // when reported
   std::string error;                          // why the last poll failed

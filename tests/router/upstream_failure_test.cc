@@ -438,14 +438,17 @@ class RouterWithHoldingReplicas : public ::testing::Test {
     fakes_.clear();
   }
   // Sends `prompt` (held: the client gives up after a while) and returns the fake it reached.
-  int send(const std::string& prompt) {
+  // `extra`: more fields of the body (a group).
+  int send(const std::string& prompt, const json& extra = json::object()) {
     std::vector<int> before;
     for (auto& f : fakes_)
       before.push_back(f->num_completions());
-    sent_.push_back(std::async(std::launch::async, [this, prompt] {
+    json body = {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 4}};
+    for (auto it = extra.begin(); it != extra.end(); ++it)
+      body[it.key()] = it.value();
+    sent_.push_back(std::async(std::launch::async, [this, text = body.dump()] {
       http::Client client;
-      (void)client.request("127.0.0.1", port_, "POST", "/v1/completions",
-                           json{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 4}}.dump(),
+      (void)client.request("127.0.0.1", port_, "POST", "/v1/completions", text,
                            {{"content-type", "application/json"}}, 3s);
     }));
     int reached = -1;
@@ -492,6 +495,44 @@ TEST_F(RouterWithHoldingReplicas, APromptStillQueuedCountsAsHeldWhereItWasSent) 
     EXPECT_GE(routed_blocks(first, document(k)), document(k).size() / 16);
     EXPECT_EQ(send(document(k) + "Who wrote it, and when?"), first) << "document " << k;
   }
+}
+
+// A paused replica (POST /v1/admin/pause: it admits nothing until resumed; its /v1/load says
+// "paused") used to keep getting new requests, which waited there for a resume or the client's
+// timeout. While another replica can take a request it gets none, not even a prompt it holds,
+// and /router/state shows the pause; a group already placed there still goes there (its members
+// start together). With every replica paused a request is still sent to one, where it waits for
+// a resume, as before.
+TEST_F(RouterWithHoldingReplicas, APausedReplicaGetsNoRequestWhileAnotherCanTakeIt) {
+  start();
+  auto next_polls = [&] {  // a whole poll round after now
+    const uint64_t rounds = stack_->pool().num_poll_rounds();
+    return eventually([&] { return stack_->pool().num_poll_rounds() >= rounds + 2; }, 10s);
+  };
+  const json group = {{"group", "rollouts"}, {"group_size", 2}};
+  const int home = send("a group's shared prompt", group);
+  ASSERT_GE(home, 0);
+  const int also_paused = (home + 1) % 3, unpaused = (home + 2) % 3;
+  fakes_[home]->set_paused(true);
+  fakes_[also_paused]->set_paused(true);
+  ASSERT_TRUE(next_polls());
+  EXPECT_EQ(send("a group's shared prompt", group), home);  // the group's second member
+  for (int i : {home, also_paused}) {  // prompts a paused replica holds (else it would take them)
+    const std::string id = "hold" + std::to_string(i);
+    EXPECT_EQ(send("what " + id + " held before, and a question about it"), unpaused) << id;
+  }
+  for (int k = 0; k < 4; ++k)  // cold prompts (else spread by rendezvous)
+    EXPECT_EQ(send(document(k) + "What is its title?"), unpaused) << "document " << k;
+  EXPECT_EQ(fakes_[also_paused]->num_completions(), 0);
+  const json state = get_json(port_, "/router/state");
+  for (const json& r : state["replicas"]) {
+    const bool want = r.value("replica_id", std::string()) != "hold" + std::to_string(unpaused);
+    EXPECT_EQ(r.value("paused", false), want) << r.dump();
+  }
+  // Every replica paused: the request is sent all the same, and waits there.
+  fakes_[unpaused]->set_paused(true);
+  ASSERT_TRUE(next_polls());
+  EXPECT_GE(send("asked while every replica is paused"), 0);
 }
 
 // The routed entries go when the replica reports the blocks removed, and expire on their own.

@@ -50,6 +50,8 @@ class FakeReplica {
     // the epoch; 0: not reported, as a replica from before it was); set_weights changes them.
     std::string weight_version;
     int64_t weight_loaded_at_ms = 0;
+    // /v1/load says the replica is paused (POST /v1/admin/pause); set_paused changes it.
+    bool paused = false;
   };
 
   explicit FakeReplica(Options options)
@@ -94,6 +96,7 @@ class FakeReplica {
     weight_version_ = std::move(version);
     weight_loaded_at_ms_ = loaded_at_ms;
   }
+  void set_paused(bool paused) { paused_ = paused; }
   int num_subscriptions() const { return subscriptions_.load(); }
   // Sends `events` on the latest KV-event feed as the replica's next batch (a replica that
   // stored or evicted blocks); false when no feed is open.
@@ -149,6 +152,7 @@ class FakeReplica {
         if (!weight_version_.empty()) load["weight_version"] = weight_version_;
         if (weight_loaded_at_ms_ > 0) load["weight_loaded_at_ms"] = weight_loaded_at_ms_;
       }
+      load["paused"] = paused_.load();
       w->send(200, "application/json", load.dump());
     } else if (path == "/v1/kv_events" && !options_.blocks.empty()) {
       KvEventBatch batch;
@@ -212,6 +216,7 @@ class FakeReplica {
   std::atomic<int64_t> finished_{-1};     // < 0: not reported
   std::atomic<int64_t> steps_{-1};        // < 0: not reported
   std::atomic<double> step_overhead_s_{0};
+  std::atomic<bool> paused_{options_.paused};
   std::mutex mu_;
   std::string weight_version_ = options_.weight_version;        // guarded by mu_
   int64_t weight_loaded_at_ms_ = options_.weight_loaded_at_ms;  // guarded by mu_

@@ -94,6 +94,7 @@ void ReplicaPool::remove(uint32_t index) {
   replicas_[index]->removed = true;
   forget_blocks_locked(*replicas_[index]);
   replicas_[index].reset();
+  refresh_version_order_locked();
 }
 
 // What the indexes hold for the replica goes (it may come back restarted, its cache empty), and
@@ -209,7 +210,7 @@ void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_
 // Weight versions newest last. A version's time is the latest load time a healthy replica at it
 // reports: the same for every router reading the same reports, whatever order each saw the
 // versions in (a restarted router, the other router of a pair, during a rolling update). Health
-// is the polls' (not this router's breaker), which routers see alike. Equal times: by name.
+// is this router's (its polls and its breaker). Equal times: by name.
 // Versions without a time (replicas that do not report one, or only unhealthy replicas at them)
 // rank below every timed one, in the order this router first saw them.
 std::map<std::string, uint64_t> ReplicaPool::version_ranks_locked() const {
@@ -248,16 +249,23 @@ std::map<std::string, uint64_t> ReplicaPool::version_ranks_locked() const {
   return ranks;
 }
 
+// Each replica's rank of its version, kept in its view: recomputed whenever a report or a health
+// change could move it (polls, the breaker, removal), not for every routed request.
+void ReplicaPool::refresh_version_order_locked() {
+  const std::map<std::string, uint64_t> ranks = version_ranks_locked();
+  for (const auto& r : replicas_) {
+    if (!r) continue;
+    const auto rank = ranks.find(r->view.weight_version);
+    r->view.weight_version_order = rank != ranks.end() ? rank->second : 0;
+  }
+}
+
 std::vector<ReplicaView> ReplicaPool::snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<ReplicaView> out;
   const Clock::TimePoint now = clock_.now();
-  const std::map<std::string, uint64_t> ranks = version_ranks_locked();
   for (const auto& r : replicas_) {
-    if (!r) continue;
-    out.push_back(view_locked(*r, now));
-    const auto rank = ranks.find(r->view.weight_version);
-    out.back().weight_version_order = rank != ranks.end() ? rank->second : 0;
+    if (r) out.push_back(view_locked(*r, now));
   }
   return out;
 }
@@ -267,9 +275,6 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   if (index >= replicas_.size() || !replicas_[index]) return std::nullopt;
   ReplicaView v = view_locked(*replicas_[index], clock_.now());
   v.healthy = replicas_[index]->view.healthy;  // as before: the breaker is the proxy's business
-  const std::map<std::string, uint64_t> ranks = version_ranks_locked();
-  const auto rank = ranks.find(v.weight_version);
-  v.weight_version_order = rank != ranks.end() ? rank->second : 0;
   return v;
 }
 
@@ -374,6 +379,7 @@ void ReplicaPool::end_request(uint32_t index, bool ok,
     // would keep drawing prefix matches to it the moment the breaker closes).
     if (r.view.healthy) forget_blocks_locked(r);
     r.view.healthy = false;  // until a poll succeeds
+    refresh_version_order_locked();
   }
 }
 
@@ -431,12 +437,14 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
     r.view.load_error = p.load_error;
     apply_load_locked(r, load, round, !r.view.healthy);
     if (clock_.now() >= r.open_until) r.view.healthy = true;
+    refresh_version_order_locked();
     return;
   }
   r.detected = false;
   // It went away: what it held is gone from routing until its next snapshot.
   if (r.view.healthy) forget_blocks_locked(r);
   r.view.healthy = false;
+  refresh_version_order_locked();
   if (++r.failed_polls < config_.failed_polls_to_dead) return;
   // Dead (stopped, or stalled like a process under SIGSTOP): its exchanges would wait for their
   // timeouts; they end now.

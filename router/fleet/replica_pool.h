@@ -217,6 +217,7 @@ class ReplicaPool {
   ReplicaView view_locked(const Replica& r, Clock::TimePoint now) const;
   // Each weight version the replicas report, with its rank (ReplicaView::weight_version_order).
   std::map<std::string, uint64_t> version_ranks_locked() const;
+  void refresh_version_order_locked();
   void set_approx_capacity_locked(const Replica& r);
   void subscribe(uint32_t index);
   void note_resync(Replica& r, const char* reason);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -442,8 +443,9 @@ bool RouterServer::ProxiedRequest::do_choose() {
     return std::find(paused.begin(), paused.end(), c.replica) != paused.end();
   };
   // What this choice may take: the candidates, less the paused ones while others can serve
-  // (a copy: a retry decides again).
-  std::vector<Candidate> open = candidates;
+  // (then a copy: a retry decides again; none is made while nothing is paused).
+  std::vector<Candidate> unpaused_copy;
+  std::span<const Candidate> open = candidates;
   RouteDecision d;
   const Candidate* chosen = nullptr;  // in `open`
   {
@@ -451,13 +453,17 @@ bool RouterServer::ProxiedRequest::do_choose() {
     const bool pins = s_.policy_->pins_siblings();
     const std::optional<uint32_t> pin =
         !routing_key && pins ? s_.siblings_.lookup(sibling_key) : std::nullopt;
-    const bool unpaused = std::any_of(
-        open.begin(), open.end(), [&](const Candidate& c) { return c.healthy && !is_paused(c); });
+    const bool unpaused = !paused.empty() && std::any_of(candidates.begin(), candidates.end(),
+                                                         [&](const Candidate& c) {
+                                                           return c.healthy && !is_paused(c);
+                                                         });
     if (unpaused) {
-      for (Candidate& c : open) {
+      unpaused_copy = candidates;
+      for (Candidate& c : unpaused_copy) {
         const bool group_home = route.group && pin && *pin == c.replica;
         if (is_paused(c) && !group_home) c.healthy = false;
       }
+      open = unpaused_copy;
     }
     bool decided = false;
     if (routing_key) {

@@ -194,13 +194,30 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
     if (auto e = prompts_from(j["prompt"], limits, mode, r)) return e;
   } else {
     if (!j.contains("messages")) return bad("messages", "is required");
+    // Extensions (vLLM): the prompt ends with the assistant's header unless the client asks
+    // otherwise (to score or continue a conversation as it stands); continuing the last
+    // message itself is not supported.
+    bool generation_prompt = true;
+    if (auto it = j.find("add_generation_prompt"); it != j.end() && !it->is_null()) {
+      if (it->is_boolean()) {
+        generation_prompt = it->get<bool>();
+      } else if (mode == ParseMode::kFull) {
+        return bad("add_generation_prompt", "must be a boolean");
+      }
+    }
+    if (auto it = j.find("continue_final_message"); mode == ParseMode::kFull && it != j.end() &&
+                                                    !it->is_null() &&
+                                                    !(it->is_boolean() && !it->get<bool>())) {
+      return bad("continue_final_message", "is not supported by this server");
+    }
     if (const auto tmpl = template_for ? template_for(r.model) : nullptr) {
       auto field = [&](const char* key) -> const json* {
         auto it = j.find(key);
         return it == j.end() ? nullptr : &*it;
       };
-      Result<RenderedPrompt> rendered = tmpl->render(
-          j["messages"], true, ChatTemplateInputs{field("tools"), field("chat_template_kwargs")});
+      Result<RenderedPrompt> rendered =
+          tmpl->render(j["messages"], generation_prompt,
+                       ChatTemplateInputs{field("tools"), field("chat_template_kwargs")});
       if (!rendered.ok()) {
         const std::string& m = rendered.error().message;
         const char* param = m.starts_with("tools")                  ? "tools"
@@ -211,7 +228,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
       r.prompts.push_back(std::move(rendered->text));
       r.literal.push_back(std::move(rendered->literal));
     } else {
-      Result<std::string> rendered = render_chat(j["messages"]);
+      Result<std::string> rendered = render_chat(j["messages"], generation_prompt);
       std::optional<std::string> fallback;
       if (!rendered.ok() && mode == ParseMode::kRouting) {
         fallback = routing_bytes_of_messages(j["messages"]);
@@ -255,6 +272,18 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
     if (!it->is_number_integer()) return bad("seed", "must be an integer");
     r.seed =
         it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
+  }
+  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() > limits.max_stop_token_ids) {
+      return bad("stop_token_ids", "must be an array of at most " +
+                                       std::to_string(limits.max_stop_token_ids) + " token ids");
+    }
+    for (const json& t : *it) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+        return bad("stop_token_ids", "token ids must be integers 0 to 2^31 - 1");
+      }
+      r.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
   }
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {

@@ -31,6 +31,7 @@ struct ApiLimits {
   size_t max_prompts = 64;       // prompts in one /v1/completions batch
   size_t max_stop = 4;           // stop strings (OpenAI's limit)
   size_t max_stop_bytes = 256;
+  size_t max_stop_token_ids = 64;
 };
 
 struct OpenAiRequest {
@@ -54,7 +55,8 @@ struct OpenAiRequest {
   std::optional<int32_t> top_k;  // extension (vLLM): 0 = off
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
-  bool ignore_eos = false;  // extension (vLLM)
+  std::vector<int32_t> stop_token_ids;  // extension (vLLM): each ends a choice as EOS does
+  bool ignore_eos = false;              // extension (vLLM)
   // -1: no logprobs. Else each generated token's logprob and the `logprobs` (0-20) most likely
   // tokens': completions' "logprobs": k, chat's "logprobs": true with "top_logprobs": k.
   int32_t logprobs = -1;

@@ -21,6 +21,7 @@ struct SamplingParams {
   uint64_t seed = 0;
   int32_t max_tokens = 16;
   std::vector<std::string> stop;  // generation ends before the first occurrence of any of these
+  std::vector<int32_t> stop_token_ids;  // ...and at any of these tokens, as at EOS
   bool ignore_eos = false;
   // -1: no logprobs; k in 0-20: each generated token's logprob and the k most likely tokens'.
   int32_t logprobs = -1;

@@ -334,7 +334,11 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
   const int32_t token = sampled.token;
   GeneratedToken out{token, sampled.logprob, {}, {}};
   if (g.params.logprobs >= 0) out.top = std::move(sampled.top);
-  if (is_eos(token) && !g.params.ignore_eos) {
+  // EOS (unless ignored) and the request's stop tokens end the sequence; the token is reported
+  // (its id), adding no text.
+  const auto& stops = g.params.stop_token_ids;
+  if ((is_eos(token) && !g.params.ignore_eos) ||
+      std::find(stops.begin(), stops.end(), token) != stops.end()) {
     scheduler_.finish(g, s.sibling, FinishReason::kStop);
     return emit(g, s, std::move(out), result);
   }

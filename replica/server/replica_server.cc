@@ -459,6 +459,7 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.top_k = req.top_k.value_or(d.top_k.value_or(0));
     g.params.max_tokens = req.max_tokens;
     g.params.stop = req.stop;
+    g.params.stop_token_ids = req.stop_token_ids;
     g.params.ignore_eos = req.ignore_eos;
     g.params.logprobs = req.logprobs;
     g.params.seed = seed + p;

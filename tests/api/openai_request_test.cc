@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "api/chat_render.h"
 #include "api/chat_template.h"
 
 namespace kvc {
@@ -181,6 +182,34 @@ TEST(OpenAiRequest, SamplingFieldsNotImplementedPassOnlyAtTheirNeutralValues) {
   }
   EXPECT_NE(err(c, R"({"model":"m","prompt":"x","min_p":0.1})").message.find("not supported"),
             std::string::npos);
+}
+
+// Extensions (vLLM): stop_token_ids, and add_generation_prompt for chat (false: the prompt ends
+// with the conversation as it stands, for the router's hashing and the replica alike).
+TEST(OpenAiRequest, StopTokenIdsAndTheGenerationPrompt) {
+  const Endpoint c = Endpoint::kCompletions, chat = Endpoint::kChatCompletions;
+  EXPECT_EQ(ok(c, R"({"model":"m","prompt":"x","stop_token_ids":[7,128009]})").stop_token_ids,
+            (std::vector<int32_t>{7, 128009}));
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop_token_ids":[-1]})").param, "stop_token_ids");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop_token_ids":7})").param, "stop_token_ids");
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  const std::string with = ok(chat, R"({"model":"m",)" + msgs + "}").prompts.at(0);
+  const std::string without =
+      ok(chat, R"({"model":"m",)" + msgs + R"(,"add_generation_prompt":false})").prompts.at(0);
+  EXPECT_EQ(with, without + kChatGenerationPrompt);
+  EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + R"(,"add_generation_prompt":1})").param,
+            "add_generation_prompt");
+  EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + R"(,"continue_final_message":true})").param,
+            "continue_final_message");
+  // A router hashes what the replica will: the same bytes, and no refusal of what another
+  // engine may take.
+  const auto routed =
+      parse_openai_request(chat,
+                           R"({"model":"m",)" + msgs +
+                               R"(,"add_generation_prompt":false,"continue_final_message":true})",
+                           {}, {}, ParseMode::kRouting);
+  ASSERT_TRUE(std::holds_alternative<OpenAiRequest>(routed));
+  EXPECT_EQ(std::get<OpenAiRequest>(routed).prompts.at(0), without);
 }
 
 // nlohmann's lexer reads a NUL byte as the end of input, so a valid JSON text followed by

@@ -318,6 +318,35 @@ TEST_F(EngineTest, AdmitsWhatFitsTheBlocksExactly) {
   EXPECT_FALSE(e7.submit(request(twenty, 3, 1.0f, 29)).ok());  // 49 tokens: 3 of their own each
 }
 
+// A request's stop token ids end a sequence where the token is drawn, as EOS does (the token
+// reported, no text), whatever ignore_eos says.
+TEST_F(EngineTest, StopTokenIdsEndASequenceAsEosDoes) {
+  CpuBackend backend(weights(), 64, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  auto run = [&](const GenerationRequest& r) {
+    EXPECT_TRUE(engine.submit(r).ok());
+    std::vector<int32_t> ids;
+    FinishReason finish = FinishReason::kNone;
+    while (engine.has_work()) {
+      StepResult step = engine.step();
+      for (const SequenceOutput& o : step.outputs) {
+        ids.push_back(o.token.id);
+        finish = o.finish;
+      }
+    }
+    return std::make_pair(ids, finish);
+  };
+  GenerationRequest r = request(kSystem + "Q1", 1, 0, 12);  // greedy, ignore_eos
+  const auto [free_run, length] = run(r);
+  ASSERT_EQ(free_run.size(), 12u);
+  EXPECT_EQ(length, FinishReason::kLength);
+  r.params.stop_token_ids = {free_run[4]};
+  const auto [stopped, stop] = run(r);
+  const auto first = std::find(free_run.begin(), free_run.end(), free_run[4]) - free_run.begin();
+  EXPECT_EQ(stopped, std::vector<int32_t>(free_run.begin(), free_run.begin() + first + 1));
+  EXPECT_EQ(stop, FinishReason::kStop);
+}
+
 // A batch of prompts is queued whole or not at all: a request whose second prompt can never run
 // must not have started its first (a stream answered 200, then an error event).
 TEST_F(EngineTest, SubmitAllQueuesEveryRequestOrNone) {

@@ -25,6 +25,7 @@ struct RouterFlags {
   std::string replica_dns;
   int64_t dns_interval_ms = 5000;
   ApiKeyFlags api_keys;
+  ApiKeyFlags admin_api_keys;
   std::string replica_api_key;
   std::string replica_api_key_file;
   std::string tenant_isolation = "off";
@@ -72,6 +73,22 @@ int run_router(RouterFlags f) {
     return 2;
   }
   f.router.api_keys = std::move(*keys);
+  Result<std::vector<std::string>> admin_keys = load_api_keys(f.admin_api_keys);
+  if (!admin_keys.ok()) {
+    std::fprintf(stderr, "kvcascade router: %s\n", admin_keys.error().message.c_str());
+    return 2;
+  }
+  f.router.admin_api_keys = std::move(*admin_keys);
+  // A client holding the admin key could administer the fleet: the two sets must not meet.
+  for (const std::string& k : f.router.admin_api_keys) {
+    if (std::find(f.router.api_keys.begin(), f.router.api_keys.end(), k) !=
+        f.router.api_keys.end()) {
+      std::fprintf(stderr,
+                   "kvcascade router: an --admin-api-key is also an --api-key: give the admin "
+                   "a key of its own\n");
+      return 2;
+    }
+  }
   f.router.replica_api_key = f.replica_api_key;
   if (!f.replica_api_key_file.empty()) {
     Result<std::vector<std::string>> replica_keys =
@@ -86,6 +103,12 @@ int run_router(RouterFlags f) {
     std::fprintf(stderr,
                  "kvcascade router: warning: --tenant-isolation api-key without --api-key: every "
                  "Bearer token is accepted and is a tenant of its own\n");
+  }
+  if (f.router.admin_api_keys.empty() &&
+      (!f.router.api_keys.empty() || f.router.tenant_isolation != TenantIsolation::kOff)) {
+    std::fprintf(stderr,
+                 "kvcascade router: note: no --admin-api-key: /router/admin/* (weight updates) "
+                 "is refused (403); client keys and tenants may not administer the fleet\n");
   }
   block_shutdown_signals();
   RouterStackConfig c;
@@ -145,7 +168,12 @@ Run add_router_command(CLI::App& app) {
       ->capture_default_str();
   add_api_key_flags(*cmd, f->api_keys, "api-key",
                     "require Authorization: Bearer KEY from clients (not on /livez, /readyz, "
-                    "/health)");
+                    "/health; /router/admin/* takes --admin-api-key instead)");
+  add_api_key_flags(*cmd, f->admin_api_keys, "admin-api-key",
+                    "require Authorization: Bearer KEY on /router/admin/* (weight updates), "
+                    "where no --api-key is accepted; without it those are refused (403) when "
+                    "--api-key or --tenant-isolation is set, and open to every client only on a "
+                    "router with neither (a trusted network)");
   auto* replica_key =
       cmd->add_option("--replica-api-key", f->replica_api_key,
                       "send Authorization: Bearer KEY to replicas (their --api-key)")

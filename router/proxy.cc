@@ -124,7 +124,11 @@ RouterServer::RouterServer(ReplicaPool& pool, FleetIndexes& indexes, http::Clien
 void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
   const bool probe = path == "/livez" || path == "/readyz" || path == "/health";
-  if (!probe && !http::authorize(request, config_.api_keys, *responder)) return;
+  if (path.starts_with("/router/admin/")) {
+    if (!authorize_admin(request, *responder)) return;  // the admin key, never a client's
+  } else if (!probe && !http::authorize(request, config_.api_keys, *responder)) {
+    return;
+  }
   auto only = [&](std::string_view method) {
     if (http::method_allowed(request.method, method)) return true;
     http::send_method_not_allowed(*responder, request.method, path, method);
@@ -167,6 +171,27 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
   } else {
     http::send_error(*responder, 404, "no such path: " + path, "not_found_error");
   }
+}
+
+bool RouterServer::authorize_admin(const http::Request& request, http::Responder& responder) {
+  if (!config_.admin_api_keys.empty()) {
+    const std::optional<std::string> token = http::bearer_token(request);
+    if (token && http::key_matches(*token, config_.admin_api_keys)) return true;
+    http::send_error(responder, 401,
+                     "missing or wrong admin API key (Authorization: Bearer KEY of the router's "
+                     "--admin-api-key)",
+                     "authentication_error");
+    return false;
+  }
+  // No admin key: open only where nobody is told apart (no client keys, no tenants); otherwise
+  // any client, every tenant included, could swap or abort the whole fleet's weights.
+  if (config_.api_keys.empty() && config_.tenant_isolation == TenantIsolation::kOff) return true;
+  http::send_error(responder, 403,
+                   "the router's admin endpoints are disabled: this router has client API keys or "
+                   "tenant isolation, and a client key may not administer the fleet; start it "
+                   "with --admin-api-key (or --admin-api-key-file) and send that key",
+                   "permission_error");
+  return false;
 }
 
 void RouterServer::send_readiness(http::Responder& responder) {

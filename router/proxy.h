@@ -70,6 +70,11 @@ struct RouterConfig {
   // Sent to replicas on /router/admin/weights' fan-out (their --admin-api-key); empty: the
   // replica_api_key.
   std::string replica_admin_api_key;
+  // The admin endpoints (/router/admin/*) take only "Authorization: Bearer <one of these>" when
+  // any is given (never a client key of api_keys). With none, they are refused (403) when the
+  // router has api_keys or tenant isolation, since a tenant must never administer the fleet, and
+  // open only on a router with neither (a trusted network).
+  std::vector<std::string> admin_api_keys;
 };
 
 class RouterServer {
@@ -87,6 +92,8 @@ class RouterServer {
  private:
   class ProxiedRequest;  // one client request on its way to a replica (proxy.cc)
   void route(Endpoint endpoint, http::Request request, std::shared_ptr<http::Responder> responder);
+  // The gate of /router/admin/* (RouterConfig::admin_api_keys); false: refused (answered).
+  bool authorize_admin(const http::Request& request, http::Responder& responder);
   // Replies to probes: 200 while at least one replica is healthy, else 503.
   void send_readiness(http::Responder& responder);
   std::string state_json();

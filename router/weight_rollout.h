@@ -3,7 +3,8 @@
 // `max_parallel` replicas updating at a time, so the others keep serving; a failure stops the
 // roll). Answers when done, with each replica's result and version; the pool is polled then, so
 // /router/state and version-aware routing (RouterConfig::weight_version_policy) see the new
-// versions at once.
+// versions at once. Who may call it: RouterConfig::admin_api_keys (RouterServer checks it
+// before this runs).
 //
 // Body: {"path": DIR, "version": V, "mode": "drain" | "abort", "strategy": "rolling" |
 // "all-at-once", "max_parallel": k (rolling; default 1), "replicas": [ids] (default: every

@@ -4,7 +4,9 @@
 - router probes: liveness on /livez (the process serves), readiness on /readyz (a replica is
   healthy); /health as liveness restarted every router during a replica outage;
 - replica: --api-key-file from a mounted Secret, probes on /health (the one open path);
-- router: --replica-api-key-file from the same Secret;
+- router: --replica-api-key-file from the same Secret, and --admin-api-key-file (its admin
+  endpoints: fleet weight updates) from a Secret of its own, not the replicas' (Prometheus holds
+  that one);
 - a NetworkPolicy selecting the replica pods admits only the router pods and Prometheus pods, on
   the replica's port, and nothing else (no rule with an empty `from`);
 - the replica ServiceMonitor scrapes /metrics with the Secret as a Bearer credential.
@@ -99,6 +101,11 @@ def main():
                                    failures, "router --replica-api-key-file")
     if replica_secret and router_secret and replica_secret != router_secret:
         failures.append("the router reads Secret %s, the replicas %s" % (router_secret, replica_secret))
+    admin_secret = secret_file_ok(router, flag_value(rc.get("args") or [], "--admin-api-key-file"),
+                                  failures, "router --admin-api-key-file")
+    if admin_secret and admin_secret in (replica_secret, router_secret):
+        failures.append("the router's admin key comes from Secret %s, which holds the replicas' "
+                        "key: give it a Secret of its own" % admin_secret)
 
     policies = [d for d in docs if d.get("kind") == "NetworkPolicy"
                 and ((d.get("spec") or {}).get("podSelector") or {}).get("matchLabels") == REPLICA]

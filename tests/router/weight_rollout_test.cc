@@ -2,11 +2,13 @@
 // weight_version_policy): POST /router/admin/weights updates replicas all at once or rolling,
 // /router/state shows every replica's version, "latest" sends new requests only to replicas at
 // the newest version, a pinned version (x-kvcascade-weight-version) goes where it is served or
-// gets a 409, and a bad rollout changes nothing. Two tiny CPU replicas on 127.0.0.1, serving
-// checkpoints written here.
+// gets a 409, a bad rollout changes nothing, and the admin endpoint takes only the router's admin
+// key (no client key, no tenant). Two tiny CPU replicas on 127.0.0.1, serving checkpoints written
+// here.
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -58,7 +60,21 @@ class WeightRolloutTest : public ::testing::Test {
         << call("GET", "/router/state", nullptr).body;
   }
   void TearDown() override {
+    for (auto& other : others_)
+      other->stop();
     if (router_) router_->stop();
+  }
+  // Another router in front of the same replicas, with `config`; its port.
+  uint16_t start_router(RouterConfig config) {
+    RouterStackConfig rc;
+    rc.router = std::move(config);
+    rc.pool.poll_interval = 50ms;
+    for (const auto& r : replicas_)
+      rc.replicas.push_back(r->address());
+    others_.push_back(std::make_unique<RouterStack>(rc));
+    auto port = others_.back()->start("127.0.0.1", 0);
+    EXPECT_TRUE(port.ok()) << (port.ok() ? "" : port.error().message);
+    return port.ok() ? *port : 0;
   }
   template <class F>
   static bool wait_for(F f) {
@@ -68,8 +84,12 @@ class WeightRolloutTest : public ::testing::Test {
   }
   http::ClientResponse call(const std::string& method, const std::string& path, const json& body,
                             http::Headers headers = {}) {
+    return call_at(port_, method, path, body, std::move(headers));
+  }
+  http::ClientResponse call_at(uint16_t port, const std::string& method, const std::string& path,
+                               const json& body, http::Headers headers = {}) {
     headers.emplace_back("content-type", "application/json");
-    auto r = client_.request("127.0.0.1", port_, method, path, body.is_null() ? "" : body.dump(),
+    auto r = client_.request("127.0.0.1", port, method, path, body.is_null() ? "" : body.dump(),
                              headers, 60s);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
     return r.ok() ? *r : http::ClientResponse{};
@@ -89,6 +109,7 @@ class WeightRolloutTest : public ::testing::Test {
   testing::TempDir root_;
   std::vector<std::unique_ptr<LocalReplica>> replicas_;
   std::unique_ptr<RouterStack> router_;
+  std::vector<std::unique_ptr<RouterStack>> others_;  // start_router
   http::Client client_;
   uint16_t port_ = 0;
 };
@@ -194,6 +215,89 @@ TEST_F(WeightRolloutTest, BadRolloutsAreRefusedAndAFailedOneStopsTheRoll) {
   EXPECT_EQ(report["replicas"][0]["status"], 400);
   EXPECT_TRUE(report["replicas"][1]["skipped"].get<bool>());
   EXPECT_EQ(versions(), (std::vector<std::string>{"v0", "v0"}));
+}
+
+// POST /router/admin/weights swaps or aborts the whole fleet's weights, so no client may do it
+// unless the router trusts every client (no keys, no tenants: the fixture's router). With
+// --admin-api-key it takes that key and nothing else, a client key included; without one, a
+// router that tells clients apart (--api-key, --tenant-isolation) refuses it to everyone (403,
+// saying to configure --admin-api-key). It used to take any client key, and, with tenant
+// isolation by key but no --api-key, requests without any key.
+TEST_F(WeightRolloutTest, TheAdminEndpointTakesOnlyTheAdminKey) {
+  const json update = {{"path", root_.file("b")}, {"version", "step-1"}, {"replicas", {"r0"}}};
+  auto post = [&](uint16_t port, std::optional<std::string> key) {
+    http::Headers headers;
+    if (key) headers.emplace_back("authorization", "Bearer " + *key);
+    return call_at(port, "POST", "/router/admin/weights", update, std::move(headers));
+  };
+  auto error_type = [](const http::ClientResponse& r) {
+    const json body = json::parse(r.body, nullptr, false);
+    return body.is_object() && body.contains("error") ? body["error"].value("type", "") : "";
+  };
+
+  RouterConfig client_keys;
+  client_keys.api_keys = {"client-key-a", "client-key-b"};
+  const uint16_t refusing = start_router(client_keys);
+  RouterConfig tenants;  // tenants by key, no --api-key: every Bearer token is a tenant
+  tenants.tenant_isolation = TenantIsolation::kApiKey;
+  const uint16_t tenant_router = start_router(tenants);
+  RouterConfig header_tenants;
+  header_tenants.tenant_isolation = TenantIsolation::kHeader;
+  header_tenants.tenant_header = "x-tenant";
+  const uint16_t header_router = start_router(header_tenants);
+  for (uint16_t port : {refusing, tenant_router, header_router}) {
+    for (const std::optional<std::string>& key :
+         {std::optional<std::string>(), std::optional<std::string>("client-key-a"),
+          std::optional<std::string>("client-key-b"), std::optional<std::string>("admin-key")}) {
+      const auto r = post(port, key);
+      EXPECT_EQ(r.status, 403) << port << " " << key.value_or("(none)") << ": " << r.body;
+      EXPECT_EQ(error_type(r), "permission_error") << r.body;
+      EXPECT_NE(r.body.find("--admin-api-key"), std::string::npos) << r.body;
+    }
+  }
+  // Anonymous completions there are still a 401, as before.
+  EXPECT_EQ(call_at(tenant_router, "POST", "/v1/completions",
+                    {{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 2}})
+                .status,
+            401);
+
+  RouterConfig admin;
+  admin.api_keys = {"client-key-a", "client-key-b"};
+  admin.admin_api_keys = {"admin-key"};
+  admin.tenant_isolation = TenantIsolation::kApiKey;
+  const uint16_t administered = start_router(admin);
+  for (const std::optional<std::string>& key :
+       {std::optional<std::string>(), std::optional<std::string>("client-key-a"),
+        std::optional<std::string>("client-key-b"), std::optional<std::string>("wrong")}) {
+    const auto r = post(administered, key);
+    EXPECT_EQ(r.status, 401) << key.value_or("(none)") << ": " << r.body;
+    EXPECT_EQ(error_type(r), "authentication_error") << r.body;
+  }
+  // Nothing refused reached a replica.
+  EXPECT_EQ(replicas_[0]->loop().weight_version(), "v0");
+  EXPECT_EQ(replicas_[1]->loop().weight_version(), "v0");
+  // Wrong methods are told only to the admin.
+  EXPECT_EQ(call_at(administered, "GET", "/router/admin/weights", nullptr).status, 401);
+  EXPECT_EQ(call_at(administered, "GET", "/router/admin/weights", nullptr,
+                    {{"authorization", "Bearer admin-key"}})
+                .status,
+            405);
+  // The admin key updates the fleet (once this router knows r0 by its id).
+  ASSERT_TRUE(wait_for([&] {
+    const auto st = call_at(administered, "GET", "/router/state", nullptr,
+                            {{"authorization", "Bearer client-key-a"}});
+    return st.status == 200 && st.body.find("\"r0\"") != std::string::npos;
+  }));
+  const auto r = post(administered, "admin-key");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(json::parse(r.body)["ok"].get<bool>());
+  EXPECT_EQ(replicas_[0]->loop().weight_version(), "step-1");
+  EXPECT_EQ(replicas_[1]->loop().weight_version(), "v0");
+  // Client endpoints still take only client keys.
+  EXPECT_EQ(call_at(administered, "GET", "/router/state", nullptr,
+                    {{"authorization", "Bearer admin-key"}})
+                .status,
+            401);
 }
 
 }  // namespace

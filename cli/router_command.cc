@@ -62,6 +62,11 @@ int run_router(RouterFlags f) {
                  f.replica_kinds.size(), f.replicas.size());
     return 2;
   }
+  // What a real start refuses (RouterStack::start runs the same check), so --check-config does.
+  if (Status s = check_replica_addresses(f.replicas, f.replica_dns); !s.ok()) {
+    std::fprintf(stderr, "kvcascade router: %s\n", s.message().c_str());
+    return 2;
+  }
   if (f.check_config) {
     std::printf("kvcascade router: configuration ok\n");
     return 0;

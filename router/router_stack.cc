@@ -56,6 +56,10 @@ RouterStack::~RouterStack() {
 }
 
 Result<uint16_t> RouterStack::start(const std::string& host, uint16_t port) {
+  // Every address before any replica is added (`kvcascade router --check-config` runs it too).
+  if (Status s = check_replica_addresses(config_.replicas, config_.replica_dns); !s.ok()) {
+    return Error{s.message()};
+  }
   const std::vector<ReplicaKind>& kinds = config_.replica_kinds;
   if (kinds.size() > 1 && kinds.size() != config_.replicas.size()) {
     return Error{"give one replica kind for all replicas or one per replica (" +

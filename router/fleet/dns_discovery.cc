@@ -49,11 +49,27 @@ DnsDiscovery::~DnsDiscovery() {
   if (thread_.joinable()) thread_.join();
 }
 
-Status DnsDiscovery::start() {
+Status parse_dns_target(const std::string& target, std::string& name, uint16_t& port) {
   // The one host:port parser of the project (digits only, 1..65535).
-  if (!http::parse_host_port(target_, name_, port_) || target_.find("://") != std::string::npos) {
-    return Error{"--replica-dns wants NAME:PORT (port 1-65535), got '" + target_ + "'"};
+  if (!http::parse_host_port(target, name, port) || target.find("://") != std::string::npos) {
+    return Error{"--replica-dns wants NAME:PORT (port 1-65535), got '" + target + "'"};
   }
+  return Status::Ok();
+}
+
+Status check_replica_addresses(const std::vector<std::string>& replicas,
+                               const std::string& replica_dns) {
+  std::string host;
+  uint16_t port = 0;
+  for (const std::string& address : replicas) {
+    if (Status s = parse_replica_address(address, host, port); !s.ok()) return s;
+  }
+  if (!replica_dns.empty()) return parse_dns_target(replica_dns, host, port);
+  return Status::Ok();
+}
+
+Status DnsDiscovery::start() {
+  if (Status s = parse_dns_target(target_, name_, port_); !s.ok()) return s;
   thread_ = std::thread([this] { run(); });
   return Status::Ok();
 }

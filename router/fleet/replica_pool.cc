@@ -53,6 +53,13 @@ struct ReplicaPool::Replica {
   std::unordered_map<uint64_t, Sent> unacked;  // this router's sends, by note_routed_work id
 };
 
+Status parse_replica_address(const std::string& address, std::string& host, uint16_t& port) {
+  if (!http::parse_host_port(address, host, port)) {
+    return Error{"replica address '" + address + "' is not host:port (port 1-65535, no path)"};
+  }
+  return Status::Ok();
+}
+
 ReplicaPool::ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
                          PoolConfig config)
     : client_(client), indexes_(indexes), clock_(clock), config_(config) {}
@@ -72,8 +79,8 @@ Result<uint32_t> ReplicaPool::add(const std::string& address, ReplicaKind kind) 
   auto r = std::make_shared<Replica>();
   r->backoff = config_.resubscribe_backoff_min;
   r->probe = ReplicaProbe(kind != ReplicaKind::kAuto ? kind : config_.default_kind);
-  if (!http::parse_host_port(address, r->view.host, r->view.port)) {
-    return Error{"replica address '" + address + "' is not host:port"};
+  if (Status s = parse_replica_address(address, r->view.host, r->view.port); !s.ok()) {
+    return Error{s.message()};
   }
   r->view.replica_id = r->view.host + ":" + std::to_string(r->view.port);
   r->view.block_size = config_.default_block_size;

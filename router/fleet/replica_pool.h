@@ -151,6 +151,10 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   std::optional<StepModel> step_model;
 };
 
+// A replica's address as ReplicaPool::add takes it: "host:port" (an http:// prefix and a trailing
+// '/' accepted; port 1-65535; no path, no other scheme). The error names the address.
+Status parse_replica_address(const std::string& address, std::string& host, uint16_t& port);
+
 class ReplicaPool {
  public:
   // Feeds indexes.exact from the replicas' KV events; a replica that leaves routing leaves both

@@ -55,5 +55,32 @@ TEST(ReplicaPool, RejectsMalformedAddresses) {
   EXPECT_EQ(*pool.add("127.0.0.1:8000"), 0u);  // same address, same replica
 }
 
+// What `kvcascade router --check-config` and RouterStack::start check: the addresses the pool and
+// the DNS discovery take, no other (--check-config used to pass every address).
+TEST(CheckReplicaAddresses, PassesWhatThePoolTakesAndNamesWhatItRefuses) {
+  EXPECT_TRUE(check_replica_addresses({}, "").ok());
+  EXPECT_TRUE(
+      check_replica_addresses({"127.0.0.1:8000", "http://replica-0.svc:80/", "[::1]:65535"}, "")
+          .ok());
+  EXPECT_TRUE(check_replica_addresses({}, "kvcascade-replica.default.svc:8000").ok());
+  for (const char* bad : {"notanaddress", "127.0.0.1:0", "127.0.0.1:99999",
+                          "http://127.0.0.1:18101/v1", "ftp://127.0.0.1:18101", ":8000"}) {
+    const Status s = check_replica_addresses({"127.0.0.1:8000", bad}, "");
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find(std::string("'") + bad + "' is not host:port"), std::string::npos)
+        << s.message();
+    testing::FakeClock clock;
+    FleetIndexes indexes(clock);
+    http::Client client;
+    ReplicaPool pool(client, indexes, clock);
+    EXPECT_FALSE(pool.add(bad).ok()) << bad;  // the pool refuses the same
+  }
+  for (const char* bad : {"missing-port", "host:0", "http://host:80"}) {
+    const Status s = check_replica_addresses({}, bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("--replica-dns"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace kvc

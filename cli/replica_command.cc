@@ -116,8 +116,10 @@ int run_replica(ReplicaFlags f, CudaBackendMaker cuda) {
         static_cast<double>(CpuBackend::kv_cache_bytes(rank, num_blocks, block_size)) / (1 << 20));
   }
   if (!f.replica.api_keys.empty()) {
-    std::printf("kvcascade replica: every path but /health needs an API key (%zu accepted)\n",
-                f.replica.api_keys.size());
+    std::printf(
+        "kvcascade replica: every path but /livez, /readyz and /health needs an API key "
+        "(%zu accepted)\n",
+        f.replica.api_keys.size());
   } else if (!is_loopback(f.server.host)) {
     std::fprintf(stderr,
                  "kvcascade replica: warning: no --api-key, and %s is not a loopback address: "
@@ -150,7 +152,8 @@ Run add_replica_command(CLI::App& app, const CudaEntry& cuda) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   add_api_key_flags(*cmd, f->api_keys, "api-key",
-                    "require Authorization: Bearer KEY on every path but /health");
+                    "require Authorization: Bearer KEY on every path but the probes (/livez, "
+                    "/readyz, /health)");
   add_api_key_flags(*cmd, f->admin_api_keys, "admin-api-key",
                     "require Authorization: Bearer KEY on /v1/admin/* (weight updates, pause) "
                     "instead of an --api-key");

@@ -22,7 +22,8 @@ namespace kvc {
 class LocalReplica {
  public:
   // Every local replica serves the same random model (weights seed 3), so their outputs agree.
-  // api_keys: when not empty, every path but /health needs "Authorization: Bearer KEY".
+  // api_keys: when not empty, every path but the probes (/livez, /readyz, /health) needs
+  // "Authorization: Bearer KEY".
   LocalReplica(std::string id, int32_t kv_blocks = 256, const std::string& host = "127.0.0.1",
                http::ServerLimits limits = {}, std::vector<std::string> api_keys = {}) {
     ReplicaStackConfig c;

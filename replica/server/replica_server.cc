@@ -346,8 +346,10 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
 
 void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responder> responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
-  // Health probes (kubelet) stay open; everything else, KV events and metrics included, needs the
-  // key when one is configured; the admin endpoints the admin key when there is one.
+  // Health probes (kubelet: /livez, /readyz, /health) stay open; everything else, KV events and
+  // metrics included, needs the key when one is configured; the admin endpoints the admin key when
+  // there is one.
+  const bool probe = path == "/livez" || path == "/readyz" || path == "/health";
   if (path.starts_with("/v1/admin/")) {
     const auto& keys = config_.admin_api_keys.empty() ? config_.api_keys : config_.admin_api_keys;
     if (!http::authorize(request, keys, *responder)) return;
@@ -358,7 +360,7 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
     admin(path, request, responder);
     return;
   }
-  if (path != "/health" && !http::authorize(request, config_.api_keys, *responder)) return;
+  if (!probe && !http::authorize(request, config_.api_keys, *responder)) return;
   auto only = [&](std::string_view method) {
     if (http::method_allowed(request.method, method)) return true;
     http::send_method_not_allowed(*responder, request.method, path, method);
@@ -368,7 +370,12 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
     if (only("POST")) generate(Endpoint::kCompletions, request, responder);
   } else if (path == "/v1/chat/completions") {
     if (only("POST")) generate(Endpoint::kChatCompletions, request, responder);
-  } else if (path == "/health") {
+  } else if (path == "/livez") {
+    // The process serves (liveness). Incomplete weights are /readyz's to report: they take the
+    // replica out of routing until an update succeeds, with no restart.
+    if (only("GET")) responder->send(200, "application/json", R"({"status":"ok"})");
+  } else if (path == "/readyz" || path == "/health") {
+    // Ready to serve (readiness); /health answers alike.
     if (!only("GET")) return;
     // A weight update that failed while writing leaves no complete weights to serve.
     if (loop_.weight_version().empty()) {

@@ -1,9 +1,11 @@
 // The replica's OpenAI-compatible HTTP server, on http/ and the EngineLoop:
 //   POST /v1/completions, POST /v1/chat/completions (streaming or not), GET /v1/models,
-//   GET /health, GET /v1/info (model, block size, replica id, tokenizer, chat template), GET
-//   /v1/load (queue and KV
-//   occupancy), GET /v1/kv_events (SSE of KV events in router key space, snapshot first).
-// HEAD is answered wherever GET is. With API keys, every path but /health needs one.
+//   GET /livez (the process serves), GET /readyz and /health (ready to serve: 503 while the
+//   weights are incomplete after a failed update), GET /v1/info (model, block size, replica id,
+//   tokenizer, chat template), GET /v1/load (queue and KV occupancy), GET /v1/kv_events (SSE of
+//   KV events in router key space, snapshot first).
+// HEAD is answered wherever GET is. With API keys, every path but the probes (/livez, /readyz,
+// /health) needs one.
 #pragma once
 
 #include <atomic>
@@ -23,8 +25,8 @@ struct ReplicaServerConfig {
   std::string replica_id = "replica-0";
   std::string served_model_name;  // defaults to the model's name
   ApiLimits api;
-  // When not empty, every path but /health needs "Authorization: Bearer KEY" with one of these
-  // (several: a key can be rotated without downtime).
+  // When not empty, every path but the probes (/livez, /readyz, /health) needs "Authorization:
+  // Bearer KEY" with one of these (several: a key can be rotated without downtime).
   std::vector<std::string> api_keys;
   // The model's chat template (published in /v1/info for routers); null: canonical rendering.
   std::shared_ptr<const ChatTemplate> chat_template;

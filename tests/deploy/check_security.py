@@ -3,7 +3,8 @@
 
 - router probes: liveness on /livez (the process serves), readiness on /readyz (a replica is
   healthy); /health as liveness restarted every router during a replica outage;
-- replica: --api-key-file from a mounted Secret, probes on /health (the one open path);
+- replica: --api-key-file from a mounted Secret, probes on /livez, /readyz or /health (the
+  paths open without a key);
 - router: --replica-api-key-file from the same Secret, and --admin-api-key-file (its admin
   endpoints: fleet weight updates) from a Secret of its own, not the replicas' (Prometheus holds
   that one);
@@ -92,9 +93,9 @@ def main():
     if probe_path(rc, "readinessProbe") != "/readyz":
         failures.append("router readinessProbe is %r, want /readyz" % probe_path(rc, "readinessProbe"))
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        if probe in pc and probe_path(pc, probe) != "/health":
-            failures.append("replica %s is %r: only /health is open without a key"
-                            % (probe, probe_path(pc, probe)))
+        if probe in pc and probe_path(pc, probe) not in ("/livez", "/readyz", "/health"):
+            failures.append("replica %s is %r: only /livez, /readyz and /health are open "
+                            "without a key" % (probe, probe_path(pc, probe)))
     replica_secret = secret_file_ok(replica, flag_value(pc.get("args") or [], "--api-key-file"),
                                     failures, "replica --api-key-file")
     router_secret = secret_file_ok(router, flag_value(rc.get("args") or [], "--replica-api-key-file"),

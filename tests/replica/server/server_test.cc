@@ -27,6 +27,9 @@ using testing::ReplicaServerTest;
 
 TEST_F(ReplicaServerTest, InfoEndpoints) {
   EXPECT_EQ(json::parse(get("/health").body)["status"], "ok");
+  // The probe paths its --probe-connections names (they used to be 404 here, only the router's).
+  EXPECT_EQ(json::parse(get("/livez").body)["status"], "ok");
+  EXPECT_EQ(json::parse(get("/readyz").body)["status"], "ok");
   const json models = json::parse(get("/v1/models").body);
   EXPECT_EQ(models["data"][0]["id"], "tiny");
   const json info = json::parse(get("/v1/info").body);
@@ -413,8 +416,8 @@ TEST_F(ReplicaServerTest, StreamedBatchWithAnInvalidPromptIsRefusedBeforeTheFirs
 
 // HEAD is answered wherever GET is (it used to be 405), with GET's headers and no body.
 TEST_F(ReplicaServerTest, HeadIsAnsweredWhereGetIs) {
-  for (const char* path :
-       {"/health", "/v1/models", "/v1/info", "/v1/load", "/metrics", "/v1/kv_events"}) {
+  for (const char* path : {"/health", "/livez", "/readyz", "/v1/models", "/v1/info", "/v1/load",
+                           "/metrics", "/v1/kv_events"}) {
     auto r = client_.request("127.0.0.1", port_, "HEAD", path, "", {}, 5s);
     ASSERT_TRUE(r.ok()) << path << ": " << r.error().message;
     EXPECT_EQ(r->status, 200) << path;
@@ -427,9 +430,9 @@ TEST_F(ReplicaServerTest, HeadIsAnsweredWhereGetIs) {
   EXPECT_EQ(get("/health").status, 200);  // the connection pool still works after HEADs
 }
 
-// The replica had no authentication. With keys, every path but /health needs one
-// (the scheme in any case); a missing or wrong key gets an OpenAI-style 401.
-TEST(ReplicaApiKey, EveryPathButHealthNeedsAKey) {
+// The replica had no authentication. With keys, every path but the probes (/livez, /readyz,
+// /health) needs one (the scheme in any case); a missing or wrong key gets an OpenAI-style 401.
+TEST(ReplicaApiKey, EveryPathButTheProbesNeedsAKey) {
   LocalReplica replica("r0", 64, "127.0.0.1", {}, {"old-key", "new-key"});
   const uint16_t port = replica.port();
   ASSERT_NE(port, 0);
@@ -467,7 +470,8 @@ TEST(ReplicaApiKey, EveryPathButHealthNeedsAKey) {
     EXPECT_EQ(call(method, path, {{"authorization", "Bearer old-key"}}).status, 200) << path;
     EXPECT_EQ(call(method, path, {{"authorization", "bearer new-key"}}).status, 200) << path;
   }
-  EXPECT_EQ(call("GET", "/health", {}).status, 200);
+  for (const char* probe : {"/health", "/livez", "/readyz", "/readyz?verbose=1"})
+    EXPECT_EQ(call("GET", probe, {}).status, 200) << probe;
   // The KV-event stream too: refused without the key, a snapshot with it.
   std::promise<int> status;
   client.stream(

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "http/client.h"
 #include "http/sse.h"
 #include "prefix_index/kv_event.h"
+#include "replica/backend/backend.h"
 #include "replica/backend/cpu/cpu_backend.h"
 #include "replica/model/weights.h"
 #include "replica/server/local_replica.h"
@@ -42,6 +44,44 @@ std::string checkpoint(const testing::TempDir& root, const std::string& name,
   EXPECT_TRUE(write_hf_checkpoint(w, dir).ok());
   return dir;
 }
+
+// A CPU backend whose first weight load fails while writing (a device error, the files changed
+// underneath): its weights are then incomplete, and every forward fails, until a load succeeds.
+class TornLoadBackend final : public Backend {
+ public:
+  explicit TornLoadBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  int32_t num_blocks() const override { return inner_->num_blocks(); }
+  int32_t block_size() const override { return inner_->block_size(); }
+  std::string name() const override { return inner_->name(); }
+  std::string quantization() const override { return inner_->quantization(); }
+  std::string kv_cache_dtype() const override { return inner_->kv_cache_dtype(); }
+  int32_t kv_bytes_per_element() const override { return inner_->kv_bytes_per_element(); }
+  Status forward(const ForwardBatch& batch, ForwardOutput& out) override {
+    if (torn_) return Error{"the weights are incomplete"};
+    return inner_->forward(batch, out);
+  }
+  Status check_weights(const std::string& folder) const override {
+    return inner_->check_weights(folder);
+  }
+  // On the engine thread, as forward() and weights_intact() are.
+  Status load_weights(const std::string& folder) override {
+    if (!tore_) {
+      tore_ = true;
+      torn_ = true;
+      return Error{"injected failure while writing the weights"};
+    }
+    Status s = inner_->load_weights(folder);
+    if (s.ok()) torn_ = false;
+    return s;
+  }
+  bool weights_intact() const override { return !torn_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  bool tore_ = false;  // the first load failed already
+  bool torn_ = false;  // the weights are incomplete
+};
 
 class WeightUpdateTest : public ::testing::Test {
  protected:
@@ -413,6 +453,43 @@ TEST_F(WeightUpdateTest, AdminEndpointsNeedTheAdminKey) {
   const json req = {{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 1}};
   EXPECT_EQ(with("admin-secret", "/v1/completions", req).status, 401);
   EXPECT_EQ(with("user-secret", "/v1/completions", req).status, 200);
+}
+
+// The probes need no key, like /health: /livez says the process serves; /readyz (and /health)
+// whether it can serve, 503 while its weights are incomplete after an update failed while
+// writing (a liveness probe must not restart it for that), 200 again once an update succeeds.
+// /livez and /readyz, which the replica's --help names as probe paths, used to be 404.
+TEST_F(WeightUpdateTest, ProbesSayLiveAndWhetherReady) {
+  auto w = load_hf_weights(a_);
+  ASSERT_TRUE(w.ok());
+  ReplicaStackConfig c;
+  c.engine.scheduler.max_model_len = 4096;
+  c.server.served_model_name = "tiny";
+  c.server.api_keys = {"client-key"};
+  c.server.weight_version = "v0";
+  LocalReplica r(
+      "torn",
+      std::make_unique<TornLoadBackend>(std::make_unique<CpuBackend>(std::move(*w), 256, 16)),
+      std::move(c));
+  ASSERT_NE(r.port(), 0);
+  auto status = [&](const char* path) { return call(r, "GET", path, "").status; };
+  for (const char* path : {"/livez", "/readyz", "/health"})
+    EXPECT_EQ(status(path), 200) << path;
+  EXPECT_EQ(json::parse(call(r, "GET", "/livez", "").body)["status"], "ok");
+  EXPECT_EQ(status("/v1/load"), 401);  // every other path needs the key
+  EXPECT_EQ(call(r, "POST", "/readyz", "{}").status, 405);
+  const http::Headers key = {{"authorization", "Bearer client-key"}};
+  const auto failed =
+      call(r, "POST", "/v1/admin/weights", json{{"path", b_}, {"version", "v1"}}.dump(), key);
+  EXPECT_EQ(failed.status, 500) << failed.body;
+  EXPECT_EQ(status("/livez"), 200);
+  EXPECT_EQ(status("/readyz"), 503);
+  EXPECT_EQ(status("/health"), 503);
+  const auto mended =
+      call(r, "POST", "/v1/admin/weights", json{{"path", b_}, {"version", "v2"}}.dump(), key);
+  EXPECT_EQ(mended.status, 200) << mended.body;
+  for (const char* path : {"/livez", "/readyz", "/health"})
+    EXPECT_EQ(status(path), 200) << path;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "api/openai_request.h"
 #include "cli/commands.h"
@@ -81,6 +82,17 @@ int run_replica(ReplicaFlags f, CudaBackendMaker cuda) {
   const std::string tokenizer_name = (*tokenizer)->name();
   ReplicaStack stack(std::move(*backend), std::shared_ptr<const Tokenizer>(std::move(*tokenizer)),
                      std::move(rc));
+  if (const std::vector<int32_t> ignored = stack.engine().model_eos_not_applied();
+      !ignored.empty()) {
+    std::string ids;
+    for (int32_t id : ignored)
+      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    std::fprintf(stderr,
+                 "kvcascade replica: note: the model's eos_token_id (%s) names ids of its own "
+                 "tokenizer, not of the byte tokenizer: not applied (sequences end on the byte "
+                 "tokenizer's EOS; /v1/info lists it under not_applied)\n",
+                 ids.c_str());
+  }
   const ReplicaServer& server = stack.server();
   auto port = stack.listen(f.server.host, f.server.port);
   if (!port.ok()) {

@@ -66,6 +66,21 @@ bool Engine::is_eos(int32_t token) const {
          std::find(model_eos_.begin(), model_eos_.end(), token) != model_eos_.end();
 }
 
+std::vector<int32_t> Engine::eos_token_ids() const {
+  std::vector<int32_t> ids = tokenizer_.eos_tokens();
+  ids.insert(ids.end(), model_eos_.begin(), model_eos_.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::vector<int32_t> Engine::model_eos_not_applied() const {
+  std::vector<int32_t> ids;
+  for (int32_t id : backend_.config().eos_token_ids)
+    if (!is_eos(id) && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
+}
+
 BlockHash Engine::chain_seed(const std::string& cache_salt) const {
   return kvc::chain_seed(backend_.config().name, cache_salt);
 }

@@ -128,6 +128,12 @@ class Engine {
   BlockPool& pool() { return pool_; }
   const ModelConfig& model() const { return backend_.config(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  // The ids that end a sequence (unless the request sets ignore_eos), sorted: the tokenizer's
+  // EOS tokens and the model's end ids applied.
+  std::vector<int32_t> eos_token_ids() const;
+  // The model's end ids (ModelConfig::eos_token_ids) that do not end a sequence: with the byte
+  // tokenizer, whose ids are bytes, those other than its EOS.
+  std::vector<int32_t> model_eos_not_applied() const;
   // How this replica keys its prefix cache and reads token-id prompts (api/key_space.h).
   KeySpace key_space() const { return key_space_; }
   const EngineConfig& config() const { return config_; }

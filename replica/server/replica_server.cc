@@ -21,16 +21,39 @@ namespace {
 
 using json = nlohmann::json;
 
-// The model's generation_config.json defaults: what requests that leave a field out get, and the
-// defaults it sets that are not applied.
-json generation_defaults_json(const ModelConfig& m) {
-  const GenerationDefaults& g = m.generation;
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids)
+    s += (s.empty() ? "" : ", ") + std::to_string(id);
+  return s;
+}
+
+// The model's generation_config.json defaults: what requests that leave a field out get, the ids
+// that end sequences (the tokenizer's EOS tokens and the model's end ids applied), and the
+// fields it sets that are not applied, each with the reason.
+json generation_defaults_json(const Engine& engine) {
+  const GenerationDefaults& g = engine.model().generation;
   json j = json::object();
   if (g.temperature) j["temperature"] = *g.temperature;
   if (g.top_p) j["top_p"] = *g.top_p;
   if (g.top_k) j["top_k"] = *g.top_k;
-  j["eos_token_ids"] = m.eos_token_ids;
-  j["not_applied"] = g.unsupported;
+  j["eos_token_ids"] = engine.eos_token_ids();
+  json not_applied = json::array();
+  json reasons = json::object();
+  for (const std::string& u : g.unsupported) {
+    not_applied.push_back(u);
+    reasons[u] = "the sampler does not implement it";
+  }
+  if (const std::vector<int32_t> ignored = engine.model_eos_not_applied(); !ignored.empty()) {
+    not_applied.push_back("eos_token_id");
+    reasons["eos_token_id"] =
+        join_ids(ignored) +
+        ": ids of the model's own tokenizer, which the byte tokenizer's ids (bytes) do not "
+        "name; sequences end on " +
+        join_ids(engine.tokenizer().eos_tokens());
+  }
+  j["not_applied"] = std::move(not_applied);
+  j["not_applied_reasons"] = std::move(reasons);
   return j;
 }
 
@@ -634,7 +657,7 @@ std::string ReplicaServer::info_json() const {
          {"num_attention_heads", m.num_attention_heads},
          {"num_key_value_heads", m.num_key_value_heads},
          {"head_dim", m.head_dim}}},
-       {"generation_defaults", generation_defaults_json(m)},
+       {"generation_defaults", generation_defaults_json(engine_)},
        {"weight_version", loop_.weight_version()},
        {"weight_loaded_at_ms", loop_.weight_loaded_at_ms()},
        {"quantization", engine_.backend().quantization().empty()

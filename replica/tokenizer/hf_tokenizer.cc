@@ -439,6 +439,14 @@ bool HfTokenizer::is_eos(int32_t token) const {
   return token == eos_ || std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
 }
 
+std::vector<int32_t> HfTokenizer::eos_tokens() const {
+  std::vector<int32_t> ids = eos_ids_;
+  if (eos_ >= 0) ids.push_back(eos_);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 std::string HfTokenizer::decode(int32_t token) const {
   if (token < 0 || token >= vocab_size() || special_[token]) return {};
   return bytes_[token];

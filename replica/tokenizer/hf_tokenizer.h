@@ -50,6 +50,7 @@ class HfTokenizer final : public Tokenizer {
   bool round_trips() const override { return round_trips_; }
   int32_t eos_token() const override { return eos_; }
   bool is_eos(int32_t token) const override;
+  std::vector<int32_t> eos_tokens() const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
   std::string name() const override { return name_; }
   std::string completion_prefix() const override { return completion_prefix_; }

@@ -39,6 +39,8 @@ class Tokenizer {
   virtual int32_t eos_token() const = 0;
   // Tokens that end a sequence (a chat model's end-of-turn as well as the EOS token).
   virtual bool is_eos(int32_t token) const { return token == eos_token(); }
+  // Every token is_eos accepts, sorted (/v1/info reports them).
+  virtual std::vector<int32_t> eos_tokens() const { return {eos_token()}; }
   virtual int32_t vocab_size() const = 0;
   virtual std::string name() const = 0;
   // Text put around a completion prompt before encoding: the special tokens a tokenizer's

@@ -6,7 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +17,7 @@
 #include "http/client.h"
 #include "http/sse.h"
 #include "replica/server/local_replica.h"
+#include "replica/tokenizer/hf_tokenizer.h"
 #include "tests/replica/server/replica_server_fixture.h"
 
 namespace kvc {
@@ -36,6 +40,70 @@ TEST_F(ReplicaServerTest, InfoEndpoints) {
   EXPECT_EQ(info["block_size"], 16);
   EXPECT_EQ(info["replica_id"], "r0");
   EXPECT_EQ(load()["kv_blocks"]["total"], 64);
+  // The byte tokenizer's EOS ends sequences; the tiny model sets no defaults.
+  EXPECT_EQ(info["generation_defaults"]["eos_token_ids"], json::array({256})) << info.dump();
+  EXPECT_EQ(info["generation_defaults"]["not_applied"], json::array());
+}
+
+// A small SentencePiece-style tokenizer.json: "</s>" (id 1) is its EOS in tokenizer_config.json.
+constexpr char kSmallTokenizer[] = R"({
+  "added_tokens": [{"id": 0, "content": "<s>", "special": true},
+                   {"id": 1, "content": "</s>", "special": true}],
+  "normalizer": {"type": "Sequence", "normalizers": [
+     {"type": "Prepend", "prepend": "\u2581"},
+     {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+  "pre_tokenizer": null,
+  "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}]},
+  "model": {"type": "BPE", "byte_fallback": true, "unk_token": null,
+    "vocab": {"<s>": 0, "</s>": 1, "<0xC3>": 2, "<0xA9>": 3, "\u2581": 4, "h": 5, "i": 6,
+              "\u2581h": 7, "\u2581hi": 8},
+    "merges": ["\u2581 h", "\u2581h i"]}
+})";
+
+// /v1/info's generation_defaults for the tiny model with the end ids `model_eos` (as
+// generation_config.json's eos_token_id), served with `tokenizer`.
+json generation_defaults(std::vector<int32_t> model_eos,
+                         std::shared_ptr<const Tokenizer> tokenizer) {
+  ModelConfig c = *preset_config("tiny");
+  c.vocab_size = std::max(c.vocab_size, tokenizer->vocab_size());
+  c.eos_token_ids = std::move(model_eos);
+  ReplicaStackConfig rc;
+  rc.engine.scheduler.max_model_len = 4096;
+  ReplicaStack stack(std::make_unique<CpuBackend>(random_weights(c, 3), 64, 16),
+                     std::move(tokenizer), std::move(rc));
+  auto port = stack.listen("127.0.0.1", 0);
+  EXPECT_TRUE(port.ok());
+  if (!port.ok()) return json{};
+  http::Client client;
+  auto r = client.request("127.0.0.1", *port, "GET", "/v1/info", "", {}, 10s);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? json::parse(r->body)["generation_defaults"] : json{};
+}
+
+// /v1/info's eos_token_ids are the ids that end sequences: the tokenizer's EOS tokens and the
+// model's end ids applied. The model's end ids are ids of its own tokenizer: with the byte
+// tokenizer (whose ids are bytes) they are not applied, and not_applied says so and why.
+TEST(ReplicaInfo, EosTokenIdsAreThoseInEffectAndTheIgnoredOnesAreNamed) {
+  const json bytes = generation_defaults({2, 3, 4, 256}, std::make_shared<ByteTokenizer>());
+  EXPECT_EQ(bytes["eos_token_ids"], json::array({256})) << bytes.dump();
+  EXPECT_EQ(bytes["not_applied"], json::array({"eos_token_id"}));
+  const std::string reason = bytes["not_applied_reasons"].value("eos_token_id", "");
+  EXPECT_EQ(reason.rfind("2, 3, 4:", 0), 0u) << reason;  // 256 is the byte tokenizer's EOS
+  EXPECT_NE(reason.find("byte tokenizer"), std::string::npos) << reason;
+
+  auto tokenizer = HfTokenizer::from_json(kSmallTokenizer, R"({"eos_token": "</s>"})",
+                                          R"({"eos_token_id": [7, 1]})");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
+  std::shared_ptr<const Tokenizer> hf(std::move(*tokenizer));
+  // A tokenizer's EOS tokens are applied (and were missing when the model set none).
+  const json alone = generation_defaults({}, hf);
+  EXPECT_EQ(alone["eos_token_ids"], json({1, 7})) << alone.dump();
+  EXPECT_EQ(alone["not_applied"], json::array());
+  // The model's own end ids are applied with the model's tokenizer.
+  const json both = generation_defaults({5, 7}, hf);
+  EXPECT_EQ(both["eos_token_ids"], json({1, 5, 7})) << both.dump();
+  EXPECT_EQ(both["not_applied"], json::array());
+  EXPECT_EQ(both["not_applied_reasons"], json::object());
 }
 
 // /v1/load's work figures (what routers balance on, alike): tokens computed since start and

@@ -2,7 +2,8 @@
 // for each input). Byte 0 picks the layout: even, the rest of the input is the whole file; odd,
 // the rest is the header JSON up to the first NUL byte, then the data section, and the 8-byte
 // length is prepended here (so that mutations of the JSON keep a consistent length). Every tensor
-// of a file that opens is then read back in full, as the weight loader does.
+// of a file that opens is then read back in full, as the weight loader does (refused exactly when
+// it holds a NaN or an infinity).
 #include <unistd.h>
 
 #include <cstdint>
@@ -56,7 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(numel >= 0);
     FUZZ_CHECK(static_cast<uint64_t>(numel) * kvc::dtype_bytes(t->dtype) == t->bytes.size());
     std::vector<float> out(static_cast<size_t>(numel));
-    FUZZ_CHECK(opened->read_f32(name, t->shape, out.data()).ok());
+    // Refused exactly when a value is NaN or infinite (the weight loader's finiteness check).
+    const kvc::Status read = opened->read_f32(name, t->shape, out.data());
+    FUZZ_CHECK(read.ok() == (kvc::first_non_finite(t->bytes, t->dtype) < 0));
   }
   return 0;
 }

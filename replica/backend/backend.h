@@ -152,7 +152,9 @@ class Backend {
   // Weight updates (POST /v1/admin/weights), between steps. check_weights: the Hugging Face
   // folder can replace this model's weights (check_same_model, every tensor there with its shape:
   // HfFolder::check_tensors), reading only headers. load_weights: the same check, then the
-  // folder's tensors replace the weights; the model's config (its name, its context) is kept. An
+  // folder's tensors replace the weights; the model's config (its name, its context) is kept. A
+  // tensor holding a NaN or an infinity is refused before any weight is written (read_f32 checks
+  // what it converts, HfFolder::check_finite what goes to a device unconverted). An
   // error found before any weight is written leaves the old weights serving, whole; one while
   // writing (the files changed underneath, a device error) leaves weights_intact() false, and
   // every forward fails until a load succeeds. The KV cache is the caller's to flush.

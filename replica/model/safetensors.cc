@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cassert>
 #include <cerrno>
@@ -90,6 +91,77 @@ int64_t TensorView::numel() const {
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+
+namespace {
+
+// first_non_finite over n words of type Word at p: an element is NaN or infinite when every bit
+// of `mask` (its exponent; E4M3: exponent and mantissa) is set. Blocks are tested with a
+// branch-free reduction (vectorized), and only a block that has one is searched for it.
+template <typename Word>
+int64_t first_with_mask(const std::byte* p, int64_t n, Word mask) {
+  constexpr int64_t kBlock = 4096;
+  auto word = [p](int64_t i) {
+    Word w;
+    std::memcpy(&w, p + i * static_cast<int64_t>(sizeof(Word)), sizeof(Word));  // may be unaligned
+    return w;
+  };
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t end = std::min(n, b + kBlock);
+    unsigned any = 0;
+    for (int64_t i = b; i < end; ++i)
+      any |= static_cast<unsigned>((word(i) & mask) == mask);
+    if (any == 0) continue;
+    for (int64_t i = b; i < end; ++i)
+      if ((word(i) & mask) == mask) return i;
+  }
+  return -1;
+}
+
+std::string non_finite_error(const std::string& path, const std::string& name, int64_t element,
+                             int64_t numel) {
+  return path + ": tensor '" + name + "' holds NaN or infinite values (the first at element " +
+         std::to_string(element) + " of " + std::to_string(numel) +
+         "): a checkpoint that would serve NaN logits is refused";
+}
+
+}  // namespace
+
+int64_t first_non_finite(std::span<const std::byte> bytes, DType dtype) {
+  const int64_t n = static_cast<int64_t>(bytes.size()) / dtype_bytes(dtype);
+  switch (dtype) {
+    case DType::kF32:
+      return first_with_mask<uint32_t>(bytes.data(), n, 0x7f800000u);
+    case DType::kF16:
+      return first_with_mask<uint16_t>(bytes.data(), n, 0x7c00u);
+    case DType::kBF16:
+      return first_with_mask<uint16_t>(bytes.data(), n, 0x7f80u);
+    case DType::kF8E4M3:
+      return first_with_mask<uint8_t>(bytes.data(), n, 0x7fu);
+  }
+  return -1;
+}
+
+Status check_finite_tensor(const std::string& path, const std::string& name,
+                           std::span<const std::byte> bytes, DType dtype) {
+  const size_t size = static_cast<size_t>(dtype_bytes(dtype));
+  const auto n = static_cast<int64_t>(bytes.size() / size);
+  std::atomic<int64_t> first{n};
+  kernels::cpu::parallel_for(
+      n,
+      [&](int64_t begin, int64_t end) {
+        const int64_t at = first_non_finite(bytes.subspan(static_cast<size_t>(begin) * size,
+                                                          static_cast<size_t>(end - begin) * size),
+                                            dtype);
+        if (at < 0) return;
+        int64_t seen = first.load(std::memory_order_relaxed);
+        while (begin + at < seen &&
+               !first.compare_exchange_weak(seen, begin + at, std::memory_order_relaxed)) {
+        }
+      },
+      /*min_chunk=*/int64_t{1} << 18);
+  if (first.load() == n) return Status::Ok();
+  return Error{non_finite_error(path, name, first.load(), n)};
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -315,8 +387,12 @@ Status SafetensorsFile::read_f32(const std::string& name,
   float fp8_values[256];
   for (int c = 0; c < 256 && type == DType::kF8E4M3; ++c)
     fp8_values[c] = kernels::fp8::e4m3_to_float(static_cast<uint8_t>(c));
-  // Elements [from, from + n) of the file's tensor into out[0, n).
-  auto convert = [&](int64_t from, int64_t n, float* to) {
+  // The first element of the file's tensor found NaN or infinite (numel: none).
+  const int64_t numel = t->numel();
+  std::atomic<int64_t> non_finite{numel};
+  // Elements [from, from + n) of the file's tensor into out[0, n), each piece checked for NaN
+  // and infinity (first_non_finite on the floats) while it is in cache.
+  auto convert_piece = [&](int64_t from, int64_t n, float* to) {
     if (type == DType::kF32) {
       std::memcpy(to, src + from * 4, n * 4);  // src may be unaligned
     } else if (type == DType::kF8E4M3) {
@@ -329,6 +405,18 @@ Status SafetensorsFile::read_f32(const std::string& name,
         to[i] = type == DType::kF16 ? f16_to_float(bits) : bf16_to_float(bits);
       }
     }
+    const int64_t at = first_non_finite(
+        std::as_bytes(std::span<const float>(to, static_cast<size_t>(n))), DType::kF32);
+    if (at < 0) return;
+    int64_t seen = non_finite.load(std::memory_order_relaxed);
+    while (from + at < seen &&
+           !non_finite.compare_exchange_weak(seen, from + at, std::memory_order_relaxed)) {
+    }
+  };
+  auto convert = [&](int64_t from, int64_t n, float* to) {
+    constexpr int64_t kPiece = int64_t{1} << 14;
+    for (int64_t done = 0; done < n; done += kPiece)
+      convert_piece(from + done, std::min(kPiece, n - done), to + done);
   };
   // The block as runs: `runs` runs of `run` elements, run i from file element first + i x stride.
   int64_t runs = 1, run = t->numel(), first = 0, stride = 0;
@@ -356,6 +444,9 @@ Status SafetensorsFile::read_f32(const std::string& name,
             convert(first + r * stride, run, out + r * run);
         },
         /*min_chunk=*/std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(run, 1)));
+  }
+  if (const int64_t at = non_finite.load(); at < numel) {
+    return Error{non_finite_error(path_, name, at, numel)};
   }
   return Status::Ok();
 }

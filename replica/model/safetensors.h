@@ -41,6 +41,18 @@ struct TensorView {
   int64_t numel() const;
 };
 
+// The first element of `bytes` (little-endian elements of `dtype`, possibly unaligned; a trailing
+// part of an element is ignored) that is NaN or infinite, or -1 when every one is finite. One
+// vectorizable pass over the exponent bits: all ones in F32, F16 and BF16; E4M3 has no infinity,
+// and its NaNs are the codes 0x7F and 0xFF.
+int64_t first_non_finite(std::span<const std::byte> bytes, DType dtype);
+
+// An error naming tensor `name` of file `path` when its `bytes` hold a NaN or an infinity
+// (first_non_finite, over the CPU pool's threads): a checkpoint with one serves garbage (NaN
+// logits) while looking healthy, so loaders refuse it.
+Status check_finite_tensor(const std::string& path, const std::string& name,
+                           std::span<const std::byte> bytes, DType dtype);
+
 // The largest header accepted: a header is a table of contents, far below this even for 100k
 // tensors; the limit keeps a corrupt length from turning into a huge JSON parse.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;
@@ -73,7 +85,9 @@ class SafetensorsFile {
 
   // Converts tensor `name` (F32, F16 or BF16; F8_E4M3: the codes' values, unscaled) to float32
   // into out[0 .. numel), or only `slice` of it (out[0 .. numel / shape[dim] x count)).
-  // Errors name the tensor: missing, unsupported dtype, or a shape other than expected_shape.
+  // Errors name the tensor: missing, unsupported dtype, a shape other than expected_shape, or a
+  // NaN or infinity among the values read (checked as they are converted; `out` is then
+  // written, but not to be used).
   // Precondition: a slice lies within the shape, on a tensor of at most two dimensions.
   Status read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, float* out,
                   const std::optional<TensorSlice>& slice = std::nullopt) const;

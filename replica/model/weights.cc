@@ -452,6 +452,26 @@ Status HfFolder::check_tensors() const {
   return Status::Ok();
 }
 
+Status HfFolder::check_finite() const {
+  for (const TensorSpec& s : specs_) {
+    Result<TensorView> v = tensor(s.name, s.shape);
+    if (!v.ok()) return Error{v.error().message};
+    const std::string& path = shards_[shard_of_.at(s.name)].path();
+    if (Status st = check_finite_tensor(path, s.name, v->bytes, v->dtype); !st.ok()) return st;
+    if (v->dtype != DType::kF8E4M3) continue;
+    Result<Fp8Scales> scales = fp8_scales(s.name, s.shape);
+    if (!scales.ok()) return Error{scales.error().message};
+    const SafetensorsFile& shard = shards_[shard_of_.at(scales->name)];
+    Result<TensorView> sv = shard.tensor(scales->name);
+    if (!sv.ok()) return Error{sv.error().message};
+    if (Status st = check_finite_tensor(shard.path(), scales->name, sv->bytes, sv->dtype);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
 Status write_hf_checkpoint(const ModelWeights& weights, const std::string& folder, DType dtype) {
   if (Status s = check_weight_shapes(weights); !s.ok()) return s;
   std::ofstream config(folder + "/config.json");

@@ -98,6 +98,12 @@ class HfFolder {
   // Every tensor the model reads is there with its shape and a dtype it takes (reads nothing but
   // the shards' headers): after this, reading them fails only if the files change underneath.
   Status check_tensors() const;
+  // Every tensor the model reads (an FP8 matrix's scales included) holds only finite values: one
+  // pass over their mapped bytes (check_finite_tensor), the error naming the first that does not.
+  // read_f32 checks what it reads as it converts it; a backend that writes tensors in place as
+  // it reads them (the GPU's) runs this before a weight update, so that a refused checkpoint
+  // leaves the old weights whole.
+  Status check_finite() const;
   // Tensor `name`, which must have exactly `shape` and dtype F32, F16, BF16 or (a matrix of an
   // FP8 checkpoint) F8_E4M3; errors name it. An F8_E4M3 view holds codes: read it with read_f32.
   Result<TensorView> tensor(const std::string& name, const std::vector<int64_t>& shape) const;

@@ -137,6 +137,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::load(const std::string& folder
                                                        const CudaBackendOptions& o) {
   Result<HfFolder> f = HfFolder::open(folder);
   if (!f.ok()) return Error{f.error().message};
+  // Uploads go from the mapping to the device unconverted: their values are checked here.
+  if (Status s = f->check_finite(); !s.ok()) return Error{s.message()};
   auto made = allocate(f->config(), o);
   if (!made.ok()) return made;
   std::unique_ptr<CudaBackend> b = std::move(made).value();
@@ -291,6 +293,8 @@ Status note_weights_written(const Status& written, std::string& broken) {
 Status CudaBackend::load_weights(const std::string& folder) {
   Result<HfFolder> f = open_replacement(folder, config_);
   if (!f.ok()) return Error{f.error().message};
+  // A NaN or infinity is refused before the upload writes any weight: the old ones keep serving.
+  if (Status s = f->check_finite(); !s.ok()) return s;
   return note_weights_written(upload_folder(*f), weights_broken_);
 }
 

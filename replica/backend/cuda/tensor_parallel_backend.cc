@@ -75,6 +75,8 @@ Result<std::unique_ptr<CudaTensorParallelBackend>> CudaTensorParallelBackend::lo
     const std::string& folder, int32_t size, const CudaBackendOptions& o) {
   Result<HfFolder> f = HfFolder::open(folder);
   if (!f.ok()) return Error{f.error().message};
+  // Uploads go from the mapping to the devices unconverted: their values are checked here.
+  if (Status s = f->check_finite(); !s.ok()) return Error{s.message()};
   auto made = make(f->config(), size, o);
   if (!made.ok()) return made;
   if (Status s = (*made)->upload_folder(*f); !s.ok()) return Error{s.message()};
@@ -115,6 +117,8 @@ Status CudaTensorParallelBackend::check_weights(const std::string& folder) const
 Status CudaTensorParallelBackend::load_weights(const std::string& folder) {
   Result<HfFolder> f = open_replacement(folder, config_);
   if (!f.ok()) return Error{f.error().message};
+  // A NaN or infinity is refused before the upload writes any weight: the old ones keep serving.
+  if (Status s = f->check_finite(); !s.ok()) return s;
   return note_weights_written(upload_folder(*f), weights_broken_);
 }
 

@@ -9,6 +9,9 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <span>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -138,6 +141,59 @@ TEST(Safetensors, RoundTripsF32F16BF16) {
   ASSERT_TRUE(f->read_f32("c", {2, 2}, out.data()).ok());
   EXPECT_EQ(out, (std::vector<float>{1.0f, -5.0f, 3.140625f, 0.00099945068359375f}));
   ASSERT_TRUE(f->read_f32("e", {0, 4}, nullptr).ok());
+}
+
+// NaN and infinity in every dtype the engine reads: first_non_finite finds the first (past the
+// first vectorized block), and read_f32 refuses a tensor holding one, naming it and the element
+// (what the weight loader reads: a slice is refused only if it holds one).
+TEST(Safetensors, NanAndInfinityAreFoundAndRefusedByName) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3}) {
+    std::vector<float> v(10000, 0.5f);
+    v[3] = -448.0f;  // E4M3's largest magnitude (finite in every dtype)
+    EXPECT_EQ(first_non_finite(make_tensor("x", dtype, {10000}, v).bytes, dtype), -1)
+        << dtype_name(dtype);
+    v[5000] = nan;
+    EXPECT_EQ(first_non_finite(make_tensor("x", dtype, {10000}, v).bytes, dtype), 5000)
+        << dtype_name(dtype);
+    if (dtype == DType::kF8E4M3) continue;  // no infinity: it saturates at 448
+    v[4097] = -inf;
+    EXPECT_EQ(first_non_finite(make_tensor("x", dtype, {10000}, v).bytes, dtype), 4097)
+        << dtype_name(dtype);
+  }
+  // The largest finite values' bit patterns are finite; E4M3's two NaN codes are not.
+  const uint16_t halves[] = {0x7bff, 0xfbff};  // F16 +-65504
+  EXPECT_EQ(first_non_finite(std::as_bytes(std::span<const uint16_t>(halves)), DType::kF16), -1);
+  const uint16_t bf16s[] = {0x7f7f, 0xff7f, 0x7f80};  // BF16 +-max, then inf
+  EXPECT_EQ(first_non_finite(std::as_bytes(std::span<const uint16_t>(bf16s)), DType::kBF16), 2);
+  const std::byte codes[] = {std::byte{0x7e}, std::byte{0xfe}, std::byte{0xff}, std::byte{0x7f}};
+  EXPECT_EQ(first_non_finite(std::span<const std::byte>(codes, 2), DType::kF8E4M3), -1);
+  EXPECT_EQ(first_non_finite(std::span<const std::byte>(codes + 2, 1), DType::kF8E4M3), 0);
+  EXPECT_EQ(first_non_finite(std::span<const std::byte>(codes + 3, 1), DType::kF8E4M3), 0);
+
+  testing::TempDir dir;
+  const std::string path = dir.file("t.safetensors");
+  std::vector<float> w(6, 1.0f);
+  w[4] = nan;  // row 1, column 1
+  ASSERT_TRUE(
+      write_safetensors(path, {make_tensor("model.norm.weight", DType::kBF16, {2, 3}, w)}).ok());
+  Result<SafetensorsFile> f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  std::vector<float> out(6);
+  const std::string refused =
+      "tensor 'model.norm.weight' holds NaN or infinite values (the first at element 4 of 6)";
+  EXPECT_THAT(f->read_f32("model.norm.weight", {2, 3}, out.data()).message(), HasSubstr(refused));
+  EXPECT_THAT(f->read_f32("model.norm.weight", {2, 3}, out.data(), TensorSlice{1, 1, 1}).message(),
+              HasSubstr(refused));
+  EXPECT_TRUE(f->read_f32("model.norm.weight", {2, 3}, out.data(), TensorSlice{0, 0, 1}).ok());
+  EXPECT_TRUE(f->read_f32("model.norm.weight", {2, 3}, out.data(), TensorSlice{1, 2, 1}).ok());
+  // The mapped bytes, checked whole, say the same.
+  Result<TensorView> t = f->tensor("model.norm.weight");
+  ASSERT_TRUE(t.ok());
+  const Status checked = check_finite_tensor(path, "model.norm.weight", t->bytes, t->dtype);
+  EXPECT_THAT(checked.message(), HasSubstr(refused));
+  EXPECT_THAT(checked.message(), HasSubstr(path));
 }
 
 TEST(Safetensors, LookupErrorsNameTheTensor) {

@@ -7,7 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -555,6 +559,76 @@ TEST(LoadHfWeights, KvCacheScalesAreReadForEveryLayerOrNone) {
   }
   EXPECT_THAT(read(wide).error().message, HasSubstr("layers.1.self_attn.k_scale' has shape [2]"));
   EXPECT_THAT(read(zero).error().message, HasSubstr("layers.0.self_attn.v_scale' is 0"));
+}
+
+// A NaN or an infinity in a tensor the model reads (any dtype; an FP8 matrix's codes or its
+// scales) is refused with the tensor named, by read_weights (read_f32 checks what it converts:
+// start-up and the CPU backend's updates) and by HfFolder::check_finite (what the GPU backends
+// run before they upload a checkpoint); a finite checkpoint passes both.
+TEST(LoadHfWeights, NonFiniteValuesAreRefusedByName) {
+  const ModelWeights w = random_weights(small_config(false), 11);
+  auto errors = [](const std::vector<HfTensor>& t,
+                   const nlohmann::json& config) -> std::pair<std::string, std::string> {
+    testing::TempDir tmp;
+    write_folder(tmp.path(), config, t);
+    Result<HfFolder> f = HfFolder::open(tmp.path());
+    EXPECT_TRUE(f.ok()) << f.error().message;
+    if (!f.ok()) return {};
+    const Status checked = f->check_finite();
+    Result<ModelWeights> read = read_weights(*f);
+    return {checked.ok() ? std::string("(accepted)") : checked.message(),
+            read.ok() ? std::string("(accepted)") : read.error().message};
+  };
+  auto refused = [](const std::string& name, size_t at) {
+    return HasSubstr("tensor '" + name + "' holds NaN or infinite values (the first at element " +
+                     std::to_string(at) + " of ");
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<HfTensor> good = hf_tensors(w);
+  {
+    const auto [checked, read] = errors(good, config_json(w.config));
+    EXPECT_EQ(checked, "(accepted)");
+    EXPECT_EQ(read, "(accepted)");
+  }
+  // The final norm (F32 here) all NaN, one infinity in a BF16 matrix, -inf in an F16 one.
+  struct Case {
+    std::string name;
+    size_t at;
+    float value;
+    bool all;
+  };
+  for (const Case& c : {Case{"model.norm.weight", 0, nan, true},
+                        Case{"model.layers.0.mlp.down_proj.weight", 77, inf, false},
+                        Case{"model.layers.1.self_attn.k_proj.weight", 5, -inf, false}}) {
+    std::vector<HfTensor> bad = good;
+    for (HfTensor& t : bad) {
+      if (t.name != c.name) continue;
+      if (c.all) std::fill(t.values.begin(), t.values.end(), c.value);
+      t.values[c.at] = c.value;
+    }
+    const auto [checked, read] = errors(bad, config_json(w.config));
+    EXPECT_THAT(checked, refused(c.name, c.at));
+    EXPECT_THAT(read, refused(c.name, c.at));
+  }
+  // FP8: a NaN code (0x7F) in a matrix, a NaN among a matrix's scales.
+  ModelWeights expected;
+  const std::vector<HfTensor> fp8 = fp8_tensors(w, Fp8Layout::kChannel, expected);
+  const nlohmann::json fp8_json = fp8_config(w.config, Fp8Layout::kChannel);
+  {
+    const auto [checked, read] = errors(fp8, fp8_json);
+    EXPECT_EQ(checked, "(accepted)");
+    EXPECT_EQ(read, "(accepted)");
+  }
+  for (const std::string name :
+       {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.up_proj.weight_scale"}) {
+    std::vector<HfTensor> bad = fp8;
+    for (HfTensor& t : bad)
+      if (t.name == name) t.values[3] = nan;
+    const auto [checked, read] = errors(bad, fp8_json);
+    EXPECT_THAT(checked, refused(name, 3));
+    EXPECT_THAT(read, refused(name, 3));
+  }
 }
 
 TEST(LoadHfWeights, FolderErrors) {

@@ -3,10 +3,12 @@
 // (write_hf_checkpoint). A response's tokens are those of a replica started on the same folder;
 // the prefix cache is flushed at the swap (KV events say so); drain lets what runs finish on the
 // old weights, abort ends it; bad updates change nothing.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <thread>
@@ -421,6 +423,16 @@ TEST_F(WeightUpdateTest, BadUpdatesGetJsonErrorsAndChangeNothing) {
   std::filesystem::create_directories(empty);
   std::filesystem::copy_file(b_ + "/config.json", empty + "/config.json");
   expect(update(empty, "step-1"), 400, "path");
+  // A checkpoint of the right shapes holding NaN (the final norm, as bf16 0x7fc0): it would
+  // serve token 0 forever with /health at 200. Refused, the tensor named.
+  ModelWeights nan_weights = tiny(6);
+  std::fill(nan_weights.final_norm.begin(), nan_weights.final_norm.end(),
+            std::numeric_limits<float>::quiet_NaN());
+  const std::string nan_dir = checkpoint(root_, "nan", nan_weights);
+  const auto refused = update(nan_dir, "step-1");
+  expect(refused, 400, "path");
+  EXPECT_NE(refused.body.find("model.norm.weight"), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find("NaN"), std::string::npos) << refused.body;
   // The old weights serve on, whole.
   const json after = greedy();
   EXPECT_EQ(after["weight_version"], "v0");

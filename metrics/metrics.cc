@@ -111,6 +111,17 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r)
                                       "then reading and writing the weights (load)")
                                 .Register(r)) {}
 
+void ReplicaMetrics::set_weight_version(const std::string& version) {
+  std::lock_guard lock(weight_version_mu_);
+  // The new series first: a scrape in between sees both, never none.
+  prometheus::Gauge& now = weight_version_info.Add({{"version", version}});
+  now.Set(1);
+  if (weight_version_ != nullptr && weight_version_ != &now) {
+    weight_version_info.Remove(weight_version_);
+  }
+  weight_version_ = &now;
+}
+
 RouterMetrics::RouterMetrics(prometheus::Registry& r)
     : router_requests_total(BuildCounter()
                                 .Name("kvcascade_router_requests_total")

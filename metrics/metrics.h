@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <prometheus/counter.h>
@@ -38,10 +39,20 @@ struct ReplicaMetrics {
   prometheus::Family<prometheus::Histogram>& request_tpot_seconds;
   prometheus::Family<prometheus::Counter>& prompt_tokens_total;
   prometheus::Family<prometheus::Counter>& generation_tokens_total;
-  // 1 for the weights serving now ({version}), 0 for earlier ones (an info metric).
+  // 1 for the weights serving now ({version}), its only series (an info metric): set through
+  // set_weight_version.
   prometheus::Family<prometheus::Gauge>& weight_version_info;
   prometheus::Family<prometheus::Counter>& weight_updates_total;     // {result: ok|refused|broken}
   prometheus::Family<prometheus::Histogram>& weight_update_seconds;  // {phase: drain|load}
+
+  // The weights serving now are `version`: its weight_version_info series at 1, and the series
+  // of the version it replaces removed (not kept at 0: an RL run that loads a version per step
+  // would otherwise add a series per step, without bound). Thread-safe.
+  void set_weight_version(const std::string& version);
+
+ private:
+  std::mutex weight_version_mu_;
+  prometheus::Gauge* weight_version_ = nullptr;  // the series at 1; null before the first
 };
 
 struct RouterMetrics {

@@ -356,7 +356,7 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
       metrics_(metrics),
       config_(std::move(config)) {
   if (config_.served_model_name.empty()) config_.served_model_name = engine_.model().name;
-  if (metrics_) metrics_->weight_version_info.Add({{"version", config_.weight_version}}).Set(1);
+  if (metrics_) metrics_->set_weight_version(config_.weight_version);
   if (engine_.key_space() == KeySpace::kTokenIds) {
     const Tokenizer& t = engine_.tokenizer();
     TokenTable table;
@@ -615,8 +615,7 @@ void ReplicaServer::admin(const std::string& path, const http::Request& request,
       auto& seconds = metrics->weight_update_seconds;
       seconds.Add({{"phase", "drain"}}, metrics::seconds_buckets()).Observe(report->drain_seconds);
       seconds.Add({{"phase", "load"}}, metrics::seconds_buckets()).Observe(report->load_seconds);
-      metrics->weight_version_info.Add({{"version", report->previous_version}}).Set(0);
-      metrics->weight_version_info.Add({{"version", report->version}}).Set(1);
+      metrics->set_weight_version(report->version);
     }
     responder->send(200, "application/json",
                     dump({{"weight_version", report->version},

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/client.h"
+#include "metrics/metrics.h"
 #include "replica/server/local_replica.h"
 #include "replica/server/replica_stack.h"
 #include "tests/testing/fake_clock.h"
@@ -26,6 +27,31 @@ double sample(const std::string& text, const std::string& series) {
     at += series.size();
   }
   return -1;
+}
+
+// The sample lines of metric `name` (every series of it).
+int series_count(const std::string& text, const std::string& name) {
+  int n = 0;
+  for (size_t at = 0; (at = text.find(name + "{", at)) != std::string::npos; at += name.size()) {
+    if (at == 0 || text[at - 1] == '\n') ++n;
+  }
+  return n;
+}
+
+// kvcascade_weight_version_info keeps one series, the version serving now at 1, however many
+// versions were loaded (an RL run loads one per step); loading the serving version again keeps
+// it.
+TEST(ReplicaMetrics, WeightVersionInfoKeepsOneSeriesWhateverTheNumberOfVersions) {
+  prometheus::Registry registry;
+  metrics::ReplicaMetrics m(registry);
+  m.set_weight_version("v0");
+  EXPECT_EQ(sample(metrics::expose(registry), "kvcascade_weight_version_info{version=\"v0\"}"), 1);
+  for (int step = 0; step < 100; ++step)
+    m.set_weight_version("step-" + std::to_string(step));
+  m.set_weight_version("step-99");
+  const std::string text = metrics::expose(registry);
+  EXPECT_EQ(series_count(text, "kvcascade_weight_version_info"), 1) << text;
+  EXPECT_EQ(sample(text, "kvcascade_weight_version_info{version=\"step-99\"}"), 1) << text;
 }
 
 TEST(ReplicaMetrics, SiblingsAndSharedPrefixOfOneNEightRequest) {

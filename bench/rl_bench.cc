@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "base/temp_dir.h"
 #include "http/client.h"
 #include "replica/backend/cpu/cpu_backend.h"
@@ -214,6 +215,42 @@ int run_rl_bench(const RlBenchOptions& o) {
     return 1;
   }
   Driver d(address);
+  // Step s runs on checkpoints[s % size] as version "step-s": every replica loads it before the
+  // step (POST /router/admin/weights). The seconds it took, or why it failed.
+  auto load = [&](int step) -> Result<double> {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Reply u =
+        d.post("/router/admin/weights", {{"path", checkpoints[step % checkpoints.size()]},
+                                         {"version", "step-" + std::to_string(step)},
+                                         {"strategy", o.strategy},
+                                         {"mode", o.mode}});
+    if (u.status != 200) return Error{std::to_string(u.status) + " " + u.body.dump()};
+    return Seconds(std::chrono::steady_clock::now() - t0).count();
+  };
+  // The in-process fleet starts on step 0's weights. A running fleet may serve anything (another
+  // version, other weights): it loads the first checkpoint as step-0 first, so that step 0 is
+  // checked like every other step (its version, and outputs that change at step 1).
+  double initial_update_seconds = 0;
+  if (!fleet) {
+    std::set<std::string> served;
+    const json state = d.get("/router/state");
+    if (state.is_object() && state.contains("replicas") && state["replicas"].is_array()) {
+      for (const json& r : state["replicas"])
+        if (r.is_object()) served.insert(r.value("weight_version", ""));
+    }
+    std::string was;
+    for (const std::string& v : served)
+      was += (was.empty() ? "" : ",") + (v.empty() ? std::string("(none)") : v);
+    Result<double> loaded = load(0);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "bench rl: loading %s as step-0 failed: %s\n", checkpoints[0].c_str(),
+                   loaded.error().message.c_str());
+      return 1;
+    }
+    initial_update_seconds = *loaded;
+    std::printf("loaded %s as step-0 in %.3f s (the fleet served %s)\n", checkpoints[0].c_str(),
+                initial_update_seconds, was.empty() ? "(no replica)" : was.c_str());
+  }
   std::printf(
       "rl loop through %s: %d steps of %d prompts x %d samples (%d-byte prompts, %d "
       "tokens each, top-%d logprobs), updates %s (%s)\n\n",
@@ -233,18 +270,13 @@ int run_rl_bench(const RlBenchOptions& o) {
     previous_probe = s.probe_tokens;
     // The update to the next step's weights (not after the last step).
     if (step + 1 < o.steps) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const Reply u =
-          d.post("/router/admin/weights", {{"path", checkpoints[(step + 1) % checkpoints.size()]},
-                                           {"version", "step-" + std::to_string(step + 1)},
-                                           {"strategy", o.strategy},
-                                           {"mode", o.mode}});
-      s.update_seconds = Seconds(std::chrono::steady_clock::now() - t0).count();
-      if (u.status != 200) {
-        std::fprintf(stderr, "bench rl: update after step %d failed: %d %s\n", step, u.status,
-                     u.body.dump().c_str());
+      Result<double> loaded = load(step + 1);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "bench rl: update after step %d failed: %s\n", step,
+                     loaded.error().message.c_str());
         return 1;
       }
+      s.update_seconds = *loaded;
     }
     std::string versions;
     for (const std::string& v : s.versions)
@@ -272,6 +304,7 @@ int run_rl_bench(const RlBenchOptions& o) {
   if (!o.out.empty()) {
     std::ofstream(o.out) << json{
         {"steps", rows},
+        {"initial_update_seconds", initial_update_seconds},
         {"lost", lost},
         {"wrong_version", wrong_version},
         {"unchanged",

@@ -7,9 +7,12 @@
 // response of step s carries step s's version, and that a fixed greedy probe's tokens change
 // with the weights.
 //
-// Without --router it runs its own fleet: a router and `replicas` tiny CPU replicas on
-// 127.0.0.1, serving two checkpoints it writes (random weights, two seeds). With --router it
-// drives a running fleet (GPU replicas) whose replicas load --checkpoints from their own disks.
+// Step s runs on checkpoint s mod the number of checkpoints, as version "step-s". Without
+// --router it runs its own fleet: a router and `replicas` tiny CPU replicas on 127.0.0.1,
+// serving two checkpoints it writes (random weights, two seeds), the first as step-0 from the
+// start. With --router it drives a running fleet (GPU replicas) whose replicas load --checkpoints
+// from their own disks; whatever version the fleet serves, it first loads the first checkpoint
+// as step-0 (timed apart), so that step 0 is checked like the others.
 #pragma once
 
 #include <string>

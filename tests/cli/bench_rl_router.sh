@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `bench rl --router` against a fleet started as processes that serves neither the bench's first
+# checkpoint nor version step-0: a replica on checkpoint B at version "v7". The bench loads the
+# first checkpoint (A) as step-0 before the first step, and every check holds (exit 0). A is the
+# reference Llama checkpoint (tests/replica/model/hf_reference/llama3), B the same with the signs
+# of lm_head flipped (other outputs, every value finite).
+set -euo pipefail
+kvc=$1
+ref=$2
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+for ck in a b; do
+  mkdir -p "$work/$ck"
+  cp "$ref/config.json" "$ref/model.safetensors" "$work/$ck/"
+done
+python3 - "$work/b/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", bytes(data[:8]))[0]
+entry = json.loads(bytes(data[8:8 + n]))["lm_head.weight"]
+assert entry["dtype"] == "BF16", entry
+begin, end = entry["data_offsets"]
+for i in range(8 + n + begin + 1, 8 + n + end, 2):  # the high byte of each little-endian word
+    data[i] ^= 0x80
+open(path, "wb").write(data)
+PY
+port_of() {  # waits for "http://127.0.0.1:PORT" in a log file
+  for _ in $(seq 200); do
+    p=$(grep -o 'http://127.0.0.1:[0-9]*' "$1" | head -1 | sed 's/.*://') || true
+    [ -n "$p" ] && { echo "$p"; return; }
+    sleep 0.1
+  done
+  echo "no port in $1" >&2; cat "$1" >&2; exit 1
+}
+"$kvc" replica --model "$work/b" --served-model-name tiny --weight-version v7 --port 0 \
+  --host 127.0.0.1 >"$work/replica.log" 2>&1 &
+rport=$(port_of "$work/replica.log")
+"$kvc" router --port 0 --host 127.0.0.1 --replica "127.0.0.1:$rport" >"$work/router.log" 2>&1 &
+port=$(port_of "$work/router.log")
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+"$kvc" bench rl --router "127.0.0.1:$port" --model tiny --checkpoints "$work/a,$work/b" \
+  --steps 3 --prompts 2 -n 4 --max-tokens 16 --prompt-bytes 128

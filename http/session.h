@@ -263,6 +263,11 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(static_cast<uint32_t>(
         std::min<size_t>(limits().max_header_bytes, std::numeric_limits<uint32_t>::max())));
     parser_->body_limit(limits().max_body_bytes);
+    if (read_eof_) {
+      // The client sent FIN: no request can come beyond what is buffered (pipelined before it).
+      if (buffer_.size() == 0) return close();
+      return read_buffered_request();
+    }
     if (num_served_ > 0 && buffer_.size() == 0) {
       // keep-alive: idle until the next request's first byte, then the header clock starts
       phase_ = Phase::kIdle;
@@ -280,6 +285,25 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     read_header();
+  }
+
+  // A request pipelined before the client's FIN, parsed from the buffer. No async read may be
+  // issued once a read saw the end of stream: Asio's epoll reactor then waits for a readiness
+  // edge that already came and went (the read would hang until its timer). The blocking forms
+  // never wait here: what the buffer lacks, the socket answers with end of stream at once (an
+  // incomplete request is then a partial message, and the connection closes).
+  void read_buffered_request() {
+    phase_ = Phase::kHeader;
+    error_code ec;
+    bhttp::read_header(socket_, buffer_, *parser_, ec);
+    if (ec) return on_read_error(ec);
+    if (std::optional<std::string> why = framing_error(parser_->get())) {
+      return reply_error_and_close(400, *why);
+    }
+    phase_ = Phase::kBody;
+    bhttp::read(socket_, buffer_, *parser_, ec);
+    if (ec) return on_read_error(ec);
+    dispatch();
   }
 
   void read_header() {
@@ -378,9 +402,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // for the next request, up to the buffer's bound; beyond it the watch pauses. End of stream
   // while a request is being answered is not "gone": a client may half-close its sending side
   // once its request is out (nc -N, some HTTP/1.0 clients and load balancers), and a fully
-  // received request is answered (probe_half_closed tells the two kinds of FIN apart).
+  // received request is answered (probe_half_closed tells the two kinds of FIN apart), as is
+  // every request pipelined before the FIN; then the connection closes (read_request). After
+  // the FIN no read is issued (read_eof_).
   void watch() {
-    if (closed_ || watching_) return;
+    if (closed_ || watching_ || read_eof_) return;
     if (phase_ == Phase::kLinger) buffer_.clear();
     size_t room = buffer_.max_size() - buffer_.size();
     if (room == 0) return;
@@ -397,12 +423,17 @@ class Session : public std::enable_shared_from_this<Session> {
     if (resume_after_watch_) {
       // cancelled (or completed just before the cancel) after the response ended
       resume_after_watch_ = false;
-      if (ec && ec != net::error::operation_aborted) return close();
+      if (ec == net::error::eof) {
+        read_eof_ = true;  // read_request answers what was pipelined before the FIN, then closes
+      } else if (ec && ec != net::error::operation_aborted) {
+        return close();
+      }
       read_request();
       return;
     }
     if (ec == net::error::eof && phase_ == Phase::kHandling) {
-      peer_eof_ = true;  // no more watch reads: the next read_request sees the EOF and closes
+      read_eof_ = true;  // no more reads; once answered, the connection closes (read_request)
+      peer_eof_ = true;
       probe_half_closed(false);
       return;
     }
@@ -478,6 +509,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Half-close and drain what the client still sends for a moment, so that our last response is
   // not destroyed by a TCP reset (closing with unread input sends RST).
   void linger_then_close() {
+    if (read_eof_) return close();  // the client sent FIN: nothing more is coming to drain
     phase_ = Phase::kLinger;
     error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
@@ -506,6 +538,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool watching_ = false;
   bool resume_after_watch_ = false;
+  // A read saw the client's FIN (it half-closed or left): no further read may be issued (see
+  // read_buffered_request); what it pipelined before is answered, then the connection closes.
+  bool read_eof_ = false;
   uint64_t num_served_ = 0;
 
   // the exchange being answered

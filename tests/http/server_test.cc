@@ -444,6 +444,67 @@ TEST(ServerTest, HalfClosedClientIsAnswered) {
   EXPECT_EQ(gone.load(), 0);
 }
 
+// No request can follow a client's FIN: once every request it sent before the FIN is answered
+// (pipelined ones included, in order), the connection closes at once, neither idling until
+// idle_timeout nor lingering (the timeouts here are far longer than the waits). A read issued
+// after the one that saw the FIN never completed (Asio's epoll reactor waits for a readiness edge
+// that already came), so the connection stayed open until idle_timeout.
+TEST(ServerTest, HalfClosedClientIsClosedOnceAnswered) {
+  ServerLimits limits = short_limits();
+  limits.header_timeout = 30s;
+  limits.read_timeout = 30s;
+  limits.idle_timeout = 30s;
+  limits.linger_timeout = 30s;
+  std::mutex mu;
+  std::vector<std::thread> workers;
+  Server server(limits, [&](Request req, std::shared_ptr<Responder> r) {
+    if (req.target != "/slow") {
+      echo(std::move(req), std::move(r));
+      return;
+    }
+    std::lock_guard lock(mu);
+    workers.emplace_back([r] {
+      std::this_thread::sleep_for(150ms);
+      r->send(200, "text/plain", "slow");
+    });
+  });
+  const uint16_t port = listen_or_die(server);
+  struct Case {
+    std::string name, requests;
+    std::vector<std::string> want_bodies;
+  };
+  const std::vector<Case> cases = {
+      {"quick", "GET /a HTTP/1.1\r\nHost: x\r\n\r\n", {"GET /a "}},
+      {"slow", "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n", {"slow"}},
+      {"pipelined",
+       "GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: "
+       "2\r\n\r\nbbGET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n",
+       {"GET /a ", "POST /b bb", "slow", "GET /c "}},
+      {"connection close", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", {"GET /a "}},
+      {"HTTP/1.0", "GET /a HTTP/1.0\r\n\r\n", {"GET /a "}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    RawConn c(port);
+    ASSERT_TRUE(c.send(k.requests));
+    c.shutdown_send();
+    for (const std::string& want : k.want_bodies) {
+      auto resp = c.read_final_response();
+      ASSERT_TRUE(resp);
+      EXPECT_EQ(resp->status, 200);
+      EXPECT_EQ(resp->body, want);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(c.wait_closed(2s));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  }
+  {
+    std::lock_guard lock(mu);
+    for (auto& w : workers)
+      w.join();
+  }
+}
+
 TEST(ServerTest, ThrowingHandlerGets500AndServerKeepsServing) {
   Server server(short_limits(), echo);
   uint16_t port = listen_or_die(server);

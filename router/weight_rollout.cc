@@ -14,6 +14,26 @@ namespace {
 
 using json = nlohmann::json;
 
+// The reply's status, from every replica's result (run()). 200: every replica updated. When
+// every replica that was called refused the update itself with one status, 400 (its folder,
+// version or mode: e.g. a path no replica has) or 409 (an update already running there), that
+// status: the client's request is at fault, and no replica changed its weights. Anything else
+// is a 502: a replica that failed (5xx), could not be reached or did not answer (status 0),
+// refused the router's credentials (401/403: the router's --replica-admin-api-key, not the
+// client's request), or outcomes that differ (some updated, or 400 beside 409). Replicas a
+// rolling update skipped after the first failure were never called and do not count.
+int reply_status(bool all_ok, const json& results) {
+  if (all_ok) return 200;
+  int refused = 0;
+  for (const json& a : results) {
+    if (a.value("skipped", false)) continue;
+    const int status = a.value("status", 0);
+    if ((status != 400 && status != 409) || (refused != 0 && status != refused)) return 502;
+    refused = status;
+  }
+  return refused != 0 ? refused : 502;
+}
+
 }  // namespace
 
 WeightRollout::WeightRollout(ReplicaPool& pool, http::Client& client, std::string key)
@@ -141,6 +161,7 @@ void WeightRollout::run(std::vector<Target> targets, std::string body, int max_p
     }
   }
   pool_.poll_now();  // the new versions, for routing and /router/state
+  const int status = reply_status(all_ok, results);
   const json reply = {
       {"ok", all_ok},
       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count()},
@@ -151,7 +172,7 @@ void WeightRollout::run(std::vector<Target> targets, std::string body, int max_p
     std::lock_guard lock(mu_);
     running_ = false;
   }
-  responder->send(all_ok ? 200 : 502, "application/json",
+  responder->send(status, "application/json",
                   reply.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 

@@ -4,7 +4,10 @@
 // roll). Answers when done, with each replica's result and version; the pool is polled then, so
 // /router/state and version-aware routing (RouterConfig::weight_version_policy) see the new
 // versions at once. Who may call it: RouterConfig::admin_api_keys (RouterServer checks it
-// before this runs).
+// before this runs). Status: 200 when every replica updated; 400 or 409 when every replica called
+// refused the update itself with that status (a folder none has, an update already running:
+// the client's error, nothing changed); else 502 (a replica failed, was unreachable or refused
+// the router's key, or the outcomes differ). weight_rollout.cc reply_status says it in full.
 //
 // Body: {"path": DIR, "version": V, "mode": "drain" | "abort", "strategy": "rolling" |
 // "all-at-once", "max_parallel": k (rolling; default 1), "replicas": [ids] (default: every

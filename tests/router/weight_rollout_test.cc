@@ -207,13 +207,22 @@ TEST_F(WeightRolloutTest, BadRolloutsAreRefusedAndAFailedOneStopsTheRoll) {
             400);
   EXPECT_EQ(post({{"path", root_.file("b")}, {"version", "x"}, {"replicas", {"r7"}}}).status, 400);
   EXPECT_EQ(call("GET", "/router/admin/weights", nullptr).status, 405);
-  // A folder the replicas refuse: the first one says why, the second is never touched.
+  // A folder the replicas refuse: the first one says why, the second is never touched. The
+  // request is at fault (400, as the replica said), not the fleet (502).
   const auto failed = post({{"path", root_.file("missing")}, {"version", "step-1"}});
-  EXPECT_EQ(failed.status, 502) << failed.body;
+  EXPECT_EQ(failed.status, 400) << failed.body;
   const json report = json::parse(failed.body);
   EXPECT_FALSE(report["ok"].get<bool>());
   EXPECT_EQ(report["replicas"][0]["status"], 400);
   EXPECT_TRUE(report["replicas"][1]["skipped"].get<bool>());
+  // All at once: every replica refuses it, still the client's 400.
+  const auto all =
+      post({{"path", root_.file("missing")}, {"version", "step-1"}, {"strategy", "all-at-once"}});
+  EXPECT_EQ(all.status, 400) << all.body;
+  const json all_report = json::parse(all.body);
+  ASSERT_EQ(all_report["replicas"].size(), 2u);
+  EXPECT_EQ(all_report["replicas"][0]["status"], 400);
+  EXPECT_EQ(all_report["replicas"][1]["status"], 400);
   EXPECT_EQ(versions(), (std::vector<std::string>{"v0", "v0"}));
 }
 
@@ -298,6 +307,27 @@ TEST_F(WeightRolloutTest, TheAdminEndpointTakesOnlyTheAdminKey) {
                     {{"authorization", "Bearer admin-key"}})
                 .status,
             401);
+}
+
+// A replica that fails otherwise (here: gone, no answer) makes the rollout a 502, also beside a
+// replica that refused the request with a 400.
+TEST_F(WeightRolloutTest, AReplicaThatFailsMakesTheRolloutA502) {
+  replicas_[1]->stop();
+  const auto r = call("POST", "/router/admin/weights",
+                      {{"path", root_.file("missing")},
+                       {"version", "step-1"},
+                       {"strategy", "all-at-once"},
+                       {"replicas", {"r0", "r1"}}});
+  EXPECT_EQ(r.status, 502) << r.body;
+  const json report = json::parse(r.body);
+  EXPECT_FALSE(report["ok"].get<bool>());
+  ASSERT_EQ(report["replicas"].size(), 2u);
+  EXPECT_EQ(report["replicas"][0]["status"], 400);
+  EXPECT_EQ(report["replicas"][1]["status"], 0);
+  // Only the replica that is gone: a 502 too.
+  const auto gone = call("POST", "/router/admin/weights",
+                         {{"path", root_.file("b")}, {"version", "step-1"}, {"replicas", {"r1"}}});
+  EXPECT_EQ(gone.status, 502) << gone.body;
 }
 
 }  // namespace

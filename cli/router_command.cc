@@ -236,7 +236,8 @@ Run add_router_command(CLI::App& app) {
          "identical prompts within this window go to the same replica")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   add_millis(*cmd, "--upstream-timeout-ms", f->router.upstream_timeout,
-             "non-streamed requests: longest wait for the replica's reply (a whole generation)");
+             "non-streamed requests: longest wait for the replica's reply (a whole generation; "
+             "past it: 504, not retried)");
   add_millis(*cmd, "--upstream-first-byte-timeout-ms", f->router.first_byte_timeout,
              "streamed requests: longest wait for the replica's first byte (queue + prefill)");
   add_millis(*cmd, "--upstream-idle-timeout-ms", f->router.idle_timeout,

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "http/deadline.h"
 #include "http/wire.h"
@@ -166,6 +167,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
             options.response_header_timeout.value_or(core_->limits.response_header_timeout)),
         body_idle_timeout_(options.body_idle_timeout.value_or(core_->limits.body_idle_timeout)),
         cancellation_(std::move(options.cancellation)),
+        on_timeout_(std::move(options.on_timeout)),
         deadline_(strand_),
         total_timer_(strand_),
         resolver_(strand_) {}
@@ -219,7 +221,18 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   // Deadline for the current step; on expiry the socket is closed and the step fails.
   void arm(std::chrono::milliseconds timeout, Step step) {
     step_ = step;
-    deadline_.arm(timeout, [self = shared_from_this()] { self->fail(self->timeout_message()); });
+    deadline_.arm(timeout, [self = shared_from_this()] { self->on_deadline(); });
+  }
+
+  // The current step's deadline passed. When the whole request had been written, its answer is
+  // late or stalled (the server may still be working on it): StreamOptions::on_timeout hears of
+  // it before on_done.
+  void on_deadline() {
+    if (done_) return;
+    const bool after_write =
+        step_ == Step::kBody || (step_ == Step::kResponseHeader && request_written_);
+    if (after_write && on_timeout_) std::exchange(on_timeout_, nullptr)();
+    fail(timeout_message());
   }
 
   void disarm() { deadline_.clear(); }
@@ -262,6 +275,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   }
 
   void write_request() {
+    request_written_ = false;
     arm(header_timeout_, Step::kResponseHeader);
     const std::array<net::const_buffer, 2> request{net::buffer(request_head_),
                                                    net::buffer(body_.view())};
@@ -269,6 +283,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
                      on_strand([self = shared_from_this()](error_code ec, size_t) {
                        if (self->done_) return;
                        if (ec) return self->retry_or_fail("write to " + self->key_, ec);
+                       self->request_written_ = true;
                        self->read_header();
                      }));
   }
@@ -373,6 +388,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     auto on_done = std::move(on_done_);
     on_headers_ = nullptr;
     on_chunk_ = nullptr;
+    on_timeout_ = nullptr;
     if (on_done) on_done(std::move(status));
   }
 
@@ -392,7 +408,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   const std::chrono::milliseconds header_timeout_;
   const std::chrono::milliseconds body_idle_timeout_;
   const std::shared_ptr<Cancellation> cancellation_;
-  Deadline deadline_;  // of the current step (arm)
+  std::function<void()> on_timeout_;  // StreamOptions::on_timeout
+  Deadline deadline_;                 // of the current step (arm)
   Step step_ = Step::kConnect;
   net::steady_timer total_timer_;
   tcp::resolver resolver_;
@@ -402,6 +419,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   std::array<char, 16 << 10> chunk_{};
   bool reused_ = false;
   bool retried_ = false;
+  bool request_written_ = false;  // this connection's request is out: a timeout is a late answer
   bool done_ = false;
 };
 

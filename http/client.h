@@ -65,6 +65,13 @@ struct StreamOptions {
   std::optional<std::chrono::milliseconds> response_header_timeout;
   std::optional<std::chrono::milliseconds> body_idle_timeout;
   std::shared_ptr<Cancellation> cancellation;  // null: only on_chunk can cancel
+  // Called once, on the I/O thread just before on_done(error), when the exchange ends because a
+  // deadline passed after the whole request was written: no response header within
+  // response_header_timeout, or a body silent for body_idle_timeout. The server may still be
+  // working on the request (a proxy answers 504 and may not want to send it elsewhere). Not
+  // called for a connect timeout, nor while the request was still being written (the server
+  // cannot have it whole).
+  std::function<void()> on_timeout;
 };
 
 // A request body, held by reference count: an exchange (and its retry on a fresh connection)

@@ -53,6 +53,9 @@ class RouterServer::ProxiedRequest : public std::enable_shared_from_this<Proxied
   bool debug_headers = false;  // RouterConfig::debug_headers
   bool sent_anything = false;  // bytes reached the client: no more retries
   int status = 0;
+  // This try's answer was late: no response header, or a body gone silent, within its timeout
+  // after the request was written (http::StreamOptions::on_timeout).
+  bool timed_out = false;
   // A non-streaming request's response is buffered and sent whole (one hand-off to the client's
   // session instead of one per piece, and a replica failing mid-body can still be retried); past
   // kMaxBufferedBody it is streamed through.
@@ -575,13 +578,15 @@ void RouterServer::ProxiedRequest::do_try() {
   for (auto& h : replica_auth_headers(s_.config_.replica_api_key))
     headers.push_back(std::move(h));
   status = 0;  // this try's (a retry must not see the last one's)
+  timed_out = false;
   body.clear();
+  auto self = shared_from_this();
   http::StreamOptions options;
   options.response_header_timeout =
       stream ? s_.config_.first_byte_timeout : s_.config_.upstream_timeout;
   options.body_idle_timeout = s_.config_.idle_timeout;
   options.cancellation = cancellation;
-  auto self = shared_from_this();
+  options.on_timeout = [self] { self->timed_out = true; };  // before on_done, on its thread
   s_.client_.stream(
       view->host, view->port, request.method, request.target, upstream_body, headers,
       [self](int st, const http::Headers& upstream) { self->on_headers(st, upstream); },
@@ -649,15 +654,31 @@ void RouterServer::ProxiedRequest::on_done(const Status& s,
   s_.stats_.note_upstream_error(replica_id, sent_anything || (status > 0 && status < 500)
                                                 ? "midstream"
                                             : status >= 500 ? "status"
+                                            : timed_out     ? "timeout"
                                                             : "connect");
   const std::string why = s.ok() ? "status " + std::to_string(status) : s.message();
   if (!sent_anything) {
-    if (static_cast<int32_t>(tried.size()) < s_.config_.max_attempts && do_choose()) {
+    // Retried (nothing reached the client): a replica that could not be reached, answered a
+    // 5xx, was found dead or broke the connection, a reply that stalled mid-body, and a stream
+    // whose first byte did not come within first_byte_timeout (queueing and prefill: another
+    // replica may start it at once; README "Raise the first-byte timeout"). Not retried: a
+    // non-streamed request whose reply did not come within upstream_timeout, which bounds the
+    // whole generation. The replica was most likely computing it (the router's reset ends
+    // that) and another would take as long again: a retry would only double the work wasted
+    // before the same error.
+    const bool generation_too_long = timed_out && status == 0 && !stream;
+    if (!generation_too_long && static_cast<int32_t>(tried.size()) < s_.config_.max_attempts &&
+        do_choose()) {
       s_.stats_.note_retry();
       do_try();
       return;
     }
-    http::send_error(*responder, 502, "upstream replica failed: " + why, "server_error");
+    // The last try's answer was late (and no 5xx said it failed): a gateway timeout.
+    if (timed_out && status < 500) {
+      http::send_error(*responder, 504, "upstream replica timed out: " + why, "server_error");
+    } else {
+      http::send_error(*responder, 502, "upstream replica failed: " + why, "server_error");
+    }
     return;
   }
   // Mid-stream: a stream ends cleanly with an error event the client can see; a plain body

@@ -4,7 +4,8 @@
 // the answer back byte for byte. A replica that fails before the first byte reached the client
 // is retried on another; after that the client gets a clean error event. A replica that stalls
 // is cut by the timeouts below or by the pool's health checks; a client that leaves ends the
-// upstream exchange at once (the replica then frees the group).
+// upstream exchange at once (the replica then frees the group). A try that timed out once its
+// request was sent ends as a 504 when it is the last (other failures: 502).
 #pragma once
 
 #include <atomic>
@@ -41,8 +42,10 @@ struct RouterConfig {
   // Upstream exchanges. A replica sends a streamed reply's headers with its first token, so
   // first_byte_timeout bounds the queueing and prefill of a streamed request; a non-streamed
   // reply comes whole when the generation is done, so upstream_timeout bounds the whole
-  // generation. idle_timeout is the longest silence once a reply started (between two SSE events;
-  // a streaming replica sends one per decode step).
+  // generation: a request that misses it gets a 504 and is not retried elsewhere (it would take
+  // as long there; proxy.cc on_done). A stream without its first byte is retried (another
+  // replica may start it sooner). idle_timeout is the longest silence once a reply started
+  // (between two SSE events; a streaming replica sends one per decode step).
   std::chrono::milliseconds first_byte_timeout{60000};
   std::chrono::milliseconds upstream_timeout{600000};
   std::chrono::milliseconds idle_timeout{30000};

@@ -24,7 +24,8 @@ class RouterStats {
   void note_near_miss();
   // A request (or a retry of it) sent to `replica` for `reason` (router_requests_total).
   void note_routed(const std::string& replica, const std::string& reason);
-  // kind: connect, status or midstream (router_upstream_errors_total).
+  // kind: connect, status, timeout (no answer in time once sent) or midstream
+  // (router_upstream_errors_total).
   void note_upstream_error(const std::string& replica, const char* kind);
   // A replica's KV-event feed dropped for a fresh snapshot (router_kv_event_resyncs_total).
   void note_kv_resync(const std::string& replica, const char* reason);

@@ -97,13 +97,17 @@ TEST(ClientTest, ConnectErrorIsAResult) {
 
   std::promise<Status> done;
   bool saw_headers = false;
+  std::atomic<bool> saw_timeout{false};
+  StreamOptions options;
+  options.on_timeout = [&] { saw_timeout = true; };  // nothing was delivered: not a late answer
   client.stream(
       "127.0.0.1", port, "GET", "/", {}, {}, [&](int, const Headers&) { saw_headers = true; },
-      [](std::string_view) { return true; }, [&](Status s) { done.set_value(s); });
+      [](std::string_view) { return true; }, [&](Status s) { done.set_value(s); }, options);
   auto f = done.get_future();
   ASSERT_EQ(f.wait_for(2s), std::future_status::ready);
   EXPECT_FALSE(f.get().ok());
   EXPECT_FALSE(saw_headers);
+  EXPECT_FALSE(saw_timeout.load());
 }
 
 TEST(ClientTest, StreamDeliversChunksIncrementallyAndInOrder) {
@@ -254,7 +258,8 @@ TEST(ClientTest, CancellationBeforeTheStartEndsTheExchangeAtOnce) {
 
 // StreamOptions override the client's timeouts for one exchange: a short wait for the response
 // headers (the router's first-byte timeout) and a short silence inside the body (its idle
-// timeout), on a client whose own limits are long.
+// timeout), on a client whose own limits are long. Both answers were late after the request was
+// out: on_timeout hears of each before on_done (the router answers 504 then).
 TEST(ClientTest, StreamOptionsOverrideTheTimeouts) {
   std::vector<std::shared_ptr<Responder>> held;
   std::mutex mu;
@@ -285,20 +290,25 @@ TEST(ClientTest, StreamOptionsOverrideTheTimeouts) {
     return f.get();
   };
   std::string body;
+  std::atomic<int> timeouts{0};
   StreamOptions first_byte;
   first_byte.response_header_timeout = 200ms;
+  first_byte.on_timeout = [&] { ++timeouts; };
   auto start = std::chrono::steady_clock::now();
   Status s = run("/hold", first_byte, &body);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_EQ(s.message(), "no response from 127.0.0.1:" + std::to_string(port) + " within 200 ms");
+  EXPECT_EQ(timeouts.load(), 1);
   StreamOptions idle;
   idle.body_idle_timeout = 200ms;
+  idle.on_timeout = [&] { ++timeouts; };
   start = std::chrono::steady_clock::now();
   s = run("/half", idle, &body);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_EQ(body, "data: 1\n\n");
   EXPECT_EQ(s.message(),
             "response from 127.0.0.1:" + std::to_string(port) + " stalled: nothing for 200 ms");
+  EXPECT_EQ(timeouts.load(), 2);
   std::lock_guard lock(mu);
   held.clear();
 }

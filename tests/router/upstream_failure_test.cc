@@ -224,6 +224,52 @@ TEST_F(RouterWithFake, StreamWithoutFirstByteIsRetriedElsewhere) {
   EXPECT_EQ(stack_->server().stats().retries(), 1);
 }
 
+// A stream whose only try gets no first byte within the first-byte timeout: the upstream timed
+// out, a 504 (it was a 502, as if the replica had failed).
+TEST_F(RouterWithFake, StreamWithoutFirstByteOnItsLastTryIsA504) {
+  RouterStackConfig c;
+  c.router.first_byte_timeout = 500ms;
+  c.router.max_attempts = 1;
+  start({.replica_id = "fake", .blocks = FakeReplica::blocks_of(held_prompt())}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  auto r =
+      post({{"model", "tiny"}, {"prompt", held_prompt()}, {"max_tokens", 4}, {"stream", true}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 504) << r->body;
+  const json error = json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << r->body;
+  EXPECT_EQ(error["error"]["type"], "server_error");
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("within 500 ms"), std::string::npos)
+      << r->body;
+  EXPECT_EQ(fake_->num_completions(), 1);
+  EXPECT_EQ(stack_->server().stats().retries(), 0);
+}
+
+// A non-streamed reply comes whole when the generation is done, so one that misses the upstream
+// timeout is a generation longer than it: 504 Gateway Timeout (it was a 502), and not retried
+// on another replica (it used to be, which took as long again before the same error: twice the
+// work wasted). The replica's connection is reset, so it stops generating.
+TEST_F(RouterWithFake, NonStreamedReplyPastTheUpstreamTimeoutIsA504NotRetried) {
+  RouterStackConfig c;
+  c.router.upstream_timeout = 500ms;
+  start({.replica_id = "fake", .blocks = FakeReplica::blocks_of(held_prompt())}, c);
+  ASSERT_TRUE(wait_exact(*stack_, "fake"));
+  const auto begin = std::chrono::steady_clock::now();
+  auto r = post({{"model", "tiny"}, {"prompt", held_prompt()}, {"max_tokens", 2}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 504) << r->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 10s);
+  const json error = json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << r->body;
+  EXPECT_EQ(error["error"]["type"], "server_error");
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("within 500 ms"), std::string::npos)
+      << r->body;
+  EXPECT_FALSE(r->header("x-kvcascade-replica").has_value());  // nobody answered it
+  EXPECT_EQ(fake_->num_completions(), 1);
+  EXPECT_EQ(stack_->server().stats().retries(), 0);
+  EXPECT_TRUE(eventually([&] { return fake_->num_completions_abandoned() == 1; }, 5s));
+}
+
 // A stream that stops mid-way (first event sent, then silence) used to hang; after
 // the idle timeout the client's stream ends with an OpenAI-style error event (it cannot be
 // retried: bytes reached the client).

@@ -166,7 +166,7 @@ Run add_router_command(CLI::App& app) {
   cmd->add_option("--policy", f->router.policy, "routing policy")
       ->check(CLI::IsMember(policy_names()));
   cmd->add_option("--weight-version-policy", f->router.weight_version_policy,
-                  "latest: only replicas at the newest weight version (the one a replica "
+                  "latest: only replicas at the newest weight version (the one an update "
                   "loaded last, as the replicas report) take new requests (a group stays where "
                   "it began); any: every replica")
       ->check(CLI::IsMember({"latest", "any"}))

@@ -25,7 +25,7 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
       metrics_(metrics),
       load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0, weight_version},
       weight_version_(std::move(weight_version)),
-      weight_loaded_at_ms_(unix_ms_now()),
+      weight_loaded_at_ms_(0),
       thread_([this] { run(); }) {
   {
     // The first load report (before the engine thread's first refresh) has it too.

@@ -53,10 +53,11 @@ struct LoadSnapshot {
   double busy_seconds = 0;
   // This replica's step time as fitted from the steps it ran (nullopt before enough of them).
   std::optional<StepModel> step_model;
-  // When the weights serving now began to serve, in ms since the epoch on the system clock: the
-  // loop's start for the weights it started with, else the swap of the update that loaded them
-  // (later on this replica than any earlier load). Routers rank weight versions by it, so that
-  // every router finds the same one newest (router/fleet/replica_pool.h).
+  // When an update's weights began to serve, in ms since the epoch on the system clock (the
+  // swap; later on this replica than any earlier one); 0 for the weights the replica started
+  // with. Routers rank weight versions by it, so that every router finds the same one newest
+  // and a replica restarted on its start-up weights (crashed, rescheduled, scaled up) does not
+  // pass for the newest (router/fleet/replica_pool.h).
   int64_t weight_loaded_at_ms = 0;
 };
 

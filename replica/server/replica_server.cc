@@ -658,7 +658,8 @@ std::string ReplicaServer::info_json() const {
          {"head_dim", m.head_dim}}},
        {"generation_defaults", generation_defaults_json(engine_)},
        {"weight_version", loop_.weight_version()},
-       {"weight_loaded_at_ms", loop_.weight_loaded_at_ms()},
+       {"weight_loaded_at_ms",
+        loop_.weight_loaded_at_ms() > 0 ? json(loop_.weight_loaded_at_ms()) : json(nullptr)},
        {"quantization", engine_.backend().quantization().empty()
                             ? json(nullptr)
                             : json(engine_.backend().quantization())},
@@ -713,9 +714,10 @@ std::string ReplicaServer::load_json() const {
                {"steps", l.num_steps},
                {"preemptions", l.num_preemptions},
                {"weight_version", l.weight_version},
-               // When those weights began to serve (ms since the epoch): routers rank versions
-               // by it (router/fleet/replica_pool.h).
-               {"weight_loaded_at_ms", l.weight_loaded_at_ms},
+               // When an update's weights began to serve (ms since the epoch; null for the
+               // start-up weights): routers rank versions by it (router/fleet/replica_pool.h).
+               {"weight_loaded_at_ms",
+                l.weight_loaded_at_ms > 0 ? json(l.weight_loaded_at_ms) : json(nullptr)},
                {"paused", l.paused},
                {"updating_weights", l.updating},
                {"step_model", l.step_model ? step_model_json(*l.step_model) : json(nullptr)},

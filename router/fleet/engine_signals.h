@@ -55,8 +55,8 @@ struct ReplicaLoad {
   std::optional<double> kv_usage;             // share of the KV cache in use, 0..1
   std::optional<int64_t> kv_capacity_tokens;  // what the KV cache holds in all
   std::string weight_version;                 // kvcascade only: the weights serving now
-  // kvcascade only: when they began to serve there (ms since the epoch, the replica's system
-  // clock; its start for the weights it started with). nullopt: an older replica.
+  // kvcascade only: when an update's weights began to serve there (ms since the epoch, the
+  // replica's system clock). nullopt: the weights it started with, or an older replica.
   std::optional<int64_t> weight_loaded_at_ms;
   // kvcascade only: an operator paused admission (POST /v1/admin/pause): requests sent there
   // wait until it resumes.

@@ -102,12 +102,12 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   bool load_reported = false;
   int64_t queued_prefill_tokens = 0, running_sequences = 0, waiting_sequences = 0;
   // The version of its weights (kvcascade's /v1/load; empty for other engines), when they began
-  // to serve there (ms since the epoch, as the replica reports it; nullopt: a replica that does
-  // not), and the version's rank among the versions the replicas serve (1, 2, ...: a higher one
-  // is newer; 0: no version). A version ranks by the latest time a healthy replica reports
-  // loading it, which every router reads alike, so routers agree on the newest whatever order
-  // they saw the versions in; versions no replica gives a time for rank below those, in the
-  // order this router first saw them. Ranks compare within one snapshot only.
+  // to serve there (ms since the epoch, as the replica reports it; nullopt: its start-up
+  // weights, or a replica that does not report it), and the version's rank among the versions the
+  // replicas serve (1, 2, ...: a higher one is newer; 0: no version). A version ranks by the latest
+  // time a healthy replica reports loading it, which every router reads alike, so routers agree on
+  // the newest whatever order they saw the versions in; versions no replica gives a time for rank
+  // below those, in the order this router first saw them. Ranks compare within one snapshot only.
   std::string weight_version;
   std::optional<int64_t> weight_loaded_at_ms;
   uint64_t weight_version_order = 0;

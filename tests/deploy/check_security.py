@@ -3,7 +3,8 @@
 
 - router probes: liveness on /livez (the process serves), readiness on /readyz (a replica is
   healthy); /health as liveness restarted every router during a replica outage;
-- replica: --api-key-file from a mounted Secret, probes on /livez, /readyz or /health (the
+- replica: liveness on /livez, readiness on /readyz (a failed update's 503 must not restart it);
+  --api-key-file from a mounted Secret, probes on /livez, /readyz or /health (the
   paths open without a key);
 - router: --replica-api-key-file from the same Secret, and --admin-api-key-file (its admin
   endpoints: fleet weight updates) from a Secret of its own, not the replicas' (Prometheus holds
@@ -96,6 +97,12 @@ def main():
         if probe in pc and probe_path(pc, probe) not in ("/livez", "/readyz", "/health"):
             failures.append("replica %s is %r: only /livez, /readyz and /health are open "
                             "without a key" % (probe, probe_path(pc, probe)))
+    # A replica whose weights a failed update left incomplete answers 503 on /readyz and /health
+    # until the next update mends them: liveness on those would restart it instead.
+    if probe_path(pc, "livenessProbe") != "/livez":
+        failures.append("replica livenessProbe is %r, want /livez" % probe_path(pc, "livenessProbe"))
+    if probe_path(pc, "readinessProbe") != "/readyz":
+        failures.append("replica readinessProbe is %r, want /readyz" % probe_path(pc, "readinessProbe"))
     replica_secret = secret_file_ok(replica, flag_value(pc.get("args") or [], "--api-key-file"),
                                     failures, "replica --api-key-file")
     router_secret = secret_file_ok(router, flag_value(rc.get("args") or [], "--replica-api-key-file"),

@@ -149,7 +149,16 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
   if (auto e = number_is("presence_penalty", 0, -2, 2)) return e;
   if (auto e = number_is("repetition_penalty", 1, 1e-9, 1e9)) return e;
   if (auto e = number_is("min_p", 0, 0, 1)) return e;
-  if (auto e = number_is("min_tokens", 0, 0, 1e9)) return e;
+  // min_tokens holds anyway where nothing can end a choice before max_tokens (ignore_eos and
+  // no stops: genai-perf's way to fix the output length).
+  if (r.ignore_eos && r.stop.empty() && r.stop_token_ids.empty()) {
+    if (auto it = j.find("min_tokens");
+        it != j.end() && !it->is_null() && !(it->is_number() && it->get<double>() >= 0)) {
+      return bad("min_tokens", "must be a non-negative number");
+    }
+  } else if (auto e = number_is("min_tokens", 0, 0, 1e9)) {
+    return e;
+  }
   if (auto it = j.find("best_of"); it != j.end() && !it->is_null()) {
     // best_of = n (1 by default) is what every request does: n samples, all returned.
     if (!it->is_number_integer() || it->get<int64_t>() != r.n) {
@@ -158,7 +167,12 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
   }
   if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return bad("logit_bias", "must be an object");
-    if (!it->empty()) return bad("logit_bias", "is not supported by this server (only {})");
+    for (const auto& [token, bias] : it->items()) {
+      if (!bias.is_number()) return bad("logit_bias", "biases must be numbers");
+      if (bias.get<double>() != 0) {
+        return bad("logit_bias", "is not supported by this server (only biases of 0)");
+      }
+    }
   }
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
     const auto type = it->is_object() ? it->find("type") : it->end();
@@ -170,14 +184,14 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
     }
   }
   if (auto it = j.find("tool_choice"); it != j.end() && !it->is_null()) {
-    // Tools reach the model through its chat template and nothing constrains what it generates:
-    // "auto" is what happens; "none" holds only where no tools are given.
-    const bool tools = j.contains("tools") && !j["tools"].is_null();
+    // Tools reach the model through its chat template and nothing constrains what it generates;
+    // a reply never has tool_calls (the model's text is the content): "auto" and "none" are what
+    // happens, "required" or a named function cannot be held to.
     const std::string choice = it->is_string() ? it->get<std::string>() : "";
-    if (choice != "auto" && (choice != "none" || tools)) {
+    if (choice != "auto" && choice != "none") {
       return bad("tool_choice",
-                 "is not supported by this server (only \"auto\": the model decides whether "
-                 "to call a tool)");
+                 "is not supported by this server (only \"auto\" or \"none\": nothing makes "
+                 "the model call a tool)");
     }
   }
   return std::nullopt;
@@ -236,7 +250,8 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
       if (!rendered.ok() && !fallback) return ApiError{400, rendered.error().message, "messages"};
       // The canonical rendering has no place for tools: a replica without the model's template
       // refuses them rather than drop them (a router only hashes, and lets the replica say so).
-      if (mode == ParseMode::kFull && j.contains("tools") && !j["tools"].is_null()) {
+      if (mode == ParseMode::kFull && j.contains("tools") && !j["tools"].is_null() &&
+          !(j["tools"].is_array() && j["tools"].empty())) {  // an empty list: no tools
         return bad("tools", "this model has no chat template to describe tools with");
       }
       r.prompts.push_back(rendered.ok() ? std::move(rendered).value() : std::move(*fallback));

@@ -149,8 +149,16 @@ TEST(OpenAiRequest, SamplingFieldsNotImplementedPassOnlyAtTheirNeutralValues) {
   }
   EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
       parse_openai_request(c, R"({"model":"m","prompt":"x","n":3,"best_of":3})")));
+  EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
+      parse_openai_request(c, R"({"model":"m","prompt":"x","logit_bias":{"7":0}})")));
+  // Where nothing ends a choice early, min_tokens holds anyway.
+  EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(parse_openai_request(
+      c, R"({"model":"m","prompt":"x","ignore_eos":true,"min_tokens":16,"max_tokens":16})")));
+  EXPECT_EQ(
+      err(c, R"({"model":"m","prompt":"x","ignore_eos":true,"stop":"a","min_tokens":4})").param,
+      "min_tokens");
   for (const char* neutral : {R"("response_format":{"type":"text"})", R"("tool_choice":"auto")",
-                              R"("tool_choice":"none")"}) {
+                              R"("tool_choice":"none")", R"("tools":[],"tool_choice":"none")"}) {
     EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
         parse_openai_request(chat, R"({"model":"m",)" + msgs + "," + neutral + "}")))
         << neutral;

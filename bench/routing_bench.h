@@ -68,8 +68,9 @@ struct RoutingResult {
   int64_t requests = 0, errors = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, oracle_cached_tokens = 0;
   // What the fleet's KV blocks, pooled as one LRU cache, would serve
-  // (fleet_lru_cached_per_request): where the trace's prefixes outgrow the fleet's memory, a reach
-  // no policy can pass.
+  // (fleet_lru_cached_per_request): where the trace's prefixes outgrow the fleet's memory, a
+  // reference for what that memory allows (not a bound: an eviction better than LRU could serve
+  // more).
   int64_t fleet_kv_tokens = 0, fleet_lru_cached_tokens = 0;
   // Prefill computed on more than one replica: for each full prompt block, the replicas that
   // computed it (it was not in their cache) beyond the first, in tokens. A policy that spreads a
@@ -108,8 +109,9 @@ std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& 
 // Prompt tokens per request (trace order) that one LRU cache of `capacity_blocks` full 16-token
 // blocks would serve: each prompt's leading blocks found in it, then all its blocks touched, its
 // first the most recent (a prefix's parents outlive their children, as the engine's own eviction
-// does), the least recent evicted past the capacity. Requests in flight pin nothing here, so it
-// is optimistic for a fleet of that much KV memory; with room for every block it is the oracle.
+// does), the least recent evicted past the capacity. Requests in flight pin nothing here (which
+// favours it), but it is not an upper bound (an eviction better than LRU could serve more); with
+// room for every block it is the oracle.
 std::vector<int64_t> fleet_lru_cached_per_request(const std::vector<TraceRequest>& trace,
                                                   int64_t capacity_blocks);
 

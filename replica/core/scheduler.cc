@@ -69,9 +69,11 @@ int32_t Scheduler::projected_growth_of_running() const {
     const int32_t prompt_len = static_cast<int32_t>(g->prompt.size());
     if (g->seqs.empty()) {
       const int32_t own = kv_.blocks_for(projected_length(*g, prompt_len)) - shared_full;
-      // The prompt's partial block, held already, is one sibling's own.
-      blocks += std::max<int64_t>(0, static_cast<int64_t>(g->num_samples) * std::max(0, own) -
-                                         (prompt_has_partial_block(*g) ? 1 : 0));
+      // The prompt's partial block, held already, is one sibling's own (a member sharing another
+      // member's prompt holds none of its own: its siblings copy it).
+      const bool holds_partial = prompt_has_partial_block(*g) && g->prompt_leader == 0;
+      blocks += std::max<int64_t>(
+          0, static_cast<int64_t>(g->num_samples) * std::max(0, own) - (holds_partial ? 1 : 0));
       continue;
     }
     for (const Sequence& s : g->seqs) {

@@ -468,6 +468,15 @@ TEST(ServerTest, HalfClosedClientIsClosedOnceAnswered) {
       r->send(200, "text/plain", "slow");
     });
   });
+  struct JoinAll {  // before the server goes, however the test ends (a failed ASSERT returns early)
+    std::mutex& mu;
+    std::vector<std::thread>& workers;
+    ~JoinAll() {
+      std::lock_guard lock(mu);
+      for (auto& w : workers)
+        if (w.joinable()) w.join();
+    }
+  } join_all{mu, workers};
   const uint16_t port = listen_or_die(server);
   struct Case {
     std::string name, requests;
@@ -497,11 +506,6 @@ TEST(ServerTest, HalfClosedClientIsClosedOnceAnswered) {
     const auto start = std::chrono::steady_clock::now();
     EXPECT_TRUE(c.wait_closed(2s));
     EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
-  }
-  {
-    std::lock_guard lock(mu);
-    for (auto& w : workers)
-      w.join();
   }
 }
 

@@ -550,7 +550,10 @@ TEST_F(RouterWithHoldingReplicas, APromptStillQueuedCountsAsHeldWhereItWasSent) 
 // start together). With every replica paused a request is still sent to one, where it waits for
 // a resume, as before.
 TEST_F(RouterWithHoldingReplicas, APausedReplicaGetsNoRequestWhileAnotherCanTakeIt) {
-  start();
+  RouterStackConfig c;
+  // The group's pin must outlast two poll rounds on a loaded machine.
+  c.router.siblings.window = std::chrono::seconds(60);
+  start(std::move(c));
   auto next_polls = [&] {  // a whole poll round after now
     const uint64_t rounds = stack_->pool().num_poll_rounds();
     return eventually([&] { return stack_->pool().num_poll_rounds() >= rounds + 2; }, 10s);

@@ -108,7 +108,9 @@ Run add_tokenize_command(CLI::App& app) {
   auto* text = cmd->add_option("--text", f->text, "the text (with --detokenize: the ids)");
   auto* file = cmd->add_option("--file", f->file, "read the text (or ids) from this file");
   text->excludes(file);
-  cmd->add_flag("--json", f->json, "print JSON: {\"ids\": [...], \"pieces\": [...]}");
+  cmd->add_flag("--json", f->json,
+                "print JSON: {\"ids\": [...], \"pieces\": [...]}; with --detokenize, "
+                "{\"text\": \"...\"}");
   cmd->add_flag("--detokenize", f->detokenize, "the input is token ids: print their text");
   cmd->callback([text, file] {
     if (text->count() + file->count() == 0) throw CLI::ValidationError("give --text or --file");

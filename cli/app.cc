@@ -69,7 +69,10 @@ int run_kvcascade(int argc, char** argv, const CudaEntry& cuda) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // app.exit prints the message (or the help) and gives CLI11's code: 0 for --help, else one
+    // of its own (105 a value out of range, 106 a missing flag, 109 an unknown one, ...). Every
+    // command-line error exits 2, as the commands' own checks do, so that scripts see one code.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (needs_cuda(app, cuda)) return exec_kvcascade_cuda(argv);
   for (CLI::App* sub : app.get_subcommands())

@@ -1,5 +1,7 @@
 // `kvcascade loadgen`: closed-loop load against a router or a replica (bench/loadgen.h).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -34,6 +36,18 @@ int run_loadgen(LoadgenFlags f) {
     std::fprintf(stderr, "kvcascade loadgen: --url must be http://HOST:PORT, got '%s'\n",
                  f.url.c_str());
     return 2;
+  }
+  if (!f.out.empty()) {
+    // Before any load: a path that cannot be written would otherwise be found only after the
+    // whole measured run. Opened for appending, so that an existing file is not emptied here
+    // (it is replaced once the results are in).
+    errno = 0;
+    std::ofstream probe(f.out, std::ios::app);
+    if (!probe) {
+      std::fprintf(stderr, "kvcascade loadgen: cannot write --out %s: %s\n", f.out.c_str(),
+                   errno != 0 ? std::strerror(errno) : "cannot open it");
+      return 2;
+    }
   }
   if (!can_connect(e)) {
     std::fprintf(stderr, "kvcascade loadgen: cannot connect to %s:%u\n", e.host.c_str(), e.port);

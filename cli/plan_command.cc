@@ -44,8 +44,9 @@ Run add_plan_command(CLI::App& app) {
   cmd->add_option("--preset", flags->preset, "model shape")->check(CLI::IsMember(preset_names()));
   cmd->add_option("--prefix", flags->work.prefix_tokens, "shared prefix tokens per group")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  cmd->add_option("--suffix", flags->work.suffix_tokens, "private tokens per sequence")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  // At least 1: the mean over the generation runs over suffixes 1..--suffix.
+  cmd->add_option("--suffix", flags->work.suffix_tokens, "private tokens per sequence (at least 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--groups", flags->work.groups, "sibling groups (distinct prompts)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--siblings", flags->work.siblings, "sequences per group")

@@ -164,6 +164,8 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
       for (const ReplicaView& r : views) {
         metrics_->router_index_blocks.Add({{"replica", r.replica_id}})
             .Set(static_cast<double>(indexes_.num_blocks_locked(r.index)));
+        // Once its id is known (before, the id is its address: a series that would stay).
+        if (r.kind != ReplicaKind::kAuto) stats_.add_upstream_error_series(r.replica_id);
       }
     }
     responder->send(200, metrics::kContentType, metrics::expose(*registry_));

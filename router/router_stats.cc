@@ -42,6 +42,14 @@ void RouterStats::note_upstream_error(const std::string& replica, const char* ki
   }
 }
 
+void RouterStats::add_upstream_error_series(const std::string& replica) {
+  if (metrics_ == nullptr) return;
+  // Every kind note_upstream_error is given (proxy.cc); Add leaves an existing series as it is.
+  for (const char* kind : {"connect", "status", "timeout", "midstream"}) {
+    metrics_->router_upstream_errors_total.Add({{"replica", replica}, {"kind", kind}});
+  }
+}
+
 void RouterStats::note_kv_resync(const std::string& replica, const char* reason) {
   ++kv_resyncs_;
   if (metrics_ != nullptr) {

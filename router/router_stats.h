@@ -27,6 +27,9 @@ class RouterStats {
   // kind: connect, status, timeout (no answer in time once sent) or midstream
   // (router_upstream_errors_total).
   void note_upstream_error(const std::string& replica, const char* kind);
+  // router_upstream_errors_total's series of `replica` for each of those kinds, at 0 where it
+  // had none: a fleet that has had no error shows zeros, not no series (the dashboard's panel).
+  void add_upstream_error_series(const std::string& replica);
   // A replica's KV-event feed dropped for a fresh snapshot (router_kv_event_resyncs_total).
   void note_kv_resync(const std::string& replica, const char* reason);
 

@@ -1,6 +1,7 @@
 // Every metric the Grafana dashboard and the Prometheus config use exists in the live /metrics
 // output of a replica and a router after a short workload (including a failed upstream, so the
 // error and retry series exist too).
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -95,6 +96,35 @@ TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
   const std::set<std::string> exposed = metric_names(live);
   for (const std::string& name : wanted) {
     EXPECT_TRUE(exposed.contains(name)) << name << " is used by deploy/ but not exposed";
+  }
+}
+
+// A fleet that has had no error shows router_upstream_errors_total at 0 for every replica and
+// kind (the dashboard's "Upstream errors and retries" panel): the series used to appear only
+// with the first error, so the panel said "No data".
+TEST(LiveMetricNames, UpstreamErrorSeriesExistAtZeroBeforeAnyError) {
+  LocalReplica a("a", 512), b("b", 512);
+  RouterStackConfig rc;
+  rc.replicas = {a.address(), b.address()};
+  rc.pool.poll_interval = 100ms;
+  RouterStack router(rc);
+  auto port = router.start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  for (int i = 0; i < 100; ++i) {
+    auto s = router.pool().snapshot();
+    if (std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy; })) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  auto m = http::Client().request("127.0.0.1", *port, "GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  const std::string& live = m->body;
+  EXPECT_NE(live.find("# TYPE kvcascade_router_upstream_errors_total counter"), std::string::npos);
+  for (const char* replica : {"a", "b"}) {
+    for (const char* kind : {"connect", "midstream", "status", "timeout"}) {
+      const std::string series = std::string("kvcascade_router_upstream_errors_total{kind=\"") +
+                                 kind + "\",replica=\"" + replica + "\"} 0\n";
+      EXPECT_NE(live.find(series), std::string::npos) << series << live.substr(0, 4000);
+    }
   }
 }
 

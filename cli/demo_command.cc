@@ -173,8 +173,9 @@ void print_sharing(const Cumulative& shared, const Cumulative& siblings, double 
       prev = count;
     }
   };
-  print("shared-prefix tokens per cascade level and decode step", shared);
-  print("siblings per cascade level and decode step", siblings);
+  // Every candidate level, kept as a cascade level or run flat: the decisions below say which.
+  print("shared-prefix tokens per candidate level (cascade or flat) and decode step", shared);
+  print("siblings per candidate level (cascade or flat) and decode step", siblings);
   std::printf("  cascade share of level decisions: %.0f%% (%.0f cascade, %.0f flat)\n",
               kept + flat > 0 ? 100 * kept / (kept + flat) : 0.0, kept, flat);
   std::printf(

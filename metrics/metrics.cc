@@ -39,12 +39,14 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r)
     : decode_batch_shared_prefix_tokens(
           BuildHistogram()
               .Name("kvcascade_decode_batch_shared_prefix_tokens")
-              .Help("Shared-prefix tokens per cascade level (or per sibling group) per decode step")
+              .Help("Shared-prefix tokens of each candidate cascade level per decode step, kept "
+                    "or run flat (kvcascade_cascade_decisions_total counts which)")
               .Register(r)),
       decode_batch_sibling_count(
           BuildHistogram()
               .Name("kvcascade_decode_batch_sibling_count")
-              .Help("Sequences sharing a prefix per cascade level (or group) per decode step")
+              .Help("Sequences sharing each candidate cascade level's prefix per decode step, "
+                    "kept or run flat")
               .Register(r)),
       decode_batch_size(BuildHistogram()
                             .Name("kvcascade_decode_batch_size")

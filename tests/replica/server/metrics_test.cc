@@ -89,6 +89,38 @@ TEST(ReplicaMetrics, SiblingsAndSharedPrefixOfOneNEightRequest) {
   EXPECT_GE(sample(t, "kvcascade_kv_blocks{state=\"cached\"}"), 32);
 }
 
+// The shared-prefix and sibling histograms take every candidate cascade level, the ones that ran
+// flat included (their help says so): a prompt shorter than a block shares no full block, so each
+// decode step's level of 8 siblings runs flat (prefix_too_short), and is still observed.
+TEST(ReplicaMetrics, SharedPrefixHistogramCountsLevelsThatRanFlat) {
+  LocalReplica replica("m1", 512);
+  http::Client client;
+  auto r = client.request("127.0.0.1", replica.port(), "POST", "/v1/completions",
+                          nlohmann::json{{"model", "tiny"},
+                                         {"prompt", "short prompt here"},
+                                         {"n", 8},
+                                         {"max_tokens", 6},
+                                         {"ignore_eos", true}}
+                              .dump(),
+                          {{"content-type", "application/json"}}, 60s);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200);
+  auto m = client.request("127.0.0.1", replica.port(), "GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  const std::string& t = m->body;
+  const double flat =
+      sample(t, "kvcascade_cascade_decisions_total{decision=\"flat\",reason=\"prefix_too_short\"}");
+  EXPECT_GE(flat, 5) << t;
+  EXPECT_EQ(sample(t, "kvcascade_cascade_decisions_total{decision=\"cascade\",reason=\"pays\"}"),
+            0);
+  EXPECT_EQ(sample(t, "kvcascade_decode_batch_shared_prefix_tokens_count"), flat);
+  EXPECT_EQ(sample(t, "kvcascade_decode_batch_sibling_count_count"), flat);
+  EXPECT_NE(t.find("# HELP kvcascade_decode_batch_shared_prefix_tokens Shared-prefix tokens of "
+                   "each candidate cascade level per decode step, kept or run flat"),
+            std::string::npos)
+      << t;
+}
+
 }  // namespace
 }  // namespace kvc
 

@@ -19,6 +19,7 @@
 #include "replica/server/local_replica.h"
 #include "replica/tokenizer/hf_tokenizer.h"
 #include "tests/replica/server/replica_server_fixture.h"
+#include "tests/testing/small_tokenizers.h"
 
 namespace kvc {
 namespace {
@@ -44,21 +45,6 @@ TEST_F(ReplicaServerTest, InfoEndpoints) {
   EXPECT_EQ(info["generation_defaults"]["eos_token_ids"], json::array({256})) << info.dump();
   EXPECT_EQ(info["generation_defaults"]["not_applied"], json::array());
 }
-
-// A small SentencePiece-style tokenizer.json: "</s>" (id 1) is its EOS in tokenizer_config.json.
-constexpr char kSmallTokenizer[] = R"({
-  "added_tokens": [{"id": 0, "content": "<s>", "special": true},
-                   {"id": 1, "content": "</s>", "special": true}],
-  "normalizer": {"type": "Sequence", "normalizers": [
-     {"type": "Prepend", "prepend": "\u2581"},
-     {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-  "pre_tokenizer": null,
-  "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}]},
-  "model": {"type": "BPE", "byte_fallback": true, "unk_token": null,
-    "vocab": {"<s>": 0, "</s>": 1, "<0xC3>": 2, "<0xA9>": 3, "\u2581": 4, "h": 5, "i": 6,
-              "\u2581h": 7, "\u2581hi": 8},
-    "merges": ["\u2581 h", "\u2581h i"]}
-})";
 
 // /v1/info's generation_defaults for the tiny model with the end ids `model_eos` (as
 // generation_config.json's eos_token_id), served with `tokenizer`.
@@ -91,8 +77,9 @@ TEST(ReplicaInfo, EosTokenIdsAreThoseInEffectAndTheIgnoredOnesAreNamed) {
   EXPECT_EQ(reason.rfind("2, 3, 4:", 0), 0u) << reason;  // 256 is the byte tokenizer's EOS
   EXPECT_NE(reason.find("byte tokenizer"), std::string::npos) << reason;
 
-  auto tokenizer = HfTokenizer::from_json(kSmallTokenizer, R"({"eos_token": "</s>"})",
-                                          R"({"eos_token_id": [7, 1]})");
+  auto tokenizer =
+      HfTokenizer::from_json(testing::kSentencePieceStyleTokenizer, R"({"eos_token": "</s>"})",
+                             R"({"eos_token_id": [7, 1]})");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
   std::shared_ptr<const Tokenizer> hf(std::move(*tokenizer));
   // A tokenizer's EOS tokens are applied (and were missing when the model set none).

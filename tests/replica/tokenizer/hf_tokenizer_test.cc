@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/testing/reference_files.h"
+#include "tests/testing/small_tokenizers.h"
 
 namespace kvc {
 namespace {
@@ -167,23 +168,8 @@ TEST_F(Llama3Tokenizer, PostProcessorBosIsTheCompletionPrefix) {
   EXPECT_EQ(bad.error().message, "tokenizer.json: post_processor: '<s>' is not a token");
 }
 
-// A small character-level BPE with byte fallback (the Llama 2 / Mistral style).
-constexpr char kSentencePieceStyle[] = R"({
-  "added_tokens": [{"id": 0, "content": "<s>", "special": true},
-                   {"id": 1, "content": "</s>", "special": true}],
-  "normalizer": {"type": "Sequence", "normalizers": [
-     {"type": "Prepend", "prepend": "\u2581"},
-     {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-  "pre_tokenizer": null,
-  "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}]},
-  "model": {"type": "BPE", "byte_fallback": true, "unk_token": null,
-    "vocab": {"<s>": 0, "</s>": 1, "<0xC3>": 2, "<0xA9>": 3, "\u2581": 4, "h": 5, "i": 6,
-              "\u2581h": 7, "\u2581hi": 8},
-    "merges": ["\u2581 h", "\u2581h i"]}
-})";
-
 TEST(HfTokenizer, CharacterLevelBpeWithByteFallback) {
-  auto t = HfTokenizer::from_json(kSentencePieceStyle);
+  auto t = HfTokenizer::from_json(testing::kSentencePieceStyleTokenizer);
   ASSERT_TRUE(t.ok()) << t.error().message;
   // "hi hé" -> "▁hi▁hé": ▁hi, ▁h, then é is missing: its two bytes.
   EXPECT_EQ((*t)->encode("hi h\xc3\xa9</s>"), (std::vector<int32_t>{8, 7, 2, 3, 1}));

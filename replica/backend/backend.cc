@@ -5,6 +5,8 @@
 #include <cmath>
 #include <span>
 
+#include "replica/model/weights.h"
+
 namespace kvc {
 
 void PrefillBatch::add(const PrefillChunk& chunk) {
@@ -18,6 +20,13 @@ void PrefillBatch::add(const PrefillChunk& chunk) {
 
 Status Backend::check_weights(const std::string&) const {
   return Error{"the " + name() + " backend has no weights to replace"};
+}
+
+Status Backend::check_weights_finite(const std::string& folder) const {
+  if (Status s = check_weights(folder); !s.ok()) return s;
+  Result<HfFolder> f = open_replacement(folder, config());
+  if (!f.ok()) return Error{f.error().message};
+  return f->check_finite();
 }
 
 Status Backend::load_weights(const std::string& folder) {

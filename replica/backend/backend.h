@@ -159,6 +159,10 @@ class Backend {
   // writing (the files changed underneath, a device error) leaves weights_intact() false, and
   // every forward fails until a load succeeds. The KV cache is the caller's to flush.
   virtual Status check_weights(const std::string& folder) const;
+  // check_weights, then every floating-point tensor of the folder finite: one pass over all its
+  // bytes (HfFolder::check_finite), before an update that aborts the running requests for it
+  // (load_weights finds the same later, as it reads).
+  Status check_weights_finite(const std::string& folder) const;
   virtual Status load_weights(const std::string& folder);
   virtual bool weights_intact() const { return true; }
 };

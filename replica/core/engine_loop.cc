@@ -208,8 +208,14 @@ void EngineLoop::update_weights(WeightUpdate update, OnUpdated done) {
       return fail(UpdateError::kBusy,
                   "a weight update (to " + pending_update_->update.version + ") is running");
     }
-    // A checkpoint that cannot be served is refused before anything drains.
-    if (Status s = engine_.backend().check_weights(update.path); !s.ok()) {
+    // A checkpoint that cannot be served is refused before anything drains. Before an abort,
+    // also one holding NaN or infinity (a pass over every byte of it, here on the engine
+    // thread: the requests it holds up are about to be cut anyway), which would otherwise cut
+    // them for an update then refused; a drain finds it as the weights load, after it.
+    const Backend& backend = engine_.backend();
+    if (Status s = update.abort ? backend.check_weights_finite(update.path)
+                                : backend.check_weights(update.path);
+        !s.ok()) {
       return fail(UpdateError::kInvalid, s.message());
     }
     pending_update_ = PendingUpdate{std::move(update), std::move(*callback), Clock::TimePoint{}, 0};

@@ -445,6 +445,14 @@ TEST_F(WeightUpdateTest, BadUpdatesGetJsonErrorsAndChangeNothing) {
   EXPECT_EQ(after["weight_version"], "v0");
   EXPECT_EQ(after["choices"][0]["token_ids"], before["choices"][0]["token_ids"]);
   EXPECT_EQ(call(*replica_, "GET", "/health", "").status, 200);
+  // In abort mode it is refused before the running requests are cut for it.
+  auto running =
+      completion_async({{"prompt", kPrompt}, {"max_tokens", 300}, {"ignore_eos", true}, {"n", 2}});
+  wait_for_running();
+  expect(update(nan_dir, "step-1", "abort"), 400, "path");
+  const json ran = json::parse(running.get().body);
+  EXPECT_EQ(ran["choices"][0]["finish_reason"], "length") << ran.dump();
+  EXPECT_EQ(ran["weight_version"], "v0");
 }
 
 TEST_F(WeightUpdateTest, PauseQueuesRequestsUntilResume) {

@@ -6,6 +6,7 @@
 // latency, goodput (requests within a TTFT SLO) and errors. Each policy starts from cold replicas.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
@@ -99,6 +100,11 @@ struct RoutingResult {
   double goodput() const;  // share of all requests with TTFT <= the SLO
   nlohmann::json to_json() const;
 };
+
+// The prompts' blocks: what the oracle and the sim replicas (byte tokens) count in.
+inline constexpr size_t kRoutingBlock = 16;
+// A trace request's prompt bytes as the sim replicas see them (a chat rendered canonically).
+std::string prompt_bytes(const TraceRequest& r);
 
 // The oracle: prompt tokens one infinite cache (full 16-token blocks, byte tokens) would serve
 // over the trace in arrival order.

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
+
 namespace kvc {
 namespace {
 
@@ -22,10 +24,7 @@ constexpr std::array<std::string_view, 5> kRoles = {"system", "developer", "user
 constexpr size_t kMaxEchoBytes = 64;
 
 std::string printable(std::string_view text) {
-  const json s = std::string(text.substr(0, kMaxEchoBytes));
-  const json round_trip =
-      json::parse(s.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, false);
-  return round_trip.is_string() ? round_trip.get<std::string>() : std::string("?");
+  return valid_utf8(text.substr(0, kMaxEchoBytes));
 }
 
 std::string indexed(std::string_view field, size_t i) {

@@ -132,31 +132,23 @@ void routing_fields(const json& j, const ApiLimits& limits, OpenAiRequest& r) {
 // does anyway (their neutral value, which clients such as LangChain send by default): the
 // tokens would otherwise differ from what the client asked for, without a word.
 std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest& r) {
-  auto number_is = [&](const char* key, double neutral, double lo,
-                       double hi) -> std::optional<ApiError> {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number()) return bad(key, "must be a number");
-    const double v = it->get<double>();
-    if (!(v >= lo && v <= hi)) {
-      return bad(key, "must be between " + json(lo).dump() + " and " + json(hi).dump());
-    }
-    if (v == neutral) return std::nullopt;
+  // A number in range (number()), and only its neutral value unless `holds` anyway.
+  auto number_is = [&](const char* key, double neutral, double lo, double hi, const char* range,
+                       bool holds = false) -> std::optional<ApiError> {
+    double v = neutral;
+    if (auto e = number(j, key, v, lo, hi, range)) return e;
+    if (v == neutral || holds) return std::nullopt;
     return bad(key, "is not supported by this server (only " + json(neutral).dump() + ")");
   };
   // OpenAI's ranges, and vLLM's for its extensions.
-  if (auto e = number_is("frequency_penalty", 0, -2, 2)) return e;
-  if (auto e = number_is("presence_penalty", 0, -2, 2)) return e;
-  if (auto e = number_is("repetition_penalty", 1, 1e-9, 1e9)) return e;
-  if (auto e = number_is("min_p", 0, 0, 1)) return e;
+  if (auto e = number_is("frequency_penalty", 0, -2, 2, "between -2 and 2")) return e;
+  if (auto e = number_is("presence_penalty", 0, -2, 2, "between -2 and 2")) return e;
+  if (auto e = number_is("repetition_penalty", 1, 1e-9, 1e9, "positive")) return e;
+  if (auto e = number_is("min_p", 0, 0, 1, "between 0 and 1")) return e;
   // min_tokens holds anyway where nothing can end a choice before max_tokens (ignore_eos and
   // no stops: genai-perf's way to fix the output length).
-  if (r.ignore_eos && r.stop.empty() && r.stop_token_ids.empty()) {
-    if (auto it = j.find("min_tokens");
-        it != j.end() && !it->is_null() && !(it->is_number() && it->get<double>() >= 0)) {
-      return bad("min_tokens", "must be a non-negative number");
-    }
-  } else if (auto e = number_is("min_tokens", 0, 0, 1e9)) {
+  if (auto e = number_is("min_tokens", 0, 0, 1e9, "a non-negative count",
+                         r.ignore_eos && r.stop.empty() && r.stop_token_ids.empty())) {
     return e;
   }
   if (auto it = j.find("best_of"); it != j.end() && !it->is_null()) {

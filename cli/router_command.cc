@@ -109,8 +109,7 @@ int run_router(RouterFlags f) {
                  "kvcascade router: warning: --tenant-isolation api-key without --api-key: every "
                  "Bearer token is accepted and is a tenant of its own\n");
   }
-  if (f.router.admin_api_keys.empty() &&
-      (!f.router.api_keys.empty() || f.router.tenant_isolation != TenantIsolation::kOff)) {
+  if (f.router.admin_disabled()) {
     std::fprintf(stderr,
                  "kvcascade router: note: no --admin-api-key: /router/admin/* (weight updates) "
                  "is refused (403); client keys and tenants may not administer the fleet\n");

@@ -83,12 +83,12 @@ Result<std::vector<std::string>> read_api_keys_file(const std::string& path) {
   return keys;
 }
 
-bool authorize(const Request& request, const std::vector<std::string>& keys, Responder& responder) {
+bool authorize(const Request& request, const std::vector<std::string>& keys, Responder& responder,
+               std::string_view what) {
   if (keys.empty()) return true;
   const std::optional<std::string> token = bearer_token(request);
   if (token && key_matches(*token, keys)) return true;
-  send_error(responder, 401, "missing or wrong API key (Authorization: Bearer ...)",
-             "authentication_error");
+  send_error(responder, 401, "missing or wrong " + std::string(what), "authentication_error");
   return false;
 }
 

@@ -21,8 +21,10 @@ std::optional<std::string> bearer_token(const Request& request);
 bool key_matches(std::string_view token, const std::vector<std::string>& keys);
 
 // The servers' gate: with no keys configured every request passes; otherwise a request without
-// one of `keys` as its Bearer token is answered 401 (OpenAI-style error body) and false returned.
-bool authorize(const Request& request, const std::vector<std::string>& keys, Responder& responder);
+// one of `keys` as its Bearer token is answered 401 (OpenAI-style error body: "missing or wrong "
+// + `what`) and false returned.
+bool authorize(const Request& request, const std::vector<std::string>& keys, Responder& responder,
+               std::string_view what = "API key (Authorization: Bearer ...)");
 
 // A key must fit in a header value as is: 1 to 4096 printable ASCII bytes, no spaces.
 Status validate_api_key(std::string_view key);

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
+
 namespace kvc {
 namespace {
 
@@ -23,10 +25,7 @@ constexpr size_t kMaxEchoBytes = 64;
 constexpr size_t kMaxLibraryMessageBytes = 256;
 
 std::string printable(std::string_view text, size_t max_bytes = kMaxEchoBytes) {
-  const json s = std::string(text.substr(0, max_bytes));
-  const json round_trip =
-      json::parse(s.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, false);
-  return round_trip.is_string() ? round_trip.get<std::string>() : std::string("?");
+  return valid_utf8(text.substr(0, max_bytes));
 }
 
 // nlohmann prefixes messages with "[json.exception.parse_error.101] "; the rest is for people.

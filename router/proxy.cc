@@ -108,18 +108,11 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
 }
 
 bool RouterServer::authorize_admin(const http::Request& request, http::Responder& responder) {
-  if (!config_.admin_api_keys.empty()) {
-    const std::optional<std::string> token = http::bearer_token(request);
-    if (token && http::key_matches(*token, config_.admin_api_keys)) return true;
-    http::send_error(responder, 401,
-                     "missing or wrong admin API key (Authorization: Bearer KEY of the router's "
-                     "--admin-api-key)",
-                     "authentication_error");
-    return false;
+  if (!config_.admin_disabled()) {
+    return http::authorize(request, config_.admin_api_keys, responder,
+                           "admin API key (Authorization: Bearer KEY of the router's "
+                           "--admin-api-key)");
   }
-  // No admin key: open only where nobody is told apart (no client keys, no tenants); otherwise
-  // any client, every tenant included, could swap or abort the whole fleet's weights.
-  if (config_.api_keys.empty() && config_.tenant_isolation == TenantIsolation::kOff) return true;
   http::send_error(responder, 403,
                    "the router's admin endpoints are disabled: this router has client API keys or "
                    "tenant isolation, and a client key may not administer the fleet; start it "

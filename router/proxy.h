@@ -78,6 +78,11 @@ struct RouterConfig {
   // router has api_keys or tenant isolation, since a tenant must never administer the fleet, and
   // open only on a router with neither (a trusted network).
   std::vector<std::string> admin_api_keys;
+  // No admin key on a router that tells clients apart: /router/admin/* is refused to everyone.
+  bool admin_disabled() const {
+    return admin_api_keys.empty() &&
+           (!api_keys.empty() || tenant_isolation != TenantIsolation::kOff);
+  }
 };
 
 class RouterServer {

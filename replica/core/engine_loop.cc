@@ -25,13 +25,7 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
       metrics_(metrics),
       load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0, weight_version},
       weight_version_(std::move(weight_version)),
-      weight_loaded_at_ms_(0),
       thread_([this] { run(); }) {
-  {
-    // The first load report (before the engine thread's first refresh) has it too.
-    std::lock_guard lock(mu_);
-    load_.weight_loaded_at_ms = weight_loaded_at_ms_;
-  }
   // Every series a dashboard plots exists from the start (at zero), not only after its first
   // event: "no data" and "zero" look different on a graph. The per-step ones are kept.
   if (!metrics_) return;

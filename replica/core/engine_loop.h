@@ -174,10 +174,10 @@ class EngineLoop {
   std::condition_variable wake_;
   std::deque<std::function<void()>> commands_;  // run on the engine thread
   bool stopping_ = false;
-  LoadSnapshot load_;             // guarded by mu_
-  std::string weight_version_;    // guarded by mu_ (written on the engine thread)
-  int64_t weight_loaded_at_ms_;   // guarded by mu_ (LoadSnapshot::weight_loaded_at_ms)
-  uint64_t next_subscriber_ = 1;  // guarded by mu_
+  LoadSnapshot load_;                // guarded by mu_
+  std::string weight_version_;       // guarded by mu_ (written on the engine thread)
+  int64_t weight_loaded_at_ms_ = 0;  // guarded by mu_ (LoadSnapshot::weight_loaded_at_ms)
+  uint64_t next_subscriber_ = 1;     // guarded by mu_
 
   // Engine-thread state.
   struct PendingUpdate {

@@ -325,12 +325,13 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
     const Sequence prompt = prompt_sequence(g);
     // Leave at least one prompt token to compute: its logits give the first tokens.
     const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
-    needs.blocks = kv_.blocks_for(static_cast<int64_t>(g.prompt.size())) - cached.blocks +
-                   cached.blocks_in_lru;
+    // Its full blocks: a partial last block is one sibling's own (the others copy it when
+    // they write: worst_case_blocks), counted below.
+    needs.blocks = shared_prompt_blocks(g) - cached.blocks + cached.blocks_in_lru;
   }
   // Each sibling's private blocks up to its projected length: a preempted group's whole
   // recompute footprint plus its growth, so it is not re-admitted only to be preempted again.
-  const int32_t shared_full = static_cast<int32_t>(g.prompt.size()) / kv_.block_size();
+  const int32_t shared_full = shared_prompt_blocks(g);
   auto own = [&](int32_t length) {
     return std::max(config_.reserve_blocks_per_sibling,
                     kv_.blocks_for(projected_length(g, length)) - shared_full);
@@ -341,9 +342,6 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
     for (const Sequence& s : g.seqs)
       needs.blocks += s.finished() ? 0 : own(s.length());
   }
-  // The prompt's partial block, counted with the prompt's, is one sibling's own from then on
-  // (the others copy it when they write: worst_case_blocks).
-  if (!prompt_shared && prompt_has_partial_block(g)) needs.blocks -= 1;
   return needs;
 }
 

@@ -142,6 +142,17 @@ int64_t first_non_finite(std::span<const std::byte> bytes, DType dtype) {
   return -1;
 }
 
+namespace {
+
+// first = min(first, at), for threads that each find their own first non-finite element.
+void lower_to(std::atomic<int64_t>& first, int64_t at) {
+  int64_t seen = first.load(std::memory_order_relaxed);
+  while (at < seen && !first.compare_exchange_weak(seen, at, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
 Status check_finite_tensor(const std::string& path, const std::string& name,
                            std::span<const std::byte> bytes, DType dtype) {
   const size_t size = static_cast<size_t>(dtype_bytes(dtype));
@@ -153,11 +164,7 @@ Status check_finite_tensor(const std::string& path, const std::string& name,
         const int64_t at = first_non_finite(bytes.subspan(static_cast<size_t>(begin) * size,
                                                           static_cast<size_t>(end - begin) * size),
                                             dtype);
-        if (at < 0) return;
-        int64_t seen = first.load(std::memory_order_relaxed);
-        while (begin + at < seen &&
-               !first.compare_exchange_weak(seen, begin + at, std::memory_order_relaxed)) {
-        }
+        if (at >= 0) lower_to(first, begin + at);
       },
       /*min_chunk=*/int64_t{1} << 18);
   if (first.load() == n) return Status::Ok();
@@ -407,11 +414,7 @@ Status SafetensorsFile::read_f32(const std::string& name,
     }
     const int64_t at = first_non_finite(
         std::as_bytes(std::span<const float>(to, static_cast<size_t>(n))), DType::kF32);
-    if (at < 0) return;
-    int64_t seen = non_finite.load(std::memory_order_relaxed);
-    while (from + at < seen &&
-           !non_finite.compare_exchange_weak(seen, from + at, std::memory_order_relaxed)) {
-    }
+    if (at >= 0) lower_to(non_finite, from + at);
   };
   auto convert = [&](int64_t from, int64_t n, float* to) {
     constexpr int64_t kPiece = int64_t{1} << 14;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "base/utf8.h"
+
 namespace kvc {
 namespace {
 
@@ -11,11 +13,10 @@ json logprob_value(float lp) {
   return std::isfinite(lp) ? json(lp) : json(kMinLogprob);
 }
 
-// A token's text as the response shows it: its bytes with each invalid UTF-8 sequence replaced
-// by U+FFFD, as the serializer writes them (json::error_handler_t::replace).
+// A token's text as the response shows it: valid UTF-8 (invalid sequences as U+FFFD), which the
+// serializer writes as it is.
 std::string shown(const std::string& bytes) {
-  return json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace))
-      .get<std::string>();
+  return valid_utf8(bytes);
 }
 
 json bytes_of(const std::string& s) {

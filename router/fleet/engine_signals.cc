@@ -45,6 +45,13 @@ std::optional<double> amount_field(const json& j, const char* key) {
   return std::isfinite(v) && v >= 0 ? std::optional<double>(v) : std::nullopt;
 }
 
+// A time stamp: ms since the epoch, as sent (a positive integer); nullopt for anything else.
+std::optional<int64_t> timestamp_field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return std::nullopt;
+  return it->get<int64_t>();
+}
+
 std::optional<std::string> string_field(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return std::nullopt;
@@ -141,10 +148,7 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.running = count_field(figures, "running_sequences").value_or(0);
   load.waiting = count_field(figures, "waiting_sequences").value_or(0);
   load.weight_version = string_field(*j, "weight_version").value_or("");
-  if (const auto at = j->find("weight_loaded_at_ms");  // a time stamp, as at_ms below
-      at != j->end() && at->is_number_integer() && at->get<int64_t>() > 0) {
-    load.weight_loaded_at_ms = at->get<int64_t>();
-  }
+  load.weight_loaded_at_ms = timestamp_field(*j, "weight_loaded_at_ms");
   if (const auto p = j->find("paused"); p != j->end() && p->is_boolean()) {
     load.paused = p->get<bool>();
   }
@@ -154,12 +158,7 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.busy_seconds_total = amount_field(figures, "busy_seconds_total");
   load.steps_total = count_field(figures, &figures != &*j ? "steps_total" : "steps");
   if (const auto m = j->find("step_model"); m != j->end()) load.step_model = read_step_model(*m);
-  if (&figures != &*j) {  // a time stamp, not a count: ms since the epoch, as sent
-    const auto at = figures.find("at_ms");
-    if (at != figures.end() && at->is_number_integer() && at->get<int64_t>() > 0) {
-      load.tick_at_ms = at->get<int64_t>();
-    }
-  }
+  if (&figures != &*j) load.tick_at_ms = timestamp_field(figures, "at_ms");
   if (!load.computed_tokens_total || !load.queued_work_tokens) {
     load.computed_tokens_total.reset();  // an older replica: this router counts its own
     load.queued_work_tokens.reset();

@@ -80,7 +80,6 @@ void Session::dispatch() {
   response_done_ = false;
   response_started_ = false;
   exchange_http11_ = !info.http10;
-  peer_eof_ = read_eof_;  // a request pipelined before the FIN: probed like the first
   auto responder = std::make_shared<ResponderImpl>(shared_from_this(), current_, info);
   watch();
   probe_half_closed(false);

@@ -433,7 +433,6 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (ec == net::error::eof && phase_ == Phase::kHandling) {
       read_eof_ = true;  // no more reads; once answered, the connection closes (read_request)
-      peer_eof_ = true;
       probe_half_closed(false);
       return;
     }
@@ -450,7 +449,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // (RFC 9110 15.2: any number of 1xx may precede the final response). HTTP/1.0 clients may not
   // be sent 1xx: theirs is noticed when the response is written.
   void probe_half_closed(bool send) {
-    if (closed_ || !peer_eof_ || response_started_ || !exchange_http11_ ||
+    if (closed_ || !read_eof_ || response_started_ || !exchange_http11_ ||
         phase_ != Phase::kHandling) {
       return;
     }
@@ -549,7 +548,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = false;
   bool exchange_http11_ = false;   // interim responses may be sent
   bool response_started_ = false;  // the responder queued bytes of this exchange
-  bool peer_eof_ = false;          // the client sent FIN during this exchange
   bool response_done_ = false;
   std::deque<std::string> out_queue_;
   std::vector<std::string> in_flight_;

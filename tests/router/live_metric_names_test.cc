@@ -46,6 +46,19 @@ std::set<std::string> metric_names(const std::string& text) {
   return out;
 }
 
+// Waits (bounded) until the router sees every replica healthy (and, with `subscribed`, taking
+// its KV events).
+void wait_for_replicas(RouterStack& router, bool subscribed) {
+  for (int i = 0; i < 100; ++i) {
+    auto s = router.pool().snapshot();
+    if (std::all_of(s.begin(), s.end(),
+                    [&](auto& r) { return r.healthy && (!subscribed || r.exact); })) {
+      return;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
 TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
   const std::string dashboard = read_file(KVC_SOURCE_DIR "/deploy/grafana/kvcascade.json");
   ASSERT_FALSE(dashboard.empty());
@@ -64,11 +77,7 @@ TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
   RouterStack router(rc);
   auto port = router.start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok());
-  for (int i = 0; i < 100; ++i) {
-    auto s = router.pool().snapshot();
-    if (std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy && r.exact; })) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  wait_for_replicas(router, /*subscribed=*/true);
   http::Client client;
   auto post = [&](const std::string& prompt, int n) {
     return client.request("127.0.0.1", *port, "POST", "/v1/completions",
@@ -110,11 +119,7 @@ TEST(LiveMetricNames, UpstreamErrorSeriesExistAtZeroBeforeAnyError) {
   RouterStack router(rc);
   auto port = router.start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok());
-  for (int i = 0; i < 100; ++i) {
-    auto s = router.pool().snapshot();
-    if (std::all_of(s.begin(), s.end(), [](auto& r) { return r.healthy; })) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  wait_for_replicas(router, /*subscribed=*/false);
   auto m = http::Client().request("127.0.0.1", *port, "GET", "/metrics");
   ASSERT_TRUE(m.ok());
   const std::string& live = m->body;

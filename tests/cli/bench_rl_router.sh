@@ -25,22 +25,7 @@ for i in range(8 + n + begin + 1, 8 + n + end, 2):  # the high byte of each litt
     data[i] ^= 0x80
 open(path, "wb").write(data)
 PY
-port_of() {  # waits for "http://127.0.0.1:PORT" in a log file
-  for _ in $(seq 200); do
-    p=$(grep -o 'http://127.0.0.1:[0-9]*' "$1" | head -1 | sed 's/.*://') || true
-    [ -n "$p" ] && { echo "$p"; return; }
-    sleep 0.1
-  done
-  echo "no port in $1" >&2; cat "$1" >&2; exit 1
-}
-"$kvc" replica --model "$work/b" --served-model-name tiny --weight-version v7 --port 0 \
-  --host 127.0.0.1 >"$work/replica.log" 2>&1 &
-rport=$(port_of "$work/replica.log")
-"$kvc" router --port 0 --host 127.0.0.1 --replica "127.0.0.1:$rport" >"$work/router.log" 2>&1 &
-port=$(port_of "$work/router.log")
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+source "$(dirname "$0")/fleet.sh"
+start_replica_and_router "$work" --model "$work/b" --served-model-name tiny --weight-version v7
 "$kvc" bench rl --router "127.0.0.1:$port" --model tiny --checkpoints "$work/a,$work/b" \
   --steps 3 --prompts 2 -n 4 --max-tokens 16 --prompt-bytes 128

@@ -11,20 +11,6 @@ if ! command -v node >/dev/null || [ ! -f "$npm_dir/node_modules/openai/package.
 fi
 log=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$log"' EXIT
-port_of() {  # waits for "http://127.0.0.1:PORT" in a log file
-  for _ in $(seq 200); do
-    p=$(grep -o 'http://127.0.0.1:[0-9]*' "$1" | head -1 | sed 's/.*://') || true
-    [ -n "$p" ] && { echo "$p"; return; }
-    sleep 0.1
-  done
-  echo "no port in $1" >&2; cat "$1" >&2; exit 1
-}
-"$kvc" replica --preset tiny --port 0 --host 127.0.0.1 >"$log/replica" 2>&1 &
-rport=$(port_of "$log/replica")
-"$kvc" router --port 0 --host 127.0.0.1 --replica "127.0.0.1:$rport" >"$log/router" 2>&1 &
-port=$(port_of "$log/router")
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+source "$here/fleet.sh"
+start_replica_and_router "$log" --preset tiny
 node "$here/openai_sdk_check.mjs" "http://127.0.0.1:$port" tiny "$npm_dir"

@@ -13,18 +13,7 @@ for ck in a b; do
   mkdir -p "$work/$ck"
   cp "$ref/config.json" "$ref/model.safetensors" "$work/$ck/"
 done
-python3 - "$work/b/model.safetensors" <<'PY'
-import json, struct, sys
-path = sys.argv[1]
-data = bytearray(open(path, "rb").read())
-n = struct.unpack("<Q", bytes(data[:8]))[0]
-entry = json.loads(bytes(data[8:8 + n]))["lm_head.weight"]
-assert entry["dtype"] == "BF16", entry
-begin, end = entry["data_offsets"]
-for i in range(8 + n + begin + 1, 8 + n + end, 2):  # the high byte of each little-endian word
-    data[i] ^= 0x80
-open(path, "wb").write(data)
-PY
+python3 "$(dirname "$0")/patch_bf16_tensor.py" "$work/b/model.safetensors" lm_head.weight flip
 source "$(dirname "$0")/fleet.sh"
 start_replica_and_router "$work" --model "$work/b" --served-model-name tiny --weight-version v7
 "$kvc" bench rl --router "127.0.0.1:$port" --model tiny --checkpoints "$work/a,$work/b" \

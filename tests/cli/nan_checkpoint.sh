@@ -9,17 +9,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/nan"
 cp "$ref/config.json" "$ref/model.safetensors" "$work/nan/"
-python3 - "$work/nan/model.safetensors" <<'PY'
-import json, struct, sys
-path = sys.argv[1]
-data = bytearray(open(path, "rb").read())
-n = struct.unpack("<Q", bytes(data[:8]))[0]
-entry = json.loads(bytes(data[8:8 + n]))["model.norm.weight"]
-assert entry["dtype"] == "BF16", entry
-begin, end = entry["data_offsets"]
-data[8 + n + begin:8 + n + end] = b"\xc0\x7f" * ((end - begin) // 2)
-open(path, "wb").write(data)
-PY
+python3 "$(dirname "$0")/patch_bf16_tensor.py" "$work/nan/model.safetensors" model.norm.weight nan
 rc=0
 timeout 30 "$kvc" replica --model "$work/nan" --host 127.0.0.1 --port "${KVC_TEST_PORT:-0}" \
   >"$work/out" 2>"$work/err" || rc=$?

@@ -244,6 +244,10 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   add_kv_cache_dtype(engine, e->fp8_kv, "the KV cache as E4M3 codes; auto: bf16");
   engine->add_flag("--decode-gemm", e->decode_gemm,
                    "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental)");
+  engine->add_flag_callback(
+      "--no-gemm-tuning", [e] { e->gemm_tuning = false; },
+      "keep cuBLASLt's first pick for every GEMM instead of timing its candidates at each "
+      "decode shape's first step");
   engine
       ->add_option("--tensor-parallel-size", e->tensor_parallel_size,
                    "the model split over this many GPUs (1: the split's path, NCCL included, on "

@@ -68,6 +68,11 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
   cmd.add_flag_callback(
       "--no-cuda-graphs", [&b] { b.cuda_graphs = false; },
       "--backend cuda: enqueue every decode step's kernels instead of replaying CUDA graphs");
+  cmd.add_flag_callback(
+      "--no-gemm-tuning", [&b] { b.gemm_tuning = false; },
+      "--backend cuda: keep cuBLASLt's first pick for every GEMM instead of timing its "
+      "candidates at each decode shape's first step (a measurement: two processes may pick "
+      "differently, and their results then differ by summation order)");
   cmd.add_flag("--decode-gemm", b.decode_gemm,
                "GEMMs of <= 128 rows through the Hopper decode GEMM (experimental, --backend cuda: "
                "slower than cuBLASLt so far)");

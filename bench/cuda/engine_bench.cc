@@ -299,6 +299,39 @@ json point_json(const Point& p) {
           {"ratio", p.ratio()}};
 }
 
+// The decode shapes whose cuBLASLt candidates were timed (gemm.h Gemm::set_tuning) and what
+// that gave against the heuristic's first pick.
+void report_gemm_tuning(const kc::LlamaModel& model, json& result) {
+  if (!model.gemm_tuning()) {
+    std::printf("\nGEMM tuning: off (cuBLASLt's first pick everywhere)\n");
+    result["gemm_tuning"] = nullptr;
+    return;
+  }
+  const std::vector<kc::GemmTuning> t = model.gemm_tunings();
+  double seconds = 0;
+  for (const auto& x : t)
+    seconds += x.seconds;
+  std::printf(
+      "\nGEMM tuning: %zu shapes timed in %.3f s (each candidate %d times, L2 evicted before "
+      "each); per layer GEMM (us, median), first pick -> kept:\n",
+      t.size(), seconds, kc::kGemmTuneRuns);
+  json rows = json::array();
+  for (const auto& x : t) {
+    std::printf("  %s m=%4d n=%6d k=%6d  %8.1f -> %8.1f%s  (%d candidates)\n",
+                x.fp8 ? "fp8 " : "bf16", x.m, x.n, x.k, x.first_us, x.chosen_us,
+                x.chosen == 0 ? " (first pick)" : "", x.candidates);
+    rows.push_back({{"m", x.m},
+                    {"n", x.n},
+                    {"k", x.k},
+                    {"fp8", x.fp8},
+                    {"candidates", x.candidates},
+                    {"chosen", x.chosen},
+                    {"first_us", x.first_us},
+                    {"chosen_us", x.chosen_us}});
+  }
+  result["gemm_tuning"] = {{"shapes", rows}, {"seconds", seconds}};
+}
+
 }  // namespace
 
 int run_engine_bench(const EngineBenchOptions& o) {
@@ -360,6 +393,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
   bo.max_tokens_per_step = o.max_tokens_per_step;
   bo.max_num_seqs = std::max(256, o.groups * o.siblings);
   bo.decode_gemm = o.decode_gemm;
+  bo.gemm_tuning = o.gemm_tuning;
   bo.fp8_weights = fp8;
   bo.fp8_kv = o.fp8_kv;
   BenchBackend backend;
@@ -612,6 +646,8 @@ int run_engine_bench(const EngineBenchOptions& o) {
       result["profile_" + pr.mode] = pj;
     }
   }
+
+  report_gemm_tuning(backend.rank0().model(), result);
 
   if (!o.anchor_json.empty()) {
     std::ifstream in(o.anchor_json);

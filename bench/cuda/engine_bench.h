@@ -28,6 +28,7 @@ struct EngineBenchOptions {
   bool check_agreement = true;      // with both: cascade vs flat tokens, near-ties proven
   bool profile = true;              // one more rollout per mode with per-operation device times
   bool decode_gemm = false;         // the Hopper decode GEMM (off: cuBLASLt for every GEMM)
+  bool gemm_tuning = true;          // cuBLASLt's candidates timed per decode shape (gemm.h)
   std::string quantization;         // "fp8": --quantization fp8 (llama.h fp8_weights)
   bool fp8_kv = false;              // --kv-cache-dtype fp8 (llama.h fp8_kv): KV bytes halved
   bool fp8_scales_in_gemm = false;  // llama.h set_fp8_scales_in_readers(false)

@@ -1,11 +1,14 @@
 #include "kernels/cuda/gemm.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/decode_gemm.h"
+#include "kernels/cuda/fill.h"
 
 namespace kvc::kernels::cuda {
 
@@ -16,7 +19,9 @@ struct Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best first (algo: one of them)
   bool ok = false;
+  bool tuned = false;  // timed already (set_tuning), or not to be timed
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -106,28 +111,149 @@ Gemm::Plan* Gemm::plan_for(int m, int n, int k, GemmOut out, bool accumulate, Ki
   uint64_t ws = workspace_bytes_;
   ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS;
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int found = 0;
   ok = ok &&
        cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->a, p->b,
-                                      p->c, p->c, pref, 1, &result,
+                                      p->c, p->c, pref, kTuneCandidates, results,
                                       &found) == CUBLAS_STATUS_SUCCESS &&
        found > 0;
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (ok) p->algo = result.algo;
+  if (ok) {
+    p->algo = results[0].algo;
+    for (int i = 0; i < found; ++i)
+      p->candidates.push_back(results[i].algo);
+  }
   p->ok = ok;
   (void)accumulate;
   return plans_.emplace(key, std::move(p)).first->second.get();
 }
 
 cudaError_t Gemm::matmul(Plan* p, const void* x, const void* w, void* y, float beta,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int candidate) {
   const float alpha = 1.0f;
+  const cublasLtMatmulAlgo_t* algo = candidate < 0 ? &p->algo : &p->candidates[candidate];
   const cublasStatus_t s =
       cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->desc, &alpha, w, p->a, x, p->b,
-                     &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream);
+                     &beta, y, p->c, y, p->c, algo, workspace_, workspace_bytes_, stream);
   if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorLaunchFailure;
   return cudaGetLastError();
+}
+
+void Gemm::set_tuning(bool on, size_t min_weight_bytes) {
+  tuning_ = on;
+  tune_min_weight_bytes_ = min_weight_bytes;
+}
+
+namespace {
+
+// Device scratch of one timing, freed on every path.
+struct Scratch {
+  void* p = nullptr;
+  explicit Scratch(size_t bytes) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+  }
+  ~Scratch() {
+    if (p) cudaFree(p);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+struct Events {
+  std::vector<cudaEvent_t> e;
+  explicit Events(int n) : e(n, nullptr) {
+    for (auto& x : e)
+      if (cudaEventCreate(&x) != cudaSuccess) x = nullptr;
+  }
+  ~Events() {
+    for (auto x : e)
+      if (x) cudaEventDestroy(x);
+  }
+  bool ok() const {
+    return std::all_of(e.begin(), e.end(), [](cudaEvent_t x) { return x != nullptr; });
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
+
+}  // namespace
+
+void Gemm::tune(Plan* p, const void* x, const void* w, int m, int n, int k, Kind kind, GemmOut out,
+                cudaStream_t stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (capturing != cudaStreamCaptureStatusNone) return;  // timed on a later eager call
+  p->tuned = true;
+  const size_t in_elem = kind == kBf16 ? 2 : 1;
+  if (m > kTuneMaxRows || p->candidates.size() < 2 ||
+      size_t(n) * size_t(k) * in_elem < tune_min_weight_bytes_) {
+    return;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  int device = 0, l2 = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const size_t out_elem = out == GemmOut::kF32 ? 4 : 2;
+  Scratch y(size_t(m) * size_t(n) * out_elem), evict(2 * size_t(l2));
+  Events ev(2 * kTuneRuns);
+  // No room to time as a step finds the weights (from DRAM): the heuristic's pick stays.
+  if (y.p == nullptr || evict.p == nullptr || !ev.ok()) return;
+  const int count = static_cast<int>(p->candidates.size());
+  std::vector<float> median(count, -1.0f);
+  for (int c = 0; c < count; ++c) {
+    // A first run checks that the candidate runs here and warms its kernel up.
+    if (matmul(p, x, w, y.p, 0.0f, stream, c) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    bool ran = true;
+    for (int r = 0; r < kTuneRuns && ran; ++r) {
+      ran = evict_l2(evict.p, 2 * size_t(l2), stream) == cudaSuccess &&
+            cudaEventRecord(ev.e[2 * r], stream) == cudaSuccess &&
+            matmul(p, x, w, y.p, 0.0f, stream, c) == cudaSuccess &&
+            cudaEventRecord(ev.e[2 * r + 1], stream) == cudaSuccess;
+    }
+    if (!ran || cudaEventSynchronize(ev.e[2 * kTuneRuns - 1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    std::vector<float> us(kTuneRuns);
+    for (int r = 0; r < kTuneRuns; ++r) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, ev.e[2 * r], ev.e[2 * r + 1]);
+      us[r] = ms * 1e3f;
+    }
+    std::nth_element(us.begin(), us.begin() + kTuneRuns / 2, us.end());
+    median[c] = us[kTuneRuns / 2];
+  }
+  if (median[0] <= 0) return;  // the first pick did not time: keep it
+  int best = 0;
+  for (int c = 1; c < count; ++c)
+    if (median[c] > 0 && median[c] < median[best]) best = c;
+  if (median[best] > median[0] * (1.0 - kTuneMargin)) best = 0;
+  p->algo = p->candidates[best];
+  Tuning t;
+  t.m = m;
+  t.n = n;
+  t.k = k;
+  t.fp8 = kind != kBf16;
+  t.candidates =
+      static_cast<int>(std::count_if(median.begin(), median.end(), [](float v) { return v > 0; }));
+  t.chosen = best;
+  t.first_us = median[0];
+  t.chosen_us = median[best];
+  t.seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - started).count();
+  tunings_.push_back(t);
 }
 
 cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
@@ -140,6 +266,7 @@ cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k
   if (!ok()) return cudaErrorInitializationError;
   Plan* p = plan_for(m, n, k, out, accumulate);
   if (!p->ok) return cudaErrorNotSupported;
+  if (tuning_ && !p->tuned) tune(p, x, w, m, n, k, kBf16, out, stream);
   return matmul(p, x, w, y, accumulate ? 1.0f : 0.0f, stream);
 }
 
@@ -157,6 +284,7 @@ cudaError_t Gemm::run_fp8_raw(const void* x, const void* w, void* y, int m, int 
   if (one_ == nullptr) return cudaErrorInitializationError;  // its scales could not be made
   Plan* p = plan_for(m, n, k, out, false, kFp8Raw);
   if (!p->ok) return cudaErrorNotSupported;
+  if (tuning_ && !p->tuned) tune(p, x, w, m, n, k, kFp8Raw, out, stream);
   return matmul(p, x, w, y, 0.0f, stream);
 }
 
@@ -175,6 +303,7 @@ cudaError_t Gemm::run_fp8(const void* x, const float* x_scales, const void* w,
                                      sizeof x_scales) != CUBLAS_STATUS_SUCCESS) {
     return cudaErrorInvalidValue;
   }
+  if (tuning_ && !p->tuned) tune(p, x, w, m, n, k, kFp8Scaled, out, stream);
   return matmul(p, x, w, y, 0.0f, stream);
 }
 

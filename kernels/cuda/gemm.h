@@ -3,10 +3,13 @@
 // Hugging Face Linear layout: w is [out, in], row-major), bf16 x and w (or FP8 E4M3 with per-row
 // scales: run_fp8), fp32 accumulation, y in bf16 or fp32 (the LM head's logits). Descriptors and
 // the chosen algorithm are cached per shape, so a warmed-up GEMM costs one cublasLtMatmul call and
-// allocates nothing (CUDA-graph capturable). Tried on the H200 at the decode shapes (128 rows) and
-// not kept: timing the heuristic's best 8 algorithms on first use, and those plus split-K variants
-// (2-16 splits): no gain over the heuristic's first choice
-// (bench/results/runs/2026-12-01-engine-r2, -r4).
+// allocates nothing (CUDA-graph capturable). With set_tuning on, the first eager call of a decode
+// shape times the heuristic's candidates on the call's own operands and keeps the fastest: on an
+// H100 the first pick of the bf16 down projection (k = 14,336) at 128 rows took 59.9 us against
+// the fastest candidate's 46.0 (bench/results/fp8-h200.md, eleventh session). An earlier try on
+// the H200, timing with the weights warm in L2, found no gain (runs/2026-12-01-engine-r2); the
+// timing here evicts L2 before every run, as a decode step that streams all layers' weights
+// finds it.
 #pragma once
 
 #include <cstddef>
@@ -14,8 +17,11 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda/gemm_tuning.h"
 
 namespace kvc::kernels::cuda {
 
@@ -61,6 +67,25 @@ class Gemm {
   // it is still slower than cuBLASLt, bench/results/gemm-h200.md); off: cuBLASLt only.
   void set_decode_kernel(bool on);
   bool decode_kernel() const { return decode_kernel_; }
+
+  // Timing cuBLASLt's candidates: with tuning on, the first call of a shape of at most
+  // kTuneMaxRows rows whose weights take at least min_weight_bytes, on a stream that is not being
+  // captured, runs each of the heuristic's candidates (up to kTuneCandidates) kTuneRuns times on
+  // its own x and w into a scratch output, L2 evicted before each run, and keeps the fastest by
+  // median if it beats the heuristic's first pick by more than kTuneMargin (else the first pick:
+  // choices stay put where the candidates are alike). The call's own result is computed
+  // afterwards with the chosen algorithm, so accumulate calls add once. Off by default (the
+  // engine turns it on: LlamaModel::set_gemm_tuning); which candidate wins is a measurement, so
+  // two processes may pick differently and their results differ by fp32 summation order.
+  static constexpr int kTuneMaxRows = kGemmTuneMaxRows;
+  static constexpr int kTuneCandidates = 8;
+  static constexpr int kTuneRuns = kGemmTuneRuns;
+  static constexpr double kTuneMargin = 0.03;
+  static constexpr size_t kTuneMinWeightBytes = size_t{8} << 20;
+  void set_tuning(bool on, size_t min_weight_bytes = kTuneMinWeightBytes);
+  bool tuning() const { return tuning_; }
+  using Tuning = GemmTuning;  // one timed shape: the first pick against the one kept
+  const std::vector<Tuning>& tunings() const { return tunings_; }
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -94,13 +119,19 @@ class Gemm {
   Plan* plan_for(int m, int n, int k, GemmOut out, bool accumulate, Kind kind = kBf16);
   cudaError_t check_fp8(int& m, int n, int k) const;
   cudaError_t matmul(Plan* p, const void* x, const void* w, void* y, float beta,
-                     cudaStream_t stream);
+                     cudaStream_t stream, int candidate = -1);
+  // set_tuning's timing for plan p (marks it tuned unless the stream is being captured).
+  void tune(Plan* p, const void* x, const void* w, int m, int n, int k, Kind kind, GemmOut out,
+            cudaStream_t stream);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   float* one_ = nullptr;  // 1.0f on the device: the raw FP8 GEMM's scales
   size_t workspace_bytes_ = 0;
   bool decode_kernel_ = false;
+  bool tuning_ = false;
+  size_t tune_min_weight_bytes_ = kTuneMinWeightBytes;
+  std::vector<Tuning> tunings_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -524,6 +524,18 @@ bool LlamaModel::decode_gemm() const {
   return impl_->gemm->decode_kernel();
 }
 
+void LlamaModel::set_gemm_tuning(bool on) {
+  impl_->gemm->set_tuning(on);
+}
+
+bool LlamaModel::gemm_tuning() const {
+  return impl_->gemm->tuning();
+}
+
+std::vector<GemmTuning> LlamaModel::gemm_tunings() const {
+  return impl_->gemm->tunings();
+}
+
 void LlamaModel::set_fp8_scales_in_readers(bool on) {
   Impl& I = *impl_;
   if (I.fp8_scales_in_readers == on) return;

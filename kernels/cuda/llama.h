@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "kernels/cascade_plan.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/gemm_tuning.h"
 #include "kernels/model_tensor.h"
 #include "kernels/sampling_rule.h"
 
@@ -179,6 +180,12 @@ class LlamaModel {
   // through cuBLASLt.
   void set_decode_gemm(bool on);
   bool decode_gemm() const;
+  // Whether the first eager step of each decode shape times cuBLASLt's candidates for its GEMMs
+  // and keeps the fastest (kernels/cuda/gemm.h Gemm::set_tuning; off by default here, on in the
+  // CUDA backend). gemm_tunings(): the shapes timed so far.
+  void set_gemm_tuning(bool on);
+  bool gemm_tuning() const;
+  std::vector<GemmTuning> gemm_tunings() const;
   // With FP8 weights: whether the op that reads each layer GEMM's output applies the per-token
   // and per-channel scales (ops.h Fp8Dequant; the GEMMs then run cuBLASLt's per-tensor kernels,
   // its fastest in the probe of bench/results/fp8-h200.md: the default) or cuBLASLt does (its

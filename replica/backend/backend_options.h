@@ -45,6 +45,7 @@ struct BackendOptions {
   // cuda only.
   std::optional<bool> cuda_graphs;  // default on
   bool decode_gemm = false;
+  std::optional<bool> gemm_tuning;  // default on: kernels/cuda/gemm.h Gemm::set_tuning
   // sim only: the model and device, each figure overridable.
   std::optional<std::string> sim_preset;  // default h200-llama3-8b
   std::optional<double> sim_bandwidth_gbps;

@@ -111,6 +111,7 @@ Status check_backend_options(const BackendOptions& o) {
        "cuda and sim"},
       {"--no-cuda-graphs", o.cuda_graphs.has_value(), cuda, "cuda"},
       {"--decode-gemm", o.decode_gemm, cuda, "cuda"},
+      {"--no-gemm-tuning", o.gemm_tuning.has_value(), cuda, "cuda"},
       {"--tensor-parallel-size", o.tensor_parallel_size != 1, !sim, "cpu and cuda"},
       {"--sim-preset", o.sim_preset.has_value(), sim, "sim"},
       {"--sim-bandwidth-gbps", o.sim_bandwidth_gbps.has_value(), sim, "sim"},

@@ -114,6 +114,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   std::unique_ptr<kc::LlamaModel> model = std::move(created).value();
   model->set_graphs(o.cuda_graphs);
   model->set_decode_gemm(o.decode_gemm);
+  model->set_gemm_tuning(o.gemm_tuning);
   return std::unique_ptr<CudaBackend>(
       new CudaBackend(config, std::move(model), cap.num_blocks, o.block_size, mem));
 }
@@ -419,6 +420,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   o.weights_seed = f.seed_or_default();
   o.cuda_graphs = f.cuda_graphs.value_or(true);
   o.decode_gemm = f.decode_gemm;
+  o.gemm_tuning = f.gemm_tuning.value_or(true);
   if (!f.quantization.empty()) o.fp8_weights = f.quantization == "fp8";  // else as the checkpoint
   o.fp8_kv = f.fp8_kv();
   if (f.tensor_parallel_size > 1) return make_cuda_tensor_parallel_backend(f, o, min_vocab);

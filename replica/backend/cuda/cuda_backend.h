@@ -32,6 +32,7 @@ struct CudaBackendOptions {
   uint64_t weights_seed = 1234;         // for random_init
   bool cuda_graphs = true;   // decode steps replayed as CUDA graphs (kernels/cuda/llama.h)
   bool decode_gemm = false;  // the Hopper decode GEMM where it runs (kernels/cuda/decode_gemm.h)
+  bool gemm_tuning = true;   // cuBLASLt's candidates timed per decode shape (gemm.h set_tuning)
   // --quantization fp8 (kernels/cuda/llama.h LlamaDims::fp8_weights); unset: FP8 exactly when
   // the checkpoint is (ModelConfig::checkpoint_quantization).
   std::optional<bool> fp8_weights;

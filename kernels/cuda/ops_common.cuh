@@ -152,17 +152,18 @@ __device__ __forceinline__ int held_at(int j) {
 // The E4M3 codes of a row held as above (row_fits), with its scale: the row's maximum over the
 // CTA, then every held vector's codes into q, the scale to scale_out[b * scale_stride] for
 // b < scale_blocks (the layout of gemm.h Fp8ScaleLayout, scale_out at the row's first entry).
-template <int kVec>
-__device__ __forceinline__ void quantize_held(const float (&v)[kHeldVectors<kVec>][kVec], int dim,
-                                              uint8_t* q, float* scale_out, int64_t scale_stride,
+// kHeld: the vectors a thread holds (fewer than kHeldVectors where the row needs fewer).
+template <int kVec, int kHeld = kHeldVectors<kVec>>
+__device__ __forceinline__ void quantize_held(const float (&v)[kHeld][kVec], int dim, uint8_t* q,
+                                              float* scale_out, int64_t scale_stride,
                                               int scale_blocks) {
   float m = 0;
 #pragma unroll
-  for (int j = 0; j < kHeldVectors<kVec>; ++j)
+  for (int j = 0; j < kHeld; ++j)
     if (held_at<kVec>(j) < dim) m = abs_max<kVec>(m, v[j]);
   const float scale = fp8::row_scale(block_max(m)), qinv = 1.0f / scale;
 #pragma unroll
-  for (int j = 0; j < kHeldVectors<kVec>; ++j)
+  for (int j = 0; j < kHeld; ++j)
     if (held_at<kVec>(j) < dim) store_e4m3<kVec>(q + held_at<kVec>(j), v[j], qinv);
   for (int b = threadIdx.x; b < scale_blocks; b += blockDim.x)
     scale_out[b * scale_stride] = scale;

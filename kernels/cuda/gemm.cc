@@ -1,8 +1,10 @@
 #include "kernels/cuda/gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -15,6 +17,9 @@ namespace kvc::kernels::cuda {
 // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ[n, m] = op(W)[n, k] · X[k, m], where
 // the column-major view of w is a k x n matrix (ld k) taken transposed and that of x a k x m
 // matrix (ld k) taken as is.
+static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(uint64_t) * 8,
+              "Gemm::bucket_algos_ holds one");
+
 struct Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -182,37 +187,74 @@ struct Events {
 
 }  // namespace
 
-void Gemm::tune(Plan* p, const void* x, const void* w, int m, int n, int k, Kind kind, GemmOut out,
-                cudaStream_t stream) {
+void Gemm::tune(Plan* p, const void* w, int m, int n, int k, GemmOut out, bool accumulate,
+                Kind kind, cudaStream_t stream) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
   }
-  if (capturing != cudaStreamCaptureStatusNone) return;  // timed on a later eager call
+  if (capturing != cudaStreamCaptureStatusNone) return;  // chosen on a later eager call
   p->tuned = true;
   const size_t in_elem = kind == kBf16 ? 2 : 1;
-  if (m > kTuneMaxRows || p->candidates.size() < 2 ||
+  if (kind == kFp8Scaled || m > kTuneMaxRows ||
       size_t(n) * size_t(k) * in_elem < tune_min_weight_bytes_) {
     return;
   }
+  const int bucket = static_cast<int>(std::bit_ceil(static_cast<unsigned>(m)));
+  const BucketKey key{bucket, n, k, static_cast<int>(out), kind};
+  auto it = bucket_algos_.find(key);
+  if (it == bucket_algos_.end()) {
+    Plan* b = bucket == m ? p : plan_for(bucket, n, k, out, accumulate, kind);
+    std::optional<std::array<uint64_t, 8>> kept;
+    if (b->ok && b->candidates.size() >= 2) {
+      const int best = time_candidates(b, w, bucket, n, k, kind, out, stream);
+      if (best > 0) {
+        b->algo = b->candidates[best];
+        std::array<uint64_t, 8> bytes;
+        std::memcpy(bytes.data(), &b->algo, sizeof bytes);
+        kept = bytes;
+      }
+    }
+    b->tuned = true;
+    it = bucket_algos_.emplace(key, kept).first;
+  }
+  if (!it->second || bucket == m) return;  // the first pick stays, or p is the timed plan
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, it->second->data(), sizeof algo);
+  cublasLtMatmulHeuristicResult_t fits{};
+  if (cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p->desc, p->a, p->b, p->c,
+                              p->c, &algo, &fits) == CUBLAS_STATUS_SUCCESS &&
+      fits.workspaceSize <= workspace_bytes_) {
+    p->algo = algo;
+  }
+}
+
+int Gemm::time_candidates(Plan* b, const void* w, int rows, int n, int k, Kind kind, GemmOut out,
+                          cudaStream_t stream) {
   const auto started = std::chrono::steady_clock::now();
   int device = 0, l2 = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return;
+    return 0;
   }
-  const size_t out_elem = out == GemmOut::kF32 ? 4 : 2;
-  Scratch y(size_t(m) * size_t(n) * out_elem), evict(2 * size_t(l2));
+  const size_t in_elem = kind == kBf16 ? 2 : 1, out_elem = out == GemmOut::kF32 ? 4 : 2;
+  const size_t x_bytes = size_t(rows) * size_t(k) * in_elem;
+  Scratch x(x_bytes), y(size_t(rows) * size_t(n) * out_elem), evict(2 * size_t(l2));
   Events ev(2 * kTuneRuns);
   // No room to time as a step finds the weights (from DRAM): the heuristic's pick stays.
-  if (y.p == nullptr || evict.p == nullptr || !ev.ok()) return;
-  const int count = static_cast<int>(p->candidates.size());
+  if (x.p == nullptr || y.p == nullptr || evict.p == nullptr || !ev.ok()) return 0;
+  // Activations of the usual magnitudes (as bf16 values; FP8 reads their bytes as codes).
+  if (fill_random(x.p, x_bytes / 2, KvDtype::kBF16, 1, 1.0f, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const int count = static_cast<int>(b->candidates.size());
   std::vector<float> median(count, -1.0f);
   for (int c = 0; c < count; ++c) {
     // A first run checks that the candidate runs here and warms its kernel up.
-    if (matmul(p, x, w, y.p, 0.0f, stream, c) != cudaSuccess) {
+    if (matmul(b, x.p, w, y.p, 0.0f, stream, c) != cudaSuccess) {
       (void)cudaGetLastError();
       continue;
     }
@@ -220,7 +262,7 @@ void Gemm::tune(Plan* p, const void* x, const void* w, int m, int n, int k, Kind
     for (int r = 0; r < kTuneRuns && ran; ++r) {
       ran = evict_l2(evict.p, 2 * size_t(l2), stream) == cudaSuccess &&
             cudaEventRecord(ev.e[2 * r], stream) == cudaSuccess &&
-            matmul(p, x, w, y.p, 0.0f, stream, c) == cudaSuccess &&
+            matmul(b, x.p, w, y.p, 0.0f, stream, c) == cudaSuccess &&
             cudaEventRecord(ev.e[2 * r + 1], stream) == cudaSuccess;
     }
     if (!ran || cudaEventSynchronize(ev.e[2 * kTuneRuns - 1]) != cudaSuccess) {
@@ -236,14 +278,13 @@ void Gemm::tune(Plan* p, const void* x, const void* w, int m, int n, int k, Kind
     std::nth_element(us.begin(), us.begin() + kTuneRuns / 2, us.end());
     median[c] = us[kTuneRuns / 2];
   }
-  if (median[0] <= 0) return;  // the first pick did not time: keep it
+  if (median[0] <= 0) return 0;  // the first pick did not time: keep it
   int best = 0;
   for (int c = 1; c < count; ++c)
     if (median[c] > 0 && median[c] < median[best]) best = c;
   if (median[best] > median[0] * (1.0 - kTuneMargin)) best = 0;
-  p->algo = p->candidates[best];
   Tuning t;
-  t.m = m;
+  t.m = rows;
   t.n = n;
   t.k = k;
   t.fp8 = kind != kBf16;
@@ -254,6 +295,7 @@ void Gemm::tune(Plan* p, const void* x, const void* w, int m, int n, int k, Kind
   t.chosen_us = median[best];
   t.seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - started).count();
   tunings_.push_back(t);
+  return best;
 }
 
 cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k, GemmOut out,
@@ -266,7 +308,7 @@ cudaError_t Gemm::run(const void* x, const void* w, void* y, int m, int n, int k
   if (!ok()) return cudaErrorInitializationError;
   Plan* p = plan_for(m, n, k, out, accumulate);
   if (!p->ok) return cudaErrorNotSupported;
-  if (tuning_ && !p->tuned) tune(p, x, w, m, n, k, kBf16, out, stream);
+  if (tuning_ && !p->tuned) tune(p, w, m, n, k, out, accumulate, kBf16, stream);
   return matmul(p, x, w, y, accumulate ? 1.0f : 0.0f, stream);
 }
 
@@ -284,7 +326,7 @@ cudaError_t Gemm::run_fp8_raw(const void* x, const void* w, void* y, int m, int 
   if (one_ == nullptr) return cudaErrorInitializationError;  // its scales could not be made
   Plan* p = plan_for(m, n, k, out, false, kFp8Raw);
   if (!p->ok) return cudaErrorNotSupported;
-  if (tuning_ && !p->tuned) tune(p, x, w, m, n, k, kFp8Raw, out, stream);
+  if (tuning_ && !p->tuned) tune(p, w, m, n, k, out, false, kFp8Raw, stream);
   return matmul(p, x, w, y, 0.0f, stream);
 }
 
@@ -303,7 +345,6 @@ cudaError_t Gemm::run_fp8(const void* x, const float* x_scales, const void* w,
                                      sizeof x_scales) != CUBLAS_STATUS_SUCCESS) {
     return cudaErrorInvalidValue;
   }
-  if (tuning_ && !p->tuned) tune(p, x, w, m, n, k, kFp8Scaled, out, stream);
   return matmul(p, x, w, y, 0.0f, stream);
 }
 

@@ -12,10 +12,12 @@
 // finds it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -68,15 +70,20 @@ class Gemm {
   void set_decode_kernel(bool on);
   bool decode_kernel() const { return decode_kernel_; }
 
-  // Timing cuBLASLt's candidates: with tuning on, the first call of a shape of at most
-  // kTuneMaxRows rows whose weights take at least min_weight_bytes, on a stream that is not being
-  // captured, runs each of the heuristic's candidates (up to kTuneCandidates) kTuneRuns times on
-  // its own x and w into a scratch output, L2 evicted before each run, and keeps the fastest by
-  // median if it beats the heuristic's first pick by more than kTuneMargin (else the first pick:
-  // choices stay put where the candidates are alike). The call's own result is computed
-  // afterwards with the chosen algorithm, so accumulate calls add once. Off by default (the
-  // engine turns it on: LlamaModel::set_gemm_tuning); which candidate wins is a measurement, so
-  // two processes may pick differently and their results differ by fp32 summation order.
+  // Timing cuBLASLt's candidates: with tuning on, a GEMM of at most kTuneMaxRows rows whose
+  // weights take at least min_weight_bytes is timed once per row bucket (rows rounded up to a
+  // power of two: a serving replica's decode steps take any row count, and each new one would
+  // otherwise stall its step): on the first call of the bucket, on a stream not being captured,
+  // each of the heuristic's candidates (up to kTuneCandidates) for the bucket's row count runs
+  // kTuneRuns times on the call's w, a zero x and a scratch output, L2 evicted before each run,
+  // and the fastest by median is kept if it beats the heuristic's first pick by more than
+  // kTuneMargin (else the first pick: choices stay put where the candidates are alike). Every
+  // row count of the bucket then runs the kept algorithm (where cuBLASLt accepts it for that
+  // count) or its own first pick. The call's own result is computed afterwards, so accumulate
+  // calls add once. FP8 GEMMs with scales in cuBLASLt (run_fp8) keep the first pick. Off by
+  // default (the engine turns it on: LlamaModel::set_gemm_tuning); which candidate wins is a
+  // measurement, so two processes may pick differently and their results differ by fp32
+  // summation order.
   static constexpr int kTuneMaxRows = kGemmTuneMaxRows;
   static constexpr int kTuneCandidates = 8;
   static constexpr int kTuneRuns = kGemmTuneRuns;
@@ -120,9 +127,13 @@ class Gemm {
   cudaError_t check_fp8(int& m, int n, int k) const;
   cudaError_t matmul(Plan* p, const void* x, const void* w, void* y, float beta,
                      cudaStream_t stream, int candidate = -1);
-  // set_tuning's timing for plan p (marks it tuned unless the stream is being captured).
-  void tune(Plan* p, const void* x, const void* w, int m, int n, int k, Kind kind, GemmOut out,
+  // set_tuning's choice for plan p: timed for its row bucket unless the bucket already was
+  // (marks p tuned unless the stream is being captured).
+  void tune(Plan* p, const void* w, int m, int n, int k, GemmOut out, bool accumulate, Kind kind,
             cudaStream_t stream);
+  // Times the candidates of plan b (the bucket's row count, rows) on w; returns the index kept.
+  int time_candidates(Plan* b, const void* w, int rows, int n, int k, Kind kind, GemmOut out,
+                      cudaStream_t stream);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
@@ -132,6 +143,10 @@ class Gemm {
   bool tuning_ = false;
   size_t tune_min_weight_bytes_ = kTuneMinWeightBytes;
   std::vector<Tuning> tunings_;
+  // Per (row bucket, n, k, out, kind): the algorithm kept (cublasLtMatmulAlgo_t's 64 bytes), or
+  // none where the first pick stays.
+  using BucketKey = std::tuple<int, int, int, int, int>;
+  std::map<BucketKey, std::optional<std::array<uint64_t, 8>>> bucket_algos_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

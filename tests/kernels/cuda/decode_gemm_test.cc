@@ -120,7 +120,9 @@ TEST_F(CudaDecodeGemmTest, PlannerFillsTheGpuAtTheLlamaShapes) {
     EXPECT_EQ(s.tiles, (n + 255) / 256);
     EXPECT_GE(s.splits, 1);
     EXPECT_GE(s.chunks_per_split * s.splits * 64, k) << "n=" << n << " k=" << k;
-    if (s.tiles < sms) EXPECT_GT(s.tiles * s.splits, sms / 2) << "n=" << n << " k=" << k;
+    if (s.tiles < sms) {
+      EXPECT_GT(s.tiles * s.splits, sms / 2) << "n=" << n << " k=" << k;
+    }
   }
   check({128, 4096, 4096, false, 0});
   check({128, 1024, 14336, false, 0});

@@ -1,7 +1,7 @@
-// cuBLASLt's candidates timed per shape (kernels/cuda/gemm.h Gemm::set_tuning): the timed call's
-// result is that of an untuned Gemm (an accumulating call adds once, though every candidate ran
-// beforehand), the timing is recorded once per shape, never inside a stream capture (the capture
-// still succeeds and replays), and shapes under the weight threshold are not timed.
+// cuBLASLt's candidates timed per row bucket (kernels/cuda/gemm.h Gemm::set_tuning): a tuned
+// call's result is that of an untuned Gemm (an accumulating call adds once), the timing happens
+// once per bucket at the bucket's row count, never inside a stream capture (the capture still
+// succeeds and replays), and shapes under the weight threshold are not timed.
 #include "kernels/cuda/gemm.h"
 
 #include <gtest/gtest.h>
@@ -72,12 +72,28 @@ TEST_F(CudaGemmTuningTest, TunedCallsGiveTheUntunedResultAndAccumulateOnce) {
   EXPECT_LT(rel_l2(run(tuned, m, n, k, x, w), want), 1e-2);
   EXPECT_EQ(tuned.tunings().size(), 1u);
 
-  // Accumulating (its own plan, timed into scratch): y0 + x · wᵀ, not y0 + (runs + 1) x · wᵀ.
+  // Accumulating (its own plan, the bucket's choice): y0 + x · wᵀ, added once.
   std::vector<float> sum = want;
   for (size_t i = 0; i < sum.size(); ++i)
     sum[i] += y0[i];
   EXPECT_LT(rel_l2(run(tuned, m, n, k, x, w, &y0), sum), 1e-2);
-  EXPECT_EQ(tuned.tunings().size(), 2u);
+  EXPECT_EQ(tuned.tunings().size(), 1u);
+}
+
+TEST_F(CudaGemmTuningTest, TimedOncePerRowBucketAtTheBucketsRows) {
+  const int n = 1024, k = 4096;
+  DeviceBuffer w = upload(to_bits(random_bf16(rng_, size_t(n) * k, 0.05f)));
+  cuda::Gemm plain, tuned;
+  ASSERT_TRUE(plain.ok() && tuned.ok());
+  tuned.set_tuning(true, 0);
+  // 50 and 33 rows share the bucket of 64, 100 goes to 128: two timings, at 64 and 128 rows.
+  for (int m : {50, 33, 100, 64, 128}) {
+    DeviceBuffer x = upload(to_bits(random_bf16(rng_, size_t(m) * k)));
+    EXPECT_LT(rel_l2(run(tuned, m, n, k, x, w), run(plain, m, n, k, x, w)), 1e-2) << m;
+  }
+  ASSERT_EQ(tuned.tunings().size(), 2u);
+  EXPECT_EQ(tuned.tunings()[0].m, 64);
+  EXPECT_EQ(tuned.tunings()[1].m, 128);
 }
 
 TEST_F(CudaGemmTuningTest, NotTimedWhileCapturedThenOnTheNextEagerCall) {

@@ -69,8 +69,8 @@ bool RouterServer::ProxiedRequest::do_choose() {
   {
     std::lock_guard lock(s_.policy_mu_);  // the policy's state and the sibling tracker
     const bool pins = s_.policy_->pins_siblings();
-    const std::optional<uint32_t> pin =
-        !routing_key && pins ? s_.siblings_.lookup(sibling_key) : std::nullopt;
+    std::optional<uint32_t> pin;
+    if (!routing_key && pins) pin = s_.siblings_.lookup(sibling_key);
     const bool unpaused = !paused.empty() && std::any_of(candidates.begin(), candidates.end(),
                                                          [&](const Candidate& c) {
                                                            return c.healthy && !is_paused(c);

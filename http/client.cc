@@ -544,7 +544,12 @@ Result<ClientResponse> Client::request(const std::string& host, uint16_t port, s
         state->response.body.append(bytes);
         return true;
       },
-      [state](Status status) { state->done.set_value(std::move(status)); }, timeout);
+      [state](Status status) { state->done.set_value(std::move(status)); }, timeout,
+      // The caller's timeout bounds the whole exchange, the wait for the response's header
+      // included: a longer one than limits.response_header_timeout (a weight update that drains
+      // running requests first answers after minutes) is not cut by that limit.
+      StreamOptions{.response_header_timeout =
+                        std::max(timeout, core_->limits.response_header_timeout)});
   Status status = state->done.get_future().get();
   if (state->too_large) {
     return Error{"response body larger than " + std::to_string(max_body) + " bytes"};

@@ -122,7 +122,9 @@ class Client {
 
   // Blocking convenience call (for health checks and tests). The body is buffered, at most
   // limits.max_body_bytes or `max_body_bytes` if smaller (a larger one is an error and the
-  // connection is dropped). timeout bounds the whole exchange. A non-2xx status is not an error.
+  // connection is dropped). timeout bounds the whole exchange, and the wait for the response's
+  // header is the longer of it and limits.response_header_timeout. A non-2xx status is not an
+  // error.
   // Precondition: not called from a callback of this client (it would wait for itself).
   Result<ClientResponse> request(const std::string& host, uint16_t port, std::string method,
                                  std::string target, std::string body = {}, Headers headers = {},

@@ -130,8 +130,11 @@ void WeightRollout::run(std::vector<Target> targets, std::string body, int max_p
                   {"seconds",
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
         if (!r.ok()) {
+          // Sent and not answered (a timeout, a connection lost): the replica may still apply
+          // the update; its version shows in /router/state once it reports one.
           a["status"] = 0;
           a["error"] = r.error().message;
+          a["outcome"] = "unknown";
         } else {
           a["status"] = r->status;
           const json reply = json::parse(r->body, nullptr, false);

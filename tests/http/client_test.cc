@@ -330,6 +330,35 @@ TEST(ClientTest, RequestTimeoutIsAnError) {
   held.reset();
 }
 
+// A request() whose timeout is longer than the client's response_header_timeout waits for a
+// late header as long as its timeout says (a router's fleet weight update waits minutes for a
+// replica that drains first; the limit cut it at 30 s).
+TEST(ClientTest, RequestTimeoutLongerThanTheHeaderLimitWaitsForALateHeader) {
+  std::vector<std::thread> answers;
+  std::mutex mu;
+  Server server(test_limits(), [&](Request, std::shared_ptr<Responder> r) {
+    std::lock_guard lock(mu);
+    answers.emplace_back([r] {
+      std::this_thread::sleep_for(300ms);
+      r->send(200, "text/plain", "late");
+    });
+  });
+  uint16_t port = listen_or_die(server);
+  ClientLimits limits;
+  limits.response_header_timeout = 100ms;
+  Client client(limits);
+  auto r = client.request("127.0.0.1", port, "POST", "/", "x", {}, 5s);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->body, "late");
+  // A timeout shorter than the limit still ends the wait at the timeout.
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(client.request("127.0.0.1", port, "POST", "/", "x", {}, 50ms).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 250ms);
+  std::lock_guard lock(mu);
+  for (std::thread& t : answers)
+    t.join();
+}
+
 // Pooled connections age on the client's Clock: older than pool_idle_timeout, one is dropped and
 // the next request connects anew; younger, it is reused. No sleeping: a FakeClock moves.
 TEST(ClientTest, PooledConnectionsAgeOnTheInjectedClock) {

@@ -175,6 +175,33 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
       return bad("response_format", "is not supported by this server (only {\"type\": \"text\"})");
     }
   }
+  // vLLM's extensions that change what is generated or returned: refused unless null or at
+  // their default (what this server does anyway).
+  struct Neutral {
+    const char* key;
+    json value;  // null: only null (absent) is neutral
+    const char* only;
+  };
+  const Neutral neutral[] = {
+      {"use_beam_search", false, "false"},
+      {"include_stop_str_in_output", false, "false"},
+      {"skip_special_tokens", true, "true: special tokens are never in the text"},
+      {"spaces_between_special_tokens", true, "true"},
+      {"truncate_prompt_tokens", nullptr, "null"},
+      {"guided_json", nullptr, "null"},
+      {"guided_regex", nullptr, "null"},
+      {"guided_choice", nullptr, "null"},
+      {"guided_grammar", nullptr, "null"},
+      {"guided_decoding_backend", nullptr, "null"},
+      {"structured_outputs", nullptr, "null"},
+      {"length_penalty", 1.0, "1"},
+      {"prompt_logprobs", nullptr, "null"},
+  };
+  for (const Neutral& n : neutral) {
+    auto it = j.find(n.key);
+    if (it == j.end() || it->is_null() || (!n.value.is_null() && *it == n.value)) continue;
+    return bad(n.key, std::string("is not supported by this server (only ") + n.only + ")");
+  }
   if (auto it = j.find("tool_choice"); it != j.end() && !it->is_null()) {
     // Tools reach the model through its chat template and nothing constrains what it generates;
     // a reply never has tool_calls (the model's text is the content): "auto" and "none" are what
@@ -347,6 +374,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
     if (!r.group) return bad("group_size", "needs a group id (\"group\")");
   }
   if (auto e = flag("return_token_ids", r.return_token_ids)) return e;
+  if (auto e = flag("return_tokens_as_token_ids", r.return_tokens_as_token_ids)) return e;
   if (endpoint == Endpoint::kCompletions) {
     if (auto e = number(j, "logprobs", r.logprobs, 0, kMaxLogprobs, "an integer 0 to 20")) return e;
   } else {
@@ -359,7 +387,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
     }
     if (want) r.logprobs = top;
   }
-  for (const char* unsupported : {"tools", "functions", "echo", "suffix", "prompt_logprobs"}) {
+  for (const char* unsupported : {"tools", "functions", "echo", "suffix"}) {
     // Chat requests give tools to the model's template (above).
     if (endpoint == Endpoint::kChatCompletions && std::string_view(unsupported) == "tools")
       continue;

@@ -62,6 +62,9 @@ struct OpenAiRequest {
   int32_t logprobs = -1;
   // extension (vLLM): each choice carries its prompt's token ids and its own.
   bool return_token_ids = false;
+  // extension (vLLM): logprobs name tokens "token_id:N" (completions' tokens and top_logprobs
+  // keys, chat's token fields) instead of their text, which can show alike.
+  bool return_tokens_as_token_ids = false;
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   std::optional<std::string> group;  // extension: requests sharing a group id are siblings

@@ -177,8 +177,9 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   // The choice's logprobs for these tokens (null without logprobs).
   json logprobs_locked(std::span<const GeneratedToken> tokens, Choice& c) const {
     if (req_.logprobs < 0) return nullptr;
-    return chat() ? chat_logprobs_json(tokens, tokenizer_)
-                  : completion_logprobs_json(tokens, tokenizer_, c.text_offset);
+    const TokenNames names = req_.return_tokens_as_token_ids ? TokenNames::kIds : TokenNames::kText;
+    return chat() ? chat_logprobs_json(tokens, tokenizer_, names)
+                  : completion_logprobs_json(tokens, tokenizer_, c.text_offset, names);
   }
 
   // The weights' version, read on the engine thread in the request's first callback: the

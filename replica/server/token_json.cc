@@ -19,6 +19,11 @@ std::string shown(const std::string& bytes) {
   return valid_utf8(bytes);
 }
 
+// vLLM's return_tokens_as_token_ids form.
+std::string id_name(int32_t id) {
+  return "token_id:" + std::to_string(id);
+}
+
 json bytes_of(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s)
@@ -29,17 +34,20 @@ json bytes_of(const std::string& s) {
 }  // namespace
 
 json completion_logprobs_json(std::span<const GeneratedToken> tokens, const Tokenizer& tokenizer,
-                              size_t& text_offset) {
+                              size_t& text_offset, TokenNames names) {
   json strings = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  auto key = [&](int32_t id) {
+    return names == TokenNames::kIds ? id_name(id) : shown(tokenizer.token_bytes(id));
+  };
   for (const GeneratedToken& t : tokens) {
-    strings.push_back(tokenizer.token_bytes(t.id));
+    strings.push_back(names == TokenNames::kIds ? id_name(t.id) : tokenizer.token_bytes(t.id));
     lps.push_back(logprob_value(t.logprob));
     // Keyed by the text shown: tokens that show alike (partial UTF-8 pieces are all U+FFFD)
     // keep the most likely one's entry, so that no key repeats in the response.
     json top = json::object();
     for (const TokenLogprob& e : t.top)
-      top.emplace(shown(tokenizer.token_bytes(e.token)), logprob_value(e.logprob));
-    top.emplace(shown(tokenizer.token_bytes(t.id)), logprob_value(t.logprob));  // kept if present
+      top.emplace(key(e.token), logprob_value(e.logprob));
+    top.emplace(key(t.id), logprob_value(t.logprob));  // kept if present
     tops.push_back(std::move(top));
     offsets.push_back(text_offset);
     text_offset += t.text.size();
@@ -50,10 +58,13 @@ json completion_logprobs_json(std::span<const GeneratedToken> tokens, const Toke
           {"text_offset", std::move(offsets)}};
 }
 
-json chat_logprobs_json(std::span<const GeneratedToken> tokens, const Tokenizer& tokenizer) {
+json chat_logprobs_json(std::span<const GeneratedToken> tokens, const Tokenizer& tokenizer,
+                        TokenNames names) {
   auto entry = [&](int32_t id, float lp) {
     const std::string s = tokenizer.token_bytes(id);
-    return json{{"token", s}, {"logprob", logprob_value(lp)}, {"bytes", bytes_of(s)}};
+    return json{{"token", names == TokenNames::kIds ? id_name(id) : s},
+                {"logprob", logprob_value(lp)},
+                {"bytes", bytes_of(s)}};
   };
   json content = json::array();
   for (const GeneratedToken& t : tokens) {

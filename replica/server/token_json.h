@@ -18,16 +18,22 @@ namespace kvc {
 // OpenAI's stand-in for a logprob of -inf (a token the processed distribution excludes).
 inline constexpr double kMinLogprob = -9999.0;
 
+// How logprobs name a token: by its text, or (vLLM's return_tokens_as_token_ids) as
+// "token_id:N", which no two tokens share.
+enum class TokenNames { kText, kIds };
+
 // Completions: text_offset counts the choice's text before the first token and is advanced past
 // these tokens' text. The top dict has the k most likely tokens and, as vLLM's, the sampled one,
-// keyed by their text as shown (invalid UTF-8 as U+FFFD): tokens that show alike, such as the
-// pieces of one character, share the entry of the most likely of them (the chat form and
-// return_token_ids keep every token).
+// keyed by their names: by text as shown (invalid UTF-8 as U+FFFD), tokens that show alike, such
+// as the pieces of one character, share the entry of the most likely of them; by id every token
+// has its own (and the chat form keeps every token either way).
 nlohmann::json completion_logprobs_json(std::span<const GeneratedToken> tokens,
-                                        const Tokenizer& tokenizer, size_t& text_offset);
-// Chat: {"content": [...], "refusal": null}, exactly k top entries per token.
+                                        const Tokenizer& tokenizer, size_t& text_offset,
+                                        TokenNames names = TokenNames::kText);
+// Chat: {"content": [...], "refusal": null}, exactly k top entries per token; with kIds each
+// "token" is "token_id:N" and "bytes" stays the token's bytes.
 nlohmann::json chat_logprobs_json(std::span<const GeneratedToken> tokens,
-                                  const Tokenizer& tokenizer);
+                                  const Tokenizer& tokenizer, TokenNames names = TokenNames::kText);
 // The ids of the tokens.
 nlohmann::json token_ids_json(std::span<const GeneratedToken> tokens);
 

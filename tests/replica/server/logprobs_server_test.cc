@@ -168,6 +168,58 @@ TEST(CompletionLogprobsJson, TokensShownAlikeShareTheMostLikelyEntry) {
   EXPECT_EQ(json::parse(text)["top_logprobs"][0].size(), 2u) << text;
 }
 
+// vLLM's return_tokens_as_token_ids: every token is "token_id:N", so none share an entry, and
+// the sampled token's own logprob is under its own key.
+TEST(CompletionLogprobsJson, TokenIdNamesKeepEveryEntry) {
+  ByteTokenizer tokenizer;
+  GeneratedToken t;
+  t.id = 0x80;
+  t.logprob = -2.0f;
+  t.top = {{0xe2, -1.0f}, {0x81, -1.5f}, {'a', -3.0f}};
+  size_t offset = 0;
+  const json lp = completion_logprobs_json(std::span<const GeneratedToken>(&t, 1), tokenizer,
+                                           offset, TokenNames::kIds);
+  EXPECT_EQ(lp["tokens"][0], "token_id:128");
+  const json& top = lp["top_logprobs"][0];
+  ASSERT_EQ(top.size(), 4u) << top.dump();
+  EXPECT_FLOAT_EQ(top["token_id:226"].get<float>(), -1.0f);
+  EXPECT_FLOAT_EQ(top["token_id:129"].get<float>(), -1.5f);
+  EXPECT_FLOAT_EQ(top["token_id:97"].get<float>(), -3.0f);
+  EXPECT_FLOAT_EQ(top["token_id:128"].get<float>(), -2.0f);  // the sampled one's own
+  const json chat =
+      chat_logprobs_json(std::span<const GeneratedToken>(&t, 1), tokenizer, TokenNames::kIds);
+  EXPECT_EQ(chat["content"][0]["token"], "token_id:128");
+  EXPECT_EQ(chat["content"][0]["bytes"], json::array({0x80}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][0]["token"], "token_id:226");
+}
+
+TEST_F(ReplicaServerTest, ReturnTokensAsTokenIdsNamesTheGeneratedIds) {
+  const json req = {{"model", "tiny"},
+                    {"prompt", kPrompt},
+                    {"max_tokens", 4},
+                    {"logprobs", 3},
+                    {"seed", 9},
+                    {"ignore_eos", true},
+                    {"return_token_ids", true},
+                    {"return_tokens_as_token_ids", true}};
+  const auto r = post("/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = json::parse(r.body)["choices"][0];
+  ASSERT_EQ(choice["token_ids"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const std::string name = "token_id:" + std::to_string(choice["token_ids"][i].get<int>());
+    EXPECT_EQ(choice["logprobs"]["tokens"][i], name);
+    const json& top = choice["logprobs"]["top_logprobs"][i];
+    ASSERT_TRUE(top.contains(name)) << top.dump();
+    EXPECT_FLOAT_EQ(top[name].get<float>(), choice["logprobs"]["token_logprobs"][i].get<float>());
+    EXPECT_GE(top.size(), 3u);
+  }
+  const auto bad =
+      post("/v1/completions",
+           json{{"model", "tiny"}, {"prompt", kPrompt}, {"guided_json", json::object()}}.dump());
+  EXPECT_EQ(bad.status, 400) << bad.body;
+}
+
 TEST_F(ReplicaServerTest, ChatLogprobsHaveContentEntriesWholeAndStreamed) {
   json req = {{"model", "tiny"},    {"messages", {{{"role", "user"}, {"content", kPrompt}}}},
               {"max_tokens", 6},    {"seed", 4},

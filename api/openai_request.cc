@@ -297,6 +297,7 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
   if (auto e = number(j, max_key, r.max_tokens, 1, limits.max_tokens,
                       ("1 to " + std::to_string(limits.max_tokens)).c_str()))
     return e;
+  r.max_tokens_given = j.contains(max_key) && !j[max_key].is_null();
   if (auto e = number(j, "temperature", r.temperature, 0, 2, "between 0 and 2")) return e;
   if (auto e = number(j, "top_p", r.top_p, 1e-9, 1, "in (0, 1]")) return e;
   if (auto e = number(j, "top_k", r.top_k, -1, 1 << 20, "-1, 0 (off) or a positive count"))

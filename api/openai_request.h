@@ -49,6 +49,7 @@ struct OpenAiRequest {
   std::vector<std::vector<int32_t>> prompt_token_ids;
   int32_t n = 1;
   int32_t max_tokens = 16;
+  bool max_tokens_given = false;  // the client set max_tokens (or chat's max_completion_tokens)
   // Absent: the model's default (its generation_config.json), else 1, 1 and off.
   std::optional<float> temperature;
   std::optional<float> top_p;

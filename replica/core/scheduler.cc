@@ -130,6 +130,13 @@ Status Scheduler::check_fits(const SequenceGroup& g) const {
                    " sequences with " + std::to_string(kv_.pool().num_blocks()) + " blocks"};
     }
   }
+  // The prompt and its first generated token alone: no n or max_tokens makes it fit.
+  const int64_t prompt_blocks = kv_.blocks_for(static_cast<int32_t>(g.prompt.size()) + 1);
+  if (prompt_blocks > kv_.pool().num_blocks()) {
+    return Error{"prompt (" + std::to_string(g.prompt.size()) + " tokens) needs " +
+                 std::to_string(prompt_blocks) + " KV blocks but the pool has " +
+                 std::to_string(kv_.pool().num_blocks()) + ": it cannot run on this replica"};
+  }
   const int32_t worst = worst_case_blocks(g);
   if (worst > kv_.pool().num_blocks()) {
     return Error{"the group needs up to " + std::to_string(worst) + " KV blocks (" +

@@ -203,6 +203,12 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.top_p = req.top_p.value_or(d.top_p.value_or(1.0f));
     g.params.top_k = req.top_k.value_or(d.top_k.value_or(0));
     g.params.max_tokens = req.max_tokens;
+    if (!req.max_tokens_given) {
+      // As vLLM: without max_tokens, the default (16) is capped to what the context leaves.
+      const int64_t left =
+          int64_t{engine_.config().scheduler.max_model_len} - static_cast<int64_t>(g.prompt.size());
+      if (left >= 1 && left < g.params.max_tokens) g.params.max_tokens = static_cast<int32_t>(left);
+    }
     g.params.stop = req.stop;
     g.params.stop_token_ids = req.stop_token_ids;
     g.params.ignore_eos = req.ignore_eos;
@@ -230,7 +236,10 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                [&loop, state, responder, param](Result<std::vector<uint64_t>> ids) {
                  if (!ids.ok()) {
                    // Refused by the engine: the request's fault; by a stopped loop: ours.
-                   state->fail(loop.stopped() ? 503 : 400, ids.error().message, param);
+                   // A prompt the engine cannot take (an invalid token, too long) names it.
+                   const std::string& m = ids.error().message;
+                   state->fail(loop.stopped() ? 503 : 400, m,
+                               m.rfind("prompt", 0) == 0 ? "prompt" : param);
                    return;
                  }
                  state->set_groups(std::move(*ids));

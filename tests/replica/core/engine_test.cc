@@ -292,6 +292,13 @@ TEST_F(EngineTest, RejectsAGroupThatCouldNeverFit) {
   const auto id = engine.submit(request(std::string(100, 'y'), 8, 1.0f, 64));
   ASSERT_FALSE(id.ok());
   EXPECT_NE(id.error().message.find("KV blocks"), std::string::npos) << id.error().message;
+  EXPECT_NE(id.error().message.find("lower n or max_tokens"), std::string::npos)
+      << id.error().message;
+  // A prompt that alone outgrows the pool says so: fewer samples or tokens would not help.
+  const auto long_prompt = engine.submit(request(std::string(300, 'y'), 1, 1.0f, 1));
+  ASSERT_FALSE(long_prompt.ok());
+  EXPECT_EQ(long_prompt.error().message.find("prompt (300 tokens) needs 19 KV blocks"), 0u)
+      << long_prompt.error().message;
 }
 
 // What fits exactly is admitted and runs: the prompt's partial block is one sibling's own block

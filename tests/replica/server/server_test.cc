@@ -66,6 +66,33 @@ json generation_defaults(std::vector<int32_t> model_eos,
   return r.ok() ? json::parse(r->body)["generation_defaults"] : json{};
 }
 
+// Without max_tokens the default (16) is capped to what the context leaves, as vLLM does; a
+// max_tokens the client gave is held to and refused when it does not fit.
+TEST(ReplicaDefaults, DefaultMaxTokensIsCappedToTheContextLeft) {
+  ReplicaStackConfig rc;
+  rc.engine.scheduler.max_model_len = 64;
+  ReplicaStack stack(
+      std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16),
+      std::make_shared<ByteTokenizer>(), std::move(rc));
+  auto port = stack.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  http::Client client;
+  auto complete = [&](const json& body) {
+    auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
+                            {{"content-type", "application/json"}}, 30s);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : http::ClientResponse{};
+  };
+  const std::string prompt(60, 'p');
+  const auto capped = complete({{"model", "tiny"}, {"prompt", prompt}, {"ignore_eos", true}});
+  ASSERT_EQ(capped.status, 200) << capped.body;
+  EXPECT_EQ(json::parse(capped.body)["usage"]["completion_tokens"], 4);
+  const auto held =
+      complete({{"model", "tiny"}, {"prompt", prompt}, {"ignore_eos", true}, {"max_tokens", 16}});
+  EXPECT_EQ(held.status, 400) << held.body;
+  EXPECT_NE(held.body.find("exceeds the model length"), std::string::npos) << held.body;
+}
+
 // /v1/info's eos_token_ids are the ids that end sequences: the tokenizer's EOS tokens and the
 // model's end ids applied. The model's end ids are ids of its own tokenizer: with the byte
 // tokenizer (whose ids are bytes) they are not applied, and not_applied says so and why.
@@ -282,8 +309,8 @@ TEST_F(ReplicaServerTest, BadInputGetsJsonErrorsAndTheServerStaysUp) {
   expect_error(post("/v1/completions", R"({"model":"tiny","prompt":"x","n":64,"max_tokens":500})"),
                400, nullptr);
   // Token ids the byte tokenizer does not have (256 is its EOS, no byte).
-  expect_error(post("/v1/completions", R"({"model":"tiny","prompt":[104,300]})"), 400, nullptr);
-  expect_error(post("/v1/completions", R"({"model":"tiny","prompt":[256]})"), 400, nullptr);
+  expect_error(post("/v1/completions", R"({"model":"tiny","prompt":[104,300]})"), 400, "prompt");
+  expect_error(post("/v1/completions", R"({"model":"tiny","prompt":[256]})"), 400, "prompt");
   expect_error(post("/v1/completions", R"({"model":"tiny","prompt":"x","logprobs":21})"), 400,
                "logprobs");
   expect_error(get("/v1/nothing"), 404, nullptr);

@@ -1,5 +1,9 @@
 #include "http/session.h"
 
+#include <optional>
+#include <string>
+
+#include "http/errors.h"
 #include "http/responder.h"
 
 namespace kvc::http {
@@ -13,6 +17,20 @@ std::string_view trim_ows(std::string_view s) {
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
     s.remove_suffix(1);
   return s;
+}
+
+// A request target in absolute form ("http://host/path?q", which RFC 9112 has servers accept)
+// as the origin form the handlers route on ("/path?q"); other forms as they are.
+std::string origin_form(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() >= scheme.size() && wire::iequals(target.substr(0, scheme.size()), scheme)) {
+      const size_t path = target.find_first_of("/?", scheme.size());
+      if (path == std::string_view::npos) return "/";
+      return target[path] == '?' ? "/" + std::string(target.substr(path))
+                                 : std::string(target.substr(path));
+    }
+  }
+  return std::string(target);
 }
 
 // Request smuggling defence: a proxy in front of us and this server must agree on where the body
@@ -61,9 +79,15 @@ void Session::dispatch() {
   ++num_served_;
   Request request;
   request.method = std::string(msg.method_string());
-  request.target = std::string(msg.target());
+  request.target = origin_form(std::string_view(msg.target().data(), msg.target().size()));
+  std::optional<std::string> encoding;  // a Content-Encoding other than identity
   for (const auto& field : msg) {
     request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    if (field.name() == bhttp::field::content_encoding &&
+        !wire::iequals(trim_ows(std::string_view(field.value().data(), field.value().size())),
+                       "identity")) {
+      encoding = std::string(field.value());
+    }
   }
   request.body = std::move(msg.body());
   request.remote = remote_;
@@ -83,6 +107,12 @@ void Session::dispatch() {
   auto responder = std::make_shared<ResponderImpl>(shared_from_this(), current_, info);
   watch();
   probe_half_closed(false);
+  if (encoding && !request.body.empty()) {
+    // The body would be read as it is: a compressed one as invalid JSON.
+    return send_error(*responder, 415,
+                      "Content-Encoding '" + *encoding +
+                          "' is not supported: send the body uncompressed (identity)");
+  }
   try {
     core_->handler(std::move(request), responder);
   } catch (const std::exception& e) {

@@ -246,6 +246,41 @@ TEST(ServerTest, MissingOrRepeatedHostIs400) {
   EXPECT_EQ(r->status, 200);
 }
 
+// A target in absolute form (RFC 9112 3.2.2: servers must accept it) reaches the handler in
+// origin form; a body in a Content-Encoding other than identity is a 415, and the connection
+// serves on.
+TEST(ServerTest, AbsoluteFormTargetsAndEncodedBodies) {
+  Server server(short_limits(), echo);
+  uint16_t port = listen_or_die(server);
+  for (const auto& [line, want] : std::vector<std::pair<std::string, std::string>>{
+           {"POST http://x/v1/a?q=1", "POST /v1/a?q=1"},
+           {"POST HTTPS://x:8/b", "POST /b"},
+           {"POST http://x", "POST /"},
+           {"POST http://x?q", "POST /?q"}}) {
+    RawConn c(port);
+    ASSERT_TRUE(c.send(line + " HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nde"));
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << line;
+    EXPECT_EQ(r->status, 200) << line;
+    EXPECT_EQ(r->body, want + " de") << line;
+  }
+  RawConn c(port);
+  ASSERT_TRUE(
+      c.send("POST /z HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n"
+             "\r\nabc"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 415);
+  expect_error_body(r->body);
+  ASSERT_TRUE(
+      c.send("POST /z HTTP/1.1\r\nHost: x\r\nContent-Encoding: identity\r\n"
+             "Content-Length: 2\r\n\r\nde"));
+  r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "POST /z de");
+}
+
 // A HEAD reply carries GET's headers (content-length included) and no body, so the next response
 // on the connection is read from the right place.
 TEST(ServerTest, HeadResponsesHaveNoBody) {

@@ -473,11 +473,20 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, Js
       j = json::parse(body);
     }
   } catch (const json::parse_error& e) {
-    // nlohmann's message may quote the offending bytes (maybe not UTF-8): keep kind and offset.
-    const bool utf8 = std::string_view(e.what()).find("UTF-8") != std::string_view::npos;
+    // nlohmann's message may quote the offending bytes (maybe not UTF-8) after "; last read":
+    // keep kind and offset, and its reason before that quote ("invalid string: surrogate
+    // U+D800..U+DBFF must be followed by U+DC00..U+DFFF").
+    const std::string_view what = e.what();
+    const bool utf8 = what.find("UTF-8") != std::string_view::npos;
+    std::string reason;
+    if (const size_t quote = what.find("; last read"); quote != std::string_view::npos) {
+      const size_t dash = what.rfind(" - ", quote);
+      if (dash != std::string_view::npos)
+        reason = ": " + std::string(what.substr(dash + 3, quote - dash - 3));
+    }
     return ApiError{400,
                     std::string(utf8 ? "invalid UTF-8" : "invalid JSON") + " in the body at byte " +
-                        std::to_string(e.byte),
+                        std::to_string(e.byte) + reason,
                     ""};
   } catch (const json::exception& e) {
     return ApiError{400, "invalid JSON body", ""};

@@ -169,8 +169,15 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   rl_cmd->add_option("--model", rl->model, "the served model name");
   rl_cmd
       ->add_option("--checkpoints", rl->checkpoints,
-                   "with --router: checkpoint folders (on the replicas' disks) to alternate")
-      ->delimiter(',');
+                   "with --router: checkpoint folders (absolute paths on the replicas' disks) to "
+                   "alternate")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return !v.empty() && v.front() == '/' ? std::string{}
+                                                  : std::string{"must be an absolute path"};
+          },
+          "ABSOLUTE PATH"));
   rl_cmd->add_option("--replicas", rl->replicas, "replicas of the in-process fleet")
       ->check(CLI::Range(1, 16));
   rl_cmd->add_option("--steps", rl->steps, "RL steps")->check(CLI::Range(1, 1000));

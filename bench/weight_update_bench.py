@@ -90,7 +90,8 @@ def main():
     ap.add_argument("--folder", default="", help="reuse this checkpoint folder")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    folder = args.folder or os.path.join(tempfile.mkdtemp(prefix="wu-"), "step-1")
+    # The replica refuses a relative path (its working directory is not this script's).
+    folder = os.path.abspath(args.folder or os.path.join(tempfile.mkdtemp(prefix="wu-"), "step-1"))
     t = time.time()
     if not args.folder:
         write_checkpoint(folder, 1)

@@ -57,12 +57,27 @@ void WeightRollout::handle(const http::Request& request,
   };
   const json body = json::parse(request.body, nullptr, false);
   if (!body.is_object()) return bad(400, "the body must be a JSON object", nullptr);
+  // A misspelt field ("Mode") would silently mean its default (a drain): refused by name.
+  for (const auto& [key, value] : body.items()) {
+    static constexpr std::string_view kFields[] = {"path",     "version",      "mode",
+                                                   "strategy", "max_parallel", "replicas"};
+    if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
+      return bad(400,
+                 key +
+                     ": not a field of a fleet weight update (path, version, mode, strategy, "
+                     "max_parallel, replicas)",
+                 nullptr);
+    }
+  }
   auto text = [&](const char* key, const std::string& otherwise) {
     auto it = body.find(key);
     return it != body.end() && it->is_string() ? it->get<std::string>() : otherwise;
   };
   const std::string path = text("path", "");
   if (path.empty()) return bad(400, "path: the Hugging Face folder to load (a string)", "path");
+  if (path.front() != '/') {
+    return bad(400, "path: an absolute path (each replica resolves it on its own machine)", "path");
+  }
   const std::string version = text("version", "");
   if (!valid_weight_version(version)) {
     return bad(400, "version: 1 to 128 printable ASCII characters without spaces", "version");

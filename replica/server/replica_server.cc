@@ -291,6 +291,12 @@ void ReplicaServer::admin(const std::string& path, const http::Request& request,
   }
   const json body = json::parse(request.body, nullptr, false);
   if (!body.is_object()) return bad(400, "the body must be a JSON object", nullptr);
+  // A misspelt field ("Mode") would silently mean its default (a drain): refused by name.
+  for (const auto& [key, value] : body.items()) {
+    if (key != "path" && key != "version" && key != "mode") {
+      return bad(400, key + ": not a field of a weight update (path, version, mode)", nullptr);
+    }
+  }
   auto text = [&](const char* key) -> std::optional<std::string> {
     auto it = body.find(key);
     if (it == body.end() || !it->is_string()) return std::nullopt;
@@ -299,6 +305,10 @@ void ReplicaServer::admin(const std::string& path, const http::Request& request,
   const std::optional<std::string> folder = text("path");
   if (!folder || folder->empty()) {
     return bad(400, "path: the Hugging Face folder to load (a string)", "path");
+  }
+  if (folder->front() != '/') {
+    return bad(400, "path: an absolute path (not one relative to the replica's working directory)",
+               "path");
   }
   std::error_code ec;
   if (!std::filesystem::is_directory(*folder, ec)) {

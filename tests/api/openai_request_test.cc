@@ -287,6 +287,10 @@ TEST(OpenAiRequest, APaddedBodyParsesInPlaceAsACopiedOne) {
   const auto* e = std::get_if<ApiError>(&refused);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->message.find("invalid JSON in the body at byte"), 0u) << e->message;
+  // The parser's reason, without the bytes it quotes: a lone surrogate says so.
+  const ApiError lone = err(c, R"({"model":"m","prompt":"\ud800"})");
+  EXPECT_NE(lone.message.find("surrogate"), std::string::npos) << lone.message;
+  EXPECT_EQ(lone.message.find("last read"), std::string::npos) << lone.message;
 }
 
 TEST(OpenAiRequest, FastParseReadsWhatNlohmannReads) {

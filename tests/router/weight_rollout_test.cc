@@ -206,6 +206,8 @@ TEST_F(WeightRolloutTest, BadRolloutsAreRefusedAndAFailedOneStopsTheRoll) {
   EXPECT_EQ(post({{"path", root_.file("b")}, {"version", "x"}, {"strategy", "sideways"}}).status,
             400);
   EXPECT_EQ(post({{"path", root_.file("b")}, {"version", "x"}, {"replicas", {"r7"}}}).status, 400);
+  EXPECT_EQ(post({{"path", root_.file("b")}, {"version", "x"}, {"Mode", "abort"}}).status, 400);
+  EXPECT_EQ(post({{"path", "b"}, {"version", "x"}}).status, 400);  // relative
   EXPECT_EQ(call("GET", "/router/admin/weights", nullptr).status, 405);
   // A folder the replicas refuse: the first one says why, the second is never touched. The
   // request is at fault (400, as the replica said), not the fleet (502).

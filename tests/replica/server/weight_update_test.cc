@@ -412,6 +412,10 @@ TEST_F(WeightUpdateTest, BadUpdatesGetJsonErrorsAndChangeNothing) {
   expect(update(b_, "tab\there"), 400, "version");
   expect(update(b_, ""), 400, "version");
   expect(post("/v1/admin/weights", {{"version", "x"}}), 400, "path");
+  // A misspelt field would mean its default; a relative path the replica's working directory.
+  expect(post("/v1/admin/weights", {{"path", b_}, {"version", "x"}, {"Mode", "abort"}}), 400,
+         nullptr);
+  expect(post("/v1/admin/weights", {{"path", "ckpt/step-1"}, {"version", "x"}}), 400, "path");
   expect(call(*replica_, "POST", "/v1/admin/weights", "{not json"), 400, nullptr);
   expect(call(*replica_, "GET", "/v1/admin/weights", ""), 405, nullptr);
   // Another model's shape: refused with the field named.

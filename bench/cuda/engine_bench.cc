@@ -317,9 +317,14 @@ void report_gemm_tuning(const kc::LlamaModel& model, json& result) {
       t.size(), seconds, kc::kGemmTuneRuns);
   json rows = json::array();
   for (const auto& x : t) {
-    std::printf("  %s m=%4d n=%6d k=%6d  %8.1f -> %8.1f%s  (%d candidates)\n",
-                x.fp8 ? "fp8 " : "bf16", x.m, x.n, x.k, x.first_us, x.chosen_us,
-                x.chosen == 0 ? " (first pick)" : "", x.candidates);
+    if (x.candidates == 0) {
+      std::printf("  %s m=%4d n=%6d k=%6d  not timed (no memory for the scratch): first pick\n",
+                  x.fp8 ? "fp8 " : "bf16", x.m, x.n, x.k);
+    } else {
+      std::printf("  %s m=%4d n=%6d k=%6d  %8.1f -> %8.1f%s  (%d candidates)\n",
+                  x.fp8 ? "fp8 " : "bf16", x.m, x.n, x.k, x.first_us, x.chosen_us,
+                  x.chosen == 0 ? " (first pick)" : "", x.candidates);
+    }
     rows.push_back({{"m", x.m},
                     {"n", x.n},
                     {"k", x.k},

@@ -204,8 +204,10 @@ void Gemm::tune(Plan* p, const void* w, int m, int n, int k, GemmOut out, bool a
   const int bucket = static_cast<int>(std::bit_ceil(static_cast<unsigned>(m)));
   const BucketKey key{bucket, n, k, static_cast<int>(out), kind};
   auto it = bucket_algos_.find(key);
+  Plan* timed = nullptr;
   if (it == bucket_algos_.end()) {
     Plan* b = bucket == m ? p : plan_for(bucket, n, k, out, accumulate, kind);
+    timed = b;
     std::optional<std::array<uint64_t, 8>> kept;
     if (b->ok && b->candidates.size() >= 2) {
       const int best = time_candidates(b, w, bucket, n, k, kind, out, stream);
@@ -219,7 +221,7 @@ void Gemm::tune(Plan* p, const void* w, int m, int n, int k, GemmOut out, bool a
     b->tuned = true;
     it = bucket_algos_.emplace(key, kept).first;
   }
-  if (!it->second || bucket == m) return;  // the first pick stays, or p is the timed plan
+  if (!it->second || timed == p) return;  // the first pick stays, or p is the timed plan
   cublasLtMatmulAlgo_t algo;
   std::memcpy(&algo, it->second->data(), sizeof algo);
   cublasLtMatmulHeuristicResult_t fits{};
@@ -243,12 +245,22 @@ int Gemm::time_candidates(Plan* b, const void* w, int rows, int n, int k, Kind k
   const size_t x_bytes = size_t(rows) * size_t(k) * in_elem;
   Scratch x(x_bytes), y(size_t(rows) * size_t(n) * out_elem), evict(2 * size_t(l2));
   Events ev(2 * kTuneRuns);
-  // No room to time as a step finds the weights (from DRAM): the heuristic's pick stays.
-  if (x.p == nullptr || y.p == nullptr || evict.p == nullptr || !ev.ok()) return 0;
+  Tuning t;
+  t.m = rows;
+  t.n = n;
+  t.k = k;
+  t.fp8 = kind != kBf16;
+  auto untimed = [&] {  // recorded with no candidate timed: the heuristic's pick stays
+    (void)cudaGetLastError();
+    t.seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - started).count();
+    tunings_.push_back(t);
+    return 0;
+  };
+  // No room to time as a step finds the weights (from DRAM).
+  if (x.p == nullptr || y.p == nullptr || evict.p == nullptr || !ev.ok()) return untimed();
   // Activations of the usual magnitudes (as bf16 values; FP8 reads their bytes as codes).
   if (fill_random(x.p, x_bytes / 2, KvDtype::kBF16, 1, 1.0f, stream) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
+    return untimed();
   }
   const int count = static_cast<int>(b->candidates.size());
   std::vector<float> median(count, -1.0f);
@@ -278,16 +290,11 @@ int Gemm::time_candidates(Plan* b, const void* w, int rows, int n, int k, Kind k
     std::nth_element(us.begin(), us.begin() + kTuneRuns / 2, us.end());
     median[c] = us[kTuneRuns / 2];
   }
-  if (median[0] <= 0) return 0;  // the first pick did not time: keep it
+  if (median[0] <= 0) return untimed();  // the first pick did not time: keep it
   int best = 0;
   for (int c = 1; c < count; ++c)
     if (median[c] > 0 && median[c] < median[best]) best = c;
   if (median[best] > median[0] * (1.0 - kTuneMargin)) best = 0;
-  Tuning t;
-  t.m = rows;
-  t.n = n;
-  t.k = k;
-  t.fp8 = kind != kBf16;
   t.candidates =
       static_cast<int>(std::count_if(median.begin(), median.end(), [](float v) { return v > 0; }));
   t.chosen = best;

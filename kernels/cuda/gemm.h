@@ -75,7 +75,7 @@ class Gemm {
   // power of two: a serving replica's decode steps take any row count, and each new one would
   // otherwise stall its step): on the first call of the bucket, on a stream not being captured,
   // each of the heuristic's candidates (up to kTuneCandidates) for the bucket's row count runs
-  // kTuneRuns times on the call's w, a zero x and a scratch output, L2 evicted before each run,
+  // kTuneRuns times on the call's w, a random x and a scratch output, L2 evicted before each run,
   // and the fastest by median is kept if it beats the heuristic's first pick by more than
   // kTuneMargin (else the first pick: choices stay put where the candidates are alike). Every
   // row count of the bucket then runs the kept algorithm (where cuBLASLt accepts it for that
@@ -83,7 +83,10 @@ class Gemm {
   // calls add once. FP8 GEMMs with scales in cuBLASLt (run_fp8) keep the first pick. Off by
   // default (the engine turns it on: LlamaModel::set_gemm_tuning); which candidate wins is a
   // measurement, so two processes may pick differently and their results differ by fp32
-  // summation order.
+  // summation order. A bucket that could not be timed (no memory for the scratch: about
+  // rows x n x 4 bytes of output and twice the L2's size, allocated for the timing and freed) is
+  // recorded with no candidates and keeps the first pick. Not for models split over ranks (see
+  // CudaBackend::create_rank).
   static constexpr int kTuneMaxRows = kGemmTuneMaxRows;
   static constexpr int kTuneCandidates = 8;
   static constexpr int kTuneRuns = kGemmTuneRuns;

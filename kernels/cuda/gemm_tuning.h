@@ -10,7 +10,7 @@ inline constexpr int kGemmTuneRuns = 5;       // timed runs of each candidate (t
 struct GemmTuning {
   int m = 0, n = 0, k = 0;
   bool fp8 = false;
-  int candidates = 0;   // the heuristic's candidates that ran
+  int candidates = 0;   // the heuristic's candidates that ran (0: not timed, first pick kept)
   int chosen = 0;       // index of the one kept (0: the heuristic's first pick)
   float first_us = 0;   // median time of the first pick
   float chosen_us = 0;  // median time of the one kept

@@ -155,6 +155,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create_rank(const ModelConfig&
   if (!made.ok()) return made;
   std::unique_ptr<CudaBackend> b = std::move(made).value();
   if (Status s = b->model_->set_tensor_parallel(&comm); !s.ok()) return Error{s.message()};
+  // No GEMM timing on the ranks of a split: it allocates and frees scratch within a step, while
+  // this rank's collectives may be pending on the others (cudaFree then can deadlock with NCCL),
+  // and the ranks would pick apart. Not yet run on several GPUs either.
+  b->model_->set_gemm_tuning(false);
   return b;
 }
 

@@ -183,18 +183,10 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
     const char* only;
   };
   const Neutral neutral[] = {
-      {"use_beam_search", false, "false"},
-      {"include_stop_str_in_output", false, "false"},
-      {"skip_special_tokens", true, "true: special tokens are never in the text"},
-      {"spaces_between_special_tokens", true, "true"},
-      {"truncate_prompt_tokens", nullptr, "null"},
-      {"guided_json", nullptr, "null"},
-      {"guided_regex", nullptr, "null"},
-      {"guided_choice", nullptr, "null"},
-      {"guided_grammar", nullptr, "null"},
-      {"guided_decoding_backend", nullptr, "null"},
-      {"structured_outputs", nullptr, "null"},
-      {"length_penalty", 1.0, "1"},
+      {"use_beam_search", false, "false"},     {"truncate_prompt_tokens", nullptr, "null"},
+      {"guided_json", nullptr, "null"},        {"guided_regex", nullptr, "null"},
+      {"guided_choice", nullptr, "null"},      {"guided_grammar", nullptr, "null"},
+      {"structured_outputs", nullptr, "null"}, {"length_penalty", 1.0, "1"},
       {"prompt_logprobs", nullptr, "null"},
   };
   for (const Neutral& n : neutral) {
@@ -348,6 +340,12 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
   };
   if (auto e = flag("stream", r.stream)) return e;
   if (auto e = flag("ignore_eos", r.ignore_eos)) return e;
+  if (auto e = flag("include_stop_str_in_output", r.include_stop_str_in_output)) return e;
+  if (auto e = flag("skip_special_tokens", r.skip_special_tokens)) return e;
+  // Spaces are never put between special tokens' texts here: any value is what happens (it
+  // matters only to vLLM's slow tokenizers).
+  bool spaces = true;
+  if (auto e = flag("spaces_between_special_tokens", spaces)) return e;
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return bad("stream_options", "must be an object");
     if (auto u = it->find("include_usage"); u != it->end()) {

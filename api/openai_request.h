@@ -56,8 +56,10 @@ struct OpenAiRequest {
   std::optional<int32_t> top_k;  // extension (vLLM): 0 = off
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;  // extension (vLLM): each ends a choice as EOS does
-  bool ignore_eos = false;              // extension (vLLM)
+  std::vector<int32_t> stop_token_ids;      // extension (vLLM): each ends a choice as EOS does
+  bool ignore_eos = false;                  // extension (vLLM)
+  bool include_stop_str_in_output = false;  // extension (vLLM): a matched stop string is kept
+  bool skip_special_tokens = true;  // extension (vLLM): false puts special tokens' text in it
   // -1: no logprobs. Else each generated token's logprob and the `logprobs` (0-20) most likely
   // tokens': completions' "logprobs": k, chat's "logprobs": true with "top_logprobs": k.
   int32_t logprobs = -1;

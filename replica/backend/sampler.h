@@ -25,6 +25,10 @@ struct SamplingParams {
   bool ignore_eos = false;
   // -1: no logprobs; k in 0-20: each generated token's logprob and the k most likely tokens'.
   int32_t logprobs = -1;
+  // The text (vLLM's extensions): a matched stop string kept at its end; special tokens' text
+  // (Tokenizer::token_bytes) instead of nothing. EOS and stop_token_ids never add text.
+  bool include_stop_str = false;
+  bool skip_special_tokens = true;
 };
 
 // A uniform draw in [0, 1) for sibling `sibling` at token position `position` (from the same

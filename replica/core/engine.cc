@@ -360,7 +360,8 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
   s.tokens.push_back(token);
   hash_token(s, token);
   const size_t before = s.text.size();
-  out.text = tokenizer_.decode(token);
+  out.text =
+      g.params.skip_special_tokens ? tokenizer_.decode(token) : tokenizer_.token_bytes(token);
   s.text += out.text;
   // A stop string may end inside the new bytes: search from where it could start.
   for (const std::string& stop : g.params.stop) {
@@ -368,7 +369,7 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
     const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
     const size_t at = s.text.find(stop, from);
     if (at != std::string::npos) {
-      s.text.resize(at);
+      s.text.resize(g.params.include_stop_str ? at + stop.size() : at);
       scheduler_.finish(g, s.sibling, FinishReason::kStop);
       return emit(g, s, std::move(out), result);
     }

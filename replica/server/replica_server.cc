@@ -212,6 +212,8 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.stop = req.stop;
     g.params.stop_token_ids = req.stop_token_ids;
     g.params.ignore_eos = req.ignore_eos;
+    g.params.include_stop_str = req.include_stop_str_in_output;
+    g.params.skip_special_tokens = req.skip_special_tokens;
     g.params.logprobs = req.logprobs;
     g.params.seed = seed + p;
     g.cache_salt = req.cache_salt;

@@ -120,24 +120,29 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","return_token_ids":1})").param, "return_token_ids");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","prompt_logprobs":1})").param, "prompt_logprobs");
   // vLLM's extensions that change the output: refused unless at their default.
-  for (const char* field : {R"("use_beam_search":true)", R"("include_stop_str_in_output":true)",
-                            R"("skip_special_tokens":false)", R"("truncate_prompt_tokens":1)",
+  for (const char* field : {R"("use_beam_search":true)", R"("truncate_prompt_tokens":1)",
                             R"("guided_json":{"type":"object"})", R"("guided_choice":["a"])",
                             R"("guided_regex":"a+")", R"("structured_outputs":{"json":{}})",
-                            R"("spaces_between_special_tokens":false)", R"("length_penalty":2)"}) {
+                            R"("length_penalty":2)", R"("skip_special_tokens":"no")"}) {
     const std::string body = std::string(R"({"model":"m","prompt":"x",)") + field + "}";
     const std::string key = std::string(field).substr(1, std::string(field).find('"', 1) - 1);
     EXPECT_EQ(err(c, body).param, key) << body;
   }
   for (const char* field :
-       {R"("use_beam_search":false)", R"("include_stop_str_in_output":false)",
-        R"("skip_special_tokens":true)", R"("truncate_prompt_tokens":null)",
-        R"("guided_json":null)", R"("length_penalty":1)", R"("return_tokens_as_token_ids":true)"}) {
+       {R"("use_beam_search":false)", R"("include_stop_str_in_output":true)",
+        R"("skip_special_tokens":false)", R"("spaces_between_special_tokens":false)",
+        R"("truncate_prompt_tokens":null)", R"("guided_json":null)",
+        R"("guided_decoding_backend":"xgrammar")", R"("length_penalty":1)",
+        R"("return_tokens_as_token_ids":true)"}) {
     const std::string body = std::string(R"({"model":"m","prompt":"x",)") + field + "}";
     EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(parse_openai_request(c, body))) << body;
   }
   EXPECT_TRUE(ok(c, R"({"model":"m","prompt":"x","return_tokens_as_token_ids":true})")
                   .return_tokens_as_token_ids);
+  const auto text_options = ok(c, R"({"model":"m","prompt":"x","include_stop_str_in_output":true,
+                "skip_special_tokens":false})");
+  EXPECT_TRUE(text_options.include_stop_str_in_output);
+  EXPECT_FALSE(text_options.skip_special_tokens);
   EXPECT_EQ(err(c, R"({"model":"m","prompt":[1,-2]})").param, "prompt[1]");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":[1,2147483648]})").param, "prompt[1]");
   const Endpoint chat = Endpoint::kChatCompletions;

@@ -286,6 +286,50 @@ TEST_F(EngineTest, SiblingsSharePromptBlocksAndFormOneCascadeLevel) {
   EXPECT_EQ(engine.pool().counts().num_blocks_used, 32 + 8);
 }
 
+// vLLM's text options: a matched stop string kept at the end of the text
+// (include_stop_str_in_output), special tokens' text put in it (skip_special_tokens false).
+TEST_F(EngineTest, TextOptionsKeepTheStopStringAndSpecialTokensText) {
+  // Every token here is "special": no text by default, "[id]" as its text otherwise.
+  struct AllSpecial : Tokenizer {
+    ByteTokenizer bytes;
+    std::vector<int32_t> encode(std::string_view text) const override { return bytes.encode(text); }
+    std::string decode(int32_t) const override { return ""; }
+    std::string token_bytes(int32_t t) const override { return "[" + std::to_string(t) + "]"; }
+    int32_t eos_token() const override { return bytes.eos_token(); }
+    int32_t vocab_size() const override { return bytes.vocab_size(); }
+    std::string name() const override { return "all-special"; }
+  };
+  const GenerationRequest base = request("Stop strings and special tokens", 1, 0, 12);
+  auto text_of = [&](const Tokenizer& tokenizer, const GenerationRequest& r) {
+    CpuBackend backend(weights(), 64, 16);
+    Engine engine(backend, tokenizer, EngineConfig{}, clock_);
+    EXPECT_TRUE(engine.submit(r).ok());
+    std::string text;
+    while (engine.has_work())
+      for (const auto& o : engine.step().outputs)
+        text += o.text_delta;
+    return text;
+  };
+  const std::string full = text_of(tokenizer_, base);
+  ASSERT_GE(full.size(), 8u);
+  const std::string stop = full.substr(4, 3);
+  const size_t at = full.find(stop);
+  GenerationRequest stopped = base;
+  stopped.params.stop = {stop};
+  EXPECT_EQ(text_of(tokenizer_, stopped), full.substr(0, at));
+  stopped.params.include_stop_str = true;
+  EXPECT_EQ(text_of(tokenizer_, stopped), full.substr(0, at + stop.size()));
+
+  const AllSpecial special;
+  EXPECT_EQ(text_of(special, base), "");
+  GenerationRequest shown = base;
+  shown.params.skip_special_tokens = false;
+  std::string want;
+  for (unsigned char c : full)  // the byte tokenizer's ids are the bytes: the same tokens
+    want += "[" + std::to_string(c) + "]";
+  EXPECT_EQ(text_of(special, shown), want);
+}
+
 TEST_F(EngineTest, RejectsAGroupThatCouldNeverFit) {
   CpuBackend backend(weights(), 16, 16);
   Engine engine(backend, tokenizer_, EngineConfig{}, clock_);

@@ -145,11 +145,14 @@ void WeightRollout::run(std::vector<Target> targets, std::string body, int max_p
                   {"seconds",
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
         if (!r.ok()) {
-          // Sent and not answered (a timeout, a connection lost): the replica may still apply
-          // the update; its version shows in /router/state once it reports one.
+          // Not connected (http::Client's resolve and connect errors): the update never reached
+          // the replica. Otherwise it was sent and not answered (a timeout, a connection lost):
+          // the replica may still apply it; its version shows in /router/state once it does.
+          const std::string& m = r.error().message;
+          const bool sent = m.rfind("cannot resolve ", 0) != 0 && m.rfind("connect to ", 0) != 0;
           a["status"] = 0;
-          a["error"] = r.error().message;
-          a["outcome"] = "unknown";
+          a["error"] = m;
+          a["outcome"] = sent ? "unknown" : "not_sent";
         } else {
           a["status"] = r->status;
           const json reply = json::parse(r->body, nullptr, false);

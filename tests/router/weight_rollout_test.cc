@@ -326,7 +326,7 @@ TEST_F(WeightRolloutTest, AReplicaThatFailsMakesTheRolloutA502) {
   ASSERT_EQ(report["replicas"].size(), 2u);
   EXPECT_EQ(report["replicas"][0]["status"], 400);
   EXPECT_EQ(report["replicas"][1]["status"], 0);
-  EXPECT_EQ(report["replicas"][1]["outcome"], "unknown");   // no answer: it may yet apply it
+  EXPECT_EQ(report["replicas"][1]["outcome"], "not_sent");  // stopped: never reached
   EXPECT_FALSE(report["replicas"][0].contains("outcome"));  // it answered
   // Only the replica that is gone: a 502 too.
   const auto gone = call("POST", "/router/admin/weights",

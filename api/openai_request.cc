@@ -282,10 +282,13 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
   if (auto e =
           number(j, "n", r.n, 1, limits.max_n, ("1 to " + std::to_string(limits.max_n)).c_str()))
     return e;
-  const char* max_key =
-      endpoint == Endpoint::kChatCompletions && j.contains("max_completion_tokens")
-          ? "max_completion_tokens"
-          : "max_tokens";
+  // Chat's max_completion_tokens where set (a client that writes every field may send it null
+  // beside a max_tokens).
+  const auto completion_max = j.find("max_completion_tokens");
+  const char* max_key = endpoint == Endpoint::kChatCompletions && completion_max != j.end() &&
+                                !completion_max->is_null()
+                            ? "max_completion_tokens"
+                            : "max_tokens";
   if (auto e = number(j, max_key, r.max_tokens, 1, limits.max_tokens,
                       ("1 to " + std::to_string(limits.max_tokens)).c_str()))
     return e;

@@ -68,8 +68,9 @@ void Session::dispatch() {
   if (probes_only_) {
     // Beyond max_connections: a health probe is answered (then the connection closes), anything
     // else refused as if no slot had been kept.
-    const std::string_view target(msg.target().data(), msg.target().size());
-    const std::string_view path = target.substr(0, target.find('?'));
+    const std::string target =
+        origin_form(std::string_view(msg.target().data(), msg.target().size()));
+    const std::string_view path = std::string_view(target).substr(0, target.find('?'));
     const auto& probes = limits().probe_paths;
     const bool probe = (msg.method() == bhttp::verb::get || msg.method() == bhttp::verb::head) &&
                        std::find(probes.begin(), probes.end(), path) != probes.end();
@@ -83,10 +84,15 @@ void Session::dispatch() {
   std::optional<std::string> encoding;  // a Content-Encoding other than identity
   for (const auto& field : msg) {
     request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    if (field.name() == bhttp::field::content_encoding &&
-        !wire::iequals(trim_ows(std::string_view(field.value().data(), field.value().size())),
-                       "identity")) {
-      encoding = std::string(field.value());
+    if (field.name() == bhttp::field::content_encoding) {
+      // A list of codings (RFC 9110 8.4): anything but identity (and empty elements).
+      std::string_view list(field.value().data(), field.value().size());
+      while (!list.empty()) {
+        const size_t comma = list.find(',');
+        const std::string_view coding = trim_ows(list.substr(0, comma));
+        if (!coding.empty() && !wire::iequals(coding, "identity")) encoding = std::string(coding);
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      }
     }
   }
   request.body = std::move(msg.body());

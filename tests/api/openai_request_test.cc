@@ -88,6 +88,12 @@ TEST(OpenAiRequest, ChatRendersMessages) {
   EXPECT_EQ(r.literal[0][0].begin, 0u);
   EXPECT_EQ(r.literal[0][0].end, r.prompts[0].size());
   EXPECT_EQ(r.max_tokens, 3);
+  // A null max_completion_tokens beside a max_tokens: the max_tokens.
+  EXPECT_EQ(ok(Endpoint::kChatCompletions,
+               R"({"model":"m","messages":[{"role":"user","content":"hi"}],
+                   "max_completion_tokens":null,"max_tokens":7})")
+                .max_tokens,
+            7);
   EXPECT_EQ(err(Endpoint::kChatCompletions,
                 R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})")
                 .param,

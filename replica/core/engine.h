@@ -43,6 +43,10 @@ struct GenerationRequest {
   // not declared). Not to be confused with SequenceGroup, the n siblings of one request.
   std::string affinity;
   int32_t affinity_size = 0;
+  // params.max_tokens is a default, not the client's: it is lowered to what the model's context
+  // and the KV pool leave for n samples of this prompt (at least 1), where a client's own
+  // max_tokens would be refused.
+  bool max_tokens_is_default = false;
 };
 
 // A token a sibling generated (the model's EOS included: it is the last one then).

@@ -102,6 +102,20 @@ int32_t Scheduler::worst_case_blocks(const SequenceGroup& g) const {
   return shared + g.num_samples * per_sibling;
 }
 
+int32_t Scheduler::max_tokens_fit(const SequenceGroup& g) const {
+  const int64_t prompt = static_cast<int64_t>(g.prompt.size());
+  const int64_t context = config_.max_model_len - prompt;
+  // worst_case_blocks(g) <= the pool: each sibling's blocks past the shared ones fit its share.
+  const int64_t shared = shared_prompt_blocks(g);
+  // A declared group is admitted whole: its members' siblings share the pool too.
+  const int64_t members = !g.affinity.empty() && g.declared_affinity_size > 1
+                              ? int64_t{g.num_samples} * g.declared_affinity_size
+                              : std::max(1, g.num_samples);
+  const int64_t per_sibling = (kv_.pool().num_blocks() - shared) / members;
+  const int64_t pool = (shared + per_sibling) * kv_.block_size() - prompt;
+  return static_cast<int32_t>(std::clamp<int64_t>(std::min(context, pool), 0, 1 << 30));
+}
+
 Status Scheduler::check_fits(const SequenceGroup& g) const {
   if (g.prompt.empty()) return Error{"prompt is empty"};
   if (g.num_samples < 1) return Error{"n must be at least 1"};

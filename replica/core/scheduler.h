@@ -103,6 +103,8 @@ class Scheduler {
 
   // The reason a group can never run here (too long, could never fit the pool even alone), or ok.
   Status check_fits(const SequenceGroup& group) const;
+  // The largest max_tokens with which `group` passes check_fits' length and KV checks (0: none).
+  int32_t max_tokens_fit(const SequenceGroup& group) const;
   // Precondition: check_fits(*group).ok().
   void add(std::unique_ptr<SequenceGroup> group);
   // Ends a group now (client went away): releases its blocks. Unknown ids are ignored.

@@ -202,13 +202,12 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.temperature = req.temperature.value_or(d.temperature.value_or(1.0f));
     g.params.top_p = req.top_p.value_or(d.top_p.value_or(1.0f));
     g.params.top_k = req.top_k.value_or(d.top_k.value_or(0));
-    g.params.max_tokens = req.max_tokens;
-    if (!req.max_tokens_given) {
-      // As vLLM: without max_tokens, the default (16) is capped to what the context leaves.
-      const int64_t left =
-          int64_t{engine_.config().scheduler.max_model_len} - static_cast<int64_t>(g.prompt.size());
-      if (left >= 1 && left < g.params.max_tokens) g.params.max_tokens = static_cast<int32_t>(left);
-    }
+    // Without max_tokens, as vLLM: a completion's default (16) and a chat reply's (the rest of
+    // the context: OpenAI's is unbounded) are lowered to what the context and the KV pool leave.
+    g.params.max_tokens = req.max_tokens_given || endpoint != Endpoint::kChatCompletions
+                              ? req.max_tokens
+                              : engine_.config().scheduler.max_model_len;
+    g.max_tokens_is_default = !req.max_tokens_given;
     g.params.stop = req.stop;
     g.params.stop_token_ids = req.stop_token_ids;
     g.params.ignore_eos = req.ignore_eos;

@@ -326,7 +326,10 @@ TEST_F(WeightRolloutTest, AReplicaThatFailsMakesTheRolloutA502) {
   ASSERT_EQ(report["replicas"].size(), 2u);
   EXPECT_EQ(report["replicas"][0]["status"], 400);
   EXPECT_EQ(report["replicas"][1]["status"], 0);
-  EXPECT_EQ(report["replicas"][1]["outcome"], "not_sent");  // stopped: never reached
+  // Stopped: refused on connect ("not_sent"), or, where the router reused a kept-alive connection
+  // the replica closed as it stopped, written and then cut ("unknown": the router cannot tell).
+  const std::string outcome = report["replicas"][1].value("outcome", "");
+  EXPECT_TRUE(outcome == "not_sent" || outcome == "unknown") << report.dump();
   EXPECT_FALSE(report["replicas"][0].contains("outcome"));  // it answered
   // Only the replica that is gone: a 502 too.
   const auto gone = call("POST", "/router/admin/weights",

@@ -93,6 +93,35 @@ TEST(ReplicaDefaults, DefaultMaxTokensIsCappedToTheContextLeft) {
   EXPECT_NE(held.body.find("exceeds the model length"), std::string::npos) << held.body;
 }
 
+// A chat reply without max_tokens runs to the end of the context (vLLM's default; OpenAI's is
+// unbounded), or as far as the KV pool holds n of them: never refused for a default.
+TEST(ReplicaDefaults, ChatRepliesWithoutMaxTokensRunToTheContextOrThePool) {
+  for (const auto& [context, n] : {std::pair{96, 1}, std::pair{4096, 8}}) {
+    ReplicaStackConfig rc;
+    rc.engine.scheduler.max_model_len = context;
+    ReplicaStack stack(
+        std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16),
+        std::make_shared<ByteTokenizer>(), std::move(rc));
+    auto port = stack.listen("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    http::Client client;
+    const json body = {{"model", "tiny"},
+                       {"messages", {{{"role", "user"}, {"content", std::string(40, 'q')}}}},
+                       {"n", n},
+                       {"ignore_eos", true}};
+    auto r = client.request("127.0.0.1", *port, "POST", "/v1/chat/completions", body.dump(),
+                            {{"content-type", "application/json"}}, 60s);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json usage = json::parse(r->body)["usage"];
+    const int prompt = usage["prompt_tokens"];
+    // The pool's 64 blocks of 16: the prompt's full blocks shared, the rest split over n.
+    const int shared = prompt / 16, per_sibling = (64 - shared) / n;
+    const int want = std::min(context - prompt, (shared + per_sibling) * 16 - prompt);
+    EXPECT_EQ(usage["completion_tokens"], n * want) << "context " << context << " n " << n;
+  }
+}
+
 // /v1/info's eos_token_ids are the ids that end sequences: the tokenizer's EOS tokens and the
 // model's end ids applied. The model's end ids are ids of its own tokenizer: with the byte
 // tokenizer (whose ids are bytes) they are not applied, and not_applied says so and why.

@@ -363,6 +363,8 @@ std::string RouterServer::state_json() {
     if (r.step_model) load["step_model"] = step_model_json(*r.step_model);
     if (r.kv_capacity_tokens) load["kv_capacity_tokens"] = *r.kv_capacity_tokens;
     if (!r.load_error.empty()) load["error"] = r.load_error;
+    // A replica that went down keeps its last report (nothing routes to it): say it is old.
+    if (!r.healthy) load["stale"] = true;
     json replica = {{"index", r.index},
                     {"replica_id", r.replica_id},
                     {"address", r.host + ":" + std::to_string(r.port)},

@@ -253,6 +253,8 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
   for (const json& r : state["replicas"]) {
     EXPECT_EQ(r["load"]["pending_prefill_tokens"], 0) << r.dump();
     EXPECT_EQ(r["load"]["in_flight_prompt_bytes"], 0) << r.dump();
+    // A replica marked down shows its last load as stale (the audit read it as current).
+    EXPECT_EQ(r["load"].value("stale", false), !r["healthy"].get<bool>()) << r.dump();
   }
 }
 

@@ -353,20 +353,25 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
   const int32_t token = sampled.token;
   GeneratedToken out{token, sampled.logprob, {}, {}};
   if (g.params.logprobs >= 0) out.top = std::move(sampled.top);
+  // The token's text for the client: special tokens' only without skip_special_tokens.
+  auto add_text = [&] {
+    out.text =
+        g.params.skip_special_tokens ? tokenizer_.decode(token) : tokenizer_.token_bytes(token);
+    s.text += out.text;
+  };
   // EOS (unless ignored) and the request's stop tokens end the sequence; the token is reported
-  // (its id), adding no text.
+  // (its id), adding no text, except a stop token's with include_stop_str, as vLLM keeps it.
   const auto& stops = g.params.stop_token_ids;
-  if ((is_eos(token) && !g.params.ignore_eos) ||
-      std::find(stops.begin(), stops.end(), token) != stops.end()) {
+  const bool eos = is_eos(token) && !g.params.ignore_eos;
+  if (eos || std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    if (!eos && g.params.include_stop_str) add_text();
     scheduler_.finish(g, s.sibling, FinishReason::kStop);
     return emit(g, s, std::move(out), result);
   }
   s.tokens.push_back(token);
   hash_token(s, token);
   const size_t before = s.text.size();
-  out.text =
-      g.params.skip_special_tokens ? tokenizer_.decode(token) : tokenizer_.token_bytes(token);
-  s.text += out.text;
+  add_text();
   // A stop string may end inside the new bytes: search from where it could start.
   for (const std::string& stop : g.params.stop) {
     if (stop.empty()) continue;

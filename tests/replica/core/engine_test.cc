@@ -319,6 +319,13 @@ TEST_F(EngineTest, TextOptionsKeepTheStopStringAndSpecialTokensText) {
   EXPECT_EQ(text_of(tokenizer_, stopped), full.substr(0, at));
   stopped.params.include_stop_str = true;
   EXPECT_EQ(text_of(tokenizer_, stopped), full.substr(0, at + stop.size()));
+  // A stop token id: its text is kept with the option, as a stop string's is.
+  GenerationRequest by_id = base;
+  by_id.params.stop_token_ids = {static_cast<unsigned char>(full[at])};
+  const size_t first = full.find(full[at]);
+  EXPECT_EQ(text_of(tokenizer_, by_id), full.substr(0, first));
+  by_id.params.include_stop_str = true;
+  EXPECT_EQ(text_of(tokenizer_, by_id), full.substr(0, first + 1));
 
   const AllSpecial special;
   EXPECT_EQ(text_of(special, base), "");

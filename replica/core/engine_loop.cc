@@ -181,6 +181,8 @@ void EngineLoop::refresh_load() {
   snap.num_finished_requests = num_finished_requests_;
   snap.busy_seconds = busy_seconds_;
   snap.step_model = step_fit_.model();
+  // The gauges with /v1/load: an abort frees blocks with no step after it to observe.
+  set_gauges(snap.blocks, snap.scheduler);
   std::lock_guard lock(mu_);
   snap.weight_version = weight_version_;
   snap.weight_loaded_at_ms = weight_loaded_at_ms_;
@@ -331,11 +333,15 @@ void EngineLoop::observe(const StepResult& result) {
   for (const SequenceOutput& o : result.outputs)
     generated += o.num_new_tokens;
   m.generated->Increment(static_cast<double>(generated));
-  const BlockPoolCounts b = engine_.pool().counts();
+  set_gauges(engine_.pool().counts(), engine_.scheduler().counts());
+}
+
+void EngineLoop::set_gauges(const BlockPoolCounts& b, const SchedulerCounts& c) {
+  if (!series_) return;
+  StepSeries& m = *series_;
   m.blocks_used->Set(b.num_blocks_used);
   m.blocks_cached->Set(b.num_blocks_cached);
   m.blocks_free->Set(b.num_blocks_free);
-  const SchedulerCounts c = engine_.scheduler().counts();
   m.groups_waiting->Set(c.num_groups_waiting);
   m.groups_running->Set(c.num_groups_running);
 }

@@ -149,6 +149,8 @@ class EngineLoop {
   void dispatch(StepResult& result);
   void publish_kv_events();
   void observe(const StepResult& result);
+  // The KV block and group gauges of /metrics (after every step and every load refresh).
+  void set_gauges(const BlockPoolCounts& blocks, const SchedulerCounts& scheduler);
   // With an update pending and no group started: swap, answer, resume admission.
   void finish_update();
   void update_admission();

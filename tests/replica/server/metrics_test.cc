@@ -1,6 +1,8 @@
 // Metric values after known workloads, read back from a replica's /metrics over HTTP.
+#include <future>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -87,6 +89,43 @@ TEST(ReplicaMetrics, SiblingsAndSharedPrefixOfOneNEightRequest) {
   EXPECT_EQ(sample(t, "kvcascade_request_ttft_seconds_count"), 1);
   EXPECT_EQ(sample(t, "kvcascade_kv_blocks{state=\"used\"}"), 0);
   EXPECT_GE(sample(t, "kvcascade_kv_blocks{state=\"cached\"}"), 32);
+}
+
+// A client that leaves mid-stream frees its group's KV at once, with no step after it: the KV
+// block and group gauges follow /v1/load there (they were set only after steps, so the last
+// group's blocks stayed "used" in /metrics; found by an audit, with n = 8: a group of one ended
+// through a step anyway).
+TEST(ReplicaMetrics, GaugesFollowAnAbortWithNoStepAfterIt) {
+  LocalReplica replica("m0", 512);
+  http::Client client;
+  std::promise<void> done;
+  // Long enough that it cannot finish by itself while the test looks.
+  client.stream(
+      "127.0.0.1", replica.port(), "POST", "/v1/completions",
+      nlohmann::json{{"model", "tiny"},
+                     {"prompt", "gauges after an abort"},
+                     {"n", 8},
+                     {"max_tokens", 900},
+                     {"ignore_eos", true},
+                     {"stream", true}}
+          .dump(),
+      {{"content-type", "application/json"}}, nullptr,
+      [chunks = 0](std::string_view) mutable { return ++chunks < 20; },  // leaves mid-decode
+      [&](Status) { done.set_value(); });
+  ASSERT_EQ(done.get_future().wait_for(30s), std::future_status::ready);
+  // The abort reached the engine (its load says so) ...
+  bool ended = false;
+  for (int i = 0; i < 200 && !ended; ++i, std::this_thread::sleep_for(25ms)) {
+    auto l = client.request("127.0.0.1", replica.port(), "GET", "/v1/load");
+    ASSERT_TRUE(l.ok());
+    ended = nlohmann::json::parse(l->body)["running_groups"] == 0;
+  }
+  ASSERT_TRUE(ended);
+  // ... and /metrics says the same at once, though no step ran after it.
+  auto m = client.request("127.0.0.1", replica.port(), "GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(sample(m->body, "kvcascade_kv_blocks{state=\"used\"}"), 0) << m->body;
+  EXPECT_EQ(sample(m->body, "kvcascade_groups{state=\"running\"}"), 0) << m->body;
 }
 
 // The shared-prefix and sibling histograms take every candidate cascade level, the ones that ran

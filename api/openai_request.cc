@@ -179,19 +179,34 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
   // their default (what this server does anyway).
   struct Neutral {
     const char* key;
-    json value;  // null: only null (absent) is neutral
+    json value;  // null: only null (absent) is neutral (and an empty list or object, below)
     const char* only;
   };
   const Neutral neutral[] = {
-      {"use_beam_search", false, "false"},     {"truncate_prompt_tokens", nullptr, "null"},
-      {"guided_json", nullptr, "null"},        {"guided_regex", nullptr, "null"},
-      {"guided_choice", nullptr, "null"},      {"guided_grammar", nullptr, "null"},
-      {"structured_outputs", nullptr, "null"}, {"length_penalty", 1.0, "1"},
+      {"use_beam_search", false, "false"},
+      {"truncate_prompt_tokens", nullptr, "null"},
+      {"guided_json", nullptr, "null"},
+      {"guided_regex", nullptr, "null"},
+      {"guided_choice", nullptr, "null"},
+      {"guided_grammar", nullptr, "null"},
+      {"structured_outputs", nullptr, "null"},
+      {"length_penalty", 1.0, "1"},
       {"prompt_logprobs", nullptr, "null"},
+      {"allowed_token_ids", nullptr, "null"},
+      {"bad_words", nullptr, "null or []"},
+      {"logits_processors", nullptr, "null or []"},
+      {"vllm_xargs", nullptr, "null or {}"},
+      {"chat_template", nullptr, "null: the model's own template is used"},
+      {"documents", nullptr, "null"},
   };
   for (const Neutral& n : neutral) {
     auto it = j.find(n.key);
     if (it == j.end() || it->is_null() || (!n.value.is_null() && *it == n.value)) continue;
+    // An empty list of banned words or processors, or of extra arguments, asks for nothing.
+    const std::string_view key = n.key;
+    const bool empty = (it->is_array() || it->is_object()) && it->empty();
+    if (empty && (key == "bad_words" || key == "logits_processors" || key == "vllm_xargs"))
+      continue;
     return bad(n.key, std::string("is not supported by this server (only ") + n.only + ")");
   }
   if (auto it = j.find("tool_choice"); it != j.end() && !it->is_null()) {
@@ -344,6 +359,15 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
   if (auto e = flag("stream", r.stream)) return e;
   if (auto e = flag("ignore_eos", r.ignore_eos)) return e;
   if (auto e = flag("include_stop_str_in_output", r.include_stop_str_in_output)) return e;
+  // vLLM's add_special_tokens: a completion's prompt gets the tokenizer's special tokens (BOS)
+  // unless false; a chat's template writes them itself, so there only false (vLLM's default).
+  r.add_special_tokens = endpoint == Endpoint::kCompletions;
+  if (auto e = flag("add_special_tokens", r.add_special_tokens)) return e;
+  if (endpoint == Endpoint::kChatCompletions && r.add_special_tokens) {
+    return bad("add_special_tokens",
+               "is not supported for chat (only false: the chat template writes the special "
+               "tokens)");
+  }
   if (auto e = flag("skip_special_tokens", r.skip_special_tokens)) return e;
   // Spaces are never put between special tokens' texts here: any value is what happens (it
   // matters only to vLLM's slow tokenizers).

@@ -59,6 +59,8 @@ struct OpenAiRequest {
   std::vector<int32_t> stop_token_ids;      // extension (vLLM): each ends a choice as EOS does
   bool ignore_eos = false;                  // extension (vLLM)
   bool include_stop_str_in_output = false;  // extension (vLLM): a matched stop string is kept
+  // extension (vLLM): a completion's prompt gets the tokenizer's special tokens (BOS); chat: false
+  bool add_special_tokens = true;
   bool skip_special_tokens = true;  // extension (vLLM): false puts special tokens' text in it
   // -1: no logprobs. Else each generated token's logprob and the `logprobs` (0-20) most likely
   // tokens': completions' "logprobs": k, chat's "logprobs": true with "top_logprobs": k.

@@ -240,6 +240,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   if (ids != nullptr && any.token_table) id_bytes = any.token_table->prompt_bytes(*ids);
   // A completion is hashed with the special tokens the replica's tokenizer puts around it (BOS).
   const bool wrapped = ids == nullptr && endpoint == Endpoint::kCompletions &&
+                       req.add_special_tokens &&
                        (!any.completion_prefix.empty() || !any.completion_suffix.empty());
   const std::string wrapped_prompt =
       wrapped ? completion_bytes(any.completion_prefix, req.prompts.front(), any.completion_suffix)

@@ -193,8 +193,11 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                                                       ? std::span<const TextSpan>(req.literal[p])
                                                       : std::span<const TextSpan>());
     } else {
-      g.prompt = tokenizer.encode(completion_bytes(tokenizer.completion_prefix(), req.prompts[p],
-                                                   tokenizer.completion_suffix()));
+      g.prompt =
+          req.add_special_tokens
+              ? tokenizer.encode(completion_bytes(tokenizer.completion_prefix(), req.prompts[p],
+                                                  tokenizer.completion_suffix()))
+              : tokenizer.encode(req.prompts[p]);
     }
     g.n = req.n;
     // What the request leaves out comes from the model's generation_config.json.

@@ -126,10 +126,14 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","return_token_ids":1})").param, "return_token_ids");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","prompt_logprobs":1})").param, "prompt_logprobs");
   // vLLM's extensions that change the output: refused unless at their default.
-  for (const char* field : {R"("use_beam_search":true)", R"("truncate_prompt_tokens":1)",
-                            R"("guided_json":{"type":"object"})", R"("guided_choice":["a"])",
-                            R"("guided_regex":"a+")", R"("structured_outputs":{"json":{}})",
-                            R"("length_penalty":2)", R"("skip_special_tokens":"no")"}) {
+  for (const char* field :
+       {R"("use_beam_search":true)", R"("truncate_prompt_tokens":1)",
+        R"("guided_json":{"type":"object"})", R"("guided_choice":["a"])", R"("guided_regex":"a+")",
+        R"("structured_outputs":{"json":{}})", R"("length_penalty":2)",
+        R"("skip_special_tokens":"no")", R"("allowed_token_ids":[1,2])",
+        R"("allowed_token_ids":[])", R"("bad_words":["a"])", R"("logits_processors":["f"])",
+        R"("vllm_xargs":{"a":1})", R"("chat_template":"{{ x }}")", R"("documents":[{"a":"b"}])",
+        R"("add_special_tokens":"no")"}) {
     const std::string body = std::string(R"({"model":"m","prompt":"x",)") + field + "}";
     const std::string key = std::string(field).substr(1, std::string(field).find('"', 1) - 1);
     EXPECT_EQ(err(c, body).param, key) << body;
@@ -139,7 +143,8 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
         R"("skip_special_tokens":false)", R"("spaces_between_special_tokens":false)",
         R"("truncate_prompt_tokens":null)", R"("guided_json":null)",
         R"("guided_decoding_backend":"xgrammar")", R"("length_penalty":1)",
-        R"("return_tokens_as_token_ids":true)"}) {
+        R"("return_tokens_as_token_ids":true)", R"("bad_words":[])", R"("logits_processors":[])",
+        R"("vllm_xargs":{})", R"("add_special_tokens":false)", R"("chat_template":null)"}) {
     const std::string body = std::string(R"({"model":"m","prompt":"x",)") + field + "}";
     EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(parse_openai_request(c, body))) << body;
   }
@@ -149,6 +154,18 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
                 "skip_special_tokens":false})");
   EXPECT_TRUE(text_options.include_stop_str_in_output);
   EXPECT_FALSE(text_options.skip_special_tokens);
+  EXPECT_TRUE(text_options.add_special_tokens);  // a completion's default
+  EXPECT_FALSE(
+      ok(c, R"({"model":"m","prompt":"x","add_special_tokens":false})").add_special_tokens);
+  // Chat: the template writes the special tokens; true is refused, false is the default.
+  const std::string hi = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(
+      err(Endpoint::kChatCompletions, R"({"model":"m",)" + hi + R"(,"add_special_tokens":true})")
+          .param,
+      "add_special_tokens");
+  EXPECT_FALSE(
+      ok(Endpoint::kChatCompletions, R"({"model":"m",)" + hi + R"(,"add_special_tokens":false})")
+          .add_special_tokens);
   EXPECT_EQ(err(c, R"({"model":"m","prompt":[1,-2]})").param, "prompt[1]");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":[1,2147483648]})").param, "prompt[1]");
   const Endpoint chat = Endpoint::kChatCompletions;

@@ -291,6 +291,16 @@ TEST_F(TokenizerRoutingTest, TokenIdPromptsRouteToTheirPrefixAndDecodeAsTheText)
   EXPECT_EQ(again["choices"][0]["token_ids"], whole["choices"][0]["token_ids"]);
   EXPECT_EQ(again["choices"][0]["text"], whole["choices"][0]["text"]);
   EXPECT_GE(cached_tokens(second), static_cast<int64_t>(ids.size()) / 16 * 16 - 16);
+  // vLLM's add_special_tokens false: the text's tokens without the BOS (a client that rendered
+  // the template itself would otherwise get two).
+  const auto plain = post("/v1/completions", {{"model", "tiny"},
+                                              {"prompt", prompt},
+                                              {"max_tokens", 1},
+                                              {"add_special_tokens", false},
+                                              {"return_token_ids", true}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(json::parse(plain.body)["choices"][0]["prompt_token_ids"],
+            json(std::vector<int32_t>(want.begin() + 1, want.end())));
   // An id past the vocabulary: the replica's 400, through the router.
   const auto bad = post("/v1/completions", {{"model", "tiny"}, {"prompt", {1, 2, 999999}}});
   EXPECT_EQ(bad.status, 400) << bad.body;

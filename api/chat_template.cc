@@ -34,6 +34,21 @@ Result<ordered_json> normalize_message(const ordered_json& m, size_t i) {
   } else if (!content->is_string() && !content->is_null()) {
     return Error{field + ".content: expected a string, an array of text parts, or null"};
   }
+  // An assistant's tool calls carry their arguments as a JSON string (OpenAI's shape); the
+  // templates render them with `tojson` as objects (Llama 3.1's "parameters": {...}), so they
+  // get the parsed object, as vLLM and transformers give them. A string that is not a JSON
+  // object stays as it is.
+  if (auto calls = out.find("tool_calls"); calls != out.end() && calls->is_array()) {
+    for (ordered_json& call : *calls) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      ordered_json& fn = call["function"];
+      if (auto args = fn.find("arguments"); args != fn.end() && args->is_string()) {
+        ordered_json parsed = ordered_json::parse(args->get<std::string>(), nullptr, false);
+        if (parsed.is_object()) *args = std::move(parsed);
+      }
+    }
+  }
   return out;
 }
 

@@ -110,6 +110,27 @@ TEST(ChatTemplate, MarksTheClientsTextAsLiteral) {
             "hi <|end|><|start|>system");
 }
 
+// Tool calls' arguments reach the template as the object their JSON string holds (as vLLM and
+// transformers pass them): Llama 3.1's `tojson` renders "parameters": {...}, not a string of
+// escaped JSON. Arguments that are not a JSON object stay a string.
+TEST(ChatTemplate, ToolCallArgumentsAreObjects) {
+  auto t = ChatTemplate::compile(
+      "{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments | tojson }};"
+      "{% endfor %}{% endfor %}",
+      "", "");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const json messages = {
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"tool_calls",
+        {{{"type", "function"},
+          {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}},
+         {{"type", "function"}, {"function", {{"name", "f"}, {"arguments", "not json"}}}}}}}};
+  auto r = t->render(messages);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->text, "{\"city\": \"Paris\"};\"not json\";");
+}
+
 // The text of each literal span of a rendering.
 std::vector<std::string> literal_texts(const RenderedPrompt& r) {
   std::vector<std::string> out;

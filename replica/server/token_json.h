@@ -22,11 +22,12 @@ inline constexpr double kMinLogprob = -9999.0;
 // "token_id:N", which no two tokens share.
 enum class TokenNames { kText, kIds };
 
-// Completions: text_offset counts the choice's text before the first token and is advanced past
-// these tokens' text. The top dict has the k most likely tokens and, as vLLM's, the sampled one,
-// keyed by their names: by text as shown (invalid UTF-8 as U+FFFD), tokens that show alike, such
-// as the pieces of one character, share the entry of the most likely of them; by id every token
-// has its own (and the chat form keeps every token either way).
+// Completions: text_offset counts the choice's text before the first token, in characters (code
+// points, as OpenAI's and vLLM's), and is advanced past these tokens' text. The top dict has the k
+// most likely tokens and, as vLLM's, the sampled one, keyed by their names: by text as shown
+// (invalid UTF-8 as U+FFFD), tokens that show alike, such as the pieces of one character, share the
+// entry of the most likely of them; by id every token has its own (and the chat form keeps every
+// token either way).
 nlohmann::json completion_logprobs_json(std::span<const GeneratedToken> tokens,
                                         const Tokenizer& tokenizer, size_t& text_offset,
                                         TokenNames names = TokenNames::kText);

@@ -168,6 +168,24 @@ TEST(CompletionLogprobsJson, TokensShownAlikeShareTheMostLikelyEntry) {
   EXPECT_EQ(json::parse(text)["top_logprobs"][0].size(), 2u) << text;
 }
 
+// text_offset counts characters, not bytes: a two-byte character (two byte tokens) moves it by
+// one, at the token that begins the character.
+TEST(CompletionLogprobsJson, TextOffsetsCountCharacters) {
+  ByteTokenizer tokenizer;
+  std::vector<GeneratedToken> tokens;
+  for (unsigned char b : std::string("a\xc3\xa9"
+                                     "b")) {  // a, é (two bytes), b
+    GeneratedToken t;
+    t.id = b;
+    t.text = std::string(1, static_cast<char>(b));
+    tokens.push_back(t);
+  }
+  size_t offset = 0;
+  const json lp = completion_logprobs_json(tokens, tokenizer, offset);
+  EXPECT_EQ(lp["text_offset"], json::array({0, 1, 2, 2}));
+  EXPECT_EQ(offset, 3u);
+}
+
 // vLLM's return_tokens_as_token_ids: every token is "token_id:N", so none share an entry, and
 // the sampled token's own logprob is under its own key.
 TEST(CompletionLogprobsJson, TokenIdNamesKeepEveryEntry) {

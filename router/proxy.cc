@@ -214,8 +214,19 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   }
   const std::vector<ReplicaView> replicas = serving(pool, req.model);
   if (replicas.empty()) {
-    http::send_error(*responder, 404, "model '" + req.model + "' is not served by any replica",
-                     "invalid_request_error", "model");
+    // A replica not reached yet (none of its models known) may serve it: a 503, which clients
+    // retry, not a 404 (a router started before its replicas answered 404 to everything).
+    const auto unknown = std::count_if(pool.begin(), pool.end(),
+                                       [](const ReplicaView& r) { return r.models.empty(); });
+    if (unknown > 0) {
+      http::send_error(*responder, 503,
+                       "no replica serving model '" + req.model + "' is reachable (" +
+                           std::to_string(unknown) + " replica(s) not reached yet)",
+                       "server_error");
+    } else {
+      http::send_error(*responder, 404, "model '" + req.model + "' is not served by any replica",
+                       "invalid_request_error", "model");
+    }
     return;
   }
   auto attempt = std::make_shared<ProxiedRequest>(*this);

@@ -375,6 +375,8 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
   if (auto e = flag("spaces_between_special_tokens", spaces)) return e;
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return bad("stream_options", "must be an object");
+    // As OpenAI and vLLM: it configures a stream, and would otherwise be ignored.
+    if (!r.stream) return bad("stream_options", "is only allowed with \"stream\": true");
     if (auto u = it->find("include_usage"); u != it->end()) {
       if (!u->is_boolean()) return bad("stream_options.include_usage", "must be a boolean");
       r.include_usage = u->get<bool>();

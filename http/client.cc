@@ -530,6 +530,11 @@ Result<ClientResponse> Client::request(const std::string& host, uint16_t port, s
   const size_t max_body =
       std::min(core_->limits.max_body_bytes, max_body_bytes.value_or(core_->limits.max_body_bytes));
   if (core_->stopping.load()) return Error{"client shut down"};
+  // The caller's timeout bounds the whole exchange, the wait for the response's header included:
+  // a longer one than limits.response_header_timeout (a weight update that drains running
+  // requests first answers after minutes) is not cut by that limit.
+  StreamOptions options;
+  options.response_header_timeout = std::max(timeout, core_->limits.response_header_timeout);
   start_exchange(
       core_, host, port, std::move(method), std::move(target), std::move(body), std::move(headers),
       [state](int status, const Headers& h) {
@@ -545,11 +550,7 @@ Result<ClientResponse> Client::request(const std::string& host, uint16_t port, s
         return true;
       },
       [state](Status status) { state->done.set_value(std::move(status)); }, timeout,
-      // The caller's timeout bounds the whole exchange, the wait for the response's header
-      // included: a longer one than limits.response_header_timeout (a weight update that drains
-      // running requests first answers after minutes) is not cut by that limit.
-      StreamOptions{.response_header_timeout =
-                        std::max(timeout, core_->limits.response_header_timeout)});
+      std::move(options));
   Status status = state->done.get_future().get();
   if (state->too_large) {
     return Error{"response body larger than " + std::to_string(max_body) + " bytes"};

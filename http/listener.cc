@@ -40,6 +40,29 @@ bool method_allowed(std::string_view method, std::string_view allowed) {
   return method == allowed || (allowed == "GET" && method == "HEAD");
 }
 
+std::optional<std::string> path_rest_decoded(std::string_view path, std::string_view prefix) {
+  if (path.size() <= prefix.size() || path.substr(0, prefix.size()) != prefix) return std::nullopt;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = prefix.size(); i < path.size(); ++i) {
+    if (path[i] != '%') {
+      out += path[i];
+      continue;
+    }
+    if (i + 2 >= path.size()) return std::nullopt;  // a cut escape
+    const int hi = hex(path[i + 1]), lo = hex(path[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 namespace {
 
 void do_accept(const std::shared_ptr<ServerCore>& core);

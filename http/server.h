@@ -46,6 +46,11 @@ struct Request {
 // HEAD where GET is allowed (RFC 9110 9.3.2; the session sends a HEAD reply's headers only).
 bool method_allowed(std::string_view method, std::string_view allowed);
 
+// The rest of `path` after `prefix` with its %XX escapes decoded ("/v1/models/meta-llama%2FLlama"
+// after "/v1/models/": "meta-llama/Llama"), or nullopt when path does not start with prefix, the
+// rest is empty or an escape is malformed.
+std::optional<std::string> path_rest_decoded(std::string_view path, std::string_view prefix);
+
 // One response to one request. Thread-safe: may be used from any thread (the engine thread), also
 // after the handler returned. Exactly one of send() or start_stream()...end() takes effect; later
 // calls are ignored. Dropping the last reference without responding gets the client a 500 (or, mid

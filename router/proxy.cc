@@ -75,15 +75,28 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
     if (only("GET")) responder->send(200, "application/json", R"({"status":"ok"})");
   } else if (path == "/readyz" || path == "/health") {
     if (only("GET")) send_readiness(*responder);
-  } else if (path == "/v1/models") {
+  } else if (path == "/v1/models" || path.starts_with("/v1/models/")) {
     if (!only("GET")) return;
     std::set<std::string> names;
     for (const ReplicaView& r : pool_.snapshot())
       if (r.healthy) names.insert(r.models.begin(), r.models.end());
-    json data = json::array();
-    for (const std::string& n : names) {
-      data.push_back({{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "kvcascade"}});
+    auto model = [](const std::string& n) {
+      return json{{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "kvcascade"}};
+    };
+    if (path != "/v1/models") {  // OpenAI's GET /v1/models/{model} (the SDK's models.retrieve)
+      const std::optional<std::string> id = http::path_rest_decoded(path, "/v1/models/");
+      if (!id || !names.contains(*id)) {
+        http::send_error(*responder, 404,
+                         "model '" + id.value_or("") + "' is not served by any healthy replica",
+                         "invalid_request_error", "model");
+        return;
+      }
+      responder->send(200, "application/json", model(*id).dump());
+      return;
     }
+    json data = json::array();
+    for (const std::string& n : names)
+      data.push_back(model(n));
     responder->send(200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
   } else if (path == "/metrics" && registry_) {
     if (!only("GET")) return;

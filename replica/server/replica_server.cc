@@ -125,6 +125,16 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
     responder->send(200, "application/json", R"({"status":"ok"})");
   } else if (path == "/v1/models") {
     if (only("GET")) responder->send(200, "application/json", models_json());
+  } else if (auto id = http::path_rest_decoded(path, "/v1/models/")) {
+    // OpenAI's GET /v1/models/{model} (the SDK's models.retrieve).
+    if (!only("GET")) return;
+    const json list = json::parse(models_json());
+    if (*id != config_.served_model_name) {
+      http::send_error(*responder, 404, "model '" + *id + "' is not served here",
+                       "invalid_request_error", "model");
+      return;
+    }
+    responder->send(200, "application/json", dump(list["data"][0]));
   } else if (path == "/v1/info") {
     if (only("GET")) responder->send(200, "application/json", info_json());
   } else if (path == "/v1/token_bytes") {

@@ -120,6 +120,8 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop":[1]})").param, "stop");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stop":["a","b","c","d","e"]})").param, "stop");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream":"yes"})").param, "stream");
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})").param,
+            "stream_options");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","seed":"1"})").param, "seed");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","logprobs":21})").param, "logprobs");
   EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","logprobs":true})").param, "logprobs");
@@ -174,8 +176,10 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
   EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + R"(,"logprobs":true,"top_logprobs":21})").param,
             "top_logprobs");
   EXPECT_EQ(err(chat, R"({"model":"m",)" + msgs + R"(,"logprobs":5})").param, "logprobs");
-  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":1}})").param,
-            "stream_options.include_usage");
+  EXPECT_EQ(
+      err(c, R"({"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":1}})")
+          .param,
+      "stream_options.include_usage");
   const ApiError utf8 = err(c, "{\"model\":\"m\",\"prompt\":\"\xff\xfe\"}");
   EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
 }

@@ -539,6 +539,12 @@ TEST_F(RouterTest, BadInputAndAuth) {
     EXPECT_EQ(head->status, 200) << path;
     EXPECT_TRUE(head->body.empty()) << path;
   }
+  // OpenAI's GET /v1/models/{model}: the model a healthy replica serves, else a 404.
+  auto one = c.request("127.0.0.1", port_, "GET", "/v1/models/tiny", "", auth);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(json::parse(one->body)["id"], "tiny");
+  EXPECT_EQ(c.request("127.0.0.1", port_, "GET", "/v1/models/nope", "", auth)->status, 404);
   for (const char* path : {"/v1/models", "/metrics", "/router/state"}) {
     auto head = c.request("127.0.0.1", port_, "HEAD", path, "", auth);
     ASSERT_TRUE(head.ok()) << path;

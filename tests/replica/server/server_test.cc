@@ -37,6 +37,11 @@ TEST_F(ReplicaServerTest, InfoEndpoints) {
   EXPECT_EQ(json::parse(get("/readyz").body)["status"], "ok");
   const json models = json::parse(get("/v1/models").body);
   EXPECT_EQ(models["data"][0]["id"], "tiny");
+  // OpenAI's GET /v1/models/{model} (the SDK's models.retrieve), escapes decoded.
+  EXPECT_EQ(json::parse(get("/v1/models/tiny").body)["id"], "tiny");
+  EXPECT_EQ(json::parse(get("/v1/models/t%69ny").body)["id"], "tiny");
+  EXPECT_EQ(get("/v1/models/other").status, 404);
+  EXPECT_EQ(get("/v1/models/t%6").status, 404);  // a cut escape: no such path
   const json info = json::parse(get("/v1/info").body);
   EXPECT_EQ(info["block_size"], 16);
   EXPECT_EQ(info["replica_id"], "r0");

@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -72,6 +73,9 @@ ReplicaServer::ReplicaServer(EngineLoop& loop, const Engine& engine, ReplicaServ
       config_(std::move(config)) {
   if (config_.served_model_name.empty()) config_.served_model_name = engine_.model().name;
   if (metrics_) metrics_->set_weight_version(config_.weight_version);
+  char tag[9];
+  std::snprintf(tag, sizeof tag, "%08x", static_cast<unsigned>(std::random_device{}()));
+  instance_ = tag;
   if (engine_.key_space() == KeySpace::kTokenIds) {
     const Tokenizer& t = engine_.tokenizer();
     TokenTable table;
@@ -184,7 +188,7 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   }
   const uint64_t number = next_request_++;
   const std::string id = (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") +
-                         config_.replica_id + "-" + std::to_string(number);
+                         config_.replica_id + "-" + instance_ + "-" + std::to_string(number);
   const uint64_t seed = req.seed.value_or(std::random_device{}() ^ (number << 32));
   const Tokenizer& tokenizer = engine_.tokenizer();
   auto state =

@@ -79,6 +79,9 @@ class ReplicaServer {
   // kTokenIds (the only one whose KV events a router matches token-id prompts against).
   std::string token_table_;
   std::atomic<uint64_t> next_request_{1};
+  // A random tag of this process in every response id, so ids stay unique across restarts of a
+  // replica (the counter starts at 1 again).
+  std::string instance_;
   // A weight update is in flight (a second one is a 409). Shared with the update's callback.
   std::shared_ptr<std::atomic<bool>> updating_ = std::make_shared<std::atomic<bool>>(false);
 };

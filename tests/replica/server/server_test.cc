@@ -98,6 +98,29 @@ TEST(ReplicaDefaults, DefaultMaxTokensIsCappedToTheContextLeft) {
   EXPECT_NE(held.body.find("exceeds the model length"), std::string::npos) << held.body;
 }
 
+// Response ids stay unique across restarts: a replica's counter starts at 1 again, its random
+// instance tag does not repeat (two stacks of one replica id stand for two runs).
+TEST(ReplicaIds, ResponseIdsDifferAcrossRestarts) {
+  std::vector<std::string> ids;
+  for (int run = 0; run < 2; ++run) {
+    ReplicaStackConfig rc;
+    rc.server.replica_id = "r0";
+    ReplicaStack stack(
+        std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16),
+        std::make_shared<ByteTokenizer>(), std::move(rc));
+    auto port = stack.listen("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    auto r =
+        http::Client().request("127.0.0.1", *port, "POST", "/v1/completions",
+                               json{{"model", "tiny"}, {"prompt", "id"}, {"max_tokens", 1}}.dump(),
+                               {{"content-type", "application/json"}}, 30s);
+    ASSERT_TRUE(r.ok() && r->status == 200);
+    ids.push_back(json::parse(r->body)["id"]);
+    EXPECT_EQ(ids.back().rfind("cmpl-r0-", 0), 0u) << ids.back();
+  }
+  EXPECT_NE(ids[0], ids[1]);
+}
+
 // A chat reply without max_tokens runs to the end of the context (vLLM's default; OpenAI's is
 // unbounded), or as far as the KV pool holds n of them: never refused for a default.
 TEST(ReplicaDefaults, ChatRepliesWithoutMaxTokensRunToTheContextOrThePool) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct ServerLimits {
   // accept() failed (e.g. out of file descriptors): wait this long before the next one.
   std::chrono::milliseconds accept_backoff{50};
   size_t max_queued_writes_per_send = 64;  // response pieces gathered into one socket write
+  // Called with the status of every response as its head goes out (handlers' and the server's
+  // own refusals alike), on an I/O or handler thread: a status count for metrics. May be empty.
+  std::function<void(int status)> on_response;
 };
 
 struct ClientLimits {

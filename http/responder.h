@@ -97,6 +97,7 @@ class ResponderImpl final : public Responder {
 
   std::string head_lines(int status, std::string_view content_type,
                          const Headers& extra_headers) const {
+    if (const auto& note = session_->core().limits.on_response) note(status);
     std::string head = wire::status_line(status);
     if (!content_type.empty() && wire::header_is_safe("content-type", content_type)) {
       head += "content-type: ";

@@ -383,6 +383,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void reply_error_and_close(int status, const std::string& message,
                              std::string_view type = "invalid_request_error") {
     std::string body = error_body(message, type);
+    if (limits().on_response) limits().on_response(status);
     std::string bytes = wire::status_line(status);
     bytes += "content-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
              "\r\nconnection: close\r\n\r\n";

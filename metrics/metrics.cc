@@ -1,5 +1,7 @@
 #include "metrics/metrics.h"
 
+#include <algorithm>
+
 #include <prometheus/text_serializer.h>
 
 namespace kvc::metrics {
@@ -160,11 +162,24 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r)
               .Help("KV-event feeds dropped for a fresh snapshot, by replica and reason "
                     "(refused_event: the index refused an event; sequence_gap: events missed)")
               .Register(r)),
+      router_responses_total(BuildCounter()
+                                 .Name("kvcascade_router_responses_total")
+                                 .Help("Responses the router sent, by status class (2xx, 3xx, "
+                                       "4xx, 5xx): its own refusals and relayed answers")
+                                 .Register(r)),
       // Unlabelled series exist from the start at zero (labelled ones appear with their replica).
       router_prefix_match_ratio_all(router_prefix_match_ratio.Add({}, ratio_buckets())),
       router_request_seconds_all(router_request_seconds.Add({}, seconds_buckets())) {
   router_retries_total.Add({});
   router_near_miss_prefixes_total.Add({});
+  for (const char* code : {"1xx", "2xx", "3xx", "4xx", "5xx"})
+    router_responses_total.Add({{"code", code}});
+}
+
+void RouterMetrics::count_response(int status) {
+  static constexpr const char* kClass[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+  const int c = std::clamp(status / 100, 1, 5) - 1;
+  router_responses_total.Add({{"code", kClass[c]}}).Increment();
 }
 
 }  // namespace kvc::metrics

@@ -66,6 +66,11 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Histogram>& router_request_seconds;
   prometheus::Family<prometheus::Counter>& router_near_miss_prefixes_total;
   prometheus::Family<prometheus::Counter>& router_kv_event_resyncs_total;  // {replica, reason}
+  // Every response the router's server sent, by status class ("2xx" ... "5xx"): what clients
+  // got, the router's own refusals and the replicas' relayed answers alike.
+  prometheus::Family<prometheus::Counter>& router_responses_total;  // {code}
+  // The series of router_responses_total for a status (200 -> "2xx"); thread-safe.
+  void count_response(int status);
   // The unlabelled series of the two histograms above, looked up once (the proxy observes them
   // on every request).
   prometheus::Histogram& router_prefix_match_ratio_all;

@@ -32,8 +32,10 @@ RouterStack::RouterStack(RouterStackConfig config, const Clock& clock)
     : config_(with_replica_key(std::move(config))),
       indexes_(clock, approx_config(config_), {.ttl = config_.routed_ttl}),
       metrics_(registry_) {
+  http::ServerLimits limits = config_.limits;
+  limits.on_response = [this](int status) { metrics_.count_response(status); };
   http_ = std::make_unique<http::Server>(
-      config_.limits,
+      std::move(limits),
       [this](http::Request r, std::shared_ptr<http::Responder> w) {
         server_->handle(std::move(r), std::move(w));
       },

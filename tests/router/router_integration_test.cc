@@ -261,6 +261,42 @@ TEST_F(RouterTest, DeadReplicaIsRetriedBeforeTheFirstByte) {
 // The stack runs on the clock it is given: identical prompts are a sibling burst while the
 // tracker's window (2 s) lasts on that clock, and are not once it has passed there, however
 // little real time went by.
+// Every response the router sends is counted by status class: its own refusals (a bad n), the
+// replicas' answers it relays (a prompt token the replica refuses) and successes (the second
+// audit found the replicas' 400s counted as routed requests and nowhere else).
+TEST(RouterStackTest, ResponsesAreCountedByStatusClass) {
+  LocalReplica a("a");
+  RouterStackConfig c;
+  c.replicas = {a.address()};
+  c.pool.poll_interval = 50ms;
+  RouterStack stack(c);
+  auto port = stack.start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.error().message;
+  for (int i = 0; i < 200; ++i) {
+    auto s = stack.pool().snapshot();
+    if (!s.empty() && s[0].healthy && s[0].exact) break;
+    std::this_thread::sleep_for(25ms);
+  }
+  http::Client client;
+  auto post = [&](const json& body) {
+    auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
+                            {{"content-type", "application/json"}}, 60s);
+    return r.ok() ? r->status : 0;
+  };
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "counted"}, {"max_tokens", 1}}), 200);
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}, {"n", 0}}), 400);                  // router
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", {104, 300}}, {"max_tokens", 1}}), 400);  // replica
+  const std::string m = client.request("127.0.0.1", *port, "GET", "/metrics")->body;
+  auto value = [&](const std::string& series) {
+    const size_t at = m.find(series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + series.size() + 1));
+  };
+  EXPECT_GE(value("kvcascade_router_responses_total{code=\"2xx\"}"), 1) << m;
+  EXPECT_EQ(value("kvcascade_router_responses_total{code=\"4xx\"}"), 2) << m;
+  EXPECT_EQ(value("kvcascade_router_responses_total{code=\"5xx\"}"), 0) << m;
+  stack.stop();
+}
+
 TEST(RouterStackTest, SiblingWindowRunsOnTheInjectedClock) {
   testing::FakeClock clock;
   LocalReplica a("a"), b("b");

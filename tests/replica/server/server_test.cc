@@ -71,29 +71,43 @@ json generation_defaults(std::vector<int32_t> model_eos,
   return r.ok() ? json::parse(r->body)["generation_defaults"] : json{};
 }
 
+// A tiny replica of its own (64 KV blocks of 16 tokens, the byte tokenizer) on a free port.
+struct TinyReplica {
+  ReplicaStack stack;
+  uint16_t port = 0;
+  explicit TinyReplica(int32_t max_model_len, std::string replica_id = "replica-0")
+      : stack(std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16),
+              std::make_shared<ByteTokenizer>(), config(max_model_len, std::move(replica_id))) {
+    auto p = stack.listen("127.0.0.1", 0);
+    EXPECT_TRUE(p.ok());
+    port = p.ok() ? *p : 0;
+  }
+  static ReplicaStackConfig config(int32_t max_model_len, std::string replica_id) {
+    ReplicaStackConfig rc;
+    rc.engine.scheduler.max_model_len = max_model_len;
+    rc.server.replica_id = std::move(replica_id);
+    return rc;
+  }
+  http::ClientResponse post(const std::string& path, const json& body) const {
+    auto r = http::Client().request("127.0.0.1", port, "POST", path, body.dump(),
+                                    {{"content-type", "application/json"}}, 60s);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : http::ClientResponse{};
+  }
+};
+
 // Without max_tokens the default (16) is capped to what the context leaves, as vLLM does; a
 // max_tokens the client gave is held to and refused when it does not fit.
 TEST(ReplicaDefaults, DefaultMaxTokensIsCappedToTheContextLeft) {
-  ReplicaStackConfig rc;
-  rc.engine.scheduler.max_model_len = 64;
-  ReplicaStack stack(
-      std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16),
-      std::make_shared<ByteTokenizer>(), std::move(rc));
-  auto port = stack.listen("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
-  http::Client client;
-  auto complete = [&](const json& body) {
-    auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
-                            {{"content-type", "application/json"}}, 30s);
-    EXPECT_TRUE(r.ok());
-    return r.ok() ? *r : http::ClientResponse{};
-  };
+  const TinyReplica replica(64);
   const std::string prompt(60, 'p');
-  const auto capped = complete({{"model", "tiny"}, {"prompt", prompt}, {"ignore_eos", true}});
+  const auto capped = replica.post("/v1/completions",
+                                   {{"model", "tiny"}, {"prompt", prompt}, {"ignore_eos", true}});
   ASSERT_EQ(capped.status, 200) << capped.body;
   EXPECT_EQ(json::parse(capped.body)["usage"]["completion_tokens"], 4);
-  const auto held =
-      complete({{"model", "tiny"}, {"prompt", prompt}, {"ignore_eos", true}, {"max_tokens", 16}});
+  const auto held = replica.post(
+      "/v1/completions",
+      {{"model", "tiny"}, {"prompt", prompt}, {"ignore_eos", true}, {"max_tokens", 16}});
   EXPECT_EQ(held.status, 400) << held.body;
   EXPECT_NE(held.body.find("exceeds the model length"), std::string::npos) << held.body;
 }
@@ -103,19 +117,11 @@ TEST(ReplicaDefaults, DefaultMaxTokensIsCappedToTheContextLeft) {
 TEST(ReplicaIds, ResponseIdsDifferAcrossRestarts) {
   std::vector<std::string> ids;
   for (int run = 0; run < 2; ++run) {
-    ReplicaStackConfig rc;
-    rc.server.replica_id = "r0";
-    ReplicaStack stack(
-        std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16),
-        std::make_shared<ByteTokenizer>(), std::move(rc));
-    auto port = stack.listen("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
-    auto r =
-        http::Client().request("127.0.0.1", *port, "POST", "/v1/completions",
-                               json{{"model", "tiny"}, {"prompt", "id"}, {"max_tokens", 1}}.dump(),
-                               {{"content-type", "application/json"}}, 30s);
-    ASSERT_TRUE(r.ok() && r->status == 200);
-    ids.push_back(json::parse(r->body)["id"]);
+    const TinyReplica replica(4096, "r0");
+    const auto r =
+        replica.post("/v1/completions", {{"model", "tiny"}, {"prompt", "id"}, {"max_tokens", 1}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    ids.push_back(json::parse(r.body)["id"]);
     EXPECT_EQ(ids.back().rfind("cmpl-r0-", 0), 0u) << ids.back();
   }
   EXPECT_NE(ids[0], ids[1]);
@@ -125,23 +131,15 @@ TEST(ReplicaIds, ResponseIdsDifferAcrossRestarts) {
 // unbounded), or as far as the KV pool holds n of them: never refused for a default.
 TEST(ReplicaDefaults, ChatRepliesWithoutMaxTokensRunToTheContextOrThePool) {
   for (const auto& [context, n] : {std::pair{96, 1}, std::pair{4096, 8}}) {
-    ReplicaStackConfig rc;
-    rc.engine.scheduler.max_model_len = context;
-    ReplicaStack stack(
-        std::make_unique<CpuBackend>(random_weights(*preset_config("tiny"), 3), 64, 16),
-        std::make_shared<ByteTokenizer>(), std::move(rc));
-    auto port = stack.listen("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
-    http::Client client;
-    const json body = {{"model", "tiny"},
-                       {"messages", {{{"role", "user"}, {"content", std::string(40, 'q')}}}},
-                       {"n", n},
-                       {"ignore_eos", true}};
-    auto r = client.request("127.0.0.1", *port, "POST", "/v1/chat/completions", body.dump(),
-                            {{"content-type", "application/json"}}, 60s);
-    ASSERT_TRUE(r.ok());
-    ASSERT_EQ(r->status, 200) << r->body;
-    const json usage = json::parse(r->body)["usage"];
+    const TinyReplica replica(context);
+    const auto r =
+        replica.post("/v1/chat/completions",
+                     {{"model", "tiny"},
+                      {"messages", {{{"role", "user"}, {"content", std::string(40, 'q')}}}},
+                      {"n", n},
+                      {"ignore_eos", true}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json usage = json::parse(r.body)["usage"];
     const int prompt = usage["prompt_tokens"];
     // The pool's 64 blocks of 16: the prompt's full blocks shared, the rest split over n.
     const int shared = prompt / 16, per_sibling = (64 - shared) / n;

@@ -38,7 +38,11 @@ prometheus::Histogram::BucketBoundaries ratio_buckets() {
 }
 
 ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r)
-    : decode_batch_shared_prefix_tokens(
+    : responses_total(BuildCounter()
+                          .Name("kvcascade_responses_total")
+                          .Help("Responses the replica sent, by status class (2xx, 3xx, 4xx, 5xx)")
+                          .Register(r)),
+      decode_batch_shared_prefix_tokens(
           BuildHistogram()
               .Name("kvcascade_decode_batch_shared_prefix_tokens")
               .Help("Shared-prefix tokens of each candidate cascade level per decode step, kept "
@@ -113,7 +117,9 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r)
                                 .Name("kvcascade_weight_update_seconds")
                                 .Help("Weight updates: waiting for started requests (drain), "
                                       "then reading and writing the weights (load)")
-                                .Register(r)) {}
+                                .Register(r)) {
+  add_status_classes(responses_total);
+}
 
 void ReplicaMetrics::set_weight_version(const std::string& version) {
   std::lock_guard lock(weight_version_mu_);
@@ -172,14 +178,20 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r)
       router_request_seconds_all(router_request_seconds.Add({}, seconds_buckets())) {
   router_retries_total.Add({});
   router_near_miss_prefixes_total.Add({});
-  for (const char* code : {"1xx", "2xx", "3xx", "4xx", "5xx"})
-    router_responses_total.Add({{"code", code}});
+  add_status_classes(router_responses_total);
 }
 
-void RouterMetrics::count_response(int status) {
-  static constexpr const char* kClass[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
-  const int c = std::clamp(status / 100, 1, 5) - 1;
-  router_responses_total.Add({{"code", kClass[c]}}).Increment();
+namespace {
+constexpr const char* kStatusClass[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+}  // namespace
+
+void add_status_classes(prometheus::Family<prometheus::Counter>& family) {
+  for (const char* code : kStatusClass)
+    family.Add({{"code", code}});
+}
+
+void count_status_class(prometheus::Family<prometheus::Counter>& family, int status) {
+  family.Add({{"code", kStatusClass[std::clamp(status / 100, 1, 5) - 1]}}).Increment();
 }
 
 }  // namespace kvc::metrics

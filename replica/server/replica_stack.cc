@@ -19,8 +19,10 @@ ReplicaStack::~ReplicaStack() {
 }
 
 Result<uint16_t> ReplicaStack::listen(const std::string& host, uint16_t port) {
+  http::ServerLimits limits = config_.limits;
+  limits.on_response = [m = metrics_.get()](int status) { m->count_response(status); };
   http_ = std::make_unique<http::Server>(
-      config_.limits,
+      std::move(limits),
       [this](http::Request r, std::shared_ptr<http::Responder> w) {
         server_->handle(std::move(r), std::move(w));
       },

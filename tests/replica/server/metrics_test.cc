@@ -91,6 +91,26 @@ TEST(ReplicaMetrics, SiblingsAndSharedPrefixOfOneNEightRequest) {
   EXPECT_GE(sample(t, "kvcascade_kv_blocks{state=\"cached\"}"), 32);
 }
 
+// Every response is counted by status class, refusals included (the second audit found no
+// per-status count on either server).
+TEST(ReplicaMetrics, ResponsesAreCountedByStatusClass) {
+  LocalReplica replica("m0", 64);
+  http::Client client;
+  auto post = [&](const nlohmann::json& body) {
+    auto r = client.request("127.0.0.1", replica.port(), "POST", "/v1/completions", body.dump(),
+                            {{"content-type", "application/json"}}, 60s);
+    return r.ok() ? r->status : 0;
+  };
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "ok"}, {"max_tokens", 1}}), 200);
+  EXPECT_EQ(post({{"model", "tiny"}, {"prompt", "x"}, {"n", 0}}), 400);
+  EXPECT_EQ(post({{"model", "other"}, {"prompt", "x"}}), 404);
+  auto m = client.request("127.0.0.1", replica.port(), "GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_GE(sample(m->body, "kvcascade_responses_total{code=\"2xx\"}"), 1) << m->body;
+  EXPECT_EQ(sample(m->body, "kvcascade_responses_total{code=\"4xx\"}"), 2) << m->body;
+  EXPECT_EQ(sample(m->body, "kvcascade_responses_total{code=\"5xx\"}"), 0) << m->body;
+}
+
 // A client that leaves mid-stream frees its group's KV at once, with no step after it: the KV
 // block and group gauges follow /v1/load there (they were set only after steps, so the last
 // group's blocks stayed "used" in /metrics; found by an audit, with n = 8: a group of one ended

@@ -67,9 +67,8 @@ int run_tokenize(const TokenizeFlags& f) {
       std::fprintf(stderr, "kvcascade tokenize: %s\n", ids.error().message.c_str());
       return 2;
     }
-    std::string text;
-    for (int32_t id : *ids)
-      text += t.token_bytes(id);  // special tokens included, as Hugging Face's decode does
+    // Special tokens included, and the decoder's leading Strip, as Hugging Face's decode does.
+    const std::string text = t.decode_sequence(*ids);
     if (f.json) {
       std::printf("%s\n", dump({{"text", text}}).c_str());
     } else {

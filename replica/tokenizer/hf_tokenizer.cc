@@ -247,6 +247,15 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::from_json(std::string_view tok
       return Error{where + ": " + s.message()};
     if (j.value("decoder", json()).is_object() && j["decoder"].value("type", "") == "ByteLevel")
       byte_level = true;
+    if (const json& d = j.value("decoder", json());
+        d.is_object() && d.contains("decoders") && d["decoders"].is_array()) {
+      for (const json& step : d["decoders"]) {
+        if (step.is_object() && step.value("type", "") == "Strip" &&
+            step.value("content", "") == " " && step.value("start", 0) > 0) {
+          t->decode_strip_start_ = step.value("start", 0);
+        }
+      }
+    }
     for (const Step& s : t->normalizers_)
       if (s.kind == Step::kSplit || s.kind == Step::kMetaspace)
         return Error{where + ": normalizer: unsupported step"};
@@ -416,6 +425,17 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::from_json(std::string_view tok
     return Error{where + ": " + e.what()};
   }
   return t;
+}
+
+std::string HfTokenizer::decode_sequence(std::span<const int32_t> ids) const {
+  std::string text;
+  for (int32_t id : ids)
+    text += token_bytes(id);
+  size_t strip = 0;
+  while (strip < static_cast<size_t>(decode_strip_start_) && strip < text.size() &&
+         text[strip] == ' ')
+    ++strip;
+  return text.substr(strip);
 }
 
 const std::string& HfTokenizer::piece(int32_t token) const {

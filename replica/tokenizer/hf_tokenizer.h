@@ -61,6 +61,10 @@ class HfTokenizer final : public Tokenizer {
   std::optional<int32_t> token_id(std::string_view piece) const;
   bool is_special(int32_t token) const;
   const ChatTemplateConfig& chat() const { return chat_; }
+  // A whole sequence's text as Hugging Face's decode gives it: the tokens' bytes, less the
+  // leading spaces the decoder's Strip step takes (SentencePiece-style tokenizers such as Llama
+  // 2's: "▁Hello" decodes to "Hello" at the start). Special tokens included.
+  std::string decode_sequence(std::span<const int32_t> ids) const;
 
  private:
   struct Added {
@@ -85,6 +89,7 @@ class HfTokenizer final : public Tokenizer {
   int32_t eos_ = -1;
   std::vector<int32_t> eos_ids_;
   bool round_trips_ = true;
+  int32_t decode_strip_start_ = 0;  // tokenizer.json decoder's Strip of " ": leading ones
   std::string completion_prefix_, completion_suffix_;  // the post-processor's special tokens
   ChatTemplateConfig chat_;
 };

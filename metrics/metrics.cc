@@ -117,9 +117,7 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r)
                                 .Name("kvcascade_weight_update_seconds")
                                 .Help("Weight updates: waiting for started requests (drain), "
                                       "then reading and writing the weights (load)")
-                                .Register(r)) {
-  add_status_classes(responses_total);
-}
+                                .Register(r)) {}
 
 void ReplicaMetrics::set_weight_version(const std::string& version) {
   std::lock_guard lock(weight_version_mu_);
@@ -178,20 +176,19 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r)
       router_request_seconds_all(router_request_seconds.Add({}, seconds_buckets())) {
   router_retries_total.Add({});
   router_near_miss_prefixes_total.Add({});
-  add_status_classes(router_responses_total);
 }
 
 namespace {
 constexpr const char* kStatusClass[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 }  // namespace
 
-void add_status_classes(prometheus::Family<prometheus::Counter>& family) {
-  for (const char* code : kStatusClass)
-    family.Add({{"code", code}});
+StatusClassCounters::StatusClassCounters(prometheus::Family<prometheus::Counter>& family) {
+  for (int i = 0; i < 5; ++i)
+    by_class_[i] = &family.Add({{"code", kStatusClass[i]}});
 }
 
-void count_status_class(prometheus::Family<prometheus::Counter>& family, int status) {
-  family.Add({{"code", kStatusClass[std::clamp(status / 100, 1, 5) - 1]}}).Increment();
+void StatusClassCounters::count(int status) {
+  by_class_[std::clamp(status / 100, 1, 5) - 1]->Increment();
 }
 
 }  // namespace kvc::metrics

@@ -19,16 +19,24 @@ namespace kvc::metrics {
 std::string expose(const prometheus::Registry& registry);
 inline constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
-// Responses by status class: the series "1xx" ... "5xx" of `family` ({code}), made at zero by
-// add_status_classes, one incremented per response (200 -> "2xx"). Thread-safe.
-void add_status_classes(prometheus::Family<prometheus::Counter>& family);
-void count_status_class(prometheus::Family<prometheus::Counter>& family, int status);
+// Responses by status class: the series "1xx" ... "5xx" of a {code} family, made at zero and
+// looked up once, one incremented per response (200 -> "2xx"; a response costs no family
+// lookup). Thread-safe.
+class StatusClassCounters {
+ public:
+  explicit StatusClassCounters(prometheus::Family<prometheus::Counter>& family);
+  void count(int status);
+
+ private:
+  prometheus::Counter* by_class_[5];
+};
 
 struct ReplicaMetrics {
   explicit ReplicaMetrics(prometheus::Registry& registry);
   // Every response the replica's server sent, by status class ({code}: "2xx" ... "5xx").
   prometheus::Family<prometheus::Counter>& responses_total;
-  void count_response(int status) { count_status_class(responses_total, status); }
+  StatusClassCounters response_classes{responses_total};
+  void count_response(int status) { response_classes.count(status); }
 
   // Per decode step, per cascade level kept (and per group when flat): shared tokens, siblings.
   prometheus::Family<prometheus::Histogram>& decode_batch_shared_prefix_tokens;
@@ -77,7 +85,8 @@ struct RouterMetrics {
   // Every response the router's server sent, by status class ("2xx" ... "5xx"): what clients
   // got, the router's own refusals and the replicas' relayed answers alike.
   prometheus::Family<prometheus::Counter>& router_responses_total;  // {code}
-  void count_response(int status) { count_status_class(router_responses_total, status); }
+  StatusClassCounters response_classes{router_responses_total};
+  void count_response(int status) { response_classes.count(status); }
   // The unlabelled series of the two histograms above, looked up once (the proxy observes them
   // on every request).
   prometheus::Histogram& router_prefix_match_ratio_all;

@@ -18,12 +18,25 @@ int64_t unix_ms_now() {
 
 }  // namespace
 
+namespace {
+
+// The load a replica reports before its first step.
+LoadSnapshot initial_load(const Engine& engine, const std::string& weight_version) {
+  LoadSnapshot snap;
+  snap.scheduler = engine.scheduler().counts();
+  snap.blocks = engine.pool().counts();
+  snap.weight_version = weight_version;
+  return snap;
+}
+
+}  // namespace
+
 EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaMetrics* metrics,
                        std::string weight_version)
     : engine_(engine),
       replica_id_(std::move(replica_id)),
       metrics_(metrics),
-      load_{engine.scheduler().counts(), engine.pool().counts(), 0, 0, weight_version},
+      load_(initial_load(engine, weight_version)),
       weight_version_(std::move(weight_version)),
       thread_([this] { run(); }) {
   // Every series a dashboard plots exists from the start (at zero), not only after its first
@@ -170,13 +183,13 @@ void EngineLoop::set_paused(bool paused) {
 }
 
 void EngineLoop::refresh_load() {
-  LoadSnapshot snap{engine_.scheduler().counts(),
-                    engine_.pool().counts(),
-                    num_steps_,
-                    engine_.scheduler().num_preemptions(),
-                    {},
-                    paused_,
-                    pending_update_.has_value()};
+  LoadSnapshot snap;
+  snap.scheduler = engine_.scheduler().counts();
+  snap.blocks = engine_.pool().counts();
+  snap.num_steps = num_steps_;
+  snap.num_preemptions = engine_.scheduler().num_preemptions();
+  snap.paused = paused_;
+  snap.updating = pending_update_.has_value();
   snap.num_computed_tokens = num_computed_tokens_;
   snap.num_finished_requests = num_finished_requests_;
   snap.busy_seconds = busy_seconds_;

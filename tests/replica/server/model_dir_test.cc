@@ -130,7 +130,9 @@ json serve_and_complete(std::unique_ptr<Backend> backend,
   auto r = client.request("127.0.0.1", *port, "POST", "/v1/completions", body.dump(),
                           {{"content-type", "application/json"}}, 60s);
   EXPECT_TRUE(r.ok());
-  if (r.ok()) EXPECT_EQ(r->status, 200) << r->body;
+  if (r.ok()) {
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
   return info.ok() ? json::parse(info->body) : json(nullptr);
 }
 

@@ -132,13 +132,12 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
   } else if (auto id = http::path_rest_decoded(path, "/v1/models/")) {
     // OpenAI's GET /v1/models/{model} (the SDK's models.retrieve).
     if (!only("GET")) return;
-    const json list = json::parse(models_json());
     if (*id != config_.served_model_name) {
       http::send_error(*responder, 404, "model '" + *id + "' is not served here",
                        "invalid_request_error", "model");
       return;
     }
-    responder->send(200, "application/json", dump(list["data"][0]));
+    responder->send(200, "application/json", dump(model_json()));
   } else if (path == "/v1/info") {
     if (only("GET")) responder->send(200, "application/json", info_json());
   } else if (path == "/v1/token_bytes") {
@@ -476,13 +475,16 @@ std::string ReplicaServer::load_json() const {
                {"tick", tick}});
 }
 
+nlohmann::json ReplicaServer::model_json() const {
+  return {{"id", config_.served_model_name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "kvcascade"},
+          {"max_model_len", engine_.config().scheduler.max_model_len}};
+}
+
 std::string ReplicaServer::models_json() const {
-  json model = {{"id", config_.served_model_name},
-                {"object", "model"},
-                {"created", 0},
-                {"owned_by", "kvcascade"},
-                {"max_model_len", engine_.config().scheduler.max_model_len}};
-  return dump({{"object", "list"}, {"data", json::array({model})}});
+  return dump({{"object", "list"}, {"data", json::array({model_json()})}});
 }
 
 }  // namespace kvc

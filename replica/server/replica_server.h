@@ -65,6 +65,7 @@ class ReplicaServer {
              std::shared_ptr<http::Responder> responder);
   std::string info_json() const;
   std::string load_json() const;
+  nlohmann::json model_json() const;  // the served model, as /v1/models lists it
   std::string models_json() const;
 
   EngineLoop& loop_;

@@ -46,18 +46,32 @@ std::set<std::string> metric_names(const std::string& text) {
   return out;
 }
 
-// Waits (bounded) until the router sees every replica healthy (and, with `subscribed`, taking
-// its KV events).
-void wait_for_replicas(RouterStack& router, bool subscribed) {
-  for (int i = 0; i < 100; ++i) {
-    auto s = router.pool().snapshot();
-    if (std::all_of(s.begin(), s.end(),
-                    [&](auto& r) { return r.healthy && (!subscribed || r.exact); })) {
-      return;
+// Two tiny replicas "a" and "b" behind a router of their own, waited for (bounded) until the
+// router sees both healthy (and, with `subscribed`, taking their KV events).
+struct TwoReplicaFleet {
+  LocalReplica a{"a", 512}, b{"b", 512};
+  RouterStack router{config(a, b)};
+  uint16_t port = 0;
+  explicit TwoReplicaFleet(bool subscribed) {
+    auto p = router.start("127.0.0.1", 0);
+    EXPECT_TRUE(p.ok());
+    port = p.ok() ? *p : 0;
+    for (int i = 0; i < 100; ++i) {
+      auto s = router.pool().snapshot();
+      if (std::all_of(s.begin(), s.end(),
+                      [&](auto& r) { return r.healthy && (!subscribed || r.exact); })) {
+        return;
+      }
+      std::this_thread::sleep_for(20ms);
     }
-    std::this_thread::sleep_for(20ms);
   }
-}
+  static RouterStackConfig config(const LocalReplica& a, const LocalReplica& b) {
+    RouterStackConfig rc;
+    rc.replicas = {a.address(), b.address()};
+    rc.pool.poll_interval = 100ms;
+    return rc;
+  }
+};
 
 TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
   const std::string dashboard = read_file(KVC_SOURCE_DIR "/deploy/grafana/kvcascade.json");
@@ -70,17 +84,13 @@ TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
   wanted.erase("kvcascade_");  // the keep-regex prefix in prometheus.yml
   ASSERT_GT(wanted.size(), 15u);
 
-  LocalReplica a("a", 512), b("b", 512);
-  RouterStackConfig rc;
-  rc.replicas = {a.address(), b.address()};
-  rc.pool.poll_interval = 100ms;
-  RouterStack router(rc);
-  auto port = router.start("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
-  wait_for_replicas(router, /*subscribed=*/true);
+  TwoReplicaFleet fleet(/*subscribed=*/true);
+  ASSERT_NE(fleet.port, 0);
+  LocalReplica &a = fleet.a, &b = fleet.b;
+  const uint16_t port = fleet.port;
   http::Client client;
   auto post = [&](const std::string& prompt, int n) {
-    return client.request("127.0.0.1", *port, "POST", "/v1/completions",
+    return client.request("127.0.0.1", port, "POST", "/v1/completions",
                           json{{"model", "tiny"},
                                {"prompt", prompt},
                                {"n", n},
@@ -97,7 +107,7 @@ TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
   (target == "a" ? a : b).stop();
   ASSERT_EQ(post(shared + "four", 1)->status, 200);
 
-  std::string live = client.request("127.0.0.1", *port, "GET", "/metrics")->body;
+  std::string live = client.request("127.0.0.1", port, "GET", "/metrics")->body;
   for (LocalReplica* r : {&a, &b}) {
     if (r->port() == 0) continue;
     if (auto m = client.request("127.0.0.1", r->port(), "GET", "/metrics"); m.ok()) live += m->body;
@@ -112,15 +122,10 @@ TEST(LiveMetricNames, DashboardAndPrometheusConfigNamesAreExposed) {
 // kind (the dashboard's "Upstream errors and retries" panel): the series used to appear only
 // with the first error, so the panel said "No data".
 TEST(LiveMetricNames, UpstreamErrorSeriesExistAtZeroBeforeAnyError) {
-  LocalReplica a("a", 512), b("b", 512);
-  RouterStackConfig rc;
-  rc.replicas = {a.address(), b.address()};
-  rc.pool.poll_interval = 100ms;
-  RouterStack router(rc);
-  auto port = router.start("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
-  wait_for_replicas(router, /*subscribed=*/false);
-  auto m = http::Client().request("127.0.0.1", *port, "GET", "/metrics");
+  TwoReplicaFleet fleet(/*subscribed=*/false);
+  ASSERT_NE(fleet.port, 0);
+  const uint16_t port = fleet.port;
+  auto m = http::Client().request("127.0.0.1", port, "GET", "/metrics");
   ASSERT_TRUE(m.ok());
   const std::string& live = m->body;
   EXPECT_NE(live.find("# TYPE kvcascade_router_upstream_errors_total counter"), std::string::npos);

@@ -168,6 +168,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         body_idle_timeout_(options.body_idle_timeout.value_or(core_->limits.body_idle_timeout)),
         cancellation_(std::move(options.cancellation)),
         on_timeout_(std::move(options.on_timeout)),
+        on_written_(std::move(options.on_written)),
         deadline_(strand_),
         total_timer_(strand_),
         resolver_(strand_) {}
@@ -284,6 +285,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
                        if (self->done_) return;
                        if (ec) return self->retry_or_fail("write to " + self->key_, ec);
                        self->request_written_ = true;
+                       if (self->on_written_) std::exchange(self->on_written_, nullptr)();
                        self->read_header();
                      }));
   }
@@ -389,6 +391,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     on_headers_ = nullptr;
     on_chunk_ = nullptr;
     on_timeout_ = nullptr;
+    on_written_ = nullptr;
     if (on_done) on_done(std::move(status));
   }
 
@@ -409,6 +412,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   const std::chrono::milliseconds body_idle_timeout_;
   const std::shared_ptr<Cancellation> cancellation_;
   std::function<void()> on_timeout_;  // StreamOptions::on_timeout
+  std::function<void()> on_written_;  // StreamOptions::on_written
   Deadline deadline_;                 // of the current step (arm)
   Step step_ = Step::kConnect;
   net::steady_timer total_timer_;
@@ -519,7 +523,8 @@ Client::~Client() {
 Result<ClientResponse> Client::request(const std::string& host, uint16_t port, std::string method,
                                        std::string target, std::string body, Headers headers,
                                        std::chrono::milliseconds timeout,
-                                       std::optional<size_t> max_body_bytes) {
+                                       std::optional<size_t> max_body_bytes,
+                                       StreamOptions options) {
   if (core_->on_io_thread()) return Error{"Client::request called from the client's I/O thread"};
   struct State {
     ClientResponse response;
@@ -533,8 +538,9 @@ Result<ClientResponse> Client::request(const std::string& host, uint16_t port, s
   // The caller's timeout bounds the whole exchange, the wait for the response's header included:
   // a longer one than limits.response_header_timeout (a weight update that drains running
   // requests first answers after minutes) is not cut by that limit.
-  StreamOptions options;
-  options.response_header_timeout = std::max(timeout, core_->limits.response_header_timeout);
+  if (!options.response_header_timeout) {
+    options.response_header_timeout = std::max(timeout, core_->limits.response_header_timeout);
+  }
   start_exchange(
       core_, host, port, std::move(method), std::move(target), std::move(body), std::move(headers),
       [state](int status, const Headers& h) {

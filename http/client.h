@@ -72,6 +72,9 @@ struct StreamOptions {
   // called for a connect timeout, nor while the request was still being written (the server
   // cannot have it whole).
   std::function<void()> on_timeout;
+  // Called once, on the I/O thread, when the whole request has been written to a connection
+  // (the server may have it: an error after this leaves its outcome unknown).
+  std::function<void()> on_written;
 };
 
 // A request body, held by reference count: an exchange (and its retry on a fresh connection)
@@ -129,7 +132,8 @@ class Client {
   Result<ClientResponse> request(const std::string& host, uint16_t port, std::string method,
                                  std::string target, std::string body = {}, Headers headers = {},
                                  std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                                 std::optional<size_t> max_body_bytes = std::nullopt);
+                                 std::optional<size_t> max_body_bytes = std::nullopt,
+                                 StreamOptions options = {});
 
   // Streaming: on_headers(status, headers) once, then on_chunk(bytes) for each piece of body as it
   // arrives (chunk framing removed), then on_done(error or ok) exactly once — also when connecting

@@ -1,6 +1,7 @@
 #include "router/weight_rollout.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include <nlohmann/json.hpp>
@@ -139,19 +140,20 @@ void WeightRollout::run(std::vector<Target> targets, std::string body, int max_p
       calls.emplace_back([&, i] {
         const Target& t = targets[i];
         const auto t0 = std::chrono::steady_clock::now();
+        std::atomic<bool> sent{false};
+        http::StreamOptions options;
+        options.on_written = [&sent] { sent = true; };
         auto r = client_.request(t.host, t.port, "POST", "/v1/admin/weights", body, headers,
-                                 std::chrono::minutes(30));
+                                 std::chrono::minutes(30), std::nullopt, std::move(options));
         json a = {{"replica", t.id},
                   {"seconds",
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
         if (!r.ok()) {
-          // Not connected (http::Client's resolve and connect errors): the update never reached
-          // the replica. Otherwise it was sent and not answered (a timeout, a connection lost):
-          // the replica may still apply it; its version shows in /router/state once it does.
-          const std::string& m = r.error().message;
-          const bool sent = m.rfind("cannot resolve ", 0) != 0 && m.rfind("connect to ", 0) != 0;
+          // Never written to a connection: the update did not reach the replica. Written and
+          // not answered (a timeout, a connection lost): the replica may still apply it; its
+          // version shows in /router/state once it does.
           a["status"] = 0;
-          a["error"] = m;
+          a["error"] = r.error().message;
           a["outcome"] = sent ? "unknown" : "not_sent";
         } else {
           a["status"] = r->status;

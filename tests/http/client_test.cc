@@ -365,6 +365,27 @@ TEST(ClientTest, RequestTimeoutLongerThanTheHeaderLimitWaitsForALateHeader) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
 }
 
+// StreamOptions::on_written says whether the request reached a connection: a caller that gets
+// an error after it cannot tell whether the server acted on the request (a router's fleet weight
+// update reports that replica's outcome as unknown); refused on connect, it never fires.
+TEST(ClientTest, OnWrittenSaysWhetherTheRequestWentOut) {
+  Server server(test_limits(),
+                [](Request, std::shared_ptr<Responder> r) { r->send(200, "text/plain", "ok"); });
+  const uint16_t port = listen_or_die(server);
+  auto sent = [&](uint16_t to) {
+    Client client;  // its own: no kept-alive connection to the stopped server
+    std::atomic<bool> written{false};
+    StreamOptions options;
+    options.on_written = [&written] { written = true; };
+    (void)client.request("127.0.0.1", to, "POST", "/", "x", {}, 5s, std::nullopt,
+                         std::move(options));
+    return written.load();
+  };
+  EXPECT_TRUE(sent(port));
+  server.stop();
+  EXPECT_FALSE(sent(port));  // nothing listens there now: refused on connect
+}
+
 // Pooled connections age on the client's Clock: older than pool_idle_timeout, one is dropped and
 // the next request connects anew; younger, it is reused. No sleeping: a FakeClock moves.
 TEST(ClientTest, PooledConnectionsAgeOnTheInjectedClock) {

@@ -25,6 +25,11 @@ namespace kvc {
 
 enum class Endpoint { kCompletions, kChatCompletions };
 
+// A chat request without max_tokens may run to the end of the context: a bound, not a plan. The
+// completion tokens per sample that routers and replicas plan for such a request ("open") until
+// a replica has seen open requests end (Scheduler::planned_open_completion, GET /v1/load).
+inline constexpr int32_t kPlannedOpenCompletionTokens = 256;
+
 struct ApiLimits {
   int32_t max_n = 256;           // samples per prompt
   int32_t max_tokens = 1 << 16;  // per sample
@@ -50,6 +55,10 @@ struct OpenAiRequest {
   int32_t n = 1;
   int32_t max_tokens = 16;
   bool max_tokens_given = false;  // the client set max_tokens (or chat's max_completion_tokens)
+  // A chat request without max_tokens: bounded by the context only (kPlannedOpenCompletionTokens).
+  bool open_completion() const {
+    return endpoint == Endpoint::kChatCompletions && !max_tokens_given;
+  }
   // Absent: the model's default (its generation_config.json), else 1, 1 and off.
   std::optional<float> temperature;
   std::optional<float> top_p;

@@ -357,7 +357,8 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.prompt_bytes = static_cast<int64_t>(prompt.size());
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
-  rr.max_tokens = req.max_tokens;
+  // A chat request without max_tokens is bounded by the context only: the fleet's plan for one.
+  rr.max_tokens = req.open_completion() ? pool_.planned_open_completion() : req.max_tokens;
   rr.group_size = req.group_size;
   rr.group = group;
   rr.fleet_request_work = pool_.fleet_request_work();
@@ -413,6 +414,7 @@ std::string RouterServer::state_json() {
              {"weight_version_policy", config_.weight_version_policy},
              {"replicas", replicas}};
   if (mean_request) state["fleet_request_work_tokens"] = *mean_request;
+  state["planned_open_completion_tokens"] = pool_.planned_open_completion();
   stats_.to_json(state);
   return state.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -47,6 +47,9 @@ struct GenerationRequest {
   // and the KV pool leave for n samples of this prompt (at least 1), where a client's own
   // max_tokens would be refused.
   bool max_tokens_is_default = false;
+  // ...and it is the context's bound, not a length (a chat request without max_tokens): the work
+  // planned for it is Scheduler::planned_open_completion per sample.
+  bool open_completion = false;
 };
 
 // A token a sibling generated (the model's EOS included: it is the last one then).

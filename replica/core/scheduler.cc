@@ -7,6 +7,8 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "api/openai_request.h"
+
 namespace kvc {
 
 const char* finish_reason_name(FinishReason r) {
@@ -44,7 +46,10 @@ struct Scheduler::StepState {
 };
 
 Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv)
-    : config_(config), kv_(kv), growth_ratio_(config.growth_ratio_max) {
+    : config_(config),
+      kv_(kv),
+      growth_ratio_(config.growth_ratio_max),
+      open_completion_mean_(kPlannedOpenCompletionTokens) {
   // Every running sequence must be able to decode in every step.
   config_.max_tokens_per_step = std::max(config_.max_tokens_per_step, config_.max_num_seqs);
 }
@@ -542,6 +547,11 @@ void Scheduler::finish(SequenceGroup& g, int32_t sibling, FinishReason reason) {
   assert(!s.finished());
   s.finish = reason;
   kv_.release(s);
+  if (g.open_completion && reason != FinishReason::kAbort) {
+    constexpr double kWeight = 1.0 / 64;  // planned_open_completion: about the last 64 samples
+    const auto length = static_cast<double>(s.length() - static_cast<int32_t>(g.prompt.size()));
+    open_completion_mean_ += kWeight * (length - open_completion_mean_);
+  }
   if (!g.all_finished()) return;
   g.state = GroupState::kFinished;
   auto it =
@@ -557,22 +567,32 @@ std::vector<std::unique_ptr<SequenceGroup>> Scheduler::take_finished() {
 
 namespace {
 
-// Tokens a group may still generate: max_tokens per unfinished sibling, less what each generated.
-int64_t decode_tokens_left(const SequenceGroup& g) {
+// Tokens a group is planned to generate still: per unfinished sibling, max_tokens less what it
+// generated, and for an open group no more than `open_plan`.
+int64_t decode_tokens_left(const SequenceGroup& g, int32_t open_plan) {
   const int64_t max_tokens = std::max(g.params.max_tokens, 0);
-  if (g.seqs.empty()) return max_tokens * g.num_samples;
+  auto plan = [&](int64_t generated) {
+    const int64_t left = std::max<int64_t>(0, max_tokens - generated);
+    return g.open_completion ? std::min<int64_t>(left, open_plan) : left;
+  };
+  if (g.seqs.empty()) return plan(0) * g.num_samples;
   const auto prompt = static_cast<int64_t>(g.prompt.size());
   int64_t left = 0;
   for (const Sequence& s : g.seqs) {
-    if (!s.finished()) left += std::max<int64_t>(0, max_tokens - (s.length() - prompt));
+    if (!s.finished()) left += plan(s.length() - prompt);
   }
   return left;
 }
 
 }  // namespace
 
+int32_t Scheduler::planned_open_completion() const {
+  return std::max(1, static_cast<int32_t>(std::lround(open_completion_mean_)));
+}
+
 SchedulerCounts Scheduler::counts() const {
   SchedulerCounts c;
+  c.planned_open_completion_tokens = planned_open_completion();
   // Requests sharing an affinity are one group: running if any member runs.
   std::unordered_set<std::string_view> running_sets, waiting_sets;
   for (const auto& g : running_) {
@@ -595,8 +615,8 @@ SchedulerCounts Scheduler::counts() const {
     }
     c.num_seqs_waiting += seqs;
     c.num_prefill_tokens_queued += tokens;
-    c.num_work_tokens_queued +=
-        (g->preempted ? tokens : g->expected_prefill_tokens) + decode_tokens_left(*g);
+    c.num_work_tokens_queued += (g->preempted ? tokens : g->expected_prefill_tokens) +
+                                decode_tokens_left(*g, c.planned_open_completion_tokens);
   }
   for (const auto& g : running_) {
     int64_t prefill = 0;  // the group's prompt or recompute tokens still to compute
@@ -610,7 +630,7 @@ SchedulerCounts Scheduler::counts() const {
       prefill += std::max(0, s.length() - 1 - s.num_computed);
     }
     c.num_prefill_tokens_queued += prefill;
-    c.num_work_tokens_queued += prefill + decode_tokens_left(*g);
+    c.num_work_tokens_queued += prefill + decode_tokens_left(*g, c.planned_open_completion_tokens);
   }
   return c;
 }

@@ -93,8 +93,10 @@ struct SchedulerCounts {
   // waiting group's as expected at its arrival: its prompt less the prefix cached then, nothing
   // for a member whose prompt another member computes; what a preempted group recomputes) plus
   // the tokens its unfinished sequences may still generate (max_tokens less what they did; a
-  // stop may end them sooner). Routers read it alike (GET /v1/load).
+  // stop may end them sooner; an open group's plan is planned_open_completion_tokens more per
+  // unfinished sample, within max_tokens). Routers read it alike (GET /v1/load).
   int64_t num_work_tokens_queued = 0;
+  int32_t planned_open_completion_tokens = 0;  // Scheduler::planned_open_completion()
 };
 
 class Scheduler {
@@ -148,6 +150,12 @@ class Scheduler {
   // The ids of every started group (what an aborting weight update ends).
   std::vector<uint64_t> started_groups() const;
   SchedulerCounts counts() const;
+  // Completion tokens planned per sample of an open group (SequenceGroup::open_completion): the
+  // mean length of the open samples that ended here (an average over about the last 64; aborted
+  // ones do not count), api/openai_request.h kPlannedOpenCompletionTokens before any. Each
+  // unfinished open sample is planned this many more tokens, however long it already is (as if
+  // lengths had no memory), within its max_tokens.
+  int32_t planned_open_completion() const;
   const std::deque<std::unique_ptr<SequenceGroup>>& waiting() const { return waiting_; }
   const std::vector<std::unique_ptr<SequenceGroup>>& running() const { return running_; }
   KvCacheManager& kv() { return kv_; }
@@ -197,6 +205,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   bool admitting_ = true;
   double growth_ratio_ = 0;
+  double open_completion_mean_;  // planned_open_completion's average
 };
 
 }  // namespace kvc

@@ -54,6 +54,9 @@ struct SequenceGroup {
   // The prompt as a sequence, hashed in the replica's key space (Engine::prepare fills it).
   std::optional<Sequence> prompt_template;
   SamplingParams params;
+  // The client set no max_tokens (a chat request): params.max_tokens is the rest of the context,
+  // a bound; the work it plans is Scheduler::planned_open_completion per sample.
+  bool open_completion = false;
   BlockHash chain_seed;  // model + cache_salt
   // Requests naming the same `group` id (e.g. a GRPO client sending its rollouts one request at
   // a time) are one unit for the scheduler: admitted together when waiting together, preempted

@@ -220,10 +220,10 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
     g.params.top_k = req.top_k.value_or(d.top_k.value_or(0));
     // Without max_tokens, as vLLM: a completion's default (16) and a chat reply's (the rest of
     // the context: OpenAI's is unbounded) are lowered to what the context and the KV pool leave.
-    g.params.max_tokens = req.max_tokens_given || endpoint != Endpoint::kChatCompletions
-                              ? req.max_tokens
-                              : engine_.config().scheduler.max_model_len;
+    g.params.max_tokens =
+        req.open_completion() ? engine_.config().scheduler.max_model_len : req.max_tokens;
     g.max_tokens_is_default = !req.max_tokens_given;
+    g.open_completion = req.open_completion();
     g.params.stop = req.stop;
     g.params.stop_token_ids = req.stop_token_ids;
     g.params.ignore_eos = req.ignore_eos;
@@ -442,6 +442,7 @@ std::string ReplicaServer::load_json() const {
             {"running_sequences", t.scheduler.num_seqs_running},
             {"queued_prefill_tokens", t.scheduler.num_prefill_tokens_queued},
             {"queued_work_tokens", t.scheduler.num_work_tokens_queued},
+            {"planned_open_completion_tokens", t.scheduler.planned_open_completion_tokens},
             {"computed_tokens_total", t.num_computed_tokens},
             {"finished_requests_total", t.num_finished_requests},
             {"busy_seconds_total", t.busy_seconds},
@@ -454,6 +455,7 @@ std::string ReplicaServer::load_json() const {
                {"running_sequences", l.scheduler.num_seqs_running},
                {"queued_prefill_tokens", l.scheduler.num_prefill_tokens_queued},
                {"queued_work_tokens", l.scheduler.num_work_tokens_queued},
+               {"planned_open_completion_tokens", l.scheduler.planned_open_completion_tokens},
                {"computed_tokens_total", l.num_computed_tokens},
                {"finished_requests_total", l.num_finished_requests},
                {"busy_seconds_total", l.busy_seconds},

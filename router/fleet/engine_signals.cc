@@ -154,6 +154,7 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   }
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
+  load.planned_open_completion_tokens = count_field(figures, "planned_open_completion_tokens");
   load.finished_requests_total = count_field(figures, "finished_requests_total");
   load.busy_seconds_total = amount_field(figures, "busy_seconds_total");
   load.steps_total = count_field(figures, &figures != &*j ? "steps_total" : "steps");

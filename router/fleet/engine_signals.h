@@ -65,6 +65,9 @@ struct ReplicaLoad {
   // and the work it has taken on but not done yet (SchedulerCounts::num_work_tokens_queued).
   // Every router reads the same figures: the routed-work signal (replica_pool.h).
   std::optional<int64_t> computed_tokens_total, queued_work_tokens;
+  // kvcascade only: the completion tokens it plans per sample of a chat request without
+  // max_tokens (replica/core/scheduler.h planned_open_completion).
+  std::optional<int64_t> planned_open_completion_tokens;
   // kvcascade only: requests ended since start (their mean work, with computed_tokens_total).
   std::optional<int64_t> finished_requests_total;
   // kvcascade only: seconds the replica spent in steps since start (how busy it is: the pool

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "api/openai_request.h"
 #include "http/sse.h"
 #include "router/fleet/replica_auth.h"
 #include "router/fleet/replica_probe.h"
@@ -199,6 +200,18 @@ std::optional<double> ReplicaPool::fleet_request_work() const {
   return f.computed / f.finished;
 }
 
+int64_t ReplicaPool::planned_open_completion() const {
+  std::lock_guard lock(mu_);
+  int64_t sum = 0, reports = 0;
+  for (const auto& r : replicas_) {
+    if (r && r->view.healthy && r->view.planned_open_completion_tokens) {
+      sum += *r->view.planned_open_completion_tokens;
+      ++reports;
+    }
+  }
+  return reports > 0 ? std::max<int64_t>(1, sum / reports) : kPlannedOpenCompletionTokens;
+}
+
 // The replica's load report: its queue, sequences and work figures.
 void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
                                     bool arrived) {
@@ -206,6 +219,7 @@ void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_
   r.view.running_sequences = load.running;
   r.view.waiting_sequences = load.waiting;
   r.view.step_model = load.step_model;
+  r.view.planned_open_completion_tokens = load.planned_open_completion_tokens;
   if (load.computed_tokens_total) {
     note_work_report_locked(r, load, round, arrived);
   } else {

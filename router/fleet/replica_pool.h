@@ -116,7 +116,10 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   bool paused = false;
   std::optional<double> kv_usage;             // 0..1, when reported
   std::optional<int64_t> kv_capacity_tokens;  // when reported
-  std::string error;                          // why the last poll failed
+  // The completion tokens it plans per sample of a chat request without max_tokens (kvcascade's
+  // /v1/load; api/openai_request.h kPlannedOpenCompletionTokens), when reported.
+  std::optional<int64_t> planned_open_completion_tokens;
+  std::string error;  // why the last poll failed
   std::string load_error;
   // Sent by this router and not yet answered: requests, and their prompts' bytes.
   int64_t in_flight = 0;
@@ -181,6 +184,11 @@ class ReplicaPool {
   // reporting replicas' computed tokens over their ended requests, both decayed over
   // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
   std::optional<double> fleet_request_work() const;
+  // The completion tokens per sample to plan for a chat request without max_tokens (only the
+  // context bounds it): the mean of what the healthy replicas report planning for such requests
+  // (ReplicaView::planned_open_completion_tokens, from the ones they finished), which every
+  // router reads alike; api/openai_request.h kPlannedOpenCompletionTokens where none reports it.
+  int64_t planned_open_completion() const;
   // The routed-work signal's horizon now, in seconds (PoolConfig::routed_work_horizon, stretched
   // by routed_work_requests_per_replica).
   double routed_work_horizon_s() const;

@@ -97,6 +97,9 @@ class FakeReplica {
     weight_loaded_at_ms_ = loaded_at_ms;
   }
   void set_paused(bool paused) { paused_ = paused; }
+  // What /v1/load reports it plans per sample of a chat request without max_tokens (negative:
+  // nothing, as an older replica).
+  void set_planned_open_completion(int64_t tokens) { planned_open_completion_ = tokens; }
   int num_subscriptions() const { return subscriptions_.load(); }
   // Sends `events` on the latest KV-event feed as the replica's next batch (a replica that
   // stored or evicted blocks); false when no feed is open.
@@ -138,6 +141,9 @@ class FakeReplica {
         load["queued_work_tokens"] = queued_work_.load();
         if (busy_seconds_.load() >= 0) load["busy_seconds_total"] = busy_seconds_.load();
         if (finished_.load() >= 0) load["finished_requests_total"] = finished_.load();
+        if (planned_open_completion_.load() >= 0) {
+          load["planned_open_completion_tokens"] = planned_open_completion_.load();
+        }
         if (steps_.load() >= 0) {
           load["steps"] = steps_.load();
           load["step_model"] = {{"overhead_s", step_overhead_s_.load()},
@@ -212,9 +218,10 @@ class FakeReplica {
   std::atomic<int> subscriptions_{0};
   std::atomic<int> abandoned_{0};
   std::atomic<int64_t> computed_total_{0}, queued_work_{0};
-  std::atomic<double> busy_seconds_{-1};  // < 0: not reported
-  std::atomic<int64_t> finished_{-1};     // < 0: not reported
-  std::atomic<int64_t> steps_{-1};        // < 0: not reported
+  std::atomic<double> busy_seconds_{-1};              // < 0: not reported
+  std::atomic<int64_t> finished_{-1};                 // < 0: not reported
+  std::atomic<int64_t> planned_open_completion_{-1};  // < 0: not reported
+  std::atomic<int64_t> steps_{-1};                    // < 0: not reported
   std::atomic<double> step_overhead_s_{0};
   std::atomic<bool> paused_{options_.paused};
   std::mutex mu_;

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api/openai_request.h"
 #include "replica/backend/cpu/cpu_backend.h"
 #include "replica/model/weights.h"
 #include "tests/testing/fake_clock.h"
@@ -266,6 +267,47 @@ TEST_F(EngineTest, QueuedWorkIsTheUncachedPromptPlusTheTokensLeftToGenerate) {
   ASSERT_TRUE(engine.submit(a).ok());
   ASSERT_TRUE(engine.submit(b).ok());
   EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, (2 + 2 * 4) + (100 + 3) + 3);
+}
+
+// A chat request without max_tokens (open: only the context bounds it) is planned
+// Scheduler::planned_open_completion tokens per sample in the queued work routers read, not its
+// bound. The plan follows the lengths of the open samples that end (about the last 64: each
+// moves it 1/64 of the way); other requests' lengths and aborted samples leave it.
+TEST_F(EngineTest, AnOpenRequestIsPlannedTheMeanOpenCompletionNotItsBound) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  auto open = [&](int32_t bound) {
+    GenerationRequest r = request(kSystem + "Q1", 2, 0, bound);  // 82 tokens: 5 full blocks
+    r.max_tokens_is_default = true;
+    r.open_completion = true;
+    return r;
+  };
+  auto run_all = [&] {
+    while (engine.has_work())
+      engine.step();
+  };
+  ASSERT_EQ(engine.scheduler().planned_open_completion(), kPlannedOpenCompletionTokens);
+  const auto first = engine.submit(open(100000));  // lowered to what the pool leaves: > 256
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued,
+            82 + 2 * kPlannedOpenCompletionTokens);
+  EXPECT_EQ(engine.scheduler().counts().planned_open_completion_tokens,
+            kPlannedOpenCompletionTokens);
+  engine.step();  // the prompt and each sample's first token
+  engine.step();
+  engine.abort(*first);  // aborted after 2 tokens: not a length
+  run_all();
+  EXPECT_EQ(engine.scheduler().planned_open_completion(), kPlannedOpenCompletionTokens);
+  ASSERT_TRUE(engine.submit(request(kSystem + "Q2", 2, 0, 4)).ok());  // not open
+  run_all();
+  EXPECT_EQ(engine.scheduler().planned_open_completion(), kPlannedOpenCompletionTokens);
+  // Two open samples that end after 10 tokens (their bound): 256 -> 252.2 -> 248.4.
+  ASSERT_TRUE(engine.submit(open(10)).ok());
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 2 + 2 * 10);  // within the bound
+  run_all();
+  EXPECT_EQ(engine.scheduler().planned_open_completion(), 248);
+  ASSERT_TRUE(engine.submit(open(100000)).ok());
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 2 + 2 * 248);
 }
 
 TEST_F(EngineTest, SiblingsSharePromptBlocksAndFormOneCascadeLevel) {

@@ -2,6 +2,7 @@
 // default max_tokens (capped by the context and the KV pool), response ids across restarts, and
 // the EOS ids /v1/info reports as in effect.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "api/openai_request.h"
 #include "http/client.h"
 #include "replica/backend/cpu/cpu_backend.h"
 #include "replica/model/weights.h"
@@ -113,6 +115,15 @@ TEST(ReplicaDefaults, ChatRepliesWithoutMaxTokensRunToTheContextOrThePool) {
     const int shared = prompt / 16, per_sibling = (64 - shared) / n;
     const int want = std::min(context - prompt, (shared + per_sibling) * 16 - prompt);
     EXPECT_EQ(usage["completion_tokens"], n * want) << "context " << context << " n " << n;
+    // What routers and the replica's own queued work plan for such a reply: each ended sample
+    // moves the plan 1/64 of the way from the prior to its length.
+    double plan = kPlannedOpenCompletionTokens;
+    for (int i = 0; i < n; ++i)
+      plan += (want - plan) / 64;
+    auto load = http::Client().request("127.0.0.1", replica.port, "GET", "/v1/load", "", {}, 10s);
+    ASSERT_TRUE(load.ok());
+    EXPECT_EQ(json::parse(load->body)["planned_open_completion_tokens"], std::lround(plan))
+        << load->body;
   }
 }
 

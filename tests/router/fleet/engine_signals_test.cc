@@ -103,8 +103,10 @@ TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
       R"({"running_sequences":9,"waiting_sequences":1,"queued_prefill_tokens":5,)"
       R"("computed_tokens_total":100,"queued_work_tokens":7,"weight_version":"3",)"
       R"("tick":{"at_ms":1796432854500,"running_sequences":4,"waiting_sequences":2,)"
-      R"("queued_prefill_tokens":3,"computed_tokens_total":90,"queued_work_tokens":6}})");
+      R"("queued_prefill_tokens":3,"computed_tokens_total":90,"queued_work_tokens":6,)"
+      R"("planned_open_completion_tokens":180}})");
   ASSERT_TRUE(load.ok());
+  EXPECT_EQ(load->planned_open_completion_tokens, 180);
   EXPECT_EQ(load->running, 4);
   EXPECT_EQ(load->waiting, 2);
   EXPECT_EQ(load->queued_prefill_tokens, 3);
@@ -118,6 +120,7 @@ TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {
       R"({"running_sequences":9,"computed_tokens_total":100,"queued_work_tokens":7,)"
       R"("busy_seconds_total":12.5,"steps":40})");
   ASSERT_TRUE(live.ok());
+  EXPECT_FALSE(live->planned_open_completion_tokens.has_value());  // an older replica
   EXPECT_EQ(live->running, 9);
   EXPECT_EQ(live->computed_tokens_total, 100);
   EXPECT_DOUBLE_EQ(*live->busy_seconds_total, 12.5);

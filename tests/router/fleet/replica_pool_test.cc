@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api/openai_request.h"
 #include "base/clock.h"
 #include "http/client.h"
 #include "prefix_index/radix_index.h"
@@ -108,6 +109,39 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
   a.set_work(10, 0);  // a restarted: its count starts at the others' mean
   pool.poll_now();
   EXPECT_NEAR(*work(ra), 2000, 1e-3);
+}
+
+// What to plan per sample for a chat request without max_tokens: the mean of what the healthy
+// replicas report planning for one (every router reads the same), the api's prior where none
+// reports it (an older replica, a foreign engine) or the one that did went down.
+TEST(ReplicaPoolCounts, PlannedOpenCompletionIsTheHealthyReplicasMeanElseThePrior) {
+  testing::FakeReplica::Options o;
+  o.report_work = true;
+  o.replica_id = "a";
+  testing::FakeReplica a(o);
+  o.replica_id = "b";
+  testing::FakeReplica b(o);
+  o.replica_id = "old";
+  testing::FakeReplica old(o);
+  http::Client client;
+  SteadyClock clock;
+  FleetIndexes indexes(clock);
+  PoolConfig config;
+  config.poll_timeout = std::chrono::milliseconds(200);
+  ReplicaPool pool(client, indexes, clock, config);
+  (void)*pool.add(a.address());
+  const uint32_t rb = *pool.add(b.address());
+  (void)*pool.add(old.address());
+  pool.poll_now();
+  EXPECT_EQ(pool.planned_open_completion(), kPlannedOpenCompletionTokens);
+  a.set_planned_open_completion(100);
+  b.set_planned_open_completion(301);
+  pool.poll_now();
+  EXPECT_EQ(pool.planned_open_completion(), 200);  // old reports none: not counted
+  b.stall();                                       // b stops answering: its figure leaves the mean
+  pool.poll_now();
+  ASSERT_FALSE(pool.get(rb)->healthy);
+  EXPECT_EQ(pool.planned_open_completion(), 100);
 }
 
 // A pool on a fake clock whose work figures hardly decay (a test's seconds against a 1,000-hour

@@ -114,10 +114,12 @@ void Session::dispatch() {
   watch();
   probe_half_closed(false);
   if (encoding && !request.body.empty()) {
-    // The body would be read as it is: a compressed one as invalid JSON.
-    return send_error(*responder, 415,
-                      "Content-Encoding '" + *encoding +
-                          "' is not supported: send the body uncompressed (identity)");
+    // The body would be read as it is: a compressed one as invalid JSON. Accept-Encoding says
+    // which codings a request may use (RFC 7694): none but identity.
+    return responder->send(415, "application/json",
+                           error_body("Content-Encoding '" + *encoding +
+                                      "' is not supported: send the body uncompressed (identity)"),
+                           {{"accept-encoding", "identity"}});
   }
   try {
     core_->handler(std::move(request), responder);

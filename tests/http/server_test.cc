@@ -214,8 +214,8 @@ TEST(ServerTest, MissingOrRepeatedHostIs400) {
 }
 
 // A target in absolute form (RFC 9112 3.2.2: servers must accept it) reaches the handler in
-// origin form; a body in a Content-Encoding other than identity is a 415, and the connection
-// serves on.
+// origin form; a body in a Content-Encoding other than identity is a 415 naming identity in
+// Accept-Encoding, and the connection serves on.
 TEST(ServerTest, AbsoluteFormTargetsAndEncodedBodies) {
   Server server(short_limits(), echo);
   uint16_t port = listen_or_die(server);
@@ -238,6 +238,7 @@ TEST(ServerTest, AbsoluteFormTargetsAndEncodedBodies) {
   auto r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 415);
+  EXPECT_EQ(r->header("accept-encoding"), "identity");  // RFC 7694: the codings it takes
   expect_error_body(r->body);
   for (const char* identity : {"identity", "identity, identity", "", " , identity"}) {
     ASSERT_TRUE(c.send(std::string("POST /z HTTP/1.1\r\nHost: x\r\nContent-Encoding: ") + identity +

@@ -31,7 +31,9 @@ class NullBackend final : public Backend {
     out.samples.resize(batch.samples.size());
     for (size_t k = 0; k < batch.samples.size(); ++k)
       out.samples[k] = {
-          'a' + (batch.samples[k].position + (same_ ? 0 : batch.samples[k].sibling)) % 26, 0.0f};
+          'a' + (batch.samples[k].position + (same_ ? 0 : batch.samples[k].sibling)) % 26,
+          0.0f,
+          {}};
     out.logits.clear();
     return Status::Ok();
   }

@@ -11,9 +11,9 @@ namespace {
 constexpr char kR[] = "\xEF\xBF\xBD";  // U+FFFD
 
 TEST(ValidUtf8, ValidTextIsUnchanged) {
-  for (const std::string s : {std::string(""), std::string("plain ascii"),
-                              std::string("h\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
-                              std::string("\xED\x9F\xBF\xF4\x8F\xBF\xBF", 7)}) {
+  for (const std::string& s : {std::string(""), std::string("plain ascii"),
+                               std::string("h\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+                               std::string("\xED\x9F\xBF\xF4\x8F\xBF\xBF", 7)}) {
     EXPECT_EQ(valid_utf8(s), s);
   }
 }

@@ -358,7 +358,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
   // A chat request without max_tokens is bounded by the context only: the fleet's plan for one.
-  rr.max_tokens = req.open_completion() ? pool_.planned_open_completion() : req.max_tokens;
+  rr.max_tokens = req.open_completion() ? planned_open_completion(replicas) : req.max_tokens;
   rr.group_size = req.group_size;
   rr.group = group;
   rr.fleet_request_work = pool_.fleet_request_work();
@@ -414,7 +414,7 @@ std::string RouterServer::state_json() {
              {"weight_version_policy", config_.weight_version_policy},
              {"replicas", replicas}};
   if (mean_request) state["fleet_request_work_tokens"] = *mean_request;
-  state["planned_open_completion_tokens"] = pool_.planned_open_completion();
+  state["planned_open_completion_tokens"] = planned_open_completion(views);
   stats_.to_json(state);
   return state.dump(-1, ' ', false, json::error_handler_t::replace);
 }

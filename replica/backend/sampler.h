@@ -29,6 +29,9 @@ struct SamplingParams {
   // (Tokenizer::token_bytes) instead of nothing. EOS and stop_token_ids never add text.
   bool include_stop_str = false;
   bool skip_special_tokens = true;
+  // Nothing but max_tokens ends a sample (no EOS, stop string or stop id applies): its length
+  // is certain.
+  bool runs_to_max_tokens() const { return ignore_eos && stop.empty() && stop_token_ids.empty(); }
 };
 
 // A uniform draw in [0, 1) for sibling `sibling` at token position `position` (from the same

@@ -202,7 +202,8 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
   g->affinity = std::move(request.affinity);
   if (!g->affinity.empty()) g->declared_affinity_size = request.affinity_size;
   g->arrived = clock_.now();
-  g->open_completion = request.open_completion;
+  // A sample that only max_tokens ends has a certain length, open or not.
+  g->open_completion = request.open_completion && !g->params.runs_to_max_tokens();
   if (request.max_tokens_is_default) {
     g->params.max_tokens =
         std::max(1, std::min(g->params.max_tokens, scheduler_.max_tokens_fit(*g)));

@@ -58,9 +58,12 @@ Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv)
 int32_t Scheduler::projected_length(const SequenceGroup& g, int32_t length) const {
   if (!config_.project_growth) return length;
   const int32_t end = static_cast<int32_t>(g.prompt.size()) + g.params.max_tokens;
-  const int32_t left = std::max(0, end - length);
-  const bool certain = g.params.ignore_eos && g.params.stop.empty();
-  if (certain) return length + left;
+  int32_t left = std::max(0, end - length);
+  if (g.params.runs_to_max_tokens()) return length + left;
+  // An open group's bound is the context, not a length: projected as a few of the lengths such
+  // samples reached here (preemption covers the longer ones), or one open chat at a time would
+  // hold a large-context model's pool.
+  if (g.open_completion) left = std::min(left, kOpenGrowthPlans * planned_open_completion());
   return length + static_cast<int32_t>(std::ceil(growth_ratio_ * left));
 }
 
@@ -547,10 +550,12 @@ void Scheduler::finish(SequenceGroup& g, int32_t sibling, FinishReason reason) {
   assert(!s.finished());
   s.finish = reason;
   kv_.release(s);
-  if (g.open_completion && reason != FinishReason::kAbort) {
+  // (Aborted samples never come here: abort() ends them.)
+  if (g.open_completion) {
     constexpr double kWeight = 1.0 / 64;  // planned_open_completion: about the last 64 samples
     const auto length = static_cast<double>(s.length() - static_cast<int32_t>(g.prompt.size()));
     open_completion_mean_ += kWeight * (length - open_completion_mean_);
+    ++num_open_samples_ended_;
   }
   if (!g.all_finished()) return;
   g.state = GroupState::kFinished;
@@ -593,6 +598,7 @@ int32_t Scheduler::planned_open_completion() const {
 SchedulerCounts Scheduler::counts() const {
   SchedulerCounts c;
   c.planned_open_completion_tokens = planned_open_completion();
+  c.num_open_samples_ended = num_open_samples_ended_;
   // Requests sharing an affinity are one group: running if any member runs.
   std::unordered_set<std::string_view> running_sets, waiting_sets;
   for (const auto& g : running_) {

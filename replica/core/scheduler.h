@@ -97,6 +97,7 @@ struct SchedulerCounts {
   // unfinished sample, within max_tokens). Routers read it alike (GET /v1/load).
   int64_t num_work_tokens_queued = 0;
   int32_t planned_open_completion_tokens = 0;  // Scheduler::planned_open_completion()
+  int64_t num_open_samples_ended = 0;          // ...and the open samples it learned from
 };
 
 class Scheduler {
@@ -154,8 +155,10 @@ class Scheduler {
   // mean length of the open samples that ended here (an average over about the last 64; aborted
   // ones do not count), api/openai_request.h kPlannedOpenCompletionTokens before any. Each
   // unfinished open sample is planned this many more tokens, however long it already is (as if
-  // lengths had no memory), within its max_tokens.
+  // lengths had no memory), within its max_tokens; admission projects an open sample's growth
+  // over at most kOpenGrowthPlans of them (projected_length).
   int32_t planned_open_completion() const;
+  static constexpr int32_t kOpenGrowthPlans = 4;
   const std::deque<std::unique_ptr<SequenceGroup>>& waiting() const { return waiting_; }
   const std::vector<std::unique_ptr<SequenceGroup>>& running() const { return running_; }
   KvCacheManager& kv() { return kv_; }
@@ -206,6 +209,7 @@ class Scheduler {
   bool admitting_ = true;
   double growth_ratio_ = 0;
   double open_completion_mean_;  // planned_open_completion's average
+  int64_t num_open_samples_ended_ = 0;
 };
 
 }  // namespace kvc

@@ -420,6 +420,16 @@ std::string ReplicaServer::info_json() const {
        {"attention", engine_.config().cascade.enabled ? "cascade" : "flat"}});
 }
 
+namespace {
+
+// What the replica plans per sample of a chat request without max_tokens, once it has seen such
+// samples end (before: null, so that routers do not average its prior in as a measurement).
+json open_plan(const SchedulerCounts& c) {
+  return c.num_open_samples_ended > 0 ? json(c.planned_open_completion_tokens) : json(nullptr);
+}
+
+}  // namespace
+
 std::string ReplicaServer::load_json() const {
   const LoadSnapshot l = loop_.load();
   json tick = nullptr;
@@ -442,7 +452,7 @@ std::string ReplicaServer::load_json() const {
             {"running_sequences", t.scheduler.num_seqs_running},
             {"queued_prefill_tokens", t.scheduler.num_prefill_tokens_queued},
             {"queued_work_tokens", t.scheduler.num_work_tokens_queued},
-            {"planned_open_completion_tokens", t.scheduler.planned_open_completion_tokens},
+            {"planned_open_completion_tokens", open_plan(t.scheduler)},
             {"computed_tokens_total", t.num_computed_tokens},
             {"finished_requests_total", t.num_finished_requests},
             {"busy_seconds_total", t.busy_seconds},
@@ -455,7 +465,7 @@ std::string ReplicaServer::load_json() const {
                {"running_sequences", l.scheduler.num_seqs_running},
                {"queued_prefill_tokens", l.scheduler.num_prefill_tokens_queued},
                {"queued_work_tokens", l.scheduler.num_work_tokens_queued},
-               {"planned_open_completion_tokens", l.scheduler.planned_open_completion_tokens},
+               {"planned_open_completion_tokens", open_plan(l.scheduler)},
                {"computed_tokens_total", l.num_computed_tokens},
                {"finished_requests_total", l.num_finished_requests},
                {"busy_seconds_total", l.busy_seconds},

@@ -54,6 +54,20 @@ struct ReplicaPool::Replica {
   std::unordered_map<uint64_t, Sent> unacked;  // this router's sends, by note_routed_work id
 };
 
+int64_t planned_open_completion(const std::vector<ReplicaView>& replicas) {
+  double sum = 0;
+  int reports = 0;
+  for (const ReplicaView& r : replicas) {
+    if (r.healthy && r.planned_open_completion_tokens) {
+      // A figure past what any request may ask for is no replica's plan.
+      sum += static_cast<double>(
+          std::clamp<int64_t>(*r.planned_open_completion_tokens, 1, ApiLimits{}.max_tokens));
+      ++reports;
+    }
+  }
+  return reports > 0 ? std::llround(sum / reports) : kPlannedOpenCompletionTokens;
+}
+
 Status parse_replica_address(const std::string& address, std::string& host, uint16_t& port) {
   if (!http::parse_host_port(address, host, port)) {
     return Error{"replica address '" + address + "' is not host:port (port 1-65535, no path)"};
@@ -198,18 +212,6 @@ std::optional<double> ReplicaPool::fleet_request_work() const {
   const FleetWork f = fleet_work_locked();
   if (f.finished < config_.min_requests_for_mean) return std::nullopt;
   return f.computed / f.finished;
-}
-
-int64_t ReplicaPool::planned_open_completion() const {
-  std::lock_guard lock(mu_);
-  int64_t sum = 0, reports = 0;
-  for (const auto& r : replicas_) {
-    if (r && r->view.healthy && r->view.planned_open_completion_tokens) {
-      sum += *r->view.planned_open_completion_tokens;
-      ++reports;
-    }
-  }
-  return reports > 0 ? std::max<int64_t>(1, sum / reports) : kPlannedOpenCompletionTokens;
 }
 
 // The replica's load report: its queue, sequences and work figures.

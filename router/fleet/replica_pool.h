@@ -154,6 +154,13 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   std::optional<StepModel> step_model;
 };
 
+// The completion tokens per sample to plan for a chat request without max_tokens (only the
+// context bounds it) on `replicas` (those serving its model): the mean of what the healthy ones
+// report planning for such requests from those they saw end (ReplicaView::
+// planned_open_completion_tokens), which every router reads alike; api/openai_request.h
+// kPlannedOpenCompletionTokens where none reports it yet.
+int64_t planned_open_completion(const std::vector<ReplicaView>& replicas);
+
 // A replica's address as ReplicaPool::add takes it: "host:port" (an http:// prefix and a trailing
 // '/' accepted; port 1-65535; no path, no other scheme). The error names the address.
 Status parse_replica_address(const std::string& address, std::string& host, uint16_t& port);
@@ -184,11 +191,7 @@ class ReplicaPool {
   // reporting replicas' computed tokens over their ended requests, both decayed over
   // routed_work_horizon; nullopt until they ended PoolConfig::min_requests_for_mean of them.
   std::optional<double> fleet_request_work() const;
-  // The completion tokens per sample to plan for a chat request without max_tokens (only the
-  // context bounds it): the mean of what the healthy replicas report planning for such requests
-  // (ReplicaView::planned_open_completion_tokens, from the ones they finished), which every
-  // router reads alike; api/openai_request.h kPlannedOpenCompletionTokens where none reports it.
-  int64_t planned_open_completion() const;
+
   // The routed-work signal's horizon now, in seconds (PoolConfig::routed_work_horizon, stretched
   // by routed_work_requests_per_replica).
   double routed_work_horizon_s() const;

@@ -50,8 +50,10 @@ struct RouteRequest {
   std::span<const BlockHash> blocks;  // the prompt's chained block hashes
   int64_t prompt_bytes = 0;           // the prompt's size (the byte tokenizer's tokens)
   int32_t block_size = 16;
-  int32_t n = 1;                     // samples: decode load counts n times
-  int64_t max_tokens = 0;            // per sample: the completion work it may ask for
+  int32_t n = 1;  // samples: decode load counts n times
+  // Per sample: the completion work it may ask for (a chat request without max_tokens: the
+  // replicas' planned open completion, router/fleet/replica_pool.h planned_open_completion).
+  int64_t max_tokens = 0;
   int32_t group_size = 0;            // requests declared for `group` (0: not declared)
   std::optional<std::string> group;  // user-supplied sibling group id
   // The prompt's first RouterConfig::affinity_key_blocks blocks: the key of rendezvous and
@@ -109,10 +111,10 @@ struct KvCascadePolicyConfig {
   double bounded_load_factor = 1.25;  // a replica may take up to 1.25x the mean load...
   int32_t bounded_load_slack = 32;    // ...plus this many sequences
   // Bounded work: besides sequences, each replica's recently routed work (its uncached prompt
-  // tokens + n x max_tokens per request, decayed by work_decay per routed request; a declared
-  // group counted whole at its first member) may exceed the mean by work_bound_factor, plus
-  // work_slack_requests mean requests, plus work_lead_factor x the prefill it saves (the prompt
-  // tokens it holds beyond any other replica: moving redoes them and delays the request by
+  // tokens + n x RouteRequest::max_tokens per request, decayed by work_decay per routed request; a
+  // declared group counted whole at its first member) may exceed the mean by work_bound_factor,
+  // plus work_slack_requests mean requests, plus work_lead_factor x the prefill it saves (the
+  // prompt tokens it holds beyond any other replica: moving redoes them and delays the request by
   // them). A prefix whose holder is over the bound moves to the cheapest replica under it (its
   // prefix then replicates to as many replicas as its load needs). 0: off.
   double work_bound_factor = 1.1;

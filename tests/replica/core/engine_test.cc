@@ -271,43 +271,69 @@ TEST_F(EngineTest, QueuedWorkIsTheUncachedPromptPlusTheTokensLeftToGenerate) {
 
 // A chat request without max_tokens (open: only the context bounds it) is planned
 // Scheduler::planned_open_completion tokens per sample in the queued work routers read, not its
-// bound. The plan follows the lengths of the open samples that end (about the last 64: each
-// moves it 1/64 of the way); other requests' lengths and aborted samples leave it.
+// bound, however many it generated. The plan follows the lengths of the open samples that end
+// (about the last 64: each moves it 1/64 of the way); other requests' lengths, aborted samples
+// and open samples whose length is certain (nothing but the bound ends them) leave it.
 TEST_F(EngineTest, AnOpenRequestIsPlannedTheMeanOpenCompletionNotItsBound) {
   CpuBackend backend(weights(), 256, 16);
   Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
-  auto open = [&](int32_t bound) {
+  // Greedy samples that reach their bound (a stop string that never matches keeps the end
+  // uncertain, as EOS would).
+  auto open = [&](int32_t bound, std::string stop = "\x01never") {
     GenerationRequest r = request(kSystem + "Q1", 2, 0, bound);  // 82 tokens: 5 full blocks
     r.max_tokens_is_default = true;
     r.open_completion = true;
+    if (!stop.empty()) r.params.stop = {stop};
     return r;
   };
   auto run_all = [&] {
     while (engine.has_work())
       engine.step();
   };
-  ASSERT_EQ(engine.scheduler().planned_open_completion(), kPlannedOpenCompletionTokens);
+  auto queued = [&] { return engine.scheduler().counts().num_work_tokens_queued; };
+  const int32_t prior = kPlannedOpenCompletionTokens;
+  ASSERT_EQ(engine.scheduler().planned_open_completion(), prior);
   const auto first = engine.submit(open(100000));  // lowered to what the pool leaves: > 256
   ASSERT_TRUE(first.ok());
-  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued,
-            82 + 2 * kPlannedOpenCompletionTokens);
-  EXPECT_EQ(engine.scheduler().counts().planned_open_completion_tokens,
-            kPlannedOpenCompletionTokens);
+  EXPECT_EQ(queued(), 82 + 2 * prior);
+  EXPECT_EQ(engine.scheduler().counts().planned_open_completion_tokens, prior);
+  EXPECT_EQ(engine.scheduler().counts().num_open_samples_ended, 0);
   engine.step();  // the prompt and each sample's first token
   engine.step();
-  engine.abort(*first);  // aborted after 2 tokens: not a length
+  EXPECT_EQ(queued(), 2 * prior);  // running: the plan again, not less what they generated
+  engine.abort(*first);            // aborted after 2 tokens: not a length
   run_all();
-  EXPECT_EQ(engine.scheduler().planned_open_completion(), kPlannedOpenCompletionTokens);
   ASSERT_TRUE(engine.submit(request(kSystem + "Q2", 2, 0, 4)).ok());  // not open
+  ASSERT_TRUE(engine.submit(open(10, "")).ok());  // open, but only its bound ends it: certain
   run_all();
-  EXPECT_EQ(engine.scheduler().planned_open_completion(), kPlannedOpenCompletionTokens);
+  EXPECT_EQ(engine.scheduler().planned_open_completion(), prior);
+  EXPECT_EQ(engine.scheduler().counts().num_open_samples_ended, 0);
   // Two open samples that end after 10 tokens (their bound): 256 -> 252.2 -> 248.4.
   ASSERT_TRUE(engine.submit(open(10)).ok());
-  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 2 + 2 * 10);  // within the bound
+  EXPECT_EQ(queued(), 2 + 2 * 10);  // within the bound
   run_all();
   EXPECT_EQ(engine.scheduler().planned_open_completion(), 248);
+  EXPECT_EQ(engine.scheduler().counts().num_open_samples_ended, 2);
   ASSERT_TRUE(engine.submit(open(100000)).ok());
-  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 2 + 2 * 248);
+  EXPECT_EQ(queued(), 2 + 2 * 248);
+}
+
+// Admission projects an open sample's growth over a few planned lengths
+// (Scheduler::kOpenGrowthPlans), not over its bound: two open chats whose bounds (what the pool
+// leaves, ~2,000 tokens a sample) would each be projected to hold most of the pool run together.
+TEST_F(EngineTest, OpenRequestsAreAdmittedOnTheirPlanNotTheirBound) {
+  CpuBackend backend(weights(), 256, 16);  // 4,096 tokens of KV
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  for (const char* q : {"Q1", "Q2"}) {
+    GenerationRequest r = request(kSystem + q, 2, 0, 100000);
+    r.max_tokens_is_default = true;
+    r.open_completion = true;
+    r.params.stop = {"\x01never"};
+    ASSERT_TRUE(engine.submit(r).ok());
+  }
+  engine.step();
+  EXPECT_EQ(engine.scheduler().waiting().size(), 0u);
+  EXPECT_EQ(engine.scheduler().running().size(), 2u);
 }
 
 TEST_F(EngineTest, SiblingsSharePromptBlocksAndFormOneCascadeLevel) {

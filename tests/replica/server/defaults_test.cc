@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -115,16 +116,42 @@ TEST(ReplicaDefaults, ChatRepliesWithoutMaxTokensRunToTheContextOrThePool) {
     const int shared = prompt / 16, per_sibling = (64 - shared) / n;
     const int want = std::min(context - prompt, (shared + per_sibling) * 16 - prompt);
     EXPECT_EQ(usage["completion_tokens"], n * want) << "context " << context << " n " << n;
-    // What routers and the replica's own queued work plan for such a reply: each ended sample
-    // moves the plan 1/64 of the way from the prior to its length.
-    double plan = kPlannedOpenCompletionTokens;
-    for (int i = 0; i < n; ++i)
-      plan += (want - plan) / 64;
-    auto load = http::Client().request("127.0.0.1", replica.port, "GET", "/v1/load", "", {}, 10s);
-    ASSERT_TRUE(load.ok());
-    EXPECT_EQ(json::parse(load->body)["planned_open_completion_tokens"], std::lround(plan))
-        << load->body;
   }
+}
+
+// What routers plan for a chat reply without max_tokens: /v1/load's
+// planned_open_completion_tokens, null until such a reply whose end was uncertain ended (one
+// that only its bound ends, ignore_eos, teaches nothing); then each ended sample moves it 1/64
+// of the way from the prior to its length.
+TEST(ReplicaDefaults, OpenChatRepliesTeachThePlanRoutersRead) {
+  const TinyReplica replica(512);
+  auto load_after = [&](int finished) {
+    json l;
+    for (int i = 0; i < 200; ++i) {  // the figures follow the reply by a moment
+      auto r = http::Client().request("127.0.0.1", replica.port, "GET", "/v1/load", "", {}, 10s);
+      if (!r.ok()) break;
+      l = json::parse(r->body);
+      if (l["finished_requests_total"] == finished) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return l;
+  };
+  auto chat = [&](bool ignore_eos) {
+    const auto r =
+        replica.post("/v1/chat/completions",
+                     {{"model", "tiny"},
+                      {"messages", {{{"role", "user"}, {"content", "Tell me about the sea."}}}},
+                      {"ignore_eos", ignore_eos}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? json::parse(r.body)["usage"]["completion_tokens"].get<int>() : 0;
+  };
+  chat(true);
+  EXPECT_TRUE(load_after(1)["planned_open_completion_tokens"].is_null());
+  const int length = chat(false);
+  const json l = load_after(2);
+  const double prior = kPlannedOpenCompletionTokens;
+  EXPECT_EQ(l["planned_open_completion_tokens"], std::lround(prior + (length - prior) / 64))
+      << l.dump() << " length " << length;
 }
 
 // /v1/info's eos_token_ids are the ids that end sequences: the tokenizer's EOS tokens and the

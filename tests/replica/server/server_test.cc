@@ -82,9 +82,9 @@ TEST_F(ReplicaServerTest, LoadReportsWorkAndATickThatEveryPollerOfAPeriodSharesA
   for (int i = 0; i < 50 && !same_period; ++i) {
     const json a = load(), b = load();
     ASSERT_TRUE(a["tick"].is_object()) << a.dump();
-    for (const char* f :
-         {"at_ms", "running_sequences", "waiting_sequences", "queued_prefill_tokens",
-          "queued_work_tokens", "computed_tokens_total", "busy_seconds_total", "steps_total"}) {
+    for (const char* f : {"at_ms", "running_sequences", "waiting_sequences",
+                          "queued_prefill_tokens", "queued_work_tokens", "computed_tokens_total",
+                          "busy_seconds_total", "steps_total", "planned_open_completion_tokens"}) {
       EXPECT_TRUE(a["tick"].contains(f)) << f;
     }
     if (a["tick"]["at_ms"] != b["tick"]["at_ms"]) continue;  // the two straddled a period

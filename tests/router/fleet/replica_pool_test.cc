@@ -113,7 +113,8 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
 
 // What to plan per sample for a chat request without max_tokens: the mean of what the healthy
 // replicas report planning for one (every router reads the same), the api's prior where none
-// reports it (an older replica, a foreign engine) or the one that did went down.
+// reports it (an older replica, a foreign engine, one that has seen no such request end) or the
+// one that did went down; a figure past any request's max_tokens is held to it.
 TEST(ReplicaPoolCounts, PlannedOpenCompletionIsTheHealthyReplicasMeanElseThePrior) {
   testing::FakeReplica::Options o;
   o.report_work = true;
@@ -129,19 +130,25 @@ TEST(ReplicaPoolCounts, PlannedOpenCompletionIsTheHealthyReplicasMeanElseThePrio
   PoolConfig config;
   config.poll_timeout = std::chrono::milliseconds(200);
   ReplicaPool pool(client, indexes, clock, config);
-  (void)*pool.add(a.address());
+  const uint32_t ra = *pool.add(a.address());
   const uint32_t rb = *pool.add(b.address());
   (void)*pool.add(old.address());
   pool.poll_now();
-  EXPECT_EQ(pool.planned_open_completion(), kPlannedOpenCompletionTokens);
+  EXPECT_EQ(planned_open_completion(pool.snapshot()), kPlannedOpenCompletionTokens);
   a.set_planned_open_completion(100);
   b.set_planned_open_completion(301);
   pool.poll_now();
-  EXPECT_EQ(pool.planned_open_completion(), 200);  // old reports none: not counted
-  b.stall();                                       // b stops answering: its figure leaves the mean
+  EXPECT_EQ(planned_open_completion(pool.snapshot()), 201);  // old reports none: not counted
+  // The caller's replicas only (route() passes those serving the request's model).
+  EXPECT_EQ(planned_open_completion({*pool.get(ra)}), 100);
+  a.set_planned_open_completion(int64_t{1} << 40);
+  pool.poll_now();
+  EXPECT_EQ(planned_open_completion({*pool.get(ra)}), ApiLimits{}.max_tokens);
+  a.set_planned_open_completion(100);
+  b.stall();  // b stops answering: its figure leaves the mean
   pool.poll_now();
   ASSERT_FALSE(pool.get(rb)->healthy);
-  EXPECT_EQ(pool.planned_open_completion(), 100);
+  EXPECT_EQ(planned_open_completion(pool.snapshot()), 100);
 }
 
 // A pool on a fake clock whose work figures hardly decay (a test's seconds against a 1,000-hour

@@ -27,7 +27,7 @@ Result<std::vector<std::string>> resolve_all(const std::string& name, uint16_t p
       out.push_back(std::string(ip) + ":" + std::to_string(port));
     } else if (a->ai_family == AF_INET6) {
       inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, ip, sizeof ip);
-      out.push_back("[" + std::string(ip) + "]:" + std::to_string(port));
+      out.push_back(std::string("[").append(ip).append("]:").append(std::to_string(port)));
     }
   }
   freeaddrinfo(res);

@@ -79,7 +79,9 @@ TEST(Fp8RuleTest, QuantizedRowsStayWithinHalfAStep) {
       for (int i = 0; i < dim; ++i)
         absmax = std::max(absmax, std::fabs(x[size_t(r) * dim + i]));
       ASSERT_EQ(scales[r], fp8::row_scale(absmax));
-      if (r == 3) EXPECT_EQ(scales[r], 1.0f);
+      if (r == 3) {
+        EXPECT_EQ(scales[r], 1.0f);
+      }
       bool saw_max = false;
       for (int i = 0; i < dim; ++i) {
         const size_t k = size_t(r) * dim + i;
@@ -88,7 +90,9 @@ TEST(Fp8RuleTest, QuantizedRowsStayWithinHalfAStep) {
         const double tol = std::max(std::fabs(x[k]) / 16.0, scales[r] * std::ldexp(1.0, -10));
         EXPECT_LE(std::fabs(double(back[k]) - x[k]), tol * 1.0001) << "row " << r << " i " << i;
       }
-      if (r != 3) EXPECT_TRUE(saw_max) << "row " << r << ": its maximum maps to ±448";
+      if (r != 3) {
+        EXPECT_TRUE(saw_max) << "row " << r << ": its maximum maps to ±448";
+      }
     }
   }
 }

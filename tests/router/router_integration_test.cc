@@ -60,8 +60,10 @@ TEST_F(RouterTest, SiblingBurstsStayTogetherAndTenantsSpread) {
   // Different tenants (cold prefixes) spread over the replicas.
   std::set<std::string> tenants;
   for (int t = 0; t < 12; ++t) {
-    tenants.insert(replica_of(post(
-        {{"model", "tiny"}, {"prompt", long_prompt("t" + std::to_string(t))}, {"max_tokens", 1}})));
+    tenants.insert(
+        replica_of(post({{"model", "tiny"},
+                         {"prompt", long_prompt(std::string("t").append(std::to_string(t)))},
+                         {"max_tokens", 1}})));
   }
   EXPECT_GE(tenants.size(), 2u);
 }

@@ -38,8 +38,8 @@ class RoutedReplicasTest : public ::testing::Test {
     rc.router.debug_headers = true;
     rc.pool.poll_interval = 100ms;
     for (int i = 0; i < 2; ++i) {
-      replicas_.push_back(
-          std::make_unique<LocalReplica>("r" + std::to_string(i), tokenizer_, template_, 512));
+      replicas_.push_back(std::make_unique<LocalReplica>(std::string("r").append(std::to_string(i)),
+                                                         tokenizer_, template_, 512));
       rc.replicas.push_back(replicas_.back()->address());
     }
     router_ = std::make_unique<RouterStack>(rc);

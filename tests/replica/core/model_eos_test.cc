@@ -25,7 +25,9 @@ class IdTokenizer final : public Tokenizer {
       ids.push_back(c % 250);
     return ids;
   }
-  std::string decode(int32_t token) const override { return "<" + std::to_string(token) + ">"; }
+  std::string decode(int32_t token) const override {
+    return std::string("<").append(std::to_string(token)).append(">");
+  }
   bool round_trips() const override { return false; }
   int32_t eos_token() const override { return 299; }
   int32_t vocab_size() const override { return 300; }

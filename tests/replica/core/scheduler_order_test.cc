@@ -137,7 +137,9 @@ TEST(SchedulerOrder, AGroupIsAdmittedWholeOrNotAtAll) {
   EXPECT_FALSE(h.running(b));
   while (h.running(a) && h.engine().has_work()) {
     h.step();
-    if (h.running(a)) EXPECT_FALSE(h.running(b));
+    if (h.running(a)) {
+      EXPECT_FALSE(h.running(b));
+    }
   }
   h.run_to_end();
   EXPECT_EQ(h.admissions(), (std::vector<uint64_t>{a, b}));
@@ -180,7 +182,9 @@ TEST(SchedulerOrder, PreemptionTakesTheYoungestAndItComesBackFirst) {
   }
   ASSERT_GE(at[c].size(), 2u);
   EXPECT_LT(at[c][1], d_at) << "d, newer, was admitted before preempted c came back";
-  if (at[b].size() >= 2) EXPECT_LT(at[b][1], at[c][1]) << "b and c came back out of order";
+  if (at[b].size() >= 2) {
+    EXPECT_LT(at[b][1], at[c][1]) << "b and c came back out of order";
+  }
   EXPECT_EQ(h.finished().size(), 4u);
 }
 

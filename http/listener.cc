@@ -2,6 +2,7 @@
 // descriptors), makes a Session for each, and runs and stops the server (http/server.h).
 #include "http/server.h"
 
+#include "base/hex.h"
 #include "http/session.h"
 
 namespace kvc::http {
@@ -42,12 +43,6 @@ bool method_allowed(std::string_view method, std::string_view allowed) {
 
 std::optional<std::string> path_rest_decoded(std::string_view path, std::string_view prefix) {
   if (path.size() <= prefix.size() || path.substr(0, prefix.size()) != prefix) return std::nullopt;
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
   std::string out;
   for (size_t i = prefix.size(); i < path.size(); ++i) {
     if (path[i] != '%') {
@@ -55,7 +50,7 @@ std::optional<std::string> path_rest_decoded(std::string_view path, std::string_
       continue;
     }
     if (i + 2 >= path.size()) return std::nullopt;  // a cut escape
-    const int hi = hex(path[i + 1]), lo = hex(path[i + 2]);
+    const int hi = hex_digit(path[i + 1]), lo = hex_digit(path[i + 2]);
     if (hi < 0 || lo < 0) return std::nullopt;
     out += static_cast<char>(hi * 16 + lo);
     i += 2;

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/hex.h"
 #include "base/utf8.h"
 
 namespace kvc {
@@ -66,13 +67,6 @@ const json* member(const json& object, const char* key) {
 std::optional<BlockHash> hash_value(const json& j) {
   if (!j.is_string()) return std::nullopt;
   return parse_block_hash(j.get_ref<const std::string&>());
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 json hash_array(const std::vector<BlockHash>& hashes) {

@@ -179,7 +179,7 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
   // their default (what this server does anyway).
   struct Neutral {
     const char* key;
-    json value;  // null: only null (absent) is neutral (and an empty list or object, below)
+    json value;  // besides null (absent), the neutral value; null: only null
     const char* only;
   };
   const Neutral neutral[] = {
@@ -193,20 +193,16 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
       {"length_penalty", 1.0, "1"},
       {"prompt_logprobs", nullptr, "null"},
       {"allowed_token_ids", nullptr, "null"},
-      {"bad_words", nullptr, "null or []"},
-      {"logits_processors", nullptr, "null or []"},
-      {"vllm_xargs", nullptr, "null or {}"},
+      // An empty list of banned words or processors, or of extra arguments, asks for nothing.
+      {"bad_words", json::array(), "null or []"},
+      {"logits_processors", json::array(), "null or []"},
+      {"vllm_xargs", json::object(), "null or {}"},
       {"chat_template", nullptr, "null: the model's own template is used"},
       {"documents", nullptr, "null"},
   };
   for (const Neutral& n : neutral) {
     auto it = j.find(n.key);
     if (it == j.end() || it->is_null() || (!n.value.is_null() && *it == n.value)) continue;
-    // An empty list of banned words or processors, or of extra arguments, asks for nothing.
-    const std::string_view key = n.key;
-    const bool empty = (it->is_array() || it->is_object()) && it->empty();
-    if (empty && (key == "bad_words" || key == "logits_processors" || key == "vllm_xargs"))
-      continue;
     return bad(n.key, std::string("is not supported by this server (only ") + n.only + ")");
   }
   if (auto it = j.find("tool_choice"); it != j.end() && !it->is_null()) {

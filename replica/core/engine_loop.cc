@@ -16,11 +16,7 @@ int64_t unix_ms_now() {
       .count();
 }
 
-}  // namespace
-
-namespace {
-
-// The load a replica reports before its first step.
+// The load a replica reports before its first step (its engine thread not started yet).
 LoadSnapshot initial_load(const Engine& engine, const std::string& weight_version) {
   LoadSnapshot snap;
   snap.scheduler = engine.scheduler().counts();

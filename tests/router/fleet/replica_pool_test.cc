@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -54,28 +55,37 @@ TEST(ReplicaPoolCounts, PendingPrefillLastsUntilTheAnswerStartsOrTheTryEnds) {
   pool.prefill_started(r + 7, 10);
 }
 
+// Replicas "a" and "b" reporting their work figures and "old" reporting none (a replica from
+// before them), in a pool on the steady clock.
+struct TwoReportersAndAnOldOne {
+  static testing::FakeReplica::Options options(std::string id, bool report_work) {
+    testing::FakeReplica::Options o;
+    o.replica_id = std::move(id);
+    o.report_work = report_work;
+    return o;
+  }
+  explicit TwoReportersAndAnOldOne(const PoolConfig& config)
+      : pool(client, indexes, clock, config),
+        ra(*pool.add(a.address())),
+        rb(*pool.add(b.address())),
+        rold(*pool.add(old.address())) {}
+  testing::FakeReplica a{options("a", true)}, b{options("b", true)}, old{options("old", false)};
+  http::Client client;
+  SteadyClock clock;
+  FleetIndexes indexes{clock};
+  ReplicaPool pool;
+  const uint32_t ra, rb, rold;
+};
+
 // The routed-work signal: what a replica reports (its computed tokens, decayed, plus the work
 // queued there), which every router reads alike, plus this router's sends since that report. A
 // send counts until a report asked for after it; a failed send counts no more; a replica that
 // restarts (its counter goes back) starts at the others' mean; one that reports nothing has none.
 TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
-  testing::FakeReplica::Options o;
-  o.report_work = true;
-  o.replica_id = "a";
-  testing::FakeReplica a(o);
-  o.replica_id = "b";
-  testing::FakeReplica b(o);
-  o.replica_id = "old";
-  o.report_work = false;
-  testing::FakeReplica old(o);
-  http::Client client;
-  SteadyClock clock;
-  FleetIndexes indexes(clock);
   PoolConfig config;
   config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
-  ReplicaPool pool(client, indexes, clock, config);
-  const uint32_t ra = *pool.add(a.address()), rb = *pool.add(b.address());
-  const uint32_t rold = *pool.add(old.address());
+  TwoReportersAndAnOldOne f(config);
+  auto [a, b, pool, ra, rb, rold] = std::tie(f.a, f.b, f.pool, f.ra, f.rb, f.rold);
   auto work = [&](uint32_t r) { return pool.get(r)->routed_work; };
 
   a.set_work(5000, 300);
@@ -116,23 +126,10 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
 // reports it (an older replica, a foreign engine, one that has seen no such request end) or the
 // one that did went down; a figure past any request's max_tokens is held to it.
 TEST(ReplicaPoolCounts, PlannedOpenCompletionIsTheHealthyReplicasMeanElseThePrior) {
-  testing::FakeReplica::Options o;
-  o.report_work = true;
-  o.replica_id = "a";
-  testing::FakeReplica a(o);
-  o.replica_id = "b";
-  testing::FakeReplica b(o);
-  o.replica_id = "old";
-  testing::FakeReplica old(o);
-  http::Client client;
-  SteadyClock clock;
-  FleetIndexes indexes(clock);
   PoolConfig config;
   config.poll_timeout = std::chrono::milliseconds(200);
-  ReplicaPool pool(client, indexes, clock, config);
-  const uint32_t ra = *pool.add(a.address());
-  const uint32_t rb = *pool.add(b.address());
-  (void)*pool.add(old.address());
+  TwoReportersAndAnOldOne f(config);
+  auto [a, b, pool, ra, rb] = std::tie(f.a, f.b, f.pool, f.ra, f.rb);
   pool.poll_now();
   EXPECT_EQ(planned_open_completion(pool.snapshot()), kPlannedOpenCompletionTokens);
   a.set_planned_open_completion(100);

@@ -21,6 +21,8 @@ namespace {
 
 namespace cg = cooperative_groups;
 
+#include "kernels/cuda/mbarrier.cuh"  // mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait
+
 constexpr int kBN = 256;  // weight rows per CTA (wgmma M: two warpgroups x two m64 tiles)
 constexpr int kBM = 128;  // activation rows (wgmma N)
 constexpr int kBK = 64;   // K per stage: one 128-byte swizzle row of bf16
@@ -48,28 +50,6 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 }
 
 #ifdef KVC_DECODE_GEMM_DEVICE
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1,
                                             uint64_t* bar) {
   asm volatile(

@@ -291,6 +291,26 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
       r["cascade_vs_flat_rel_l2"] = rel_l2_16(a, b, pool.fp8);
     }
   }
+  // The same plan with the warp-specialised prefix pass (sm_90), and its output against the
+  // shared-grid cascade's on slot 0.
+  if (kc::current_device_has_ws_prefix() && !t.nodes.empty()) {
+    kc::PlanOptions ws;
+    ws.ws_prefix = 1;
+    const CascadeRun run(l, pool, stream, ws);
+    r["cascade_ws_ms"] = time_layers(
+        [&](int i, cudaStream_t s) { return run.layer(i, q.data(), out.data(), nullptr, s); },
+        stream, iters);
+    r["ws_prefix_ctas"] = run.plan.num_prefix_ctas;
+    r["ws_node_chunk_tokens"] = run.plan.node_chunk_tokens;
+    const CascadeRun shared(l, pool, stream);
+    BENCH_CHECK(shared.layer(0, q.data(), out_ref.data(), nullptr, stream));
+    BENCH_CHECK(run.layer(0, q.data(), out.data(), nullptr, stream));
+    BENCH_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> a(rows * d), b(rows * d);
+    out.download(a.data(), a.size() * 2);
+    out_ref.download(b.data(), b.size() * 2);
+    r["cascade_ws_vs_shared_rel_l2"] = rel_l2_16(a, b, pool.fp8);
+  }
   // The two passes alone (the worked example and the tree): the tree with no private tokens
   // (prefix pass + merge), and the private tokens with no tree (suffix pass + merge).
   if (with_shared && !cascade_only) {
@@ -349,6 +369,12 @@ void print_row(const nlohmann::json& r) {
               r["batch"].get<int>(), r["groups"].get<int>(), get("flat_ms"), get("flat_shared_ms"),
               get("cascade_ms"), get("floor_ms"), get("ratio"), 100 * get("flat_bw_fraction"),
               100 * get("cascade_bw_fraction"));
+  if (r.contains("cascade_ws_ms"))
+    std::printf(
+        "%-22s   warp-specialised prefix pass: %.3f ms (%d CTAs, chunks of %d tokens; "
+        "rel. L2 against the shared grid %.2e)\n",
+        "", get("cascade_ws_ms"), r["ws_prefix_ctas"].get<int>(),
+        r["ws_node_chunk_tokens"].get<int>(), get("cascade_ws_vs_shared_rel_l2"));
   if (r.contains("prefix_pass_ms"))
     std::printf(
         "%-22s   passes alone: prefix %.3f ms, suffix %.3f ms (4-head CTAs %.3f); "

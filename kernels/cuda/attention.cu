@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefix.cuh"
+#include "kernels/cuda/attention_prefix_ws.cuh"
 #include "kernels/cuda/block_reduce.cuh"  // block_max
 #include "kernels/fp8_rule.h"
 
@@ -289,8 +290,17 @@ cudaError_t merge(const MergeParams& mp, cudaStream_t stream) {
 // ---- launch ---------------------------------------------------------------------------------
 
 template <int D, typename T, bool kFp8>
-cudaError_t launch_typed(const AttendParams& ap, int64_t grid, int64_t wide_grid,
+cudaError_t launch_typed(const AttendParams& ap, int64_t ws_grid, int64_t grid, int64_t wide_grid,
                          const MergeParams& mp, cudaStream_t stream) {
+  if (ws_grid > 0) {
+    constexpr int kWsSmem = ws_smem_bytes<D, kFp8>();
+    static const cudaError_t ws_attr = cudaFuncSetAttribute(
+        prefix_ws_kernel<D, T, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmem);
+    if (ws_attr != cudaSuccess) return ws_attr;
+    prefix_ws_kernel<D, T, kFp8>
+        <<<static_cast<unsigned>(ws_grid), kWsThreads, kWsSmem, stream>>>(ap);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
   constexpr int kSmem = smem_bytes<D, kFp8>();
   static const cudaError_t attr = cudaFuncSetAttribute(
       cascade_kernel<D, T, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -311,22 +321,24 @@ cudaError_t launch_typed(const AttendParams& ap, int64_t grid, int64_t wide_grid
   return mp.num_rows > 0 ? merge<D, T>(mp, stream) : cudaSuccess;
 }
 
-// grid: cascade_kernel CTAs (prefix CTAs, then 4-head decode items); wide_grid:
-// decode_wide_kernel CTAs (8-head decode items).
+// ws_grid: prefix_ws_kernel CTAs (the warp-specialised prefix pass, first); grid: cascade_kernel
+// CTAs (prefix CTAs, then 4-head decode items); wide_grid: decode_wide_kernel CTAs (8-head decode
+// items).
 cudaError_t launch(const AttentionShape& shape, KvDtype dtype, bool fp8, const AttendParams& ap,
-                   int64_t grid, int64_t wide_grid, const MergeParams& mp, cudaStream_t stream) {
+                   int64_t ws_grid, int64_t grid, int64_t wide_grid, const MergeParams& mp,
+                   cudaStream_t stream) {
   using bf16 = __nv_bfloat16;
   const bool f16 = dtype == KvDtype::kF16;
   if (fp8 && f16) return cudaErrorInvalidValue;  // an FP8 cache serves bf16 queries
   switch (shape.head_dim) {
     case 64:
-      return fp8   ? launch_typed<64, bf16, true>(ap, grid, wide_grid, mp, stream)
-             : f16 ? launch_typed<64, __half, false>(ap, grid, wide_grid, mp, stream)
-                   : launch_typed<64, bf16, false>(ap, grid, wide_grid, mp, stream);
+      return fp8   ? launch_typed<64, bf16, true>(ap, ws_grid, grid, wide_grid, mp, stream)
+             : f16 ? launch_typed<64, __half, false>(ap, ws_grid, grid, wide_grid, mp, stream)
+                   : launch_typed<64, bf16, false>(ap, ws_grid, grid, wide_grid, mp, stream);
     case 128:
-      return fp8   ? launch_typed<128, bf16, true>(ap, grid, wide_grid, mp, stream)
-             : f16 ? launch_typed<128, __half, false>(ap, grid, wide_grid, mp, stream)
-                   : launch_typed<128, bf16, false>(ap, grid, wide_grid, mp, stream);
+      return fp8   ? launch_typed<128, bf16, true>(ap, ws_grid, grid, wide_grid, mp, stream)
+             : f16 ? launch_typed<128, __half, false>(ap, ws_grid, grid, wide_grid, mp, stream)
+                   : launch_typed<128, bf16, false>(ap, ws_grid, grid, wide_grid, mp, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -383,7 +395,8 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
 
   AttendParams ap = base_params(shape, quant, q, k_cache, v_cache, part_o, part_lse);
   ap.num_node_items = plan.num_node_items;
-  ap.num_prefix_ctas = plan.num_prefix_ctas;
+  const int64_t ws_grid = plan.ws_prefix ? plan.num_prefix_ctas : 0;
+  ap.num_prefix_ctas = plan.ws_prefix ? 0 : plan.num_prefix_ctas;
   ap.node_items = reinterpret_cast<const int4*>(dp + off.node_items);
   ap.node_block_indptr = dp + off.node_block_indptr;
   ap.node_block_indices = dp + off.node_block_indices;
@@ -400,7 +413,7 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   const int per_cta = plan.wide_path ? kDecodeHeadsPerCta : kCascadeHeadsPerCta;
   const int64_t decode_ctas = int64_t{plan.num_seqs} * plan.suffix.num_splits *
                               ((shape.num_kv_heads + per_cta - 1) / per_cta);
-  const int64_t grid = plan.num_prefix_ctas + (plan.wide_path ? 0 : decode_ctas);
+  const int64_t grid = ap.num_prefix_ctas + (plan.wide_path ? 0 : decode_ctas);
   const int64_t wide_grid = plan.wide_path ? decode_ctas : 0;
 
   MergeParams mp{};
@@ -415,7 +428,7 @@ cudaError_t cascade_decode(const AttentionShape& shape, KvDtype dtype,
   mp.out = out;
   mp.lse = lse;
   if (fp8_out != nullptr) mp.fp8 = *fp8_out;
-  return launch(shape, dtype, quant.fp8, ap, grid, wide_grid, mp, stream);
+  return launch(shape, dtype, quant.fp8, ap, ws_grid, grid, wide_grid, mp, stream);
 }
 
 cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void* q,
@@ -450,8 +463,8 @@ cudaError_t paged_decode(const AttentionShape& shape, KvDtype dtype, const void*
   mp.lse = lse;
   const int per_cta = wide ? kDecodeHeadsPerCta : kCascadeHeadsPerCta;
   const int64_t ctas = units * ((shape.num_kv_heads + per_cta - 1) / per_cta);
-  return wide ? launch(shape, dtype, quant.fp8, ap, 0, ctas, mp, stream)
-              : launch(shape, dtype, quant.fp8, ap, ctas, 0, mp, stream);
+  return wide ? launch(shape, dtype, quant.fp8, ap, 0, 0, ctas, mp, stream)
+              : launch(shape, dtype, quant.fp8, ap, 0, ctas, 0, mp, stream);
 }
 
 }  // namespace kvc::kernels::cuda

@@ -43,6 +43,9 @@ inline constexpr int kKvTileTokens = 64;
 inline constexpr int kNodeRowTile = 64;
 // CTAs of the cascade kernel resident on one SM (its launch bounds; the planner's slots).
 inline constexpr int kCascadeCtasPerSm = 3;
+// Stacked query rows of one item of the warp-specialised prefix pass (sm_90a: one CTA per SM, a
+// producer warpgroup and two consumer warpgroups of 64 rows on the same K/V stages).
+inline constexpr int kWsNodeRowTile = 128;
 
 // How each sequence's KV range is cut across CTAs: split j of a sequence covers tokens
 // [j * split_tokens, (j + 1) * split_tokens).
@@ -72,6 +75,13 @@ DecodeSplit choose_decode_split(const AttentionShape& shape, int num_seqs, int m
 
 // SMs of the current device (queried once per process).
 int current_device_sms();
+// Whether the current device runs the warp-specialised prefix pass (compute capability 9.0, the
+// sm_90a build); false without a device.
+bool current_device_has_ws_prefix();
+// PlanOptions::ws_prefix for the engine's decode steps from the environment (read once):
+// KVC_WS_PREFIX=1 turns the warp-specialised prefix pass on (0 or unset: off). A knob for
+// same-binary A/B runs of `kvcascade bench engine`.
+int ws_prefix_override();
 
 // A CascadePlan compiled for the device: work lists and partial-slot offsets packed into one int32
 // array (`host`), copied with one cudaMemcpyAsync into a caller-owned device buffer by
@@ -82,9 +92,12 @@ struct DeviceCascadePlan {
   int32_t num_node_items = 0;     // (node, kv_head, chunk, row tile) work items
   int32_t node_chunk_tokens = 0;  // every node's KV is cut into chunks of this many tokens
   int32_t num_prefix_ctas = 0;    // persistent CTAs that run the node items
-  DecodeSplit suffix;             // the suffix pass's split
-  bool wide_path = false;         // no nodes and num_kv_heads % 8 == 0: the suffix pass runs on the
-                                  // 8-head flat-decode CTAs
+  // The prefix pass runs on its own launch of warp-specialised CTAs (one per SM, items of
+  // kWsNodeRowTile rows) before the suffix pass, instead of sharing the cascade kernel's grid.
+  bool ws_prefix = false;
+  DecodeSplit suffix;      // the suffix pass's split
+  bool wide_path = false;  // no nodes and num_kv_heads % 8 == 0: the suffix pass runs on the
+                           // 8-head flat-decode CTAs
   int32_t max_suffix_len = 0;
   int64_t num_node_units = 0;  // partial units of the node passes (chunk x member)
 
@@ -106,7 +119,11 @@ struct DeviceCascadePlan {
 // Planning knobs for experiments and tests; the defaults are what cascade decode should use.
 struct PlanOptions {
   int prefix_ctas_per_sm = 0;  // 1..3 forces that many prefix CTAs per SM; 0: cost model
-  bool no_wide_path = false;   // a plan without nodes still runs on the cascade kernel's CTAs
+  // 1: the warp-specialised prefix pass (DeviceCascadePlan::ws_prefix) where the device has it
+  // (sm_90); 0 or -1: the shared grid. Opt-in: measured at par with the shared grid, not faster
+  // (docs/kernels-cuda.md, Round 8), so the cost model does not choose it.
+  int ws_prefix = 0;
+  bool no_wide_path = false;  // a plan without nodes still runs on the cascade kernel's CTAs
   // The cache's bytes per element (1: FP8 codes, KvQuant::fp8): the cost model's KV bytes, and
   // its prefix tiles' time (an FP8 prefix item widens its codes first).
   int kv_element_bytes = 2;

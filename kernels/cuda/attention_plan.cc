@@ -1,6 +1,7 @@
 // Host side of kernels/cuda/attention.h: split choices and the device plan's packing.
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/attention.h"
@@ -68,6 +69,29 @@ int current_device_sms() {
   return sms;
 }
 
+bool current_device_has_ws_prefix() {
+  static const bool has = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major == 9 && minor == 0;  // the sm_90a build's wgmma and setmaxnreg
+  }();
+  return has;
+}
+
+int ws_prefix_override() {
+  static const int v = [] {
+    const char* e = std::getenv("KVC_WS_PREFIX");
+    if (e == nullptr || *e == '\0') return 0;
+    return std::strcmp(e, "0") == 0 ? -1 : 1;
+  }();
+  return v;
+}
+
 DecodeSplit choose_decode_split(int64_t rows, int max_seq_len, int slots) {
   const int tiles = std::max(1, ceil_div(max_seq_len, kKvTileTokens));
   rows = std::max<int64_t>(rows, 1);
@@ -105,9 +129,11 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   // pass runs as 4-head decode CTAs in the cascade kernel's grid, after the prefix CTAs; with a
   // prefix pass its splits are at most kMaxSharedSplitTiles long, so that the decode CTAs that
   // share SMs with prefix CTAs come in pieces small enough to even out the finish.
-  d.wide_path = decode_wide_path(shape) && num_nodes == 0 && !options.no_wide_path;
+  // The warp-specialised prefix pass runs alone, and the suffix pass after it as flat decode does.
+  d.ws_prefix = num_nodes > 0 && options.ws_prefix > 0 && current_device_has_ws_prefix();
+  d.wide_path = decode_wide_path(shape) && (num_nodes == 0 || d.ws_prefix) && !options.no_wide_path;
   const int64_t decode_rows = int64_t{num_seqs} * head_groups(shape);
-  if (d.wide_path) {
+  if (d.wide_path || d.ws_prefix) {
     d.suffix = choose_decode_split(shape, num_seqs, d.max_suffix_len, num_sms);
   } else {
     d.suffix = choose_decode_split(decode_rows, d.max_suffix_len, num_sms * kCascadeCtasPerSm);
@@ -116,7 +142,8 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
       d.suffix = {ceil_div(d.max_suffix_len, max_tokens), max_tokens};
   }
 
-  // Node chunks: one chunk length for every node, chosen by the same wave model for the number of
+  // Node chunks: one chunk length for every node (with the warp-specialised pass: the one that
+  // fits the items to one CTA per SM best), chosen by the same wave model for the number of
   // prefix CTAs (one or two per SM) whose estimated finish is earlier: one per SM leaves the
   // other slot to the suffix pass's CTAs, so the two passes overlap; two per SM run the prefix
   // pass faster and the suffix after it.
@@ -127,7 +154,8 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
         (plan.node_block_indptr[n + 1] - plan.node_block_indptr[n]) * shape.block_size;
     members[n] = plan.node_seq_indptr[n + 1] - plan.node_seq_indptr[n];
     node_tiles[n] = ceil_div(tokens, kKvTileTokens);
-    node_row_tiles[n] = ceil_div(int64_t{members[n]} * g, kNodeRowTile);
+    node_row_tiles[n] =
+        ceil_div(int64_t{members[n]} * g, d.ws_prefix ? kWsNodeRowTile : kNodeRowTile);
     max_tiles = std::max(max_tiles, node_tiles[n]);
   }
   auto items_for = [&](int c) {
@@ -169,6 +197,10 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   }
   if (options.prefix_ctas_per_sm >= 1 && options.prefix_ctas_per_sm <= kCascadeCtasPerSm)
     k = options.prefix_ctas_per_sm;
+  if (d.ws_prefix) {
+    k = 1;
+    chunk_tiles[k] = choose_piece_tiles(max_tiles, num_sms, items_for);
+  }
   d.node_chunk_tokens = chunk_tiles[k] * kKvTileTokens;
   d.num_prefix_ctas = num_nodes == 0 ? 0
                                      : static_cast<int32_t>(std::min<int64_t>(

@@ -70,49 +70,35 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[kTile / 16][4],
 // P V. Elsewhere each warp runs mma.sync m16n8k16 over [64 tokens x D] rows swizzled the same way.
 // q and the output are in T, the products in M (fp16 over an FP8 cache, whose codes go through
 // kStages raw stages after the one M stage: smem_bytes).
-template <int D, typename T, bool kFp8>
-__device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uint32_t smem_base) {
-  using M = MmaType<T, kFp8>;
-  constexpr int kCpr = D / 8;                         // 16-byte chunks per token row
-  constexpr int kPer = kTile * kCpr / kThreads;       // consecutive rows per thread (8 or 4)
-  constexpr int kPitch = D * sizeof(M);               // bytes per token row (mma.sync layout)
-  constexpr int kStageBytes = kTile * D * sizeof(M);  // one of K or V
-  constexpr int kBlockBytes = kTile * 128;            // one 64-column block (wgmma layout)
-  // Stage s's K at stage_at(s), its V v_at bytes on (warp_ops.cuh stage_k).
-  constexpr uint32_t v_at = stage_v<kFp8, kStageBytes>;
-  auto stage_at = [smem_base](int s) { return stage_k<kFp8, kStageBytes>(smem_base, s); };
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int qr = lane >> 2, qc = lane & 3;
 
-  const int4 it = p.node_items[item];  // {node, kv_head, chunk, row tile}
-  const int node = it.x, kv_head = it.y;
-  const int seq_begin = p.node_seq_indptr[node];
-  const int members = p.node_seq_indptr[node + 1] - seq_begin;
-  const int tokens = (p.node_block_indptr[node + 1] - p.node_block_indptr[node]) * p.block_size;
-  const int t_begin = it.z * p.node_chunk_tokens;
-  const int t_end = min(tokens, t_begin + p.node_chunk_tokens);
-  const int end = members * p.group;  // stacked rows
-  const int row0 = it.w * kNodeRowTile;
-  const int32_t* seqs = p.node_seq_indices + seq_begin;
-  const int64_t unit = p.node_unit_base[node] + int64_t{it.z} * members;
-
-  // Rows of this thread: R_lo = row0 + 16 warp + qr, R_hi = R_lo + 8. Their sequences are loaded
-  // before the first stage's copies are issued (a cp.async orders the loads after it), so the
-  // two dependent loads (page table, sequence index) share one round trip.
-  int32_t row_seq[2];
-  int row_head[2], row_member[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int R = row0 + warp * 16 + qr + 8 * h;
-    const bool ok = R < end;
-    row_member[h] = ok ? R / p.group : -1;
-    row_head[h] = kv_head * p.group + (ok ? R % p.group : 0);
-    row_seq[h] = ok ? __ldg(seqs + row_member[h]) : 0;
+// A prefix item's KV range: node, KV head, tokens [t_begin, t_end) of the node's chunk, tiles.
+struct PrefixSpan {
+  int node, kv_head, t_begin, t_end, num_tiles;
+  __device__ __forceinline__ PrefixSpan(const AttendParams& p, const int4& it)
+      : node(it.x), kv_head(it.y) {
+    const int tokens = (p.node_block_indptr[node + 1] - p.node_block_indptr[node]) * p.block_size;
+    t_begin = it.z * p.node_chunk_tokens;
+    t_end = min(tokens, t_begin + p.node_chunk_tokens);
+    num_tiles = (t_end - t_begin + kTile - 1) / kTile;
   }
+};
 
-  StageLoader<kPer, 1, M, kFp8, D> ld;
-  ld.template init<D>(p, p.node_block_indices + p.node_block_indptr[node],
-                      kv_head * D + (tid % kCpr) * 8, tid / kCpr * kPer, t_begin, t_end, kTile);
+// The stage loader of a prefix item for the loading thread `tid` of 128 (one warpgroup): its
+// kPer token rows and 16-byte column of each 64-token stage, at the offsets of the stage layout
+// above (wgmma on sm_90a, mma.sync elsewhere).
+template <int D, typename M, bool kFp8>
+using PrefixLoader = StageLoader<kTile*(D / 8) / kThreads, 1, M, kFp8, D>;
+template <int D, typename M, bool kFp8>
+__device__ __forceinline__ PrefixLoader<D, M, kFp8> prefix_loader(const AttendParams& p,
+                                                                  const PrefixSpan& sp, int tid) {
+  constexpr int kCpr = D / 8;                    // 16-byte chunks per token row
+  constexpr int kPer = kTile * kCpr / kThreads;  // consecutive rows per thread (8 or 4)
+  constexpr int kPitch = D * sizeof(M);          // bytes per token row (mma.sync layout)
+  constexpr int kBlockBytes = kTile * 128;       // one 64-column block (wgmma layout)
+  PrefixLoader<D, M, kFp8> ld;
+  ld.template init<D>(p, p.node_block_indices + p.node_block_indptr[sp.node],
+                      sp.kv_head * D + (tid % kCpr) * 8, tid / kCpr * kPer, sp.t_begin, sp.t_end,
+                      kTile);
   ld.one_block = p.block_size % kPer == 0;
   if constexpr (kWgmmaPrefix) {
     ld.sm_row = (tid % kCpr) / 8 * kBlockBytes + ld.tok0 * 128;
@@ -124,8 +110,66 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     ld.sm_chunk = tid % kCpr;
   }
   ld.raw_row = ld.tok0 * D + (tid % kCpr) * 8;
+  return ld;
+}
 
-  const int num_tiles = (t_end - t_begin + kTile - 1) / kTile;
+// The two stacked rows of a thread in a warpgroup whose 64 rows start at row0 (R_lo = row0 +
+// 16 warp + qr, R_hi = R_lo + 8): their query rows in q and partial rows in the workspace (-1:
+// padding). The sequences are loaded first, so that the page-table and sequence-index loads
+// share one round trip when the caller issues its first copies between the two calls.
+struct PrefixRows {
+  int32_t seq[2];
+  int head[2], member[2];
+  int64_t q_row[2], part_row[2];
+
+  __device__ __forceinline__ void load(const AttendParams& p, const int4& it, int row0, int warp,
+                                       int qr) {
+    const int seq_begin = p.node_seq_indptr[it.x];
+    const int end = (p.node_seq_indptr[it.x + 1] - seq_begin) * p.group;  // stacked rows
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int R = row0 + warp * 16 + qr + 8 * h;
+      const bool ok = R < end;
+      member[h] = ok ? R / p.group : -1;
+      head[h] = it.y * p.group + (ok ? R % p.group : 0);
+      seq[h] = ok ? __ldg(p.node_seq_indices + seq_begin + member[h]) : 0;
+    }
+  }
+  __device__ __forceinline__ void locate(const AttendParams& p, const int4& it) {
+    const int seq_begin = p.node_seq_indptr[it.x];
+    const int members = p.node_seq_indptr[it.x + 1] - seq_begin;
+    const int64_t unit = p.node_unit_base[it.x] + int64_t{it.z} * members;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool ok = member[h] >= 0;
+      q_row[h] = ok ? int64_t{seq[h]} * p.num_q_heads + head[h] : -1;
+      part_row[h] = ok ? (unit + member[h]) * p.num_q_heads + head[h] : -1;
+    }
+  }
+  // Whether any of the warpgroup's 64 rows is a query row.
+  __device__ __forceinline__ static bool any(const AttendParams& p, const int4& it, int row0) {
+    return row0 < (p.node_seq_indptr[it.x + 1] - p.node_seq_indptr[it.x]) * p.group;
+  }
+};
+
+template <int D, typename T, bool kFp8>
+__device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uint32_t smem_base) {
+  using M = MmaType<T, kFp8>;
+  constexpr int kPitch = D * sizeof(M);               // bytes per token row (mma.sync layout)
+  constexpr int kStageBytes = kTile * D * sizeof(M);  // one of K or V
+  // Stage s's K at stage_at(s), its V v_at bytes on (warp_ops.cuh stage_k).
+  constexpr uint32_t v_at = stage_v<kFp8, kStageBytes>;
+  auto stage_at = [smem_base](int s) { return stage_k<kFp8, kStageBytes>(smem_base, s); };
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qr = lane >> 2, qc = lane & 3;
+
+  const int4 it = p.node_items[item];  // {node, kv_head, chunk, row tile}
+  const PrefixSpan sp(p, it);
+  const int row0 = it.w * kNodeRowTile;
+  PrefixRows rows;
+  rows.load(p, it, row0, warp, qr);
+  auto ld = prefix_loader<D, M, kFp8>(p, sp, tid);
+  const int num_tiles = sp.num_tiles;
   ld.fetch(0);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -135,18 +179,11 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     }
     cp_async_commit();
   }
-
-  int64_t q_row[2], part_row[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool ok = row_member[h] >= 0;
-    q_row[h] = ok ? int64_t{row_seq[h]} * p.num_q_heads + row_head[h] : -1;
-    part_row[h] = ok ? (unit + row_member[h]) * p.num_q_heads + row_head[h] : -1;
-  }
+  rows.locate(p, it);
   // wgmma needs all 4 warps; mma.sync skips warps whose 16 rows are all padding.
-  const bool warp_active = kWgmmaPrefix || row0 + warp * 16 < end;
+  const bool warp_active = kWgmmaPrefix || PrefixRows::any(p, it, row0 + warp * 16);
   uint32_t qf[D / 16][4];
-  load_q<D, T, M>(qf, p.q, q_row[0], q_row[1], qc);
+  load_q<D, T, M>(qf, p.q, rows.q_row[0], rows.q_row[1], qc);
   const LaneOffsets lo(lane, kPitch);
   RowState<D> st;
 
@@ -195,8 +232,8 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
       }
     }
 
-    const int t0 = t_begin + tile * kTile;
-    st.softmax(s, p.scale_log2, t0 + kTile > t_end, t0 + qc * 2, t_end);
+    const int t0 = sp.t_begin + tile * kTile;
+    st.softmax(s, p.scale_log2, t0 + kTile > sp.t_end, t0 + qc * 2, sp.t_end);
 
     // O += P V: P's accumulator layout is the A fragment of the next product.
     uint32_t pa[kTile / 16][4];
@@ -205,9 +242,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
       wgmma_pv<D, M>(st.o, pa, vs);
       if (tile + kStages - 1 < num_tiles) ld.fetch(tile + kStages);
       wgmma_wait_all();
-#pragma unroll
-      for (int h = 0; h < D / 64; ++h)
-        fence_regs(reinterpret_cast<float(&)[8][4]>(st.o[h * 8]));
+      fence_o(st.o);
     } else {
 #pragma unroll
       for (int kk = 0; kk < kTile / 16; ++kk) {
@@ -227,7 +262,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   st.reduce_sums();
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    if (part_row[h] >= 0) st.store(p, h, part_row[h], qc, p.scale_log2);
+    if (rows.part_row[h] >= 0) st.store(p, h, rows.part_row[h], qc, p.scale_log2);
 }
 
 }  // namespace

@@ -105,10 +105,15 @@ __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_wait_all() {
+// Waits until at most N of this warp's committed wgmma groups are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
 #if KVC_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  wgmma_wait<0>();
 }
 // Orders this thread's generic-proxy shared-memory writes (cp.async) before async-proxy reads.
 __device__ __forceinline__ void fence_proxy_async() {
@@ -123,6 +128,36 @@ __device__ __forceinline__ void fence_regs(float (&c)[8][4]) {
 #pragma unroll
     for (int x = 0; x < 4; ++x)
       asm volatile("" : "+f"(c[j][x])::"memory");
+}
+
+// The same for an O accumulator of N n-tiles (N / 8 wgmma outputs of 64 columns).
+template <int N>
+__device__ __forceinline__ void fence_o(float (&o)[N][4]) {
+  static_assert(N % 8 == 0);
+#pragma unroll
+  for (int h = 0; h < N / 8; ++h)
+    fence_regs(reinterpret_cast<float(&)[8][4]>(o[h * 8]));
+}
+// Register budgets of a warp-specialised kernel's warpgroups (setmaxnreg, sm_90a): a producer
+// gives registers back, the consumers take them.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if KVC_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if KVC_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+// Named barrier `id` over `threads` threads (whole warps): wait, or arrive without waiting.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // D[64 x 64] (+)= A[64 x 16] x B[16 x 64] for the warpgroup (the CTA's 4 warps). This thread's

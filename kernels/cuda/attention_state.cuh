@@ -210,12 +210,12 @@ template <int D>
 struct RowState : OnlineSoftmax<D> {
   // Folds one tile of raw scores s (NJ n-tiles of 8 tokens; element c of s[j] is token
   // tbase + 8j + (c & 1)) into the state and turns s into the tile's probabilities. Tokens at or
-  // past t_end are masked when `partial`.
-  template <int NJ>
+  // past t_end are masked when `partial`. rescale: as OnlineSoftmax::fold's.
+  template <int NJ, typename Rescale = RescaleNow>
   __device__ __forceinline__ void softmax(float (&s)[NJ][4], float scale_log2, bool partial,
-                                          int tbase, int t_end) {
+                                          int tbase, int t_end, Rescale rescale = {}) {
     const int lim[2] = {t_end, t_end};
-    this->fold(s, scale_log2, partial, tbase, lim);
+    this->fold(s, scale_log2, partial, tbase, lim, rescale);
   }
 
   // Writes row h (0: qr, 1: qr + 8) as a normalised partial at part row pr (after the sums were

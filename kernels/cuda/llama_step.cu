@@ -106,6 +106,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
       return Error{"decode without a plan"};
     PlanOptions po;
     po.kv_element_bytes = d.fp8_kv ? 1 : 2;
+    po.ws_prefix = ws_prefix_override();
     dplan = make_device_plan(*st.plan, I.shape, 0, po);
     KVC_TRY(I.grow(&I.decode_plan_buf, &I.decode_plan_bytes, dplan.device_bytes()),
             "decode plan buffer");
@@ -335,6 +336,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
            dplan.suffix.num_splits,
            dplan.suffix.split_tokens,
            dplan.wide_path,
+           dplan.ws_prefix,
            dplan.num_node_units,
            o.node_block_indptr,
            o.node_block_indices,

@@ -4,6 +4,8 @@
 // file's anonymous namespace, like warp_ops.cuh.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cuda/warp_ops.cuh"  // ex2
 
 // The including file has <math_constants.h> (CUDART_INF_F) at its top.
@@ -28,6 +30,11 @@ __device__ __forceinline__ float tree_reduce(float (&v)[N], Op op) {
   return v[0];
 }
 
+// How fold rescales O when a row's reference maximum moves: at once by default (RescaleNow);
+// the pipelined prefix pass defers it (its P V products may still be writing O) by passing a
+// callable that keeps the two rows' factors for OnlineSoftmax::scale_o after their wait.
+struct RescaleNow {};
+
 // This thread's share of its warp's 16 rows: rows qr (h = 0) and qr + 8 (h = 1), with raw-score
 // reference maxima m, sums l of 2^(s * scale_log2 - m * scale_log2) over this thread's columns,
 // and O accumulators (D / 8 n-tiles of the m16n8 layout: o[n][2h], o[n][2h + 1] are row h,
@@ -50,10 +57,10 @@ struct OnlineSoftmax {
 
   // Folds NJ n-tiles of raw scores into the state and turns s into their probabilities. Element
   // c of s[j] is row c / 2, token tbase + 8j + (c & 1); when `masked`, tokens at or past the
-  // row's limit lim[c / 2] get probability 0.
-  template <int NJ>
+  // row's limit lim[c / 2] get probability 0. O is rescaled as `rescale` says (RescaleNow: here).
+  template <int NJ, typename Rescale = RescaleNow>
   __device__ __forceinline__ void fold(float (&s)[NJ][4], float scale_log2, bool masked, int tbase,
-                                       const int (&lim)[2]) {
+                                       const int (&lim)[2], Rescale rescale = {}) {
     if (masked) {
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
@@ -94,12 +101,10 @@ struct OnlineSoftmax {
         m[h] = mn;
         l[h] *= a[h];
       }
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][0] *= a[0];
-        o[n][1] *= a[0];
-        o[n][2] *= a[1];
-        o[n][3] *= a[1];
+      if constexpr (std::is_same_v<Rescale, RescaleNow>) {
+        scale_o(a);
+      } else {
+        rescale(a);
       }
     }
     float ref[2];
@@ -117,6 +122,17 @@ struct OnlineSoftmax {
     }
     l[0] += tree_reduce<NJ>(lj[0], [](float a, float b) { return a + b; });
     l[1] += tree_reduce<NJ>(lj[1], [](float a, float b) { return a + b; });
+  }
+
+  // O's rows times a[0] (row qr) and a[1] (row qr + 8).
+  __device__ __forceinline__ void scale_o(const float (&a)[2]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= a[0];
+      o[n][1] *= a[0];
+      o[n][2] *= a[1];
+      o[n][3] *= a[1];
+    }
   }
 
   // Each thread summed its own columns: the row sums are the quad's.

@@ -1,5 +1,6 @@
 // The cascade plan's host-side choices (kernels/cuda/attention_plan.cc): prefix CTAs per SM by
 // the cost model, and decode splits that fill the GPU. No device needed.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -11,27 +12,30 @@
 namespace kvc::kernels {
 namespace {
 
+// The seed's rollout: 2 groups of 64 siblings under 4,096-token prefixes (16-token blocks), each
+// sibling `suffix` private tokens.
+CascadePlan seed_example(int suffix) {
+  CascadePlan p;
+  int32_t next = 0;
+  for (int g = 0; g < 2; ++g) {
+    std::vector<int32_t> blocks, members;
+    for (int b = 0; b < 256; ++b)
+      blocks.push_back(next++);
+    for (int m = 0; m < 64; ++m)
+      members.push_back(g * 64 + m);
+    p.add_node(blocks, members);
+  }
+  for (int s = 0; s < 128; ++s) {
+    std::vector<int32_t> blocks;
+    for (int b = 0; b < (suffix + 15) / 16; ++b)
+      blocks.push_back(next++);
+    p.add_suffix(blocks, suffix);
+  }
+  return p;
+}
+
 TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {
   const AttentionShape sh{32, 8, 128, 16, 0.088f};
-  auto seed_example = [&](int suffix) {
-    CascadePlan p;
-    int32_t next = 0;
-    for (int g = 0; g < 2; ++g) {
-      std::vector<int32_t> blocks, members;
-      for (int b = 0; b < 256; ++b)
-        blocks.push_back(next++);
-      for (int m = 0; m < 64; ++m)
-        members.push_back(g * 64 + m);
-      p.add_node(blocks, members);
-    }
-    for (int s = 0; s < 128; ++s) {
-      std::vector<int32_t> blocks;
-      for (int b = 0; b < (suffix + 15) / 16; ++b)
-        blocks.push_back(next++);
-      p.add_suffix(blocks, suffix);
-    }
-    return p;
-  };
   // A short suffix: the prefix pass dominates, prefix CTAs on every slot (3 per SM).
   const cuda::DeviceCascadePlan short_suffix = cuda::make_device_plan(seed_example(16), sh, 132);
   EXPECT_GT(short_suffix.num_prefix_ctas, 264);
@@ -83,6 +87,40 @@ TEST(CudaAttentionPlanTest, PrefixCtasFollowTheCostModel) {
   // Forced either way.
   EXPECT_LE(cuda::make_device_plan(seed_example(16), sh, 132, {1}).num_prefix_ctas, 132);
   EXPECT_GT(cuda::make_device_plan(seed_example(1024), sh, 132, {2}).num_prefix_ctas, 132);
+}
+
+// The warp-specialised prefix pass, forced (PlanOptions::ws_prefix = 1) where the device has it:
+// 128-row items (the seed's 256 stacked rows of a node and KV head are two), at most one CTA per
+// SM, and the suffix pass after it as flat decode plans it (8-head CTAs). Elsewhere, or not
+// forced, or forbidden: the shared grid's plan.
+TEST(CudaAttentionPlanTest, WarpSpecialisedPrefixPassPlan) {
+  const AttentionShape sh{32, 8, 128, 16, 0.088f};
+  cuda::PlanOptions ws, off;
+  ws.ws_prefix = 1;
+  off.ws_prefix = -1;
+  for (int suffix : {16, 1024}) {
+    const CascadePlan plan = seed_example(suffix);
+    const cuda::DeviceCascadePlan shared = cuda::make_device_plan(plan, sh, 132);
+    EXPECT_FALSE(shared.ws_prefix);
+    EXPECT_FALSE(cuda::make_device_plan(plan, sh, 132, off).ws_prefix);
+    const cuda::DeviceCascadePlan d = cuda::make_device_plan(plan, sh, 132, ws);
+    if (!cuda::current_device_has_ws_prefix()) {
+      EXPECT_FALSE(d.ws_prefix);
+      EXPECT_EQ(d.host, shared.host);
+      continue;
+    }
+    ASSERT_TRUE(d.ws_prefix);
+    const int chunks = (4096 + d.node_chunk_tokens - 1) / d.node_chunk_tokens;
+    EXPECT_EQ(d.node_chunk_tokens % cuda::kKvTileTokens, 0);
+    EXPECT_EQ(d.num_node_items, 2 * 8 * 2 * chunks);  // nodes x KV heads x 128-row tiles x chunks
+    EXPECT_LE(d.num_prefix_ctas, 132);
+    EXPECT_EQ(d.num_prefix_ctas, std::min(d.num_node_items, 132));
+    EXPECT_TRUE(d.wide_path);
+    const cuda::DecodeSplit flat = cuda::choose_decode_split(sh, 128, suffix, 132);
+    EXPECT_EQ(d.suffix.num_splits, flat.num_splits);
+    EXPECT_EQ(d.suffix.split_tokens, flat.split_tokens);
+    EXPECT_EQ(d.num_node_units, int64_t{2} * chunks * 64);  // chunk x member, per node
+  }
 }
 
 TEST(CudaAttentionPlanTest, SplitFillsTheGpuAtSmallBatch) {

@@ -187,5 +187,56 @@ TEST_F(CudaAttentionTest, PartialHeadGroupsBlockSizesAndPrefixCtas) {
   }
 }
 
+// The warp-specialised prefix pass (sm_90): 128-row items over two consumer warpgroups, the
+// second all padding when a node's rows end in the first; 40 tokens of 16-token blocks past the
+// last whole stage; keys that grow along the cache (the softmax reference moves while P V of the
+// tile before is in flight); over 16-bit and FP8 caches; and planned for 3 SMs, so that each
+// persistent CTA runs many items and its stage ring wraps many times across them. Same bits on
+// the third launch of one upload.
+TEST_F(CudaAttentionTest, WarpSpecialisedPrefixPassMatchesCpuTwin) {
+  if (!cuda::current_device_has_ws_prefix()) GTEST_SKIP() << "needs an sm_90 device";
+  const cuda::KvQuant fp8{true, 0.37f, 1.9f};
+  for (int variant = 0; variant < 3; ++variant) {
+    const KvDtype dt = variant == 0 ? KvDtype::kF16 : KvDtype::kBF16;
+    const cuda::KvQuant quant = variant == 2 ? fp8 : cuda::KvQuant{};
+    for (Case c : {Case{64, 4}, Case{128, 1}, Case{128, 4}, Case{128, 8}}) {
+      const AttentionShape sh = testutil::make_shape(c.head_dim, c.group, 2);
+      const int n = 40, blocks = 70 + 9 + n * 9 + 8;
+      Problem pr(sh, dt, blocks, n, rng_, quant);
+      TreeBatch batch(pr.kv, n);
+      std::vector<int32_t> all(n), few(5);
+      for (int s = 0; s < n; ++s)
+        all[s] = s;
+      for (int s = 0; s < 5; ++s)
+        few[s] = 3 * s;
+      batch.share(all, 70);
+      batch.share(few, 9);
+      batch.add_suffixes(random_lens(rng_, n, 0, 100), 3);
+      if (!quant.fp8) {
+        float* k = const_cast<float*>(pr.kv.k());
+        const size_t per_block = size_t{16} * 2 * c.head_dim;
+        for (int b = 0; b < blocks; ++b)
+          for (size_t i = 0; i < per_block; ++i) {
+            float& x = k[b * per_block + i];
+            x = from_bits(to_bits(x * (1.f + 0.05f * b), dt), dt);
+          }
+      }
+      pr.upload_kv();
+      const CascadePlan plan = batch.plan();
+      const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
+      for (int sms : {0, 3}) {
+        ASSERT_TRUE(cuda::make_device_plan(plan, sh, sms, ws_prefix()).ws_prefix);
+        const Output got = pr.run_cascade(plan, ws_prefix(), 1, sms);
+        const std::string what = std::string(quant.fp8 ? "fp8 " : "") + "ws prefix pass, " +
+                                 (sms == 0 ? "all SMs" : "3 SMs");
+        expect_close(got, want, tolerance(dt), label(dt, sh, what.c_str()));
+        const Output again = pr.run_cascade(plan, ws_prefix(), 3, sms);
+        EXPECT_EQ(again.out, got.out) << label(dt, sh, (what + ", deterministic").c_str());
+        EXPECT_EQ(again.lse, got.lse) << label(dt, sh, (what + ", deterministic").c_str());
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvc::kernels::attention_test

@@ -139,9 +139,10 @@ struct Problem {
 
   // `launches` > 1 replays the same uploaded plan (outputs poisoned before each launch), as a
   // captured decode step does: nothing a launch leaves behind may change the next one.
+  // num_sms > 0 plans for that many SMs (persistent prefix CTAs then loop over many items).
   Output run_cascade(const CascadePlan& plan, const cuda::PlanOptions& options = {},
-                     int launches = 1) const {
-    cuda::DeviceCascadePlan dp = cuda::make_device_plan(plan, shape, 0, options);
+                     int launches = 1, int num_sms = 0) const {
+    cuda::DeviceCascadePlan dp = cuda::make_device_plan(plan, shape, num_sms, options);
     cuda::DeviceBuffer d_plan(std::max<size_t>(dp.device_bytes(), 16));
     EXPECT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
     const size_t ws_bytes = cuda::cascade_workspace_bytes(dp, shape);
@@ -247,6 +248,13 @@ class CudaAttentionTest : public ::testing::Test {
 struct Case {
   int head_dim, group;
 };
+
+// Plan options that force the warp-specialised prefix pass (sm_90 devices).
+inline cuda::PlanOptions ws_prefix() {
+  cuda::PlanOptions o;
+  o.ws_prefix = 1;
+  return o;
+}
 inline constexpr Case kSweep[] = {{64, 1},  {64, 4},  {64, 8}, {128, 1},
                                   {128, 2}, {128, 4}, {128, 8}};
 inline constexpr KvDtype kDtypes[] = {KvDtype::kF16, KvDtype::kBF16};
@@ -334,6 +342,10 @@ inline void CudaAttentionTest::check_trees(const AttentionShape& sh, KvDtype dt,
     const CascadePlan plan = batch.plan();
     const Output want = testutil::run_cascade(pr.kv, pr.q, plan);
     expect_close(pr.run_cascade(plan), want, tolerance(dt), label(dt, sh, (t.name + tag).c_str()));
+    if (cuda::current_device_has_ws_prefix() && plan.num_nodes() > 0) {
+      expect_close(pr.run_cascade(plan, ws_prefix()), want, tolerance(dt),
+                   label(dt, sh, (t.name + tag + " ws").c_str()));
+    }
   }
 }
 

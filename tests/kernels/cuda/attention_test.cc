@@ -44,6 +44,18 @@ TEST_F(CudaAttentionTest, ThousandSiblings) {
   }
 }
 
+// Scales the keys of cache block b by 1 + rate * b (rounded to dt): every sequence's maximum
+// score rises along its blocks.
+void grow_keys(Problem& pr, const AttentionShape& sh, KvDtype dt, int blocks, float rate) {
+  float* k = const_cast<float*>(pr.kv.k());
+  const size_t per_block = size_t(sh.block_size) * sh.num_kv_heads * sh.head_dim;
+  for (int b = 0; b < blocks; ++b)
+    for (size_t i = 0; i < per_block; ++i) {
+      float& x = k[b * per_block + i];
+      x = from_bits(to_bits(x * (1.f + rate * b), dt), dt);
+    }
+}
+
 // Keys that grow along the cache (block b scaled by 1 + b / 4): every sequence's maximum score
 // rises tile after tile, far past the lazy rescaling threshold, so the softmax reference moves
 // many times mid-sequence, in the prefix pass (node blocks first), the suffix pass and flat
@@ -60,13 +72,7 @@ TEST_F(CudaAttentionTest, RisingScoresMoveTheSoftmaxReference) {
         all[s] = s;
       batch.share(all, 40);
       batch.add_suffixes(random_lens(rng_, n, 100, 300));
-      float* k = const_cast<float*>(pr.kv.k());
-      const size_t per_block = size_t{16} * kv_heads * 128;
-      for (int b = 0; b < blocks; ++b)
-        for (size_t i = 0; i < per_block; ++i) {
-          float& x = k[b * per_block + i];
-          x = from_bits(to_bits(x * (1.f + 0.25f * b), dt), dt);
-        }
+      grow_keys(pr, sh, dt, blocks, 0.25f);
       pr.upload_kv();
       const CascadePlan plan = batch.plan();
       expect_close(pr.run_cascade(plan), testutil::run_cascade(pr.kv, pr.q, plan), tolerance(dt),
@@ -212,15 +218,7 @@ TEST_F(CudaAttentionTest, WarpSpecialisedPrefixPassMatchesCpuTwin) {
       batch.share(all, 70);
       batch.share(few, 9);
       batch.add_suffixes(random_lens(rng_, n, 0, 100), 3);
-      if (!quant.fp8) {
-        float* k = const_cast<float*>(pr.kv.k());
-        const size_t per_block = size_t{16} * 2 * c.head_dim;
-        for (int b = 0; b < blocks; ++b)
-          for (size_t i = 0; i < per_block; ++i) {
-            float& x = k[b * per_block + i];
-            x = from_bits(to_bits(x * (1.f + 0.05f * b), dt), dt);
-          }
-      }
+      if (!quant.fp8) grow_keys(pr, sh, dt, blocks, 0.05f);
       pr.upload_kv();
       const CascadePlan plan = batch.plan();
       const Output want = testutil::run_cascade(pr.kv, pr.q, plan);

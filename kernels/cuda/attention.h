@@ -96,8 +96,8 @@ struct DeviceCascadePlan {
   // kWsNodeRowTile rows) before the suffix pass, instead of sharing the cascade kernel's grid.
   bool ws_prefix = false;
   DecodeSplit suffix;      // the suffix pass's split
-  bool wide_path = false;  // no nodes and num_kv_heads % 8 == 0: the suffix pass runs on the
-                           // 8-head flat-decode CTAs
+  bool wide_path = false;  // num_kv_heads % 8 == 0 and no nodes (or ws_prefix): the suffix pass
+                           // runs on the 8-head flat-decode CTAs
   int32_t max_suffix_len = 0;
   int64_t num_node_units = 0;  // partial units of the node passes (chunk x member)
 

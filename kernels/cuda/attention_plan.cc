@@ -86,8 +86,7 @@ bool current_device_has_ws_prefix() {
 int ws_prefix_override() {
   static const int v = [] {
     const char* e = std::getenv("KVC_WS_PREFIX");
-    if (e == nullptr || *e == '\0') return 0;
-    return std::strcmp(e, "0") == 0 ? -1 : 1;
+    return e != nullptr && std::strcmp(e, "1") == 0 ? 1 : 0;
   }();
   return v;
 }

@@ -147,10 +147,10 @@ struct Problem {
     EXPECT_EQ(cuda::upload_plan(dp, d_plan.data(), d_plan.bytes()), cudaSuccess);
     const size_t ws_bytes = cuda::cascade_workspace_bytes(dp, shape);
     cuda::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
-    ws.fill_bytes(0xFF);
     const size_t rows = static_cast<size_t>(plan.num_seqs) * shape.num_q_heads;
     cuda::DeviceBuffer out(rows * shape.head_dim * 2), lse(rows * 4);
     for (int i = 0; i < launches; ++i) {
+      ws.fill_bytes(0xFF);   // every partial must be written again by each launch
       out.fill_bytes(0xFF);  // NaN in fp16, bf16 and fp32
       lse.fill_bytes(0xFF);
       EXPECT_EQ(

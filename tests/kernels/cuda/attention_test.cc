@@ -3,6 +3,8 @@
 // (NaN) first; every case draws fresh random inputs.
 #include "tests/kernels/cuda/attention_test_fixture.h"
 
+#include <array>
+
 namespace kvc::kernels::attention_test {
 namespace {
 
@@ -205,12 +207,12 @@ TEST_F(CudaAttentionTest, WarpSpecialisedPrefixPassMatchesCpuTwin) {
   for (int variant = 0; variant < 3; ++variant) {
     const KvDtype dt = variant == 0 ? KvDtype::kF16 : KvDtype::kBF16;
     const cuda::KvQuant quant = variant == 2 ? fp8 : cuda::KvQuant{};
-    for (Case c : {Case{64, 4}, Case{128, 1}, Case{128, 4}, Case{128, 8}, Case{128, 5}}) {
-      // "Group 5" is group 4 over 5-token blocks: a producer thread's 8 rows of a stage lie in
-      // several blocks.
-      const int block_size = c.group == 5 ? 5 : 16;
-      const AttentionShape sh =
-          testutil::make_shape(c.head_dim, c.group == 5 ? 4 : c.group, 2, block_size);
+    // {head_dim, group, block_size}; 5-token blocks put a producer thread's 8 rows of a stage in
+    // several blocks.
+    for (auto [head_dim, group, block_size] :
+         {std::array{64, 4, 16}, std::array{128, 1, 16}, std::array{128, 4, 16},
+          std::array{128, 8, 16}, std::array{128, 4, 5}}) {
+      const AttentionShape sh = testutil::make_shape(head_dim, group, 2, block_size);
       const int n = 40, blocks = 70 + 9 + n * (100 / block_size + 4) + 8;
       Problem pr(sh, dt, blocks, n, rng_, quant);
       TreeBatch batch(pr.kv, n);

@@ -2,7 +2,7 @@
 # Sixteenth session, final CUDA build: every CUDA test, then the kernel benchmark's quick cases
 # with the shared-grid cascade and the warp-specialised prefix pass side by side (16-bit and FP8
 # caches), and the prefix pass alone at S = 16. BIN: a folder with kernels_cuda_test,
-# replica_cuda_test, bench_kernels and lib/ (bench/pack_gpu_bin.sh makes gpu-bin).
+# replica_cuda_test, bench_kernels and lib/ (BENCH_KERNELS=1 bash bench/pack_gpu_bin.sh makes gpu-bin; carry it).
 # OUT=... BIN=... bash bench/results/runs/2026-12-06-s16-ws-final/call.sh
 set -u
 BIN=${BIN:-gpu-bin}; export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}

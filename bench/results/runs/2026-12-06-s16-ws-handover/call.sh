@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Sixteenth session, after review: the warp-specialised prefix pass's producer hands tile t over
-# before issuing tile t + 4 (FP8: 4 fp16 stages, 5 raw), so a hand-over no longer waits on the
-# consumers' release of their latest tiles. The attention tests (the new pass over 5-token blocks
-# too, the workspace poisoned before every launch), then the kernel benchmark's quick cases and
-# the prefix pass alone at S = 16. OUT=... BIN=... bash bench/results/runs/2026-12-06-s16-ws-handover/call.sh
+# Sixteenth session, after review: checks handover.diff here (the warp-specialised prefix pass's
+# producer hands tile t over before issuing tile t + 4; FP8: 4 fp16 stages, 5 raw), so that a
+# hand-over no longer waits on the consumers' release of their latest tiles. Not run yet. Apply
+# the diff, build, BENCH_KERNELS=1 bash bench/pack_gpu_bin.sh, carry gpu-bin, then
+# OUT=... bash bench/results/runs/2026-12-06-s16-ws-handover/call.sh
+# It runs the attention tests (the new pass over 5-token blocks too, the workspace poisoned
+# before every launch), then the seed's S = 16 case: the prefix pass alone and with its suffix.
 set -u
 BIN=${BIN:-gpu-bin}; export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name --format=csv,noheader

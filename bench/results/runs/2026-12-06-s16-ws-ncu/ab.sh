@@ -2,7 +2,8 @@
 # Sixteenth session, second call: the warp-specialised prefix pass's variants (KVC_WS_PINGPONG,
 # KVC_WS_VARIANT=1: the scores as two k-half accumulation chains), their tests, and Nsight
 # Compute of the prefix pass (call.sh). BIN: the binaries' folder (bench_kernels,
-# kernels_cuda_test, lib/). OUT=... BIN=... bash bench/results/runs/2026-12-06-s16-ws-ncu/ab.sh
+# kernels_cuda_test, lib/; BENCH_KERNELS=1 bash bench/pack_gpu_bin.sh makes gpu-bin).
+# OUT=... BIN=... bash bench/results/runs/2026-12-06-s16-ws-ncu/ab.sh
 set -u
 BIN=${BIN:-gpu-bin}; export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name --format=csv,noheader

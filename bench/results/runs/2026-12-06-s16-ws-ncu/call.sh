@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sixteenth session: Nsight Compute of one layer's prefix pass at S = 16 (the seed's tree, no
 # private tokens), the shared-grid cascade kernel against the warp-specialised prefix kernel,
-# 16-bit cache. Run after bash bench/pack_gpu_bin.sh, carry the binaries (BIN, default gpu-bin):
+# 16-bit cache. Run after BENCH_KERNELS=1 bash bench/pack_gpu_bin.sh, carry the binaries (BIN, default gpu-bin):
 # OUT=... bash bench/results/runs/2026-12-06-s16-ws-ncu/call.sh
 set -u
 B=${BIN:-gpu-bin}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sixteenth session: where the final build's warp-specialised prefix pass waits (Nsight Compute
 # source counters and stall reasons, S = 16 prefix only, 16-bit cache).
-# OUT=... BIN=... bash bench/results/runs/2026-12-06-s16-ws-ncu/stalls.sh
+# After BENCH_KERNELS=1 bash bench/pack_gpu_bin.sh (carry gpu-bin):
+# OUT=... bash bench/results/runs/2026-12-06-s16-ws-ncu/stalls.sh
 set -u
 BIN=${BIN:-gpu-bin}; export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
 timeout 200 ncu --cache-control none --clock-control none -k regex:prefix_ws --launch-skip 40 \

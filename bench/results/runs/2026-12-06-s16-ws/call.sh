@@ -2,7 +2,7 @@
 # Sixteenth session: the warp-specialised prefix pass (kernels/cuda/attention_prefix_ws.cuh) on
 # the GPU host: the attention tests, then the kernel benchmark's seed cases with the shared-grid
 # cascade and the warp-specialised one side by side (16-bit and FP8 caches), and the prefix pass
-# alone. Run after bash bench/pack_gpu_bin.sh, carry gpu-bin:
+# alone. Run after BENCH_KERNELS=1 bash bench/pack_gpu_bin.sh, carry gpu-bin:
 # OUT=... bash bench/results/runs/2026-12-06-s16-ws/call.sh
 set -u
 export LD_LIBRARY_PATH=$PWD/${BIN:-gpu-bin}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}

@@ -213,7 +213,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     float s[kTile / 8][4];
     if constexpr (kWgmmaPrefix) {
       wgmma_scores<D, M>(s, qf, ks);
-      wgmma_wait_all();
+      wgmma_wait<0>();
       fence_regs(s);
     } else {
 #pragma unroll
@@ -241,7 +241,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     if constexpr (kWgmmaPrefix) {
       wgmma_pv<D, M>(st.o, pa, vs);
       if (tile + kStages - 1 < num_tiles) ld.fetch(tile + kStages);
-      wgmma_wait_all();
+      wgmma_wait<0>();
       fence_o(st.o);
     } else {
 #pragma unroll

@@ -53,6 +53,7 @@ static_assert(kHeadsTile * kCascadeHeadsPerCta == kTile);
 
 #include "kernels/cuda/online_softmax.cuh"  // OnlineSoftmax, kLog2e, kLn2
 #include "kernels/cuda/warp_ops.cuh"        // pack2, mma16816, ldmatrix, ex2, cp.async
+#include "kernels/cuda/wgmma_sync.cuh"      // wgmma_fence, wgmma_commit, wgmma_wait, setmaxnreg
 
 // Programmatic dependent launch (sm_90): the attention kernels let the merge launch early; the
 // merge waits for their completion (and memory) before it reads a partial. No-ops elsewhere and
@@ -95,26 +96,6 @@ __device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes) {
 #endif
 constexpr bool kWgmmaPrefix = KVC_WGMMA;
 
-__device__ __forceinline__ void wgmma_fence() {
-#if KVC_WGMMA
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#if KVC_WGMMA
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-// Waits until at most N of this warp's committed wgmma groups are pending.
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#if KVC_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_wait_all() {
-  wgmma_wait<0>();
-}
 // Orders this thread's generic-proxy shared-memory writes (cp.async) before async-proxy reads.
 __device__ __forceinline__ void fence_proxy_async() {
 #if KVC_WGMMA
@@ -137,20 +118,6 @@ __device__ __forceinline__ void fence_o(float (&o)[N][4]) {
 #pragma unroll
   for (int h = 0; h < N / 8; ++h)
     fence_regs(reinterpret_cast<float(&)[8][4]>(o[h * 8]));
-}
-// Register budgets of a warp-specialised kernel's warpgroups (setmaxnreg, sm_90a): a producer
-// gives registers back, the consumers take them.
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-#if KVC_WGMMA
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-#if KVC_WGMMA
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
 }
 // Named barrier `id` over `threads` threads (whole warps): wait, or arrive without waiting.
 __device__ __forceinline__ void named_barrier(int id, int threads) {

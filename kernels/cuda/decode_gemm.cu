@@ -21,7 +21,8 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-#include "kernels/cuda/mbarrier.cuh"  // mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait
+#include "kernels/cuda/mbarrier.cuh"    // mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait
+#include "kernels/cuda/wgmma_sync.cuh"  // wgmma_fence, wgmma_commit, wgmma_wait
 
 constexpr int kBN = 256;  // weight rows per CTA (wgmma M: two warpgroups x two m64 tiles)
 constexpr int kBM = 128;  // activation rows (wgmma N)
@@ -68,16 +69,6 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p) {
   return d;
 }
 
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
 // d[64x128] += A[64x16] · B[16x128]ᵀ, fp32 accumulators in the m64nNk16 fragment layout.
 __device__ __forceinline__ void wgmma_m64n128k16(float* d, uint64_t a, uint64_t b) {
   asm volatile(

@@ -113,19 +113,30 @@ __device__ __forceinline__ PrefixLoader<D, M, kFp8> prefix_loader(const AttendPa
   return ld;
 }
 
-// The two stacked rows of a thread in a warpgroup whose 64 rows start at row0 (R_lo = row0 +
-// 16 warp + qr, R_hi = R_lo + 8): their query rows in q and partial rows in the workspace (-1:
-// padding). The sequences are loaded first, so that the page-table and sequence-index loads
-// share one round trip when the caller issues its first copies between the two calls.
+// An item's node (read once: its first sequence entry, members, stacked rows members x group and
+// the chunk's first partial unit) and the two stacked rows of a thread in a warpgroup whose 64
+// rows start at row0 (R_lo = row0 + 16 warp + qr, R_hi = R_lo + 8): their query rows in q and
+// partial rows in the workspace (-1: padding). The sequences are loaded first (load), so that
+// the page-table and sequence-index loads share one round trip when the caller issues its first
+// copies before the rows are located (locate).
 struct PrefixRows {
+  int seq_begin, members, end;
+  int64_t unit;
   int32_t seq[2];
   int head[2], member[2];
   int64_t q_row[2], part_row[2];
 
+  __device__ __forceinline__ PrefixRows(const AttendParams& p, const int4& it)
+      : seq_begin(p.node_seq_indptr[it.x]),
+        members(p.node_seq_indptr[it.x + 1] - seq_begin),
+        end(members * p.group),
+        unit(p.node_unit_base[it.x] + int64_t{it.z} * members) {}
+
+  // Whether any of the 64 rows from row0 is a query row.
+  __device__ __forceinline__ bool any(int row0) const { return row0 < end; }
+
   __device__ __forceinline__ void load(const AttendParams& p, const int4& it, int row0, int warp,
                                        int qr) {
-    const int seq_begin = p.node_seq_indptr[it.x];
-    const int end = (p.node_seq_indptr[it.x + 1] - seq_begin) * p.group;  // stacked rows
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int R = row0 + warp * 16 + qr + 8 * h;
@@ -135,20 +146,13 @@ struct PrefixRows {
       seq[h] = ok ? __ldg(p.node_seq_indices + seq_begin + member[h]) : 0;
     }
   }
-  __device__ __forceinline__ void locate(const AttendParams& p, const int4& it) {
-    const int seq_begin = p.node_seq_indptr[it.x];
-    const int members = p.node_seq_indptr[it.x + 1] - seq_begin;
-    const int64_t unit = p.node_unit_base[it.x] + int64_t{it.z} * members;
+  __device__ __forceinline__ void locate(const AttendParams& p) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const bool ok = member[h] >= 0;
       q_row[h] = ok ? int64_t{seq[h]} * p.num_q_heads + head[h] : -1;
       part_row[h] = ok ? (unit + member[h]) * p.num_q_heads + head[h] : -1;
     }
-  }
-  // Whether any of the warpgroup's 64 rows is a query row.
-  __device__ __forceinline__ static bool any(const AttendParams& p, const int4& it, int row0) {
-    return row0 < (p.node_seq_indptr[it.x + 1] - p.node_seq_indptr[it.x]) * p.group;
   }
 };
 
@@ -166,7 +170,7 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
   const int4 it = p.node_items[item];  // {node, kv_head, chunk, row tile}
   const PrefixSpan sp(p, it);
   const int row0 = it.w * kNodeRowTile;
-  PrefixRows rows;
+  PrefixRows rows(p, it);
   rows.load(p, it, row0, warp, qr);
   auto ld = prefix_loader<D, M, kFp8>(p, sp, tid);
   const int num_tiles = sp.num_tiles;
@@ -179,9 +183,9 @@ __device__ __forceinline__ void prefix_item(const AttendParams& p, int item, uin
     }
     cp_async_commit();
   }
-  rows.locate(p, it);
+  rows.locate(p);
   // wgmma needs all 4 warps; mma.sync skips warps whose 16 rows are all padding.
-  const bool warp_active = kWgmmaPrefix || PrefixRows::any(p, it, row0 + warp * 16);
+  const bool warp_active = kWgmmaPrefix || rows.any(row0 + warp * 16);
   uint32_t qf[D / 16][4];
   load_q<D, T, M>(qf, p.q, rows.q_row[0], rows.q_row[1], qc);
   const LaneOffsets lo(lane, kPitch);

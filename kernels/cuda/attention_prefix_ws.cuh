@@ -38,15 +38,20 @@ template <bool kFp8>
 inline constexpr int kWsStages = kFp8 ? 3 : kWsAhead + 2;
 inline constexpr int kWsRawStages = kWsAhead + 2;
 
-template <int D, bool kFp8>
+template <int D>
 constexpr int ws_stage_bytes() {  // one of K or V of a product-type stage
   return kTile * D * 2;
 }
 // The rings, then the 2 x kWsStages barriers.
 template <int D, bool kFp8>
 constexpr int ws_rings_bytes() {
-  return kWsStages<kFp8> * 2 * ws_stage_bytes<D, kFp8>() +
-         (kFp8 ? kWsRawStages * ws_stage_bytes<D, kFp8>() : 0);
+  return kWsStages<kFp8> * 2 * ws_stage_bytes<D>() +
+         (kFp8 ? kWsRawStages * ws_stage_bytes<D>() : 0);
+}
+// K of tile j's product-type stage (its V ws_stage_bytes on), in the rings from `base`.
+template <int D, bool kFp8>
+__device__ __forceinline__ uint32_t ws_stage(uint32_t base, int j) {
+  return base + (j % kWsStages<kFp8>)*2 * ws_stage_bytes<D>();
 }
 template <int D, bool kFp8>
 constexpr int ws_smem_bytes() {
@@ -59,9 +64,9 @@ __device__ __forceinline__ void ws_produce(const AttendParams& p, uint32_t base,
                                            uint64_t* empty) {
   using M = MmaType<T, kFp8>;
   constexpr int kS = kWsStages<kFp8>, kA = kWsAhead;
-  constexpr uint32_t kStageBytes = ws_stage_bytes<D, kFp8>();
+  constexpr uint32_t kStageBytes = ws_stage_bytes<D>();
   const int tid = threadIdx.x;
-  auto m_at = [base](int j) { return base + (j % kS) * 2 * kStageBytes; };
+  auto m_at = [base](int j) { return ws_stage<D, kFp8>(base, j); };
   // kFp8: K codes of tile j's raw stage; its V codes kStageBytes / 2 on.
   auto raw_at = [base](int j) {
     return base + kS * 2 * kStageBytes + (j % kWsRawStages) * kStageBytes;
@@ -119,10 +124,10 @@ __device__ __forceinline__ void ws_consume(const AttendParams& p, uint32_t base,
                                            uint64_t* empty, int wg) {
   using M = MmaType<T, kFp8>;
   constexpr int kS = kWsStages<kFp8>;
-  constexpr uint32_t kStageBytes = ws_stage_bytes<D, kFp8>();
+  constexpr uint32_t kStageBytes = ws_stage_bytes<D>();
   const int tid = threadIdx.x - kThreads * (wg + 1), lane = tid & 31, warp = tid >> 5;
   const int qr = lane >> 2, qc = lane & 3;
-  auto m_at = [base](int j) { return base + (j % kS) * 2 * kStageBytes; };
+  auto m_at = [base](int j) { return ws_stage<D, kFp8>(base, j); };
   auto wait_full = [full](int j) { mbar_wait(full + j % kS, (j / kS) & 1); };
   // P V of tile j has read its stage (this warp's wait returned): one of the 8 warps' arrivals.
   auto release = [empty, lane](int j) {
@@ -142,7 +147,8 @@ __device__ __forceinline__ void ws_consume(const AttendParams& p, uint32_t base,
     const PrefixSpan sp(p, it);
     const int n = sp.num_tiles;
     const int row0 = it.w * kWsNodeRowTile + wg * 64;
-    if (!PrefixRows::any(p, it, row0)) {  // all padding: keep the ring's count and the turns
+    PrefixRows rows(p, it);
+    if (!rows.any(row0)) {  // all padding: keep the ring's count and the turns
       for (int t = 0; t < n; ++t) {
         wait_full(g + t);
         my_turn();
@@ -156,9 +162,8 @@ __device__ __forceinline__ void ws_consume(const AttendParams& p, uint32_t base,
       g += n;
       continue;
     }
-    PrefixRows rows;
     rows.load(p, it, row0, warp, qr);
-    rows.locate(p, it);
+    rows.locate(p);
     uint32_t qf[D / 16][4];
     load_q<D, T, M>(qf, p.q, rows.q_row[0], rows.q_row[1], qc);
     RowState<D> st;

@@ -196,10 +196,7 @@ DeviceCascadePlan make_device_plan(const CascadePlan& plan, const AttentionShape
   }
   if (options.prefix_ctas_per_sm >= 1 && options.prefix_ctas_per_sm <= kCascadeCtasPerSm)
     k = options.prefix_ctas_per_sm;
-  if (d.ws_prefix) {
-    k = 1;
-    chunk_tiles[k] = choose_piece_tiles(max_tiles, num_sms, items_for);
-  }
+  if (d.ws_prefix) k = 1;  // one warp-specialised CTA per SM: the chunks fitted to num_sms slots
   d.node_chunk_tokens = chunk_tiles[k] * kKvTileTokens;
   d.num_prefix_ctas = num_nodes == 0 ? 0
                                      : static_cast<int32_t>(std::min<int64_t>(

@@ -269,6 +269,15 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     r["flat_shared_ms"] = time_layers(layer, stream, iters);
     BENCH_CHECK(layer(0, stream));
   }
+  // The 16-bit output of a launch on slot 0, on the host.
+  auto download = [&](const kc::DeviceBuffer& buf) {
+    BENCH_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> v(rows * d);
+    buf.download(v.data(), v.size() * 2);
+    return v;
+  };
+  const bool ws_row = kc::current_device_has_ws_prefix() && !t.nodes.empty();
+  std::vector<uint16_t> cascade_out;  // the cascade's slot-0 output, when a check below needs it
   // Cascade (timed before the diagnostic runs below, right after flat: the headline pair).
   {
     const CascadeRun run(l, pool, stream);
@@ -282,34 +291,27 @@ nlohmann::json run_case(const TreeSpec& t, const Pool& pool, double bw, int iter
     r["node_chunk_tokens"] = plan.node_chunk_tokens;
     r["prefix_ctas"] = plan.num_prefix_ctas;
     r["suffix_splits"] = plan.suffix.num_splits;
-    if (with_shared && !cascade_only) {
+    const bool vs_flat = with_shared && !cascade_only;
+    if (vs_flat || ws_row) {
       BENCH_CHECK(layer(0, stream));
-      BENCH_CHECK(cudaStreamSynchronize(stream));
-      std::vector<uint16_t> a(rows * d), b(rows * d);
-      out.download(a.data(), a.size() * 2);
-      out_ref.download(b.data(), b.size() * 2);
-      r["cascade_vs_flat_rel_l2"] = rel_l2_16(a, b, pool.fp8);
+      cascade_out = download(out);
     }
+    if (vs_flat) r["cascade_vs_flat_rel_l2"] = rel_l2_16(cascade_out, download(out_ref), pool.fp8);
   }
   // The same plan with the warp-specialised prefix pass (sm_90), and its output against the
   // shared-grid cascade's on slot 0.
-  if (kc::current_device_has_ws_prefix() && !t.nodes.empty()) {
+  if (ws_row) {
     kc::PlanOptions ws;
     ws.ws_prefix = 1;
     const CascadeRun run(l, pool, stream, ws);
-    r["cascade_ws_ms"] = time_layers(
-        [&](int i, cudaStream_t s) { return run.layer(i, q.data(), out.data(), nullptr, s); },
-        stream, iters);
+    auto layer = [&](int i, cudaStream_t s) {
+      return run.layer(i, q.data(), out.data(), nullptr, s);
+    };
+    r["cascade_ws_ms"] = time_layers(layer, stream, iters);
     r["ws_prefix_ctas"] = run.plan.num_prefix_ctas;
     r["ws_node_chunk_tokens"] = run.plan.node_chunk_tokens;
-    const CascadeRun shared(l, pool, stream);
-    BENCH_CHECK(shared.layer(0, q.data(), out_ref.data(), nullptr, stream));
-    BENCH_CHECK(run.layer(0, q.data(), out.data(), nullptr, stream));
-    BENCH_CHECK(cudaStreamSynchronize(stream));
-    std::vector<uint16_t> a(rows * d), b(rows * d);
-    out.download(a.data(), a.size() * 2);
-    out_ref.download(b.data(), b.size() * 2);
-    r["cascade_ws_vs_shared_rel_l2"] = rel_l2_16(a, b, pool.fp8);
+    BENCH_CHECK(layer(0, stream));
+    r["cascade_ws_vs_shared_rel_l2"] = rel_l2_16(download(out), cascade_out, pool.fp8);
   }
   // The two passes alone (the worked example and the tree): the tree with no private tokens
   // (prefix pass + merge), and the private tokens with no tree (suffix pass + merge).

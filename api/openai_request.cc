@@ -147,8 +147,7 @@ std::optional<ApiError> unsupported_sampling(const json& j, const OpenAiRequest&
   if (auto e = number_is("min_p", 0, 0, 1, "between 0 and 1")) return e;
   // min_tokens holds anyway where nothing can end a choice before max_tokens (ignore_eos and
   // no stops: genai-perf's way to fix the output length).
-  if (auto e = number_is("min_tokens", 0, 0, 1e9, "a non-negative count",
-                         r.ignore_eos && r.stop.empty() && r.stop_token_ids.empty())) {
+  if (auto e = number_is("min_tokens", 0, 0, 1e9, "a non-negative count", r.runs_to_max_tokens())) {
     return e;
   }
   if (auto it = j.find("best_of"); it != j.end() && !it->is_null()) {

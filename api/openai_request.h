@@ -59,6 +59,9 @@ struct OpenAiRequest {
   bool open_completion() const {
     return endpoint == Endpoint::kChatCompletions && !max_tokens_given;
   }
+  // Nothing but max_tokens ends a choice (ignore_eos and no stop strings or stop ids); as
+  // SamplingParams::runs_to_max_tokens, which the replica builds from these fields.
+  bool runs_to_max_tokens() const { return ignore_eos && stop.empty() && stop_token_ids.empty(); }
   // Absent: the model's default (its generation_config.json), else 1, 1 and off.
   std::optional<float> temperature;
   std::optional<float> top_p;

@@ -116,10 +116,10 @@ void Session::dispatch() {
   if (encoding && !request.body.empty()) {
     // The body would be read as it is: a compressed one as invalid JSON. Accept-Encoding says
     // which codings a request may use (RFC 7694): none but identity.
-    return responder->send(415, "application/json",
-                           error_body("Content-Encoding '" + *encoding +
-                                      "' is not supported: send the body uncompressed (identity)"),
-                           {{"accept-encoding", "identity"}});
+    return send_error(*responder, 415,
+                      "Content-Encoding '" + *encoding +
+                          "' is not supported: send the body uncompressed (identity)",
+                      "invalid_request_error", std::nullopt, {{"accept-encoding", "identity"}});
   }
   try {
     core_->handler(std::move(request), responder);

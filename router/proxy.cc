@@ -357,8 +357,11 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.prompt_bytes = static_cast<int64_t>(prompt.size());
   rr.block_size = any.block_size;
   rr.n = req.n * static_cast<int32_t>(req.prompts.size());
-  // A chat request without max_tokens is bounded by the context only: the fleet's plan for one.
-  rr.max_tokens = req.open_completion() ? planned_open_completion(replicas) : req.max_tokens;
+  // A chat request without max_tokens is bounded by the context only: the fleet's plan for one,
+  // within what this router lets a request ask for.
+  rr.max_tokens = req.open_completion()
+                      ? std::min<int64_t>(planned_open_completion(replicas), config_.api.max_tokens)
+                      : req.max_tokens;
   rr.group_size = req.group_size;
   rr.group = group;
   rr.fleet_request_work = pool_.fleet_request_work();

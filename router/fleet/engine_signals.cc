@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/openai_request.h"  // ApiLimits
 #include "router/fleet/prometheus_text.h"
 
 namespace kvc {
@@ -154,7 +155,10 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   }
   load.computed_tokens_total = count_field(figures, "computed_tokens_total");
   load.queued_work_tokens = count_field(figures, "queued_work_tokens");
-  load.planned_open_completion_tokens = count_field(figures, "planned_open_completion_tokens");
+  if (const auto plan = count_field(figures, "planned_open_completion_tokens")) {
+    // A figure past what any request may ask for is no replica's plan.
+    load.planned_open_completion_tokens = std::clamp<int64_t>(*plan, 1, ApiLimits{}.max_tokens);
+  }
   load.finished_requests_total = count_field(figures, "finished_requests_total");
   load.busy_seconds_total = amount_field(figures, "busy_seconds_total");
   load.steps_total = count_field(figures, &figures != &*j ? "steps_total" : "steps");

@@ -59,9 +59,7 @@ int64_t planned_open_completion(const std::vector<ReplicaView>& replicas) {
   int reports = 0;
   for (const ReplicaView& r : replicas) {
     if (r.healthy && r.planned_open_completion_tokens) {
-      // A figure past what any request may ask for is no replica's plan.
-      sum += static_cast<double>(
-          std::clamp<int64_t>(*r.planned_open_completion_tokens, 1, ApiLimits{}.max_tokens));
+      sum += static_cast<double>(*r.planned_open_completion_tokens);
       ++reports;
     }
   }

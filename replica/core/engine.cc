@@ -364,10 +364,11 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
   // EOS (unless ignored) and the request's stop tokens end the sequence; the token is reported
   // (its id), adding no text, except a stop token's with include_stop_str, as vLLM keeps it.
   const auto& stops = g.params.stop_token_ids;
+  auto generated = [&] { return s.length() - static_cast<int32_t>(g.prompt.size()); };
   const bool eos = is_eos(token) && !g.params.ignore_eos;
   if (eos || std::find(stops.begin(), stops.end(), token) != stops.end()) {
     if (!eos && g.params.include_stop_str) add_text();
-    scheduler_.finish(g, s.sibling, FinishReason::kStop);
+    scheduler_.finish(g, s.sibling, FinishReason::kStop, generated() + 1);  // + the stop token
     return emit(g, s, std::move(out), result);
   }
   s.tokens.push_back(token);
@@ -381,12 +382,13 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
     const size_t at = s.text.find(stop, from);
     if (at != std::string::npos) {
       s.text.resize(g.params.include_stop_str ? at + stop.size() : at);
-      scheduler_.finish(g, s.sibling, FinishReason::kStop);
+      scheduler_.finish(g, s.sibling, FinishReason::kStop, generated());
       return emit(g, s, std::move(out), result);
     }
   }
-  const int32_t generated = s.length() - static_cast<int32_t>(g.prompt.size());
-  if (generated >= g.params.max_tokens) scheduler_.finish(g, s.sibling, FinishReason::kLength);
+  if (generated() >= g.params.max_tokens) {
+    scheduler_.finish(g, s.sibling, FinishReason::kLength, generated());
+  }
   emit(g, s, std::move(out), result);
 }
 

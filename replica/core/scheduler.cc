@@ -545,7 +545,8 @@ void Scheduler::complete_decode(const ScheduledDecode& d) {
   kv_.commit_computed(s);
 }
 
-void Scheduler::finish(SequenceGroup& g, int32_t sibling, FinishReason reason) {
+void Scheduler::finish(SequenceGroup& g, int32_t sibling, FinishReason reason,
+                       int32_t completion_tokens) {
   Sequence& s = g.seqs[sibling];
   assert(!s.finished());
   s.finish = reason;
@@ -553,8 +554,7 @@ void Scheduler::finish(SequenceGroup& g, int32_t sibling, FinishReason reason) {
   // (Aborted samples never come here: abort() ends them.)
   if (g.open_completion) {
     constexpr double kWeight = 1.0 / 64;  // planned_open_completion: about the last 64 samples
-    const auto length = static_cast<double>(s.length() - static_cast<int32_t>(g.prompt.size()));
-    open_completion_mean_ += kWeight * (length - open_completion_mean_);
+    open_completion_mean_ += kWeight * (completion_tokens - open_completion_mean_);
     ++num_open_samples_ended_;
   }
   if (!g.all_finished()) return;

@@ -131,7 +131,11 @@ class Scheduler {
   // After the forward pass, for each decode: the fed token's KV is computed.
   void complete_decode(const ScheduledDecode& decode);
   // A sibling finished: its blocks are released; the group finishes with its last sibling.
-  void finish(SequenceGroup& group, int32_t sibling, FinishReason reason);
+  // `completion_tokens`: the tokens it generated, the one that ended it included (a stop token
+  // is reported, and counted in usage, but not kept in Sequence::tokens); an open group's
+  // plan learns it.
+  void finish(SequenceGroup& group, int32_t sibling, FinishReason reason,
+              int32_t completion_tokens);
   // Removes and returns the groups that finished since the last call.
   std::vector<std::unique_ptr<SequenceGroup>> take_finished();
 

@@ -272,6 +272,11 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   res.fleet_kv_tokens = fleet->kv_blocks * kBlock;
   const std::vector<int64_t> lru = fleet_lru_cached_per_request(trace, fleet->kv_blocks);
   res.fleet_lru_cached_tokens = std::accumulate(lru.begin(), lru.end(), int64_t{0});
+  // LRU <= MIN <= the oracle where every prompt fits the fleet's memory (a prompt a replica
+  // cannot hold is refused anyway): where LRU serves everything, so does MIN.
+  res.fleet_min_cached_tokens = res.fleet_lru_cached_tokens == res.oracle_cached_tokens
+                                    ? res.oracle_cached_tokens
+                                    : fleet_min_cached_tokens(trace, fleet->kv_blocks);
   // block hash -> the replicas that computed it (cross_replica_prefill_tokens)
   std::unordered_map<uint64_t, std::vector<size_t>> computed_on;
   const BlockHash seed = chain_seed("oracle");
@@ -540,6 +545,8 @@ int run_routing_bench(const RoutingBenchOptions& o) {
                       ? 100.0 * static_cast<double>(r.fleet_lru_cached_tokens) /
                             static_cast<double>(r.oracle_cached_tokens)
                       : 100.0);
+      std::printf("%-10s %-20s %7s %8s %8.1f%%\n", r.mix.c_str(), "(fleet MIN)", "", "",
+                  100 * r.fleet_min_ratio());
     }
   }
   if (several) {
@@ -559,15 +566,18 @@ int run_routing_bench(const RoutingBenchOptions& o) {
   for (const RoutingResult& r : rows) {
     if (r.fleet_lru_cached_tokens < r.oracle_cached_tokens) {
       std::printf(
-          "%s / %s: hits %.1f%% of what the fleet's %lld tokens of KV as one LRU cache serve\n",
+          "%s / %s: hits %.1f%% of what the fleet's %lld tokens of KV as one LRU cache serve; "
+          "no routing over that memory serves more than %.1f%% of the oracle (fleet MIN)\n",
           r.mix.c_str(), r.policy.c_str(), 100 * r.hit_ratio_vs_fleet_lru(),
-          static_cast<long long>(r.fleet_kv_tokens));
+          static_cast<long long>(r.fleet_kv_tokens), 100 * r.fleet_min_ratio());
     }
   }
   std::printf(
       "(latencies in ms; hit/orcl: prompt tokens served from cache / an infinite single "
       "cache's; (fleet LRU): what one LRU cache of the fleet's KV blocks would serve, of the "
-      "same; x-replica: prompt blocks computed on a second (third, ...) replica too, in "
+      "same; (fleet MIN): the most any routing and eviction over those blocks could serve "
+      "(Belady's MIN on one pooled cache), of the same; x-replica: prompt blocks computed on a "
+      "second (third, ...) replica too, in "
       "tokens / the oracle's cached tokens; work: uncached prompt + completion tokens per replica; "
       "goodput: TTFT <= "
       "%.0f ms; busy: mean share of the replay a replica's simulated device was stepping, bmax: "

@@ -73,6 +73,9 @@ struct RoutingResult {
   // reference for what that memory allows (not a bound: an eviction better than LRU could serve
   // more).
   int64_t fleet_kv_tokens = 0, fleet_lru_cached_tokens = 0;
+  // The most that memory could serve (fleet_min_cached_tokens): an upper bound on any routing
+  // and eviction over the fleet's KV, in arrival order.
+  int64_t fleet_min_cached_tokens = 0;
   // Prefill computed on more than one replica: for each full prompt block, the replicas that
   // computed it (it was not in their cache) beyond the first, in tokens. A policy that spreads a
   // hot prefix does this on purpose; routers that disagree on a prefix do it by accident (the
@@ -94,6 +97,7 @@ struct RoutingResult {
 
   double hit_ratio() const;               // cached / oracle cached
   double hit_ratio_vs_fleet_lru() const;  // cached / fleet LRU cached
+  double fleet_min_ratio() const;         // fleet MIN cached / oracle cached: the reachable hits
   double cross_replica_share() const;     // cross_replica_prefill_tokens / oracle cached
   double max_over_mean_work() const;
   double p99_over_mean_work() const;
@@ -120,6 +124,19 @@ std::vector<int64_t> oracle_cached_per_request(const std::vector<TraceRequest>& 
 // room for every block it is the oracle.
 std::vector<int64_t> fleet_lru_cached_per_request(const std::vector<TraceRequest>& trace,
                                                   int64_t capacity_blocks);
+
+// Prompt tokens that no routing and no eviction over `capacity_blocks` full 16-token blocks of KV
+// in all, however the blocks are spread over replicas, can exceed on this trace served in arrival
+// order: Belady's MIN (the resident block used again the latest is evicted) on one pooled cache,
+// every prompt block an access, each hit counted whether or not the blocks before it hit. Why it
+// bounds a fleet: the blocks cached anywhere in the fleet are at most its capacity; a request's
+// cached tokens are blocks cached on the replica it went to, which are among them; and a prompt's
+// blocks are all cached once it was prefilled. So the union of the replicas' caches is one paging
+// schedule of that capacity over these accesses, and MIN serves at least as many accesses as any
+// schedule (Belady 1966; Mattson et al. 1970). Where the trace's blocks fit, it is the oracle.
+// (Blocks reused only through earlier prompts: a reply the trace's later prompts repeat could hit
+// a block the replica generated, which this does not count.)
+int64_t fleet_min_cached_tokens(const std::vector<TraceRequest>& trace, int64_t capacity_blocks);
 
 // The TTFT floor of each request (ms): its prompt beyond what the oracle holds prefilled on an
 // idle replica (no queue, no step in progress) in chunks of max_tokens_per_step, each chunk one

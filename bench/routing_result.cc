@@ -1,10 +1,14 @@
 // What a routing replay is measured against and by: the references (the oracle's unbounded
 // cache, the fleet's memory as one LRU cache, the TTFT floor) and RoutingResult's figures.
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <list>
 #include <numeric>
+#include <set>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "api/chat_render.h"
 #include "bench/loadgen.h"
@@ -36,6 +40,12 @@ std::string prompt_bytes(const TraceRequest& r) {
 double RoutingResult::hit_ratio() const {
   return oracle_cached_tokens > 0 ? static_cast<double>(cached_tokens) / oracle_cached_tokens : 1;
 }
+double RoutingResult::fleet_min_ratio() const {
+  return oracle_cached_tokens > 0
+             ? static_cast<double>(fleet_min_cached_tokens) / oracle_cached_tokens
+             : 1.0;
+}
+
 double RoutingResult::hit_ratio_vs_fleet_lru() const {
   return fleet_lru_cached_tokens > 0 ? static_cast<double>(cached_tokens) / fleet_lru_cached_tokens
                                      : 1;
@@ -73,6 +83,8 @@ json RoutingResult::to_json() const {
           {"fleet_kv_tokens", fleet_kv_tokens},
           {"fleet_lru_cached_tokens", fleet_lru_cached_tokens},
           {"hit_ratio_vs_fleet_lru", hit_ratio_vs_fleet_lru()},
+          {"fleet_min_cached_tokens", fleet_min_cached_tokens},
+          {"fleet_min_ratio", fleet_min_ratio()},
           {"cross_replica_prefill_tokens", cross_replica_prefill_tokens},
           {"cross_replica_prefill_vs_oracle", cross_replica_share()},
           {"groups", groups},
@@ -123,6 +135,49 @@ std::vector<int64_t> fleet_lru_cached_per_request(const std::vector<TraceRequest
     }
   }
   return cached;
+}
+
+int64_t fleet_min_cached_tokens(const std::vector<TraceRequest>& trace, int64_t capacity_blocks) {
+  const BlockHash seed = chain_seed("oracle");
+  std::vector<uint64_t> accesses;  // every prompt's blocks, in arrival order
+  for (const TraceRequest& r : trace) {
+    for (const BlockHash& b : hash_blocks(seed, prompt_bytes(r), kBlock))
+      accesses.push_back(b.value);
+  }
+  // next_use[i]: where accesses[i]'s block is accessed again (accesses.size(): never).
+  const size_t never = accesses.size();
+  std::vector<size_t> next_use(accesses.size());
+  {
+    std::unordered_map<uint64_t, size_t> later;
+    for (size_t i = accesses.size(); i-- > 0;) {
+      auto [it, fresh] = later.try_emplace(accesses[i], never);
+      next_use[i] = it->second;
+      it->second = i;
+    }
+  }
+  const auto capacity = static_cast<size_t>(std::max<int64_t>(capacity_blocks, 0));
+  std::unordered_map<uint64_t, size_t> resident;  // block -> its next access
+  std::set<std::pair<size_t, uint64_t>> by_next_use;
+  int64_t hits = 0;
+  for (size_t i = 0; i < accesses.size(); ++i) {
+    const uint64_t block = accesses[i];
+    if (auto it = resident.find(block); it != resident.end()) {
+      ++hits;
+      by_next_use.erase({it->second, block});
+      it->second = next_use[i];
+      by_next_use.emplace(next_use[i], block);
+      continue;
+    }
+    if (capacity == 0) continue;
+    if (resident.size() == capacity) {  // evict the block used again the latest
+      const auto latest = std::prev(by_next_use.end());
+      resident.erase(latest->second);
+      by_next_use.erase(latest);
+    }
+    resident.emplace(block, next_use[i]);
+    by_next_use.emplace(next_use[i], block);
+  }
+  return hits * static_cast<int64_t>(kBlock);
 }
 
 int64_t oracle_cached_tokens(const std::vector<TraceRequest>& trace) {

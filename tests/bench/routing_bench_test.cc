@@ -4,9 +4,15 @@
 // timing); they catch a policy that stops following cached prefixes or piles work on one replica.
 #include "bench/routing_bench.h"
 
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <random>
+
 #include <gtest/gtest.h>
 
 #include "bench/routing_plot.h"
+#include "prefix_index/block_hash.h"
 
 namespace kvc::bench {
 namespace {
@@ -35,6 +41,68 @@ TEST(RoutingBench, FleetLruServesWhatItsCapacityKeeps) {
   // b's last one.
   EXPECT_EQ(fleet_lru_cached_per_request(trace, 4), (std::vector<int64_t>{0, 0, 32, 16}));
   EXPECT_EQ(fleet_lru_cached_per_request(trace, 0), (std::vector<int64_t>{0, 0, 0, 0}));
+}
+
+// The most any eviction over the fleet's memory serves (Belady's MIN on one pooled cache): the
+// oracle with room for everything, nothing without room, at least what LRU serves where every
+// prompt fits, and on small traces exactly the best of every eviction choice (searched
+// exhaustively).
+TEST(RoutingBench, FleetMinIsTheBestEvictionOfTheFleetsMemory) {
+  TraceRequest a;
+  a.prompt = std::string(48, 'a');  // 3 full blocks
+  TraceRequest b;
+  b.prompt = std::string(32, 'b');  // 2
+  const std::vector<TraceRequest> abab = {a, b, a, b};
+  EXPECT_EQ(fleet_min_cached_tokens(abab, 100), oracle_cached_tokens(abab));
+  EXPECT_EQ(fleet_min_cached_tokens(abab, 0), 0);
+  // Room for 4: b's second block pushes out b's first (used again the latest), so a returns
+  // whole (3 blocks) and b finds its second: 4 blocks, where LRU serves 3 (2 of a, 1 of b).
+  EXPECT_EQ(fleet_min_cached_tokens(abab, 4), 4 * 16);
+  const auto lru = fleet_lru_cached_per_request(abab, 4);
+  EXPECT_EQ(std::accumulate(lru.begin(), lru.end(), int64_t{0}), 3 * 16);
+
+  // Random traces of 1-3 blocks a prompt over two block texts (a binary tree of prefixes).
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<TraceRequest> trace(5);
+    std::vector<uint64_t> accesses;
+    for (TraceRequest& r : trace) {
+      const int blocks = 1 + static_cast<int>(rng() % 3);
+      for (int i = 0; i < blocks; ++i)
+        r.prompt += std::string(kRoutingBlock, rng() % 2 ? 'x' : 'y');
+      for (const BlockHash& h : hash_blocks(chain_seed("oracle"), prompt_bytes(r), kRoutingBlock))
+        accesses.push_back(h.value);
+    }
+    const int64_t capacity = 1 + static_cast<int64_t>(rng() % 3);
+    // The best over every choice of what a miss evicts (demand paging, one block an access).
+    std::function<int64_t(size_t, std::vector<uint64_t>)> best = [&](size_t i,
+                                                                     std::vector<uint64_t> held) {
+      if (i == accesses.size()) return int64_t{0};
+      if (std::find(held.begin(), held.end(), accesses[i]) != held.end()) {
+        return 1 + best(i + 1, held);
+      }
+      if (static_cast<int64_t>(held.size()) < capacity) {
+        held.push_back(accesses[i]);
+        return best(i + 1, held);
+      }
+      int64_t most = 0;
+      for (size_t evict = 0; evict < held.size(); ++evict) {
+        std::vector<uint64_t> next = held;
+        next[evict] = accesses[i];
+        most = std::max(most, best(i + 1, next));
+      }
+      return most;
+    };
+    const int64_t min = fleet_min_cached_tokens(trace, capacity);
+    EXPECT_EQ(min, best(0, {}) * static_cast<int64_t>(kRoutingBlock)) << "round " << round;
+    // LRU holds a prompt's blocks past its capacity for a moment: a schedule of the fleet's
+    // kind (every block of a prompt held at once, within capacity) only where a prompt fits.
+    if (capacity >= 3) {
+      const auto l = fleet_lru_cached_per_request(trace, capacity);
+      EXPECT_LE(std::accumulate(l.begin(), l.end(), int64_t{0}), min) << "round " << round;
+    }
+    EXPECT_LE(min, oracle_cached_tokens(trace)) << "round " << round;
+  }
 }
 
 // The TTFT floor: a prompt seen before (the oracle holds it) costs one short step; a new long one

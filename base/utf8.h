@@ -7,18 +7,18 @@
 
 namespace kvc {
 
-// `bytes` with each invalid UTF-8 sequence (its longest valid-looking start, or a lone bad byte)
-// replaced by one U+FFFD; valid input comes back unchanged. Strict as RFC 3629: no overlong
-// forms, surrogates or code points past U+10FFFF.
-inline std::string valid_utf8(std::string_view bytes) {
-  constexpr char kReplacement[] = "\xEF\xBF\xBD";
-  std::string out;
-  out.reserve(bytes.size());
+// Walks `bytes` as valid_utf8 reads them: calls unit(begin, length, valid) for each character
+// (valid) or each invalid sequence (its longest valid-looking start, or a lone bad byte), in
+// order. Strict as RFC 3629: no overlong forms, surrogates or code points past U+10FFFF. Returns
+// where an unfinished last sequence begins (a valid start cut short by the end of `bytes`, shown as
+// one U+FFFD until more bytes come), or bytes.size() when there is none.
+template <typename Unit>
+size_t for_each_utf8_unit(std::string_view bytes, Unit&& unit) {
   size_t i = 0;
   while (i < bytes.size()) {
     const auto c = static_cast<unsigned char>(bytes[i]);
     if (c < 0x80) {
-      out += static_cast<char>(c);
+      unit(i, size_t{1}, true);
       ++i;
       continue;
     }
@@ -35,7 +35,7 @@ inline std::string valid_utf8(std::string_view bytes) {
       if (c == 0xF0) lo = 0x90;
       if (c == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
     } else {
-      out += kReplacement;
+      unit(i, size_t{1}, false);
       ++i;
       continue;
     }
@@ -44,14 +44,48 @@ inline std::string valid_utf8(std::string_view bytes) {
       const auto b = static_cast<unsigned char>(bytes[i + k]);
       if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
     }
-    if (k == more + 1) {
-      out.append(bytes.substr(i, k));
+    const bool complete = k == more + 1;
+    unit(i, k, complete);
+    if (!complete && i + k == bytes.size()) return i;  // cut short by the end
+    i += k;
+  }
+  return bytes.size();
+}
+
+// `bytes` with each invalid UTF-8 sequence (its longest valid-looking start, or a lone bad byte)
+// replaced by one U+FFFD; valid input comes back unchanged.
+inline std::string valid_utf8(std::string_view bytes) {
+  constexpr char kReplacement[] = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(bytes.size());
+  for_each_utf8_unit(bytes, [&](size_t begin, size_t length, bool valid) {
+    if (valid) {
+      out.append(bytes.substr(begin, length));
     } else {
       out += kReplacement;
     }
-    i += k;
-  }
+  });
   return out;
 }
+
+// The characters (code points) of valid_utf8(text) for a text given piece by piece, without
+// keeping it: what was appended is settled but for an unfinished last sequence, which counts one
+// (its U+FFFD, or the character it becomes). OpenAI's text_offset counts these.
+class Utf8CharCounter {
+ public:
+  size_t count() const { return settled_ + (unfinished_.empty() ? 0 : 1); }
+  void append(std::string_view bytes) {
+    unfinished_ += bytes;
+    size_t units = 0;
+    const size_t cut = for_each_utf8_unit(unfinished_, [&](size_t, size_t, bool) { ++units; });
+    if (cut < unfinished_.size()) --units;  // the unfinished sequence: still open
+    settled_ += units;
+    unfinished_.erase(0, cut);
+  }
+
+ private:
+  size_t settled_ = 0;
+  std::string unfinished_;  // at most 3 bytes: a valid start cut short
+};
 
 }  // namespace kvc

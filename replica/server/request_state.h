@@ -147,7 +147,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     std::string pending_text;
     // Without a stream, with logprobs or token ids: every generated token.
     std::vector<GeneratedToken> generated;
-    size_t text_offset = 0;  // completions' logprobs: the text before the next token
+    Utf8CharCounter text_offset;  // completions' logprobs: the text before the next token
   };
 
   // One stream chunk for choice `index`: its pending tokens' text, logprobs and ids.

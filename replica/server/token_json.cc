@@ -19,15 +19,6 @@ std::string shown(const std::string& bytes) {
   return valid_utf8(bytes);
 }
 
-// Characters as OpenAI's text_offset counts them (code points of the text): the bytes that
-// begin one. A token that ends inside a character counts it; its other pieces count nothing.
-size_t characters(const std::string& bytes) {
-  size_t n = 0;
-  for (unsigned char c : bytes)
-    n += (c & 0xC0) != 0x80;
-  return n;
-}
-
 // vLLM's return_tokens_as_token_ids form.
 std::string id_name(int32_t id) {
   return "token_id:" + std::to_string(id);
@@ -43,7 +34,7 @@ json bytes_of(const std::string& s) {
 }  // namespace
 
 json completion_logprobs_json(std::span<const GeneratedToken> tokens, const Tokenizer& tokenizer,
-                              size_t& text_offset, TokenNames names) {
+                              Utf8CharCounter& text_offset, TokenNames names) {
   json strings = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   auto key = [&](int32_t id) {
     return names == TokenNames::kIds ? id_name(id) : shown(tokenizer.token_bytes(id));
@@ -58,8 +49,8 @@ json completion_logprobs_json(std::span<const GeneratedToken> tokens, const Toke
       top.emplace(key(e.token), logprob_value(e.logprob));
     top.emplace(key(t.id), logprob_value(t.logprob));  // kept if present
     tops.push_back(std::move(top));
-    offsets.push_back(text_offset);
-    text_offset += characters(t.text);
+    offsets.push_back(text_offset.count());
+    text_offset.append(t.text);
   }
   return {{"tokens", std::move(strings)},
           {"token_logprobs", std::move(lps)},

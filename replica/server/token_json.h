@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
 #include "replica/core/engine.h"
 #include "replica/tokenizer/tokenizer.h"
 
@@ -23,13 +24,14 @@ inline constexpr double kMinLogprob = -9999.0;
 enum class TokenNames { kText, kIds };
 
 // Completions: text_offset counts the choice's text before the first token, in characters (code
-// points, as OpenAI's and vLLM's), and is advanced past these tokens' text. The top dict has the k
-// most likely tokens and, as vLLM's, the sampled one, keyed by their names: by text as shown
+// points of the text as shown: valid_utf8's, one per U+FFFD; a character split over tokens
+// counts before the token that ends it), and is advanced past these tokens' text. The top dict has
+// the k most likely tokens and, as vLLM's, the sampled one, keyed by their names: by text as shown
 // (invalid UTF-8 as U+FFFD), tokens that show alike, such as the pieces of one character, share the
 // entry of the most likely of them; by id every token has its own (and the chat form keeps every
 // token either way).
 nlohmann::json completion_logprobs_json(std::span<const GeneratedToken> tokens,
-                                        const Tokenizer& tokenizer, size_t& text_offset,
+                                        const Tokenizer& tokenizer, Utf8CharCounter& text_offset,
                                         TokenNames names = TokenNames::kText);
 // Chat: {"content": [...], "refusal": null}, exactly k top entries per token; with kIds each
 // "token" is "token_id:N" and "bytes" stays the token's bytes.

@@ -157,7 +157,7 @@ TEST(CompletionLogprobsJson, TokensShownAlikeShareTheMostLikelyEntry) {
   t.id = 0xe2;
   t.logprob = -1.0f;
   t.top = {{0xe2, -1.0f}, {0x80, -2.0f}, {'a', -3.0f}};
-  size_t offset = 0;
+  Utf8CharCounter offset;
   const json lp =
       completion_logprobs_json(std::span<const GeneratedToken>(&t, 1), tokenizer, offset);
   const json& top = lp["top_logprobs"][0];
@@ -180,10 +180,29 @@ TEST(CompletionLogprobsJson, TextOffsetsCountCharacters) {
     t.text = std::string(1, static_cast<char>(b));
     tokens.push_back(t);
   }
-  size_t offset = 0;
+  Utf8CharCounter offset;
   const json lp = completion_logprobs_json(tokens, tokenizer, offset);
   EXPECT_EQ(lp["text_offset"], json::array({0, 1, 2, 2}));
-  EXPECT_EQ(offset, 3u);
+  EXPECT_EQ(offset.count(), 3u);
+}
+
+// Bytes that are no character are shown as U+FFFD, each a character of the text: a token after
+// them starts where the shown text has it (the offsets index the response's own text).
+TEST(CompletionLogprobsJson, TextOffsetsCountTheReplacementsShown) {
+  ByteTokenizer tokenizer;
+  std::vector<GeneratedToken> tokens;
+  for (const std::string piece :
+       {"x", "\x80\x80", " y", "\xE2", "a", "\xF0\x9F", "\x98\x80", "!"}) {
+    GeneratedToken t;
+    t.id = static_cast<unsigned char>(piece[0]);
+    t.text = piece;
+    tokens.push_back(t);
+  }
+  Utf8CharCounter offset;
+  const json lp = completion_logprobs_json(tokens, tokenizer, offset);
+  // Shown: x, U+FFFD U+FFFD, " y", U+FFFD (E2 cut short by "a"), a, U+1F600 (over two tokens), !
+  EXPECT_EQ(lp["text_offset"], json::array({0, 1, 3, 5, 6, 7, 8, 8}));
+  EXPECT_EQ(offset.count(), 9u);
 }
 
 // vLLM's return_tokens_as_token_ids: every token is "token_id:N", so none share an entry, and
@@ -194,7 +213,7 @@ TEST(CompletionLogprobsJson, TokenIdNamesKeepEveryEntry) {
   t.id = 0x80;
   t.logprob = -2.0f;
   t.top = {{0xe2, -1.0f}, {0x81, -1.5f}, {'a', -3.0f}};
-  size_t offset = 0;
+  Utf8CharCounter offset;
   const json lp = completion_logprobs_json(std::span<const GeneratedToken>(&t, 1), tokenizer,
                                            offset, TokenNames::kIds);
   EXPECT_EQ(lp["tokens"][0], "token_id:128");

@@ -122,6 +122,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   routing->add_option("--kv-blocks", g->kv_blocks, "KV blocks per replica (default: the GPU's)")
       ->check(CLI::Range(1, 1 << 24));
   routing
+      ->add_option("--kv-cold-reuse-rate", g->kv_cold_reuse_rate,
+                   "the replicas' --kv-cold-reuse-rate (0: their prefix caches evict least "
+                   "recently used first only)")
+      ->check(CLI::Range(0.0, 1.0));
+  routing
       ->add_option("--stream-interval", g->stream_interval,
                    "the replicas' --stream-interval: tokens per streamed chunk after a "
                    "choice's first (the harness's CPU per generated token; TTFT unchanged)")

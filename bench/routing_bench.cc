@@ -108,6 +108,7 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
       const std::string id = "cpu" + std::to_string(i);
       ReplicaStackConfig config;
       config.server.stream_interval = o.stream_interval;
+      config.engine.cold_reuse_rate = o.kv_cold_reuse_rate;
       const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : 4096;
       f.replicas.push_back(std::make_unique<LocalReplica>(id, blocks, std::move(config)));
       f.kv_blocks += blocks;
@@ -127,6 +128,7 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
     ReplicaStackConfig config;
     config.engine.scheduler.max_model_len = 32768;
     config.engine.scheduler.max_tokens_per_step = kMaxTokensPerStep;
+    config.engine.cold_reuse_rate = o.kv_cold_reuse_rate;
     config.server.stream_interval = o.stream_interval;
     const std::string id = "sim" + std::to_string(i);
     f.replicas.push_back(std::make_unique<LocalReplica>(id, std::move(backend), std::move(config)));

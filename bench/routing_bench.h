@@ -15,6 +15,7 @@
 
 #include "bench/trace.h"
 #include "replica/backend/sim/sim_backend.h"
+#include "replica/core/block_pool.h"
 
 namespace kvc::bench {
 
@@ -40,6 +41,8 @@ struct RoutingBenchOptions {
   // mixed fleet. The TTFT floor is the first's.
   std::vector<std::string> sim_presets = {"h200-llama3-8b"};
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds (cpu: 4,096)
+  // The replicas' EngineConfig::cold_reuse_rate (0: their prefix caches evict LRU alone).
+  double kv_cold_reuse_rate = BlockPool::kColdReuseRate;
   // The replicas' --stream-interval (ReplicaServerConfig::stream_interval): tokens per
   // streamed chunk after a choice's first. The client's TTFT is the first chunk's either way.
   // 16: with a chunk per token the replay's own CPU (replicas, routers and client in one

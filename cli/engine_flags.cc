@@ -88,6 +88,11 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
                  "logprobs of the model's distribution (raw: log-softmax of the logits) or of the "
                  "one tokens are drawn from (processed: after temperature, top-k and top-p)")
       ->check(CLI::IsMember({"raw", "processed"}));
+  cmd.add_option(
+         "--kv-cold-reuse-rate", f.engine.cold_reuse_rate,
+         "prefix cache: blocks of a branch whose earlier blocks were found again less often "
+         "than this are evicted first (0: least recently used first only)")
+      ->check(CLI::Range(0.0, 1.0));
   auto& s = f.engine.scheduler;
   cmd.add_option("--max-num-seqs", s.max_num_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16));

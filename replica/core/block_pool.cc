@@ -1,6 +1,7 @@
 #include "replica/core/block_pool.h"
 
 #include <cassert>
+#include <iterator>
 #include <utility>
 
 namespace kvc {
@@ -29,12 +30,14 @@ void append_coalesced(std::vector<KvEvent>& events, KvEvent event) {
 
 }  // namespace
 
-BlockPool::BlockPool(int32_t num_blocks, int32_t block_size)
+BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, double cold_reuse_rate)
     : block_size_(block_size),
+      cold_reuse_rate_(cold_reuse_rate),
       refcount_(num_blocks, 0),
       hash_(num_blocks),
       parent_(num_blocks),
-      lru_pos_(num_blocks) {
+      lru_pos_(num_blocks),
+      origin_(num_blocks) {
   assert(num_blocks > 0 && block_size > 0);
   for (int32_t b = 0; b < num_blocks; ++b)
     free_.insert(free_.end(), b);
@@ -62,7 +65,34 @@ void BlockPool::evict(int32_t block) {
   by_hash_.erase(hash);
   hash_[block].reset();
   parent_[block].reset();
+  origin_[block] = {};
+  branch_counts_.erase(hash);  // nothing branches off it while it is gone
   emit(KvRemoved{{hash}});
+}
+
+BlockPool::BranchCounts* BlockPool::counts_of(const std::optional<BlockHash>& at) {
+  if (!at) return &root_counts_;
+  auto it = branch_counts_.find(*at);
+  return it == branch_counts_.end() ? nullptr : &it->second;
+}
+
+const BlockPool::BranchCounts* BlockPool::counts_of(const std::optional<BlockHash>& at) const {
+  return const_cast<BlockPool*>(this)->counts_of(at);
+}
+
+CacheBranch BlockPool::branch_at(std::optional<BlockHash> at) const {
+  const BranchCounts* c = counts_of(at);
+  const double committed = c ? c->committed : 0, reused = c ? c->reused : 0;
+  return CacheBranch{at, (reused + 1) / (committed + 2) < cold_reuse_rate_};
+}
+
+void BlockPool::note_hit(int32_t block) {
+  assert(block >= 0 && block < num_blocks() && hash_[block]);
+  Origin& o = origin_[block];
+  if (o.reused) return;
+  o.reused = true;
+  if (!o.counted) return;
+  if (BranchCounts* c = counts_of(o.branch.at)) c->reused += 1;
 }
 
 void BlockPool::ref(int32_t block) {
@@ -76,13 +106,25 @@ void BlockPool::ref(int32_t block) {
 }
 
 void BlockPool::release(int32_t block) {
-  assert(block >= 0 && block < num_blocks());
-  assert(refcount_[block] > 0);
-  if (--refcount_[block] > 0) return;
-  if (hash_[block]) {
-    lru_pos_[block] = lru_.insert(lru_.end(), block);
-  } else {
-    free_.insert(block);
+  release_chain(std::span<const int32_t>(&block, 1));
+}
+
+void BlockPool::release_chain(std::span<const int32_t> blocks) {
+  // Cold blocks of this chain go to the evicting end in the order given (tail first), each
+  // right after the one before.
+  std::optional<std::list<int32_t>::iterator> last_cold;
+  for (const int32_t block : blocks) {
+    assert(block >= 0 && block < num_blocks());
+    assert(refcount_[block] > 0);
+    if (--refcount_[block] > 0) continue;
+    if (!hash_[block]) {
+      free_.insert(block);
+    } else if (const Origin& o = origin_[block]; o.branch.cold && !o.reused) {
+      lru_pos_[block] = lru_.insert(last_cold ? std::next(*last_cold) : lru_.begin(), block);
+      last_cold = lru_pos_[block];
+    } else {
+      lru_pos_[block] = lru_.insert(lru_.end(), block);
+    }
   }
 }
 
@@ -92,7 +134,8 @@ std::optional<int32_t> BlockPool::lookup(BlockHash hash) const {
   return it->second;
 }
 
-bool BlockPool::commit(int32_t block, BlockHash hash, std::optional<BlockHash> parent) {
+bool BlockPool::commit(int32_t block, BlockHash hash, std::optional<BlockHash> parent,
+                       CacheBranch branch) {
   assert(block >= 0 && block < num_blocks());
   assert(refcount_[block] > 0);
   assert(parent != hash);
@@ -100,6 +143,18 @@ bool BlockPool::commit(int32_t block, BlockHash hash, std::optional<BlockHash> p
   hash_[block] = hash;
   parent_[block] = parent;
   by_hash_.emplace(hash, block);
+  // The branch's block is held by the sequence writing this one (or is the root); counted only
+  // while it is hashed (not after a clear_hashes()), so counts never outlive their block.
+  BranchCounts* c = counts_of(branch.at);
+  if (!c && by_hash_.contains(*branch.at)) c = &branch_counts_[*branch.at];
+  if (c) {
+    if (c->committed >= kBranchCountsHalvedAt) {
+      c->committed /= 2;
+      c->reused /= 2;
+    }
+    c->committed += 1;
+  }
+  origin_[block] = Origin{branch, /*counted=*/c != nullptr, /*reused=*/false};
   emit(KvStored{parent, {hash}});
   return true;
 }
@@ -127,6 +182,10 @@ int32_t BlockPool::clear_hashes() {
     h.reset();
   for (auto& p : parent_)
     p.reset();
+  for (auto& o : origin_)
+    o = {};
+  branch_counts_.clear();
+  root_counts_ = {};
   by_hash_.clear();
   emit(KvCleared{});
   return held;

@@ -2,6 +2,18 @@
 // cache, an LRU of released-but-cached blocks evicted only when a block is needed, and the KV
 // events (router key space) that tell routers what is held.
 //
+// Insertion by reuse. A released block goes to the most recently used end of the LRU, unless
+// the blocks that branched off the same cached block before it were seldom reused: then it goes
+// to the evicting end, where the next allocation takes it first. Under LRU alone, prompts whose
+// tails nobody asks for again (one-shot questions after a shared system prompt, RAG documents)
+// push out what is asked for again (conversations, shared prefixes) whenever the pool is full.
+// Each hashed block remembers its CacheBranch; per branch the pool counts blocks committed there
+// and those later found by a prefix lookup (note_hit), and predicts cold below kColdReuseRate
+// (with one reuse in two blocks as the prior, so a branch is cold only on evidence). A block once
+// reused is never cold. On the Mooncake trace, with the fleet's A10G memory pooled as one cache,
+// this served 94.1% of what an infinite cache serves where LRU served 88.4%
+// (bench/results/routing-profiles.md).
+//
 // A block is in exactly one state:
 //   free    refcount 0, no hash          (on the free list)
 //   cached  refcount 0, hash             (on the LRU: its KV can be reused by a later prompt)
@@ -12,11 +24,13 @@
 #include <list>
 #include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "prefix_index/block_hash.h"
 #include "prefix_index/kv_event.h"
+#include "replica/core/cache_branch.h"
 
 namespace kvc {
 
@@ -29,8 +43,9 @@ struct BlockPoolCounts {
 
 class BlockPool {
  public:
-  // Precondition: num_blocks > 0, block_size > 0.
-  BlockPool(int32_t num_blocks, int32_t block_size);
+  // Precondition: num_blocks > 0, block_size > 0. `cold_reuse_rate`: kColdReuseRate, or 0 for
+  // LRU alone (nothing is predicted cold).
+  BlockPool(int32_t num_blocks, int32_t block_size, double cold_reuse_rate = kColdReuseRate);
 
   int32_t num_blocks() const { return static_cast<int32_t>(refcount_.size()); }
   int32_t block_size() const { return block_size_; }
@@ -41,9 +56,19 @@ class BlockPool {
   std::optional<int32_t> allocate();
   // Another user of a used or cached block (a cached block becomes used and leaves the LRU).
   void ref(int32_t block);
-  // One user fewer; at 0 a hashed block becomes cached (most recently used end of the LRU), an
-  // unhashed one free.
+  // One user fewer; at 0 a hashed block becomes cached (most recently used end of the LRU, or
+  // its evicting end for a cold one: "Insertion by reuse" above), an unhashed one free.
   void release(int32_t block);
+  // release() of a sequence's blocks, given in chain order: its last block first, so that the
+  // LRU evicts a chain's tail before its head; cold ones go to the evicting end in that order.
+  void release_chain(std::span<const int32_t> blocks);
+
+  // Where a sequence branching off `at` (its deepest cached block; nullopt: none) puts its
+  // blocks: the prediction from the blocks that branched there before.
+  CacheBranch branch_at(std::optional<BlockHash> at) const;
+  // A prefix lookup reuses this hashed block: its branch is credited (once per block), and the
+  // block is never cold again.
+  void note_hit(int32_t block);
 
   // The block holding this content (used or cached), if any. Does not take a reference.
   std::optional<int32_t> lookup(BlockHash hash) const;
@@ -51,13 +76,24 @@ class BlockPool {
   // nullopt for a first block) and emits a stored event. Returns false and leaves the block
   // unhashed when another block already holds this hash (identical siblings), or when the block
   // is already hashed.
-  bool commit(int32_t block, BlockHash hash, std::optional<BlockHash> parent);
+  // `branch`: where the sequence writing it branched off the cache (counted there).
+  bool commit(int32_t block, BlockHash hash, std::optional<BlockHash> parent,
+              CacheBranch branch = {});
 
   int32_t refcount(int32_t block) const { return refcount_[block]; }
   std::optional<BlockHash> hash_of(int32_t block) const;
   // Blocks allocate() can still hand out: free + cached.
   int32_t num_allocatable() const { return counts().num_blocks_free + counts().num_blocks_cached; }
   BlockPoolCounts counts() const;
+
+  // A branch is predicted cold when fewer than this share of the blocks committed there (prior:
+  // one in two) were reused (the default; EngineConfig::cold_reuse_rate).
+  static constexpr double kColdReuseRate = 0.1;
+  // Per branch, counts are halved past this many blocks, so that the prediction follows change.
+  static constexpr double kBranchCountsHalvedAt = 4096;
+  // Branches with counts (root included): bounded by the hashed blocks (a branch's counts go with
+  // its block).
+  size_t num_branches_counted() const { return branch_counts_.size() + 1; }
 
   // Forgets every block's content: cached blocks become free, used ones unhashed (freed when
   // released), and one cleared event says so (a weight update: no KV computed with the old
@@ -72,11 +108,24 @@ class BlockPool {
   std::vector<KvEvent> snapshot() const;
 
  private:
+  struct BranchCounts {
+    double committed = 0, reused = 0;
+  };
+  // A hashed block's insertion state.
+  struct Origin {
+    CacheBranch branch;
+    bool counted = false;  // committed with its branch counted
+    bool reused = false;   // found by a prefix lookup since it was committed
+  };
+
   // (implementation's choice)
   void evict(int32_t block);
   void emit(KvEvent event);
+  BranchCounts* counts_of(const std::optional<BlockHash>& at);
+  const BranchCounts* counts_of(const std::optional<BlockHash>& at) const;
 
   int32_t block_size_;
+  double cold_reuse_rate_;
   std::vector<int32_t> refcount_;
   std::vector<std::optional<BlockHash>> hash_;    // set for cached blocks and hashed used ones
   std::vector<std::optional<BlockHash>> parent_;  // meaningful only where hash_ is set
@@ -86,6 +135,9 @@ class BlockPool {
   std::list<int32_t> lru_;
   std::vector<std::list<int32_t>::iterator> lru_pos_;
   std::vector<KvEvent> events_;  // since the last take_events(), already coalesced
+  std::vector<Origin> origin_;   // meaningful only where hash_ is set
+  std::unordered_map<BlockHash, BranchCounts> branch_counts_;  // by the branch's block
+  BranchCounts root_counts_;                                   // branches off no cached block
 };
 
 }  // namespace kvc

@@ -47,7 +47,7 @@ Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config
       tokenizer_(tokenizer),
       config_(config),
       clock_(clock),
-      pool_(backend.num_blocks(), backend.block_size()),
+      pool_(backend.num_blocks(), backend.block_size(), config.cold_reuse_rate),
       kv_(pool_),
       scheduler_(config.scheduler, kv_),
       planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()),

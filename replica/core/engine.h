@@ -31,6 +31,8 @@ struct EngineConfig {
   // Logprobs of the distribution tokens are drawn from (after temperature, top-k, top-p), not
   // of the model's raw logits (--logprobs-mode processed).
   bool processed_logprobs = false;
+  // The block pool's insertion by reuse (BlockPool::kColdReuseRate; 0: LRU alone).
+  double cold_reuse_rate = BlockPool::kColdReuseRate;
 };
 
 struct GenerationRequest {

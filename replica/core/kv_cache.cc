@@ -23,11 +23,15 @@ KvCacheManager::CachedPrefix KvCacheManager::find_cached_prefix(const Sequence& 
 int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens) {
   assert(seq.block_table.empty() && seq.num_computed == 0);
   const CachedPrefix found = find_cached_prefix(seq, max_tokens);
+  const auto& hashes = seq.keys.hashes();
   for (int32_t i = 0; i < found.blocks; ++i) {
-    const int32_t block = *pool_.lookup(seq.keys.hashes()[i]);
+    const int32_t block = *pool_.lookup(hashes[i]);
     pool_.ref(block);
+    pool_.note_hit(block);
     seq.block_table.push_back(block);
   }
+  seq.cache_branch =
+      pool_.branch_at(found.blocks > 0 ? std::optional(hashes[found.blocks - 1]) : std::nullopt);
   seq.num_computed = found.blocks * block_size();
   seq.num_committed_blocks = found.blocks;
   return seq.num_computed;
@@ -78,7 +82,7 @@ void KvCacheManager::commit_computed(Sequence& seq) {
          static_cast<int32_t>(hashes.size()) >= seq.num_computed / block_size());
   for (int32_t i = seq.num_committed_blocks; i < full; ++i) {
     const std::optional<BlockHash> parent = i > 0 ? std::optional(hashes[i - 1]) : std::nullopt;
-    if (pool_.commit(seq.block_table[i], hashes[i], parent) && byte_space_ &&
+    if (pool_.commit(seq.block_table[i], hashes[i], parent, seq.cache_branch) && byte_space_ &&
         seq.keys.has_byte_space())
       own_byte_blocks(seq, i, hashes[i]);
   }
@@ -105,12 +109,13 @@ void KvCacheManager::fork(const Sequence& from, Sequence& to) {
   to.block_table = from.block_table;
   to.num_computed = from.num_computed;
   to.num_committed_blocks = from.num_committed_blocks;
+  to.cache_branch = from.cache_branch;
 }
 
 void KvCacheManager::release(Sequence& seq) {
   // Children before parents, so the LRU evicts a chain's tail before its head.
-  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it)
-    pool_.release(*it);
+  const std::vector<int32_t> tail_first(seq.block_table.rbegin(), seq.block_table.rend());
+  pool_.release_chain(tail_first);
   seq.block_table.clear();
   seq.num_computed = 0;
   seq.num_committed_blocks = 0;

@@ -212,6 +212,92 @@ TEST(BlockPoolTest, RevivedThenReleasedBlockGoesToTheMostRecentEnd) {
   EXPECT_EQ(pool.take_events(), (Events{removed({101, 102, 100})}));
 }
 
+// Insertion by reuse: once the blocks that branched off one cached block are seldom found again,
+// the next ones branching there are released to the evicting end (a chain's tail first, each
+// block after the one before), ahead of blocks released earlier; a block found again is never
+// cold, and a branch whose blocks are found again stays warm.
+TEST(BlockPoolTest, SeldomReusedBranchesAreReleasedToTheEvictingEnd) {
+  BlockPool pool(32, kBlockSize);
+  const int32_t system = *pool.allocate();  // held throughout: the branch point
+  ASSERT_TRUE(pool.commit(system, H(1), std::nullopt, pool.branch_at(std::nullopt)));
+  const int32_t conversation = *pool.allocate();
+  ASSERT_TRUE(pool.commit(conversation, H(2), std::nullopt, pool.branch_at(std::nullopt)));
+  pool.release(conversation);  // the least recently released from here on
+  // One-shot tails off the system block, none found again: warm under the prior (one reuse in
+  // two), cold once fewer than one in ten were reused (1 / (9 + 2) < 0.1).
+  for (int i = 0; i < 9; ++i) {
+    const CacheBranch branch = pool.branch_at(H(1));
+    EXPECT_FALSE(branch.cold) << i;
+    const int32_t b = *pool.allocate();
+    ASSERT_TRUE(pool.commit(b, H(100 + i), H(1), branch));
+    pool.release(b);
+  }
+  const CacheBranch cold = pool.branch_at(H(1));
+  ASSERT_TRUE(cold.cold);
+  EXPECT_FALSE(pool.branch_at(std::nullopt).cold);  // 0 of 2 at the root: the prior still holds
+  const int32_t head = *pool.allocate(), tail = *pool.allocate();
+  ASSERT_TRUE(pool.commit(head, H(200), H(1), cold));
+  ASSERT_TRUE(pool.commit(tail, H(201), H(200), cold));
+  const std::vector<int32_t> tail_first = {tail, head};
+  pool.release_chain(tail_first);
+  // A cold block found again before its release goes to the most recent end like any other.
+  const int32_t found = *pool.allocate();
+  ASSERT_TRUE(pool.commit(found, H(300), H(1), cold));
+  pool.note_hit(found);
+  pool.release(found);
+  EXPECT_EQ(pool.counts().num_blocks_cached, 1 + 9 + 2 + 1);
+  (void)pool.take_events();
+  while (pool.counts().num_blocks_free > 0)
+    (void)pool.allocate();
+  for (int i = 0; i < 4; ++i)
+    (void)pool.allocate();
+  // The cold chain tail first, then what LRU alone would have evicted first.
+  EXPECT_EQ(pool.take_events(), (Events{removed({201, 200, 2, 100})}));
+
+  // A branch whose blocks are found again stays warm: one in two.
+  pool.release(system);
+  BlockPool warm(32, kBlockSize);
+  const int32_t root = *warm.allocate();
+  ASSERT_TRUE(warm.commit(root, H(1), std::nullopt, warm.branch_at(std::nullopt)));
+  for (int i = 0; i < 20; ++i) {
+    const CacheBranch branch = warm.branch_at(H(1));
+    EXPECT_FALSE(branch.cold) << i;
+    const int32_t b = *warm.allocate();
+    ASSERT_TRUE(warm.commit(b, H(100 + i), H(1), branch));
+    if (i % 2 == 0) warm.note_hit(b);
+    warm.release(b);
+  }
+}
+
+// A branch's counts go with its block (evicted, or every hash cleared), so they are bounded by
+// the hashed blocks.
+TEST(BlockPoolTest, BranchCountsGoWithTheirBlock) {
+  BlockPool pool(4, kBlockSize);
+  const int32_t a = *pool.allocate();
+  ASSERT_TRUE(pool.commit(a, H(1), std::nullopt, pool.branch_at(std::nullopt)));
+  const int32_t b = *pool.allocate();
+  ASSERT_TRUE(pool.commit(b, H(2), H(1), pool.branch_at(H(1))));
+  EXPECT_EQ(pool.num_branches_counted(), 2u);  // the root and H(1)
+  pool.release(b);
+  pool.release(a);
+  while (pool.allocate()) {
+  }
+  EXPECT_EQ(pool.num_branches_counted(), 1u);  // H(1) evicted: only the root
+  for (int32_t x = 0; x < 4; ++x)
+    pool.release(x);
+  const int32_t c = *pool.allocate();
+  ASSERT_TRUE(pool.commit(c, H(3), std::nullopt, pool.branch_at(std::nullopt)));
+  const int32_t d = *pool.allocate();
+  ASSERT_TRUE(pool.commit(d, H(4), H(3), pool.branch_at(H(3))));
+  EXPECT_EQ(pool.num_branches_counted(), 2u);
+  pool.clear_hashes();
+  EXPECT_EQ(pool.num_branches_counted(), 1u);
+  EXPECT_FALSE(pool.branch_at(std::nullopt).cold);
+  // A block committed under a branch whose block is no longer hashed is not counted there.
+  ASSERT_TRUE(pool.commit(d, H(5), H(3), CacheBranch{H(3), false}));
+  EXPECT_EQ(pool.num_branches_counted(), 1u);
+}
+
 TEST(BlockPoolTest, AllocateFailsOnlyWhenEveryBlockIsUsed) {
   BlockPool pool(3, kBlockSize);
   ASSERT_EQ(pool.allocate(), 0);

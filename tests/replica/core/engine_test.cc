@@ -136,6 +136,31 @@ TEST_F(EngineTest, SecondRequestWithSamePromptComputesOnlyTheSuffix) {
   EXPECT_EQ(first.stats.num_prefill_tokens, 2);  // only the suffix is computed
 }
 
+// A full pool evicts what is seldom asked for again before what is: one-shot questions after a
+// shared system prompt (their tails never reused) stop pushing out a conversation once their
+// branch has shown it (block_pool.h, "Insertion by reuse"); under LRU alone the conversation's
+// blocks, released first, would be evicted first.
+TEST_F(EngineTest, OneShotTailsDoNotPushOutAConversationOnceTheirBranchShowsIt) {
+  CpuBackend backend(weights(), 24, 16);  // 24 blocks of 16 tokens
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  auto run = [&](const std::string& prompt) {
+    EXPECT_TRUE(engine.submit(request(prompt, 1, 0, 1)).ok());
+    int32_t hit = 0;
+    while (engine.has_work())
+      hit += engine.step().stats.prefix_cache_hit_tokens;
+    return hit;
+  };
+  const std::string conversation(48, 'c');  // 3 full blocks
+  EXPECT_EQ(run(conversation), 0);
+  const std::string system(64, 's');  // 4 full blocks, then each question's 2 of its own
+  for (int i = 0; i < 30; ++i) {
+    const int32_t hit = run(system + std::to_string(1000 + i) + std::string(36, 'q'));
+    EXPECT_EQ(hit, i == 0 ? 0 : 64) << "question " << i;
+  }
+  EXPECT_EQ(run(conversation + " and then?"), 48);
+  EXPECT_GT(engine.pool().counts().num_blocks_cached, 0);
+}
+
 // Each submitted prompt is announced at once (KvQueued: the blocks it will compute, past those
 // held), once per distinct chain between two takes; a prompt held whole announces nothing.
 TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {

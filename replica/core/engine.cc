@@ -346,8 +346,8 @@ void Engine::emit(SequenceGroup& g, Sequence& s, GeneratedToken token, StepResul
     delta = s.text.substr(s.num_text_emitted, safe - s.num_text_emitted);
     s.num_text_emitted = safe;
   }
-  result.outputs.push_back(
-      SequenceOutput{g.id, s.sibling, std::move(delta), 1, s.finish, std::move(token)});
+  result.outputs.push_back(SequenceOutput{g.id, s.sibling, std::move(delta), 1, s.finish,
+                                          std::move(token), s.stop_reason});
 }
 
 void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
@@ -367,7 +367,10 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
   auto generated = [&] { return s.length() - static_cast<int32_t>(g.prompt.size()); };
   const bool eos = is_eos(token) && !g.params.ignore_eos;
   if (eos || std::find(stops.begin(), stops.end(), token) != stops.end()) {
-    if (!eos && g.params.include_stop_str) add_text();
+    if (!eos) {
+      s.stop_reason.token = token;
+      if (g.params.include_stop_str) add_text();
+    }
     scheduler_.finish(g, s.sibling, FinishReason::kStop, generated() + 1);  // + the stop token
     return emit(g, s, std::move(out), result);
   }
@@ -382,6 +385,7 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
     const size_t at = s.text.find(stop, from);
     if (at != std::string::npos) {
       s.text.resize(g.params.include_stop_str ? at + stop.size() : at);
+      s.stop_reason.text = stop;
       scheduler_.finish(g, s.sibling, FinishReason::kStop, generated());
       return emit(g, s, std::move(out), result);
     }

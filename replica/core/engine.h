@@ -74,6 +74,7 @@ struct SequenceOutput {
   // held back (a stop string may be forming, a character is split) or cut (a stop string was
   // found).
   GeneratedToken token;
+  StopReason stop_reason;  // with finish kStop: Sequence::stop_reason
 };
 
 struct StepStats {

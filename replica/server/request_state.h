@@ -87,7 +87,11 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     Choice& c = choices_[prompt_index * req_.n + o.sibling];
     c.text += o.text_delta;
     c.tokens += o.num_new_tokens;
-    if (o.finish != FinishReason::kNone) c.finish = finish_reason_name(o.finish);
+    if (o.finish != FinishReason::kNone) {
+      c.finish = finish_reason_name(o.finish);
+      if (o.stop_reason.token) c.stop_reason = *o.stop_reason.token;
+      if (o.stop_reason.text) c.stop_reason = *o.stop_reason.text;
+    }
     if (!req_.stream) {
       if (req_.logprobs >= 0 || req_.return_token_ids) c.generated.push_back(o.token);
       return;
@@ -139,6 +143,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   struct Choice {
     std::string text;
     std::string finish;
+    json stop_reason;  // vLLM's: the stop token id or stop string that ended it, else null
     int64_t tokens = 0;
     bool sent_role = false;    // a stream's first chunk for this choice went out
     bool sent_finish = false;  // ...and its last, the one with the finish reason
@@ -169,6 +174,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
     c.sent_role = true;
     if (!finish_reason.is_null()) c.sent_finish = true;
     delta["finish_reason"] = std::move(finish_reason);
+    delta["stop_reason"] = c.stop_reason;
     c.pending.clear();
     c.pending_text.clear();
     responder_->write(http::sse_event(dump(chunk_envelope({delta}))));
@@ -278,6 +284,7 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
       }
       choice["logprobs"] = logprobs_locked(c.generated, c);
       choice["finish_reason"] = c.finish;
+      choice["stop_reason"] = c.stop_reason;
       if (req_.return_token_ids) {
         choice["prompt_token_ids"] = prompt_ids_[i / req_.n];
         choice["token_ids"] = token_ids_json(c.generated);

@@ -1,5 +1,6 @@
 // Logprobs and token ids over the replica's HTTP API (completions and chat, whole and streamed),
 // with the tiny model on the CPU backend (replica_server_fixture.h).
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -76,6 +77,59 @@ void expect_stream_equals_whole(const std::map<int, StreamedChoice>& streamed, c
                       w["logprobs"]["token_logprobs"][k].get<float>());
     }
   }
+}
+
+// vLLM's stop_reason: the stop token id or stop string that ended a choice, null when EOS or
+// the length did (or while it runs, in a stream's chunks).
+TEST_F(ReplicaServerTest, StopReasonNamesTheStopTokenOrStringWholeAndStreamed) {
+  const json base = {{"model", "tiny"},  {"prompt", kPrompt},  {"max_tokens", 32},
+                     {"temperature", 0}, {"ignore_eos", true}, {"return_token_ids", true}};
+  const json free = json::parse(post("/v1/completions", base.dump()).body)["choices"][0];
+  EXPECT_EQ(free["finish_reason"], "length");
+  ASSERT_TRUE(free.contains("stop_reason"));
+  EXPECT_TRUE(free["stop_reason"].is_null());
+  const auto ids = free["token_ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids.size(), 32u);
+
+  json by_token = base;
+  by_token["stop_token_ids"] = {ids[4]};
+  const json t = json::parse(post("/v1/completions", by_token.dump()).body)["choices"][0];
+  EXPECT_EQ(t["finish_reason"], "stop");
+  EXPECT_EQ(t["stop_reason"], ids[4]);
+
+  // A printable byte of the run (the byte tokenizer's ids are bytes) as a stop string.
+  const auto printable = std::find_if(ids.begin() + 1, ids.end(), [](int32_t id) {
+    return id > ' ' && id < 127 && id != '"' && id != '\\';
+  });
+  ASSERT_NE(printable, ids.end());
+  json by_string = base;
+  by_string["stop"] = {std::string(1, static_cast<char>(*printable))};
+  const json st = json::parse(post("/v1/completions", by_string.dump()).body)["choices"][0];
+  EXPECT_EQ(st["finish_reason"], "stop");
+  EXPECT_EQ(st["stop_reason"], std::string(1, static_cast<char>(*printable)));
+
+  // Streamed: null in every chunk but the one that finishes the choice.
+  by_token["stream"] = true;
+  const auto r = post("/v1/completions", by_token.dump());
+  ASSERT_EQ(r.status, 200);
+  http::SseParser parser;
+  auto events = parser.feed(r.body);
+  ASSERT_TRUE(events.ok());
+  int finishing = 0;
+  for (const auto& e : *events) {
+    if (e.data == "[DONE]") continue;
+    const json chunk = json::parse(e.data);
+    for (const json& c : chunk["choices"]) {
+      ASSERT_TRUE(c.contains("stop_reason")) << c.dump();
+      if (c["finish_reason"].is_null()) {
+        EXPECT_TRUE(c["stop_reason"].is_null()) << c.dump();
+      } else {
+        ++finishing;
+        EXPECT_EQ(c["stop_reason"], ids[4]);
+      }
+    }
+  }
+  EXPECT_EQ(finishing, 1);
 }
 
 TEST_F(ReplicaServerTest, CompletionLogprobsAndTokenIdsWholeAndStreamed) {

@@ -19,8 +19,10 @@ std::string error_body(std::string_view message, std::string_view type,
 }
 
 void send_error(Responder& responder, int status, std::string_view message, std::string_view type,
-                std::optional<std::string_view> param, Headers headers) {
-  responder.send(status, "application/json", error_body(message, type, param), std::move(headers));
+                std::optional<std::string_view> param, std::optional<std::string_view> code,
+                Headers headers) {
+  responder.send(status, "application/json", error_body(message, type, param, code),
+                 std::move(headers));
 }
 
 void send_method_not_allowed(Responder& responder, std::string_view method, std::string_view path,
@@ -31,7 +33,8 @@ void send_method_not_allowed(Responder& responder, std::string_view method, std:
   std::string message = "method ";
   message.append(method).append(" is not allowed on ").append(path);
   message.append(" (allowed: ").append(allow).append(")");
-  send_error(responder, 405, message, "invalid_request_error", std::nullopt, {{"allow", allow}});
+  send_error(responder, 405, message, "invalid_request_error", std::nullopt, std::nullopt,
+             {{"allow", allow}});
 }
 
 }  // namespace kvc::http

@@ -21,6 +21,7 @@ std::string error_body(std::string_view message, std::string_view type = "invali
 void send_error(Responder& responder, int status, std::string_view message,
                 std::string_view type = "invalid_request_error",
                 std::optional<std::string_view> param = std::nullopt,
+                std::optional<std::string_view> code = std::nullopt,
                 std::vector<std::pair<std::string, std::string>> headers = {});
 
 // 405 for `method` on `path`, which serves only `allowed`; the Allow header lists what is

@@ -119,7 +119,8 @@ void Session::dispatch() {
     return send_error(*responder, 415,
                       "Content-Encoding '" + *encoding +
                           "' is not supported: send the body uncompressed (identity)",
-                      "invalid_request_error", std::nullopt, {{"accept-encoding", "identity"}});
+                      "invalid_request_error", std::nullopt, std::nullopt,
+                      {{"accept-encoding", "identity"}});
   }
   try {
     core_->handler(std::move(request), responder);

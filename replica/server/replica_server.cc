@@ -168,6 +168,29 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
   }
 }
 
+std::optional<std::string> ReplicaServer::context_refusal(Endpoint endpoint, size_t index,
+                                                          const GenerationRequest& g) const {
+  const int64_t context = engine_.config().scheduler.max_model_len;
+  const auto prompt = static_cast<int64_t>(g.prompt.size());
+  // A default max_tokens is lowered to what is left (at least 1 token).
+  const int64_t completion = g.max_tokens_is_default ? 1 : g.params.max_tokens;
+  if (prompt + completion <= context) return std::nullopt;
+  const std::string what = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  std::string m = index == std::string::npos ? "" : "prompt[" + std::to_string(index) + "]: ";
+  m += "This model's maximum context length is " + std::to_string(context) + " tokens. ";
+  if (g.max_tokens_is_default) {
+    m += "However, the " + what + (what == "messages" ? " have " : " has ") +
+         std::to_string(prompt) +
+         " tokens, which leaves no room for a completion. Please reduce the length of the " + what +
+         ".";
+  } else {
+    m += "However, you requested " + std::to_string(prompt + completion) + " tokens (" +
+         std::to_string(prompt) + " in the " + what + ", " + std::to_string(completion) +
+         " in the completion). Please reduce the length of the " + what + " or the completion.";
+  }
+  return m;
+}
+
 void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
                              std::shared_ptr<http::Responder> responder) {
   auto parsed = parse_openai_request(endpoint, request.body, config_.api,
@@ -224,6 +247,13 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
         req.open_completion() ? engine_.config().scheduler.max_model_len : req.max_tokens;
     g.max_tokens_is_default = !req.max_tokens_given;
     g.open_completion = req.open_completion();
+    if (auto refusal =
+            context_refusal(endpoint, req.prompts.size() > 1 ? p : std::string::npos, g)) {
+      http::send_error(*responder, 400, *refusal, "invalid_request_error",
+                       endpoint == Endpoint::kChatCompletions ? "messages" : "prompt",
+                       "context_length_exceeded");
+      return;
+    }
     g.params.stop = req.stop;
     g.params.stop_token_ids = req.stop_token_ids;
     g.params.ignore_eos = req.ignore_eos;

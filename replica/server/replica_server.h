@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ class ReplicaServer {
  private:
   void generate(Endpoint endpoint, const http::Request& request,
                 std::shared_ptr<http::Responder> responder);
+  // Why the context cannot hold prompt `index` (npos: the only one) of a request with what it
+  // asked for, in OpenAI's words (answered with code context_length_exceeded, which clients
+  // such as LangChain recognise), or nullopt. A default max_tokens is lowered to fit instead.
+  std::optional<std::string> context_refusal(Endpoint endpoint, size_t index,
+                                             const GenerationRequest& g) const;
   // /v1/kv_events; `queued` (?queued=1): with the queued events (EngineLoop::subscribe_kv_events).
   void kv_events(std::shared_ptr<http::Responder> responder, bool queued);
   // POST /v1/admin/weights, /v1/admin/pause, /v1/admin/resume.

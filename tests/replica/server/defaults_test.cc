@@ -68,7 +68,9 @@ json generation_defaults(std::vector<int32_t> model_eos,
 }
 
 // Without max_tokens the default (16) is capped to what the context leaves, as vLLM does; a
-// max_tokens the client gave is held to and refused when it does not fit.
+// max_tokens the client gave is held to and refused when it does not fit, as OpenAI refuses it
+// (code context_length_exceeded and its message, which clients such as LangChain recognise);
+// a prompt that leaves no room is refused so too, with or without max_tokens.
 TEST(ReplicaDefaults, DefaultMaxTokensIsCappedToTheContextLeft) {
   const TinyReplica replica(64);
   const std::string prompt(60, 'p');
@@ -80,7 +82,26 @@ TEST(ReplicaDefaults, DefaultMaxTokensIsCappedToTheContextLeft) {
       "/v1/completions",
       {{"model", "tiny"}, {"prompt", prompt}, {"ignore_eos", true}, {"max_tokens", 16}});
   EXPECT_EQ(held.status, 400) << held.body;
-  EXPECT_NE(held.body.find("exceeds the model length"), std::string::npos) << held.body;
+  const json error = json::parse(held.body)["error"];
+  EXPECT_EQ(error["code"], "context_length_exceeded") << held.body;
+  EXPECT_EQ(error["param"], "prompt") << held.body;
+  EXPECT_EQ(error["message"],
+            "This model's maximum context length is 64 tokens. However, you requested 76 tokens "
+            "(60 in the prompt, 16 in the completion). Please reduce the length of the prompt or "
+            "the completion.");
+  const auto chat = replica.post(
+      "/v1/chat/completions",
+      {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", std::string(70, 'q')}}}}});
+  EXPECT_EQ(chat.status, 400) << chat.body;
+  const json chat_error = json::parse(chat.body)["error"];
+  EXPECT_EQ(chat_error["code"], "context_length_exceeded") << chat.body;
+  EXPECT_EQ(chat_error["param"], "messages") << chat.body;
+  const std::string m = chat_error["message"];
+  EXPECT_EQ(
+      m.rfind("This model's maximum context length is 64 tokens. However, the messages have ", 0),
+      0u)
+      << m;
+  EXPECT_NE(m.find("which leaves no room for a completion"), std::string::npos) << m;
 }
 
 // Response ids stay unique across restarts: a replica's counter starts at 1 again, its random

@@ -1,6 +1,7 @@
 #include "router/proxy.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <span>
 
@@ -77,11 +78,22 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
     if (only("GET")) send_readiness(*responder);
   } else if (path == "/v1/models" || path.starts_with("/v1/models/")) {
     if (!only("GET")) return;
-    std::set<std::string> names;
-    for (const ReplicaView& r : pool_.snapshot())
-      if (r.healthy) names.insert(r.models.begin(), r.models.end());
-    auto model = [](const std::string& n) {
-      return json{{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "kvcascade"}};
+    // Each model served by a healthy replica, with the smallest context its replicas state
+    // (vLLM's max_model_len: a request fitting it fits wherever it is routed).
+    std::map<std::string, std::optional<int64_t>> names;
+    for (const ReplicaView& r : pool_.snapshot()) {
+      if (!r.healthy) continue;
+      for (const std::string& m : r.models) {
+        auto [it, fresh] = names.try_emplace(m, r.max_model_len);
+        if (!fresh && r.max_model_len) {
+          it->second = std::min(it->second.value_or(*r.max_model_len), *r.max_model_len);
+        }
+      }
+    }
+    auto model = [&names](const std::string& n) {
+      json m = {{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "kvcascade"}};
+      if (const auto context = names.at(n)) m["max_model_len"] = *context;
+      return m;
     };
     if (path != "/v1/models") {  // OpenAI's GET /v1/models/{model} (the SDK's models.retrieve)
       const std::optional<std::string> id = http::path_rest_decoded(path, "/v1/models/");
@@ -95,7 +107,7 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
       return;
     }
     json data = json::array();
-    for (const std::string& n : names)
+    for (const auto& [n, context] : names)
       data.push_back(model(n));
     responder->send(200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
   } else if (path == "/metrics" && registry_) {

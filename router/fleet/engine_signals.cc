@@ -105,6 +105,12 @@ std::vector<std::string> replica_kind_names() {
   return out;
 }
 
+// A model's max_model_len, when it states one in range.
+std::optional<int64_t> context_field(const json& j) {
+  const auto n = count_field(j, "max_model_len");
+  return n && *n >= 1 && *n <= (int64_t{1} << 40) ? n : std::nullopt;
+}
+
 Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size) {
   auto j = parse_json(body, "/v1/info");
   if (!j.ok()) return j.error();
@@ -125,6 +131,7 @@ Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default
   info.completion_suffix = string_field(*j, "completion_suffix").value_or("");
   info.tokenizer = string_field(*j, "tokenizer").value_or("");
   info.key_space = string_field(*j, "key_space").value_or("bytes");
+  info.max_model_len = context_field(*j);
   if (const auto t = j->find("chat_template"); t != j->end() && !t->is_null()) {
     auto compiled = ChatTemplate::from_json(*t);
     if (compiled.ok()) {
@@ -256,6 +263,9 @@ Result<ModelList> read_model_list(std::string_view body) {
     std::optional<std::string> id = string_field(m, "id");
     if (!id || id->empty() || id->size() > 1024) continue;
     if (list.ids.empty()) list.owned_by = string_field(m, "owned_by").value_or("");
+    if (const auto context = context_field(m)) {
+      list.max_model_len = std::min(list.max_model_len.value_or(*context), *context);
+    }
     if (std::find(list.ids.begin(), list.ids.end(), *id) == list.ids.end()) {
       list.ids.push_back(std::move(*id));
     }

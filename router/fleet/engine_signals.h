@@ -43,6 +43,7 @@ struct KvcascadeInfo {
   std::string completion_prefix, completion_suffix;
   std::string tokenizer;  // its name
   std::string key_space;  // "bytes", "token_ids", "private_token_ids" (api/key_space.h)
+  std::optional<int64_t> max_model_len;  // its context, when stated
 };
 // Error unless the body is a JSON object naming a model (what tells a kvcascade replica apart).
 Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size);
@@ -92,6 +93,8 @@ Result<ReplicaLoad> read_sglang_load(std::string_view body);
 struct ModelList {
   std::vector<std::string> ids;  // at least one
   std::string owned_by;          // of the first model ("vllm", "sglang", ...); may be empty
+  // The smallest max_model_len the models state (vLLM's), if any does.
+  std::optional<int64_t> max_model_len;
 };
 Result<ModelList> read_model_list(std::string_view body);
 

@@ -417,6 +417,7 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
     if (r.view.kind != p.kind && r.view.healthy) forget_blocks_locked(r);  // another engine
     r.view.kind = p.kind;
     r.view.models = std::move(p.models);
+    r.view.max_model_len = p.max_model_len;
     r.view.hash_model = std::move(p.hash_model);
     r.view.block_size = p.block_size;
     r.view.replica_id =

@@ -86,6 +86,7 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   ReplicaKind kind = ReplicaKind::kAuto;  // kAuto until detected
   std::string hash_model;                 // kvcascade only (foreign: the request's model)
   std::vector<std::string> models;
+  std::optional<int64_t> max_model_len;  // its models' context, when it states one
   // The replica's chat template from /v1/info (null: canonical rendering): chat requests are
   // hashed as the replica will tokenize them.
   std::shared_ptr<const ChatTemplate> chat_template;

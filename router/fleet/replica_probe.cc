@@ -64,6 +64,7 @@ void ReplicaProbe::detect(Exchange& x, ProbeResult& out) {
         kind_ = ReplicaKind::kKvcascade;
         out.identity = true;
         out.models = {info->model};
+        out.max_model_len = info->max_model_len;
         out.replica_id = info->replica_id;
         out.hash_model = info->hash_model;
         out.block_size = info->block_size;
@@ -102,6 +103,7 @@ void ReplicaProbe::detect(Exchange& x, ProbeResult& out) {
   kind_ = kind;
   out.identity = true;
   out.models = std::move(models->ids);
+  out.max_model_len = models->max_model_len;
   out.block_size = x.config.default_block_size;
 }
 
@@ -147,6 +149,7 @@ void ReplicaProbe::check_foreign_health(Exchange& x, ProbeResult& out) {
   if (models.ok()) {
     out.identity = true;
     out.models = std::move(models->ids);
+    out.max_model_len = models->max_model_len;
     out.block_size = x.config.default_block_size;
     return;
   }

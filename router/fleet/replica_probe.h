@@ -33,8 +33,9 @@ struct ProbeResult {
   ReplicaKind kind = ReplicaKind::kAuto;
   bool identity = false;  // the fields below were (re)read by this poll
   std::vector<std::string> models;
-  std::string replica_id;  // kvcascade's own id; empty otherwise
-  std::string hash_model;  // kvcascade only: the chain seed's model name
+  std::optional<int64_t> max_model_len;  // the context its models state (the smallest), if any
+  std::string replica_id;                // kvcascade's own id; empty otherwise
+  std::string hash_model;                // kvcascade only: the chain seed's model name
   int32_t block_size = 16;
   std::shared_ptr<const ChatTemplate> chat_template;  // kvcascade only (engine_signals.h)
   std::string chat_template_error;

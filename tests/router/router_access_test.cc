@@ -51,6 +51,16 @@ TEST_F(RouterTest, BadInputAndAuth) {
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->status, 200) << one->body;
   EXPECT_EQ(json::parse(one->body)["id"], "tiny");
+  // With the context the replicas state (vLLM's field: clients size prompts by it), as a
+  // replica's own /v1/models has it.
+  auto own = c.request("127.0.0.1", replicas_[0]->port(), "GET", "/v1/models/tiny", "", auth);
+  ASSERT_TRUE(own.ok());
+  ASSERT_TRUE(json::parse(own->body).contains("max_model_len")) << own->body;
+  EXPECT_EQ(json::parse(one->body)["max_model_len"], json::parse(own->body)["max_model_len"]);
+  auto list = c.request("127.0.0.1", port_, "GET", "/v1/models", "", auth);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(json::parse(list->body)["data"][0]["max_model_len"],
+            json::parse(own->body)["max_model_len"]);
   EXPECT_EQ(c.request("127.0.0.1", port_, "GET", "/v1/models/nope", "", auth)->status, 404);
   for (const char* path : {"/v1/models", "/metrics", "/router/state"}) {
     auto head = c.request("127.0.0.1", port_, "HEAD", path, "", auth);

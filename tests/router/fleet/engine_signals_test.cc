@@ -85,6 +85,17 @@ TEST(EngineSignals, KvcascadeInfoAndLoadNeverThrowOnWrongTypes) {
   auto info = read_kvcascade_info(R"({"replica_id":"r0","model":"tiny","block_size":16})", 16);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->hash_model, "tiny");
+  EXPECT_EQ(info->max_model_len, std::nullopt);
+  // Its context where stated and in range (a wrong one is left out, not an error).
+  EXPECT_EQ(read_kvcascade_info(R"({"model":"m","block_size":16,"max_model_len":4096})", 16)
+                ->max_model_len,
+            4096);
+  EXPECT_EQ(read_kvcascade_info(R"({"model":"m","block_size":16,"max_model_len":"x"})", 16)
+                ->max_model_len,
+            std::nullopt);
+  EXPECT_EQ(
+      read_kvcascade_info(R"({"model":"m","block_size":16,"max_model_len":0})", 16)->max_model_len,
+      std::nullopt);
   EXPECT_FALSE(read_kvcascade_info(R"({"model":"tiny"})", 16).ok());  // not kvcascade's
   EXPECT_FALSE(read_kvcascade_info(R"({"model":7,"block_size":16})", 16).ok());
   EXPECT_FALSE(read_kvcascade_info(R"({"model":"m","block_size":0})", 16).ok());
@@ -164,6 +175,12 @@ TEST(EngineSignals, ModelListAndKindDetection) {
       R"({"id":"llama-lora","object":"model","owned_by":"vllm","parent":"llama"},{"id":5},"x"]})");
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->ids, (std::vector<std::string>{"llama", "llama-lora"}));
+  EXPECT_EQ(list->max_model_len, std::nullopt);
+  // vLLM states each model's context: the smallest is what a request must fit.
+  EXPECT_EQ(read_model_list(R"({"data":[{"id":"a","max_model_len":8192},)"
+                            R"({"id":"b","max_model_len":4096},{"id":"c"}]})")
+                ->max_model_len,
+            4096);
   EXPECT_EQ(kind_from_owner(list->owned_by), ReplicaKind::kVllm);
   EXPECT_EQ(kind_from_owner("sglang"), ReplicaKind::kSglang);
   EXPECT_EQ(kind_from_owner("organization-owner"), ReplicaKind::kOpenai);

@@ -2,6 +2,10 @@
 
 namespace kvc::http {
 
+std::vector<std::pair<std::string, std::string>> event_stream_headers() {
+  return {{"cache-control", "no-cache"}, {"x-accel-buffering", "no"}};
+}
+
 std::string sse_event(std::string_view data, std::string_view event) {
   std::string out;
   out.reserve(data.size() + event.size() + 16);

@@ -294,7 +294,12 @@ http::Headers RouterServer::ProxiedRequest::client_headers() const {
 
 // Starts the client's response as a stream (a streaming request, or a body too large to buffer).
 void RouterServer::ProxiedRequest::start_client_stream() {
-  responder->start_stream(status, content_type, client_headers());
+  http::Headers h = client_headers();
+  if (content_type.starts_with("text/event-stream")) {  // as a replica sends one
+    for (auto& header : http::event_stream_headers())
+      h.push_back(std::move(header));
+  }
+  responder->start_stream(status, content_type, std::move(h));
   sent_anything = true;
 }
 

@@ -157,7 +157,7 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
     if (!only("GET")) return;
     if (request.method == "HEAD") {
       // No stream to follow: a subscription would outlive the reply.
-      responder->send(200, "text/event-stream", "", {{"cache-control", "no-cache"}});
+      responder->send(200, "text/event-stream", "", http::event_stream_headers());
       return;
     }
     kv_events(responder, http::query_param(request.target, "queued") == "1");
@@ -304,7 +304,7 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
 }
 
 void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder, bool queued) {
-  responder->start_stream(200, "text/event-stream", {{"cache-control", "no-cache"}});
+  responder->start_stream(200, "text/event-stream", http::event_stream_headers());
   const std::optional<uint64_t> sub = loop_.subscribe_kv_events(
       [responder](const KvEventBatch& batch, std::string_view events_json) {
         responder->write(http::sse_event(

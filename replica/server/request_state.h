@@ -219,7 +219,8 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
   void start_stream_locked() {
     started_ = true;
     http::Headers h = version_header();
-    h.emplace_back("cache-control", "no-cache");
+    for (auto& header : http::event_stream_headers())
+      h.push_back(std::move(header));
     responder_->start_stream(200, "text/event-stream", std::move(h));
   }
 

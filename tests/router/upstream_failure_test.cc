@@ -289,6 +289,9 @@ TEST_F(RouterWithFake, StreamStallingMidwayEndsWithAnErrorEvent) {
   ASSERT_TRUE(r.ok()) << r.error().message;  // the stream ended, within the bound
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->header("x-kvcascade-replica").value_or("?"), "fake");
+  // An event stream's headers, as a replica's: not cached, not buffered by a proxy in front.
+  EXPECT_EQ(r->header("cache-control").value_or("?"), "no-cache");
+  EXPECT_EQ(r->header("x-accel-buffering").value_or("?"), "no");
   const std::string first = "data: {\"choices\":[{\"index\":0,\"text\":\"A\"}]}\n\n";
   ASSERT_EQ(r->body.substr(0, first.size()), first) << r->body;
   const std::string rest = r->body.substr(first.size());

@@ -112,6 +112,8 @@ TEST_F(ReplicaServerTest, StopReasonNamesTheStopTokenOrStringWholeAndStreamed) {
   by_token["stream"] = true;
   const auto r = post("/v1/completions", by_token.dump());
   ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("cache-control").value_or("?"), "no-cache");  // http::event_stream_headers
+  EXPECT_EQ(r.header("x-accel-buffering").value_or("?"), "no");
   http::SseParser parser;
   auto events = parser.feed(r.body);
   ASSERT_TRUE(events.ok());

@@ -10,9 +10,10 @@
 // Each hashed block remembers its CacheBranch; per branch the pool counts blocks committed there
 // and those later found by a prefix lookup (note_hit), and predicts cold below kColdReuseRate
 // (with one reuse in two blocks as the prior, so a branch is cold only on evidence). A block once
-// reused is never cold. On the Mooncake trace, with the fleet's A10G memory pooled as one cache,
-// this served 94.1% of what an infinite cache serves where LRU served 88.4%
-// (bench/results/routing-profiles.md).
+// reused is never cold. On the Mooncake trace, with the A10G fleet's memory pooled as one cache,
+// this rule serves 94.1% of what an unbounded cache serves where LRU serves 88.4% (offline,
+// bench/results/runs/2026-12-06-s17-mooncake-min/pooled_eviction.py); across the sim fleet's 16
+// pools, mostly held by running prompts, it moved hits by +0.5 points (routing-profiles.md).
 //
 // A block is in exactly one state:
 //   free    refcount 0, no hash          (on the free list)

@@ -13,7 +13,7 @@
 // reused is never cold. On the Mooncake trace, with the A10G fleet's memory pooled as one cache,
 // this rule serves 94.1% of what an unbounded cache serves where LRU serves 88.4% (offline,
 // bench/results/runs/2026-12-06-s17-mooncake-min/pooled_eviction.py); across the sim fleet's 16
-// pools, mostly held by running prompts, it moved hits by +0.5 points (routing-profiles.md).
+// small pools it moved hits by +0.5 points (bench/results/routing-profiles.md).
 //
 // A block is in exactly one state:
 //   free    refcount 0, no hash          (on the free list)

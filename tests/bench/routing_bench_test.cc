@@ -17,6 +17,15 @@
 namespace kvc::bench {
 namespace {
 
+// Two prompts twice: a (3 full blocks), b (2), a, b.
+std::vector<TraceRequest> abab() {
+  TraceRequest a;
+  a.prompt = std::string(48, 'a');
+  TraceRequest b;
+  b.prompt = std::string(32, 'b');
+  return {a, b, a, b};
+}
+
 TEST(RoutingBench, OracleCountsEveryRepeatedFullBlock) {
   TraceRequest a;
   a.prompt = std::string(40, 'a');  // 2 full blocks
@@ -30,11 +39,7 @@ TEST(RoutingBench, OracleCountsEveryRepeatedFullBlock) {
 // The fleet's KV as one LRU cache: with room for every block it is the oracle; with less, what
 // was pushed out is computed again, and a prompt's first blocks outlive its last.
 TEST(RoutingBench, FleetLruServesWhatItsCapacityKeeps) {
-  TraceRequest a;
-  a.prompt = std::string(48, 'a');  // 3 full blocks
-  TraceRequest b;
-  b.prompt = std::string(32, 'b');  // 2
-  const std::vector<TraceRequest> trace = {a, b, a, b};
+  const std::vector<TraceRequest> trace = abab();
   EXPECT_EQ(fleet_lru_cached_per_request(trace, 100), oracle_cached_per_request(trace));
   EXPECT_EQ(fleet_lru_cached_per_request(trace, 5), (std::vector<int64_t>{0, 0, 48, 32}));
   // Room for 4: b's 2 blocks push out a's last one (its first two stay), a's return pushes out
@@ -48,25 +53,21 @@ TEST(RoutingBench, FleetLruServesWhatItsCapacityKeeps) {
 // prompt fits, and on small traces exactly the best of every eviction choice (searched
 // exhaustively).
 TEST(RoutingBench, FleetMinIsTheBestEvictionOfTheFleetsMemory) {
-  TraceRequest a;
-  a.prompt = std::string(48, 'a');  // 3 full blocks
-  TraceRequest b;
-  b.prompt = std::string(32, 'b');  // 2
-  const std::vector<TraceRequest> abab = {a, b, a, b};
-  EXPECT_EQ(fleet_min_cached_tokens(abab, 100), oracle_cached_tokens(abab));
-  EXPECT_EQ(fleet_min_cached_tokens(abab, 0), 0);
+  const std::vector<TraceRequest> trace = abab();
+  EXPECT_EQ(fleet_min_cached_tokens(trace, 100), oracle_cached_tokens(trace));
+  EXPECT_EQ(fleet_min_cached_tokens(trace, 0), 0);
   // Room for 4: b's second block pushes out b's first (used again the latest), so a returns
   // whole (3 blocks) and b finds its second: 4 blocks, where LRU serves 3 (2 of a, 1 of b).
-  EXPECT_EQ(fleet_min_cached_tokens(abab, 4), 4 * 16);
-  const auto lru = fleet_lru_cached_per_request(abab, 4);
+  EXPECT_EQ(fleet_min_cached_tokens(trace, 4), 4 * 16);
+  const auto lru = fleet_lru_cached_per_request(trace, 4);
   EXPECT_EQ(std::accumulate(lru.begin(), lru.end(), int64_t{0}), 3 * 16);
 
   // Random traces of 1-3 blocks a prompt over two block texts (a binary tree of prefixes).
   std::mt19937 rng(7);
   for (int round = 0; round < 200; ++round) {
-    std::vector<TraceRequest> trace(5);
+    std::vector<TraceRequest> small(5);
     std::vector<uint64_t> accesses;
-    for (TraceRequest& r : trace) {
+    for (TraceRequest& r : small) {
       const int blocks = 1 + static_cast<int>(rng() % 3);
       for (int i = 0; i < blocks; ++i)
         r.prompt += std::string(kRoutingBlock, rng() % 2 ? 'x' : 'y');
@@ -93,15 +94,15 @@ TEST(RoutingBench, FleetMinIsTheBestEvictionOfTheFleetsMemory) {
       }
       return most;
     };
-    const int64_t min = fleet_min_cached_tokens(trace, capacity);
+    const int64_t min = fleet_min_cached_tokens(small, capacity);
     EXPECT_EQ(min, best(0, {}) * static_cast<int64_t>(kRoutingBlock)) << "round " << round;
     // LRU holds a prompt's blocks past its capacity for a moment: a schedule of the fleet's
     // kind (every block of a prompt held at once, within capacity) only where a prompt fits.
     if (capacity >= 3) {
-      const auto l = fleet_lru_cached_per_request(trace, capacity);
+      const auto l = fleet_lru_cached_per_request(small, capacity);
       EXPECT_LE(std::accumulate(l.begin(), l.end(), int64_t{0}), min) << "round " << round;
     }
-    EXPECT_LE(min, oracle_cached_tokens(trace)) << "round " << round;
+    EXPECT_LE(min, oracle_cached_tokens(small)) << "round " << round;
   }
 }
 

@@ -366,10 +366,12 @@ TEST_F(ReplicaServerTest, SubmissionsDoNotDelayHealthOrLoad) {
       ms.push_back(timed_get(port_, path));
   }
   std::sort(ms.begin(), ms.end());
+  // With the engine held, a probe that waited for it would take the 2 s: what the bug did.
   EXPECT_GE(ms.front(), 0) << "a probe failed or took over 2 s";
-  // Generous bounds for a shared 2-core machine; typically well under 1 ms.
+  // Generous bounds for a shared 2-core machine (one scheduling stall under ctest -j 2 can take
+  // a few hundred ms); typically well under 1 ms.
   EXPECT_LT(ms[ms.size() / 2], 50) << "median probe latency (ms)";
-  EXPECT_LT(ms.back(), 250) << "slowest probe (ms)";
+  EXPECT_LT(ms.back(), 1000) << "slowest probe (ms)";
   hold.release();
   ASSERT_EQ(all_done.get_future().wait_for(60s), std::future_status::ready);
   EXPECT_EQ(ok.load(), kSubmissions);
@@ -398,8 +400,8 @@ TEST_F(ReplicaServerTest, KvEventSubscriptionsDoNotHoldIoThreads) {
   }
   std::this_thread::sleep_for(200ms);
   const double ms = timed_get(port_, "/health");
-  EXPECT_GE(ms, 0) << "/health failed or took over 2 s";
-  EXPECT_LT(ms, 250);
+  EXPECT_GE(ms, 0) << "/health failed or took over 2 s";  // waiting for the engine would
+  EXPECT_LT(ms, 1000);
   hold.release();
   for (auto& e : ends)
     EXPECT_EQ(e.get_future().wait_for(10s), std::future_status::ready);

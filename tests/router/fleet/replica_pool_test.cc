@@ -127,7 +127,9 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
 // one that did went down; a figure past any request's max_tokens is held to it.
 TEST(ReplicaPoolCounts, PlannedOpenCompletionIsTheHealthyReplicasMeanElseThePrior) {
   PoolConfig config;
-  config.poll_timeout = std::chrono::milliseconds(200);
+  // Long enough that a loaded machine does not make a healthy fake miss a poll; the stalled one
+  // costs this once.
+  config.poll_timeout = std::chrono::seconds(1);
   TwoReportersAndAnOldOne f(config);
   auto [a, b, pool, ra, rb] = std::tie(f.a, f.b, f.pool, f.ra, f.rb);
   pool.poll_now();

@@ -79,7 +79,7 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
   } else if (path == "/v1/models" || path.starts_with("/v1/models/")) {
     if (!only("GET")) return;
     // Each model served by a healthy replica, with the smallest context its replicas state
-    // (vLLM's max_model_len: a request fitting it fits wherever it is routed).
+    // (vLLM's max_model_len; a replica that states none is not counted).
     std::map<std::string, std::optional<int64_t>> names;
     for (const ReplicaView& r : pool_.snapshot()) {
       if (!r.healthy) continue;

@@ -109,17 +109,18 @@ void BlockPool::release(int32_t block) {
   release_chain(std::span<const int32_t>(&block, 1));
 }
 
-void BlockPool::release_chain(std::span<const int32_t> blocks) {
-  // Cold blocks of this chain go to the evicting end in the order given (tail first), each
-  // right after the one before.
+void BlockPool::release_chain(std::span<const int32_t> chain, bool warm) {
+  // Cold blocks of this chain go to the evicting end tail first, each right after the one
+  // before.
   std::optional<std::list<int32_t>::iterator> last_cold;
-  for (const int32_t block : blocks) {
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const int32_t block = *it;
     assert(block >= 0 && block < num_blocks());
     assert(refcount_[block] > 0);
     if (--refcount_[block] > 0) continue;
     if (!hash_[block]) {
       free_.insert(block);
-    } else if (const Origin& o = origin_[block]; o.branch.cold && !o.reused) {
+    } else if (const Origin& o = origin_[block]; !warm && o.branch.cold && !o.reused) {
       lru_pos_[block] = lru_.insert(last_cold ? std::next(*last_cold) : lru_.begin(), block);
       last_cold = lru_pos_[block];
     } else {

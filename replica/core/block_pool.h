@@ -60,9 +60,10 @@ class BlockPool {
   // One user fewer; at 0 a hashed block becomes cached (most recently used end of the LRU, or
   // its evicting end for a cold one: "Insertion by reuse" above), an unhashed one free.
   void release(int32_t block);
-  // release() of a sequence's blocks, given in chain order: its last block first, so that the
-  // LRU evicts a chain's tail before its head; cold ones go to the evicting end in that order.
-  void release_chain(std::span<const int32_t> blocks);
+  // release() of a sequence's blocks, given in chain order (head first): released last first,
+  // so that the LRU evicts a chain's tail before its head; cold ones go to the evicting end in
+  // that order. `warm`: none is cold (a preempted sequence's, which its recompute will look up).
+  void release_chain(std::span<const int32_t> chain, bool warm = false);
 
   // Where a sequence branching off `at` (its deepest cached block; nullopt: none) puts its
   // blocks: the prediction from the blocks that branched there before.

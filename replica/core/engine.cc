@@ -367,10 +367,10 @@ void Engine::append_token(SequenceGroup& g, Sequence& s, SampledToken& sampled,
   auto generated = [&] { return s.length() - static_cast<int32_t>(g.prompt.size()); };
   const bool eos = is_eos(token) && !g.params.ignore_eos;
   if (eos || std::find(stops.begin(), stops.end(), token) != stops.end()) {
-    if (!eos) {
-      s.stop_reason.token = token;
-      if (g.params.include_stop_str) add_text();
-    }
+    if (!eos && g.params.include_stop_str) add_text();
+    // stop_reason as vLLM's: null for the tokenizer's EOS; the id of a stop token, and of the
+    // model's own end ids (generation_config.json), which vLLM adds to the stop tokens.
+    if (!(eos && tokenizer_.is_eos(token))) s.stop_reason.token = token;
     scheduler_.finish(g, s.sibling, FinishReason::kStop, generated() + 1);  // + the stop token
     return emit(g, s, std::move(out), result);
   }

@@ -20,15 +20,21 @@ KvCacheManager::CachedPrefix KvCacheManager::find_cached_prefix(const Sequence& 
   return found;
 }
 
-int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens) {
+int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens, bool recompute) {
   assert(seq.block_table.empty() && seq.num_computed == 0);
   const CachedPrefix found = find_cached_prefix(seq, max_tokens);
   const auto& hashes = seq.keys.hashes();
   for (int32_t i = 0; i < found.blocks; ++i) {
     const int32_t block = *pool_.lookup(hashes[i]);
     pool_.ref(block);
-    pool_.note_hit(block);
+    if (!recompute) pool_.note_hit(block);
     seq.block_table.push_back(block);
+  }
+  // A prompt ending on a block boundary recomputes its last token, so its last block, found in
+  // the cache, is written again instead of attached (its commit is refused as a duplicate): it
+  // was asked for again all the same.
+  if (!recompute && found.blocks < static_cast<int32_t>(hashes.size())) {
+    if (const auto cut = pool_.lookup(hashes[found.blocks])) pool_.note_hit(*cut);
   }
   seq.cache_branch =
       pool_.branch_at(found.blocks > 0 ? std::optional(hashes[found.blocks - 1]) : std::nullopt);
@@ -112,10 +118,9 @@ void KvCacheManager::fork(const Sequence& from, Sequence& to) {
   to.cache_branch = from.cache_branch;
 }
 
-void KvCacheManager::release(Sequence& seq) {
+void KvCacheManager::release(Sequence& seq, bool preempted) {
   // Children before parents, so the LRU evicts a chain's tail before its head.
-  const std::vector<int32_t> tail_first(seq.block_table.rbegin(), seq.block_table.rend());
-  pool_.release_chain(tail_first);
+  pool_.release_chain(seq.block_table, /*warm=*/preempted);
   seq.block_table.clear();
   seq.num_computed = 0;
   seq.num_committed_blocks = 0;

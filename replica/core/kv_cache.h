@@ -40,8 +40,9 @@ class KvCacheManager {
   CachedPrefix find_cached_prefix(const Sequence& seq, int32_t max_tokens) const;
 
   // Precondition: the sequence holds no blocks. References the cached prefix (as found by
-  // find_cached_prefix) and marks it computed. Returns the tokens reused.
-  int32_t attach_cached_prefix(Sequence& seq, int32_t max_tokens);
+  // find_cached_prefix) and marks it computed. Returns the tokens reused. The blocks found are
+  // noted reused (BlockPool::note_hit), unless `recompute` (a preempted group finding its own).
+  int32_t attach_cached_prefix(Sequence& seq, int32_t max_tokens, bool recompute = false);
 
   // Makes positions [seq.num_computed, end) writable: allocates missing blocks and replaces a
   // shared partial block by a private copy (appended to `copies`). On a shortage returns false
@@ -57,8 +58,9 @@ class KvCacheManager {
   void fork(const Sequence& from, Sequence& to);
 
   // Releases every block of the sequence (full committed blocks stay in the prefix cache); the
-  // sequence keeps its tokens and must be recomputed to run again.
-  void release(Sequence& seq);
+  // sequence keeps its tokens and must be recomputed to run again. `preempted`: its blocks are
+  // not released cold (BlockPool::release_chain), since its recompute looks them up.
+  void release(Sequence& seq, bool preempted = false);
 
  private:
   // The router byte blocks token block i of `seq` is the first to cover wholly.

@@ -189,13 +189,13 @@ int32_t Scheduler::expected_prefill(const SequenceGroup& g) const {
   return std::max(0, length - cached * kv_.block_size());
 }
 
-void Scheduler::release_all(SequenceGroup& g) {
+void Scheduler::release_all(SequenceGroup& g, bool preempted) {
   if (g.prompt_seq) {
-    kv_.release(*g.prompt_seq);
+    kv_.release(*g.prompt_seq, preempted);
     g.prompt_seq.reset();
   }
   for (Sequence& s : g.seqs)
-    kv_.release(s);
+    kv_.release(s, preempted);
 }
 
 bool Scheduler::has_started_work() const {
@@ -240,7 +240,7 @@ void Scheduler::abort(uint64_t group_id) {
 void Scheduler::preempt(SequenceGroup& g, StepState& step) {
   promote_followers(g);
   g.prompt_leader = 0;  // re-admission looks for a leader again
-  release_all(g);
+  release_all(g, /*preempted=*/true);
   g.state = GroupState::kWaiting;
   g.preempted = true;
   ++g.num_preemptions;
@@ -387,7 +387,7 @@ void Scheduler::admit(SequenceGroup& g, StepState& step) {
   }
   Sequence prompt = shared ? std::move(*shared) : prompt_sequence(g);
   if (!shared) {
-    hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1);
+    hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1, /*recompute=*/g.preempted);
     const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
     assert(ok);  // checked by the caller
     (void)ok;

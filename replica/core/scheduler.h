@@ -196,7 +196,8 @@ class Scheduler {
   bool schedule_prompt_chunk(SequenceGroup& group, StepState& step);
   bool prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end, StepState& step);
   void preempt(SequenceGroup& group, StepState& step);
-  void release_all(SequenceGroup& group);
+  // `preempted`: its blocks stay warm in the prefix cache (KvCacheManager::release).
+  void release_all(SequenceGroup& group, bool preempted = false);
   // The most blocks a group holds at once (its prompt's full blocks shared, each sibling's own
   // from the partial block on, at max_tokens), and the shared part.
   int32_t worst_case_blocks(const SequenceGroup& group) const;

@@ -84,6 +84,12 @@ Error missing(std::string_view metric, const MetricSamples& m) {
                " sample lines, " + std::to_string(m.num_malformed) + " malformed)"};
 }
 
+// A model's max_model_len, when it states one in range.
+std::optional<int64_t> context_field(const json& j) {
+  const auto n = count_field(j, "max_model_len");
+  return n && *n >= 1 && *n <= (int64_t{1} << 40) ? n : std::nullopt;
+}
+
 }  // namespace
 
 std::string_view replica_kind_name(ReplicaKind kind) {
@@ -103,12 +109,6 @@ std::vector<std::string> replica_kind_names() {
   for (const auto& [_, n] : kKindNames)
     out.emplace_back(n);
   return out;
-}
-
-// A model's max_model_len, when it states one in range.
-std::optional<int64_t> context_field(const json& j) {
-  const auto n = count_field(j, "max_model_len");
-  return n && *n >= 1 && *n <= (int64_t{1} << 40) ? n : std::nullopt;
 }
 
 Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default_block_size) {

@@ -238,14 +238,17 @@ TEST(BlockPoolTest, SeldomReusedBranchesAreReleasedToTheEvictingEnd) {
   const int32_t head = *pool.allocate(), tail = *pool.allocate();
   ASSERT_TRUE(pool.commit(head, H(200), H(1), cold));
   ASSERT_TRUE(pool.commit(tail, H(201), H(200), cold));
-  const std::vector<int32_t> tail_first = {tail, head};
-  pool.release_chain(tail_first);
+  pool.release_chain(std::vector<int32_t>{head, tail});  // chain order: the tail released first
+  // A preempted sequence's blocks are released warm, cold or not: its recompute looks them up.
+  const int32_t preempted = *pool.allocate();
+  ASSERT_TRUE(pool.commit(preempted, H(400), H(1), cold));
+  pool.release_chain(std::vector<int32_t>{preempted}, /*warm=*/true);
   // A cold block found again before its release goes to the most recent end like any other.
   const int32_t found = *pool.allocate();
   ASSERT_TRUE(pool.commit(found, H(300), H(1), cold));
   pool.note_hit(found);
   pool.release(found);
-  EXPECT_EQ(pool.counts().num_blocks_cached, 1 + 9 + 2 + 1);
+  EXPECT_EQ(pool.counts().num_blocks_cached, 1 + 9 + 2 + 1 + 1);
   (void)pool.take_events();
   while (pool.counts().num_blocks_free > 0)
     (void)pool.allocate();

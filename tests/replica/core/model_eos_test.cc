@@ -41,6 +41,9 @@ ModelConfig model(std::vector<int32_t> eos) {
   return c;
 }
 
+// What ended the last run() (its Sequence::stop_reason).
+StopReason last_stop_reason;
+
 // The generated tokens and finish reason of one sample (greedy) of `prompt`.
 std::pair<std::vector<int32_t>, FinishReason> run(const Tokenizer& tokenizer,
                                                   std::vector<int32_t> eos, bool ignore_eos) {
@@ -57,6 +60,7 @@ std::pair<std::vector<int32_t>, FinishReason> run(const Tokenizer& tokenizer,
     StepResult s = engine.step();
     for (const auto& g : s.finished) {
       const Sequence& seq = g->seqs[0];
+      last_stop_reason = seq.stop_reason;
       return {std::vector<int32_t>(seq.tokens.begin() + static_cast<int64_t>(g->prompt.size()),
                                    seq.tokens.end()),
               seq.finish};
@@ -79,6 +83,8 @@ TEST(ModelEos, TheModelsEndIdsStopASequence) {
   const auto [stopped, stop_finish] = run(tokenizer, {123456, end_id}, false);
   EXPECT_EQ(stopped, std::vector<int32_t>(free_run.begin(), free_run.begin() + 2));
   EXPECT_EQ(stop_finish, FinishReason::kStop);
+  // vLLM adds the model's end ids to the stop tokens: stop_reason names the id.
+  EXPECT_EQ(last_stop_reason.token, end_id);
   // ignore_eos runs through it.
   const auto [ignored, ignored_finish] = run(tokenizer, {end_id}, /*ignore_eos=*/true);
   EXPECT_EQ(ignored, free_run);

@@ -376,6 +376,18 @@ std::optional<ApiError> parse_fields(Endpoint endpoint, json& j, const ApiLimits
       if (!u->is_boolean()) return bad("stream_options.include_usage", "must be a boolean");
       r.include_usage = u->get<bool>();
     }
+    // vLLM's usage in every chunk: not served, so refused rather than ignored (false is what
+    // happens anyway).
+    if (auto u = it->find("continuous_usage_stats"); u != it->end() && !u->is_null()) {
+      if (!u->is_boolean()) {
+        return bad("stream_options.continuous_usage_stats", "must be a boolean");
+      }
+      if (u->get<bool>()) {
+        return bad("stream_options.continuous_usage_stats",
+                   "is not supported: usage comes once, in the stream's last chunk "
+                   "(stream_options.include_usage)");
+      }
+    }
   }
   auto text = [&](const char* key, std::string& out, size_t max) -> std::optional<ApiError> {
     auto it = j.find(key);

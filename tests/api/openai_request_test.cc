@@ -180,6 +180,14 @@ TEST(OpenAiRequest, InvalidFieldsNameTheField) {
       err(c, R"({"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":1}})")
           .param,
       "stream_options.include_usage");
+  // vLLM's per-chunk usage is refused, not ignored; false is what happens anyway.
+  EXPECT_EQ(err(c, R"({"model":"m","prompt":"x","stream":true,)"
+                   R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})")
+                .param,
+            "stream_options.continuous_usage_stats");
+  EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
+      parse_openai_request(c, R"({"model":"m","prompt":"x","stream":true,)"
+                              R"("stream_options":{"continuous_usage_stats":false}})")));
   const ApiError utf8 = err(c, "{\"model\":\"m\",\"prompt\":\"\xff\xfe\"}");
   EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
 }

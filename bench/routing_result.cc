@@ -156,26 +156,20 @@ int64_t fleet_min_cached_tokens(const std::vector<TraceRequest>& trace, int64_t 
     }
   }
   const auto capacity = static_cast<size_t>(std::max<int64_t>(capacity_blocks, 0));
-  std::unordered_map<uint64_t, size_t> resident;  // block -> its next access
-  std::set<std::pair<size_t, uint64_t>> by_next_use;
+  // The resident blocks, each keyed by its next access: a block is resident at access i exactly
+  // when (i, block) is here.
+  std::set<std::pair<size_t, uint64_t>> resident;
   int64_t hits = 0;
   for (size_t i = 0; i < accesses.size(); ++i) {
     const uint64_t block = accesses[i];
-    if (auto it = resident.find(block); it != resident.end()) {
+    if (resident.erase({i, block}) > 0) {
       ++hits;
-      by_next_use.erase({it->second, block});
-      it->second = next_use[i];
-      by_next_use.emplace(next_use[i], block);
+    } else if (capacity == 0) {
       continue;
+    } else if (resident.size() == capacity) {
+      resident.erase(std::prev(resident.end()));  // the block used again the latest
     }
-    if (capacity == 0) continue;
-    if (resident.size() == capacity) {  // evict the block used again the latest
-      const auto latest = std::prev(by_next_use.end());
-      resident.erase(latest->second);
-      by_next_use.erase(latest);
-    }
-    resident.emplace(block, next_use[i]);
-    by_next_use.emplace(next_use[i], block);
+    resident.emplace(next_use[i], block);
   }
   return hits * static_cast<int64_t>(kBlock);
 }

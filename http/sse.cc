@@ -2,8 +2,11 @@
 
 namespace kvc::http {
 
-std::vector<std::pair<std::string, std::string>> event_stream_headers() {
-  return {{"cache-control", "no-cache"}, {"x-accel-buffering", "no"}};
+std::vector<std::pair<std::string, std::string>> event_stream_headers(
+    std::vector<std::pair<std::string, std::string>> headers) {
+  headers.emplace_back("cache-control", "no-cache");
+  headers.emplace_back("x-accel-buffering", "no");
+  return headers;
 }
 
 std::string sse_event(std::string_view data, std::string_view event) {

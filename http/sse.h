@@ -21,10 +21,11 @@ struct SseEvent {
 // One event on the wire: "event: E\n" (if not empty), one "data: " line per line of data, "\n".
 std::string sse_event(std::string_view data, std::string_view event = {});
 
-// The headers an event stream goes with beside its content type: not cached, and not buffered
-// by a proxy in front (nginx's X-Accel-Buffering), so that each event reaches the client when
-// it is sent.
-std::vector<std::pair<std::string, std::string>> event_stream_headers();
+// `headers` and those an event stream goes with beside its content type: not cached, and not
+// buffered by a proxy in front (nginx's X-Accel-Buffering), so that each event reaches the
+// client when it is sent.
+std::vector<std::pair<std::string, std::string>> event_stream_headers(
+    std::vector<std::pair<std::string, std::string>> headers = {});
 
 // Incremental parser. Accepts LF, CRLF and CR line ends (also split across feeds), skips comment
 // lines (':'), ignores unknown fields and "retry", and dispatches an event on a blank line when it

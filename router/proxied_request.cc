@@ -294,12 +294,11 @@ http::Headers RouterServer::ProxiedRequest::client_headers() const {
 
 // Starts the client's response as a stream (a streaming request, or a body too large to buffer).
 void RouterServer::ProxiedRequest::start_client_stream() {
-  http::Headers h = client_headers();
-  if (content_type.starts_with("text/event-stream")) {  // as a replica sends one
-    for (auto& header : http::event_stream_headers())
-      h.push_back(std::move(header));
-  }
-  responder->start_stream(status, content_type, std::move(h));
+  // An event stream with the headers a replica sends it with.
+  responder->start_stream(status, content_type,
+                          content_type.starts_with("text/event-stream")
+                              ? http::event_stream_headers(client_headers())
+                              : client_headers());
   sent_anything = true;
 }
 

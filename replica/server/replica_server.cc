@@ -168,19 +168,19 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
   }
 }
 
-std::optional<std::string> ReplicaServer::context_refusal(Endpoint endpoint, size_t index,
-                                                          const GenerationRequest& g) const {
+std::optional<ApiError> ReplicaServer::context_refusal(Endpoint endpoint, size_t index,
+                                                       const GenerationRequest& g) const {
   const int64_t context = engine_.config().scheduler.max_model_len;
   const auto prompt = static_cast<int64_t>(g.prompt.size());
   // A default max_tokens is lowered to what is left (at least 1 token).
   const int64_t completion = g.max_tokens_is_default ? 1 : g.params.max_tokens;
   if (prompt + completion <= context) return std::nullopt;
-  const std::string what = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  const std::string what = chat ? "messages" : "prompt";
   std::string m = index == std::string::npos ? "" : "prompt[" + std::to_string(index) + "]: ";
   m += "This model's maximum context length is " + std::to_string(context) + " tokens. ";
   if (g.max_tokens_is_default) {
-    m += "However, the " + what + (what == "messages" ? " have " : " has ") +
-         std::to_string(prompt) +
+    m += "However, the " + what + (chat ? " have " : " has ") + std::to_string(prompt) +
          " tokens, which leaves no room for a completion. Please reduce the length of the " + what +
          ".";
   } else {
@@ -188,7 +188,7 @@ std::optional<std::string> ReplicaServer::context_refusal(Endpoint endpoint, siz
          std::to_string(prompt) + " in the " + what + ", " + std::to_string(completion) +
          " in the completion). Please reduce the length of the " + what + " or the completion.";
   }
-  return m;
+  return ApiError{400, std::move(m), what};
 }
 
 void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
@@ -247,10 +247,8 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
         req.open_completion() ? engine_.config().scheduler.max_model_len : req.max_tokens;
     g.max_tokens_is_default = !req.max_tokens_given;
     g.open_completion = req.open_completion();
-    if (auto refusal =
-            context_refusal(endpoint, req.prompts.size() > 1 ? p : std::string::npos, g)) {
-      http::send_error(*responder, 400, *refusal, "invalid_request_error",
-                       endpoint == Endpoint::kChatCompletions ? "messages" : "prompt",
+    if (auto e = context_refusal(endpoint, req.prompts.size() > 1 ? p : std::string::npos, g)) {
+      http::send_error(*responder, e->status, e->message, "invalid_request_error", e->param,
                        "context_length_exceeded");
       return;
     }

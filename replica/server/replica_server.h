@@ -60,10 +60,12 @@ class ReplicaServer {
   void generate(Endpoint endpoint, const http::Request& request,
                 std::shared_ptr<http::Responder> responder);
   // Why the context cannot hold prompt `index` (npos: the only one) of a request with what it
-  // asked for, in OpenAI's words (answered with code context_length_exceeded, which clients
-  // such as LangChain recognise), or nullopt. A default max_tokens is lowered to fit instead.
-  std::optional<std::string> context_refusal(Endpoint endpoint, size_t index,
-                                             const GenerationRequest& g) const;
+  // asked for, in OpenAI's words and naming the field (answered with code
+  // context_length_exceeded, which clients such as LangChain recognise), or nullopt. A default
+  // max_tokens is lowered to fit instead. The engine's Scheduler::check_fits holds the same rule
+  // for its other callers, in its own words.
+  std::optional<ApiError> context_refusal(Endpoint endpoint, size_t index,
+                                          const GenerationRequest& g) const;
   // /v1/kv_events; `queued` (?queued=1): with the queued events (EngineLoop::subscribe_kv_events).
   void kv_events(std::shared_ptr<http::Responder> responder, bool queued);
   // POST /v1/admin/weights, /v1/admin/pause, /v1/admin/resume.

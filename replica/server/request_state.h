@@ -218,10 +218,8 @@ class RequestState : public std::enable_shared_from_this<RequestState> {
 
   void start_stream_locked() {
     started_ = true;
-    http::Headers h = version_header();
-    for (auto& header : http::event_stream_headers())
-      h.push_back(std::move(header));
-    responder_->start_stream(200, "text/event-stream", std::move(h));
+    responder_->start_stream(200, "text/event-stream",
+                             http::event_stream_headers(version_header()));
   }
 
   void observe_locked() {

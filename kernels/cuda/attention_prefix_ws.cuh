@@ -29,14 +29,16 @@ constexpr int kWsConsumerRegs = 208;  // 64 x 128 + 208 x 256 <= 64 K registers
 static_assert(kWsNodeRowTile == 2 * 64);
 
 // How many tiles the producer's copies run ahead of the tile it hands over, the ring of
-// product-type stages (K and V of 64 tokens) and the ring of raw FP8 stages. The copies of tile
-// t + kWsAhead are issued before tile t is handed over, into the stage that tile t - 2 used:
-// done with, since the consumers wait on tile t - 1 (handed over) and the producer's widening
-// of tile t - 2 is behind a barrier.
+// product-type stages (K and V of 64 tokens) and the ring of raw FP8 stages. Tile t is handed
+// over first, then the copies of tile t + kWsAhead are issued: over a 16-bit cache into the
+// stage of tile t - 2, whose release is waited there while the consumers work on t - 1 and t;
+// over FP8 into the raw stage of tile t - 1, whose widening every producer thread finished
+// before this iteration's barrier (the fp16 stage of tile t - 4 is waited before widening t). So
+// a hand-over never waits on the consumers' latest tiles.
 inline constexpr int kWsAhead = 4;
 template <bool kFp8>
-inline constexpr int kWsStages = kFp8 ? 3 : kWsAhead + 2;
-inline constexpr int kWsRawStages = kWsAhead + 2;
+inline constexpr int kWsStages = kFp8 ? 4 : kWsAhead + 2;
+inline constexpr int kWsRawStages = kWsAhead + 1;
 
 template <int D>
 constexpr int ws_stage_bytes() {  // one of K or V of a product-type stage
@@ -96,21 +98,19 @@ __device__ __forceinline__ void ws_produce(const AttendParams& p, uint32_t base,
     }
     for (int t = 0; t < n; ++t) {
       const int j = g + t;
-      // Tile t + kA into the stage of tile t - 2: its consumers are done (they finished it before
-      // waiting on tile t - 1, handed over last iteration), and so is its widening (the barrier
-      // below, last iteration, followed it in every thread).
-      if (t + kA < n) issue(t + kA);
-      cp_async_commit();
-      cp_async_wait<kA>();  // this thread's copies of tile t landed
+      cp_async_wait<kA - 1>();  // this thread's copies of tile t landed
       if constexpr (kFp8) {
         // Every producer thread's codes of tile t landed (a thread widens codes its neighbour
-        // copied).
+        // copied), and every thread is done widening tile t - 1. The fp16 stage of tile t - 4 is
+        // free once its consumers released it.
         named_barrier(1, kThreads);
         mbar_wait(empty + j % kS, ((j / kS) & 1) ^ 1);
         ld.widen(raw_at(j), raw_at(j) + kStageBytes / 2, m_at(j), m_at(j) + kStageBytes);
       }
       fence_proxy_async();  // the stage's generic-proxy writes before the consumers' wgmma reads
       mbar_arrive(full + j % kS);
+      if (t + kA < n) issue(t + kA);
+      cp_async_commit();
     }
     g += n;
   }

@@ -329,7 +329,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     std::replace(file.begin(), file.end(), '/', '_');
     std::ofstream out(o.decisions + "/" + file);
     out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached"
-           "\toracle\tttft_ms\n";
+           "\toracle\tttft_ms\tsent_s\te2e_ms\n";
     for (size_t i = 0; i < xs.size(); ++i) {
       const json& usage = xs[i]->usage;
       const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")
@@ -344,7 +344,10 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
       } else {
         out << -1;
       }
-      out << "\n";
+      // When it was sent (the replay may fall behind the trace's arrivals) and how long it took:
+      // when its prompt's blocks were held (bench/results/runs/2026-12-06-s18-mooncake-pools).
+      out << "\t" << ms_since(t0, xs[i]->sent) / 1e3 << "\t"
+          << ms_since(xs[i]->sent, xs[i]->finished) << "\n";
     }
   }
   double busy_s = 0;

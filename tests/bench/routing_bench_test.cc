@@ -5,9 +5,14 @@
 #include "bench/routing_bench.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <random>
+#include <sstream>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -176,6 +181,51 @@ TEST(RoutingBench, KvcascadeOnFourSimReplicasKeepsHitsAndBalance) {
   EXPECT_LE(r->max_over_mean_work(), 1.7) << r->to_json().dump();
   EXPECT_EQ(r->replica_work.size(), 4u);
   EXPECT_EQ(r->ttft_ms.size(), 300u);
+}
+
+// `--decisions` writes a line per request: where it went and why, what it found, and when it was
+// sent and answered (an analysis of which replica's memory held what and when reads them).
+TEST(RoutingBench, DecisionsFileHasALinePerRequestWithItsTimes) {
+  TraceMix mix = *trace_mix("chat");
+  mix.requests = 40;
+  mix.rate_per_s = 40;
+  const std::vector<TraceRequest> trace = generate_trace(mix);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvc-decisions-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  RoutingBenchOptions o;
+  o.replicas = 2;
+  o.progress = false;
+  o.request_timeout_s = 30;
+  o.decisions = dir.string();
+  Result<RoutingResult> r = run_routing(trace, "chat", "kvcascade", o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->errors, 0);
+  std::ifstream in(dir / "chat-kvcascade-routers1.tsv");
+  ASSERT_TRUE(in) << "no decisions file";
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line,
+            "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached"
+            "\toracle\tttft_ms\tsent_s\te2e_ms");
+  size_t lines = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, '\t');)
+      f.push_back(x);
+    ASSERT_EQ(f.size(), 14u) << line;
+    EXPECT_EQ(f[0], std::to_string(lines)) << line;
+    EXPECT_FALSE(f[6].empty()) << line;  // the replica
+    const double arrival = std::stod(f[1]), ttft = std::stod(f[11]);
+    const double sent = std::stod(f[12]), e2e = std::stod(f[13]);
+    EXPECT_GE(sent, arrival - 1e-3) << line;  // never before its arrival in the trace
+    EXPECT_GT(ttft, 0) << line;
+    EXPECT_GE(e2e, ttft) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, trace.size());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -40,3 +40,4 @@ python3 $d/bounded_routing.py /tmp/mooncake-x1.jsonl 16 2641 0 lip history > $d/
 # KVC_WORK_BOUND into KvCascadePolicyConfig::busy_cap / work_bound_factor), with LIP:
 #   KVC_BUSY_CAP=0.95 kvcascade bench routing ... --kv-cold-reuse-rate 1   -> temp-busycap0.95.txt
 #   KVC_WORK_BOUND=1.5 kvcascade bench routing ... --kv-cold-reuse-rate 1  -> temp-workbound1.5.txt
+(cd $d && python3 reuse_classes.py /tmp/mooncake-x1.jsonl > reuse_classes.txt)

@@ -119,6 +119,16 @@ TEST_F(ReplicaServerTest, CompletionWithSiblingsAndCachedTokens) {
 // once (seven report it cached), and the decode batches' sibling-count metric sees eight siblings
 // sharing the prompt's blocks.
 TEST_F(ReplicaServerTest, RequestsSharingAGroupIdAreOneGroup) {
+  // The members present start after a pause in arrivals (SchedulerConfig::affinity_idle, 250 ms):
+  // on a loaded machine eight client threads can start further apart than that, so this replica
+  // waits for the whole group.
+  ReplicaStackConfig c;
+  c.limits.max_body_bytes = 64 << 10;
+  c.engine.scheduler.affinity_idle = 30s;
+  c.engine.scheduler.affinity_wait = 30s;
+  replica_ = std::make_unique<LocalReplica>("r0", 64, std::move(c));
+  port_ = replica_->port();
+  ASSERT_NE(port_, 0);
   std::vector<std::future<http::ClientResponse>> replies;
   for (int i = 0; i < 8; ++i) {
     const std::string body =

@@ -464,7 +464,16 @@ TEST_F(WeightUpdateTest, PauseQueuesRequestsUntilResume) {
   auto queued = std::async(std::launch::async, [&] { return greedy(); });
   EXPECT_EQ(queued.wait_for(300ms), std::future_status::timeout);
   EXPECT_TRUE(get("/v1/load")["paused"].get<bool>());
-  EXPECT_EQ(get("/v1/load")["waiting_groups"], 1);
+  // The request reached the replica and waits there (on a loaded machine it may take longer
+  // than the 300 ms above to arrive: poll, bounded).
+  json waiting;
+  for (int i = 0; i < 500; ++i) {
+    waiting = get("/v1/load")["waiting_groups"];
+    if (waiting == 1) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(waiting, 1);
+  EXPECT_EQ(queued.wait_for(0ms), std::future_status::timeout) << "answered while paused";
   ASSERT_EQ(post("/v1/admin/resume", json::object()).status, 200);
   EXPECT_EQ(queued.get()["weight_version"], "v0");
   EXPECT_FALSE(get("/v1/load")["paused"].get<bool>());

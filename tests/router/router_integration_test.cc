@@ -71,6 +71,10 @@ TEST_F(RouterTest, SiblingBurstsStayTogetherAndTenantsSpread) {
 // Through the router: eight requests sharing a `group` id (group_size 8) land on one
 // replica and are one group there (the prompt computed once: seven of eight report it cached).
 TEST_F(RouterTest, RequestsSharingAGroupIdAreOneGroupOnOneReplica) {
+  // The replicas wait for the whole group: on a loaded machine the eight client threads can
+  // start further apart than the 250 ms pause after which the members present would start.
+  replica_scheduler_.affinity_idle = 30s;
+  replica_scheduler_.affinity_wait = 30s;
   start();
   const std::string prompt = long_prompt("rl");
   std::vector<std::future<http::ClientResponse>> replies;

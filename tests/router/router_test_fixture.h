@@ -43,8 +43,10 @@ class RouterTest : public ::testing::Test {
   void start_with(const Configure& configure, std::vector<std::string> replica_keys = {},
                   int32_t blocks = 256, bool wait_healthy = true) {
     for (int i = 0; i < 3; ++i) {
-      replicas_.push_back(std::make_unique<LocalReplica>(
-          "r" + std::to_string(i), blocks, "127.0.0.1", http::ServerLimits{}, replica_keys));
+      ReplicaStackConfig c;
+      c.server.api_keys = replica_keys;
+      c.engine.scheduler = replica_scheduler_;
+      replicas_.push_back(std::make_unique<LocalReplica>("r" + std::to_string(i), blocks, c));
     }
     RadixIndexConfig ac;
     ac.ttl = std::chrono::seconds(600);
@@ -114,6 +116,8 @@ class RouterTest : public ::testing::Test {
   }
 
   SteadyClock& clock_ = SteadyClock::instance();
+  // The replicas' scheduler settings; a test may change them before start().
+  SchedulerConfig replica_scheduler_;
   std::vector<std::unique_ptr<LocalReplica>> replicas_;
   std::unique_ptr<FleetIndexes> indexes_;
   std::unique_ptr<http::Client> client_;

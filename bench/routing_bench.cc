@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,7 +57,7 @@ std::string request_body(const TraceRequest& r, const std::string& model) {
 struct Exchange {
   Steady::time_point sent;
   std::optional<Steady::time_point> first_token;
-  Steady::time_point finished;
+  std::optional<Steady::time_point> finished;  // unset: its exchange never ended
   int status = 0;
   std::string replica;
   std::string reason;   // the router's x-kvcascade-route-reason
@@ -284,7 +285,8 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   const BlockHash seed = chain_seed("oracle");
   for (size_t i = 0; i < xs.size(); ++i) {
     const Exchange& x = *xs[i];
-    const bool ok = x.status == 200 && x.error.empty() && x.usage.is_object() && x.first_token;
+    const bool ok =
+        x.status == 200 && x.error.empty() && x.usage.is_object() && x.first_token && x.finished;
     if (!ok) {
       ++res.errors;
       std::string why = x.status != 200 ? "status " + std::to_string(x.status) + ": " : "";
@@ -292,6 +294,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
       why += !x.error.empty()                   ? x.error
              : x.status != 200 && x.status != 0 ? x.pending
              : !x.first_token                   ? "no token"
+             : !x.finished                      ? "not finished"
                                                 : "no usage";
       ++res.error_reasons[why.substr(0, 160)];
       continue;
@@ -314,7 +317,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
       }
     }
     res.ttft_ms.push_back(ms_since(x.sent, *x.first_token));
-    res.e2e_ms.push_back(ms_since(x.sent, x.finished));
+    res.e2e_ms.push_back(ms_since(x.sent, *x.finished));
   }
   std::map<std::string, std::set<std::string>> group_replicas;
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -335,19 +338,22 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
       const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")
                                  ? usage["prompt_tokens_details"].value("cached_tokens", int64_t{0})
                                  : -1;
-      out << i << "\t" << trace[i].arrival_s << "\t" << (i % routers.size()) << "\t"
-          << trace[i].group << "\t" << trace[i].n << "\t" << prompt_bytes(trace[i]).size() << "\t"
-          << xs[i]->replica << "\t" << xs[i]->reason << "\t" << xs[i]->matched << "\t" << cached
-          << "\t" << oracle[i] << "\t";
+      out << i << "\t" << std::fixed << std::setprecision(6) << trace[i].arrival_s
+          << std::defaultfloat << "\t" << (i % routers.size()) << "\t" << trace[i].group << "\t"
+          << trace[i].n << "\t" << prompt_bytes(trace[i]).size() << "\t" << xs[i]->replica << "\t"
+          << xs[i]->reason << "\t" << xs[i]->matched << "\t" << cached << "\t" << oracle[i] << "\t";
       if (xs[i]->first_token) {
         out << ms_since(xs[i]->sent, *xs[i]->first_token);
       } else {
         out << -1;
       }
-      // When it was sent (the replay may fall behind the trace's arrivals) and how long it took:
-      // when its prompt's blocks were held (bench/results/runs/2026-12-06-s18-mooncake-pools).
-      out << "\t" << ms_since(t0, xs[i]->sent) / 1e3 << "\t"
-          << ms_since(xs[i]->sent, xs[i]->finished) << "\n";
+      // When it was sent (the replay may fall behind the trace's arrivals, seconds since the
+      // replay's start) and how long it took (-1: it failed or never ended): when its prompt's
+      // blocks were held (bench/results/runs/2026-12-06-s18-mooncake-pools).
+      const Exchange& x = *xs[i];
+      const bool ended = x.finished && x.status == 200 && x.error.empty();
+      out << "\t" << std::fixed << ms_since(t0, x.sent) / 1e3 << std::defaultfloat << "\t"
+          << (ended ? ms_since(x.sent, *x.finished) : -1.0) << "\n";
     }
   }
   double busy_s = 0;

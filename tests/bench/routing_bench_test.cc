@@ -193,6 +193,10 @@ TEST(RoutingBench, DecisionsFileHasALinePerRequestWithItsTimes) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("kvc-decisions-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
+  struct RemoveAtExit {  // also when an assertion returns early
+    std::filesystem::path dir;
+    ~RemoveAtExit() { std::filesystem::remove_all(dir); }
+  } remove_at_exit{dir};
   RoutingBenchOptions o;
   o.replicas = 2;
   o.progress = false;
@@ -225,7 +229,6 @@ TEST(RoutingBench, DecisionsFileHasALinePerRequestWithItsTimes) {
     ++lines;
   }
   EXPECT_EQ(lines, trace.size());
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ def route(bound):
         hits += found[pick]
         assign.append(pick)
         history[pick].update(bl)
-        work[pick] += cost[pick]
+        work[pick] += plen - 16 * found[pick] + out  # what its pool makes it compute
         c = caches[pick]
         new = []
         for b in reversed(bl):
@@ -84,14 +84,14 @@ def route(bound):
             else:
                 c[b] = True
                 new.append(b)
-        if RULE == "lip":  # new blocks at the evicting end, promoted when found again
-            for b in new:
+        if RULE == "lip":  # new blocks at the evicting end (the tail the nearest), promoted
+            for b in reversed(new):  # when found again
                 c.move_to_end(b, last=False)
         if RULE.startswith("slru"):  # probation (never found again) evicted first, down to
             # the protected segment's share SHARE of the pool; found blocks promoted
             share = float(RULE[4:] or 0.8)
             prot = protected[pick]
-            for b in bl[:match[pick]]:
+            for b in reversed(bl[:found[pick]]):  # the head the most recent
                 prot[b] = True
                 prot.move_to_end(b)
             while cap and len(c) > cap:

@@ -168,7 +168,7 @@ if "e2e_ms" in rows[0]:
         for _, kind, i in events:
             bl = reqs[i]
             if kind == 0:
-                for b in bl:
+                for b in reversed(bl):  # the tail first: the engine's release_chain order
                     pins[b] -= 1
                     if pins[b] == 0:
                         del pins[b]

@@ -61,7 +61,7 @@ def replay(rule, capb, rate=0.1):
             c[0] += 1
             new.append(b)
         if cold:
-            for b in new:
+            for b in reversed(new):
                 od.move_to_end(b, last=False)
         for b in reversed(bl[:m]):
             od.move_to_end(b)

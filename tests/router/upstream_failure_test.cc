@@ -401,7 +401,7 @@ TEST_F(RouterWithFake, OpenBreakerDropsTheReplicasIndexEntriesUntilItRecovers) {
   RouterStackConfig c;
   c.router.policy = "round_robin";  // fake first, then (a retry) good: the fake fails every time
   c.pool.failures_to_open = 3;
-  c.pool.open_for = 3s;
+  c.pool.open_for = 6s;  // open for longer than a loaded machine takes to read the state below
   const std::vector<BlockHash> blocks = FakeReplica::blocks_of(held_prompt());
   start({.replica_id = "fake", .completion_status = 500, .blocks = blocks}, c);
   ASSERT_TRUE(wait_exact(*stack_, "fake"));
@@ -422,7 +422,7 @@ TEST_F(RouterWithFake, OpenBreakerDropsTheReplicasIndexEntriesUntilItRecovers) {
   EXPECT_EQ(open.value("index_blocks", 999u), 0u) << open.dump();
   // Breaker closed, health checks pass: resubscribed, its snapshot is back.
   EXPECT_TRUE(
-      eventually([&] { return fake_state().value("index_blocks", 0u) == blocks.size(); }, 15s))
+      eventually([&] { return fake_state().value("index_blocks", 0u) == blocks.size(); }, 20s))
       << fake_state().dump();
 }
 

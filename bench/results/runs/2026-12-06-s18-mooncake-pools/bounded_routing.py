@@ -17,10 +17,11 @@ Prints, per BOUND, the hits as a share of the unbounded oracle's and the final m
 with MIN_BLOCKS, also what Belady's MIN on each replica's pool of that size serves with the
 requests routed as they were (not online: MIN knows the pool's future requests).
 """
-import heapq
 import json
 import sys
 from collections import OrderedDict
+
+from pools import belady, blocks_of, lead, lru_insert, unbounded
 
 trace = [json.loads(l) for l in open(sys.argv[1])]
 n = int(sys.argv[2])
@@ -30,29 +31,9 @@ RULE = sys.argv[5] if len(sys.argv) > 5 else "lru"
 BY_HISTORY = len(sys.argv) > 6 and sys.argv[6] == "history"
 
 
-def blocks_of(r):
-    p = r["prompt"].encode()
-    out, h = [], 0
-    for k in range(len(p) // 16):
-        h = hash((h, p[16 * k:16 * k + 16]))
-        out.append(h)
-    return out
+reqs = [(blocks_of(r["prompt"]), len(r["prompt"].encode()), r.get("max_tokens", 0)) for r in trace]
 
-
-reqs = [(blocks_of(r), len(r["prompt"].encode()), r.get("max_tokens", 0)) for r in trace]
-
-
-def lead(bl, c):
-    i = 0
-    while i < len(bl) and bl[i] in c:
-        i += 1
-    return i
-
-
-seen, oracle = set(), 0
-for bl, _, _ in reqs:
-    oracle += lead(bl, seen)
-    seen.update(bl)
+oracle = unbounded([bl for bl, _, _ in reqs])
 
 
 def route(bound):
@@ -77,13 +58,7 @@ def route(bound):
         history[pick].update(bl)
         work[pick] += plen - 16 * found[pick] + out  # what its pool makes it compute
         c = caches[pick]
-        new = []
-        for b in reversed(bl):
-            if b in c:
-                c.move_to_end(b)
-            else:
-                c[b] = True
-                new.append(b)
+        new = lru_insert(c, bl, 0)
         if RULE == "lip":  # new blocks at the evicting end (the tail the nearest), promoted
             for b in reversed(new):  # when found again
                 c.move_to_end(b, last=False)
@@ -106,27 +81,6 @@ def route(bound):
         while cap and len(c) > cap:
             c.popitem(last=False)
     return hits / oracle, max(work) / (sum(work) / n), assign
-
-
-def belady(rs, cap):  # per_pool.py's
-    acc = [b for bl in rs for b in bl]
-    nxt, last = [len(acc)] * len(acc), {}
-    for i in range(len(acc) - 1, -1, -1):
-        nxt[i] = last.get(acc[i], len(acc))
-        last[acc[i]] = i
-    res, heap, hits = {}, [], 0
-    for i, b in enumerate(acc):
-        if b in res:
-            hits += 1
-        elif len(res) >= cap:
-            while True:
-                nu, v = heapq.heappop(heap)
-                if res.get(v) == -nu:
-                    del res[v]
-                    break
-        res[b] = nxt[i]
-        heapq.heappush(heap, (-nxt[i], b))
-    return hits
 
 
 print(f"{len(reqs)} prompts, {n} replicas, caches "

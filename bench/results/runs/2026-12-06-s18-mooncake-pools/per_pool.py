@@ -23,10 +23,11 @@ replica holds under LRU offline (lru); the most any replica holds under LRU offl
 what the replay found (replay).
 """
 import csv
-import heapq
 import json
 import sys
 from collections import OrderedDict, defaultdict
+
+from pools import belady, blocks_of, lead, lru, lru_insert, unbounded
 
 trace = [json.loads(l) for l in open(sys.argv[1])]
 rows = list(csv.DictReader(open(sys.argv[2]), delimiter="\t"))
@@ -34,67 +35,7 @@ cap = int(sys.argv[3])
 assert len(rows) == len(trace), (len(rows), len(trace))
 
 
-def blocks_of(r):
-    p = r["prompt"].encode()
-    out, h = [], 0
-    for k in range(len(p) // 16):
-        h = hash((h, p[16 * k:16 * k + 16]))
-        out.append(h)
-    return out
-
-
-reqs = [blocks_of(r) for r in trace]
-
-
-def lead(bl, present):
-    i = 0
-    while i < len(bl) and present(bl[i]):
-        i += 1
-    return i
-
-
-def unbounded(rs):
-    seen, hits = set(), 0
-    for bl in rs:
-        hits += lead(bl, lambda b: b in seen)
-        seen.update(bl)
-    return hits
-
-
-def lru(rs, cap):
-    od, hits = OrderedDict(), 0
-    for bl in rs:
-        hits += lead(bl, lambda b: b in od)
-        for b in reversed(bl):
-            if b in od:
-                od.move_to_end(b)
-            else:
-                od[b] = True
-        while len(od) > cap:
-            od.popitem(last=False)
-    return hits
-
-
-def belady(rs, cap):
-    acc = [b for bl in rs for b in bl]
-    n = len(acc)
-    nxt, last = [n] * n, {}
-    for i in range(n - 1, -1, -1):
-        nxt[i] = last.get(acc[i], n)
-        last[acc[i]] = i
-    res, heap, hits = {}, [], 0
-    for i, b in enumerate(acc):
-        if b in res:
-            hits += 1
-        elif len(res) >= cap:
-            while True:
-                nu, v = heapq.heappop(heap)
-                if res.get(v) == -nu:
-                    del res[v]
-                    break
-        res[b] = nxt[i]
-        heapq.heappush(heap, (-nxt[i], b))
-    return hits
+reqs = [blocks_of(r["prompt"]) for r in trace]
 
 
 oracle = unbounded(reqs)
@@ -113,28 +54,29 @@ for name, fn in (("routed, unbounded", lambda rs: unbounded(rs)),
     print(f"  {name:<18} {hits / oracle:.4f}")
 print(f"  {'replay':<18} {replay / oracle:.4f}")
 
+class AnyOf:  # held by any of the caches
+    def __init__(self, caches):
+        self.caches = list(caches)
+
+    def __contains__(self, b):
+        return any(b in c for c in self.caches)
+
+
 print("by the router's reason (shares of the oracle's hits over the whole trace):")
 agg = defaultdict(lambda: defaultdict(int))
 caches, pools = defaultdict(set), defaultdict(OrderedDict)
 for bl, row in zip(reqs, rows):
     rep, a = row["replica"], agg[row["reason"]]
     a["n"] += 1
-    a["oracle"] += lead(bl, lambda b: any(b in c for c in caches.values()))
-    a["unb"] += lead(bl, lambda b: b in caches[rep])
-    a["lru"] += lead(bl, lambda b: b in pools[rep])
-    a["best_lru"] += max([lead(bl, lambda b: b in od) for od in pools.values()] + [0])
+    a["oracle"] += lead(bl, AnyOf(caches.values()))
+    a["unb"] += lead(bl, caches[rep])
+    a["lru"] += lead(bl, pools[rep])
+    a["best_lru"] += max([lead(bl, od) for od in pools.values()] + [0])
     a["replay"] += max(0, int(row["cached"])) // 16
     if not rep:
         continue
     caches[rep].update(bl)
-    od = pools[rep]
-    for b in reversed(bl):
-        if b in od:
-            od.move_to_end(b)
-        else:
-            od[b] = True
-    while len(od) > cap:
-        od.popitem(last=False)
+    lru_insert(pools[rep], bl, cap)
 for reason, a in sorted(agg.items(), key=lambda kv: -kv[1]["oracle"]):
     print(f"  {reason:<16} {a['n']:4} requests: " +
           " ".join(f"{k} {a[k] / oracle:.3f}" for k in ("oracle", "unb", "lru", "best_lru", "replay")))
@@ -174,7 +116,7 @@ if "e2e_ms" in rows[0]:
                         del pins[b]
                         free[b] = True  # released: the most recent end
                 continue
-            hits += lead(bl, lambda b: b in pins or b in free)
+            hits += lead(bl, AnyOf((pins, free)))
             for b in bl:
                 free.pop(b, None)
                 pins[b] += 1

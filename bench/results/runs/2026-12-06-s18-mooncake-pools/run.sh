@@ -41,3 +41,11 @@ python3 $d/bounded_routing.py /tmp/mooncake-x1.jsonl 16 2641 0 lip history > $d/
 #   KVC_BUSY_CAP=0.95 kvcascade bench routing ... --kv-cold-reuse-rate 1   -> temp-busycap0.95.txt
 #   KVC_WORK_BOUND=1.5 kvcascade bench routing ... --kv-cold-reuse-rate 1  -> temp-workbound1.5.txt
 (cd $d && python3 reuse_classes.py /tmp/mooncake-x1.jsonl > reuse_classes.txt)
+# The default against LIP, alternating, two more runs each:
+for run in 2 3; do
+  for rate in 0.1 1; do
+    $k bench routing --sim-preset a10g-llama3-8b --replicas 16 --trace /tmp/mooncake-x1.jsonl \
+      --policy kvcascade --kv-cold-reuse-rate $rate --out "$d/ab-rate$rate-run$run.json" 2>&1 |
+      grep -v '^  \[' > "$d/ab-rate$rate-run$run.txt"
+  done
+done

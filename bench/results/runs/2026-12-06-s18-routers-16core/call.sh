@@ -2,7 +2,7 @@
 # Eighteenth session: more of the fourteenth session's one-against-four-routers pairs on the GPU
 # host's 16 CPU cores (../2026-12-06-s14-routers-16core/call.sh: H200 rl mix, seed 1, 5,000
 # requests, 16 sim replicas, kvcascade, every replay in an invocation of its own, two pairs = four
-# replays at a time), twelve pairs, then six one-against-two pairs alike. gpu-bin here holds only
+# replays at a time), six more pairs, then two one-against-two pairs alike. gpu-bin here holds only
 # kvcascade (stripped) and the libraries the host lacks:
 #   mkdir -p gpu-bin/lib; cp build/cli/kvcascade gpu-bin/; strip gpu-bin/kvcascade; cp -L the
 #   prometheus/utf8proc/simdjson/tcmalloc libraries of `ldd build/cli/kvcascade` into gpu-bin/lib
@@ -17,7 +17,7 @@ replay() {  # pair, routers
     --policy kvcascade --routers "$2" >"$OUT/logs/rl-r$2-$1.txt" 2>&1
 }
 SECONDS=0
-for round in "1 2" "3 4" "5 6" "7 8" "9 10" "11 12"; do
+for round in "1 2" "3 4" "5 6"; do
   for i in $round; do
     replay "$i" 1 &
     replay "$i" 4 &
@@ -25,7 +25,7 @@ for round in "1 2" "3 4" "5 6" "7 8" "9 10" "11 12"; do
   wait
   echo "round $round (1 and 4 routers) done at $SECONDS s"
 done
-for round in "13 14" "15 16" "17 18"; do
+for round in "7 8"; do
   for i in $round; do
     replay "$i" 1 &
     replay "$i" 2 &
@@ -33,7 +33,7 @@ for round in "13 14" "15 16" "17 18"; do
   wait
   echo "round $round (1 and 2 routers) done at $SECONDS s"
 done
-for i in $(seq 1 18); do
+for i in $(seq 1 8); do
   for n in 1 2 4; do
     f="$OUT/logs/rl-r$n-$i.txt"
     [ -f "$f" ] || continue

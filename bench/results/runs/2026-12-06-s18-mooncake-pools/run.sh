@@ -49,3 +49,8 @@ for run in 2 3; do
       grep -v '^  \[' > "$d/ab-rate$rate-run$run.txt"
   done
 done
+# Routes that stay put (bound 1.2, pools under LRU / LIP), with the live replay's times, held:
+for r in lru lip; do
+  (cd $d && python3 greedy_held.py /tmp/mooncake-x1.jsonl <(zcat a10g-x1-times.tsv.gz) $r /tmp/greedy-$r.tsv &&
+    python3 per_pool.py /tmp/mooncake-x1.jsonl /tmp/greedy-$r.tsv 2641 | grep -v "replay\|greedy  \|by the router")
+done > $d/greedy-held.txt

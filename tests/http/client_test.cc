@@ -37,18 +37,28 @@ uint16_t listen_or_die(Server& server) {
   return port.ok() ? *port : 0;
 }
 
-// A port nobody listens on: bound, then closed.
-uint16_t closed_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+// A port nobody listens on: bound and kept bound without listening (a connect there is
+// refused), so no other process can take it while the test runs, as one could once it was closed.
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~RefusingPort() { ::close(fd_); }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
 
 TEST(ClientTest, HostPortAddresses) {
   std::string host;
@@ -90,7 +100,9 @@ TEST(ClientTest, RequestRoundTripReusesOneConnection) {
 
 TEST(ClientTest, ConnectErrorIsAResult) {
   Client client;
-  uint16_t port = closed_port();
+  const RefusingPort refusing;
+  const uint16_t port = refusing.port();
+  ASSERT_NE(port, 0);
   auto r = client.request("127.0.0.1", port, "GET", "/", {}, {}, 2s);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("connect"), std::string::npos) << r.error().message;

@@ -107,3 +107,27 @@ for k, (reqn, blocks, again) in stats.items():
 for k in ("0-15", "16-63", "64-255", "256-1023", "1024+"):
     print(f"  at {k:9} of the new part: {pos[k][0]:7} blocks, found again {pos[k][1] / pos[k][0]:.3f}")
 print(f"distinct blocks {len(uses)}, used once {sum(1 for v in uses.values() if v == 1) / len(uses):.3f}")
+
+# The blocks used by 2-9 requests: how many of their pool's requests after the last one that
+# touched them (routes of bound 1.2) they are found again.
+order = collections.Counter()
+at = {}
+for i, p in enumerate(assign):
+    at[i] = order[p]
+    order[p] += 1
+last, seen, gaps = {}, set(), collections.Counter()
+for i, (bl, _, _) in enumerate(reqs):
+    p = assign[i]
+    for b in bl[:lead(bl, seen)]:
+        if 2 <= uses[b] <= 9:
+            j = last.get((p, b))
+            d = None if j is None else at[i] - at[j]
+            gaps["another pool" if d is None else "1" if d <= 1 else "2-3" if d <= 3 else
+                 "4-10" if d <= 10 else "11-30" if d <= 30 else "> 30"] += 1
+    for b in bl:
+        last[(p, b)] = i
+    seen.update(bl)
+print("blocks used by 2-9 requests, found again this many of their pool's requests later "
+      "(share of the oracle's hits): " +
+      ", ".join(f"{k}: {gaps[k] / oracle:.3f}" for k in ("1", "2-3", "4-10", "11-30", "> 30",
+                                                           "another pool")))

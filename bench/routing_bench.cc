@@ -334,23 +334,19 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached"
            "\toracle\tttft_ms\tsent_s\te2e_ms\n";
     for (size_t i = 0; i < xs.size(); ++i) {
-      const json& usage = xs[i]->usage;
-      const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")
-                                 ? usage["prompt_tokens_details"].value("cached_tokens", int64_t{0})
-                                 : -1;
+      const Exchange& x = *xs[i];
+      const int64_t cached =
+          x.usage.is_object() && x.usage.contains("prompt_tokens_details")
+              ? x.usage["prompt_tokens_details"].value("cached_tokens", int64_t{0})
+              : -1;
       out << i << "\t" << std::fixed << std::setprecision(6) << trace[i].arrival_s
           << std::defaultfloat << "\t" << (i % routers.size()) << "\t" << trace[i].group << "\t"
-          << trace[i].n << "\t" << prompt_bytes(trace[i]).size() << "\t" << xs[i]->replica << "\t"
-          << xs[i]->reason << "\t" << xs[i]->matched << "\t" << cached << "\t" << oracle[i] << "\t";
-      if (xs[i]->first_token) {
-        out << ms_since(xs[i]->sent, *xs[i]->first_token);
-      } else {
-        out << -1;
-      }
+          << trace[i].n << "\t" << prompt_bytes(trace[i]).size() << "\t" << x.replica << "\t"
+          << x.reason << "\t" << x.matched << "\t" << cached << "\t" << oracle[i] << "\t"
+          << (x.first_token ? ms_since(x.sent, *x.first_token) : -1.0);
       // When it was sent (the replay may fall behind the trace's arrivals, seconds since the
       // replay's start) and how long it took (-1: it failed or never ended): when its prompt's
       // blocks were held (bench/results/runs/2026-12-06-s18-mooncake-pools).
-      const Exchange& x = *xs[i];
       const bool ended = x.finished && x.status == 200 && x.error.empty();
       out << "\t" << std::fixed << ms_since(t0, x.sent) / 1e3 << std::defaultfloat << "\t"
           << (ended ? ms_since(x.sent, *x.finished) : -1.0) << "\n";

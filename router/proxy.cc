@@ -84,10 +84,9 @@ void RouterServer::handle(http::Request request, std::shared_ptr<http::Responder
     for (const ReplicaView& r : pool_.snapshot()) {
       if (!r.healthy) continue;
       for (const std::string& m : r.models) {
-        auto [it, fresh] = names.try_emplace(m, r.max_model_len);
-        if (!fresh && r.max_model_len) {
-          it->second = std::min(it->second.value_or(*r.max_model_len), *r.max_model_len);
-        }
+        std::optional<int64_t>& context = names[m];
+        if (r.max_model_len)
+          context = std::min(context.value_or(*r.max_model_len), *r.max_model_len);
       }
     }
     auto model = [&names](const std::string& n) {

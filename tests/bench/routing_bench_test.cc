@@ -5,19 +5,17 @@
 #include "bench/routing_bench.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "bench/routing_plot.h"
 #include "prefix_index/block_hash.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvc::bench {
 namespace {
@@ -190,22 +188,16 @@ TEST(RoutingBench, DecisionsFileHasALinePerRequestWithItsTimes) {
   mix.requests = 40;
   mix.rate_per_s = 40;
   const std::vector<TraceRequest> trace = generate_trace(mix);
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("kvc-decisions-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  struct RemoveAtExit {  // also when an assertion returns early
-    std::filesystem::path dir;
-    ~RemoveAtExit() { std::filesystem::remove_all(dir); }
-  } remove_at_exit{dir};
+  const testing::TempDir dir;  // removed on every return
   RoutingBenchOptions o;
   o.replicas = 2;
   o.progress = false;
   o.request_timeout_s = 30;
-  o.decisions = dir.string();
+  o.decisions = dir.path();
   Result<RoutingResult> r = run_routing(trace, "chat", "kvcascade", o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->errors, 0);
-  std::ifstream in(dir / "chat-kvcascade-routers1.tsv");
+  std::ifstream in(dir.file("chat-kvcascade-routers1.tsv"));
   ASSERT_TRUE(in) << "no decisions file";
   std::string line;
   std::getline(in, line);

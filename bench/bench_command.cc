@@ -127,6 +127,11 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
                    "recently used first only)")
       ->check(CLI::Range(0.0, 1.0));
   routing
+      ->add_option("--kv-host-memory-gb", g->kv_host_memory_gb,
+                   "sim replicas: GB of host memory each keeps KV evicted from its pool in, "
+                   "loaded back over PCIe instead of recomputed (default 0: none)")
+      ->check(CLI::Range(0.0, 1e5));
+  routing
       ->add_option("--stream-interval", g->stream_interval,
                    "the replicas' --stream-interval: tokens per streamed chunk after a "
                    "choice's first (the harness's CPU per generated token; TTFT unchanged)")

@@ -99,12 +99,13 @@ void on_body(Exchange& x, std::string_view bytes) {
 struct Fleet {
   std::vector<std::unique_ptr<LocalReplica>> replicas;
   std::map<std::string, size_t> index_of;  // replica id -> index
-  int64_t kv_blocks = 0;                   // of all replicas (kBlock tokens each)
+  int64_t kv_blocks = 0;                   // of all replicas (kBlock tokens each), host tiers too
 };
 
 Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
   Fleet f;
   if (o.backend == "cpu") {
+    if (o.kv_host_memory_gb > 0) return Error{"--kv-host-memory-gb: sim replicas only"};
     for (int32_t i = 0; i < o.replicas; ++i) {
       const std::string id = "cpu" + std::to_string(i);
       ReplicaStackConfig config;
@@ -123,9 +124,10 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
         sim_preset(o.sim_presets[static_cast<size_t>(i) % o.sim_presets.size()]);
     if (!preset.ok()) return Error{preset.error().message};
     const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : sim_kv_blocks(*preset, 0.9, kBlock);
-    f.kv_blocks += blocks;
+    const int32_t host = sim_host_blocks(*preset, o.kv_host_memory_gb, kBlock);
+    f.kv_blocks += blocks + host;
     auto backend = std::make_unique<SimBackend>(std::move(preset).value(), blocks, kBlock,
-                                                SteadyClock::instance());
+                                                SteadyClock::instance(), host);
     ReplicaStackConfig config;
     config.engine.scheduler.max_model_len = 32768;
     config.engine.scheduler.max_tokens_per_step = kMaxTokensPerStep;

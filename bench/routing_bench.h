@@ -43,6 +43,9 @@ struct RoutingBenchOptions {
   int32_t kv_blocks = 0;  // per replica; 0: what the preset's memory holds (cpu: 4,096)
   // The replicas' EngineConfig::cold_reuse_rate (0: their prefix caches evict LRU alone).
   double kv_cold_reuse_rate = BlockPool::kColdReuseRate;
+  // Sim replicas' host tier (--kv-host-memory-gb), GB each; the fleet references' capacity
+  // ("fleet LRU", "fleet MIN") counts it.
+  double kv_host_memory_gb = 0;
   // The replicas' --stream-interval (ReplicaServerConfig::stream_interval): tokens per
   // streamed chunk after a choice's first. The client's TTFT is the first chunk's either way.
   // 16: with a chunk per token the replay's own CPU (replicas, routers and client in one

@@ -84,6 +84,15 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r)
                                         .Register(r)),
       kv_blocks(
           BuildGauge().Name("kvcascade_kv_blocks").Help("KV cache blocks by state").Register(r)),
+      kv_host_blocks(BuildGauge()
+                         .Name("kvcascade_kv_host_blocks")
+                         .Help("KV blocks held in the host memory tier")
+                         .Register(r)),
+      kv_host_transfers_total(BuildCounter()
+                                  .Name("kvcascade_kv_host_transfers_total")
+                                  .Help("KV blocks moved between the pool and the host tier, by "
+                                        "direction (load or offload)")
+                                  .Register(r)),
       preemptions_total(BuildCounter()
                             .Name("kvcascade_preemptions_total")
                             .Help("Sibling groups preempted (whole groups, by recompute)")

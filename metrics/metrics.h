@@ -49,6 +49,10 @@ struct ReplicaMetrics {
   prometheus::Family<prometheus::Counter>& prefix_cache_query_tokens_total;
   prometheus::Family<prometheus::Counter>& prefix_cache_hit_tokens_total;
   prometheus::Family<prometheus::Gauge>& kv_blocks;  // {state: used|cached|free}
+  // The host tier (--kv-host-memory-gb): blocks held there, and blocks moved ({direction:
+  // load|offload}); a load is a prompt block not computed (counted in the hit tokens too).
+  prometheus::Family<prometheus::Gauge>& kv_host_blocks;
+  prometheus::Family<prometheus::Counter>& kv_host_transfers_total;
   prometheus::Family<prometheus::Counter>& preemptions_total;
   prometheus::Family<prometheus::Gauge>& groups;  // {state: waiting|running}
   prometheus::Family<prometheus::Histogram>& request_ttft_seconds;

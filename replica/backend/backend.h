@@ -92,8 +92,21 @@ struct SampledToken {
   std::vector<TokenLogprob> top;  // SampleRequest::top_logprobs entries, most likely first
 };
 
+// A pool block's KV (every layer) copied between device memory and a slot of the host tier
+// (replica/core/block_pool.h). A step's transfers are done in order before its other work
+// (copies, prefill, decode): a load from a slot recorded before an offload into it reads the old
+// content.
+struct KvTransfer {
+  bool to_host = false;  // pool block -> host slot (an eviction); else host slot -> pool block
+  int32_t block = 0;
+  int32_t host_block = 0;
+  friend bool operator==(const KvTransfer&, const KvTransfer&) = default;
+};
+
 struct ForwardBatch {
-  // Copy-on-write: (src, dst) block pairs to copy, in every layer, before anything else.
+  // The host tier's transfers, in order, before anything else; none unless num_host_blocks() > 0.
+  std::vector<KvTransfer> host_transfers;
+  // Copy-on-write: (src, dst) block pairs to copy, in every layer, after the host transfers.
   std::vector<std::pair<int32_t, int32_t>> block_copies;
   PrefillBatch prefill;
   DecodeBatch decode;
@@ -134,6 +147,8 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   virtual int32_t num_blocks() const = 0;
   virtual int32_t block_size() const = 0;
+  // Slots of the host tier (host memory for KV evicted from the pool; BlockPool): 0 without one.
+  virtual int32_t num_host_blocks() const { return 0; }
   virtual std::string name() const = 0;  // "cpu", "cuda"
   // How the weights are quantized: "" (as the checkpoint holds them: float32 on the CPU, bf16 on
   // the GPU) or "fp8" (--quantization fp8: the layer matrices in E4M3, per output channel).

@@ -1,5 +1,6 @@
 #include "replica/core/block_pool.h"
 
+#include <algorithm>
 #include <cassert>
 #include <iterator>
 #include <utility>
@@ -30,17 +31,24 @@ void append_coalesced(std::vector<KvEvent>& events, KvEvent event) {
 
 }  // namespace
 
-BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, double cold_reuse_rate)
+BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, double cold_reuse_rate,
+                     int32_t num_host_blocks)
     : block_size_(block_size),
       cold_reuse_rate_(cold_reuse_rate),
       refcount_(num_blocks, 0),
       hash_(num_blocks),
       parent_(num_blocks),
       lru_pos_(num_blocks),
-      origin_(num_blocks) {
-  assert(num_blocks > 0 && block_size > 0);
+      origin_(num_blocks),
+      host_hash_(num_host_blocks),
+      host_parent_(num_host_blocks),
+      host_pins_(num_host_blocks, 0),
+      host_lru_pos_(num_host_blocks) {
+  assert(num_blocks > 0 && block_size > 0 && num_host_blocks >= 0);
   for (int32_t b = 0; b < num_blocks; ++b)
     free_.insert(free_.end(), b);
+  for (int32_t s = num_host_blocks - 1; s >= 0; --s)
+    host_free_.push_back(s);  // slot 0 first
 }
 
 std::optional<int32_t> BlockPool::allocate() {
@@ -62,12 +70,98 @@ std::optional<int32_t> BlockPool::allocate() {
 // Precondition: `block` has just left the LRU.
 void BlockPool::evict(int32_t block) {
   const BlockHash hash = *hash_[block];
+  const std::optional<BlockHash> parent = parent_[block];
   by_hash_.erase(hash);
   hash_[block].reset();
   parent_[block].reset();
   origin_[block] = {};
-  branch_counts_.erase(hash);  // nothing branches off it while it is gone
-  emit(KvRemoved{{hash}});
+  branch_counts_.erase(hash);  // nothing branches off it while it is out of the pool
+  if (const auto it = host_by_hash_.find(hash); it != host_by_hash_.end()) {
+    // Its copy is there already (loaded from it): just used, so the host tier keeps it longest.
+    if (const int32_t slot = it->second; host_pins_[slot] == 0) {
+      host_lru_.splice(host_lru_.end(), host_lru_, host_lru_pos_[slot]);
+    }
+    return;
+  }
+  const std::optional<int32_t> slot = take_host_slot();
+  if (!slot) {
+    if (!host_hash_.empty()) ++host_dropped_;
+    emit(KvRemoved{{hash}});
+    return;
+  }
+  host_hash_[*slot] = hash;
+  host_parent_[*slot] = parent;
+  host_by_hash_.emplace(hash, *slot);
+  host_lru_pos_[*slot] = host_lru_.insert(host_lru_.end(), *slot);
+  transfers_.push_back(KvTransfer{/*to_host=*/true, block, *slot});
+  ++host_offloaded_;
+}
+
+std::optional<int32_t> BlockPool::take_host_slot() {
+  if (!host_free_.empty()) {
+    const int32_t slot = host_free_.back();
+    host_free_.pop_back();
+    return slot;
+  }
+  if (host_lru_.empty()) return std::nullopt;
+  const int32_t slot = host_lru_.front();
+  host_lru_.pop_front();
+  const BlockHash gone = *host_hash_[slot];
+  host_by_hash_.erase(gone);
+  host_hash_[slot].reset();
+  host_parent_[slot].reset();
+  if (!by_hash_.contains(gone)) emit(KvRemoved{{gone}});
+  return slot;
+}
+
+std::optional<int32_t> BlockPool::host_lookup(BlockHash hash) const {
+  auto it = host_by_hash_.find(hash);
+  if (it == host_by_hash_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BlockPool::pin_host(int32_t host_block) {
+  assert(host_block >= 0 && host_block < static_cast<int32_t>(host_hash_.size()));
+  assert(host_hash_[host_block].has_value());
+  if (host_pins_[host_block]++ == 0) host_lru_.erase(host_lru_pos_[host_block]);
+}
+
+void BlockPool::unpin_host(int32_t host_block) {
+  assert(host_pins_[host_block] > 0);
+  if (--host_pins_[host_block] == 0) {
+    host_lru_pos_[host_block] = host_lru_.insert(host_lru_.end(), host_block);
+  }
+}
+
+std::optional<int32_t> BlockPool::load(int32_t host_block) {
+  assert(host_pins_[host_block] > 0);
+  const BlockHash hash = *host_hash_[host_block];
+  assert(!by_hash_.contains(hash));
+  const std::optional<int32_t> block = allocate();
+  if (!block) return std::nullopt;
+  hash_[*block] = hash;
+  parent_[*block] = host_parent_[host_block];
+  by_hash_.emplace(hash, *block);
+  // Found by a prefix lookup: reused, never cold; its branch was counted when it was committed.
+  origin_[*block] = Origin{CacheBranch{}, /*counted=*/false, /*reused=*/true};
+  transfers_.push_back(KvTransfer{/*to_host=*/false, *block, host_block});
+  ++host_loaded_;
+  unpin_host(host_block);
+  return block;
+}
+
+std::vector<KvTransfer> BlockPool::take_transfers() {
+  return std::exchange(transfers_, {});
+}
+
+HostTierCounts BlockPool::host_counts() const {
+  HostTierCounts c;
+  c.num_blocks_total = static_cast<int32_t>(host_hash_.size());
+  c.num_blocks_held = static_cast<int32_t>(host_by_hash_.size());
+  c.offloaded = host_offloaded_;
+  c.loaded = host_loaded_;
+  c.dropped = host_dropped_;
+  return c;
 }
 
 BlockPool::BranchCounts* BlockPool::counts_of(const std::optional<BlockHash>& at) {
@@ -141,6 +235,7 @@ bool BlockPool::commit(int32_t block, BlockHash hash, std::optional<BlockHash> p
   assert(refcount_[block] > 0);
   assert(parent != hash);
   if (hash_[block] || by_hash_.contains(hash)) return false;
+  const bool was_held = host_by_hash_.contains(hash);  // computed again past a lookup's limit
   hash_[block] = hash;
   parent_[block] = parent;
   by_hash_.emplace(hash, block);
@@ -156,7 +251,7 @@ bool BlockPool::commit(int32_t block, BlockHash hash, std::optional<BlockHash> p
     c->committed += 1;
   }
   origin_[block] = Origin{branch, /*counted=*/c != nullptr, /*reused=*/false};
-  emit(KvStored{parent, {hash}});
+  if (!was_held) emit(KvStored{parent, {hash}});
   return true;
 }
 
@@ -175,7 +270,19 @@ BlockPoolCounts BlockPool::counts() const {
 }
 
 int32_t BlockPool::clear_hashes() {
-  const auto held = static_cast<int32_t>(by_hash_.size());
+  int32_t held = static_cast<int32_t>(by_hash_.size());
+  for (const auto& [hash, slot] : host_by_hash_)
+    held += by_hash_.contains(hash) ? 0 : 1;
+  assert(std::all_of(host_pins_.begin(), host_pins_.end(), [](int32_t p) { return p == 0; }));
+  host_by_hash_.clear();
+  host_lru_.clear();
+  host_free_.clear();
+  for (int32_t s = static_cast<int32_t>(host_hash_.size()) - 1; s >= 0; --s) {
+    host_hash_[s].reset();
+    host_parent_[s].reset();
+    host_free_.push_back(s);
+  }
+  transfers_.clear();  // the content they would move is gone
   for (int32_t b : lru_)
     free_.insert(b);
   lru_.clear();
@@ -201,31 +308,42 @@ std::vector<KvEvent> BlockPool::take_events() {
 }
 
 std::vector<KvEvent> BlockPool::snapshot() const {
-  // The held blocks form a forest over parent hashes. Roots are blocks whose parent is not held;
-  // each tree is walked depth first, children by block id, so the order is deterministic and a
-  // chain comes out as one coalesced event.
-  std::unordered_map<BlockHash, std::vector<int32_t>> children;
-  std::vector<int32_t> stack;
-  for (int32_t b = num_blocks() - 1; b >= 0; --b) {
-    if (!hash_[b]) continue;
-    if (parent_[b] && by_hash_.contains(*parent_[b])) {
-      children[*parent_[b]].push_back(b);  // descending ids: popped from the back lowest first
+  // The held blocks (either tier) form a forest over parent hashes. Roots are blocks whose parent
+  // is not held; each tree is walked depth first, children in entry order (pool blocks by id,
+  // then host slots by id), so the order is deterministic and a chain comes out as one coalesced
+  // event.
+  struct Entry {
+    BlockHash hash;
+    std::optional<BlockHash> parent;
+  };
+  std::vector<Entry> entries;
+  for (int32_t b = 0; b < num_blocks(); ++b)
+    if (hash_[b]) entries.push_back(Entry{*hash_[b], parent_[b]});
+  for (size_t s = 0; s < host_hash_.size(); ++s)
+    if (host_hash_[s] && !by_hash_.contains(*host_hash_[s]))
+      entries.push_back(Entry{*host_hash_[s], host_parent_[s]});
+  std::unordered_map<BlockHash, std::vector<size_t>> children;
+  std::vector<size_t> stack;
+  for (size_t i = entries.size(); i-- > 0;) {
+    const Entry& e = entries[i];
+    if (e.parent && held(*e.parent)) {
+      children[*e.parent].push_back(i);  // descending: popped from the back lowest first
     } else {
-      stack.push_back(b);  // a root: its event names its parent even when that is not held
+      stack.push_back(i);  // a root: its event names its parent even when that is not held
     }
   }
   std::vector<KvEvent> events;
   size_t visited = 0;
   while (!stack.empty()) {
-    const int32_t b = stack.back();
+    const Entry& e = entries[stack.back()];
     stack.pop_back();
     ++visited;
-    append_coalesced(events, KvStored{parent_[b], {*hash_[b]}});
-    auto it = children.find(*hash_[b]);
+    append_coalesced(events, KvStored{e.parent, {e.hash}});
+    auto it = children.find(e.hash);
     if (it != children.end()) stack.insert(stack.end(), it->second.begin(), it->second.end());
   }
   // a parent cycle (never produced by chained hashing) would leave blocks unvisited
-  assert(visited == by_hash_.size());
+  assert(visited == entries.size());
   (void)visited;
   return events;
 }

@@ -19,6 +19,17 @@
 //   free    refcount 0, no hash          (on the free list)
 //   cached  refcount 0, hash             (on the LRU: its KV can be reused by a later prompt)
 //   used    refcount > 0, hash or not    (in some sequence's block table)
+//
+// Host tier (num_host_blocks > 0: --kv-host-memory-gb). A cached block the LRU evicts is not
+// lost: its KV is copied to a slot of the host tier (host memory, the same block size), which
+// keeps it under an LRU of its own, and a later prompt whose chain reaches it loads it back into
+// a pool block instead of computing it (KvTransfer, done by the backend before the step's other
+// work). The tier is inclusive: a loaded block stays in its slot, so evicting it from the pool
+// again copies nothing. A hash is held while either tier holds it: a removed event only when the
+// last of the two lets it go, and no event when a block moves between them, so routers count a
+// block in host memory as held (loading it costs a PCIe copy, about 1/25 of computing it on an
+// A10G). When the host tier has no slot to give (every slot being loaded), an evicted block is
+// dropped as without a tier. SGLang's HiCache and vLLM's CPU offloading do the same.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +42,7 @@
 
 #include "prefix_index/block_hash.h"
 #include "prefix_index/kv_event.h"
+#include "replica/backend/backend.h"
 #include "replica/core/cache_branch.h"
 
 namespace kvc {
@@ -42,11 +54,21 @@ struct BlockPoolCounts {
   int32_t num_blocks_free = 0;
 };
 
+struct HostTierCounts {
+  int32_t num_blocks_total = 0;
+  int32_t num_blocks_held = 0;  // slots holding a block's KV
+  int64_t offloaded = 0;        // blocks copied to host memory so far
+  int64_t loaded = 0;           // blocks loaded back instead of computed
+  int64_t dropped = 0;          // evicted blocks with no slot to go to
+};
+
 class BlockPool {
  public:
-  // Precondition: num_blocks > 0, block_size > 0. `cold_reuse_rate`: kColdReuseRate, or 0 for
-  // LRU alone (nothing is predicted cold).
-  BlockPool(int32_t num_blocks, int32_t block_size, double cold_reuse_rate = kColdReuseRate);
+  // Precondition: num_blocks > 0, block_size > 0, num_host_blocks >= 0. `cold_reuse_rate`:
+  // kColdReuseRate, or 0 for LRU alone (nothing is predicted cold). `num_host_blocks`: slots of
+  // the host tier (0: none).
+  BlockPool(int32_t num_blocks, int32_t block_size, double cold_reuse_rate = kColdReuseRate,
+            int32_t num_host_blocks = 0);
 
   int32_t num_blocks() const { return static_cast<int32_t>(refcount_.size()); }
   int32_t block_size() const { return block_size_; }
@@ -74,6 +96,18 @@ class BlockPool {
 
   // The block holding this content (used or cached), if any. Does not take a reference.
   std::optional<int32_t> lookup(BlockHash hash) const;
+  // The host tier's slot holding this content, if any (it may be in the pool too).
+  std::optional<int32_t> host_lookup(BlockHash hash) const;
+  // A slot about to be loaded (pinned: neither evicted nor reused until load() or unpin_host()).
+  void pin_host(int32_t host_block);
+  void unpin_host(int32_t host_block);
+  // A used block (refcount 1) holding the pinned slot's content, by a load recorded for the
+  // backend (take_transfers); the slot is unpinned and keeps its copy. The block counts as
+  // reused (note_hit). nullopt, the slot still pinned, when every block is in use.
+  std::optional<int32_t> load(int32_t host_block);
+  // Transfers recorded since the last call, in order: the backend does them before the step.
+  std::vector<KvTransfer> take_transfers();
+  HostTierCounts host_counts() const;
   // Records that a full, used block holds the content `hash` (whose chain parent is `parent`,
   // nullopt for a first block) and emits a stored event. Returns false and leaves the block
   // unhashed when another block already holds this hash (identical siblings), or when the block
@@ -98,8 +132,8 @@ class BlockPool {
   size_t num_branches_counted() const { return branch_counts_.size() + 1; }
 
   // Forgets every block's content: cached blocks become free, used ones unhashed (freed when
-  // released), and one cleared event says so (a weight update: no KV computed with the old
-  // weights may be found again). Returns how many blocks held content.
+  // released), the host tier empty, and one cleared event says so (a weight update: no KV computed
+  // with the old weights may be found again). Returns how many blocks held content.
   int32_t clear_hashes();
 
   // Events since the last call, in order. Consecutive stored events continuing one chain are
@@ -122,6 +156,12 @@ class BlockPool {
 
   // (implementation's choice)
   void evict(int32_t block);
+  // A slot for an evicted block's KV: a free one, else the host LRU's oldest (its content let
+  // go); nullopt when every slot is pinned (or there is no tier).
+  std::optional<int32_t> take_host_slot();
+  bool held(BlockHash hash) const {
+    return by_hash_.contains(hash) || host_by_hash_.contains(hash);
+  }
   void emit(KvEvent event);
   BranchCounts* counts_of(const std::optional<BlockHash>& at);
   const BranchCounts* counts_of(const std::optional<BlockHash>& at) const;
@@ -140,6 +180,18 @@ class BlockPool {
   std::vector<Origin> origin_;   // meaningful only where hash_ is set
   std::unordered_map<BlockHash, BranchCounts> branch_counts_;  // by the branch's block
   BranchCounts root_counts_;                                   // branches off no cached block
+
+  // The host tier: per slot its content (set while it holds one) and that block's parent; pinned
+  // slots are off its LRU.
+  std::vector<std::optional<BlockHash>> host_hash_;
+  std::vector<std::optional<BlockHash>> host_parent_;
+  std::vector<int32_t> host_pins_;
+  std::unordered_map<BlockHash, int32_t> host_by_hash_;
+  std::vector<int32_t> host_free_;  // handed out from the back
+  std::list<int32_t> host_lru_;     // least recently evicted from the pool (or loaded) first
+  std::vector<std::list<int32_t>::iterator> host_lru_pos_;  // valid while on host_lru_
+  std::vector<KvTransfer> transfers_;
+  int64_t host_offloaded_ = 0, host_loaded_ = 0, host_dropped_ = 0;
 };
 
 }  // namespace kvc

@@ -47,7 +47,8 @@ Engine::Engine(Backend& backend, const Tokenizer& tokenizer, EngineConfig config
       tokenizer_(tokenizer),
       config_(config),
       clock_(clock),
-      pool_(backend.num_blocks(), backend.block_size(), config.cold_reuse_rate),
+      pool_(backend.num_blocks(), backend.block_size(), config.cold_reuse_rate,
+            backend.num_host_blocks()),
       kv_(pool_),
       scheduler_(config.scheduler, kv_),
       planner_(config.cascade, backend.block_size(), backend.kv_bytes_per_token()),
@@ -264,6 +265,9 @@ std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
 
 ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
   ForwardBatch batch;
+  batch.host_transfers = pool_.take_transfers();
+  for (const KvTransfer& t : batch.host_transfers)
+    ++(t.to_host ? stats.num_host_offloads : stats.num_host_loads);
   batch.block_copies = work.block_copies;
   for (const ScheduledChunk& c : work.prefill) {
     const Sequence& s = c.seq();
@@ -414,6 +418,8 @@ StepResult Engine::step() {
     const Status forwarded = backend_.forward(batch, out_);
     stats.forward = clock_.now() - forward_from;
     if (Status s = forwarded; !s.ok()) {
+      // Blocks loaded from the host tier are hashed already; their KV is undefined now.
+      if (!batch.host_transfers.empty()) pool_.clear_hashes();
       fail_batch(work, s, result);
       result.finished = scheduler_.take_finished();
       return result;

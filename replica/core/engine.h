@@ -85,6 +85,8 @@ struct StepStats {
   int32_t num_decode_seqs = 0;
   int32_t num_prefill_tokens = 0;
   int32_t num_block_copies = 0;
+  // Host tier transfers: blocks loaded back instead of computed, blocks evicted to host memory.
+  int32_t num_host_loads = 0, num_host_offloads = 0;
   CascadeStats cascade;
   std::vector<uint64_t> admitted, preempted;
   int32_t prefix_cache_query_tokens = 0;

@@ -70,6 +70,9 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
     st->blocks_used = &m.kv_blocks.Add({{"state", "used"}});
     st->blocks_cached = &m.kv_blocks.Add({{"state", "cached"}});
     st->blocks_free = &m.kv_blocks.Add({{"state", "free"}});
+    st->host_blocks_held = &m.kv_host_blocks.Add({});
+    st->host_loads = &m.kv_host_transfers_total.Add({{"direction", "load"}});
+    st->host_offloads = &m.kv_host_transfers_total.Add({{"direction", "offload"}});
     st->groups_waiting = &m.groups.Add({{"state", "waiting"}});
     st->groups_running = &m.groups.Add({{"state", "running"}});
     const BlockPoolCounts b = engine.pool().counts();
@@ -337,6 +340,9 @@ void EngineLoop::observe(const StepResult& result) {
   }
   m.cache_query->Increment(s.prefix_cache_query_tokens);
   m.cache_hit->Increment(s.prefix_cache_hit_tokens);
+  m.host_loads->Increment(s.num_host_loads);
+  m.host_offloads->Increment(s.num_host_offloads);
+  m.host_blocks_held->Set(engine_.pool().host_counts().num_blocks_held);
   m.preemptions->Increment(static_cast<double>(s.preempted.size()));
   int64_t generated = 0;
   for (const SequenceOutput& o : result.outputs)

@@ -167,8 +167,9 @@ class EngineLoop {
     // [kept][reason]: cascade_decisions_total{decision, reason}.
     prometheus::Counter* decisions[2][kNumCascadeReasons] = {};
     prometheus::Counter *kv_read_prefix, *kv_read_suffix, *kv_saved, *cache_query, *cache_hit,
-        *preemptions, *generated;
-    prometheus::Gauge *blocks_used, *blocks_cached, *blocks_free, *groups_waiting, *groups_running;
+        *preemptions, *generated, *host_loads, *host_offloads;
+    prometheus::Gauge *blocks_used, *blocks_cached, *blocks_free, *host_blocks_held,
+        *groups_waiting, *groups_running;
   };
   std::unique_ptr<StepSeries> series_;
   int64_t preemptions_seen_ = 0;

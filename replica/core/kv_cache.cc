@@ -12,23 +12,54 @@ KvCacheManager::CachedPrefix KvCacheManager::find_cached_prefix(const Sequence& 
   const int32_t limit =
       std::min<int32_t>(static_cast<int32_t>(hashes.size()), max_tokens / block_size());
   for (int32_t i = 0; i < limit; ++i) {
-    const auto block = pool_.lookup(hashes[i]);
-    if (!block) break;
+    if (const auto block = pool_.lookup(hashes[i])) {
+      if (pool_.refcount(*block) == 0) ++found.blocks_in_lru;
+    } else if (pool_.host_lookup(hashes[i])) {
+      ++found.blocks_in_host;
+    } else {
+      break;
+    }
     ++found.blocks;
-    if (pool_.refcount(*block) == 0) ++found.blocks_in_lru;
   }
   return found;
 }
 
 int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens, bool recompute) {
   assert(seq.block_table.empty() && seq.num_computed == 0);
-  const CachedPrefix found = find_cached_prefix(seq, max_tokens);
+  CachedPrefix found = find_cached_prefix(seq, max_tokens);
   const auto& hashes = seq.keys.hashes();
+  // The pool's blocks are referenced and the host tier's slots pinned first, so that the
+  // allocations of the loads evict neither.
+  std::vector<std::optional<int32_t>> slots(found.blocks);
   for (int32_t i = 0; i < found.blocks; ++i) {
-    const int32_t block = *pool_.lookup(hashes[i]);
-    pool_.ref(block);
-    if (!recompute) pool_.note_hit(block);
-    seq.block_table.push_back(block);
+    if (const auto block = pool_.lookup(hashes[i])) {
+      pool_.ref(*block);
+      if (!recompute) pool_.note_hit(*block);
+      seq.block_table.push_back(*block);
+    } else {
+      slots[i] = pool_.host_lookup(hashes[i]);
+      pool_.pin_host(*slots[i]);
+      seq.block_table.push_back(-1);
+    }
+  }
+  for (int32_t i = 0; i < found.blocks; ++i) {
+    if (!slots[i]) continue;
+    const std::optional<int32_t> block = pool_.load(*slots[i]);
+    if (!block) {
+      // No room after all (the caller's check failed): the prefix ends before this block.
+      assert(false && "attach_cached_prefix: no block to load into");
+      for (int32_t j = i; j < found.blocks; ++j) {
+        if (slots[j]) {
+          pool_.unpin_host(*slots[j]);
+        } else {
+          pool_.release(seq.block_table[j]);
+        }
+      }
+      seq.block_table.resize(i);
+      found.blocks = i;
+      break;
+    }
+    seq.block_table[i] = *block;
   }
   // A prompt ending on a block boundary recomputes its last token, so its last block, found in
   // the cache, is written again instead of attached (its commit is refused as a duplicate): it

@@ -31,17 +31,21 @@ class KvCacheManager {
     return static_cast<int32_t>((tokens + block_size() - 1) / block_size());
   }
 
-  // Leading full blocks of the sequence's chain the pool holds, at most max_tokens worth; and of
-  // those, how many sit in the LRU (admitting them takes them out of the allocatable set).
+  // Leading full blocks of the sequence's chain the pool or its host tier holds, at most
+  // max_tokens worth; and of those, how many sit in the LRU (admitting them takes them out of
+  // the allocatable set) and how many only in the host tier (each loaded into a new block).
   struct CachedPrefix {
     int32_t blocks = 0;
     int32_t blocks_in_lru = 0;
+    int32_t blocks_in_host = 0;
   };
   CachedPrefix find_cached_prefix(const Sequence& seq, int32_t max_tokens) const;
 
   // Precondition: the sequence holds no blocks. References the cached prefix (as found by
-  // find_cached_prefix) and marks it computed. Returns the tokens reused. The blocks found are
-  // noted reused (BlockPool::note_hit), unless `recompute` (a preempted group finding its own).
+  // find_cached_prefix) and marks it computed, loading its blocks in the host tier into new
+  // blocks (BlockPool::load; the caller checked that the pool has room: blocks_in_host more).
+  // Returns the tokens reused. The blocks found are noted reused (BlockPool::note_hit), unless
+  // `recompute` (a preempted group finding its own).
   int32_t attach_cached_prefix(Sequence& seq, int32_t max_tokens, bool recompute = false);
 
   // Makes positions [seq.num_computed, end) writable: allocates missing blocks and replaces a

@@ -356,7 +356,9 @@ Scheduler::AdmissionNeeds Scheduler::admission_needs(const SequenceGroup& g,
     const auto cached = kv_.find_cached_prefix(prompt, static_cast<int32_t>(g.prompt.size()) - 1);
     // Its full blocks: a partial last block is one sibling's own (the others copy it when
     // they write: worst_case_blocks), counted below.
-    needs.blocks = shared_prompt_blocks(g) - cached.blocks + cached.blocks_in_lru;
+    // Blocks only in the host tier are loaded into new ones.
+    needs.blocks =
+        shared_prompt_blocks(g) - cached.blocks + cached.blocks_in_lru + cached.blocks_in_host;
   }
   // Each sibling's private blocks up to its projected length: a preempted group's whole
   // recompute footprint plus its growth, so it is not re-admitted only to be preempted again.

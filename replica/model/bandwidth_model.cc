@@ -85,7 +85,9 @@ double step_seconds(const ModelConfig& model, const StepWork& work, const Hardwa
                           (prefill ? hw.prefill_step_overhead_s : 0) +
                           (prefill && decode ? hw.mixed_step_overhead_s : 0) +
                           (work.cached_start_chunks > 0 ? hw.cached_prefill_overhead_s : 0);
-  return gemms + attention + overhead;
+  const double host =
+      static_cast<double>(work.kv_bytes_host_transferred) / hw.host_link_bytes_per_s;
+  return gemms + attention + overhead + host;
 }
 
 StepReport plan_decode_step(const ModelConfig& model, const DecodeWorkload& work,

@@ -42,6 +42,8 @@ struct Hardware {
   // A step with a prefill chunk that starts after cached tokens (a prefix-cache hit, or a long
   // prompt's later chunk): its attention takes the paged path over the cached context.
   double cached_prefill_overhead_s = 0;
+  // Copies between host memory and the device (the host tier's transfers), bytes/s.
+  double host_link_bytes_per_s = 25e9;
 };
 
 // What one forward pass moves and computes; step_work_of (replica/backend/sim/sim_backend.h) counts
@@ -52,10 +54,11 @@ struct StepWork {
   int64_t logit_rows = 0;       // rows through the LM head
   int64_t kv_bytes_read = 0;    // attention's KV reads (a cascade plan's shared nodes once)
   int64_t kv_bytes_copied = 0;  // copy-on-write block copies (read + write)
-  double attention_flops = 0;   // QK^T and PV, 2 FLOPs per multiply-add
-  double prefill_attention_flops = 0;  // of which the prefill chunks' (compute-bound)
-  int64_t cached_start_chunks = 0;     // prefill chunks that start after cached tokens
-  bool empty() const { return rows == 0 && kv_bytes_copied == 0; }
+  int64_t kv_bytes_host_transferred = 0;  // host tier transfers, either way (over the link)
+  double attention_flops = 0;             // QK^T and PV, 2 FLOPs per multiply-add
+  double prefill_attention_flops = 0;     // of which the prefill chunks' (compute-bound)
+  int64_t cached_start_chunks = 0;        // prefill chunks that start after cached tokens
+  bool empty() const { return rows == 0 && kv_bytes_copied == 0 && kv_bytes_host_transferred == 0; }
 };
 
 // Weight bytes one step reads: every weight but the input embedding (a gather of `rows` rows).
@@ -66,8 +69,9 @@ double step_floor_seconds(const ModelConfig& model, const StepWork& work, const 
 // What the step takes (the sim backend's model, fitted to the H200's measured steps:
 // bench/results/sim-h200-validation.md): the GEMMs, max(weights read / bandwidth, GEMM FLOPs /
 // peak_flops); then attention, its KV reads / bandwidth (decode is memory-bound) + the prefill
-// chunks' attention FLOPs / attention_flops_per_s; then the overheads of Hardware. 0 for an empty
-// step.
+// chunks' attention FLOPs / attention_flops_per_s; then the overheads of Hardware; then the host
+// tier's transfers over the link, not overlapped with the rest (a replica that loads a prefix
+// waits for it). 0 for an empty step.
 double step_seconds(const ModelConfig& model, const StepWork& work, const Hardware& hw);
 
 struct StepReport {

@@ -1,5 +1,6 @@
 #include "replica/server/backend_factory.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -13,6 +14,14 @@
 namespace kvc {
 namespace {
 
+// --kv-host-memory-gb over the CPU's float32 blocks of the whole model.
+int32_t cpu_host_blocks(const BackendOptions& o, const ModelConfig& config) {
+  if (!o.kv_host_memory_gb) return 0;
+  const double block_bytes =
+      static_cast<double>(config.kv_bytes_per_token(sizeof(float)) * o.block_size);
+  return static_cast<int32_t>(std::min(*o.kv_host_memory_gb * 1e9 / block_bytes, 1e8));
+}
+
 // A checkpoint split over ranks: each rank reads only its slices.
 Result<std::unique_ptr<Backend>> make_cpu_tensor_parallel_backend(const BackendOptions& o) {
   Result<HfFolder> f = HfFolder::open(o.model_dir);
@@ -24,9 +33,11 @@ Result<std::unique_ptr<Backend>> make_cpu_tensor_parallel_backend(const BackendO
     ranks.push_back(std::move(w).value());
   }
   const bool fp8 = o.fp8_weights_for(f->config().checkpoint_quantization);
-  return std::unique_ptr<Backend>(std::make_unique<CpuTensorParallelBackend>(
-      f->config(), std::move(ranks), o.kv_blocks > 0 ? o.kv_blocks : 4096, o.block_size, fp8,
-      o.fp8_kv()));
+  auto backend = std::make_unique<CpuTensorParallelBackend>(f->config(), std::move(ranks),
+                                                            o.kv_blocks > 0 ? o.kv_blocks : 4096,
+                                                            o.block_size, fp8, o.fp8_kv());
+  backend->set_host_blocks(cpu_host_blocks(o, f->config()));
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32_t min_vocab) {
@@ -55,11 +66,16 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32
     if (Status s = check_tensor_parallel(weights.config, o.tensor_parallel_size); !s.ok()) {
       return Error{s.message()};
     }
-    return std::unique_ptr<Backend>(std::make_unique<CpuTensorParallelBackend>(
-        weights, o.tensor_parallel_size, blocks, o.block_size, fp8, o.fp8_kv()));
+    auto backend = std::make_unique<CpuTensorParallelBackend>(
+        weights, o.tensor_parallel_size, blocks, o.block_size, fp8, o.fp8_kv());
+    backend->set_host_blocks(cpu_host_blocks(o, weights.config));
+    return std::unique_ptr<Backend>(std::move(backend));
   }
-  return std::unique_ptr<Backend>(
-      std::make_unique<CpuBackend>(std::move(weights), blocks, o.block_size, fp8, o.fp8_kv()));
+  const int32_t host = cpu_host_blocks(o, weights.config);
+  auto backend =
+      std::make_unique<CpuBackend>(std::move(weights), blocks, o.block_size, fp8, o.fp8_kv());
+  backend->set_host_blocks(host);
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock& clock) {
@@ -73,8 +89,10 @@ Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock
   const int32_t blocks =
       o.kv_blocks > 0 ? o.kv_blocks
                       : sim_kv_blocks(*preset, o.memory_utilization_or_default(), o.block_size);
+  const int32_t host =
+      o.kv_host_memory_gb ? sim_host_blocks(*preset, *o.kv_host_memory_gb, o.block_size) : 0;
   return std::unique_ptr<Backend>(
-      std::make_unique<SimBackend>(std::move(preset).value(), blocks, o.block_size, clock));
+      std::make_unique<SimBackend>(std::move(preset).value(), blocks, o.block_size, clock, host));
 }
 
 }  // namespace
@@ -117,6 +135,8 @@ Status check_backend_options(const BackendOptions& o) {
       {"--sim-bandwidth-gbps", o.sim_bandwidth_gbps.has_value(), sim, "sim"},
       {"--sim-peak-tflops", o.sim_peak_tflops.has_value(), sim, "sim"},
       {"--sim-step-overhead-ms", o.sim_step_overhead_ms.has_value(), sim, "sim"},
+      {"--kv-host-memory-gb", o.kv_host_memory_gb.has_value(), !cuda,
+       "cpu and sim (cuda: not yet)"},
   };
   for (const Only& x : only) {
     if (x.given && !x.read) {

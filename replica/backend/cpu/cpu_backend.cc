@@ -96,6 +96,9 @@ void CpuBackend::check_batch(const ForwardBatch& batch) const {
   for (const auto& [src, dst] : batch.block_copies) {
     assert(valid_block(src) && valid_block(dst));
   }
+  for (const KvTransfer& t : batch.host_transfers) {
+    assert(valid_block(t.block) && t.host_block >= 0 && t.host_block < num_host_blocks_);
+  }
   const PrefillBatch& p = batch.prefill;
   assert(static_cast<int32_t>(p.token_indptr.size()) == p.num_chunks() + 1);
   assert(static_cast<int32_t>(p.block_indptr.size()) == p.num_chunks() + 1);
@@ -145,8 +148,32 @@ void CpuBackend::check_batch(const ForwardBatch& batch) const {
 #endif
 }
 
+void CpuBackend::set_host_blocks(int32_t n) {
+  assert(n >= 0);
+  num_host_blocks_ = n;
+  const size_t floats = static_cast<size_t>(n) * block_size_ * kv_row();
+  host_k_.assign(config().num_hidden_layers, std::vector<float>(floats));
+  host_v_.assign(config().num_hidden_layers, std::vector<float>(floats));
+}
+
 void CpuBackend::copy_blocks(const ForwardBatch& batch) {
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_row();
+  const size_t block_bytes = block_floats * sizeof(float);
+  for (const KvTransfer& t : batch.host_transfers) {
+    for (int layer = 0; layer < config().num_hidden_layers; ++layer) {
+      float* pool_k = k_cache(layer) + t.block * block_floats;
+      float* pool_v = v_cache(layer) + t.block * block_floats;
+      float* host_k = host_k_[layer].data() + t.host_block * block_floats;
+      float* host_v = host_v_[layer].data() + t.host_block * block_floats;
+      if (t.to_host) {
+        std::memcpy(host_k, pool_k, block_bytes);
+        std::memcpy(host_v, pool_v, block_bytes);
+      } else {
+        std::memcpy(pool_k, host_k, block_bytes);
+        std::memcpy(pool_v, host_v, block_bytes);
+      }
+    }
+  }
   for (const auto& [src, dst] : batch.block_copies) {
     if (src == dst) continue;
     for (int layer = 0; layer < config().num_hidden_layers; ++layer) {

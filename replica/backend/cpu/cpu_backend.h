@@ -53,6 +53,11 @@ class CpuBackend final : public Backend {
   const ModelConfig& config() const override { return weights_.config; }
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
+  int32_t num_host_blocks() const override { return num_host_blocks_; }
+  // Allocates a host tier of `n` blocks (BlockPool's; this process's memory like the cache, but
+  // a separate array, so that a transfer is the copy a GPU replica's would be). Before the first
+  // forward.
+  void set_host_blocks(int32_t n);
   std::string name() const override { return "cpu"; }
   std::string quantization() const override { return fp8_weights_ ? "fp8" : ""; }
   std::string kv_cache_dtype() const override { return fp8_kv_ ? "fp8" : ""; }
@@ -76,6 +81,7 @@ class CpuBackend final : public Backend {
  private:
   // Asserts that every block id, slot, position and plan index is in range and consistent.
   void check_batch(const ForwardBatch& batch) const;
+  // The host transfers, then the copy-on-write copies.
   void copy_blocks(const ForwardBatch& batch);
   // Fills tokens_, positions_, kv_dst_ (cache row of each token) and logit_rows_.
   void gather_rows(const ForwardBatch& batch);
@@ -108,6 +114,9 @@ class CpuBackend final : public Backend {
   kernels::cpu::RopeConfig rope_;
   // Per layer, [num_blocks, block_size, kv_heads, head_dim].
   std::vector<std::vector<float>> k_cache_, v_cache_;
+  // The host tier: per layer, [num_host_blocks, block_size, kv_heads, head_dim].
+  int32_t num_host_blocks_ = 0;
+  std::vector<std::vector<float>> host_k_, host_v_;
 
   // Scratch reused across calls (vectors only grow). Rows: prefill tokens, then decode tokens.
   std::vector<int32_t> tokens_, positions_;

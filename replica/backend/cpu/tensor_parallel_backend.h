@@ -40,6 +40,12 @@ class CpuTensorParallelBackend final : public Backend {
   const ModelConfig& config() const override { return config_; }
   int32_t num_blocks() const override { return ranks_[0]->num_blocks(); }
   int32_t block_size() const override { return ranks_[0]->block_size(); }
+  int32_t num_host_blocks() const override { return ranks_[0]->num_host_blocks(); }
+  // Each rank's host tier holds `n` blocks of its heads (CpuBackend::set_host_blocks).
+  void set_host_blocks(int32_t n) {
+    for (auto& r : ranks_)
+      r->set_host_blocks(n);
+  }
   std::string name() const override { return "cpu"; }
   std::string quantization() const override { return ranks_[0]->quantization(); }
   std::string kv_cache_dtype() const override { return ranks_[0]->kv_cache_dtype(); }

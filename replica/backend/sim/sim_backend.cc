@@ -25,6 +25,10 @@ constexpr double kH200MixedStepOverhead = 0.59e-3;
 constexpr double kH200CachedPrefillOverhead = 1.11e-3;
 constexpr double kH200Memory = 141e9;
 constexpr double kH100Memory = 80e9;
+// Host memory <-> GPU over PCIe 5.0 x16 (H100, H200) and 4.0 x16 (A10G): what pinned copies
+// reach, about 85% of the link's 64 and 32 GB/s. Not measured here.
+constexpr double kPcie5Copy = 55e9;
+constexpr double kPcie4Copy = 25e9;
 // About an A10G (a slow GPU for routing evaluation): 600 GB/s and 125 TFLOP/s as the rates reached,
 // prefill attention at the H200's share of its GEMM rate, the H200's step overheads (launches and
 // host work do not scale with the GPU), 24 GB. Not measured.
@@ -73,12 +77,14 @@ Result<SimPreset> sim_preset(std::string_view name) {
     hw.mixed_step_overhead_s = kH200MixedStepOverhead;
     hw.cached_prefill_overhead_s = kH200CachedPrefillOverhead;
     p.memory_bytes = h200 ? kH200Memory : a10g ? kA10gMemory : kH100Memory;
+    hw.host_link_bytes_per_s = a10g ? kPcie4Copy : kPcie5Copy;
   } else if (name == "cpu-llama3-8b") {
     hw.bandwidth_bytes_per_s = kCpuReadBandwidth;
     hw.peak_flops = kCpuGemmRate;
     hw.attention_flops_per_s = kCpuGemmRate;
     hw.step_overhead_s = kCpuStepOverhead;
     hw.decode_row_overhead_s = kCpuDecodeRowOverhead;
+    hw.host_link_bytes_per_s = kCpuReadBandwidth / 2;  // a copy in memory: read and write
     p.memory_bytes = kCpuMemory;
   } else {
     std::string known;
@@ -100,6 +106,13 @@ int32_t sim_kv_blocks(const SimPreset& p, double utilization, int32_t block_size
       static_cast<double>(p.model.kv_bytes_per_token(p.hardware.kv_bytes_per_element) * block_size);
   const double blocks = std::floor((p.memory_bytes * utilization - weights) / block_bytes);
   return static_cast<int32_t>(std::clamp(blocks, 1.0, double{1 << 24}));
+}
+
+int32_t sim_host_blocks(const SimPreset& p, double gigabytes, int32_t block_size) {
+  const double block_bytes =
+      static_cast<double>(p.model.kv_bytes_per_token(p.hardware.kv_bytes_per_element) * block_size);
+  return static_cast<int32_t>(
+      std::clamp(std::floor(gigabytes * 1e9 / block_bytes), 0.0, double{1 << 26}));
 }
 
 namespace {
@@ -161,6 +174,8 @@ StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32
   }
   w.kv_bytes_copied =
       2 * static_cast<int64_t>(batch.block_copies.size()) * block_size * kv_per_token;
+  w.kv_bytes_host_transferred =
+      static_cast<int64_t>(batch.host_transfers.size()) * block_size * kv_per_token;
   return w;
 }
 
@@ -171,9 +186,14 @@ int32_t sim_token(uint64_t seed, int32_t sibling, int32_t position) {
   return k == 26 ? ' ' : 'a' + k;
 }
 
-SimBackend::SimBackend(SimPreset preset, int32_t num_blocks, int32_t block_size, Clock& clock)
-    : preset_(std::move(preset)), num_blocks_(num_blocks), block_size_(block_size), clock_(clock) {
-  assert(num_blocks > 0 && block_size > 0);
+SimBackend::SimBackend(SimPreset preset, int32_t num_blocks, int32_t block_size, Clock& clock,
+                       int32_t num_host_blocks)
+    : preset_(std::move(preset)),
+      num_blocks_(num_blocks),
+      block_size_(block_size),
+      clock_(clock),
+      num_host_blocks_(num_host_blocks) {
+  assert(num_blocks > 0 && block_size > 0 && num_host_blocks >= 0);
   assert(preset_.model.validate().ok());
 }
 

@@ -34,6 +34,8 @@ std::vector<std::string> sim_preset_names();
 
 // KV blocks that fit in `utilization` x memory after the weights (at least 1).
 int32_t sim_kv_blocks(const SimPreset& preset, double utilization, int32_t block_size);
+// Host tier blocks that `gigabytes` (10^9 bytes) of host memory hold (at least 0).
+int32_t sim_host_blocks(const SimPreset& preset, double gigabytes, int32_t block_size);
 
 // One prefill chunk of `len` tokens after `start` cached ones: its rows, its logits row (when
 // wanted), the KV it reads (its whole context) and its causal attention FLOPs.
@@ -41,7 +43,8 @@ StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len
                             int kv_bytes_per_element);
 
 // What a batch moves and computes: rows, logits rows, the KV the plan reads (each shared node
-// once, each suffix per sequence), each prefill chunk's context, copy-on-write copies.
+// once, each suffix per sequence), each prefill chunk's context, copy-on-write copies, host
+// tier transfers.
 StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32_t block_size,
                       int kv_bytes_per_element);
 
@@ -51,12 +54,16 @@ int32_t sim_token(uint64_t seed, int32_t sibling, int32_t position);
 
 class SimBackend final : public Backend {
  public:
-  // Preconditions: num_blocks > 0, block_size > 0, preset.model.validate() is ok.
-  SimBackend(SimPreset preset, int32_t num_blocks, int32_t block_size, Clock& clock);
+  // Preconditions: num_blocks > 0, block_size > 0, num_host_blocks >= 0,
+  // preset.model.validate() is ok. num_host_blocks: the host tier's slots (no memory: a
+  // transfer costs its bytes over Hardware::host_link_bytes_per_s).
+  SimBackend(SimPreset preset, int32_t num_blocks, int32_t block_size, Clock& clock,
+             int32_t num_host_blocks = 0);
 
   const ModelConfig& config() const override { return preset_.model; }
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
+  int32_t num_host_blocks() const override { return num_host_blocks_; }
   std::string name() const override { return "sim"; }
   int32_t kv_bytes_per_element() const override { return preset_.hardware.kv_bytes_per_element; }
   std::string kv_cache_dtype() const override {
@@ -80,6 +87,7 @@ class SimBackend final : public Backend {
   int32_t num_blocks_;
   int32_t block_size_;
   Clock& clock_;
+  int32_t num_host_blocks_;
   std::atomic<int64_t> busy_ns_{0};
   std::atomic<int64_t> num_forwards_{0};
 };

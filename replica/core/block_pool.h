@@ -27,7 +27,7 @@
 // work). The tier is inclusive: a loaded block stays in its slot, so evicting it from the pool
 // again copies nothing. A hash is held while either tier holds it: a removed event only when the
 // last of the two lets it go, and no event when a block moves between them, so routers count a
-// block in host memory as held (loading it costs a PCIe copy, about 1/25 of computing it on an
+// block in host memory as held (loading it costs a PCIe copy, about 1/20 of computing it on an
 // A10G). When the host tier has no slot to give (every slot being loaded), an evicted block is
 // dropped as without a tier. SGLang's HiCache and vLLM's CPU offloading do the same.
 #pragma once

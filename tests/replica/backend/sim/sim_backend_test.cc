@@ -257,6 +257,34 @@ TEST(SimBackend, RoutingProfiles) {
   EXPECT_GT(sim_kv_blocks(*cpu, 0.9, 16), sim_kv_blocks(h200(), 0.9, 16));
 }
 
+// The host tier's transfers cost their bytes over the host link: an A10G loading a 512-token
+// prompt (32 blocks of 16 at 128 KiB a token, 67 MB) over PCIe 4.0's 25 GB/s takes 2.7 ms, about
+// 1/22 of computing it (60 ms); the slots 32 GB of host memory give.
+TEST(SimBackend, HostTierTransfersCostTheirBytesOverTheHostLink) {
+  const Result<SimPreset> a10g = sim_preset("a10g-llama3-8b");
+  ASSERT_TRUE(a10g.ok());
+  EXPECT_EQ(a10g->hardware.host_link_bytes_per_s, 25e9);
+  EXPECT_EQ(h200().hardware.host_link_bytes_per_s, 55e9);
+  const int32_t slots = sim_host_blocks(*a10g, 32, 16);
+  EXPECT_EQ(slots, static_cast<int32_t>(32e9 / (131072.0 * 16)));
+  testing::FakeClock clock;
+  SimBackend sim(*a10g, 4096, 16, clock, slots);
+  EXPECT_EQ(sim.num_host_blocks(), slots);
+  ForwardBatch loads;
+  for (int32_t i = 0; i < 32; ++i)
+    loads.host_transfers.push_back(KvTransfer{false, i, i});
+  const double with_loads = ms(sim.predict(loads));
+  const double transfer_ms = 32.0 * 16 * 131072 / 25e9 * 1e3;
+  EXPECT_NEAR(with_loads - a10g->hardware.step_overhead_s * 1e3, transfer_ms, 1e-6);
+  ForwardBatch prefill;
+  PrefillChunk chunk;
+  chunk.tokens.assign(512, 'a');
+  for (int32_t i = 0; i < 32; ++i)
+    chunk.block_table.push_back(i);
+  prefill.prefill.add(chunk);
+  EXPECT_GT(ms(sim.predict(prefill)), 20 * transfer_ms);
+}
+
 TEST(SimBackend, EngineRunsARequestOnSimulatedTime) {
   testing::FakeClock clock;
   SimBackend sim(h200(), 4096, 16, clock);

@@ -93,20 +93,30 @@ struct SampledToken {
 };
 
 // A pool block's KV (every layer) copied between device memory and a slot of the host tier
-// (replica/core/block_pool.h). A step's transfers are done in order before its other work
-// (copies, prefill, decode): a load from a slot recorded before an offload into it reads the old
-// content.
+// (replica/core/block_pool.h), or a copy-on-write copy between two pool blocks. With a host tier
+// a step's moves are done in the order recorded, before its other work (prefill, decode): a load
+// from a slot recorded before an offload into it reads the old content, and a copy whose source
+// or destination block was freed and then loaded into later in the same schedule reads or is
+// overwritten in that order.
 struct KvTransfer {
-  bool to_host = false;  // pool block -> host slot (an eviction); else host slot -> pool block
+  enum class Kind : uint8_t {
+    kOffload,  // pool block `block` -> host slot `other` (an eviction)
+    kLoad,     // host slot `other` -> pool block `block`
+    kCopy,     // pool block `other` -> pool block `block` (copy-on-write)
+  };
+  Kind kind = Kind::kOffload;
   int32_t block = 0;
-  int32_t host_block = 0;
+  int32_t other = 0;
   friend bool operator==(const KvTransfer&, const KvTransfer&) = default;
 };
 
 struct ForwardBatch {
-  // The host tier's transfers, in order, before anything else; none unless num_host_blocks() > 0.
+  // With a host tier (num_host_blocks() > 0): the step's KV moves in order, the copy-on-write
+  // copies among them, before anything else; block_copies then repeats the copies (for counting)
+  // and is not done. Empty without a tier.
   std::vector<KvTransfer> host_transfers;
-  // Copy-on-write: (src, dst) block pairs to copy, in every layer, after the host transfers.
+  // Copy-on-write: (src, dst) block pairs to copy, in every layer, before anything else (unless
+  // host_transfers holds them).
   std::vector<std::pair<int32_t, int32_t>> block_copies;
   PrefillBatch prefill;
   DecodeBatch decode;

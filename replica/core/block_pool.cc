@@ -93,7 +93,7 @@ void BlockPool::evict(int32_t block) {
   host_parent_[*slot] = parent;
   host_by_hash_.emplace(hash, *slot);
   host_lru_pos_[*slot] = host_lru_.insert(host_lru_.end(), *slot);
-  transfers_.push_back(KvTransfer{/*to_host=*/true, block, *slot});
+  transfers_.push_back(KvTransfer{KvTransfer::Kind::kOffload, block, *slot});
   ++host_offloaded_;
 }
 
@@ -133,7 +133,7 @@ void BlockPool::unpin_host(int32_t host_block) {
   }
 }
 
-std::optional<int32_t> BlockPool::load(int32_t host_block) {
+std::optional<int32_t> BlockPool::load(int32_t host_block, bool reused) {
   assert(host_pins_[host_block] > 0);
   const BlockHash hash = *host_hash_[host_block];
   assert(!by_hash_.contains(hash));
@@ -142,12 +142,16 @@ std::optional<int32_t> BlockPool::load(int32_t host_block) {
   hash_[*block] = hash;
   parent_[*block] = host_parent_[host_block];
   by_hash_.emplace(hash, *block);
-  // Found by a prefix lookup: reused, never cold; its branch was counted when it was committed.
-  origin_[*block] = Origin{CacheBranch{}, /*counted=*/false, /*reused=*/true};
-  transfers_.push_back(KvTransfer{/*to_host=*/false, *block, host_block});
+  // Its branch was counted when it was committed: not again.
+  origin_[*block] = Origin{CacheBranch{}, /*counted=*/false, reused};
+  transfers_.push_back(KvTransfer{KvTransfer::Kind::kLoad, *block, host_block});
   ++host_loaded_;
   unpin_host(host_block);
   return block;
+}
+
+void BlockPool::note_copy(int32_t src, int32_t dst) {
+  if (!host_hash_.empty()) transfers_.push_back(KvTransfer{KvTransfer::Kind::kCopy, dst, src});
 }
 
 std::vector<KvTransfer> BlockPool::take_transfers() {

@@ -102,9 +102,13 @@ class BlockPool {
   void pin_host(int32_t host_block);
   void unpin_host(int32_t host_block);
   // A used block (refcount 1) holding the pinned slot's content, by a load recorded for the
-  // backend (take_transfers); the slot is unpinned and keeps its copy. The block counts as
-  // reused (note_hit). nullopt, the slot still pinned, when every block is in use.
-  std::optional<int32_t> load(int32_t host_block);
+  // backend (take_transfers); the slot is unpinned and keeps its copy. `reused`: the block counts
+  // as found again (note_hit; not for a preempted group finding its own). nullopt, the slot still
+  // pinned, when every block is in use.
+  std::optional<int32_t> load(int32_t host_block, bool reused = true);
+  // A copy-on-write copy of block src over dst, recorded among the transfers (with a host tier:
+  // its order against the loads and offloads matters; without one nothing is recorded).
+  void note_copy(int32_t src, int32_t dst);
   // Transfers recorded since the last call, in order: the backend does them before the step.
   std::vector<KvTransfer> take_transfers();
   HostTierCounts host_counts() const;

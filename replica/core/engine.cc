@@ -4,6 +4,7 @@
 #include <cassert>
 #include <limits>
 #include <span>
+#include <unordered_set>
 
 namespace kvc {
 namespace {
@@ -266,8 +267,10 @@ std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
 ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
   ForwardBatch batch;
   batch.host_transfers = pool_.take_transfers();
-  for (const KvTransfer& t : batch.host_transfers)
-    ++(t.to_host ? stats.num_host_offloads : stats.num_host_loads);
+  for (const KvTransfer& t : batch.host_transfers) {
+    stats.num_host_offloads += t.kind == KvTransfer::Kind::kOffload ? 1 : 0;
+    stats.num_host_loads += t.kind == KvTransfer::Kind::kLoad ? 1 : 0;
+  }
   batch.block_copies = work.block_copies;
   for (const ScheduledChunk& c : work.prefill) {
     const Sequence& s = c.seq();
@@ -321,6 +324,29 @@ ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) 
   stats.num_decode_seqs = batch.decode.size();
   stats.num_block_copies = static_cast<int32_t>(batch.block_copies.size());
   return batch;
+}
+
+void Engine::fail_loads(const std::vector<KvTransfer>& transfers) {
+  // Blocks loaded from the host tier were hashed when their groups were admitted; their KV is
+  // undefined now. End every group holding one (a member admitted without a chunk this step
+  // too), and forget every block's content.
+  std::unordered_set<int32_t> loaded;
+  for (const KvTransfer& t : transfers)
+    if (t.kind == KvTransfer::Kind::kLoad) loaded.insert(t.block);
+  auto holds = [&](const Sequence& s) {
+    return std::any_of(s.block_table.begin(), s.block_table.end(),
+                       [&](int32_t b) { return loaded.contains(b); });
+  };
+  std::vector<uint64_t> ids;
+  for (const auto& g : scheduler_.running()) {
+    bool hit = g->prompt_seq && holds(*g->prompt_seq);
+    for (const Sequence& s : g->seqs)
+      hit = hit || holds(s);
+    if (hit) ids.push_back(g->id);
+  }
+  for (uint64_t id : ids)
+    scheduler_.abort(id);
+  pool_.clear_hashes();
 }
 
 void Engine::fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result) {
@@ -418,9 +444,8 @@ StepResult Engine::step() {
     const Status forwarded = backend_.forward(batch, out_);
     stats.forward = clock_.now() - forward_from;
     if (Status s = forwarded; !s.ok()) {
-      // Blocks loaded from the host tier are hashed already; their KV is undefined now.
-      if (!batch.host_transfers.empty()) pool_.clear_hashes();
       fail_batch(work, s, result);
+      if (!batch.host_transfers.empty()) fail_loads(batch.host_transfers);
       result.finished = scheduler_.take_finished();
       return result;
     }

@@ -210,6 +210,8 @@ class Engine {
   std::vector<SequenceGroup*> prompt_members(SequenceGroup& group) const;
   // Takes the token's top entries (moved out of `token`).
   void append_token(SequenceGroup& g, Sequence& s, SampledToken& token, StepResult& result);
+  // After a failed forward whose batch moved KV to or from the host tier.
+  void fail_loads(const std::vector<KvTransfer>& transfers);
   void fail_batch(const SchedulerOutput& work, const Status& status, StepResult& result);
   void emit(SequenceGroup& g, Sequence& s, GeneratedToken token, StepResult& result);
 

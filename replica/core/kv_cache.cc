@@ -44,7 +44,7 @@ int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens, 
   }
   for (int32_t i = 0; i < found.blocks; ++i) {
     if (!slots[i]) continue;
-    const std::optional<int32_t> block = pool_.load(*slots[i]);
+    const std::optional<int32_t> block = pool_.load(*slots[i], /*reused=*/!recompute);
     if (!block) {
       // No room after all (the caller's check failed): the prefix ends before this block.
       assert(false && "attach_cached_prefix: no block to load into");
@@ -103,6 +103,7 @@ bool KvCacheManager::prepare_write(Sequence& seq, int32_t end, BlockCopies& copi
     pool_.release(cow->first);
     seq.block_table[first] = cow->second;
     copies.push_back(*cow);
+    pool_.note_copy(cow->first, cow->second);
     next = 1;
   }
   for (; next < taken.size(); ++next)

@@ -97,7 +97,9 @@ void CpuBackend::check_batch(const ForwardBatch& batch) const {
     assert(valid_block(src) && valid_block(dst));
   }
   for (const KvTransfer& t : batch.host_transfers) {
-    assert(valid_block(t.block) && t.host_block >= 0 && t.host_block < num_host_blocks_);
+    assert(valid_block(t.block));
+    assert(t.kind == KvTransfer::Kind::kCopy ? valid_block(t.other)
+                                             : t.other >= 0 && t.other < num_host_blocks_);
   }
   const PrefillBatch& p = batch.prefill;
   assert(static_cast<int32_t>(p.token_indptr.size()) == p.num_chunks() + 1);
@@ -159,30 +161,36 @@ void CpuBackend::set_host_blocks(int32_t n) {
 void CpuBackend::copy_blocks(const ForwardBatch& batch) {
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_row();
   const size_t block_bytes = block_floats * sizeof(float);
-  for (const KvTransfer& t : batch.host_transfers) {
+  // One block of every layer's K and V from `src` (a cache or the host tier) to `dst`.
+  auto copy = [&](std::vector<std::vector<float>>& dst_k, std::vector<std::vector<float>>& dst_v,
+                  int32_t dst, std::vector<std::vector<float>>& src_k,
+                  std::vector<std::vector<float>>& src_v, int32_t src) {
+    if (&dst_k == &src_k && dst == src) return;
     for (int layer = 0; layer < config().num_hidden_layers; ++layer) {
-      float* pool_k = k_cache(layer) + t.block * block_floats;
-      float* pool_v = v_cache(layer) + t.block * block_floats;
-      float* host_k = host_k_[layer].data() + t.host_block * block_floats;
-      float* host_v = host_v_[layer].data() + t.host_block * block_floats;
-      if (t.to_host) {
-        std::memcpy(host_k, pool_k, block_bytes);
-        std::memcpy(host_v, pool_v, block_bytes);
-      } else {
-        std::memcpy(pool_k, host_k, block_bytes);
-        std::memcpy(pool_v, host_v, block_bytes);
+      std::memcpy(dst_k[layer].data() + dst * block_floats,
+                  src_k[layer].data() + src * block_floats, block_bytes);
+      std::memcpy(dst_v[layer].data() + dst * block_floats,
+                  src_v[layer].data() + src * block_floats, block_bytes);
+    }
+  };
+  if (!batch.host_transfers.empty()) {  // the copy-on-write copies are among them, in order
+    for (const KvTransfer& t : batch.host_transfers) {
+      switch (t.kind) {
+        case KvTransfer::Kind::kOffload:
+          copy(host_k_, host_v_, t.other, k_cache_, v_cache_, t.block);
+          break;
+        case KvTransfer::Kind::kLoad:
+          copy(k_cache_, v_cache_, t.block, host_k_, host_v_, t.other);
+          break;
+        case KvTransfer::Kind::kCopy:
+          copy(k_cache_, v_cache_, t.block, k_cache_, v_cache_, t.other);
+          break;
       }
     }
+    return;
   }
-  for (const auto& [src, dst] : batch.block_copies) {
-    if (src == dst) continue;
-    for (int layer = 0; layer < config().num_hidden_layers; ++layer) {
-      for (float* cache : {k_cache(layer), v_cache(layer)}) {
-        std::memcpy(cache + dst * block_floats, cache + src * block_floats,
-                    block_floats * sizeof(float));
-      }
-    }
-  }
+  for (const auto& [src, dst] : batch.block_copies)
+    copy(k_cache_, v_cache_, dst, k_cache_, v_cache_, src);
 }
 
 void CpuBackend::gather_rows(const ForwardBatch& batch) {

@@ -174,8 +174,10 @@ StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32
   }
   w.kv_bytes_copied =
       2 * static_cast<int64_t>(batch.block_copies.size()) * block_size * kv_per_token;
-  w.kv_bytes_host_transferred =
-      static_cast<int64_t>(batch.host_transfers.size()) * block_size * kv_per_token;
+  const auto over_link =
+      std::count_if(batch.host_transfers.begin(), batch.host_transfers.end(),
+                    [](const KvTransfer& t) { return t.kind != KvTransfer::Kind::kCopy; });
+  w.kv_bytes_host_transferred = static_cast<int64_t>(over_link) * block_size * kv_per_token;
   return w;
 }
 

@@ -58,7 +58,8 @@ TEST(HostTierTest, AnEvictedBlockGoesToHostMemoryAndStaysHeld) {
   EXPECT_EQ(pool.lookup(H(1)), std::nullopt);
   EXPECT_EQ(pool.host_lookup(H(1)), 0);
   EXPECT_EQ(pool.host_lookup(H(2)), 1);
-  EXPECT_EQ(pool.take_transfers(), (std::vector<KvTransfer>{{true, b0, 0}, {true, b1, 1}}));
+  EXPECT_EQ(pool.take_transfers(), (std::vector<KvTransfer>{{KvTransfer::Kind::kOffload, b0, 0},
+                                                            {KvTransfer::Kind::kOffload, b1, 1}}));
   const HostTierCounts c = pool.host_counts();
   EXPECT_EQ(c.num_blocks_total, 4);
   EXPECT_EQ(c.num_blocks_held, 2);
@@ -86,7 +87,7 @@ TEST(HostTierTest, ALoadedBlockKeepsItsSlotSoEvictingItAgainCopiesNothing) {
   EXPECT_EQ(pool.hash_of(*block), H(1));
   EXPECT_EQ(pool.lookup(H(1)), *block);
   EXPECT_EQ(pool.host_lookup(H(1)), 0);  // inclusive
-  EXPECT_EQ(pool.take_transfers(), (std::vector<KvTransfer>{{false, *block, 0}}));
+  EXPECT_EQ(pool.take_transfers(), (std::vector<KvTransfer>{{KvTransfer::Kind::kLoad, *block, 0}}));
   EXPECT_TRUE(pool.take_events().empty());  // it was held all along
   EXPECT_EQ(pool.host_counts().loaded, 1);
   // Released and evicted again: its copy is in the slot already.
@@ -150,101 +151,161 @@ TEST(HostTierTest, ClearingForgetsTheHostTierToo) {
   EXPECT_TRUE(pool.snapshot().empty());
 }
 
-// Random operations on a small pool and host tier, against content: each pool block and host
-// slot holds a value, the hash computed into it; transfers are applied in order before anything
-// writes (as the backend does before a step). Every hashed block and held slot must hold its
-// hash, and a router built from the events (and one from a snapshot) must hold exactly the
-// hashes of either tier.
-TEST(HostTierTest, RandomOperationsKeepEveryHeldBlocksContentAndTheRoutersView) {
+// Random steps on a small pool and host tier, against content. Each step records several
+// operations as a schedule does (computing a block, releasing, finding a prefix again in the
+// pool or loading it from the host tier, copy-on-write copies), keeping what each block and slot
+// should hold at that point of the schedule; then, as the backend does, the step's transfers
+// are done in order on the "physical" contents and its computed blocks written. Every used or
+// hashed block and every held slot must hold what the schedule said; a router fed the events
+// must hold exactly the hashes of either tier, and a snapshot must name each once.
+TEST(HostTierTest, RandomStepsKeepEveryBlocksContentAndTheRoutersView) {
   constexpr int32_t kBlocks = 6, kHost = 5;
   BlockPool pool(kBlocks, kBlockSize, 0, kHost);
   std::mt19937_64 rng(7);
-  std::vector<uint64_t> device(kBlocks, 0), host(kHost, 0);
+  // Contents: what the schedule says (want_) and what the transfers and writes made (device_).
+  std::vector<uint64_t> want_device(kBlocks, 0), want_host(kHost, 0), device(kBlocks, 0),
+      host(kHost, 0);
   std::set<uint64_t> router;
   std::vector<int32_t> used;  // one entry per reference
-  uint64_t next_hash = 1;
-  auto apply_transfers = [&] {
-    for (const KvTransfer& t : pool.take_transfers()) {
-      if (t.to_host) {
-        host[t.host_block] = device[t.block];
-      } else {
-        device[t.block] = host[t.host_block];
-      }
-    }
-  };
-  int loads = 0, offloads_seen = 0;
-  for (int step = 0; step < 4000; ++step) {
+  uint64_t next_content = 1;  // hashes, and the contents of blocks no hash names (copies)
+  std::map<uint64_t, uint64_t> content_of_hash;
+  int loads = 0, copies = 0, steps_mixing = 0;
+  for (int step = 0; step < 3000; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const int op = static_cast<int>(rng() % 100);
-    if (op < 35) {  // compute a block (the allocation may evict)
-      const std::optional<int32_t> b = pool.allocate();
-      if (!b) continue;
-      apply_transfers();
-      // Mostly new content; at times content only the host tier holds (computed again past a
-      // prefix lookup's limit), which is committed without a stored event.
-      uint64_t h = 0;
-      if (rng() % 5 == 0) {
-        for (uint64_t x = next_hash - 1; x >= 1 && x + 12 >= next_hash && h == 0; --x)
-          if (pool.host_lookup(H(x)) && !pool.lookup(H(x))) h = x;
-      }
-      if (h == 0) h = next_hash++;
-      device[*b] = h;
-      std::optional<BlockHash> parent;
-      if (h > 1 && rng() % 2 == 0) parent = H(h - 1 - rng() % std::min<uint64_t>(h - 1, 4));
-      ASSERT_TRUE(pool.commit(*b, H(h), parent));
-      used.push_back(*b);
-    } else if (op < 70) {  // release a reference
-      if (used.empty()) continue;
-      const size_t i = rng() % used.size();
-      pool.release(used[i]);
-      used.erase(used.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {  // find a recent hash again: in the pool (ref) or the host tier (load)
-      const uint64_t h =
-          next_hash > 1 ? next_hash - 1 - rng() % std::min<uint64_t>(next_hash - 1, 12) : 0;
-      if (h == 0) continue;
-      if (const std::optional<int32_t> b = pool.lookup(H(h))) {
-        pool.ref(*b);
-        used.push_back(*b);
-      } else if (const std::optional<int32_t> s = pool.host_lookup(H(h))) {
-        pool.pin_host(*s);
-        const std::optional<int32_t> b = pool.load(*s);
-        if (!b) {
-          pool.unpin_host(*s);
-          continue;
+    std::vector<std::pair<int32_t, uint64_t>> writes;  // computed this step, written last
+    std::set<int32_t> written;                         // their blocks stay used until then
+    std::vector<KvTransfer> pending;  // the step's transfers, as the backend will get them
+    // The schedule's own view of what each new transfer does, at the point it was recorded.
+    auto sync = [&] {
+      std::vector<KvTransfer> t = pool.take_transfers();
+      for (const KvTransfer& x : t) {
+        switch (x.kind) {
+          case KvTransfer::Kind::kOffload:
+            want_host[x.other] = want_device[x.block];
+            break;
+          case KvTransfer::Kind::kLoad:
+            want_device[x.block] = want_host[x.other];
+            break;
+          case KvTransfer::Kind::kCopy:
+            want_device[x.block] = want_device[x.other];
+            break;
         }
-        apply_transfers();
-        ++loads;
-        ASSERT_EQ(device[*b], h) << "loaded the wrong content";
+      }
+      pending.insert(pending.end(), t.begin(), t.end());
+    };
+    const int ops = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < ops; ++k) {
+      const int op = static_cast<int>(rng() % 100);
+      if (op < 30) {  // compute a block (the allocation may evict)
+        const std::optional<int32_t> b = pool.allocate();
+        sync();
+        if (!b) continue;
+        // Mostly new content; at times content only the host tier holds (computed again past a
+        // prefix lookup's limit), which is committed without a stored event.
+        uint64_t h = 0;
+        if (rng() % 5 == 0) {
+          for (const auto& [x, c] : content_of_hash)
+            if (pool.host_lookup(H(x)) && !pool.lookup(H(x))) h = x;
+        }
+        if (h == 0) h = next_content++;
+        content_of_hash[h] = h;
+        want_device[*b] = h;
+        writes.emplace_back(*b, h);
+        written.insert(*b);
+        std::optional<BlockHash> parent;
+        if (h > 1 && rng() % 2 == 0) parent = H(h - 1 - rng() % std::min<uint64_t>(h - 1, 4));
+        ASSERT_TRUE(pool.commit(*b, H(h), parent));
         used.push_back(*b);
+      } else if (op < 60) {  // release a reference (not of a block computed this step)
+        if (used.empty()) continue;
+        const size_t i = rng() % used.size();
+        if (written.contains(used[i])) continue;
+        pool.release(used[i]);
+        used.erase(used.begin() + static_cast<std::ptrdiff_t>(i));
+      } else if (op < 80) {  // find a recent hash again: in the pool (ref) or the host tier (load)
+        if (next_content == 1) continue;
+        const uint64_t h = next_content - 1 - rng() % std::min<uint64_t>(next_content - 1, 12);
+        if (!content_of_hash.contains(h)) continue;
+        if (const std::optional<int32_t> b = pool.lookup(H(h))) {
+          pool.ref(*b);
+          used.push_back(*b);
+        } else if (const std::optional<int32_t> sl = pool.host_lookup(H(h))) {
+          pool.pin_host(*sl);
+          const std::optional<int32_t> b = pool.load(*sl);
+          sync();
+          if (!b) {
+            pool.unpin_host(*sl);
+            continue;
+          }
+          ASSERT_EQ(want_device[*b], h) << "the schedule loaded the wrong slot";
+          ++loads;
+          used.push_back(*b);
+        }
+      } else {  // copy-on-write: a used block's content into a new, unhashed block
+        if (used.empty()) continue;
+        const int32_t src = used[rng() % used.size()];
+        if (written.contains(src)) continue;  // a copy reads KV of earlier steps
+        const std::optional<int32_t> dst = pool.allocate();
+        sync();
+        if (!dst) continue;
+        pool.note_copy(src, *dst);
+        sync();
+        ++copies;
+        used.push_back(*dst);
       }
     }
-    offloads_seen = static_cast<int>(pool.host_counts().offloaded);
-    apply_transfers();
+    sync();
+    // The step: its transfers in order, then the blocks it computed.
+    bool offload_or_load = false, copy = false;
+    for (const KvTransfer& x : pending) {
+      switch (x.kind) {
+        case KvTransfer::Kind::kOffload:
+          host[x.other] = device[x.block];
+          offload_or_load = true;
+          break;
+        case KvTransfer::Kind::kLoad:
+          device[x.block] = host[x.other];
+          offload_or_load = true;
+          break;
+        case KvTransfer::Kind::kCopy:
+          device[x.block] = device[x.other];
+          copy = true;
+          break;
+      }
+    }
+    steps_mixing += offload_or_load && copy ? 1 : 0;
+    for (const auto& [b, c] : writes)
+      device[b] = c;
+    for (int32_t b = 0; b < kBlocks; ++b) {
+      const bool is_used = std::find(used.begin(), used.end(), b) != used.end();
+      if (const std::optional<BlockHash> x = pool.hash_of(b)) {
+        ASSERT_EQ(want_device[b], x->value) << "block " << b;
+      }
+      if (is_used || pool.hash_of(b)) {
+        ASSERT_EQ(device[b], want_device[b]) << "block " << b;
+      }
+    }
+    std::set<uint64_t> held;
+    for (int32_t b = 0; b < kBlocks; ++b)
+      if (const std::optional<BlockHash> x = pool.hash_of(b)) held.insert(x->value);
+    for (const auto& [x, c] : content_of_hash) {
+      if (const std::optional<int32_t> sl = pool.host_lookup(H(x))) {
+        ASSERT_EQ(want_host[*sl], x) << "slot " << *sl;
+        ASSERT_EQ(host[*sl], x) << "slot " << *sl;
+        held.insert(x);
+      }
+    }
     for (const KvEvent& e : pool.take_events()) {
-      if (const auto* s = std::get_if<KvStored>(&e)) {
-        for (const BlockHash& x : s->hashes)
+      if (const auto* st = std::get_if<KvStored>(&e)) {
+        for (const BlockHash& x : st->hashes)
           ASSERT_TRUE(router.insert(x.value).second) << "stored twice: " << x.value;
       } else {
         for (const BlockHash& x : std::get<KvRemoved>(e).hashes)
           ASSERT_EQ(router.erase(x.value), 1u) << "removed unheld: " << x.value;
       }
     }
-    std::set<uint64_t> held;
-    for (int32_t b = 0; b < kBlocks; ++b) {
-      if (const std::optional<BlockHash> x = pool.hash_of(b)) {
-        ASSERT_EQ(device[b], x->value) << "block " << b;
-        held.insert(x->value);
-      }
-    }
-    for (uint64_t x = 1; x < next_hash; ++x) {
-      if (const std::optional<int32_t> s = pool.host_lookup(H(x))) {
-        ASSERT_EQ(host[*s], x) << "slot " << *s;
-        held.insert(x);
-      }
-    }
     ASSERT_EQ(router, held);
     if (step % 50 == 0) {
-      // A snapshot names every held hash once, a held parent before its child.
       std::set<uint64_t> seen;
       for (const KvEvent& e : pool.snapshot()) {
         const KvStored& st = std::get<KvStored>(e);
@@ -258,8 +319,9 @@ TEST(HostTierTest, RandomOperationsKeepEveryHeldBlocksContentAndTheRoutersView) 
     }
   }
   EXPECT_GT(loads, 100);
-  EXPECT_GT(offloads_seen, 100);
-  EXPECT_GT(pool.host_counts().num_blocks_held, 0);
+  EXPECT_GT(copies, 100);
+  EXPECT_GT(steps_mixing, 50);  // steps whose copies and host moves had to keep their order
+  EXPECT_GT(pool.host_counts().offloaded, 100);
 }
 
 class HostTierEngineTest : public ::testing::Test {

@@ -2,8 +2,9 @@
 // and position written there; a sequence's logits are a hash of the context it reads back through
 // the block tables and the cascade plan. So outputs are a pure function of each sequence's true
 // context if, and only if, the engine's KV bookkeeping (prefix cache, forks, copy-on-write,
-// preemption, cascade plans) is right: tests compare outputs across pool sizes and attention
-// modes. It also checks that every context reads back positions 0, 1, 2, ... in order.
+// preemption, cascade plans, the host tier's transfers) is right: tests compare outputs across
+// pool sizes and attention modes. It also checks that every context reads back positions 0, 1,
+// 2, ... in order.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +18,22 @@ namespace kvc::testing {
 
 class FakeBackend final : public Backend {
  public:
-  FakeBackend(ModelConfig config, int32_t num_blocks, int32_t block_size)
+  // num_host_blocks: a host tier of that many slots (their "KV" too).
+  FakeBackend(ModelConfig config, int32_t num_blocks, int32_t block_size,
+              int32_t num_host_blocks = 0)
       : config_(std::move(config)),
         num_blocks_(num_blocks),
         block_size_(block_size),
+        num_host_blocks_(num_host_blocks),
         token_(static_cast<size_t>(num_blocks) * block_size, -1),
-        pos_(static_cast<size_t>(num_blocks) * block_size, -1) {}
+        pos_(static_cast<size_t>(num_blocks) * block_size, -1),
+        host_token_(static_cast<size_t>(num_host_blocks) * block_size, -1),
+        host_pos_(static_cast<size_t>(num_host_blocks) * block_size, -1) {}
 
   const ModelConfig& config() const override { return config_; }
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
+  int32_t num_host_blocks() const override { return num_host_blocks_; }
   std::string name() const override { return "fake"; }
   int32_t kv_bytes_per_element() const override { return 4; }
 
@@ -42,12 +49,39 @@ class FakeBackend final : public Backend {
       fail_next_ = false;
       return Error{"injected device failure"};
     }
-    for (auto [src, dst] : batch.block_copies) {
-      check_block(src);
-      check_block(dst);
+    // One block's slots from (tokens, positions) block `src` to block `dst`.
+    auto move = [&](std::vector<int32_t>& dt, std::vector<int32_t>& dp, int32_t dst,
+                    const std::vector<int32_t>& st, const std::vector<int32_t>& sp, int32_t src) {
       for (int32_t i = 0; i < block_size_; ++i) {
-        token_[dst * block_size_ + i] = token_[src * block_size_ + i];
-        pos_[dst * block_size_ + i] = pos_[src * block_size_ + i];
+        dt[dst * block_size_ + i] = st[src * block_size_ + i];
+        dp[dst * block_size_ + i] = sp[src * block_size_ + i];
+      }
+    };
+    auto check_slot = [&](int32_t s) {
+      if (s < 0 || s >= num_host_blocks_) fail("host slot out of range");
+    };
+    for (const KvTransfer& t : batch.host_transfers) {  // with a tier: the copies among them
+      check_block(t.block);
+      switch (t.kind) {
+        case KvTransfer::Kind::kOffload:
+          check_slot(t.other);
+          move(host_token_, host_pos_, t.other, token_, pos_, t.block);
+          break;
+        case KvTransfer::Kind::kLoad:
+          check_slot(t.other);
+          move(token_, pos_, t.block, host_token_, host_pos_, t.other);
+          break;
+        case KvTransfer::Kind::kCopy:
+          check_block(t.other);
+          move(token_, pos_, t.block, token_, pos_, t.other);
+          break;
+      }
+    }
+    if (batch.host_transfers.empty()) {
+      for (auto [src, dst] : batch.block_copies) {
+        check_block(src);
+        check_block(dst);
+        move(token_, pos_, dst, token_, pos_, src);
       }
     }
     logits.assign(static_cast<size_t>(batch.num_logit_rows()) * config_.vocab_size, 0.0f);
@@ -139,8 +173,8 @@ class FakeBackend final : public Backend {
   }
 
   ModelConfig config_;
-  int32_t num_blocks_, block_size_;
-  std::vector<int32_t> token_, pos_;
+  int32_t num_blocks_, block_size_, num_host_blocks_;
+  std::vector<int32_t> token_, pos_, host_token_, host_pos_;
   int64_t calls_ = 0, node_reads_ = 0;
 };
 

@@ -172,6 +172,7 @@ struct RunResult {
   int64_t node_reads = 0;
   int64_t steps = 0;
   int64_t tokens = 0;  // prefill (recompute included) and decode tokens the backend computed
+  int64_t host_loads = 0;
 };
 
 // Tokens are not bytes: token t stands for 1-3 bytes, so the prefix cache is keyed by token ids
@@ -190,9 +191,10 @@ class MultiByteTokenizer final : public Tokenizer {
 };
 
 RunResult run(const Workload& w, int32_t num_blocks, bool cascade, bool check,
-              bool project_growth = true, const Tokenizer& tokenizer = ByteTokenizer()) {
+              bool project_growth = true, const Tokenizer& tokenizer = ByteTokenizer(),
+              int32_t host_blocks = 0) {
   testing::FakeClock clock;
-  testing::FakeBackend backend(fake_model(), num_blocks, w.block_size);
+  testing::FakeBackend backend(fake_model(), num_blocks, w.block_size, host_blocks);
   EngineConfig config;
   config.scheduler.max_num_seqs = w.max_num_seqs;
   config.scheduler.max_tokens_per_step = w.budget;
@@ -229,6 +231,7 @@ RunResult run(const Workload& w, int32_t num_blocks, bool cascade, bool check,
     StepResult step = engine.step();
     replay_events();
     out.tokens += step.stats.num_prefill_tokens + step.stats.num_decode_seqs;
+    out.host_loads += step.stats.num_host_loads;
     for (const SequenceOutput& o : step.outputs) {
       out.texts[{request_of.at(o.group_id), o.sibling}] += o.text_delta;
     }
@@ -308,6 +311,32 @@ TEST(SchedulerProperty, TokenIdKeysAndByteSpaceEventsUnderPreemption) {
     preemptions += small.preemptions;
   }
   EXPECT_GT(preemptions, 10);
+}
+
+// With a host tier (replica/core/block_pool.h) of random size: blocks evicted from the small pool
+// come back from host memory instead of being computed again, through preemption, recompute,
+// copy-on-write and affinity groups, and every output is the reference's; the events stay
+// consistent with the snapshot (run() checks both tiers' hashes through them).
+TEST(SchedulerProperty, HostTierLoadsGiveTheSameOutputs) {
+  std::mt19937_64 rng(1919);
+  int64_t loads = 0, preemptions = 0, workloads_loading = 0;
+  for (int i = 0; i < 400; ++i) {
+    const Workload w = random_workload(rng, 2, 8);
+    const int32_t host = 1 + static_cast<int32_t>(rng() % (2 * w.num_blocks));
+    SCOPED_TRACE(::testing::Message()
+                 << "workload " << i << " blocks " << w.num_blocks << " host " << host);
+    const RunResult reference = run(w, 4096, /*cascade=*/false, /*check=*/false);
+    const RunResult tiered = run(w, w.num_blocks, /*cascade=*/true, /*check=*/true,
+                                 /*project_growth=*/i % 2 == 0, ByteTokenizer(), host);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    ASSERT_EQ(tiered.texts, reference.texts);
+    loads += tiered.host_loads;
+    preemptions += tiered.preemptions;
+    workloads_loading += tiered.host_loads > 0;
+  }
+  EXPECT_GT(workloads_loading, 40);
+  EXPECT_GT(loads, 100);
+  EXPECT_GT(preemptions, 20);
 }
 
 // Liveness and throughput under memory pressure: random workloads whose total worst-case demand

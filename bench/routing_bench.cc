@@ -512,10 +512,15 @@ int run_routing_bench(const RoutingBenchOptions& o) {
   for (const auto& [mix, trace] : traces) {
     for (const std::string& policy : o.policies) {
       for (const int32_t n : o.routers) {
+        std::string tier;
+        if (o.kv_host_memory_gb > 0) {
+          tier = ", a host tier of " + json(o.kv_host_memory_gb).dump() + " GB each";
+        }
         std::fprintf(stderr,
                      "kvcascade bench routing: %s, %zu requests, policy %s, %d router(s), %d %s "
-                     "replicas\n",
-                     mix.c_str(), trace.size(), policy.c_str(), n, o.replicas, o.backend.c_str());
+                     "replicas%s\n",
+                     mix.c_str(), trace.size(), policy.c_str(), n, o.replicas, o.backend.c_str(),
+                     tier.c_str());
         Result<RoutingResult> r = run_routing(trace, mix, policy, o, n);
         if (!r.ok()) {
           std::fprintf(stderr, "kvcascade bench routing: %s\n", r.error().message.c_str());
@@ -599,6 +604,7 @@ int run_routing_bench(const RoutingBenchOptions& o) {
                  {"backend", o.backend},
                  {"sim_preset", o.backend == "sim" ? json(o.sim_presets.front()) : json(nullptr)},
                  {"sim_presets", o.backend == "sim" ? json(o.sim_presets) : json(nullptr)},
+                 {"kv_host_memory_gb", o.kv_host_memory_gb},
                  {"results", results},
                  {"ttft_floor_ms", floor_json}};
   if (!o.out.empty()) {

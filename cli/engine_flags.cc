@@ -62,8 +62,8 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& f) {
       ->check(CLI::Range(0, 1 << 24));
   cmd.add_option_function<double>(
          "--kv-host-memory-gb", [&b](double v) { b.kv_host_memory_gb = v; },
-         "--backend cpu or sim: GB of host memory that keeps KV blocks evicted from the pool, "
-         "loaded back instead of recomputed when a prompt asks for them again (default: none)")
+         "GB of host memory that keeps KV blocks evicted from the pool, loaded back instead of "
+         "recomputed when a prompt asks for them again (default: none; cuda: pinned memory)")
       ->check(CLI::Range(0.0, 1e5));
   cmd.add_option_function<double>(
          "--gpu-memory-utilization", [&b](double v) { b.gpu_memory_utilization = v; },

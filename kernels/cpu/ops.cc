@@ -312,4 +312,21 @@ void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_el
   }
 }
 
+void move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
+                 int num_layers, int64_t block_elems, const int32_t* moves, int n) {
+  for (int i = 0; i < n; ++i) {
+    const int32_t kind = moves[3 * i], block = moves[3 * i + 1], other = moves[3 * i + 2];
+    assert(kind >= 0 && kind <= 2 && block >= 0 && block < num_blocks);
+    assert(kind == 2 ? other >= 0 && other < num_blocks : other >= 0 && other < num_host_blocks);
+    for (int64_t cache = 0; cache < 2 * int64_t{num_layers}; ++cache) {
+      float* device = caches + cache * num_blocks * block_elems;
+      float* host = host_caches + cache * num_host_blocks * block_elems;
+      const float* src = kind == 0 ? device + block * block_elems
+                                   : (kind == 1 ? host : device) + other * block_elems;
+      float* dst = kind == 0 ? host + other * block_elems : device + block * block_elems;
+      if (src != dst) std::memmove(dst, src, static_cast<size_t>(block_elems) * sizeof(float));
+    }
+  }
+}
+
 }  // namespace kvc::kernels::cpu

@@ -92,6 +92,14 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
 void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_elems,
                  const int32_t* pairs, int num_pairs);
 
+// The host tier's moves, one after another in the order given: moves [n, 3] (kind, block,
+// other), kind 0 an offload (block `block` of caches -> slot `other` of host_caches), 1 a load
+// (slot `other` -> block `block`), 2 a copy (block `other` -> block `block`), in every layer's K
+// and V. caches as copy_blocks'; host_caches: [num_layers, 2, num_host_blocks, block_elems]. The
+// twin of kernels/cuda/ops.h's.
+void move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
+                 int num_layers, int64_t block_elems, const int32_t* moves, int n);
+
 // Tensor parallelism's vocab-parallel LM head: rank k's logits of `rows` samples over its `part`
 // ids [k * part, (k + 1) * part) (the last rank's padded past the vocabulary), as an all-gather
 // leaves them (ranks[k][row][j], rank-major), into out[row][id] for id < vocab. ranks:

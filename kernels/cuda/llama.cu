@@ -491,6 +491,32 @@ Status LlamaModel::upload_half(ModelTensor t, int layer, size_t offset, const vo
   return {};
 }
 
+Status LlamaModel::set_host_blocks(int num) {
+  Impl& I = *impl_;
+  if (num < 0) return Error{"host tier: a negative number of blocks"};
+  KVC_TRY(cudaStreamSynchronize(I.stream), "host tier");
+  if (I.host_kv) cudaFreeHost(I.host_kv);
+  I.host_kv = I.host_kv_dev = nullptr;
+  I.host_layout = I.kv_layout;
+  I.host_layout.num_blocks = 0;
+  if (num == 0) return {};
+  KvCacheLayout layout = I.kv_layout;
+  layout.num_blocks = num;
+  if (cudaError_t e = cudaHostAlloc(&I.host_kv, layout.bytes(), cudaHostAllocMapped)) {
+    (void)cudaGetLastError();
+    I.host_kv = nullptr;
+    return Error{"host tier: cannot pin " + std::to_string(layout.bytes() >> 20) +
+                 " MiB of host memory: " + cudaGetErrorString(e)};
+  }
+  KVC_TRY(cudaHostGetDevicePointer(&I.host_kv_dev, I.host_kv, 0), "host tier");
+  I.host_layout = layout;
+  return {};
+}
+
+int LlamaModel::host_blocks() const {
+  return impl_->host_kv ? impl_->host_layout.num_blocks : 0;
+}
+
 Status LlamaModel::finish_uploads() {
   Impl& I = *impl_;
   KVC_TRY(cudaStreamSynchronize(I.stream), "upload");

@@ -78,6 +78,9 @@ struct LlamaCapacity {
 // One step, as host arrays (views: nothing is copied until forward).
 struct LlamaStep {
   std::span<const int32_t> copy_pairs;  // [num_copies, 2] (src, dst)
+  // With a host tier (LlamaModel::set_host_blocks): its moves and the copy-on-write copies, in
+  // order, [n, 3] (kind, block, other) as ops.h move_blocks takes them; copy_pairs then empty.
+  std::span<const int32_t> moves;
   // Prefill chunks, CSR (replica/backend/backend.h PrefillBatch).
   std::span<const int32_t> prefill_tokens;
   std::span<const int32_t> token_indptr;  // [num_chunks + 1] (empty: no prefill)
@@ -160,6 +163,10 @@ class LlamaModel {
   Status forward(const LlamaStep& step, LlamaOutput& out);
   // Per-operation device times in LlamaOutput::profile (no graphs while on).
   void set_profile(bool on);
+  // A host tier of `num` KV blocks (LlamaStep::moves): pinned host memory the device addresses,
+  // laid out as the cache. 0 frees it. An error when the host cannot pin that much.
+  Status set_host_blocks(int num);
+  int host_blocks() const;
   // The FP8 KV cache's K and V scale of every layer (dims().fp8_kv; 1.0 until set): a cached key
   // is e4m3(k / k_scale[l]) x k_scale[l]. Both spans hold dims().layers positive values.
   // New scales drop the captured graphs (they hold the old ones); the KV already cached keeps the

@@ -52,6 +52,13 @@ struct LlamaModel::Impl {
   void* weights = nullptr;  // one allocation
   void* kv = nullptr;       // KvCacheLayout allocation
   KvCacheLayout kv_layout;
+  // The host tier (set_host_blocks): pinned, mapped host memory (host_kv; host_kv_dev the
+  // device's address of it) in host_layout, and the device copy of a step's moves.
+  void* host_kv = nullptr;
+  void* host_kv_dev = nullptr;
+  KvCacheLayout host_layout;
+  void* moves_buf = nullptr;
+  size_t moves_bytes = 0;
   std::vector<KvQuant> kv_quant;  // per layer: the FP8 cache's K and V scales
 
   // Activations [T = max_tokens (FP8: rounded up as gemm.h fp8_gemm_rows), ...].
@@ -199,6 +206,7 @@ struct LlamaModel::Impl {
     for (void* p : allocations)
       cudaFree(p);
     if (host_stage) cudaFreeHost(host_stage);
+    if (host_kv) cudaFreeHost(host_kv);
     free_upload_stages();
     if (host_tokens_out) cudaFreeHost(host_tokens_out);
     if (host_logprobs_out) cudaFreeHost(host_logprobs_out);

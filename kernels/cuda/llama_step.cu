@@ -37,6 +37,8 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   const int rows = prefill_rows + decode_rows;
   const int num_samples = static_cast<int>(st.sample_rows.size());
   const int num_copies = static_cast<int>(st.copy_pairs.size() / 2);
+  const int num_moves = static_cast<int>(st.moves.size() / 3);
+  if (num_moves > 0 && I.host_kv == nullptr) return Error{"host tier moves without a host tier"};
   if (rows > c.max_tokens || num_chunks > c.max_chunks ||
       static_cast<int>(st.block_indices.size()) > c.max_blocks || num_samples > c.max_samples ||
       num_copies > c.max_copies) {
@@ -113,6 +115,9 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     decode_ws_need = cascade_workspace_bytes(dplan, I.shape);
     KVC_TRY(I.grow(&I.decode_ws, &I.decode_ws_bytes, decode_ws_need), "decode workspace");
   }
+  if (num_moves > 0) {
+    KVC_TRY(I.grow(&I.moves_buf, &I.moves_bytes, st.moves.size() * 4), "moves buffer");
+  }
   // The host work is done: from here the device runs the step (the step_begin event).
   const Clock::time_point launching = Clock::now();
   I.num_marks = 0;
@@ -172,7 +177,16 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     I.mark(what, s);
     return Status::Ok();
   };
-  // 2. Copy-on-write.
+  // 2. The host tier's moves (copies among them, in order), else copy-on-write.
+  if (num_moves > 0) {
+    // From pageable memory: returns once the values are staged, so st.moves may go.
+    KVC_TRY(cudaMemcpyAsync(I.moves_buf, st.moves.data(), st.moves.size() * 4,
+                            cudaMemcpyHostToDevice, s),
+            "moves copy");
+    KVC_OP(move_blocks(I.kv, I.kv_layout, I.host_kv_dev, I.host_layout,
+                       static_cast<const int32_t*>(I.moves_buf), st.moves.data(), num_moves, s),
+           "move_blocks");
+  }
   if (num_copies > 0) {
     KVC_OP(copy_blocks(I.kv, I.kv_layout, dw + sl.copies, num_copies, s), "copy_blocks");
   }

@@ -5,6 +5,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "kernels/fp8_rule.h"
 
@@ -446,6 +447,23 @@ __global__ void copy_blocks_kernel(unsigned char* caches, int64_t cache_units, i
     d[i] = s[i];
 }
 
+// One (move, cache) pair per CTA: blockIdx.x the move, blockIdx.y the layer's K or V.
+template <typename U>
+__global__ void move_blocks_kernel(unsigned char* device, int64_t device_cache_units,
+                                   unsigned char* host, int64_t host_cache_units,
+                                   int64_t block_units, const int32_t* moves) {
+  const int32_t kind = moves[3 * blockIdx.x], block = moves[3 * blockIdx.x + 1],
+                other = moves[3 * blockIdx.x + 2];
+  U* d = reinterpret_cast<U*>(device) + blockIdx.y * device_cache_units;
+  U* h = reinterpret_cast<U*>(host) + blockIdx.y * host_cache_units;
+  const U* src = kind == 0 ? d + block * block_units
+                           : (kind == 1 ? h + other * block_units : d + other * block_units);
+  U* dst = kind == 0 ? h + other * block_units : d + block * block_units;
+  if (src == dst) return;
+  for (int64_t i = threadIdx.x; i < block_units; i += blockDim.x)
+    dst[i] = src[i];
+}
+
 }  // namespace
 
 cudaError_t embedding_gather(const void* table, int vocab, int hidden, const int32_t* tokens,
@@ -659,6 +677,51 @@ cudaError_t qkv_bias_norm(void* qkv, int64_t stride, int rows, int q_heads, int 
   qkv_bias_norm_kernel<<<rows, threads, 0, stream>>>(
       static_cast<bf16*>(qkv), stride, q_heads, kv_heads, head_dim, static_cast<const bf16*>(bias),
       static_cast<const bf16*>(q_norm), static_cast<const bf16*>(k_norm), eps, dq);
+  return cudaGetLastError();
+}
+
+cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_caches,
+                        const KvCacheLayout& host_layout, const int32_t* moves,
+                        const int32_t* host_moves, int n, cudaStream_t stream) {
+  if (n == 0 || layout.num_layers == 0) return cudaSuccess;
+  if (n < 0 || 2 * layout.num_layers > 65535 || host_layout.num_layers != layout.num_layers ||
+      host_layout.block_elements() != layout.block_elements() ||
+      host_layout.element_bytes() != layout.element_bytes()) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t block = layout.block_elements() * layout.element_bytes();  // bytes
+  const int64_t cache = layout.cache_elements() * layout.element_bytes();
+  const int64_t host_cache = host_layout.cache_elements() * host_layout.element_bytes();
+  const bool wide = block % 16 == 0 && aligned16(caches) && aligned16(host_caches);
+  auto* dev = static_cast<unsigned char*>(caches);
+  auto* host = static_cast<unsigned char*>(host_caches);
+  auto launch = [&](int first, int count) {
+    const dim3 grid(static_cast<unsigned>(count), static_cast<unsigned>(2 * layout.num_layers));
+    const int32_t* m = moves + 3 * int64_t{first};
+    if (wide) {
+      move_blocks_kernel<uint4><<<grid, threads_for(block / 16), 0, stream>>>(
+          dev, cache / 16, host, host_cache / 16, block / 16, m);
+    } else {
+      move_blocks_kernel<unsigned char>
+          <<<grid, threads_for(block), 0, stream>>>(dev, cache, host, host_cache, block, m);
+    }
+  };
+  // Runs of moves touching distinct blocks and slots (keys: block b, slot -1 - s) run at once.
+  std::unordered_set<int64_t> touched;
+  int first = 0;
+  for (int i = 0; i < n; ++i) {
+    const int32_t kind = host_moves[3 * i], block_id = host_moves[3 * i + 1],
+                  other = host_moves[3 * i + 2];
+    const int64_t a = block_id, b = kind == 2 ? int64_t{other} : -1 - int64_t{other};
+    if (touched.contains(a) || touched.contains(b)) {
+      launch(first, i - first);
+      touched.clear();
+      first = i;
+    }
+    touched.insert(a);
+    touched.insert(b);
+  }
+  launch(first, n - first);
   return cudaGetLastError();
 }
 

@@ -36,9 +36,9 @@ struct BackendOptions {
   // thread per rank in this process (the GPU's tensor parallelism's twin); cuda: 1 only so far.
   int32_t tensor_parallel_size = 1;
   int32_t kv_blocks = 0;  // 0: 4096 on the CPU; on the GPU or sim, as many as memory allows
-  // cpu and sim: GB (10^9 bytes) of host memory for KV evicted from the pool, loaded back
-  // instead of computed when a prompt asks for it again (replica/core/block_pool.h, "Host
-  // tier"). cuda: not yet.
+  // GB (10^9 bytes) of host memory for KV evicted from the pool, loaded back instead of computed
+  // when a prompt asks for it again (replica/core/block_pool.h, "Host tier"); cuda: pinned, not
+  // with tensor parallelism yet.
   std::optional<double> kv_host_memory_gb;
   int32_t block_size = 16;
   // The scheduler's limits (SchedulerConfig): the CUDA backend sizes its workspace by them.

@@ -135,8 +135,6 @@ Status check_backend_options(const BackendOptions& o) {
       {"--sim-bandwidth-gbps", o.sim_bandwidth_gbps.has_value(), sim, "sim"},
       {"--sim-peak-tflops", o.sim_peak_tflops.has_value(), sim, "sim"},
       {"--sim-step-overhead-ms", o.sim_step_overhead_ms.has_value(), sim, "sim"},
-      {"--kv-host-memory-gb", o.kv_host_memory_gb.has_value(), !cuda,
-       "cpu and sim (cuda: not yet)"},
   };
   for (const Only& x : only) {
     if (x.given && !x.read) {

@@ -276,6 +276,37 @@ TEST(CopyBlocks, CopiesEveryLayersKAndV) {
   EXPECT_EQ(c, want);
 }
 
+// Moves in order: an offload out of a block before the load that refills it, a load from a slot
+// before the offload that reuses it, a copy reading a block loaded just before.
+TEST(MoveBlocks, MovesEveryLayersKAndVInOrder) {
+  std::mt19937 rng(61);
+  const int layers = 2, blocks = 5, slots = 3;
+  const int64_t block_elems = 7;
+  const std::vector<float> d0 = random_vector(rng, layers * 2 * blocks * block_elems);
+  const std::vector<float> h0 = random_vector(rng, layers * 2 * slots * block_elems);
+  const std::vector<int32_t> moves{0, 1, 2,   // block 1 -> slot 2
+                                   1, 1, 0,   // slot 0 -> block 1
+                                   0, 3, 0,   // block 3 -> slot 0
+                                   2, 4, 1,   // block 1 (slot 0's old content) -> block 4
+                                   1, 0, 2};  // slot 2 (block 1's old content) -> block 0
+  std::vector<float> d = d0, h = h0;
+  move_blocks(d.data(), blocks, h.data(), slots, layers, block_elems, moves.data(), 5);
+  std::vector<float> want_d = d0, want_h = h0;
+  for (int cache = 0; cache < 2 * layers; ++cache) {
+    const float* dev0 = d0.data() + cache * blocks * block_elems;
+    const float* host0 = h0.data() + cache * slots * block_elems;
+    float* dev = want_d.data() + cache * blocks * block_elems;
+    float* host = want_h.data() + cache * slots * block_elems;
+    std::copy_n(dev0 + 1 * block_elems, block_elems, host + 2 * block_elems);
+    std::copy_n(host0 + 0 * block_elems, block_elems, dev + 1 * block_elems);
+    std::copy_n(dev0 + 3 * block_elems, block_elems, host + 0 * block_elems);
+    std::copy_n(host0 + 0 * block_elems, block_elems, dev + 4 * block_elems);
+    std::copy_n(dev0 + 1 * block_elems, block_elems, dev + 0 * block_elems);
+  }
+  EXPECT_EQ(d, want_d);
+  EXPECT_EQ(h, want_h);
+}
+
 // ----------------------------------------------------------------------------------- parallel_for
 
 TEST(ParallelFor, CoversEveryIndexOnce) {

@@ -1,6 +1,7 @@
 #include "replica/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
@@ -62,6 +63,10 @@ int32_t CudaBackend::kv_bytes_per_element() const {
   return model_->dims().fp8_kv ? 1 : 2;
 }
 
+int32_t CudaBackend::num_host_blocks() const {
+  return model_->host_blocks();
+}
+
 Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& config,
                                                            const CudaBackendOptions& o,
                                                            int32_t tp_size) {
@@ -112,6 +117,14 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   Result<std::unique_ptr<kc::LlamaModel>> created = kc::LlamaModel::create(dims, cap);
   if (!created.ok()) return Error{"--backend cuda: " + created.error().message};
   std::unique_ptr<kc::LlamaModel> model = std::move(created).value();
+  if (o.host_memory_gb > 0) {
+    const double blocks = std::floor(o.host_memory_gb * 1e9 / static_cast<double>(block_bytes));
+    const int num = static_cast<int>(std::min(blocks, double{1 << 26}));
+    if (Status s = model->set_host_blocks(num); !s.ok()) {
+      return Error{"--kv-host-memory-gb: " + s.message()};
+    }
+    mem.host_kv_bytes = kc::LlamaModel::kv_bytes(dims, num, o.block_size);
+  }
   model->set_graphs(o.cuda_graphs);
   model->set_decode_gemm(o.decode_gemm);
   model->set_gemm_tuning(o.gemm_tuning);
@@ -315,11 +328,23 @@ Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   if (!weights_broken_.empty()) return Error{weights_broken_};
   kc::LlamaStep st;
   copies_.clear();
-  for (auto [src, dst] : batch.block_copies) {
-    copies_.push_back(src);
-    copies_.push_back(dst);
+  moves_.clear();
+  if (!batch.host_transfers.empty()) {  // the copy-on-write copies are among them, in order
+    for (const KvTransfer& t : batch.host_transfers) {
+      moves_.push_back(t.kind == KvTransfer::Kind::kOffload ? 0
+                       : t.kind == KvTransfer::Kind::kLoad  ? 1
+                                                            : 2);
+      moves_.push_back(t.block);
+      moves_.push_back(t.other);
+    }
+  } else {
+    for (auto [src, dst] : batch.block_copies) {
+      copies_.push_back(src);
+      copies_.push_back(dst);
+    }
   }
   st.copy_pairs = copies_;
+  st.moves = moves_;
   const PrefillBatch& p = batch.prefill;
   if (!p.empty()) {
     st.prefill_tokens = p.tokens;
@@ -379,6 +404,10 @@ void log_allocation(const CudaBackend& b, const std::string& who) {
       mib(m.workspace_bytes), mib(m.kv_bytes), b.num_blocks(), b.block_size(),
       b.kv_cache_dtype() == "fp8" ? "FP8 E4M3, 1 byte per element: twice the blocks" : "bf16",
       mib(m.device_free), mib(m.device_total));
+  if (b.num_host_blocks() > 0) {
+    std::fprintf(stderr, "%s: host tier %.0f MiB of pinned host memory (%d blocks)\n", who.c_str(),
+                 mib(m.host_kv_bytes), b.num_host_blocks());
+  }
 }
 
 // --tensor-parallel-size N > 1: the preset's or folder's model over GPUs 0..N-1.
@@ -427,7 +456,13 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   o.gemm_tuning = f.gemm_tuning.value_or(true);
   if (!f.quantization.empty()) o.fp8_weights = f.quantization == "fp8";  // else as the checkpoint
   o.fp8_kv = f.fp8_kv();
-  if (f.tensor_parallel_size > 1) return make_cuda_tensor_parallel_backend(f, o, min_vocab);
+  o.host_memory_gb = f.kv_host_memory_gb.value_or(0);
+  if (f.tensor_parallel_size > 1) {
+    if (o.host_memory_gb > 0) {
+      return Error{"--kv-host-memory-gb: not with --tensor-parallel-size > 1 on cuda yet"};
+    }
+    return make_cuda_tensor_parallel_backend(f, o, min_vocab);
+  }
   Result<std::unique_ptr<CudaBackend>> made = Error{""};
   if (!f.model_dir.empty()) {
     made = CudaBackend::load(f.model_dir, o);

@@ -38,12 +38,16 @@ struct CudaBackendOptions {
   std::optional<bool> fp8_weights;
   // --kv-cache-dtype fp8 (LlamaDims::fp8_kv): the KV cache as E4M3 codes, one byte per element.
   bool fp8_kv = false;
+  // --kv-host-memory-gb: a host tier of that many GB (10^9 bytes) of pinned host memory, in
+  // blocks of the cache's (replica/core/block_pool.h "Host tier"). 0: none.
+  double host_memory_gb = 0;
 };
 
 // What start-up allocated (printed in the start-up log).
 struct CudaBackendMemory {
   size_t weight_bytes = 0;
   size_t kv_bytes = 0;
+  size_t host_kv_bytes = 0;  // the host tier, pinned host memory
   size_t workspace_bytes = 0;
   size_t device_free = 0;
   size_t device_total = 0;
@@ -83,6 +87,7 @@ class CudaBackend final : public Backend {
   const ModelConfig& config() const override { return config_; }
   int32_t num_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
+  int32_t num_host_blocks() const override;
   std::string name() const override { return "cuda"; }
   std::string quantization() const override;
   std::string kv_cache_dtype() const override;
@@ -129,7 +134,7 @@ class CudaBackend final : public Backend {
   StepTiming timing_;
   std::string weights_broken_;  // why the weights are incomplete (a load failed while writing)
   // Scratch reused across steps.
-  std::vector<int32_t> copies_, sample_rows_;
+  std::vector<int32_t> copies_, moves_, sample_rows_;
   std::vector<uint8_t> params_;  // kernels::sampling::SampleParams
 };
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -517,6 +518,67 @@ TEST_F(CudaOpsTest, CopyBlocksIsExact) {
       cpu::copy_blocks(f.data(), c.layers, layout.num_blocks, layout.block_elements(), pairs.data(),
                        num_pairs);
       EXPECT_EQ(download<uint16_t>(d_caches, n), to_bits(f)) << what;
+    }
+  }
+}
+
+// The host tier's moves against the CPU twin: random offloads, loads and copies over a few blocks
+// and slots, so that many touch a block or slot an earlier one touched (their order matters),
+// into pinned host memory the device addresses; bf16 and FP8 (byte) caches, and a block size
+// whose bytes are not a multiple of 16.
+TEST_F(CudaOpsTest, MoveBlocksInOrderMatchesTheCpuTwin) {
+  struct Case {
+    int layers, block_size, kv_heads, head_dim;
+    bool fp8;
+  };
+  const Case cases[] = {
+      {2, 16, 2, 64, false}, {3, 8, 8, 128, false}, {2, 16, 2, 64, true}, {2, 3, 1, 6, false}};
+  for (const Case& c : cases) {
+    for (int n : {1, 7, 40, 300}) {
+      const std::string what = "layers " + std::to_string(c.layers) + " bs " +
+                               std::to_string(c.block_size) + (c.fp8 ? " fp8" : "") + " moves " +
+                               std::to_string(n);
+      const int blocks = 9, slots = 6;
+      cuda::KvCacheLayout layout{c.layers,   blocks,         c.block_size, c.kv_heads,
+                                 c.head_dim, KvDtype::kBF16, c.fp8};
+      cuda::KvCacheLayout host_layout = layout;
+      host_layout.num_blocks = slots;
+      std::vector<int32_t> moves;
+      for (int i = 0; i < n; ++i) {
+        const int32_t kind = static_cast<int32_t>(rng_() % 3);
+        moves.push_back(kind);
+        moves.push_back(static_cast<int32_t>(rng_() % blocks));
+        moves.push_back(static_cast<int32_t>(rng_() % (kind == 2 ? blocks : slots)));
+      }
+      // Element values as 16-bit words (bf16) or pairs of bytes (FP8): the twin moves floats
+      // holding each word, which is the same permutation of the bytes.
+      const int64_t word_bytes = 2;
+      const size_t dev_words = layout.bytes() / word_bytes, host_words = host_layout.bytes() / 2;
+      std::vector<uint16_t> dev(dev_words), host(host_words);
+      for (uint16_t& w : dev)
+        w = static_cast<uint16_t>(rng_());
+      for (uint16_t& w : host)
+        w = static_cast<uint16_t>(rng_());
+      void* pinned = nullptr;
+      ASSERT_EQ(cudaHostAlloc(&pinned, host_layout.bytes(), cudaHostAllocMapped), cudaSuccess);
+      std::memcpy(pinned, host.data(), host_layout.bytes());
+      void* pinned_dev = nullptr;
+      ASSERT_EQ(cudaHostGetDevicePointer(&pinned_dev, pinned, 0), cudaSuccess);
+      DeviceBuffer d_caches = upload(dev), d_moves = upload(moves);
+      ASSERT_EQ(cuda::move_blocks(d_caches.data(), layout, pinned_dev, host_layout,
+                                  d_moves.as<int32_t>(), moves.data(), n),
+                cudaSuccess);
+      cuda::synchronize_or_die("move_blocks");
+      // The twin: a block is block_elements x element bytes / 2 words.
+      const int64_t block_words = layout.block_elements() * layout.element_bytes() / 2;
+      std::vector<float> fd(dev.begin(), dev.end()), fh(host.begin(), host.end());
+      cpu::move_blocks(fd.data(), blocks, fh.data(), slots, c.layers, block_words, moves.data(), n);
+      std::vector<uint16_t> want_dev(fd.begin(), fd.end()), want_host(fh.begin(), fh.end());
+      EXPECT_EQ(download<uint16_t>(d_caches, dev_words), want_dev) << what;
+      std::vector<uint16_t> got_host(host_words);
+      std::memcpy(got_host.data(), pinned, host_layout.bytes());
+      EXPECT_EQ(got_host, want_host) << what;
+      cudaFreeHost(pinned);
     }
   }
 }

@@ -135,6 +135,52 @@ TEST_F(CudaBackendTest, SmallPoolPreemptionKeepsOutputs) {
   expect_same_or_near_tie(a, b, reqs, 0.05f);
 }
 
+// The host tier on the device: three documents asked about in turn, then again, on a pool that
+// holds two; their blocks come back from pinned host memory (move_blocks), and the tokens are bit
+// for bit those of a pool that never evicted (the same prefill kernels over the same KV bytes).
+TEST_F(CudaBackendTest, PromptsLoadedFromTheHostTierGiveTheTokensOfAPoolThatKeptThem) {
+  std::vector<std::string> prompts;
+  for (char d : {'a', 'b', 'c', 'a', 'b', 'c'})
+    prompts.push_back(std::string(96, d) + " question " + std::to_string(prompts.size()));
+  struct Tiered {
+    std::vector<std::vector<int32_t>> tokens;
+    int64_t hits = 0, loads = 0, offloads = 0;
+  };
+  auto run_in_turn = [&](int32_t blocks, double host_gb) {
+    CudaBackendOptions o;
+    o.num_blocks = blocks;
+    o.host_memory_gb = host_gb;
+    auto made = CudaBackend::create(weights().config, &weights(), o);
+    EXPECT_TRUE(made.ok()) << (made.ok() ? "" : made.error().message);
+    Tiered out;
+    if (!made.ok()) return out;
+    Engine engine(**made, tokenizer_, EngineConfig{}, clock_);
+    for (const std::string& p : prompts) {
+      EXPECT_TRUE(engine.submit(request(p, 2, 0.8f, 6, 11)).ok());
+      while (engine.has_work()) {
+        StepResult step = engine.step();
+        EXPECT_TRUE(step.error.empty()) << step.error;
+        if (!step.error.empty()) return out;
+        out.hits += step.stats.prefix_cache_hit_tokens;
+        out.loads += step.stats.num_host_loads;
+        out.offloads += step.stats.num_host_offloads;
+        for (const auto& g : step.finished)
+          out.tokens.emplace_back(g->seqs.at(0).tokens.begin() + g->prompt.size(),
+                                  g->seqs.at(0).tokens.end());
+      }
+    }
+    return out;
+  };
+  const Tiered large = run_in_turn(256, 0);
+  const Tiered tiered = run_in_turn(16, 0.001);  // 1 MB: tens of the tiny model's blocks
+  ASSERT_EQ(large.tokens.size(), prompts.size());
+  EXPECT_EQ(tiered.tokens, large.tokens);
+  EXPECT_EQ(large.hits, 3 * 96);
+  EXPECT_EQ(tiered.hits, 3 * 96);
+  EXPECT_GT(tiered.loads, 0);
+  EXPECT_GT(tiered.offloads, 0);
+}
+
 // Sampling on the device: the same seeds give the same tokens run after run; other seeds differ.
 TEST_F(CudaBackendTest, SameSeedSameSamples) {
   std::vector<GenerationRequest> reqs;

@@ -510,6 +510,8 @@ Status LlamaModel::set_host_blocks(int num) {
   }
   KVC_TRY(cudaHostGetDevicePointer(&I.host_kv_dev, I.host_kv, 0), "host tier");
   I.host_layout = layout;
+  // Room for 16,384 moves a step up front: growing it later drops the decode graphs (grow).
+  KVC_TRY(I.grow(&I.moves_buf, &I.moves_bytes, size_t{16384} * 3 * 4), "host tier moves");
   return {};
 }
 

@@ -706,20 +706,34 @@ cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_ca
           <<<grid, threads_for(block), 0, stream>>>(dev, cache, host, host_cache, block, m);
     }
   };
-  // Runs of moves touching distinct blocks and slots (keys: block b, slot -1 - s) run at once.
-  std::unordered_set<int64_t> touched;
+  // Every move in range first: a bad one would write outside the caches.
+  for (int i = 0; i < n; ++i) {
+    const int32_t kind = host_moves[3 * i], block_id = host_moves[3 * i + 1],
+                  other = host_moves[3 * i + 2];
+    const int32_t others = kind == 2 ? layout.num_blocks : host_layout.num_blocks;
+    if (kind < 0 || kind > 2 || block_id < 0 || block_id >= layout.num_blocks || other < 0 ||
+        other >= others) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  // Runs of moves go as one launch while none writes what another of the run reads or writes
+  // (keys: block b, slot -1 - s); reads of one source together are fine (a fork's copies).
+  std::unordered_set<int64_t> read, written;
   int first = 0;
   for (int i = 0; i < n; ++i) {
     const int32_t kind = host_moves[3 * i], block_id = host_moves[3 * i + 1],
                   other = host_moves[3 * i + 2];
-    const int64_t a = block_id, b = kind == 2 ? int64_t{other} : -1 - int64_t{other};
-    if (touched.contains(a) || touched.contains(b)) {
+    const int64_t slot_key = -1 - int64_t{other};
+    const int64_t src = kind == 0 ? block_id : (kind == 1 ? slot_key : other);
+    const int64_t dst = kind == 0 ? slot_key : block_id;
+    if (written.contains(src) || written.contains(dst) || read.contains(dst)) {
       launch(first, i - first);
-      touched.clear();
+      read.clear();
+      written.clear();
       first = i;
     }
-    touched.insert(a);
-    touched.insert(b);
+    read.insert(src);
+    written.insert(dst);
   }
   launch(first, n - first);
   return cudaGetLastError();

@@ -191,10 +191,10 @@ cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t
 // [n, 3] int32 (kind, block, other) with kind 0 an offload (device block `block` -> host slot
 // `other`), 1 a load (host slot `other` -> device block `block`), 2 a copy (device block `other`
 // -> device block `block`), every layer's K and V. `moves` is on the device, `host_moves` the same
-// values on the host: runs of moves that touch no block or slot twice go as one launch, the runs
-// in order. host_caches: host memory the device can address (pinned, mapped), laid out as
-// host_layout (the device layout with its slots as blocks). CPU twin: kernels/cpu/ops.h
-// move_blocks.
+// values on the host: runs of moves in which none writes what another reads or writes go as one
+// launch, the runs in order. cudaErrorInvalidValue (nothing moved) for a move out of range.
+// host_caches: host memory the device can address (pinned, mapped), laid out as host_layout (the
+// device layout with its slots as blocks). CPU twin: kernels/cpu/ops.h move_blocks.
 cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_caches,
                         const KvCacheLayout& host_layout, const int32_t* moves,
                         const int32_t* host_moves, int n, cudaStream_t stream = nullptr);

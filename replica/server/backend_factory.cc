@@ -142,6 +142,9 @@ Status check_backend_options(const BackendOptions& o) {
                    x.readers + "): leave it out"};
     }
   }
+  if (cuda && o.kv_host_memory_gb && o.tensor_parallel_size > 1) {
+    return Error{"--kv-host-memory-gb: not with --tensor-parallel-size > 1 on cuda yet"};
+  }
   return {};
 }
 

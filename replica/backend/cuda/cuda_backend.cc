@@ -118,7 +118,12 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   if (!created.ok()) return Error{"--backend cuda: " + created.error().message};
   std::unique_ptr<kc::LlamaModel> model = std::move(created).value();
   if (o.host_memory_gb > 0) {
+    if (tp_size > 1) return Error{"--kv-host-memory-gb: not with tensor parallelism on cuda yet"};
     const double blocks = std::floor(o.host_memory_gb * 1e9 / static_cast<double>(block_bytes));
+    if (blocks < 1) {
+      return Error{"--kv-host-memory-gb " + std::to_string(o.host_memory_gb) +
+                   ": less than one KV block (" + std::to_string(block_bytes) + " bytes)"};
+    }
     const int num = static_cast<int>(std::min(blocks, double{1 << 26}));
     if (Status s = model->set_host_blocks(num); !s.ok()) {
       return Error{"--kv-host-memory-gb: " + s.message()};
@@ -457,12 +462,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& f, int3
   if (!f.quantization.empty()) o.fp8_weights = f.quantization == "fp8";  // else as the checkpoint
   o.fp8_kv = f.fp8_kv();
   o.host_memory_gb = f.kv_host_memory_gb.value_or(0);
-  if (f.tensor_parallel_size > 1) {
-    if (o.host_memory_gb > 0) {
-      return Error{"--kv-host-memory-gb: not with --tensor-parallel-size > 1 on cuda yet"};
-    }
-    return make_cuda_tensor_parallel_backend(f, o, min_vocab);
-  }
+  if (f.tensor_parallel_size > 1) return make_cuda_tensor_parallel_backend(f, o, min_vocab);
   Result<std::unique_ptr<CudaBackend>> made = Error{""};
   if (!f.model_dir.empty()) {
     made = CudaBackend::load(f.model_dir, o);

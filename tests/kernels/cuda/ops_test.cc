@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -561,6 +562,7 @@ TEST_F(CudaOpsTest, MoveBlocksInOrderMatchesTheCpuTwin) {
         w = static_cast<uint16_t>(rng_());
       void* pinned = nullptr;
       ASSERT_EQ(cudaHostAlloc(&pinned, host_layout.bytes(), cudaHostAllocMapped), cudaSuccess);
+      const std::unique_ptr<void, cudaError_t (*)(void*)> pinned_owner(pinned, cudaFreeHost);
       std::memcpy(pinned, host.data(), host_layout.bytes());
       void* pinned_dev = nullptr;
       ASSERT_EQ(cudaHostGetDevicePointer(&pinned_dev, pinned, 0), cudaSuccess);
@@ -569,6 +571,13 @@ TEST_F(CudaOpsTest, MoveBlocksInOrderMatchesTheCpuTwin) {
                                   d_moves.as<int32_t>(), moves.data(), n),
                 cudaSuccess);
       cuda::synchronize_or_die("move_blocks");
+      if (n == 7) {  // a move out of range is refused, and nothing moves
+        const std::vector<int32_t> bad{1, 0, slots};
+        DeviceBuffer d_bad = upload(bad);
+        EXPECT_EQ(cuda::move_blocks(d_caches.data(), layout, pinned_dev, host_layout,
+                                    d_bad.as<int32_t>(), bad.data(), 1),
+                  cudaErrorInvalidValue);
+      }
       // The twin: a block is block_elements x element bytes / 2 words.
       const int64_t block_words = layout.block_elements() * layout.element_bytes() / 2;
       std::vector<float> fd(dev.begin(), dev.end()), fh(host.begin(), host.end());
@@ -578,7 +587,6 @@ TEST_F(CudaOpsTest, MoveBlocksInOrderMatchesTheCpuTwin) {
       std::vector<uint16_t> got_host(host_words);
       std::memcpy(got_host.data(), pinned, host_layout.bytes());
       EXPECT_EQ(got_host, want_host) << what;
-      cudaFreeHost(pinned);
     }
   }
 }

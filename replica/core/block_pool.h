@@ -71,6 +71,7 @@ class BlockPool {
             int32_t num_host_blocks = 0);
 
   int32_t num_blocks() const { return static_cast<int32_t>(refcount_.size()); }
+  int32_t num_host_blocks() const { return static_cast<int32_t>(host_hash_.size()); }
   int32_t block_size() const { return block_size_; }
 
   // A block for new KV, refcount 1: the lowest-numbered free block, else the least recently

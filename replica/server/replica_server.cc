@@ -425,6 +425,7 @@ std::string ReplicaServer::info_json() const {
        {"completion_prefix", engine_.tokenizer().completion_prefix()},
        {"completion_suffix", engine_.tokenizer().completion_suffix()},
        {"num_kv_blocks", engine_.pool().num_blocks()},
+       {"num_host_kv_blocks", engine_.pool().num_host_blocks()},
        {"max_model_len", engine_.config().scheduler.max_model_len},
        {"max_n", config_.api.max_n},
        {"architecture",

@@ -201,6 +201,34 @@ TEST(ModelDirReplica, Fp8KvCacheThroughTheOptions) {
   EXPECT_THAT(check_backend_options(bad).message(), ::testing::HasSubstr("--kv-cache-dtype"));
 }
 
+// --kv-host-memory-gb through the options: the CPU backend's tier in its float32 blocks, the
+// sim's in the preset's, and /v1/info says how many blocks it holds.
+TEST(ModelDirReplica, HostTierThroughTheOptions) {
+  ByteTokenizer bytes;
+  BackendOptions cpu;
+  cpu.kv_blocks = 64;
+  cpu.kv_host_memory_gb = 0.01;  // the tiny model's float32 block: 16 x 2,048 bytes
+  ASSERT_TRUE(check_backend_options(cpu).ok());
+  auto backend = make_backend(cpu, bytes);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  EXPECT_EQ((*backend)->num_host_blocks(), static_cast<int32_t>(0.01e9 / (16 * 2048)));
+  const json info = serve_and_complete(std::move(*backend), std::make_shared<ByteTokenizer>());
+  ASSERT_TRUE(info.is_object());
+  EXPECT_EQ(info["num_host_kv_blocks"], static_cast<int32_t>(0.01e9 / (16 * 2048)));
+
+  BackendOptions sim;
+  sim.backend = "sim";
+  sim.sim_preset = "a10g-llama3-8b";
+  sim.kv_host_memory_gb = 32;
+  auto tiered = make_backend(sim, bytes);
+  ASSERT_TRUE(tiered.ok()) << tiered.error().message;
+  EXPECT_EQ((*tiered)->num_host_blocks(), static_cast<int32_t>(32e9 / (16 * 131072.0)));
+  BackendOptions plain;
+  auto none = make_backend(plain, bytes);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)->num_host_blocks(), 0);
+}
+
 TEST(ModelDirReplica, ServesCompletionsAndChatWithTheModelsTokenizerAndTemplate) {
   const std::string tok_dir = testing::llama3_tokenizer_dir();
   if (tok_dir.empty()) GTEST_SKIP() << testing::kMissingLlama3;

@@ -99,7 +99,8 @@ void on_body(Exchange& x, std::string_view bytes) {
 struct Fleet {
   std::vector<std::unique_ptr<LocalReplica>> replicas;
   std::map<std::string, size_t> index_of;  // replica id -> index
-  int64_t kv_blocks = 0;                   // of all replicas (kBlock tokens each), host tiers too
+  int64_t kv_blocks = 0;                   // of all replicas' pools (kBlock tokens each)
+  int64_t host_blocks = 0;                 // of their host tiers
 };
 
 Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
@@ -125,7 +126,8 @@ Result<Fleet> start_fleet(const RoutingBenchOptions& o) {
     if (!preset.ok()) return Error{preset.error().message};
     const int32_t blocks = o.kv_blocks > 0 ? o.kv_blocks : sim_kv_blocks(*preset, 0.9, kBlock);
     const int32_t host = sim_host_blocks(*preset, o.kv_host_memory_gb, kBlock);
-    f.kv_blocks += blocks + host;
+    f.kv_blocks += blocks;
+    f.host_blocks += host;
     auto backend = std::make_unique<SimBackend>(std::move(preset).value(), blocks, kBlock,
                                                 SteadyClock::instance(), host);
     ReplicaStackConfig config;
@@ -275,13 +277,17 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   const std::vector<int64_t> oracle = oracle_cached_per_request(trace);
   res.oracle_cached_tokens = std::accumulate(oracle.begin(), oracle.end(), int64_t{0});
   res.fleet_kv_tokens = fleet->kv_blocks * kBlock;
-  const std::vector<int64_t> lru = fleet_lru_cached_per_request(trace, fleet->kv_blocks);
+  res.fleet_host_kv_tokens = fleet->host_blocks * kBlock;
+  // The references pool every block the fleet can keep, its host tiers' too (a tier is
+  // inclusive and loads need pool blocks, so the LRU reference flatters a tiered fleet more).
+  const int64_t pooled = fleet->kv_blocks + fleet->host_blocks;
+  const std::vector<int64_t> lru = fleet_lru_cached_per_request(trace, pooled);
   res.fleet_lru_cached_tokens = std::accumulate(lru.begin(), lru.end(), int64_t{0});
   // LRU <= MIN <= the oracle where every prompt fits the fleet's memory (a prompt a replica
   // cannot hold is refused anyway): where LRU serves everything, so does MIN.
   res.fleet_min_cached_tokens = res.fleet_lru_cached_tokens == res.oracle_cached_tokens
                                     ? res.oracle_cached_tokens
-                                    : fleet_min_cached_tokens(trace, fleet->kv_blocks);
+                                    : fleet_min_cached_tokens(trace, pooled);
   // block hash -> the replicas that computed it (cross_replica_prefill_tokens)
   std::unordered_map<uint64_t, std::vector<size_t>> computed_on;
   const BlockHash seed = chain_seed("oracle");

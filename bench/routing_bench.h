@@ -79,6 +79,7 @@ struct RoutingResult {
   // reference for what that memory allows (not a bound: an eviction better than LRU could serve
   // more).
   int64_t fleet_kv_tokens = 0, fleet_lru_cached_tokens = 0;
+  int64_t fleet_host_kv_tokens = 0;  // the host tiers' (--kv-host-memory-gb), besides the pools'
   // The most that memory could serve (fleet_min_cached_tokens): an upper bound on any routing
   // and eviction over the fleet's KV, in arrival order.
   int64_t fleet_min_cached_tokens = 0;

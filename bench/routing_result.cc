@@ -81,6 +81,7 @@ json RoutingResult::to_json() const {
           {"oracle_cached_tokens", oracle_cached_tokens},
           {"hit_ratio_vs_oracle", hit_ratio()},
           {"fleet_kv_tokens", fleet_kv_tokens},
+          {"fleet_host_kv_tokens", fleet_host_kv_tokens},
           {"fleet_lru_cached_tokens", fleet_lru_cached_tokens},
           {"hit_ratio_vs_fleet_lru", hit_ratio_vs_fleet_lru()},
           {"fleet_min_cached_tokens", fleet_min_cached_tokens},

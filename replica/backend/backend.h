@@ -112,8 +112,8 @@ struct KvTransfer {
 
 struct ForwardBatch {
   // With a host tier (num_host_blocks() > 0): the step's KV moves in order, the copy-on-write
-  // copies among them, before anything else; block_copies then repeats the copies (for counting)
-  // and is not done. Empty without a tier.
+  // copies among them, before anything else; block_copies then holds the same copies (for
+  // counting) and is not done. Empty without a tier.
   std::vector<KvTransfer> host_transfers;
   // Copy-on-write: (src, dst) block pairs to copy, in every layer, before anything else (unless
   // host_transfers holds them).

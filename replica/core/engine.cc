@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <set>
 #include <span>
 #include <unordered_set>
 
@@ -267,6 +268,22 @@ std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
 ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
   ForwardBatch batch;
   batch.host_transfers = pool_.take_transfers();
+  if (!batch.host_transfers.empty() && !work.block_copies.empty()) {
+    // Copies the scheduler found moot (into blocks of groups preempted later in the step) are
+    // dropped from both lists alike; the rest keep their place among the moves.
+    std::multiset<std::pair<int32_t, int32_t>> kept(work.block_copies.begin(),
+                                                    work.block_copies.end());
+    std::erase_if(batch.host_transfers, [&](const KvTransfer& t) {
+      if (t.kind != KvTransfer::Kind::kCopy) return false;
+      const auto it = kept.find({t.other, t.block});
+      if (it == kept.end()) return true;
+      kept.erase(it);
+      return false;
+    });
+  } else if (!batch.host_transfers.empty()) {
+    std::erase_if(batch.host_transfers,
+                  [](const KvTransfer& t) { return t.kind == KvTransfer::Kind::kCopy; });
+  }
   for (const KvTransfer& t : batch.host_transfers) {
     stats.num_host_offloads += t.kind == KvTransfer::Kind::kOffload ? 1 : 0;
     stats.num_host_loads += t.kind == KvTransfer::Kind::kLoad ? 1 : 0;

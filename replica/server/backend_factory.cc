@@ -36,7 +36,9 @@ Result<std::unique_ptr<Backend>> make_cpu_tensor_parallel_backend(const BackendO
   auto backend = std::make_unique<CpuTensorParallelBackend>(f->config(), std::move(ranks),
                                                             o.kv_blocks > 0 ? o.kv_blocks : 4096,
                                                             o.block_size, fp8, o.fp8_kv());
-  backend->set_host_blocks(cpu_host_blocks(o, f->config()));
+  const int32_t host = cpu_host_blocks(o, f->config());
+  if (o.kv_host_memory_gb && host == 0) return Error{"--kv-host-memory-gb: less than one KV block"};
+  backend->set_host_blocks(host);
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
@@ -68,10 +70,15 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32
     }
     auto backend = std::make_unique<CpuTensorParallelBackend>(
         weights, o.tensor_parallel_size, blocks, o.block_size, fp8, o.fp8_kv());
-    backend->set_host_blocks(cpu_host_blocks(o, weights.config));
+    const int32_t host = cpu_host_blocks(o, weights.config);
+    if (o.kv_host_memory_gb && host == 0) {
+      return Error{"--kv-host-memory-gb: less than one KV block"};
+    }
+    backend->set_host_blocks(host);
     return std::unique_ptr<Backend>(std::move(backend));
   }
   const int32_t host = cpu_host_blocks(o, weights.config);
+  if (o.kv_host_memory_gb && host == 0) return Error{"--kv-host-memory-gb: less than one KV block"};
   auto backend =
       std::make_unique<CpuBackend>(std::move(weights), blocks, o.block_size, fp8, o.fp8_kv());
   backend->set_host_blocks(host);
@@ -91,6 +98,7 @@ Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock
                       : sim_kv_blocks(*preset, o.memory_utilization_or_default(), o.block_size);
   const int32_t host =
       o.kv_host_memory_gb ? sim_host_blocks(*preset, *o.kv_host_memory_gb, o.block_size) : 0;
+  if (o.kv_host_memory_gb && host == 0) return Error{"--kv-host-memory-gb: less than one KV block"};
   return std::unique_ptr<Backend>(
       std::make_unique<SimBackend>(std::move(preset).value(), blocks, o.block_size, clock, host));
 }

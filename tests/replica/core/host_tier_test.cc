@@ -376,8 +376,8 @@ class HostTierEngineTest : public ::testing::Test {
   testing::FakeClock clock_;
 };
 
-// Three documents of 6 blocks each, asked about in turn, then again: a pool of 12 blocks holds
-// two of them at most, so the third pushes the first out. With a host tier the first's blocks
+// Three documents of 6 blocks each, asked about in turn, then again: a pool of 16 blocks holds
+// two of them (with their tails) at most, so the third pushes the first out. With a host tier the first's blocks
 // come back from host memory, loaded, not computed; the tokens are those of a large pool that
 // never evicted, and of a pool without a tier that computes them again.
 TEST_F(HostTierEngineTest, PromptsLoadedFromHostMemoryGiveTheTokensOfComputedOnes) {

@@ -267,23 +267,10 @@ std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
 
 ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
   ForwardBatch batch;
-  batch.host_transfers = pool_.take_transfers();
-  if (!batch.host_transfers.empty() && !work.block_copies.empty()) {
-    // Copies the scheduler found moot (into blocks of groups preempted later in the step) are
-    // dropped from both lists alike; the rest keep their place among the moves.
-    std::multiset<std::pair<int32_t, int32_t>> kept(work.block_copies.begin(),
-                                                    work.block_copies.end());
-    std::erase_if(batch.host_transfers, [&](const KvTransfer& t) {
-      if (t.kind != KvTransfer::Kind::kCopy) return false;
-      const auto it = kept.find({t.other, t.block});
-      if (it == kept.end()) return true;
-      kept.erase(it);
-      return false;
-    });
-  } else if (!batch.host_transfers.empty()) {
-    std::erase_if(batch.host_transfers,
-                  [](const KvTransfer& t) { return t.kind == KvTransfer::Kind::kCopy; });
-  }
+  // Moves of earlier schedules without work first (SchedulerOutput::host_transfers).
+  batch.host_transfers = std::exchange(carried_moves_, {});
+  batch.host_transfers.insert(batch.host_transfers.end(), work.host_transfers.begin(),
+                              work.host_transfers.end());
   for (const KvTransfer& t : batch.host_transfers) {
     stats.num_host_offloads += t.kind == KvTransfer::Kind::kOffload ? 1 : 0;
     stats.num_host_loads += t.kind == KvTransfer::Kind::kLoad ? 1 : 0;
@@ -453,7 +440,10 @@ StepResult Engine::step() {
   stats.preempted = work.preempted;
   stats.prefix_cache_query_tokens = work.prefix_cache_query_tokens;
   stats.prefix_cache_hit_tokens = work.prefix_cache_hit_tokens;
-  if (!work.empty()) {
+  if (work.empty()) {
+    carried_moves_.insert(carried_moves_.end(), work.host_transfers.begin(),
+                          work.host_transfers.end());
+  } else {
     const Clock::TimePoint built_from = clock_.now();
     const ForwardBatch batch = build_batch(work, stats);
     const Clock::TimePoint forward_from = clock_.now();

@@ -222,6 +222,8 @@ class Engine {
   BlockPool pool_;
   KvCacheManager kv_;
   Scheduler scheduler_;
+  // Host tier moves of schedules that had no work, done before the next batch's own.
+  std::vector<KvTransfer> carried_moves_;
   CascadePlanner planner_;
   ForwardOutput out_;
   KeySpace key_space_;                         // the tokenizer's (api/key_space.h)

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <climits>
 #include <cmath>
+#include <set>
 #include <string_view>
 #include <unordered_set>
 
@@ -488,6 +489,7 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
     }
     if (head == nullptr || !try_admit_with_partners(*head, step)) break;
   }
+  step.out.host_transfers = kv_.pool().take_transfers();
   // Copies into blocks of groups preempted later in the step are moot. (Only a step that both
   // copied and preempted can hold such copies: skip the set of every live block otherwise, which
   // costs more than the rest of the schedule at 128 long sequences.)
@@ -500,6 +502,16 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
       live.insert(s.block_table.begin(), s.block_table.end());
   }
   std::erase_if(step.out.block_copies, [&](const auto& c) { return !live.contains(c.second); });
+  // The same copies leave the moves; each kept one keeps its place among them.
+  std::multiset<std::pair<int32_t, int32_t>> kept(step.out.block_copies.begin(),
+                                                  step.out.block_copies.end());
+  std::erase_if(step.out.host_transfers, [&](const KvTransfer& t) {
+    if (t.kind != KvTransfer::Kind::kCopy) return false;
+    const auto it = kept.find({t.other, t.block});
+    if (it == kept.end()) return true;
+    kept.erase(it);
+    return false;
+  });
   return std::move(step.out);
 }
 

@@ -74,6 +74,10 @@ struct SchedulerOutput {
   std::vector<ScheduledChunk> prefill;
   std::vector<ScheduledDecode> decode;
   BlockCopies block_copies;
+  // With a host tier: this schedule's moves in order (BlockPool::take_transfers), its copies
+  // those of block_copies (the moot ones dropped from both). Done before the step's kernels,
+  // even when the step has no other work (the engine carries them to the next batch).
+  std::vector<KvTransfer> host_transfers;
   std::vector<uint64_t> admitted;         // group ids admitted this step
   std::vector<uint64_t> preempted;        // group ids preempted this step
   int32_t prefix_cache_query_tokens = 0;  // prompt tokens looked up at admission this step

@@ -180,6 +180,8 @@ struct KvCacheLayout {
   }
 };
 
+// The KV cache's block moves (kv_blocks.cu): copy_blocks and move_blocks.
+
 // Copy-on-write before a step: for each pair p, copies block pairs[2p] (src) over block
 // pairs[2p + 1] (dst) in every layer's K and V (src == dst: nothing). pairs: [num_pairs, 2] int32
 // (device); caches: the KvCacheLayout allocation. The copies run in parallel, so the order of the

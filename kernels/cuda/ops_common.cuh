@@ -1,6 +1,6 @@
-// Device helpers shared by the model-op kernels (ops.cu, fp8_ops.cu): 16-byte bf16/fp32 loads and
-// stores, CTA sizing, block reductions, the decode GEMM's early launch, and the E4M3 row
-// quantization of kernels/fp8_rule.h. Included inside each file's anonymous namespace, so
+// Device helpers shared by the model-op kernels (ops.cu, fp8_ops.cu, kv_blocks.cu): 16-byte
+// bf16/fp32 loads and stores, CTA sizing, block reductions, the decode GEMM's early launch, and the
+// E4M3 row quantization of kernels/fp8_rule.h. Included inside each file's anonymous namespace, so
 // every file keeps its own copy (as warp_ops.cuh); the includes below must come first in the file.
 #pragma once
 

@@ -76,4 +76,9 @@ void sample_on_host(const ForwardBatch& batch, std::span<const float> logits, in
   }
 }
 
+int32_t host_tier_blocks(double gigabytes, double block_bytes) {
+  return static_cast<int32_t>(
+      std::clamp(std::floor(gigabytes * 1e9 / block_bytes), 0.0, static_cast<double>(1 << 26)));
+}
+
 }  // namespace kvc

@@ -110,6 +110,10 @@ struct KvTransfer {
   friend bool operator==(const KvTransfer&, const KvTransfer&) = default;
 };
 
+// --kv-host-memory-gb's host tier in whole blocks of `block_bytes` (capped at 2^26; 0: less than
+// one block, which make_backend refuses).
+int32_t host_tier_blocks(double gigabytes, double block_bytes);
+
 struct ForwardBatch {
   // With a host tier (num_host_blocks() > 0): the step's KV moves in order, the copy-on-write
   // copies among them, before anything else; block_copies then holds the same copies (for

@@ -17,9 +17,9 @@ namespace {
 // --kv-host-memory-gb over the CPU's float32 blocks of the whole model.
 int32_t cpu_host_blocks(const BackendOptions& o, const ModelConfig& config) {
   if (!o.kv_host_memory_gb) return 0;
-  const double block_bytes =
-      static_cast<double>(config.kv_bytes_per_token(sizeof(float)) * o.block_size);
-  return static_cast<int32_t>(std::min(*o.kv_host_memory_gb * 1e9 / block_bytes, 1e8));
+  return host_tier_blocks(
+      *o.kv_host_memory_gb,
+      static_cast<double>(config.kv_bytes_per_token(sizeof(float))) * o.block_size);
 }
 
 // A checkpoint split over ranks: each rank reads only its slices.
@@ -36,9 +36,7 @@ Result<std::unique_ptr<Backend>> make_cpu_tensor_parallel_backend(const BackendO
   auto backend = std::make_unique<CpuTensorParallelBackend>(f->config(), std::move(ranks),
                                                             o.kv_blocks > 0 ? o.kv_blocks : 4096,
                                                             o.block_size, fp8, o.fp8_kv());
-  const int32_t host = cpu_host_blocks(o, f->config());
-  if (o.kv_host_memory_gb && host == 0) return Error{"--kv-host-memory-gb: less than one KV block"};
-  backend->set_host_blocks(host);
+  backend->set_host_blocks(cpu_host_blocks(o, f->config()));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
@@ -70,15 +68,10 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& o, int32
     }
     auto backend = std::make_unique<CpuTensorParallelBackend>(
         weights, o.tensor_parallel_size, blocks, o.block_size, fp8, o.fp8_kv());
-    const int32_t host = cpu_host_blocks(o, weights.config);
-    if (o.kv_host_memory_gb && host == 0) {
-      return Error{"--kv-host-memory-gb: less than one KV block"};
-    }
-    backend->set_host_blocks(host);
+    backend->set_host_blocks(cpu_host_blocks(o, weights.config));
     return std::unique_ptr<Backend>(std::move(backend));
   }
   const int32_t host = cpu_host_blocks(o, weights.config);
-  if (o.kv_host_memory_gb && host == 0) return Error{"--kv-host-memory-gb: less than one KV block"};
   auto backend =
       std::make_unique<CpuBackend>(std::move(weights), blocks, o.block_size, fp8, o.fp8_kv());
   backend->set_host_blocks(host);
@@ -98,7 +91,6 @@ Result<std::unique_ptr<Backend>> make_sim_backend(const BackendOptions& o, Clock
                       : sim_kv_blocks(*preset, o.memory_utilization_or_default(), o.block_size);
   const int32_t host =
       o.kv_host_memory_gb ? sim_host_blocks(*preset, *o.kv_host_memory_gb, o.block_size) : 0;
-  if (o.kv_host_memory_gb && host == 0) return Error{"--kv-host-memory-gb: less than one KV block"};
   return std::unique_ptr<Backend>(
       std::make_unique<SimBackend>(std::move(preset).value(), blocks, o.block_size, clock, host));
 }
@@ -208,6 +200,9 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& o, const Tok
     made = make_sim_backend(o, clock);
   } else {
     made = make_cpu_backend(o, tokenizer.vocab_size());
+  }
+  if (made.ok() && o.kv_host_memory_gb && (*made)->num_host_blocks() == 0) {
+    return Error{"--kv-host-memory-gb: less than one KV block"};
   }
   if (made.ok() && (*made)->config().vocab_size < tokenizer.vocab_size()) {
     return Error{"the model's vocabulary (" + std::to_string((*made)->config().vocab_size) +

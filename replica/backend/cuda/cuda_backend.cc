@@ -1,7 +1,6 @@
 #include "replica/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
@@ -119,12 +118,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   std::unique_ptr<kc::LlamaModel> model = std::move(created).value();
   if (o.host_memory_gb > 0) {
     if (tp_size > 1) return Error{"--kv-host-memory-gb: not with tensor parallelism on cuda yet"};
-    const double blocks = std::floor(o.host_memory_gb * 1e9 / static_cast<double>(block_bytes));
-    if (blocks < 1) {
-      return Error{"--kv-host-memory-gb " + std::to_string(o.host_memory_gb) +
-                   ": less than one KV block (" + std::to_string(block_bytes) + " bytes)"};
-    }
-    const int num = static_cast<int>(std::min(blocks, double{1 << 26}));
+    const int num = host_tier_blocks(o.host_memory_gb, static_cast<double>(block_bytes));
     if (Status s = model->set_host_blocks(num); !s.ok()) {
       return Error{"--kv-host-memory-gb: " + s.message()};
     }

@@ -109,10 +109,9 @@ int32_t sim_kv_blocks(const SimPreset& p, double utilization, int32_t block_size
 }
 
 int32_t sim_host_blocks(const SimPreset& p, double gigabytes, int32_t block_size) {
-  const double block_bytes =
-      static_cast<double>(p.model.kv_bytes_per_token(p.hardware.kv_bytes_per_element) * block_size);
-  return static_cast<int32_t>(
-      std::clamp(std::floor(gigabytes * 1e9 / block_bytes), 0.0, double{1 << 26}));
+  return host_tier_blocks(
+      gigabytes, static_cast<double>(p.model.kv_bytes_per_token(p.hardware.kv_bytes_per_element)) *
+                     block_size);
 }
 
 namespace {

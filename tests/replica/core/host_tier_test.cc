@@ -3,7 +3,6 @@
 // CPU backend, against the same engine without it.
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -167,8 +166,7 @@ TEST(HostTierTest, RandomStepsKeepEveryBlocksContentAndTheRoutersView) {
       host(kHost, 0);
   std::set<uint64_t> router;
   std::vector<int32_t> used;  // one entry per reference
-  uint64_t next_content = 1;  // hashes, and the contents of blocks no hash names (copies)
-  std::map<uint64_t, uint64_t> content_of_hash;
+  uint64_t next_content = 1;  // hashes computed so far: 1 .. next_content - 1, each its content
   int loads = 0, copies = 0, steps_mixing = 0;
   for (int step = 0; step < 3000; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -204,11 +202,10 @@ TEST(HostTierTest, RandomStepsKeepEveryBlocksContentAndTheRoutersView) {
         // prefix lookup's limit), which is committed without a stored event.
         uint64_t h = 0;
         if (rng() % 5 == 0) {
-          for (const auto& [x, c] : content_of_hash)
+          for (uint64_t x = 1; x < next_content; ++x)
             if (pool.host_lookup(H(x)) && !pool.lookup(H(x))) h = x;
         }
         if (h == 0) h = next_content++;
-        content_of_hash[h] = h;
         want_device[*b] = h;
         writes.emplace_back(*b, h);
         written.insert(*b);
@@ -225,7 +222,6 @@ TEST(HostTierTest, RandomStepsKeepEveryBlocksContentAndTheRoutersView) {
       } else if (op < 80) {  // find a recent hash again: in the pool (ref) or the host tier (load)
         if (next_content == 1) continue;
         const uint64_t h = next_content - 1 - rng() % std::min<uint64_t>(next_content - 1, 12);
-        if (!content_of_hash.contains(h)) continue;
         if (const std::optional<int32_t> b = pool.lookup(H(h))) {
           pool.ref(*b);
           used.push_back(*b);
@@ -288,7 +284,7 @@ TEST(HostTierTest, RandomStepsKeepEveryBlocksContentAndTheRoutersView) {
     std::set<uint64_t> held;
     for (int32_t b = 0; b < kBlocks; ++b)
       if (const std::optional<BlockHash> x = pool.hash_of(b)) held.insert(x->value);
-    for (const auto& [x, c] : content_of_hash) {
+    for (uint64_t x = 1; x < next_content; ++x) {
       if (const std::optional<int32_t> sl = pool.host_lookup(H(x))) {
         ASSERT_EQ(want_host[*sl], x) << "slot " << *sl;
         ASSERT_EQ(host[*sl], x) << "slot " << *sl;
@@ -377,9 +373,9 @@ class HostTierEngineTest : public ::testing::Test {
 };
 
 // Three documents of 6 blocks each, asked about in turn, then again: a pool of 16 blocks holds
-// two of them (with their tails) at most, so the third pushes the first out. With a host tier the first's blocks
-// come back from host memory, loaded, not computed; the tokens are those of a large pool that
-// never evicted, and of a pool without a tier that computes them again.
+// two of them (with their tails) at most, so the third pushes the first out. With a host tier the
+// first's blocks come back from host memory, loaded, not computed; the tokens are those of a large
+// pool that never evicted, and of a pool without a tier that computes them again.
 TEST_F(HostTierEngineTest, PromptsLoadedFromHostMemoryGiveTheTokensOfComputedOnes) {
   std::vector<std::string> prompts;
   for (char d : {'a', 'b', 'c', 'a', 'b', 'c'})

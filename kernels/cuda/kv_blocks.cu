@@ -1,0 +1,130 @@
+// The KV cache's block moves (kernels/cuda/ops.h): copy-on-write copies within the cache, and the
+// host tier's offloads, loads and copies in order.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_set>
+
+#include "kernels/cuda/ops.h"
+#include "kernels/fp8_rule.h"
+
+namespace kvc::kernels::cuda {
+namespace {
+
+#include "kernels/cuda/ops_common.cuh"
+
+// blockIdx.x: the pair; blockIdx.y: the cache (2 * layer + {0: K, 1: V}); sizes in units of U
+// (16 bytes when the block's bytes allow, else bytes).
+template <typename U>
+__global__ void copy_blocks_kernel(unsigned char* caches, int64_t cache_units, int64_t block_units,
+                                   const int32_t* pairs) {
+  const int32_t src = pairs[2 * blockIdx.x], dst = pairs[2 * blockIdx.x + 1];
+  if (src == dst) return;
+  U* base = reinterpret_cast<U*>(caches) + blockIdx.y * cache_units;
+  const U* s = base + src * block_units;
+  U* d = base + dst * block_units;
+  for (int64_t i = threadIdx.x; i < block_units; i += blockDim.x)
+    d[i] = s[i];
+}
+
+// One (move, cache) pair per CTA: blockIdx.x the move, blockIdx.y the layer's K or V.
+template <typename U>
+__global__ void move_blocks_kernel(unsigned char* device, int64_t device_cache_units,
+                                   unsigned char* host, int64_t host_cache_units,
+                                   int64_t block_units, const int32_t* moves) {
+  const int32_t kind = moves[3 * blockIdx.x], block = moves[3 * blockIdx.x + 1],
+                other = moves[3 * blockIdx.x + 2];
+  U* d = reinterpret_cast<U*>(device) + blockIdx.y * device_cache_units;
+  U* h = reinterpret_cast<U*>(host) + blockIdx.y * host_cache_units;
+  const U* src = kind == 0 ? d + block * block_units
+                           : (kind == 1 ? h + other * block_units : d + other * block_units);
+  U* dst = kind == 0 ? h + other * block_units : d + block * block_units;
+  if (src == dst) return;
+  for (int64_t i = threadIdx.x; i < block_units; i += blockDim.x)
+    dst[i] = src[i];
+}
+
+}  // namespace
+
+cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_caches,
+                        const KvCacheLayout& host_layout, const int32_t* moves,
+                        const int32_t* host_moves, int n, cudaStream_t stream) {
+  if (n == 0 || layout.num_layers == 0) return cudaSuccess;
+  if (n < 0 || 2 * layout.num_layers > 65535 || host_layout.num_layers != layout.num_layers ||
+      host_layout.block_elements() != layout.block_elements() ||
+      host_layout.element_bytes() != layout.element_bytes()) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t block = layout.block_elements() * layout.element_bytes();  // bytes
+  const int64_t cache = layout.cache_elements() * layout.element_bytes();
+  const int64_t host_cache = host_layout.cache_elements() * host_layout.element_bytes();
+  const bool wide = block % 16 == 0 && aligned16(caches) && aligned16(host_caches);
+  auto* dev = static_cast<unsigned char*>(caches);
+  auto* host = static_cast<unsigned char*>(host_caches);
+  auto launch = [&](int first, int count) {
+    const dim3 grid(static_cast<unsigned>(count), static_cast<unsigned>(2 * layout.num_layers));
+    const int32_t* m = moves + 3 * int64_t{first};
+    if (wide) {
+      move_blocks_kernel<uint4><<<grid, threads_for(block / 16), 0, stream>>>(
+          dev, cache / 16, host, host_cache / 16, block / 16, m);
+    } else {
+      move_blocks_kernel<unsigned char>
+          <<<grid, threads_for(block), 0, stream>>>(dev, cache, host, host_cache, block, m);
+    }
+  };
+  // Every move in range first: a bad one would write outside the caches.
+  for (int i = 0; i < n; ++i) {
+    const int32_t kind = host_moves[3 * i], block_id = host_moves[3 * i + 1],
+                  other = host_moves[3 * i + 2];
+    const int32_t others = kind == 2 ? layout.num_blocks : host_layout.num_blocks;
+    if (kind < 0 || kind > 2 || block_id < 0 || block_id >= layout.num_blocks || other < 0 ||
+        other >= others) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  // Runs of moves go as one launch while none writes what another of the run reads or writes
+  // (keys: block b, slot -1 - s); reads of one source together are fine (a fork's copies).
+  std::unordered_set<int64_t> read, written;
+  int first = 0;
+  for (int i = 0; i < n; ++i) {
+    const int32_t kind = host_moves[3 * i], block_id = host_moves[3 * i + 1],
+                  other = host_moves[3 * i + 2];
+    const int64_t slot_key = -1 - int64_t{other};
+    const int64_t src = kind == 0 ? block_id : (kind == 1 ? slot_key : other);
+    const int64_t dst = kind == 0 ? slot_key : block_id;
+    if (written.contains(src) || written.contains(dst) || read.contains(dst)) {
+      launch(first, i - first);
+      read.clear();
+      written.clear();
+      first = i;
+    }
+    read.insert(src);
+    written.insert(dst);
+  }
+  launch(first, n - first);
+  return cudaGetLastError();
+}
+
+cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t* pairs,
+                        int num_pairs, cudaStream_t stream) {
+  if (num_pairs == 0 || layout.num_layers == 0) return cudaSuccess;
+  if (num_pairs < 0 || layout.num_layers < 0 || 2 * layout.num_layers > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t block = layout.block_elements() * layout.element_bytes();  // bytes
+  const int64_t cache = layout.cache_elements() * layout.element_bytes();
+  const dim3 grid(static_cast<unsigned>(num_pairs), static_cast<unsigned>(2 * layout.num_layers));
+  unsigned char* base = static_cast<unsigned char*>(caches);
+  if (block % 16 == 0 && aligned16(caches)) {
+    copy_blocks_kernel<uint4>
+        <<<grid, threads_for(block / 16), 0, stream>>>(base, cache / 16, block / 16, pairs);
+  } else {
+    copy_blocks_kernel<unsigned char>
+        <<<grid, threads_for(block), 0, stream>>>(base, cache, block, pairs);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kvc::kernels::cuda

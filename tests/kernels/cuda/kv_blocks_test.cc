@@ -1,0 +1,170 @@
+// The KV cache's block moves (kernels/cuda/kv_blocks.cu) against their CPU twins
+// (kernels/cpu/ops.h): copy-on-write copies and the host tier's ordered moves, bit-exact, bf16
+// and FP8 caches.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
+#include "tests/kernels/cuda/device_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace kvc::kernels {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::KvDtype;
+using testutil::download;
+using testutil::to_bits;
+using testutil::to_floats;
+using testutil::upload;
+
+class CudaKvBlocksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << cuda::device_description();
+  }
+  std::mt19937 rng_{20261201};
+};
+
+TEST_F(CudaKvBlocksTest, CopyBlocksIsExact) {
+  struct Case {
+    int layers, block_size, kv_heads, head_dim;
+  };
+  // The last case has 18-element blocks (not a multiple of 8: the 2-byte path).
+  const Case cases[] = {
+      {1, 16, 2, 64}, {4, 8, 8, 128}, {4, 32, 2, 128}, {3, 16, 8, 64}, {2, 3, 1, 6}};
+  for (const Case& c : cases) {
+    for (int num_pairs : {1, 5, 11}) {
+      const std::string what = "layers " + std::to_string(c.layers) + " bs " +
+                               std::to_string(c.block_size) + " pairs " + std::to_string(num_pairs);
+      const cuda::KvCacheLayout layout{c.layers,   24,         c.block_size,
+                                       c.kv_heads, c.head_dim, KvDtype::kBF16};
+      // Sources and destinations from disjoint halves of a shuffled pool; one pair is src == dst.
+      std::vector<int32_t> pool(layout.num_blocks);
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng_);
+      std::vector<int32_t> pairs;
+      for (int p = 0; p < num_pairs; ++p) {
+        pairs.push_back(pool[p]);
+        pairs.push_back(p == num_pairs - 1 ? pool[p] : pool[12 + p]);
+      }
+      const size_t n = layout.bytes() / 2;
+      std::vector<uint16_t> bits(n);
+      for (uint16_t& b : bits)
+        b = static_cast<uint16_t>(rng_());
+      DeviceBuffer d_caches = upload(bits), d_pairs = upload(pairs);
+      ASSERT_EQ(cuda::copy_blocks(d_caches.data(), layout, d_pairs.as<int32_t>(), num_pairs),
+                cudaSuccess);
+      cuda::synchronize_or_die("copy_blocks");
+      // The twin copies floats whose upper halves are the bits (memcpy: NaN payloads survive).
+      std::vector<float> f = to_floats(bits);
+      cpu::copy_blocks(f.data(), c.layers, layout.num_blocks, layout.block_elements(), pairs.data(),
+                       num_pairs);
+      EXPECT_EQ(download<uint16_t>(d_caches, n), to_bits(f)) << what;
+    }
+  }
+}
+
+// The host tier's moves against the CPU twin: random offloads, loads and copies over a few blocks
+// and slots, so that many touch a block or slot an earlier one touched (their order matters),
+// into pinned host memory the device addresses; bf16 and FP8 (byte) caches, and a block size
+// whose bytes are not a multiple of 16.
+TEST_F(CudaKvBlocksTest, MoveBlocksInOrderMatchesTheCpuTwin) {
+  struct Case {
+    int layers, block_size, kv_heads, head_dim;
+    bool fp8;
+  };
+  const Case cases[] = {
+      {2, 16, 2, 64, false}, {3, 8, 8, 128, false}, {2, 16, 2, 64, true}, {2, 3, 1, 6, false}};
+  for (const Case& c : cases) {
+    for (int n : {1, 7, 40, 300}) {
+      const std::string what = "layers " + std::to_string(c.layers) + " bs " +
+                               std::to_string(c.block_size) + (c.fp8 ? " fp8" : "") + " moves " +
+                               std::to_string(n);
+      const int blocks = 9, slots = 6;
+      cuda::KvCacheLayout layout{c.layers,   blocks,         c.block_size, c.kv_heads,
+                                 c.head_dim, KvDtype::kBF16, c.fp8};
+      cuda::KvCacheLayout host_layout = layout;
+      host_layout.num_blocks = slots;
+      std::vector<int32_t> moves;
+      for (int i = 0; i < n; ++i) {
+        const int32_t kind = static_cast<int32_t>(rng_() % 3);
+        moves.push_back(kind);
+        moves.push_back(static_cast<int32_t>(rng_() % blocks));
+        moves.push_back(static_cast<int32_t>(rng_() % (kind == 2 ? blocks : slots)));
+      }
+      // Element values as 16-bit words (bf16) or pairs of bytes (FP8): the twin moves floats
+      // holding each word, which is the same permutation of the bytes.
+      const int64_t word_bytes = 2;
+      const size_t dev_words = layout.bytes() / word_bytes, host_words = host_layout.bytes() / 2;
+      std::vector<uint16_t> dev(dev_words), host(host_words);
+      for (uint16_t& w : dev)
+        w = static_cast<uint16_t>(rng_());
+      for (uint16_t& w : host)
+        w = static_cast<uint16_t>(rng_());
+      void* pinned = nullptr;
+      ASSERT_EQ(cudaHostAlloc(&pinned, host_layout.bytes(), cudaHostAllocMapped), cudaSuccess);
+      const std::unique_ptr<void, cudaError_t (*)(void*)> pinned_owner(pinned, cudaFreeHost);
+      std::memcpy(pinned, host.data(), host_layout.bytes());
+      void* pinned_dev = nullptr;
+      ASSERT_EQ(cudaHostGetDevicePointer(&pinned_dev, pinned, 0), cudaSuccess);
+      DeviceBuffer d_caches = upload(dev), d_moves = upload(moves);
+      ASSERT_EQ(cuda::move_blocks(d_caches.data(), layout, pinned_dev, host_layout,
+                                  d_moves.as<int32_t>(), moves.data(), n),
+                cudaSuccess);
+      cuda::synchronize_or_die("move_blocks");
+      if (n == 7) {  // a move out of range is refused, and nothing moves
+        const std::vector<int32_t> bad{1, 0, slots};
+        DeviceBuffer d_bad = upload(bad);
+        EXPECT_EQ(cuda::move_blocks(d_caches.data(), layout, pinned_dev, host_layout,
+                                    d_bad.as<int32_t>(), bad.data(), 1),
+                  cudaErrorInvalidValue);
+      }
+      // The twin: a block is block_elements x element bytes / 2 words.
+      const int64_t block_words = layout.block_elements() * layout.element_bytes() / 2;
+      std::vector<float> fd(dev.begin(), dev.end()), fh(host.begin(), host.end());
+      cpu::move_blocks(fd.data(), blocks, fh.data(), slots, c.layers, block_words, moves.data(), n);
+      std::vector<uint16_t> want_dev(fd.begin(), fd.end()), want_host(fh.begin(), fh.end());
+      EXPECT_EQ(download<uint16_t>(d_caches, dev_words), want_dev) << what;
+      std::vector<uint16_t> got_host(host_words);
+      std::memcpy(got_host.data(), pinned, host_layout.bytes());
+      EXPECT_EQ(got_host, want_host) << what;
+    }
+  }
+}
+
+TEST_F(CudaKvBlocksTest, CopyBlocksOfAnFp8CacheMovesBytes) {
+  for (int block_size : {16, 3}) {
+    cuda::KvCacheLayout layout{
+        2, 24, block_size, block_size == 3 ? 1 : 2, block_size == 3 ? 6 : 64, KvDtype::kBF16, true};
+    ASSERT_EQ(layout.bytes(), size_t(layout.cache_elements()) * 2 * 2);
+    std::vector<uint8_t> bytes(layout.bytes());
+    for (uint8_t& b : bytes)
+      b = static_cast<uint8_t>(rng_());
+    const std::vector<int32_t> pairs{3, 17, 5, 9, 20, 20};
+    DeviceBuffer d = upload(bytes), d_pairs = upload(pairs);
+    ASSERT_EQ(cuda::copy_blocks(d.data(), layout, d_pairs.as<int32_t>(), 3), cudaSuccess);
+    cuda::synchronize_or_die("copy_blocks fp8");
+    const int64_t block = layout.block_elements(), cache = layout.cache_elements();
+    for (int c = 0; c < 2 * layout.num_layers; ++c) {
+      for (int p = 0; p < 3; ++p) {
+        std::copy_n(bytes.begin() + c * cache + pairs[2 * p] * block, block,
+                    bytes.begin() + c * cache + pairs[2 * p + 1] * block);
+      }
+    }
+    EXPECT_EQ(download<uint8_t>(d, bytes.size()), bytes) << "block size " << block_size;
+  }
+}
+
+}  // namespace
+}  // namespace kvc::kernels

@@ -633,10 +633,14 @@ SchedulerCounts Scheduler::counts() const {
         tokens += s.length() - 1 - static_cast<int64_t>(g->prompt.size());
       }
     }
+    // What it will compute: a new group its prompt less the prefix cached when it arrived
+    // (nothing where another member computes the prompt), a preempted one all it recomputes.
+    // Its cached prefix is no work, and counting it made the holder of a hot prefix, whose queue
+    // holds the requests sharing that prefix, look as far behind as their whole prompts.
+    const int64_t prefill = g->preempted ? tokens : g->expected_prefill_tokens;
     c.num_seqs_waiting += seqs;
-    c.num_prefill_tokens_queued += tokens;
-    c.num_work_tokens_queued += (g->preempted ? tokens : g->expected_prefill_tokens) +
-                                decode_tokens_left(*g, c.planned_open_completion_tokens);
+    c.num_prefill_tokens_queued += prefill;
+    c.num_work_tokens_queued += prefill + decode_tokens_left(*g, c.planned_open_completion_tokens);
   }
   for (const auto& g : running_) {
     int64_t prefill = 0;  // the group's prompt or recompute tokens still to compute

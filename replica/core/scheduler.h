@@ -92,7 +92,9 @@ struct SchedulerCounts {
   int32_t num_groups_running = 0;  // kPrompt or kRunning
   int32_t num_seqs_waiting = 0;
   int32_t num_seqs_running = 0;
-  int64_t num_prefill_tokens_queued = 0;  // prompt/recompute tokens not yet computed
+  // Prompt/recompute tokens still to compute: a waiting group's prompt less the prefix cached at
+  // its arrival (SequenceGroup::expected_prefill_tokens), a preempted or running group's rest.
+  int64_t num_prefill_tokens_queued = 0;
   // The work taken on and not done yet, in tokens: each group's prefill still to compute (a
   // waiting group's as expected at its arrival: its prompt less the prefix cached then, nothing
   // for a member whose prompt another member computes; what a preempted group recomputes) plus

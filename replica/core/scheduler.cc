@@ -636,7 +636,7 @@ SchedulerCounts Scheduler::counts() const {
     // What it will compute: a new group its prompt less the prefix cached when it arrived
     // (nothing where another member computes the prompt), a preempted one all it recomputes.
     // Its cached prefix is no work, and counting it made the holder of a hot prefix, whose queue
-    // holds the requests sharing that prefix, look as far behind as their whole prompts.
+    // holds the requests sharing that prefix, look further behind by their cached tokens.
     const int64_t prefill = g->preempted ? tokens : g->expected_prefill_tokens;
     c.num_seqs_waiting += seqs;
     c.num_prefill_tokens_queued += prefill;

@@ -93,7 +93,8 @@ struct SchedulerCounts {
   int32_t num_seqs_waiting = 0;
   int32_t num_seqs_running = 0;
   // Prompt/recompute tokens still to compute: a waiting group's prompt less the prefix cached at
-  // its arrival (SequenceGroup::expected_prefill_tokens), a preempted or running group's rest.
+  // its arrival (SequenceGroup::expected_prefill_tokens: 0 for a member whose prompt another
+  // member computes), a preempted group all it recomputes, a running group's rest.
   int64_t num_prefill_tokens_queued = 0;
   // The work taken on and not done yet, in tokens: each group's prefill still to compute (a
   // waiting group's as expected at its arrival: its prompt less the prefix cached then, nothing

@@ -213,30 +213,5 @@ TEST(SchedulerOrder, AGroupThatCouldNeverFitIsRefusedAtSubmission) {
   EXPECT_EQ(h.finished().size(), 1u);
 }
 
-// A waiting group's queued prefill (SchedulerCounts::num_prefill_tokens_queued, the replica's
-// queued_prefill_tokens that routers weigh) is what it will compute: its prompt less the prefix
-// cached when it arrived, not its whole prompt. A holder of a hot prefix, whose queue holds the
-// prompts sharing it, is not that far behind.
-TEST(SchedulerOrder, QueuedPrefillLeavesOutTheCachedPrefix) {
-  SchedulerConfig sc;
-  sc.max_num_seqs = 1;
-  Harness h(256, 16, sc);
-  GenerationRequest first = request('a', 160, 1, 2);
-  h.submit(first);
-  h.run_to_end();  // 'a' x 160: ten blocks cached
-
-  h.submit(request('x', 40, 1, 50));  // runs, and holds the only seat
-  h.step();
-  GenerationRequest shared = request('a', 160, 1, 4);
-  shared.prompt.insert(shared.prompt.end(), 40, 'b');  // ten cached blocks, then 40 new
-  h.submit(shared);
-  h.submit(request('c', 70, 1, 4));  // nothing cached
-  const SchedulerCounts c = h.engine().scheduler().counts();
-  EXPECT_EQ(c.num_groups_waiting, 2);
-  EXPECT_EQ(c.num_prefill_tokens_queued, 40 + 70);
-  h.run_to_end();
-  EXPECT_EQ(h.finished().size(), 4u);
-}
-
 }  // namespace
 }  // namespace kvc

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Twentieth session: the kvcascade policy's work bound at 1.05x the mean (work_bound_factor,
-# router/policy/policy.h; 1.1 before). First measured with a temporary build reading it from
-# KVC_WORK_BOUND (the rest of the build that of 589b846), then made the default; the commands
-# are the same either way. On the 2-core VM, nothing else running, from the repository root.
+# router/policy/policy.h; 1.1, the default, kept). Measured with a temporary build reading it
+# from KVC_WORK_BOUND (the rest of the build that of 589b846), not committed: at HEAD,
+# KVC_WORK_BOUND is not read and these commands give the default's results. The Mooncake runs
+# ran from a copy of this command under /tmp and were copied here. On the 2-core VM, nothing else running, from the repository root.
 # PART=mooncake: the A10G Mooncake row with a 32 GB host tier (as
 # ../2026-12-07-s20-queued-prefill/a10g.sh; $MOONCAKE as there), runs FIRST..LAST.
 # PART=cells: issue 28 §1's table cells with kvcascade alone (as

@@ -633,14 +633,15 @@ SchedulerCounts Scheduler::counts() const {
         tokens += s.length() - 1 - static_cast<int64_t>(g->prompt.size());
       }
     }
-    // What it will compute: a new group its prompt less the prefix cached when it arrived
-    // (nothing where another member computes the prompt), a preempted one all it recomputes.
-    // Its cached prefix is no work, and counting it made the holder of a hot prefix, whose queue
-    // holds the requests sharing that prefix, look further behind by their cached tokens.
-    const int64_t prefill = g->preempted ? tokens : g->expected_prefill_tokens;
     c.num_seqs_waiting += seqs;
-    c.num_prefill_tokens_queued += prefill;
-    c.num_work_tokens_queued += prefill + decode_tokens_left(*g, c.planned_open_completion_tokens);
+    // A waiting prompt counts whole here, its cached prefix included, unlike the work below. The
+    // kvcascade policy weighs it as the holder's queue: counted without the cached prefix
+    // (twentieth session) the A10G Mooncake row gained a point of hits, but holders of long
+    // shared prompts then kept them up to the work bound's tolerance (H200 Mooncake row max/mean
+    // 1.35-1.51 against 1.15-1.25; bench/results/routing-profiles.md, twentieth session).
+    c.num_prefill_tokens_queued += tokens;
+    c.num_work_tokens_queued += (g->preempted ? tokens : g->expected_prefill_tokens) +
+                                decode_tokens_left(*g, c.planned_open_completion_tokens);
   }
   for (const auto& g : running_) {
     int64_t prefill = 0;  // the group's prompt or recompute tokens still to compute

@@ -92,9 +92,8 @@ struct SchedulerCounts {
   int32_t num_groups_running = 0;  // kPrompt or kRunning
   int32_t num_seqs_waiting = 0;
   int32_t num_seqs_running = 0;
-  // Prompt/recompute tokens still to compute: a waiting group's prompt less the prefix cached at
-  // its arrival (SequenceGroup::expected_prefill_tokens: 0 for a member whose prompt another
-  // member computes), a preempted group all it recomputes, a running group's rest.
+  // Prompt/recompute tokens not yet computed: a waiting prompt whole, cached prefix included
+  // (Scheduler::counts says why), a running group's rest.
   int64_t num_prefill_tokens_queued = 0;
   // The work taken on and not done yet, in tokens: each group's prefill still to compute (a
   // waiting group's as expected at its arrival: its prompt less the prefix cached then, nothing

@@ -268,18 +268,15 @@ TEST_F(EngineTest, QueuedEventsAreBoundedBetweenTakes) {
 
 // The work a replica has taken on (SchedulerCounts::num_work_tokens_queued, what routers read
 // alike): a waiting group counts its prompt less the prefix cached when it arrived, plus
-// max_tokens per sample; it shrinks as the engine computes, and is 0 when all is done. Its
-// queued prefill (num_prefill_tokens_queued, the queued_prefill_tokens the kvcascade policy adds
-// to a replica's cost) is that prompt part alone: not the cached prefix, which made the holder
-// of a hot prefix, its queue full of prompts sharing it, look further behind by their cached
-// tokens.
+// max_tokens per sample; it shrinks as the engine computes, and is 0 when all is done. The
+// queued prefill (num_prefill_tokens_queued, the queued_prefill_tokens the kvcascade policy
+// weighs as a replica's queue) counts a waiting prompt whole (Scheduler::counts says why).
 TEST_F(EngineTest, QueuedWorkIsTheUncachedPromptPlusTheTokensLeftToGenerate) {
   CpuBackend backend(weights(), 256, 16);
   Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
   const GenerationRequest r = request(kSystem + "Q1", 2, 0, 4);  // 82 tokens: 5 full blocks
   ASSERT_TRUE(engine.submit(r).ok());
   EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 82 + 2 * 4);
-  EXPECT_EQ(engine.scheduler().counts().num_prefill_tokens_queued, 82);
   int64_t computed = 0;
   while (engine.has_work()) {
     const StepResult step = engine.step();
@@ -292,14 +289,14 @@ TEST_F(EngineTest, QueuedWorkIsTheUncachedPromptPlusTheTokensLeftToGenerate) {
   // The same prompt again: 80 of its tokens are cached now.
   ASSERT_TRUE(engine.submit(r).ok());
   EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 2 + 2 * 4);
-  EXPECT_EQ(engine.scheduler().counts().num_prefill_tokens_queued, 2);
+  EXPECT_EQ(engine.scheduler().counts().num_prefill_tokens_queued, 82);
   // A second member of one affinity set with the same prompt computes nothing of it.
   GenerationRequest a = request(std::string(100, 'q'), 1, 0, 3), b = a;
   a.affinity = b.affinity = "grpo-1";
   ASSERT_TRUE(engine.submit(a).ok());
   ASSERT_TRUE(engine.submit(b).ok());
   EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, (2 + 2 * 4) + (100 + 3) + 3);
-  EXPECT_EQ(engine.scheduler().counts().num_prefill_tokens_queued, 2 + 100);
+  EXPECT_EQ(engine.scheduler().counts().num_prefill_tokens_queued, 82 + 100 + 100);
 }
 
 // A chat request without max_tokens (open: only the context bounds it) is planned

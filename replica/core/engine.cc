@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
-#include <set>
 #include <span>
 #include <unordered_set>
 

@@ -4,7 +4,6 @@
 #include <cassert>
 #include <climits>
 #include <cmath>
-#include <set>
 #include <string_view>
 #include <unordered_set>
 
@@ -502,15 +501,10 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
       live.insert(s.block_table.begin(), s.block_table.end());
   }
   std::erase_if(step.out.block_copies, [&](const auto& c) { return !live.contains(c.second); });
-  // The same copies leave the moves; each kept one keeps its place among them.
-  std::multiset<std::pair<int32_t, int32_t>> kept(step.out.block_copies.begin(),
-                                                  step.out.block_copies.end());
+  // The same copies leave the moves (KvCacheManager::prepare_write records each in both), the
+  // kept ones in their places.
   std::erase_if(step.out.host_transfers, [&](const KvTransfer& t) {
-    if (t.kind != KvTransfer::Kind::kCopy) return false;
-    const auto it = kept.find({t.other, t.block});
-    if (it == kept.end()) return true;
-    kept.erase(it);
-    return false;
+    return t.kind == KvTransfer::Kind::kCopy && !live.contains(t.block);
   });
   return std::move(step.out);
 }

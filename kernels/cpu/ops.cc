@@ -298,20 +298,6 @@ void gather_vocab_parts(const float* ranks, int num_ranks, int rows, int part, i
   }
 }
 
-void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_elems,
-                 const int32_t* pairs, int num_pairs) {
-  for (int p = 0; p < num_pairs; ++p) {
-    const int32_t src = pairs[2 * p], dst = pairs[2 * p + 1];
-    assert(src >= 0 && src < num_blocks && dst >= 0 && dst < num_blocks);
-    if (src == dst) continue;
-    for (int64_t cache = 0; cache < 2 * int64_t{num_layers}; ++cache) {
-      float* base = caches + cache * num_blocks * block_elems;
-      std::memcpy(base + dst * block_elems, base + src * block_elems,
-                  static_cast<size_t>(block_elems) * sizeof(float));
-    }
-  }
-}
-
 void move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
                  int num_layers, int64_t block_elems, const int32_t* moves, int n) {
   for (int i = 0; i < n; ++i) {

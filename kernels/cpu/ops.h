@@ -85,18 +85,13 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
                const int32_t* slots, int tokens, int kv_row, StorageType cache_type, float* k_cache,
                float* v_cache);
 
-// Copy-on-write: for each pair (pairs[2p], pairs[2p + 1]) = (src, dst), copies block src over
-// block dst in every layer's K and V cache (src == dst: nothing). caches: [num_layers, 2 (K, V),
-// num_blocks, block_elems] (block_elems = block_size * num_kv_heads * head_dim). Precondition: no
-// dst is also a src.
-void copy_blocks(float* caches, int num_layers, int num_blocks, int64_t block_elems,
-                 const int32_t* pairs, int num_pairs);
-
-// The host tier's moves, one after another in the order given: moves [n, 3] (kind, block,
+// The KV cache's block moves, one after another in the order given: moves [n, 3] (kind, block,
 // other), kind 0 an offload (block `block` of caches -> slot `other` of host_caches), 1 a load
-// (slot `other` -> block `block`), 2 a copy (block `other` -> block `block`), in every layer's K
-// and V. caches as copy_blocks'; host_caches: [num_layers, 2, num_host_blocks, block_elems]. The
-// twin of kernels/cuda/ops.h's.
+// (slot `other` -> block `block`), 2 a copy-on-write copy (block `other` -> block `block`), in
+// every layer's K and V. caches: [num_layers, 2 (K, V), num_blocks, block_elems] (block_elems =
+// block_size * num_kv_heads * head_dim); host_caches, the host tier: [num_layers, 2,
+// num_host_blocks, block_elems] (nullptr and 0 without one: copies only). The twin of
+// kernels/cuda/ops.h's.
 void move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
                  int num_layers, int64_t block_elems, const int32_t* moves, int n);
 

@@ -1,5 +1,5 @@
-// The KV cache's block moves (kernels/cuda/ops.h): copy-on-write copies within the cache, and the
-// host tier's offloads, loads and copies in order.
+// The KV cache's block moves (kernels/cuda/ops.h): copy-on-write copies within the cache and the
+// host tier's offloads and loads, in order.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -14,20 +14,6 @@ namespace kvc::kernels::cuda {
 namespace {
 
 #include "kernels/cuda/ops_common.cuh"
-
-// blockIdx.x: the pair; blockIdx.y: the cache (2 * layer + {0: K, 1: V}); sizes in units of U
-// (16 bytes when the block's bytes allow, else bytes).
-template <typename U>
-__global__ void copy_blocks_kernel(unsigned char* caches, int64_t cache_units, int64_t block_units,
-                                   const int32_t* pairs) {
-  const int32_t src = pairs[2 * blockIdx.x], dst = pairs[2 * blockIdx.x + 1];
-  if (src == dst) return;
-  U* base = reinterpret_cast<U*>(caches) + blockIdx.y * cache_units;
-  const U* s = base + src * block_units;
-  U* d = base + dst * block_units;
-  for (int64_t i = threadIdx.x; i < block_units; i += blockDim.x)
-    d[i] = s[i];
-}
 
 // One (move, cache) pair per CTA: blockIdx.x the move, blockIdx.y the layer's K or V.
 template <typename U>
@@ -52,14 +38,15 @@ cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_ca
                         const KvCacheLayout& host_layout, const int32_t* moves,
                         const int32_t* host_moves, int n, cudaStream_t stream) {
   if (n == 0 || layout.num_layers == 0) return cudaSuccess;
-  if (n < 0 || 2 * layout.num_layers > 65535 || host_layout.num_layers != layout.num_layers ||
-      host_layout.block_elements() != layout.block_elements() ||
-      host_layout.element_bytes() != layout.element_bytes()) {
-    return cudaErrorInvalidValue;
-  }
+  if (n < 0 || 2 * layout.num_layers > 65535) return cudaErrorInvalidValue;
+  // Offloads and loads need a host tier laid out as the cache (its slots as blocks).
+  const bool tier = host_caches != nullptr && host_layout.num_layers == layout.num_layers &&
+                    host_layout.block_elements() == layout.block_elements() &&
+                    host_layout.element_bytes() == layout.element_bytes();
+  const int32_t slots = tier ? host_layout.num_blocks : 0;
   const int64_t block = layout.block_elements() * layout.element_bytes();  // bytes
   const int64_t cache = layout.cache_elements() * layout.element_bytes();
-  const int64_t host_cache = host_layout.cache_elements() * host_layout.element_bytes();
+  const int64_t host_cache = tier ? host_layout.cache_elements() * host_layout.element_bytes() : 0;
   const bool wide = block % 16 == 0 && aligned16(caches) && aligned16(host_caches);
   auto* dev = static_cast<unsigned char*>(caches);
   auto* host = static_cast<unsigned char*>(host_caches);
@@ -78,7 +65,7 @@ cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_ca
   for (int i = 0; i < n; ++i) {
     const int32_t kind = host_moves[3 * i], block_id = host_moves[3 * i + 1],
                   other = host_moves[3 * i + 2];
-    const int32_t others = kind == 2 ? layout.num_blocks : host_layout.num_blocks;
+    const int32_t others = kind == 2 ? layout.num_blocks : slots;
     if (kind < 0 || kind > 2 || block_id < 0 || block_id >= layout.num_blocks || other < 0 ||
         other >= others) {
       return cudaErrorInvalidValue;
@@ -104,26 +91,6 @@ cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_ca
     written.insert(dst);
   }
   launch(first, n - first);
-  return cudaGetLastError();
-}
-
-cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t* pairs,
-                        int num_pairs, cudaStream_t stream) {
-  if (num_pairs == 0 || layout.num_layers == 0) return cudaSuccess;
-  if (num_pairs < 0 || layout.num_layers < 0 || 2 * layout.num_layers > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  const int64_t block = layout.block_elements() * layout.element_bytes();  // bytes
-  const int64_t cache = layout.cache_elements() * layout.element_bytes();
-  const dim3 grid(static_cast<unsigned>(num_pairs), static_cast<unsigned>(2 * layout.num_layers));
-  unsigned char* base = static_cast<unsigned char*>(caches);
-  if (block % 16 == 0 && aligned16(caches)) {
-    copy_blocks_kernel<uint4>
-        <<<grid, threads_for(block / 16), 0, stream>>>(base, cache / 16, block / 16, pairs);
-  } else {
-    copy_blocks_kernel<unsigned char>
-        <<<grid, threads_for(block), 0, stream>>>(base, cache, block, pairs);
-  }
   return cudaGetLastError();
 }
 

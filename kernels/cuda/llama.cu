@@ -282,10 +282,13 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
   I.rope = make_rope_table(d.head_dim, d.rope);
   I.shape = {d.q_heads, d.kv_heads, d.head_dim, c.block_size,
              1.0f / std::sqrt(static_cast<float>(d.head_dim))};
-  // Initial plan buffers: a flat decode of max_tokens sequences, a prefill of max_chunks.
+  // Initial plan buffers: a flat decode of max_tokens sequences, a prefill of max_chunks; room
+  // for a step's copy-on-write copies (at most one per writing sequence: max_samples; the host
+  // tier's moves get theirs in set_host_blocks).
   if ((e = I.grow(&I.prefill_plan_buf, &I.prefill_plan_bytes, 1 << 20)) ||
       (e = I.grow(&I.decode_plan_buf, &I.decode_plan_bytes, 1 << 20)) ||
-      (e = I.grow(&I.decode_ws, &I.decode_ws_bytes, 16 << 20))) {
+      (e = I.grow(&I.decode_ws, &I.decode_ws_bytes, 16 << 20)) ||
+      (e = I.grow(&I.moves_buf, &I.moves_bytes, size_t(std::max(c.max_samples, 1024)) * 3 * 4))) {
     return fail("allocating plan buffers", e);
   }
   return std::move(m);  // NOLINT: nvcc does not move into a converting return

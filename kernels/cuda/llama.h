@@ -69,7 +69,6 @@ struct LlamaCapacity {
   int max_chunks = 256;    // prefill chunks of one step
   int max_blocks = 65536;  // prefill block-table entries of one step
   int max_samples = 1024;  // tokens drawn in one step
-  int max_copies = 1024;   // copy-on-write block pairs of one step
 };
 
 // The tensors of the model (kernels/model_tensor.h), as the device stores them: bf16 (the layer
@@ -77,9 +76,9 @@ struct LlamaCapacity {
 // lack the option.
 // One step, as host arrays (views: nothing is copied until forward).
 struct LlamaStep {
-  std::span<const int32_t> copy_pairs;  // [num_copies, 2] (src, dst)
-  // With a host tier (LlamaModel::set_host_blocks): its moves and the copy-on-write copies, in
-  // order, [n, 3] (kind, block, other) as ops.h move_blocks takes them; copy_pairs then empty.
+  // The KV moves, in order, [n, 3] (kind, block, other) as ops.h move_blocks takes them:
+  // copy-on-write copies and, with a host tier (LlamaModel::set_host_blocks), its offloads and
+  // loads.
   std::span<const int32_t> moves;
   // Prefill chunks, CSR (replica/backend/backend.h PrefillBatch).
   std::span<const int32_t> prefill_tokens;

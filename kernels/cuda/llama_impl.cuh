@@ -53,7 +53,8 @@ struct LlamaModel::Impl {
   void* kv = nullptr;       // KvCacheLayout allocation
   KvCacheLayout kv_layout;
   // The host tier (set_host_blocks): pinned, mapped host memory (host_kv; host_kv_dev the
-  // device's address of it) in host_layout, and the device copy of a step's moves.
+  // device's address of it) in host_layout; and the device copy of a step's KV moves (copies
+  // and the tier's).
   void* host_kv = nullptr;
   void* host_kv_dev = nullptr;
   KvCacheLayout host_layout;
@@ -223,8 +224,8 @@ struct LlamaModel::Impl {
 // Staging layout of one step: int32 words, the SampleParams (32-byte aligned), and last the
 // prefill block tables, so a step copies only up to the end of the tables it uses.
 struct StageLayout {
-  size_t tokens, positions, slots, q_indptr, start_pos, block_indptr, copies, sample_act_rows,
-      params, block_indices_bytes, total;
+  size_t tokens, positions, slots, q_indptr, start_pos, block_indptr, sample_act_rows, params,
+      block_indices_bytes, total;
 };
 inline StageLayout stage_layout(const LlamaCapacity& c) {
   StageLayout l{};
@@ -240,7 +241,6 @@ inline StageLayout stage_layout(const LlamaCapacity& c) {
   l.q_indptr = take(c.max_chunks + 1);
   l.start_pos = take(c.max_chunks);
   l.block_indptr = take(c.max_chunks + 1);
-  l.copies = take(2 * size_t(c.max_copies));
   l.sample_act_rows = take(c.max_samples);
   l.params = w * 4;  // bytes
   l.block_indices_bytes = align_up(l.params + sizeof(sampling::SampleParams) * c.max_samples, 32);

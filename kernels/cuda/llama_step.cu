@@ -36,12 +36,12 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
   const int decode_rows = static_cast<int>(st.decode_tokens.size());
   const int rows = prefill_rows + decode_rows;
   const int num_samples = static_cast<int>(st.sample_rows.size());
-  const int num_copies = static_cast<int>(st.copy_pairs.size() / 2);
   const int num_moves = static_cast<int>(st.moves.size() / 3);
-  if (num_moves > 0 && I.host_kv == nullptr) return Error{"host tier moves without a host tier"};
+  for (int i = 0; i < num_moves && I.host_kv == nullptr; ++i) {
+    if (st.moves[3 * i] != 2) return Error{"host tier moves without a host tier"};
+  }
   if (rows > c.max_tokens || num_chunks > c.max_chunks ||
-      static_cast<int>(st.block_indices.size()) > c.max_blocks || num_samples > c.max_samples ||
-      num_copies > c.max_copies) {
+      static_cast<int>(st.block_indices.size()) > c.max_blocks || num_samples > c.max_samples) {
     return Error{"step exceeds the capacity the model was created for"};
   }
   out.tokens.assign(num_samples, 0);
@@ -81,7 +81,6 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     std::memcpy(I.host_stage + sl.block_indices_bytes, st.block_indices.data(),
                 st.block_indices.size() * 4);
   }
-  put(sl.copies, st.copy_pairs);
   for (int k = 0; k < num_samples; ++k) {
     const int32_t r = st.sample_rows[k];
     if (r < 0 || r >= static_cast<int32_t>(act_row_of_logit_row.size())) {
@@ -177,7 +176,7 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     I.mark(what, s);
     return Status::Ok();
   };
-  // 2. The host tier's moves (copies among them, in order), else copy-on-write.
+  // 2. The KV moves in order: copy-on-write copies, the host tier's offloads and loads.
   if (num_moves > 0) {
     // From pageable memory: returns once the values are staged, so st.moves may go.
     KVC_TRY(cudaMemcpyAsync(I.moves_buf, st.moves.data(), st.moves.size() * 4,
@@ -186,9 +185,6 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     KVC_OP(move_blocks(I.kv, I.kv_layout, I.host_kv_dev, I.host_layout,
                        static_cast<const int32_t*>(I.moves_buf), st.moves.data(), num_moves, s),
            "move_blocks");
-  }
-  if (num_copies > 0) {
-    KVC_OP(copy_blocks(I.kv, I.kv_layout, dw + sl.copies, num_copies, s), "copy_blocks");
   }
   // 3-4: the layers, the LM head, sampling and the tokens' copy back: enqueued as they are, or
   // captured into (and replayed from) a CUDA graph for a pure decode step.

@@ -180,23 +180,16 @@ struct KvCacheLayout {
   }
 };
 
-// The KV cache's block moves (kv_blocks.cu): copy_blocks and move_blocks.
-
-// Copy-on-write before a step: for each pair p, copies block pairs[2p] (src) over block
-// pairs[2p + 1] (dst) in every layer's K and V (src == dst: nothing). pairs: [num_pairs, 2] int32
-// (device); caches: the KvCacheLayout allocation. The copies run in parallel, so the order of the
-// pairs does not matter. Precondition: no dst is also a src, dsts distinct, blocks in range.
-cudaError_t copy_blocks(void* caches, const KvCacheLayout& layout, const int32_t* pairs,
-                        int num_pairs, cudaStream_t stream = nullptr);
-
-// The host tier's moves (replica/backend/backend.h KvTransfer), done in the order given: moves
-// [n, 3] int32 (kind, block, other) with kind 0 an offload (device block `block` -> host slot
-// `other`), 1 a load (host slot `other` -> device block `block`), 2 a copy (device block `other`
-// -> device block `block`), every layer's K and V. `moves` is on the device, `host_moves` the same
-// values on the host: runs of moves in which none writes what another reads or writes go as one
-// launch, the runs in order. cudaErrorInvalidValue (nothing moved) for a move out of range.
-// host_caches: host memory the device can address (pinned, mapped), laid out as host_layout (the
-// device layout with its slots as blocks). CPU twin: kernels/cpu/ops.h move_blocks.
+// The KV cache's block moves (kv_blocks.cu, replica/backend/backend.h KvTransfer), done in the
+// order given: moves [n, 3] int32 (kind, block, other) with kind 0 an offload (device block
+// `block` -> host slot `other`), 1 a load (host slot `other` -> device block `block`), 2 a
+// copy-on-write copy (device block `other` -> device block `block`), every layer's K and V.
+// `moves` is on the device, `host_moves` the same values on the host: runs of moves in which none
+// writes what another reads or writes go as one launch (a fork's copies of one source are one
+// run), the runs in order. cudaErrorInvalidValue (nothing moved) for a move out of range.
+// host_caches: the host tier, host memory the device can address (pinned, mapped), laid out as
+// host_layout (the device layout with its slots as blocks); nullptr without a tier, when only
+// copies are valid. CPU twin: kernels/cpu/ops.h move_blocks.
 cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_caches,
                         const KvCacheLayout& host_layout, const int32_t* moves,
                         const int32_t* host_moves, int n, cudaStream_t stream = nullptr);

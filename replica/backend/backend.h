@@ -93,12 +93,13 @@ struct SampledToken {
 };
 
 // A pool block's KV (every layer) copied between device memory and a slot of the host tier
-// (replica/core/block_pool.h), or a copy-on-write copy between two pool blocks. With a host tier
-// a step's moves are done in the order recorded, before its other work (prefill, decode): a load
+// (replica/core/block_pool.h), or a copy-on-write copy between two pool blocks. A step's moves are
+// done in the order recorded, before its other work (prefill, decode): with a host tier, a load
 // from a slot recorded before an offload into it reads the old content, and a copy whose source
 // or destination block was freed and then loaded into later in the same schedule reads or is
 // overwritten in that order.
 struct KvTransfer {
+  // The values are the kinds of the kernels' move_blocks (kernels/cpu/ops.h, kernels/cuda/ops.h).
   enum class Kind : uint8_t {
     kOffload,  // pool block `block` -> host slot `other` (an eviction)
     kLoad,     // host slot `other` -> pool block `block`
@@ -115,13 +116,9 @@ struct KvTransfer {
 int32_t host_tier_blocks(double gigabytes, double block_bytes);
 
 struct ForwardBatch {
-  // With a host tier (num_host_blocks() > 0): the step's KV moves in order, the copy-on-write
-  // copies among them, before anything else; block_copies then holds the same copies (for
-  // counting) and is not done. Empty without a tier.
-  std::vector<KvTransfer> host_transfers;
-  // Copy-on-write: (src, dst) block pairs to copy, in every layer, before anything else (unless
-  // host_transfers holds them).
-  std::vector<std::pair<int32_t, int32_t>> block_copies;
+  // The step's KV moves, in order, before anything else: copy-on-write copies and, with a host
+  // tier (num_host_blocks() > 0), its offloads and loads.
+  std::vector<KvTransfer> kv_moves;
   PrefillBatch prefill;
   DecodeBatch decode;
   // Tokens to draw; several may read one logits row (the n siblings' first tokens).

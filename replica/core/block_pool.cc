@@ -151,7 +151,7 @@ std::optional<int32_t> BlockPool::load(int32_t host_block, bool reused) {
 }
 
 void BlockPool::note_copy(int32_t src, int32_t dst) {
-  if (!host_hash_.empty()) transfers_.push_back(KvTransfer{KvTransfer::Kind::kCopy, dst, src});
+  transfers_.push_back(KvTransfer{KvTransfer::Kind::kCopy, dst, src});
 }
 
 std::vector<KvTransfer> BlockPool::take_transfers() {

@@ -107,10 +107,11 @@ class BlockPool {
   // as found again (note_hit; not for a preempted group finding its own). nullopt, the slot still
   // pinned, when every block is in use.
   std::optional<int32_t> load(int32_t host_block, bool reused = true);
-  // A copy-on-write copy of block src over dst, recorded among the transfers (with a host tier:
-  // its order against the loads and offloads matters; without one nothing is recorded).
+  // A copy-on-write copy of block src over dst, recorded among the transfers (with a host tier
+  // its order against the loads and offloads matters).
   void note_copy(int32_t src, int32_t dst);
-  // Transfers recorded since the last call, in order: the backend does them before the step.
+  // Transfers recorded since the last call (offloads, loads, copies), in order: the backend does
+  // them before the step.
   std::vector<KvTransfer> take_transfers();
   HostTierCounts host_counts() const;
   // Records that a full, used block holds the content `hash` (whose chain parent is `parent`,

@@ -266,15 +266,14 @@ std::vector<SequenceGroup*> Engine::prompt_members(SequenceGroup& group) const {
 
 ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) {
   ForwardBatch batch;
-  // Moves of earlier schedules without work first (SchedulerOutput::host_transfers).
-  batch.host_transfers = std::exchange(carried_moves_, {});
-  batch.host_transfers.insert(batch.host_transfers.end(), work.host_transfers.begin(),
-                              work.host_transfers.end());
-  for (const KvTransfer& t : batch.host_transfers) {
+  // Moves of earlier schedules without work first (SchedulerOutput::kv_moves).
+  batch.kv_moves = std::exchange(carried_moves_, {});
+  batch.kv_moves.insert(batch.kv_moves.end(), work.kv_moves.begin(), work.kv_moves.end());
+  for (const KvTransfer& t : batch.kv_moves) {
     stats.num_host_offloads += t.kind == KvTransfer::Kind::kOffload ? 1 : 0;
     stats.num_host_loads += t.kind == KvTransfer::Kind::kLoad ? 1 : 0;
+    stats.num_block_copies += t.kind == KvTransfer::Kind::kCopy ? 1 : 0;
   }
-  batch.block_copies = work.block_copies;
   for (const ScheduledChunk& c : work.prefill) {
     const Sequence& s = c.seq();
     PrefillChunk chunk;
@@ -325,7 +324,6 @@ ForwardBatch Engine::build_batch(const SchedulerOutput& work, StepStats& stats) 
   }
   batch.decode.plan = planner_.plan(planner_seqs, &stats.cascade);
   stats.num_decode_seqs = batch.decode.size();
-  stats.num_block_copies = static_cast<int32_t>(batch.block_copies.size());
   return batch;
 }
 
@@ -440,8 +438,7 @@ StepResult Engine::step() {
   stats.prefix_cache_query_tokens = work.prefix_cache_query_tokens;
   stats.prefix_cache_hit_tokens = work.prefix_cache_hit_tokens;
   if (work.empty()) {
-    carried_moves_.insert(carried_moves_.end(), work.host_transfers.begin(),
-                          work.host_transfers.end());
+    carried_moves_.insert(carried_moves_.end(), work.kv_moves.begin(), work.kv_moves.end());
   } else {
     const Clock::TimePoint built_from = clock_.now();
     const ForwardBatch batch = build_batch(work, stats);
@@ -451,7 +448,10 @@ StepResult Engine::step() {
     stats.forward = clock_.now() - forward_from;
     if (Status s = forwarded; !s.ok()) {
       fail_batch(work, s, result);
-      if (!batch.host_transfers.empty()) fail_loads(batch.host_transfers);
+      const bool tier_moved =
+          std::any_of(batch.kv_moves.begin(), batch.kv_moves.end(),
+                      [](const KvTransfer& t) { return t.kind != KvTransfer::Kind::kCopy; });
+      if (tier_moved) fail_loads(batch.kv_moves);
       result.finished = scheduler_.take_finished();
       return result;
     }

@@ -74,7 +74,7 @@ int32_t KvCacheManager::attach_cached_prefix(Sequence& seq, int32_t max_tokens, 
   return seq.num_computed;
 }
 
-bool KvCacheManager::prepare_write(Sequence& seq, int32_t end, BlockCopies& copies) {
+bool KvCacheManager::prepare_write(Sequence& seq, int32_t end) {
   assert(end >= seq.num_computed);
   const int32_t needed = blocks_for(end);
   const size_t old_blocks = seq.block_table.size();
@@ -102,7 +102,6 @@ bool KvCacheManager::prepare_write(Sequence& seq, int32_t end, BlockCopies& copi
   if (cow) {
     pool_.release(cow->first);
     seq.block_table[first] = cow->second;
-    copies.push_back(*cow);
     pool_.note_copy(cow->first, cow->second);
     next = 1;
   }

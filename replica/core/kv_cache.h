@@ -13,8 +13,6 @@
 
 namespace kvc {
 
-using BlockCopies = std::vector<std::pair<int32_t, int32_t>>;  // (src, dst)
-
 class KvCacheManager {
  public:
   explicit KvCacheManager(BlockPool& pool) : pool_(pool) {}
@@ -49,9 +47,9 @@ class KvCacheManager {
   int32_t attach_cached_prefix(Sequence& seq, int32_t max_tokens, bool recompute = false);
 
   // Makes positions [seq.num_computed, end) writable: allocates missing blocks and replaces a
-  // shared partial block by a private copy (appended to `copies`). On a shortage returns false
-  // and leaves the sequence and `copies` as they were.
-  bool prepare_write(Sequence& seq, int32_t end, BlockCopies& copies);
+  // shared partial block by a private copy (recorded among the pool's moves, BlockPool::
+  // note_copy). On a shortage returns false and leaves the sequence and the moves as they were.
+  bool prepare_write(Sequence& seq, int32_t end);
 
   // After the KV of [0, seq.num_computed) is in the cache: hands newly full blocks to the prefix
   // cache (stored events). Precondition: seq.keys has hashed at least num_computed tokens,

@@ -273,7 +273,7 @@ void Scheduler::preempt(SequenceGroup& g, StepState& step) {
 
 bool Scheduler::prepare_or_preempt(SequenceGroup& owner, Sequence& seq, int32_t end,
                                    StepState& step) {
-  while (!kv_.prepare_write(seq, end, step.out.block_copies)) {
+  while (!kv_.prepare_write(seq, end)) {
     // Out of blocks: preempt the most recently admitted group with every group sharing its
     // affinity; that may include the owner itself.
     bool owner_preempted = false;
@@ -390,7 +390,7 @@ void Scheduler::admit(SequenceGroup& g, StepState& step) {
   Sequence prompt = shared ? std::move(*shared) : prompt_sequence(g);
   if (!shared) {
     hit = kv_.attach_cached_prefix(prompt, prompt.length() - 1, /*recompute=*/g.preempted);
-    const bool ok = kv_.prepare_write(prompt, prompt.length(), step.out.block_copies);
+    const bool ok = kv_.prepare_write(prompt, prompt.length());
     assert(ok);  // checked by the caller
     (void)ok;
   }
@@ -488,11 +488,14 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
     }
     if (head == nullptr || !try_admit_with_partners(*head, step)) break;
   }
-  step.out.host_transfers = kv_.pool().take_transfers();
+  step.out.kv_moves = kv_.pool().take_transfers();
   // Copies into blocks of groups preempted later in the step are moot. (Only a step that both
   // copied and preempted can hold such copies: skip the set of every live block otherwise, which
   // costs more than the rest of the schedule at 128 long sequences.)
-  if (step.out.preempted.empty() || step.out.block_copies.empty()) return std::move(step.out);
+  const bool copied =
+      std::any_of(step.out.kv_moves.begin(), step.out.kv_moves.end(),
+                  [](const KvTransfer& t) { return t.kind == KvTransfer::Kind::kCopy; });
+  if (step.out.preempted.empty() || !copied) return std::move(step.out);
   std::unordered_set<int32_t> live;
   for (const auto& g : running_) {
     if (g->prompt_seq)
@@ -500,10 +503,8 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
     for (const Sequence& s : g->seqs)
       live.insert(s.block_table.begin(), s.block_table.end());
   }
-  std::erase_if(step.out.block_copies, [&](const auto& c) { return !live.contains(c.second); });
-  // The same copies leave the moves (KvCacheManager::prepare_write records each in both), the
-  // kept ones in their places.
-  std::erase_if(step.out.host_transfers, [&](const KvTransfer& t) {
+  // The kept moves stay in their places.
+  std::erase_if(step.out.kv_moves, [&](const KvTransfer& t) {
     return t.kind == KvTransfer::Kind::kCopy && !live.contains(t.block);
   });
   return std::move(step.out);

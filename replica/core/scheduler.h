@@ -73,11 +73,11 @@ struct ScheduledDecode {
 struct SchedulerOutput {
   std::vector<ScheduledChunk> prefill;
   std::vector<ScheduledDecode> decode;
-  BlockCopies block_copies;
-  // With a host tier: this schedule's moves in order (BlockPool::take_transfers), its copies
-  // those of block_copies (the moot ones dropped from both). Done before the step's kernels,
-  // even when the step has no other work (the engine carries them to the next batch).
-  std::vector<KvTransfer> host_transfers;
+  // This schedule's KV moves in order (BlockPool::take_transfers): copy-on-write copies (those
+  // into blocks of groups preempted later in the schedule dropped) and, with a host tier, its
+  // offloads and loads. Done before the step's kernels, even when the step has no other work (the
+  // engine carries them to the next batch).
+  std::vector<KvTransfer> kv_moves;
   std::vector<uint64_t> admitted;         // group ids admitted this step
   std::vector<uint64_t> preempted;        // group ids preempted this step
   int32_t prefix_cache_query_tokens = 0;  // prompt tokens looked up at admission this step

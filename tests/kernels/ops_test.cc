@@ -259,14 +259,15 @@ TEST(KvAppend, WritesRoundedRowsAtTheirSlots) {
   }
 }
 
-TEST(CopyBlocks, CopiesEveryLayersKAndV) {
+// Copy-on-write copies without a host tier: (2, dst, src), one of them a block onto itself.
+TEST(MoveBlocks, CopiesEveryLayersKAndVWithoutAHostTier) {
   std::mt19937 rng(59);
   const int layers = 3, blocks = 6;
   const int64_t block_elems = 10;
   const std::vector<float> c0 = random_vector(rng, layers * 2 * blocks * block_elems);
-  const std::vector<int32_t> pairs{1, 4, 2, 2, 0, 5};
+  const std::vector<int32_t> moves{2, 4, 1, 2, 2, 2, 2, 5, 0};
   std::vector<float> c = c0;
-  copy_blocks(c.data(), layers, blocks, block_elems, pairs.data(), 3);
+  move_blocks(c.data(), blocks, nullptr, 0, layers, block_elems, moves.data(), 3);
   std::vector<float> want = c0;
   for (int cache = 0; cache < 2 * layers; ++cache) {
     float* base = want.data() + cache * blocks * block_elems;

@@ -60,7 +60,7 @@ class FakeBackend final : public Backend {
     auto check_slot = [&](int32_t s) {
       if (s < 0 || s >= num_host_blocks_) fail("host slot out of range");
     };
-    for (const KvTransfer& t : batch.host_transfers) {  // with a tier: the copies among them
+    for (const KvTransfer& t : batch.kv_moves) {
       check_block(t.block);
       switch (t.kind) {
         case KvTransfer::Kind::kOffload:
@@ -75,13 +75,6 @@ class FakeBackend final : public Backend {
           check_block(t.other);
           move(token_, pos_, t.block, token_, pos_, t.other);
           break;
-      }
-    }
-    if (batch.host_transfers.empty()) {
-      for (auto [src, dst] : batch.block_copies) {
-        check_block(src);
-        check_block(dst);
-        move(token_, pos_, dst, token_, pos_, src);
       }
     }
     logits.assign(static_cast<size_t>(batch.num_logit_rows()) * config_.vocab_size, 0.0f);

@@ -93,10 +93,7 @@ void CpuBackend::check_batch(const ForwardBatch& batch) const {
   const int64_t bs = block_size_;
   auto valid_block = [&](int32_t b) { return b >= 0 && b < num_blocks_; };
   auto valid_token = [&](int32_t t) { return t >= 0 && t < config().vocab_size; };
-  for (const auto& [src, dst] : batch.block_copies) {
-    assert(valid_block(src) && valid_block(dst));
-  }
-  for (const KvTransfer& t : batch.host_transfers) {
+  for (const KvTransfer& t : batch.kv_moves) {
     assert(valid_block(t.block));
     assert(t.kind == KvTransfer::Kind::kCopy ? valid_block(t.other)
                                              : t.other >= 0 && t.other < num_host_blocks_);
@@ -158,7 +155,7 @@ void CpuBackend::set_host_blocks(int32_t n) {
   host_v_.assign(config().num_hidden_layers, std::vector<float>(floats));
 }
 
-void CpuBackend::copy_blocks(const ForwardBatch& batch) {
+void CpuBackend::move_blocks(const ForwardBatch& batch) {
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_row();
   const size_t block_bytes = block_floats * sizeof(float);
   // One block of every layer's K and V from `src` (a cache or the host tier) to `dst`.
@@ -173,24 +170,19 @@ void CpuBackend::copy_blocks(const ForwardBatch& batch) {
                   src_v[layer].data() + src * block_floats, block_bytes);
     }
   };
-  if (!batch.host_transfers.empty()) {  // the copy-on-write copies are among them, in order
-    for (const KvTransfer& t : batch.host_transfers) {
-      switch (t.kind) {
-        case KvTransfer::Kind::kOffload:
-          copy(host_k_, host_v_, t.other, k_cache_, v_cache_, t.block);
-          break;
-        case KvTransfer::Kind::kLoad:
-          copy(k_cache_, v_cache_, t.block, host_k_, host_v_, t.other);
-          break;
-        case KvTransfer::Kind::kCopy:
-          copy(k_cache_, v_cache_, t.block, k_cache_, v_cache_, t.other);
-          break;
-      }
+  for (const KvTransfer& t : batch.kv_moves) {
+    switch (t.kind) {
+      case KvTransfer::Kind::kOffload:
+        copy(host_k_, host_v_, t.other, k_cache_, v_cache_, t.block);
+        break;
+      case KvTransfer::Kind::kLoad:
+        copy(k_cache_, v_cache_, t.block, host_k_, host_v_, t.other);
+        break;
+      case KvTransfer::Kind::kCopy:
+        copy(k_cache_, v_cache_, t.block, k_cache_, v_cache_, t.other);
+        break;
     }
-    return;
   }
-  for (const auto& [src, dst] : batch.block_copies)
-    copy(k_cache_, v_cache_, dst, k_cache_, v_cache_, src);
 }
 
 void CpuBackend::gather_rows(const ForwardBatch& batch) {
@@ -277,7 +269,7 @@ Status CpuBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
 
 Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>& logits) {
   check_batch(batch);
-  copy_blocks(batch);
+  move_blocks(batch);
   gather_rows(batch);
   const ModelConfig& c = config();
   const int h = c.hidden_size, d = c.head_dim;

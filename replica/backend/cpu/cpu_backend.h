@@ -81,8 +81,8 @@ class CpuBackend final : public Backend {
  private:
   // Asserts that every block id, slot, position and plan index is in range and consistent.
   void check_batch(const ForwardBatch& batch) const;
-  // The host tier's transfers and the copy-on-write copies, in order (ForwardBatch).
-  void copy_blocks(const ForwardBatch& batch);
+  // The step's KV moves, in order (ForwardBatch::kv_moves).
+  void move_blocks(const ForwardBatch& batch);
   // Fills tokens_, positions_, kv_dst_ (cache row of each token) and logit_rows_.
   void gather_rows(const ForwardBatch& batch);
   void attention(int layer, const ForwardBatch& batch);

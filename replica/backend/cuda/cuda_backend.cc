@@ -85,7 +85,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::allocate(const ModelConfig& co
   // A step's chunks belong to distinct sequences (a group's prompt, or a sibling recomputing),
   // so there are at most max_num_seqs; each carries its sequence's block table from position 0.
   cap.max_chunks = std::min(cap.max_tokens, std::max(o.max_num_seqs, 1) + 16);
-  cap.max_copies = std::max(o.max_num_seqs, 64);  // at most one per writing sequence
   const int64_t blocks_per_seq =
       (int64_t{config.max_position_embeddings} + o.block_size - 1) / o.block_size;
   cap.max_blocks = static_cast<int>(std::min<int64_t>(blocks_per_seq * cap.max_chunks, 1 << 26));
@@ -326,23 +325,12 @@ void CudaBackend::set_graphs(bool on) {
 Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   if (!weights_broken_.empty()) return Error{weights_broken_};
   kc::LlamaStep st;
-  copies_.clear();
   moves_.clear();
-  if (!batch.host_transfers.empty()) {  // the copy-on-write copies are among them, in order
-    for (const KvTransfer& t : batch.host_transfers) {
-      moves_.push_back(t.kind == KvTransfer::Kind::kOffload ? 0
-                       : t.kind == KvTransfer::Kind::kLoad  ? 1
-                                                            : 2);
-      moves_.push_back(t.block);
-      moves_.push_back(t.other);
-    }
-  } else {
-    for (auto [src, dst] : batch.block_copies) {
-      copies_.push_back(src);
-      copies_.push_back(dst);
-    }
+  for (const KvTransfer& t : batch.kv_moves) {  // KvTransfer::Kind's values are the kernel's
+    moves_.push_back(static_cast<int32_t>(t.kind));
+    moves_.push_back(t.block);
+    moves_.push_back(t.other);
   }
-  st.copy_pairs = copies_;
   st.moves = moves_;
   const PrefillBatch& p = batch.prefill;
   if (!p.empty()) {

@@ -134,7 +134,7 @@ class CudaBackend final : public Backend {
   StepTiming timing_;
   std::string weights_broken_;  // why the weights are incomplete (a load failed while writing)
   // Scratch reused across steps.
-  std::vector<int32_t> copies_, moves_, sample_rows_;
+  std::vector<int32_t> moves_, sample_rows_;
   std::vector<uint8_t> params_;  // kernels::sampling::SampleParams
 };
 

@@ -171,12 +171,12 @@ StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32
       w.attention_flops += flops_per_key * len;
     }
   }
-  w.kv_bytes_copied =
-      2 * static_cast<int64_t>(batch.block_copies.size()) * block_size * kv_per_token;
-  const auto over_link =
-      std::count_if(batch.host_transfers.begin(), batch.host_transfers.end(),
-                    [](const KvTransfer& t) { return t.kind != KvTransfer::Kind::kCopy; });
-  w.kv_bytes_host_transferred = static_cast<int64_t>(over_link) * block_size * kv_per_token;
+  const auto copies =
+      std::count_if(batch.kv_moves.begin(), batch.kv_moves.end(),
+                    [](const KvTransfer& t) { return t.kind == KvTransfer::Kind::kCopy; });
+  w.kv_bytes_copied = 2 * static_cast<int64_t>(copies) * block_size * kv_per_token;
+  const auto over_link = static_cast<int64_t>(batch.kv_moves.size()) - copies;
+  w.kv_bytes_host_transferred = over_link * block_size * kv_per_token;
   return w;
 }
 

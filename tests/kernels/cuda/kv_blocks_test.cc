@@ -1,6 +1,6 @@
 // The KV cache's block moves (kernels/cuda/kv_blocks.cu) against their CPU twins
-// (kernels/cpu/ops.h): copy-on-write copies and the host tier's ordered moves, bit-exact, bf16
-// and FP8 caches.
+// (kernels/cpu/ops.h): copy-on-write copies without a host tier, and the host tier's ordered
+// moves with copies among them, bit-exact, bf16 and FP8 caches.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -36,7 +36,8 @@ class CudaKvBlocksTest : public ::testing::Test {
   std::mt19937 rng_{20261201};
 };
 
-TEST_F(CudaKvBlocksTest, CopyBlocksIsExact) {
+// Copy-on-write copies without a host tier (as a replica without --kv-host-memory-gb moves).
+TEST_F(CudaKvBlocksTest, CopiesWithoutAHostTierAreExact) {
   struct Case {
     int layers, block_size, kv_heads, head_dim;
   };
@@ -53,24 +54,37 @@ TEST_F(CudaKvBlocksTest, CopyBlocksIsExact) {
       std::vector<int32_t> pool(layout.num_blocks);
       std::iota(pool.begin(), pool.end(), 0);
       std::shuffle(pool.begin(), pool.end(), rng_);
-      std::vector<int32_t> pairs;
+      std::vector<int32_t> moves;  // (2, dst, src)
       for (int p = 0; p < num_pairs; ++p) {
-        pairs.push_back(pool[p]);
-        pairs.push_back(p == num_pairs - 1 ? pool[p] : pool[12 + p]);
+        moves.push_back(2);
+        moves.push_back(p == num_pairs - 1 ? pool[p] : pool[12 + p]);
+        moves.push_back(pool[p]);
       }
       const size_t n = layout.bytes() / 2;
       std::vector<uint16_t> bits(n);
       for (uint16_t& b : bits)
         b = static_cast<uint16_t>(rng_());
-      DeviceBuffer d_caches = upload(bits), d_pairs = upload(pairs);
-      ASSERT_EQ(cuda::copy_blocks(d_caches.data(), layout, d_pairs.as<int32_t>(), num_pairs),
+      DeviceBuffer d_caches = upload(bits), d_moves = upload(moves);
+      ASSERT_EQ(cuda::move_blocks(d_caches.data(), layout, nullptr, cuda::KvCacheLayout{},
+                                  d_moves.as<int32_t>(), moves.data(), num_pairs),
                 cudaSuccess);
-      cuda::synchronize_or_die("copy_blocks");
-      // The twin copies floats whose upper halves are the bits (memcpy: NaN payloads survive).
+      cuda::synchronize_or_die("move_blocks without a tier");
+      // The twin copies floats whose upper halves are the bits (memmove: NaN payloads survive).
       std::vector<float> f = to_floats(bits);
-      cpu::copy_blocks(f.data(), c.layers, layout.num_blocks, layout.block_elements(), pairs.data(),
-                       num_pairs);
+      cpu::move_blocks(f.data(), layout.num_blocks, nullptr, 0, c.layers, layout.block_elements(),
+                       moves.data(), num_pairs);
       EXPECT_EQ(download<uint16_t>(d_caches, n), to_bits(f)) << what;
+      if (num_pairs == 1) {  // an offload or a load without a tier is refused, nothing moved
+        for (int32_t kind : {0, 1}) {
+          const std::vector<int32_t> tier_move{kind, pool[0], 0};
+          DeviceBuffer d_tier_move = upload(tier_move);
+          EXPECT_EQ(cuda::move_blocks(d_caches.data(), layout, nullptr, cuda::KvCacheLayout{},
+                                      d_tier_move.as<int32_t>(), tier_move.data(), 1),
+                    cudaErrorInvalidValue)
+              << what << " kind " << kind;
+        }
+        EXPECT_EQ(download<uint16_t>(d_caches, n), to_bits(f)) << what;
+      }
     }
   }
 }
@@ -143,7 +157,7 @@ TEST_F(CudaKvBlocksTest, MoveBlocksInOrderMatchesTheCpuTwin) {
   }
 }
 
-TEST_F(CudaKvBlocksTest, CopyBlocksOfAnFp8CacheMovesBytes) {
+TEST_F(CudaKvBlocksTest, CopiesOfAnFp8CacheMoveBytes) {
   for (int block_size : {16, 3}) {
     cuda::KvCacheLayout layout{
         2, 24, block_size, block_size == 3 ? 1 : 2, block_size == 3 ? 6 : 64, KvDtype::kBF16, true};
@@ -151,10 +165,13 @@ TEST_F(CudaKvBlocksTest, CopyBlocksOfAnFp8CacheMovesBytes) {
     std::vector<uint8_t> bytes(layout.bytes());
     for (uint8_t& b : bytes)
       b = static_cast<uint8_t>(rng_());
-    const std::vector<int32_t> pairs{3, 17, 5, 9, 20, 20};
-    DeviceBuffer d = upload(bytes), d_pairs = upload(pairs);
-    ASSERT_EQ(cuda::copy_blocks(d.data(), layout, d_pairs.as<int32_t>(), 3), cudaSuccess);
-    cuda::synchronize_or_die("copy_blocks fp8");
+    const std::vector<int32_t> pairs{3, 17, 5, 9, 20, 20};  // (src, dst)
+    const std::vector<int32_t> moves{2, 17, 3, 2, 9, 5, 2, 20, 20};
+    DeviceBuffer d = upload(bytes), d_moves = upload(moves);
+    ASSERT_EQ(cuda::move_blocks(d.data(), layout, nullptr, cuda::KvCacheLayout{},
+                                d_moves.as<int32_t>(), moves.data(), 3),
+              cudaSuccess);
+    cuda::synchronize_or_die("fp8 copies");
     const int64_t block = layout.block_elements(), cache = layout.cache_elements();
     for (int c = 0; c < 2 * layout.num_layers; ++c) {
       for (int p = 0; p < 3; ++p) {

@@ -32,11 +32,10 @@ void append(Sequence& s, char c) {
 TEST(KvCacheManager, PromptSiblingsCopyOnWriteAndPrefixReuse) {
   BlockPool pool(10, kBlock);
   KvCacheManager kv(pool);
-  BlockCopies copies;
 
   // A 10-token prompt: blocks 0 1 full, block 2 partial.
   Sequence prompt = make_seq("abcdefghij");
-  ASSERT_TRUE(kv.prepare_write(prompt, 10, copies));
+  ASSERT_TRUE(kv.prepare_write(prompt, 10));
   EXPECT_THAT(prompt.block_table, ElementsAre(0, 1, 2));
   prompt.num_computed = 10;
   kv.commit_computed(prompt);
@@ -55,26 +54,26 @@ TEST(KvCacheManager, PromptSiblingsCopyOnWriteAndPrefixReuse) {
 
   // Sibling a writes position 10 into the shared partial block: copy-on-write to block 3.
   append(a, 'X');
-  ASSERT_TRUE(kv.prepare_write(a, 11, copies));
+  ASSERT_TRUE(kv.prepare_write(a, 11));
   EXPECT_THAT(a.block_table, ElementsAre(0, 1, 3));
-  EXPECT_THAT(copies, ElementsAre(std::pair(2, 3)));
+  EXPECT_THAT(pool.take_transfers(), ElementsAre(KvTransfer{KvTransfer::Kind::kCopy, 3, 2}));
   EXPECT_EQ(pool.refcount(2), 1);
   // Sibling b is the last user of block 2 and writes in place.
   append(b, 'Y');
-  ASSERT_TRUE(kv.prepare_write(b, 11, copies));
+  ASSERT_TRUE(kv.prepare_write(b, 11));
   EXPECT_THAT(b.block_table, ElementsAre(0, 1, 2));
-  EXPECT_EQ(copies.size(), 1u);
+  EXPECT_TRUE(pool.take_transfers().empty());  // no second copy
   EXPECT_EQ(pool.refcount(0), 2);
 
   // a fills block 3 and grows into a new block 4.
   a.num_computed = 11;
   append(a, 'Z');
-  ASSERT_TRUE(kv.prepare_write(a, 12, copies));
+  ASSERT_TRUE(kv.prepare_write(a, 12));
   a.num_computed = 12;
   kv.commit_computed(a);
   EXPECT_TRUE(pool.hash_of(3).has_value());
   append(a, 'W');
-  ASSERT_TRUE(kv.prepare_write(a, 13, copies));
+  ASSERT_TRUE(kv.prepare_write(a, 13));
   EXPECT_THAT(a.block_table, ElementsAre(0, 1, 3, 4));
 
   // Both finish: full hashed blocks stay cached (LRU), the rest is free.
@@ -92,7 +91,7 @@ TEST(KvCacheManager, PromptSiblingsCopyOnWriteAndPrefixReuse) {
   EXPECT_EQ(found.blocks_in_lru, 2);
   EXPECT_EQ(kv.attach_cached_prefix(again, 9), 8);
   EXPECT_THAT(again.block_table, ElementsAre(0, 1));
-  ASSERT_TRUE(kv.prepare_write(again, 10, copies));
+  ASSERT_TRUE(kv.prepare_write(again, 10));
   EXPECT_THAT(again.block_table, ElementsAre(0, 1, 2));
   EXPECT_EQ(pool.refcount(0), 1);
 
@@ -106,11 +105,10 @@ TEST(KvCacheManager, PromptSiblingsCopyOnWriteAndPrefixReuse) {
 TEST(KvCacheManager, ShortageLeavesSequenceUnchanged) {
   BlockPool pool(3, kBlock);
   KvCacheManager kv(pool);
-  BlockCopies copies;
   Sequence s = make_seq("abcdefgh");
-  ASSERT_TRUE(kv.prepare_write(s, 8, copies));
+  ASSERT_TRUE(kv.prepare_write(s, 8));
   Sequence t = make_seq("abcdefghijklmnop");
-  EXPECT_FALSE(kv.prepare_write(t, 16, copies));  // needs 4, 1 left
+  EXPECT_FALSE(kv.prepare_write(t, 16));  // needs 4, 1 left
   EXPECT_TRUE(t.block_table.empty());
   EXPECT_EQ(pool.counts().num_blocks_free, 1);
 }
@@ -120,7 +118,6 @@ TEST(KvCacheManager, EventsMatchThePoolsContent) {
   KvCacheManager kv(pool);
   testing::FakeClock clock;
   RadixIndex router(clock);  // a router following this replica's events
-  BlockCopies copies;
   auto follow = [&] {
     for (const KvEvent& e : pool.take_events())
       ASSERT_TRUE(router.apply(0, e).ok());
@@ -128,7 +125,7 @@ TEST(KvCacheManager, EventsMatchThePoolsContent) {
   for (const std::string text : {"aaaabbbbcccc", "aaaabbbbdddd", "eeeeffffgggg"}) {
     Sequence s = make_seq(text);
     kv.attach_cached_prefix(s, static_cast<int32_t>(text.size()) - 1);
-    ASSERT_TRUE(kv.prepare_write(s, static_cast<int32_t>(text.size()), copies));
+    ASSERT_TRUE(kv.prepare_write(s, static_cast<int32_t>(text.size())));
     s.num_computed = static_cast<int32_t>(text.size());
     kv.commit_computed(s);
     kv.release(s);

@@ -294,7 +294,7 @@ TEST(CpuBackend, BlockCopiesCarryKv) {
   CpuBackend b = make_backend();
   prefill(b, prompt, table);
   ForwardBatch step;
-  step.block_copies = {{2, 13}};
+  step.kv_moves = {KvTransfer{KvTransfer::Kind::kCopy, 13, 2}};
   add_decode(step.decode, t, 40, table);
   add_decode(step.decode, u, 40, copied);
   std::vector<float> logits;

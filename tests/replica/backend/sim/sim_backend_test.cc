@@ -272,7 +272,7 @@ TEST(SimBackend, HostTierTransfersCostTheirBytesOverTheHostLink) {
   EXPECT_EQ(sim.num_host_blocks(), slots);
   ForwardBatch loads;
   for (int32_t i = 0; i < 32; ++i)
-    loads.host_transfers.push_back(KvTransfer{KvTransfer::Kind::kLoad, i, i});
+    loads.kv_moves.push_back(KvTransfer{KvTransfer::Kind::kLoad, i, i});
   const double with_loads = ms(sim.predict(loads));
   const double transfer_ms = 32.0 * 16 * 131072 / 25e9 * 1e3;
   EXPECT_NEAR(with_loads - a10g->hardware.step_overhead_s * 1e3, transfer_ms, 1e-6);

@@ -38,11 +38,16 @@ cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_ca
                         const KvCacheLayout& host_layout, const int32_t* moves,
                         const int32_t* host_moves, int n, cudaStream_t stream) {
   if (n == 0 || layout.num_layers == 0) return cudaSuccess;
-  if (n < 0 || 2 * layout.num_layers > 65535) return cudaErrorInvalidValue;
+  if (n < 0 || layout.num_layers < 0 || 2 * layout.num_layers > 65535) {
+    return cudaErrorInvalidValue;
+  }
   // Offloads and loads need a host tier laid out as the cache (its slots as blocks).
-  const bool tier = host_caches != nullptr && host_layout.num_layers == layout.num_layers &&
-                    host_layout.block_elements() == layout.block_elements() &&
-                    host_layout.element_bytes() == layout.element_bytes();
+  const bool tier = host_caches != nullptr;
+  if (tier && (host_layout.num_layers != layout.num_layers ||
+               host_layout.block_elements() != layout.block_elements() ||
+               host_layout.element_bytes() != layout.element_bytes())) {
+    return cudaErrorInvalidValue;
+  }
   const int32_t slots = tier ? host_layout.num_blocks : 0;
   const int64_t block = layout.block_elements() * layout.element_bytes();  // bytes
   const int64_t cache = layout.cache_elements() * layout.element_bytes();

@@ -284,7 +284,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const LlamaDims& d, const
              1.0f / std::sqrt(static_cast<float>(d.head_dim))};
   // Initial plan buffers: a flat decode of max_tokens sequences, a prefill of max_chunks; room
   // for a step's copy-on-write copies (at most one per writing sequence: max_samples; the host
-  // tier's moves get theirs in set_host_blocks).
+  // tier's moves get more in set_host_blocks).
   if ((e = I.grow(&I.prefill_plan_buf, &I.prefill_plan_bytes, 1 << 20)) ||
       (e = I.grow(&I.decode_plan_buf, &I.decode_plan_bytes, 1 << 20)) ||
       (e = I.grow(&I.decode_ws, &I.decode_ws_bytes, 16 << 20)) ||
@@ -513,8 +513,9 @@ Status LlamaModel::set_host_blocks(int num) {
   }
   KVC_TRY(cudaHostGetDevicePointer(&I.host_kv_dev, I.host_kv, 0), "host tier");
   I.host_layout = layout;
-  // Room for 16,384 moves a step up front: growing it later drops the decode graphs (grow).
-  KVC_TRY(I.grow(&I.moves_buf, &I.moves_bytes, size_t{16384} * 3 * 4), "host tier moves");
+  // Room for 16,384 moves a step up front (a long prompt's loads), so steps rarely wait to grow it.
+  KVC_TRY(I.grow(&I.moves_buf, &I.moves_bytes, size_t{16384} * 3 * 4, /*graphs_read_it=*/false),
+          "host tier moves");
   return {};
 }
 

@@ -179,11 +179,13 @@ struct LlamaModel::Impl {
     if (e == cudaSuccess) allocations.push_back(*p);
     return e;
   }
-  cudaError_t grow(void** p, size_t* have, size_t need) {
+  // graphs_read_it: the decode graphs may point into the buffer (not so the moves', which step 2
+  // reads before any graph runs), so they go with the old one.
+  cudaError_t grow(void** p, size_t* have, size_t need, bool graphs_read_it = true) {
     if (need <= *have) return cudaSuccess;
     if (*p) {
       cudaStreamSynchronize(stream);
-      drop_graphs();  // they point into the old buffer
+      if (graphs_read_it) drop_graphs();  // they point into the old buffer
       cudaFree(*p);
       std::erase(allocations, *p);
       *p = nullptr;

@@ -115,7 +115,8 @@ Status LlamaModel::run_step(const LlamaStep& st, LlamaOutput& out) {
     KVC_TRY(I.grow(&I.decode_ws, &I.decode_ws_bytes, decode_ws_need), "decode workspace");
   }
   if (num_moves > 0) {
-    KVC_TRY(I.grow(&I.moves_buf, &I.moves_bytes, st.moves.size() * 4), "moves buffer");
+    KVC_TRY(I.grow(&I.moves_buf, &I.moves_bytes, st.moves.size() * 4, /*graphs_read_it=*/false),
+            "moves buffer");
   }
   // The host work is done: from here the device runs the step (the step_begin event).
   const Clock::time_point launching = Clock::now();

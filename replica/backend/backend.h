@@ -110,6 +110,9 @@ struct KvTransfer {
   int32_t other = 0;
   friend bool operator==(const KvTransfer&, const KvTransfer&) = default;
 };
+static_assert(static_cast<int>(KvTransfer::Kind::kOffload) == 0 &&
+              static_cast<int>(KvTransfer::Kind::kLoad) == 1 &&
+              static_cast<int>(KvTransfer::Kind::kCopy) == 2);
 
 // --kv-host-memory-gb's host tier in whole blocks of `block_bytes` (capped at 2^26; 0: less than
 // one block, which make_backend refuses).

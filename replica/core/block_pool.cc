@@ -286,7 +286,9 @@ int32_t BlockPool::clear_hashes() {
     host_parent_[s].reset();
     host_free_.push_back(s);
   }
-  transfers_.clear();  // the content they would move is gone
+  // The offloads and loads are moot (the content they would move is forgotten); copies of live
+  // blocks are not.
+  std::erase_if(transfers_, [](const KvTransfer& t) { return t.kind != KvTransfer::Kind::kCopy; });
   for (int32_t b : lru_)
     free_.insert(b);
   lru_.clear();

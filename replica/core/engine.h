@@ -222,7 +222,7 @@ class Engine {
   BlockPool pool_;
   KvCacheManager kv_;
   Scheduler scheduler_;
-  // KV moves of schedules that had no work (the host tier's), done before the next batch's own.
+  // KV moves of schedules that had no work, done before the next batch's own.
   std::vector<KvTransfer> carried_moves_;
   CascadePlanner planner_;
   ForwardOutput out_;

@@ -89,6 +89,34 @@ TEST_F(CudaKvBlocksTest, CopiesWithoutAHostTierAreExact) {
   }
 }
 
+// Random copies without a host tier over a few blocks, so that many read a block an earlier one
+// wrote (chains) or share a source (forks): in order, as the CPU twin.
+TEST_F(CudaKvBlocksTest, RandomCopiesWithoutAHostTierMatchTheCpuTwin) {
+  for (int n : {1, 7, 40, 300}) {
+    const cuda::KvCacheLayout layout{3, 9, 16, 2, 64, KvDtype::kBF16};
+    std::vector<int32_t> moves;
+    for (int i = 0; i < n; ++i) {
+      moves.push_back(2);
+      moves.push_back(static_cast<int32_t>(rng_() % layout.num_blocks));
+      moves.push_back(static_cast<int32_t>(rng_() % layout.num_blocks));
+    }
+    const size_t words = layout.bytes() / 2;
+    std::vector<uint16_t> bits(words);
+    for (uint16_t& b : bits)
+      b = static_cast<uint16_t>(rng_());
+    DeviceBuffer d_caches = upload(bits), d_moves = upload(moves);
+    ASSERT_EQ(cuda::move_blocks(d_caches.data(), layout, nullptr, cuda::KvCacheLayout{},
+                                d_moves.as<int32_t>(), moves.data(), n),
+              cudaSuccess);
+    cuda::synchronize_or_die("random copies");
+    std::vector<float> f(bits.begin(), bits.end());
+    cpu::move_blocks(f.data(), layout.num_blocks, nullptr, 0, layout.num_layers,
+                     layout.block_elements(), moves.data(), n);
+    EXPECT_EQ(download<uint16_t>(d_caches, words), std::vector<uint16_t>(f.begin(), f.end()))
+        << "copies " << n;
+  }
+}
+
 // The host tier's moves against the CPU twin: random offloads, loads and copies over a few blocks
 // and slots, so that many touch a block or slot an earlier one touched (their order matters),
 // into pinned host memory the device addresses; bf16 and FP8 (byte) caches, and a block size

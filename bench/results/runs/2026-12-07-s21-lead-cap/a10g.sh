@@ -6,7 +6,7 @@
 # ../2026-12-06-s10-mooncake/run.sh ($MOONCAKE: hiverge/dynamo's mooncake_trace.jsonl, sha256
 # 42af0f9a...). From the repository root, on the 2-core VM, nothing else running.
 set -u
-d=bench/results/runs/2026-12-07-s21-lead-cap
+d=${DIR:-bench/results/runs/2026-12-07-s21-lead-cap}  # DIR: another folder for the outputs
 k=build/cli/kvcascade
 tag=${TAG:-cap${CAP:-0}}
 [ -f /tmp/mooncake-x1.jsonl ] || python3 bench/mooncake_trace.py "$MOONCAKE" /tmp/mooncake-x1.jsonl --time-scale 1

@@ -448,10 +448,8 @@ StepResult Engine::step() {
     stats.forward = clock_.now() - forward_from;
     if (Status s = forwarded; !s.ok()) {
       fail_batch(work, s, result);
-      const bool tier_moved =
-          std::any_of(batch.kv_moves.begin(), batch.kv_moves.end(),
-                      [](const KvTransfer& t) { return t.kind != KvTransfer::Kind::kCopy; });
-      if (tier_moved) fail_loads(batch.kv_moves);
+      // build_batch counted the moves: only the tier's make the cache's content uncertain.
+      if (stats.num_host_loads + stats.num_host_offloads > 0) fail_loads(batch.kv_moves);
       result.finished = scheduler_.take_finished();
       return result;
     }

@@ -492,10 +492,11 @@ SchedulerOutput Scheduler::schedule(Clock::TimePoint now) {
   // Copies into blocks of groups preempted later in the step are moot. (Only a step that both
   // copied and preempted can hold such copies: skip the set of every live block otherwise, which
   // costs more than the rest of the schedule at 128 long sequences.)
-  const bool copied =
-      std::any_of(step.out.kv_moves.begin(), step.out.kv_moves.end(),
-                  [](const KvTransfer& t) { return t.kind == KvTransfer::Kind::kCopy; });
-  if (step.out.preempted.empty() || !copied) return std::move(step.out);
+  if (step.out.preempted.empty() ||
+      std::none_of(step.out.kv_moves.begin(), step.out.kv_moves.end(),
+                   [](const KvTransfer& t) { return t.kind == KvTransfer::Kind::kCopy; })) {
+    return std::move(step.out);
+  }
   std::unordered_set<int32_t> live;
   for (const auto& g : running_) {
     if (g->prompt_seq)

@@ -37,10 +37,10 @@ __global__ void move_blocks_kernel(unsigned char* device, int64_t device_cache_u
 cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_caches,
                         const KvCacheLayout& host_layout, const int32_t* moves,
                         const int32_t* host_moves, int n, cudaStream_t stream) {
+  // Arguments first (nothing to move is no excuse for nonsense); the grid's y is each layer's K
+  // and V (at most 65,535).
+  if (n < 0 || layout.num_layers < 0 || layout.num_layers > 65535 / 2) return cudaErrorInvalidValue;
   if (n == 0 || layout.num_layers == 0) return cudaSuccess;
-  if (n < 0 || layout.num_layers < 0 || 2 * layout.num_layers > 65535) {
-    return cudaErrorInvalidValue;
-  }
   // Offloads and loads need a host tier laid out as the cache (its slots as blocks).
   const bool tier = host_caches != nullptr;
   if (tier && (host_layout.num_layers != layout.num_layers ||

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -209,6 +210,55 @@ TEST_F(CudaKvBlocksTest, CopiesOfAnFp8CacheMoveBytes) {
     }
     EXPECT_EQ(download<uint8_t>(d, bytes.size()), bytes) << "block size " << block_size;
   }
+}
+
+// The arguments are checked before anything reaches the device, so this runs without a GPU:
+// every refusal is cudaErrorInvalidValue, and the pointers are never touched.
+TEST(CudaMoveBlocksArguments, AreRefusedBeforeAnyLaunch) {
+  const cuda::KvCacheLayout layout{2, 9, 16, 2, 64, KvDtype::kBF16};
+  cuda::KvCacheLayout host_layout = layout;
+  host_layout.num_blocks = 6;
+  int32_t word = 0;  // stands for every buffer: a refusal reads none of them
+  void* caches = &word;
+  void* host = &word;
+  auto moves_on = [&](const cuda::KvCacheLayout& l, void* h, const cuda::KvCacheLayout& hl,
+                      const std::vector<int32_t>& m,
+                      int n) { return cuda::move_blocks(caches, l, h, hl, m.data(), m.data(), n); };
+  const std::vector<int32_t> load{1, 0, 0}, copy{2, 1, 0};
+  // Nothing to move is fine; a negative count is not, with or without layers.
+  EXPECT_EQ(moves_on(layout, nullptr, {}, copy, 0), cudaSuccess);
+  EXPECT_EQ(moves_on(layout, nullptr, {}, copy, -1), cudaErrorInvalidValue);
+  cuda::KvCacheLayout no_layers = layout;
+  no_layers.num_layers = 0;
+  EXPECT_EQ(moves_on(no_layers, nullptr, {}, copy, 1), cudaSuccess);
+  EXPECT_EQ(moves_on(no_layers, nullptr, {}, copy, -1), cudaErrorInvalidValue);
+  // Negative layers, and more layers than the grid holds (K and V of each: 2 x 32,767 at most).
+  for (int layers : {-1, 32768, 1 << 30, std::numeric_limits<int>::max()}) {
+    cuda::KvCacheLayout bad = layout;
+    bad.num_layers = layers;
+    EXPECT_EQ(moves_on(bad, nullptr, {}, copy, 1), cudaErrorInvalidValue) << layers;
+  }
+  // A tier laid out unlike the cache: other layers, other blocks' shape, other element bytes.
+  for (int what = 0; what < 3; ++what) {
+    cuda::KvCacheLayout other = host_layout;
+    if (what == 0) other.num_layers = 3;
+    if (what == 1) other.block_size = 8;
+    if (what == 2) other.fp8 = true;
+    EXPECT_EQ(moves_on(layout, host, other, load, 1), cudaErrorInvalidValue) << what;
+    EXPECT_EQ(moves_on(layout, host, other, copy, 1), cudaErrorInvalidValue) << what;
+  }
+  // Moves out of range: a kind that is none of the three, a block past the cache, a slot past
+  // the tier, a copy's source past the cache, negative indices; a tier move without a tier.
+  const std::vector<std::vector<int32_t>> bad_moves{{3, 0, 0},  {-1, 0, 0}, {1, 9, 0}, {1, 0, 6},
+                                                    {0, -1, 0}, {2, 0, 9},  {2, 0, -1}};
+  for (const auto& m : bad_moves) {
+    EXPECT_EQ(moves_on(layout, host, host_layout, m, 1), cudaErrorInvalidValue)
+        << m[0] << " " << m[1] << " " << m[2];
+  }
+  EXPECT_EQ(moves_on(layout, nullptr, {}, load, 1), cudaErrorInvalidValue);
+  // One bad move among good ones refuses all of them (none is launched).
+  const std::vector<int32_t> mixed{2, 1, 0, 1, 0, 0, 1, 0, 6};
+  EXPECT_EQ(moves_on(layout, host, host_layout, mixed, 3), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "prefix_index/kv_event.h"
 
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -17,6 +18,7 @@ constexpr char kStored[] = "stored";
 constexpr char kRemoved[] = "removed";
 constexpr char kCleared[] = "cleared";
 constexpr char kQueued[] = "queued";
+constexpr char kWork[] = "work";
 constexpr char kBatchName[] = "kv event batch";
 constexpr char kExpectedHash[] = "expected a 16-digit hex string";
 
@@ -96,6 +98,13 @@ json event_json(const KvRemoved& e) {
 json event_json(const KvCleared&) {
   return json{{"type", kCleared}};
 }
+json event_json(const KvWork& e) {
+  return json{{"type", kWork},
+              {"seq", e.seq},
+              {"tokens", e.tokens},
+              {"sequences", e.sequences},
+              {"route", e.route.empty() ? json(nullptr) : json(e.route)}};
+}
 
 // `event` is the object holding "hashes"; `prefix` names it ("" or "events[3]").
 Result<std::vector<BlockHash>> decode_hashes(const json& event, std::string_view prefix,
@@ -140,6 +149,52 @@ Result<KvEvent> decode_removed(const json& j, std::string_view prefix,
   return KvEvent(KvRemoved{std::move(hashes).value()});
 }
 
+// An integer field of `min` (>= 0) or more, up to `max`.
+Result<uint64_t> decode_count(const json& j, std::string_view prefix, const char* key, uint64_t min,
+                              uint64_t max) {
+  const std::string field = join(prefix, key);
+  const json* v = member(j, key);
+  if (v == nullptr) return field_error(field, "missing");
+  uint64_t n = 0;
+  if (v->is_number_unsigned()) {
+    n = v->get<uint64_t>();
+  } else if (v->is_number_integer() && v->get<int64_t>() >= 0) {
+    n = static_cast<uint64_t>(v->get<int64_t>());
+  } else {
+    return field_error(field, "expected an integer of at least " + std::to_string(min));
+  }
+  if (n < min || n > max) {
+    return field_error(
+        field, "expected an integer from " + std::to_string(min) + " to " + std::to_string(max));
+  }
+  return n;
+}
+
+Result<KvEvent> decode_work(const json& j, std::string_view prefix, const KvEventLimits& limits) {
+  constexpr auto kMaxCount = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  KvWork w;
+  Result<uint64_t> seq = decode_count(j, prefix, "seq", 1, std::numeric_limits<uint64_t>::max());
+  if (!seq) return seq.error();
+  Result<uint64_t> tokens = decode_count(j, prefix, "tokens", 0, kMaxCount);
+  if (!tokens) return tokens.error();
+  Result<uint64_t> sequences = decode_count(j, prefix, "sequences", 0, kMaxCount);
+  if (!sequences) return sequences.error();
+  w.seq = *seq;
+  w.tokens = static_cast<int64_t>(*tokens);
+  w.sequences = static_cast<int64_t>(*sequences);
+  if (const json* route = member(j, "route"); route != nullptr && !route->is_null()) {
+    const std::string field = join(prefix, "route");
+    if (!route->is_string()) return field_error(field, "expected a string or null");
+    const std::string& text = route->get_ref<const std::string&>();
+    if (text.size() > limits.max_route_bytes) {
+      return field_error(field, std::to_string(text.size()) + " bytes, over max_route_bytes " +
+                                    std::to_string(limits.max_route_bytes));
+    }
+    w.route = text;
+  }
+  return KvEvent(std::move(w));
+}
+
 // `prefix` names the event inside a batch ("events[3]"), or is empty for a lone event.
 Result<KvEvent> decode_event(const json& j, std::string_view prefix, const KvEventLimits& limits) {
   if (!j.is_object()) return field_error(prefix.empty() ? "event" : prefix, "expected an object");
@@ -152,8 +207,9 @@ Result<KvEvent> decode_event(const json& j, std::string_view prefix, const KvEve
   if (name == kRemoved) return decode_removed(j, prefix, limits);
   if (name == kCleared) return KvEvent(KvCleared{});
   if (name == kQueued) return decode_chain<KvQueued>(j, prefix, limits);
+  if (name == kWork) return decode_work(j, prefix, limits);
   return field_error(type_field, "unknown event type '" + printable(name) +
-                                     "' (expected stored, removed, cleared or queued)");
+                                     "' (expected stored, removed, cleared, queued or work)");
 }
 
 Result<uint64_t> decode_seq(const json& batch) {

@@ -5,6 +5,7 @@
 //   {"type":"removed","hashes":[...]}
 //   {"type":"cleared"}
 //   {"type":"queued","parent":"<16 hex>"|null,"hashes":["<16 hex>",...]}
+//   {"type":"work","seq":7,"tokens":4096,"sequences":4,"route":"<router's send id>"|null}
 //   batch: {"replica":"r0","seq":12,"snapshot":false,"events":[...]}
 //
 // Hashes travel as 16-digit lower-case hex strings: JSON numbers above 2^53 do not survive every
@@ -59,7 +60,24 @@ struct KvQueued {
   friend bool operator==(const KvQueued&, const KvQueued&) = default;
 };
 
-using KvEvent = std::variant<KvStored, KvRemoved, KvCleared, KvQueued>;
+// Work a request brought to the replica, announced when it was queued (with the queued events:
+// /v1/kv_events?queued=1), so that every router counts it at once, not only the one that sent it
+// (whose own count of it is local until the replica's next load report): `tokens` of work (the
+// prefill it will compute past its cached prefix plus its planned completion, as the load
+// report's queued_work_tokens counts it) and `sequences` (its samples). `seq` numbers the
+// replica's announcements from 1; a load report's `work_seq` is the last one its figures hold,
+// so a router counts an announcement until a report with work_seq >= seq. `route`: the router's
+// id of the send (the x-kvcascade-route request header), empty when none came with it. Holds no
+// prefix: the index ignores it.
+struct KvWork {
+  uint64_t seq = 0;
+  int64_t tokens = 0;
+  int64_t sequences = 0;
+  std::string route;
+  friend bool operator==(const KvWork&, const KvWork&) = default;
+};
+
+using KvEvent = std::variant<KvStored, KvRemoved, KvCleared, KvQueued, KvWork>;
 
 // One SSE message. `seq` increases by one per batch on a stream, so a gap tells the subscriber it
 // missed events and must resubscribe; a snapshot batch replaces everything known of the replica.
@@ -76,6 +94,7 @@ struct KvEventLimits {
   size_t max_hashes_per_event = 1 << 20;
   size_t max_events_per_batch = 1 << 16;
   size_t max_text_bytes = 64 << 20;
+  size_t max_route_bytes = 256;  // KvWork::route
 };
 
 std::string format_block_hash(BlockHash h);                        // 16 lower-case hex digits

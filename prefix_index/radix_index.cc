@@ -368,9 +368,10 @@ Status RadixIndex::apply(ReplicaId replica, const KvEvent& event) {
         } else if constexpr (std::is_same_v<T, KvRemoved>) {
           remove(replica, e.hashes);
           return Status::Ok();
-        } else if constexpr (std::is_same_v<T, KvQueued>) {
+        } else if constexpr (std::is_same_v<T, KvQueued> || std::is_same_v<T, KvWork>) {
           return Status::Ok();
         } else {
+          static_assert(std::is_same_v<T, KvCleared>);
           clear(replica);
           return Status::Ok();
         }

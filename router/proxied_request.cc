@@ -167,6 +167,10 @@ void RouterServer::ProxiedRequest::do_try() {
   }
   for (auto& h : replica_auth_headers(s_.config_.replica_api_key))
     headers.push_back(std::move(h));
+  // The replica announces the work with this id (KvWork::route): the send is then counted as
+  // every router counts it (ReplicaView::announced_work).
+  if (counted_work_id != 0)
+    headers.emplace_back("x-kvcascade-route", s_.pool_.route_of(counted_work_id));
   status = 0;  // this try's (a retry must not see the last one's)
   timed_out = false;
   body.clear();

@@ -96,12 +96,22 @@ std::vector<KvEvent> Engine::take_kv_events() {
       events = byte_space_->translate(events);
       break;
     case KeySpace::kPrivateTokenIds:
-      return {};
+      events.clear();
+      break;
   }
   for (KvQueued& q : queued_.events)
     events.emplace_back(std::move(q));
   queued_.clear();
+  // Bounded as the queued events are: an engine whose events nobody takes keeps the newest.
+  for (KvWork& w : work_)
+    events.emplace_back(std::move(w));
+  work_.clear();
   return events;
+}
+
+void Engine::note_work(const SequenceGroup& g, const std::string& route) {
+  if (work_.size() >= kMaxQueuedBlocks) work_.erase(work_.begin());
+  work_.push_back(KvWork{++work_seq_, scheduler_.new_group_work(g), g.num_samples, route});
 }
 
 void Engine::note_queued(const SequenceGroup& g) {
@@ -215,17 +225,22 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
 }
 
 Result<uint64_t> Engine::submit(GenerationRequest request) {
+  const std::string route = std::move(request.route);
   Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(request));
   if (!g.ok()) return g.error();
   const uint64_t id = (*g)->id = next_group_id_++;
   note_queued(**g);
+  const SequenceGroup& added = **g;
   scheduler_.add(std::move(*g));
+  note_work(added, route);
   return id;
 }
 
 Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenerationRequest> requests) {
   std::vector<std::unique_ptr<SequenceGroup>> groups;
+  std::vector<std::string> routes;
   for (size_t i = 0; i < requests.size(); ++i) {
+    routes.push_back(std::move(requests[i].route));
     Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(requests[i]));
     if (!g.ok()) {
       if (requests.size() == 1) return g.error();
@@ -234,10 +249,13 @@ Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenerationRequest> 
     groups.push_back(std::move(*g));
   }
   std::vector<uint64_t> ids;
-  for (auto& g : groups) {
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::unique_ptr<SequenceGroup>& g = groups[i];
     ids.push_back(g->id = next_group_id_++);
     note_queued(*g);
+    const SequenceGroup& added = *g;
     scheduler_.add(std::move(g));
+    note_work(added, routes[i]);
   }
   return ids;
 }

@@ -52,6 +52,9 @@ struct GenerationRequest {
   // ...and it is the context's bound, not a length (a chat request without max_tokens): the work
   // planned for it is Scheduler::planned_open_completion per sample.
   bool open_completion = false;
+  // The router's id of the send (the x-kvcascade-route header), given back in the group's work
+  // announcement (KvWork::route); empty: none.
+  std::string route;
 };
 
 // A token a sibling generated (the model's EOS included: it is the last one then).
@@ -157,8 +160,12 @@ class Engine {
   // KV events since the last call, in router key space (byte blocks): the pool's own with the
   // byte tokenizer, translated from token blocks with any other (byte_space.h), none when the
   // tokenizer does not give its input back byte for byte; then a queued event (KvQueued) for each
-  // prompt submitted since, with the blocks it will compute.
+  // prompt submitted since, with the blocks it will compute; then the work each group submitted
+  // since brings (KvWork, in every key space: it names no blocks).
   std::vector<KvEvent> take_kv_events();
+  // The last KvWork's seq (0: none yet): a load snapshot taken with the scheduler's counts holds
+  // the work of every announcement up to it.
+  uint64_t work_seq() const { return work_seq_; }
   // The queued events are best effort, so bounded: a prompt's first blocks past those held, and
   // so many blocks in all between two takes (a batch stays far below a router's
   // max_kv_event_bytes, and an engine whose events nobody takes stops adding).
@@ -188,6 +195,8 @@ class Engine {
   // published already (none when all are, or the key space has no router chain); once per
   // distinct chain between two take_kv_events.
   void note_queued(const SequenceGroup& g);
+  // Announces the work a group just added to the scheduler brings (KvWork).
+  void note_work(const SequenceGroup& g, const std::string& route);
   // That event for g: at most `budget` blocks past those published; nullopt when none.
   std::optional<KvQueued> queued_event(const SequenceGroup& g, size_t budget) const;
   // Queued events, at most one per distinct event, with their blocks counted. A chain's blocks
@@ -230,6 +239,8 @@ class Engine {
   std::vector<int32_t> model_eos_;             // the model's end ids besides the tokenizer's
   std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
   QueuedEvents queued_;                        // note_queued's, until take_kv_events
+  std::vector<KvWork> work_;                   // note_work's, until take_kv_events
+  uint64_t work_seq_ = 0;                      // the last KvWork's seq
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;
 };

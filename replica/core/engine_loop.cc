@@ -22,6 +22,7 @@ LoadSnapshot initial_load(const Engine& engine, const std::string& weight_versio
   snap.scheduler = engine.scheduler().counts();
   snap.blocks = engine.pool().counts();
   snap.weight_version = weight_version;
+  snap.work_seq = engine.work_seq();
   return snap;
 }
 
@@ -132,7 +133,8 @@ void EngineLoop::abort(uint64_t group_id) {
   post([this, group_id] { engine_.abort(group_id); });
 }
 
-std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber, bool queued) {
+std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber, bool queued,
+                                                        bool work) {
   uint64_t sid = 0;
   {
     std::lock_guard lock(mu_);
@@ -140,12 +142,13 @@ std::optional<uint64_t> EngineLoop::subscribe_kv_events(KvSubscriber subscriber,
     sid = next_subscriber_++;
   }
   // Commands run in order, so an unsubscribe posted after this finds the subscriber.
-  const bool posted = post([this, sid, queued, subscriber = std::move(subscriber)]() mutable {
+  const bool posted = post([this, sid, queued, work, subscriber = std::move(subscriber)]() mutable {
     // Changes not yet published belong before the snapshot for everyone else.
     publish_kv_events();
     Subscriber& s = subscribers_[sid];
     s.fn = std::move(subscriber);
     s.queued = queued;
+    s.work = queued && work;
     KvEventBatch snapshot{replica_id_, s.next_seq++, true, {KvCleared{}}};
     for (KvEvent& e : engine_.kv_snapshot(queued))
       snapshot.events.push_back(std::move(e));
@@ -193,6 +196,7 @@ void EngineLoop::refresh_load() {
   snap.num_finished_requests = num_finished_requests_;
   snap.busy_seconds = busy_seconds_;
   snap.step_model = step_fit_.model();
+  snap.work_seq = engine_.work_seq();
   // The gauges with /v1/load: an abort frees blocks with no step after it to observe.
   set_gauges(snap.blocks, snap.scheduler);
   std::lock_guard lock(mu_);
@@ -290,31 +294,43 @@ void EngineLoop::run_on_engine_thread(std::function<void(Engine&)> fn) {
 void EngineLoop::publish_kv_events() {
   std::vector<KvEvent> events = engine_.take_kv_events();
   if (events.empty() || subscribers_.empty()) return;
-  // One batch and one encoding for the subscribers that asked for queued events (the events
-  // themselves, moved) and one for those that did not, each subscriber's seq set on it in turn:
-  // N routers cost the engine thread one encoding of the events, not N copies and encodings.
+  // Three feeds: the blocks alone; with the queued events (KvQueued); with the queued and the
+  // work events (KvWork). One batch and one encoding per feed that has subscribers, each
+  // subscriber's seq set on it in turn: N routers cost the engine thread one encoding of the
+  // events, not N copies and encodings. The richest feed in use takes the events themselves.
+  auto feed_of = [](const Subscriber& s) { return s.work ? 2 : (s.queued ? 1 : 0); };
+  auto keeps = [](int feed, const KvEvent& e) {
+    if (std::holds_alternative<KvWork>(e)) return feed == 2;
+    return feed >= 1 || !std::holds_alternative<KvQueued>(e);
+  };
   struct Shared {
     KvEventBatch batch;
     std::string json;
   };
-  Shared with_queued, without_queued;
-  bool any_with = false, any_without = false;
-  for (const auto& [id, s] : subscribers_)
-    (s.queued ? any_with : any_without) = true;
-  if (any_without) {
-    for (const KvEvent& e : events)
-      if (!std::holds_alternative<KvQueued>(e)) without_queued.batch.events.push_back(e);
+  Shared shared[3];
+  int richest = -1;
+  bool used[3] = {false, false, false};
+  for (const auto& [id, s] : subscribers_) {
+    used[feed_of(s)] = true;
+    richest = std::max(richest, feed_of(s));
   }
-  if (any_with) with_queued.batch.events = std::move(events);
-  for (Shared* shared : {&with_queued, &without_queued}) {
-    shared->batch.replica = replica_id_;
-    if (!shared->batch.events.empty()) shared->json = encode_kv_events(shared->batch.events);
+  for (int f = 0; f < 3; ++f) {
+    if (!used[f]) continue;
+    if (f == richest) {
+      std::erase_if(events, [&](const KvEvent& e) { return !keeps(f, e); });
+      shared[f].batch.events = std::move(events);
+    } else {
+      for (const KvEvent& e : events)
+        if (keeps(f, e)) shared[f].batch.events.push_back(e);
+    }
+    shared[f].batch.replica = replica_id_;
+    if (!shared[f].batch.events.empty()) shared[f].json = encode_kv_events(shared[f].batch.events);
   }
   for (auto& [id, s] : subscribers_) {
-    Shared& shared = s.queued ? with_queued : without_queued;
-    if (shared.batch.events.empty()) continue;
-    shared.batch.seq = s.next_seq++;
-    s.fn(shared.batch, shared.json);
+    Shared& feed = shared[feed_of(s)];
+    if (feed.batch.events.empty()) continue;
+    feed.batch.seq = s.next_seq++;
+    s.fn(feed.batch, feed.json);
   }
 }
 

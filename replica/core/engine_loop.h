@@ -59,6 +59,9 @@ struct LoadSnapshot {
   // and a replica restarted on its start-up weights (crashed, rescheduled, scaled up) does not
   // pass for the newest (router/fleet/replica_pool.h).
   int64_t weight_loaded_at_ms = 0;
+  // The last work announcement (KvWork) these figures hold (Engine::work_seq): a router counts
+  // the later ones on top of them.
+  uint64_t work_seq = 0;
 };
 
 // POST /v1/admin/weights: a Hugging Face folder of the same model to serve from now on.
@@ -118,7 +121,9 @@ class EngineLoop {
   // engine thread; queued events (KvQueued) only with `queued` (a router that knows them: one
   // built before them refuses a batch holding one). Returns the id to unsubscribe with, or
   // nullopt after stop().
-  std::optional<uint64_t> subscribe_kv_events(KvSubscriber subscriber, bool queued = false);
+  // With `work` too (and `queued`), the work events (KvWork) as well: a router that counts them.
+  std::optional<uint64_t> subscribe_kv_events(KvSubscriber subscriber, bool queued = false,
+                                              bool work = false);
   void unsubscribe_kv_events(uint64_t id);
   // Ends the engine thread: commands already queued run, groups still running are aborted (their
   // sinks see the error), later submissions and subscriptions are refused. Idempotent.
@@ -196,6 +201,7 @@ class EngineLoop {
     KvSubscriber fn;
     uint64_t next_seq = 0;
     bool queued = false;  // receives KvQueued events
+    bool work = false;    // ...and KvWork events
   };
   std::map<uint64_t, Subscriber> subscribers_;
   int64_t num_steps_ = 0;

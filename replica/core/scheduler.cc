@@ -601,6 +601,10 @@ int64_t decode_tokens_left(const SequenceGroup& g, int32_t open_plan) {
 
 }  // namespace
 
+int64_t Scheduler::new_group_work(const SequenceGroup& g) const {
+  return g.expected_prefill_tokens + decode_tokens_left(g, planned_open_completion());
+}
+
 int32_t Scheduler::planned_open_completion() const {
   return std::max(1, static_cast<int32_t>(std::lround(open_completion_mean_)));
 }

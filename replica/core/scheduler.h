@@ -116,6 +116,9 @@ class Scheduler {
   int32_t max_tokens_fit(const SequenceGroup& group) const;
   // Precondition: check_fits(*group).ok().
   void add(std::unique_ptr<SequenceGroup> group);
+  // The work a group waiting since add() brings, as counts() counts it in num_work_tokens_queued:
+  // its expected prefill and every sample's planned completion.
+  int64_t new_group_work(const SequenceGroup& g) const;
   // Ends a group now (client went away): releases its blocks. Unknown ids are ignored.
   void abort(uint64_t group_id);
 

@@ -160,7 +160,8 @@ void ReplicaServer::handle(http::Request request, std::shared_ptr<http::Responde
       responder->send(200, "text/event-stream", "", http::event_stream_headers());
       return;
     }
-    kv_events(responder, http::query_param(request.target, "queued") == "1");
+    kv_events(responder, http::query_param(request.target, "queued") == "1",
+              http::query_param(request.target, "work") == "1");
   } else if (path == "/metrics" && registry_) {
     if (only("GET")) responder->send(200, metrics::kContentType, metrics::expose(*registry_));
   } else {
@@ -236,6 +237,7 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
               : tokenizer.encode(req.prompts[p]);
     }
     g.n = req.n;
+    if (auto route = request.header("x-kvcascade-route")) g.route = std::string(*route);
     // What the request leaves out comes from the model's generation_config.json.
     const GenerationDefaults& d = engine_.model().generation;
     g.params.temperature = req.temperature.value_or(d.temperature.value_or(1.0f));
@@ -301,14 +303,14 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
   });
 }
 
-void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder, bool queued) {
+void ReplicaServer::kv_events(std::shared_ptr<http::Responder> responder, bool queued, bool work) {
   responder->start_stream(200, "text/event-stream", http::event_stream_headers());
   const std::optional<uint64_t> sub = loop_.subscribe_kv_events(
       [responder](const KvEventBatch& batch, std::string_view events_json) {
         responder->write(http::sse_event(
             encode_kv_event_batch(batch.replica, batch.seq, batch.snapshot, events_json)));
       },
-      queued);
+      queued, work);
   if (!sub) {
     responder->write(
         http::sse_event(http::error_body("the engine is shutting down", "server_error")));
@@ -485,7 +487,8 @@ std::string ReplicaServer::load_json() const {
             {"computed_tokens_total", t.num_computed_tokens},
             {"finished_requests_total", t.num_finished_requests},
             {"busy_seconds_total", t.busy_seconds},
-            {"steps_total", t.num_steps}};
+            {"steps_total", t.num_steps},
+            {"work_seq", t.work_seq}};
   }
   return dump({{"replica_id", config_.replica_id},
                {"waiting_groups", l.scheduler.num_groups_waiting},
@@ -498,6 +501,7 @@ std::string ReplicaServer::load_json() const {
                {"computed_tokens_total", l.num_computed_tokens},
                {"finished_requests_total", l.num_finished_requests},
                {"busy_seconds_total", l.busy_seconds},
+               {"work_seq", l.work_seq},
                {"kv_blocks",
                 {{"total", l.blocks.num_blocks_total},
                  {"used", l.blocks.num_blocks_used},

@@ -67,7 +67,8 @@ class ReplicaServer {
   std::optional<ApiError> context_refusal(Endpoint endpoint, size_t index,
                                           const GenerationRequest& g) const;
   // /v1/kv_events; `queued` (?queued=1): with the queued events (EngineLoop::subscribe_kv_events).
-  void kv_events(std::shared_ptr<http::Responder> responder, bool queued);
+  // With `work` (?work=1, and queued), the work events (KvWork) too.
+  void kv_events(std::shared_ptr<http::Responder> responder, bool queued, bool work);
   // POST /v1/admin/weights, /v1/admin/pause, /v1/admin/resume.
   void admin(const std::string& path, const http::Request& request,
              std::shared_ptr<http::Responder> responder);

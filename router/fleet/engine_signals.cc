@@ -171,9 +171,11 @@ Result<ReplicaLoad> read_kvcascade_load(std::string_view body) {
   load.steps_total = count_field(figures, &figures != &*j ? "steps_total" : "steps");
   if (const auto m = j->find("step_model"); m != j->end()) load.step_model = read_step_model(*m);
   if (&figures != &*j) load.tick_at_ms = timestamp_field(figures, "at_ms");
+  load.work_seq = count_field(figures, "work_seq");
   if (!load.computed_tokens_total || !load.queued_work_tokens) {
     load.computed_tokens_total.reset();  // an older replica: this router counts its own
     load.queued_work_tokens.reset();
+    load.work_seq.reset();
   }
   return load;
 }

@@ -81,6 +81,9 @@ struct ReplicaLoad {
   // epoch); nullopt: live figures.
   std::optional<int64_t> tick_at_ms;
   std::optional<StepModel> step_model;  // kvcascade only, once it has one
+  // kvcascade only: the last work announcement (KvWork::seq) these figures hold; a router counts
+  // the later ones on top of them. nullopt: an older replica (its announcements are ignored).
+  std::optional<int64_t> work_seq;
 };
 Result<ReplicaLoad> read_kvcascade_load(std::string_view body);
 Result<ReplicaLoad> read_vllm_metrics(std::string_view text);

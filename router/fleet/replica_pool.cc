@@ -3,7 +3,9 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <random>
 #include <unordered_map>
 
 #include "api/openai_request.h"
@@ -52,7 +54,29 @@ struct ReplicaPool::Replica {
     int64_t sequences;
   };
   std::unordered_map<uint64_t, Sent> unacked;  // this router's sends, by note_routed_work id
+  // Work the replica announced queuing (KvWork) after its last report's work_seq, by seq, and
+  // their sums (ReplicaView::announced_work). No report with a work_seq yet: none kept.
+  std::optional<uint64_t> reported_work_seq;
+  struct Announced {
+    int64_t tokens;
+    int64_t sequences;
+  };
+  std::map<uint64_t, Announced> announced;
+  double announced_work = 0;
+  int64_t announced_sequences = 0;
 };
+
+namespace {
+
+std::string random_route_prefix() {
+  std::random_device rd;
+  const uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  char text[18];
+  std::snprintf(text, sizeof text, "%016llx-", static_cast<unsigned long long>(v));
+  return text;
+}
+
+}  // namespace
 
 int64_t planned_open_completion(const std::vector<ReplicaView>& replicas) {
   double sum = 0;
@@ -75,7 +99,11 @@ Status parse_replica_address(const std::string& address, std::string& host, uint
 
 ReplicaPool::ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
                          PoolConfig config)
-    : client_(client), indexes_(indexes), clock_(clock), config_(config) {}
+    : client_(client),
+      indexes_(indexes),
+      clock_(clock),
+      config_(config),
+      route_prefix_(random_route_prefix()) {}
 
 ReplicaPool::~ReplicaPool() {
   {
@@ -156,7 +184,9 @@ ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) con
       v.unacked_work += sent.work;
       v.unacked_sequences += sent.sequences;
     }
-    v.routed_work = r.computed_decayed + r.queued_work + v.unacked_work;
+    v.announced_work = r.announced_work;
+    v.waiting_sequences += r.announced_sequences;
+    v.routed_work = r.computed_decayed + r.queued_work + v.unacked_work + r.announced_work;
     if (r.busy_total && r.wall_decayed > 0) {
       v.busy = std::clamp(r.busy_decayed / r.wall_decayed, 0.0, 1.0);
       if (r.steps_total && r.view.step_model) {
@@ -313,6 +343,48 @@ void ReplicaPool::forget_routed_work(uint32_t index, uint64_t id) {
   replicas_[index]->unacked.erase(id);
 }
 
+std::string ReplicaPool::route_of(uint64_t id) const {
+  return route_prefix_ + std::to_string(id);
+}
+
+void ReplicaPool::note_announced_work(uint32_t index, const KvWork& work) {
+  std::lock_guard lock(mu_);
+  if (index >= replicas_.size() || !replicas_[index]) return;
+  note_announced_work_locked(*replicas_[index], work);
+}
+
+void ReplicaPool::note_announced_work_locked(Replica& r, const KvWork& work) {
+  // This router's own send: the announcement replaces it (whichever of the two the next
+  // report holds, the send is not counted twice).
+  if (work.route.size() > route_prefix_.size() && work.route.starts_with(route_prefix_)) {
+    uint64_t id = 0;
+    const char* begin = work.route.data() + route_prefix_.size();
+    const char* end = work.route.data() + work.route.size();
+    if (auto [p, ec] = std::from_chars(begin, end, id); ec == std::errc() && p == end) {
+      r.unacked.erase(id);
+    }
+  }
+  // Held by the last report already, or no report to ever prune it by.
+  if (!r.reported_work_seq || work.seq <= *r.reported_work_seq) return;
+  auto [it, added] =
+      r.announced.try_emplace(work.seq, Replica::Announced{work.tokens, work.sequences});
+  if (!added) return;  // a repeat (a resubscription's): counted once
+  r.announced_work += static_cast<double>(work.tokens);
+  r.announced_sequences += work.sequences;
+  if (r.announced.size() > kMaxAnnounced) {
+    const auto& oldest = r.announced.begin()->second;
+    r.announced_work -= static_cast<double>(oldest.tokens);
+    r.announced_sequences -= oldest.sequences;
+    r.announced.erase(r.announced.begin());
+  }
+}
+
+void ReplicaPool::clear_announced(Replica& r) {
+  r.announced.clear();
+  r.announced_work = 0;
+  r.announced_sequences = 0;
+}
+
 // A load report with the replica's computed and queued work (ReplicaView::routed_work), from
 // the poll of `round`: every send tagged with an earlier round reached the replica before the
 // poll was asked, so the report counts it.
@@ -361,6 +433,24 @@ void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, u
   r.computed_at_s = at_s;
   r.queued_work = static_cast<double>(load.queued_work_tokens.value_or(0));
   std::erase_if(r.unacked, [&](const auto& e) { return e.second.round < round; });
+  // The announcements this report's figures hold leave the count; a report whose seq went back
+  // (a restart) holds none of the old ones.
+  if (!load.work_seq ||
+      (r.reported_work_seq && static_cast<uint64_t>(*load.work_seq) < *r.reported_work_seq)) {
+    clear_announced(r);
+  }
+  if (load.work_seq) {
+    r.reported_work_seq = static_cast<uint64_t>(*load.work_seq);
+    while (!r.announced.empty() && r.announced.begin()->first <= *r.reported_work_seq) {
+      const auto& held = r.announced.begin()->second;
+      r.announced_work -= static_cast<double>(held.tokens);
+      r.announced_sequences -= held.sequences;
+      r.announced.erase(r.announced.begin());
+    }
+    if (r.announced.empty()) r.announced_work = 0, r.announced_sequences = 0;  // no drift
+  } else {
+    r.reported_work_seq.reset();
+  }
 }
 
 void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation,
@@ -542,7 +632,7 @@ void ReplicaPool::subscribe(uint32_t index) {
   http::StreamOptions options;
   options.cancellation = cancellation;
   client_.stream(
-      r->view.host, r->view.port, "GET", "/v1/kv_events?queued=1", "",
+      r->view.host, r->view.port, "GET", "/v1/kv_events?queued=1&work=1", "",
       replica_auth_headers(config_.replica_api_key),
       [status](int s, const http::Headers&) { *status = s; },
       [this, r, index, status, generation](std::string_view bytes) {
@@ -568,6 +658,7 @@ void ReplicaPool::subscribe(uint32_t index) {
             return false;
           }
           bool refused = false;
+          std::vector<const KvWork*> work;
           {
             std::lock_guard lock(indexes_.mu);
             if (r->index_generation.load() != generation) return false;  // forgotten meanwhile
@@ -588,12 +679,20 @@ void ReplicaPool::subscribe(uint32_t index) {
                 indexes_.routed.clear(index);
               } else if (const auto* queued = std::get_if<KvQueued>(&ev)) {
                 indexes_.note_queued_locked(index, *queued);
+              } else if (const auto* w = std::get_if<KvWork>(&ev)) {
+                work.push_back(w);
               }
             }
           }
           if (refused) {
             note_resync(*r, "refused_event");
             return false;
+          }
+          if (!work.empty()) {  // lock order: pool, then index
+            // Announcements made while no feed was open are lost; the next report holds them.
+            std::lock_guard lock(mu_);
+            for (const KvWork* w : work)
+              note_announced_work_locked(*r, *w);
           }
         }
         return true;

@@ -136,8 +136,13 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // since that report (note_routed_work). A replica that comes back (restart, a stall that
   // ended) or joins restarts at the others' mean, so it takes its share, not every request.
   // nullopt: the replica reports no such figures (other engines); the policy counts its own.
+  // Between two reports every router adds the work the replica announced queuing since (its
+  // KvWork events, whichever router sent it: announced_work, and announced_sequences with the
+  // waiting sequences), and this router's own sends only until their announcement comes (a few
+  // ms), so routers differ only by what is in flight to the replica.
   std::optional<double> routed_work;
-  double unacked_work = 0;  // this router's part of routed_work (sent since the report)
+  double unacked_work = 0;    // this router's part of routed_work (sent, not announced yet)
+  double announced_work = 0;  // the announced part, alike for every router
   // The share of wall time the replica spent in steps lately (its busy_seconds_total, decayed
   // as routed_work's computed tokens), 0..1; nullopt: not reported, or no report to compare yet.
   std::optional<double> busy;
@@ -216,6 +221,14 @@ class ReplicaPool {
   uint64_t note_routed_work(uint32_t index, double work, int64_t sequences = 0);
   // That send failed before the replica took it: its work leaves routed_work.
   void forget_routed_work(uint32_t index, uint64_t id);
+  // The x-kvcascade-route header value for a send (note_routed_work's id): the replica gives it
+  // back in the send's work announcement (KvWork::route), which then takes over from the send.
+  // Unique to this pool (a random prefix), so that other routers' sends are never taken for it.
+  std::string route_of(uint64_t id) const;
+  // A work announcement from the replica's KV events (the subscription's, in order; tests).
+  void note_announced_work(uint32_t index, const KvWork& work);
+  // Announcements older than this many are dropped (an engine that never reports).
+  static constexpr size_t kMaxAnnounced = 65536;
 
  private:
   struct Replica;
@@ -251,7 +264,10 @@ class ReplicaPool {
   // Guarded by mu_: when this router first saw each weight version (1, 2, ...), the order of
   // versions no replica gives a load time for.
   std::map<std::string, uint64_t> version_order_;
-  uint64_t next_send_id_ = 1;  // guarded by mu_
+  uint64_t next_send_id_ = 1;       // guarded by mu_
+  const std::string route_prefix_;  // route_of's: 16 random hex digits and '-'
+  void note_announced_work_locked(Replica& r, const KvWork& work);
+  static void clear_announced(Replica& r);
   double work_horizon_s_ = 0;  // guarded by mu_; 0: PoolConfig::routed_work_horizon
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
   std::condition_variable wake_;

@@ -34,7 +34,7 @@ std::vector<BlockHash> random_hashes(std::mt19937_64& rng, size_t max_count) {
 }
 
 KvEvent random_event(std::mt19937_64& rng) {
-  switch (rng() % 6) {
+  switch (rng() % 7) {
     case 0:
       return KvStored{std::nullopt, random_hashes(rng, 5)};
     case 1:
@@ -45,6 +45,10 @@ KvEvent random_event(std::mt19937_64& rng) {
       return KvQueued{std::nullopt, random_hashes(rng, 5)};
     case 4:
       return KvQueued{random_hash(rng), random_hashes(rng, 5)};
+    case 5:
+      return KvWork{1 + rng() % kMax, static_cast<int64_t>(rng() >> 1),
+                    static_cast<int64_t>(rng() % 64),
+                    rng() % 2 ? "" : std::to_string(rng()) + "-" + std::to_string(rng() % 9)};
     default:
       return KvCleared{};
   }
@@ -128,6 +132,46 @@ TEST(KvEventJsonTest, ExactJsonOfEachKind) {
                             "hashes":["0000000000000003"]})"));
   EXPECT_EQ(to_json(KvQueued{std::nullopt, {BlockHash{3}}}),
             json::parse(R"({"type":"queued","parent":null,"hashes":["0000000000000003"]})"));
+  EXPECT_EQ(to_json(KvWork{7, 4096, 4, "00000000000000ab-12"}),
+            json::parse(R"({"type":"work","seq":7,"tokens":4096,"sequences":4,)"
+                        R"("route":"00000000000000ab-12"})"));
+  EXPECT_EQ(to_json(KvWork{1, 0, 0, ""}),
+            json::parse(R"({"type":"work","seq":1,"tokens":0,"sequences":0,"route":null})"));
+}
+
+// A work announcement (KvWork): seq from 1, tokens and sequences from 0, integers; the route a
+// string or null (or absent), at most max_route_bytes.
+TEST(KvEventDecodeTest, WorkFieldsAreCheckedAndNamed) {
+  auto work = [](std::string fields) {
+    return decode_kv_event(json::parse(R"({"type":"work",)" + fields + "}"));
+  };
+  Result<KvEvent> ok = work(R"("seq":3,"tokens":10,"sequences":2)");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(*ok, KvEvent(KvWork{3, 10, 2, ""}));
+  EXPECT_TRUE(work(R"("seq":3,"tokens":10,"sequences":2,"route":null)").ok());
+  EXPECT_TRUE(fails_naming(work(R"("tokens":10,"sequences":2)"), "seq"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":0,"tokens":10,"sequences":2)"), "seq"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":1.5,"tokens":10,"sequences":2)"), "seq"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":"1","tokens":10,"sequences":2)"), "seq"));
+  EXPECT_TRUE(work(R"("seq":18446744073709551615,"tokens":10,"sequences":2)").ok());
+  EXPECT_TRUE(fails_naming(work(R"("seq":18446744073709551616,"tokens":10,"sequences":2)"), "seq"));
+  EXPECT_TRUE(
+      fails_naming(work(R"("seq":1,"tokens":9223372036854775808,"sequences":2)"), "tokens"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":1,"tokens":-1,"sequences":2)"), "tokens"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":1,"sequences":2)"), "tokens"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":1,"tokens":1,"sequences":null)"), "sequences"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":1,"tokens":1,"sequences":1,"route":5)"), "route"));
+  EXPECT_TRUE(fails_naming(
+      work(R"("seq":1,"tokens":1,"sequences":1,"route":")" + std::string(257, 'x') + "\""),
+      "route"));
+  EXPECT_TRUE(
+      work(R"("seq":1,"tokens":1,"sequences":1,"route":")" + std::string(256, 'x') + "\"").ok());
+  // Inside a batch the field is named with the event's place.
+  EXPECT_TRUE(
+      fails_naming(decode_kv_event_batch(
+                       R"({"replica":"r","seq":1,"snapshot":false,"events":[{"type":"cleared"},)"
+                       R"({"type":"work","seq":1,"tokens":-4,"sequences":0}]})"),
+                   "events[1].tokens"));
 }
 
 TEST(KvEventJsonTest, EncodesBatchAsOneCompactLine) {

@@ -97,6 +97,8 @@ class FakeReplica {
     weight_loaded_at_ms_ = loaded_at_ms;
   }
   void set_paused(bool paused) { paused_ = paused; }
+  // The last work announcement (KvWork::seq) /v1/load says its figures hold (negative: none).
+  void set_work_seq(int64_t seq) { work_seq_ = seq; }
   // What /v1/load reports it plans per sample of a chat request without max_tokens (negative:
   // nothing, as an older replica).
   void set_planned_open_completion(int64_t tokens) { planned_open_completion_ = tokens; }
@@ -141,6 +143,7 @@ class FakeReplica {
         load["queued_work_tokens"] = queued_work_.load();
         if (busy_seconds_.load() >= 0) load["busy_seconds_total"] = busy_seconds_.load();
         if (finished_.load() >= 0) load["finished_requests_total"] = finished_.load();
+        if (work_seq_.load() >= 0) load["work_seq"] = work_seq_.load();
         if (planned_open_completion_.load() >= 0) {
           load["planned_open_completion_tokens"] = planned_open_completion_.load();
         }
@@ -220,6 +223,7 @@ class FakeReplica {
   std::atomic<int64_t> computed_total_{0}, queued_work_{0};
   std::atomic<double> busy_seconds_{-1};              // < 0: not reported
   std::atomic<int64_t> finished_{-1};                 // < 0: not reported
+  std::atomic<int64_t> work_seq_{-1};                 // < 0: not reported
   std::atomic<int64_t> planned_open_completion_{-1};  // < 0: not reported
   std::atomic<int64_t> steps_{-1};                    // < 0: not reported
   std::atomic<double> step_overhead_s_{0};

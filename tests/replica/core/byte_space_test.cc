@@ -176,7 +176,8 @@ TEST_F(Llama3Engine, SubmittedPromptsAreQueuedEventsInTheRoutersByteBlocks) {
   ASSERT_TRUE(engine_->submit(r).ok());
   const std::vector<BlockHash> all = hash_blocks(engine_->chain_seed(""), kDocument, 16);
   std::vector<KvEvent> events = engine_->take_kv_events();
-  ASSERT_EQ(events.size(), 1u);
+  ASSERT_EQ(events.size(), 2u);  // the queued blocks, then the work (KvWork), in any key space
+  ASSERT_TRUE(std::holds_alternative<KvWork>(events[1]));
   ASSERT_TRUE(std::holds_alternative<KvQueued>(events[0]));
   EXPECT_EQ(std::get<KvQueued>(events[0]), (KvQueued{std::nullopt, all}));
   while (engine_->has_work())
@@ -191,7 +192,8 @@ TEST_F(Llama3Engine, SubmittedPromptsAreQueuedEventsInTheRoutersByteBlocks) {
   r.prompt = tok_->encode(longer);
   ASSERT_TRUE(engine_->submit(r).ok());
   events = engine_->take_kv_events();
-  ASSERT_EQ(events.size(), 1u);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<KvWork>(events[1]));
   const auto& q = std::get<KvQueued>(events[0]);
   const std::vector<BlockHash> want = hash_blocks(engine_->chain_seed(""), longer, 16);
   EXPECT_EQ(q.parent, published.back());

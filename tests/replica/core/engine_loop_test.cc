@@ -283,11 +283,12 @@ TEST_F(EngineLoopTest, KvSubscribersGetASnapshotThenNumberedChanges) {
 
 // Queued events go only to subscribers that asked for them (a router built before them refuses
 // a batch holding one), and before the step that admits the prompt: the first batch after the
-// submission holds the announcement; the others see the same stored events without it.
+// submission holds the announcement; the others see the same stored events without it. Work
+// events (KvWork) likewise only for those that asked for them too.
 TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
   EngineLoop loop(engine_, "r8");
   std::mutex mu;
-  std::vector<KvEventBatch> with, without;
+  std::vector<KvEventBatch> with, without, queued_only;
   // Every subscriber's text is its batch's (the events' JSON is encoded once for all that
   // receive the same events; only seq is each one's own).
   int texts_checked = 0;
@@ -300,6 +301,15 @@ TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
         std::lock_guard lock(mu);
         text_is_the_batchs(b, json);
         with.push_back(b);
+      },
+      /*queued=*/true, /*work=*/true));
+  // Queued events without the work ones (a router built before KvWork would refuse a batch
+  // holding one).
+  ASSERT_TRUE(loop.subscribe_kv_events(
+      [&](const KvEventBatch& b, std::string_view json) {
+        std::lock_guard lock(mu);
+        text_is_the_batchs(b, json);
+        queued_only.push_back(b);
       },
       /*queued=*/true));
   ASSERT_TRUE(loop.subscribe_kv_events([&](const KvEventBatch& b, std::string_view json) {
@@ -321,21 +331,33 @@ TEST_F(EngineLoopTest, QueuedEventsOnlyForSubscribersThatAsk) {
         n += std::holds_alternative<decltype(kind)>(e) ? 1 : 0;
     return n;
   };
-  ASSERT_GE(with.size(), 3u);  // snapshot, the announcement, the stored blocks
-  ASSERT_EQ(with[1].events.size(), 1u);
+  ASSERT_GE(with.size(), 3u);            // snapshot, the announcement, the stored blocks
+  ASSERT_EQ(with[1].events.size(), 2u);  // the queued blocks and the work
+  const auto* w = std::get_if<KvWork>(&with[1].events[1]);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->seq, 1u);
+  EXPECT_EQ(w->sequences, 1);
+  EXPECT_EQ(w->tokens, 64 + 2);  // the prompt (nothing cached) and max_tokens
   const auto* q = std::get_if<KvQueued>(&with[1].events[0]);
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(q->parent, std::nullopt);
   EXPECT_EQ(q->hashes.size(), 4u);  // 64 bytes in 16-token blocks
   EXPECT_EQ(count(with, KvQueued{}), 1u);
   EXPECT_EQ(count(without, KvQueued{}), 0u);
+  EXPECT_EQ(count(with, KvWork{}), 1u);
+  EXPECT_EQ(count(without, KvWork{}), 0u);
+  EXPECT_EQ(count(queued_only, KvWork{}), 0u);
+  EXPECT_EQ(count(queued_only, KvQueued{}), 1u);
+  EXPECT_EQ(count(queued_only, KvStored{}), count(with, KvStored{}));
+  for (size_t i = 0; i < queued_only.size(); ++i)
+    EXPECT_EQ(queued_only[i].seq, i);
   EXPECT_EQ(count(with, KvStored{}), count(without, KvStored{}));
   EXPECT_GE(count(without, KvStored{}), 1u);
   for (size_t i = 0; i < without.size(); ++i)
     EXPECT_EQ(without[i].seq, i);  // no gap where a batch held only the announcement
   for (size_t i = 0; i < with.size(); ++i)
     EXPECT_EQ(with[i].seq, i);
-  EXPECT_EQ(texts_checked, static_cast<int>(with.size() + without.size()));
+  EXPECT_EQ(texts_checked, static_cast<int>(with.size() + without.size() + queued_only.size()));
 }
 
 // Subscribers of one kind share each publication's batch and encoding; one that came later

@@ -17,6 +17,13 @@
 namespace kvc {
 namespace {
 
+// The events that name blocks (stored, removed, cleared, queued): take_kv_events less the work
+// announcements (KvWork), which EngineTest.SubmittedGroupsAnnounceTheirWork checks.
+std::vector<KvEvent> block_events(std::vector<KvEvent> events) {
+  std::erase_if(events, [](const KvEvent& e) { return std::holds_alternative<KvWork>(e); });
+  return events;
+}
+
 struct RunOutput {
   std::map<std::pair<uint64_t, int32_t>, std::string> texts;
   std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> tokens;
@@ -171,7 +178,8 @@ TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {
   const std::vector<BlockHash> five = hash_blocks(seed, kSystem + "Q1", 16);
   ASSERT_EQ(five.size(), 5u);
   ASSERT_TRUE(engine.submit_all({r, r, r}).ok());  // three requests, one prompt
-  EXPECT_EQ(engine.take_kv_events(), (std::vector<KvEvent>{KvQueued{std::nullopt, five}}));
+  EXPECT_EQ(block_events(engine.take_kv_events()),
+            (std::vector<KvEvent>{KvQueued{std::nullopt, five}}));
   while (engine.has_work())
     engine.step();
   (void)engine.take_kv_events();  // the stored blocks
@@ -180,7 +188,8 @@ TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {
   const std::vector<BlockHash> six = hash_blocks(seed, longer, 16);
   ASSERT_TRUE(engine.submit(request(longer, 1, 0, 1)).ok());
   ASSERT_TRUE(engine.submit(r).ok());  // all 5 blocks held: nothing to announce
-  EXPECT_EQ(engine.take_kv_events(), (std::vector<KvEvent>{KvQueued{six[4], {six[5]}}}));
+  EXPECT_EQ(block_events(engine.take_kv_events()),
+            (std::vector<KvEvent>{KvQueued{six[4], {six[5]}}}));
 
   // Copies of prompts interleaved: each distinct one once, in the order first submitted; the
   // next take window announces a prompt still waiting again.
@@ -189,12 +198,49 @@ TEST_F(EngineTest, SubmittedPromptsAreQueuedEventsPastTheHeldBlocks) {
   ASSERT_EQ(seven.size(), 7u);
   const GenerationRequest a = request(third, 1, 0, 1), b = request(longer + "?", 1, 0, 1);
   ASSERT_TRUE(engine.submit_all({a, b, a, b, a}).ok());
-  const std::vector<KvEvent> both = engine.take_kv_events();
+  const std::vector<KvEvent> both = block_events(engine.take_kv_events());
   ASSERT_EQ(both.size(), 2u);
   EXPECT_EQ(both[0], KvEvent(KvQueued{seven[4], {seven[5], seven[6]}}));
   ASSERT_TRUE(engine.submit(a).ok());
-  EXPECT_EQ(engine.take_kv_events(),
+  EXPECT_EQ(block_events(engine.take_kv_events()),
             (std::vector<KvEvent>{KvQueued{seven[4], {seven[5], seven[6]}}}));
+}
+
+// Every submitted group announces the work it brings (KvWork), in order and numbered from 1,
+// with its samples and the router's route id: its prefill past the cached prefix plus its
+// samples' max_tokens, as the load counts it (SchedulerCounts::num_work_tokens_queued).
+TEST_F(EngineTest, SubmittedGroupsAnnounceTheirWork) {
+  CpuBackend backend(weights(), 256, 16);
+  Engine engine(backend, tokenizer_, EngineConfig{}, clock_);
+  auto work = [](const std::vector<KvEvent>& events) {
+    std::vector<KvWork> w;
+    for (const KvEvent& e : events)
+      if (const auto* k = std::get_if<KvWork>(&e)) w.push_back(*k);
+    return w;
+  };
+  EXPECT_EQ(engine.work_seq(), 0u);
+  GenerationRequest r = request(kSystem + "Q1", 3, 0, 5);  // 82 tokens, n = 3, max_tokens 5
+  r.route = "0123456789abcdef-7";
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  ASSERT_TRUE(engine.submit_all({r, r}).ok());  // two groups, one prompt
+  EXPECT_EQ(work(engine.take_kv_events()),
+            (std::vector<KvWork>{KvWork{1, prompt + 15, 3, "0123456789abcdef-7"},
+                                 KvWork{2, prompt + 15, 3, "0123456789abcdef-7"}}));
+  EXPECT_EQ(engine.work_seq(), 2u);
+  EXPECT_EQ(engine.scheduler().counts().num_work_tokens_queued, 2 * (prompt + 15));
+  while (engine.has_work())
+    engine.step();
+  (void)engine.take_kv_events();
+  // Cached now: only the last, partial block's tokens are computed again; no route given.
+  GenerationRequest again = request(kSystem + "Q1", 1, 0, 2);
+  ASSERT_TRUE(engine.submit(again).ok());
+  const std::vector<KvWork> third = work(engine.take_kv_events());
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].seq, 3u);
+  EXPECT_EQ(third[0].route, "");
+  EXPECT_EQ(third[0].sequences, 1);
+  EXPECT_EQ(third[0].tokens, engine.scheduler().counts().num_work_tokens_queued);
+  EXPECT_LT(third[0].tokens, prompt);
 }
 
 // A subscriber that asks for queued events gets, after the held blocks of its snapshot, the
@@ -255,7 +301,7 @@ TEST_F(EngineTest, QueuedEventsAreBoundedBetweenTakes) {
   }
   ASSERT_TRUE(engine.submit_all(reqs).ok());
   size_t blocks = 0, events = 0;
-  for (const KvEvent& e : engine.take_kv_events()) {
+  for (const KvEvent& e : block_events(engine.take_kv_events())) {
     blocks += std::get<KvQueued>(e).hashes.size();
     ++events;
   }
@@ -263,7 +309,7 @@ TEST_F(EngineTest, QueuedEventsAreBoundedBetweenTakes) {
   EXPECT_LT(events, prompts);
   ASSERT_TRUE(
       engine.submit(request("Another prompt, after the take: it is announced.", 1, 0, 1)).ok());
-  EXPECT_EQ(engine.take_kv_events().size(), 1u);
+  EXPECT_EQ(block_events(engine.take_kv_events()).size(), 1u);
 }
 
 // The work a replica has taken on (SchedulerCounts::num_work_tokens_queued, what routers read

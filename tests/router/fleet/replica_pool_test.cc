@@ -121,6 +121,75 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
   EXPECT_NEAR(*work(ra), 2000, 1e-3);
 }
 
+// The work a replica announces queuing (KvWork, from its KV events) counts for every router from
+// the announcement until a report whose work_seq holds it, alike whichever router sent it; this
+// router's own send counts until its announcement (its route id) comes, then as announced, never
+// twice; repeats count once; a report whose seq went back (a restart) drops the rest; a replica
+// whose reports give no work_seq has its announcements ignored.
+TEST(ReplicaPoolCounts, AnnouncedWorkCountsForEveryRouterUntilAReportHoldsIt) {
+  PoolConfig config;
+  config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
+  TwoReportersAndAnOldOne f(config);
+  auto [a, b, pool, ra, rb, rold] = std::tie(f.a, f.b, f.pool, f.ra, f.rb, f.rold);
+  auto work = [&](uint32_t r) { return *pool.get(r)->routed_work; };
+  a.set_work(1000, 0);
+  a.set_work_seq(4);
+  b.set_work(1000, 0);  // b gives no work_seq (a replica from before them)
+  pool.poll_now();
+  const double base = work(ra);
+
+  // Another router's send, announced: counted here too.
+  pool.note_announced_work(ra, KvWork{5, 300, 2, "ffffffffffffffff-1"});
+  EXPECT_NEAR(work(ra), base + 300, 1e-6);
+  EXPECT_EQ(pool.get(ra)->announced_work, 300);
+  EXPECT_EQ(pool.get(ra)->waiting_sequences, 2);
+  EXPECT_EQ(pool.get(ra)->unacked_work, 0);
+  pool.note_announced_work(ra, KvWork{5, 300, 2, "ffffffffffffffff-1"});  // a repeat
+  pool.note_announced_work(ra, KvWork{4, 999, 9, ""});  // held by the last report already
+  EXPECT_NEAR(work(ra), base + 300, 1e-6);
+
+  // This router's send: its own until the announcement, then announced (the replica's figure).
+  const uint64_t id = pool.note_routed_work(ra, 700, 4);
+  EXPECT_NEAR(work(ra), base + 1000, 1e-6);
+  EXPECT_EQ(pool.get(ra)->unacked_sequences, 4);
+  pool.note_announced_work(ra, KvWork{6, 650, 4, pool.route_of(id)});
+  EXPECT_NEAR(work(ra), base + 950, 1e-6);
+  EXPECT_EQ(pool.get(ra)->unacked_work, 0);
+  EXPECT_EQ(pool.get(ra)->unacked_sequences, 0);
+  EXPECT_EQ(pool.get(ra)->announced_work, 950);
+  // Route ids are this pool's alone.
+  TwoReportersAndAnOldOne other(config);
+  EXPECT_NE(other.pool.route_of(id), pool.route_of(id));
+
+  // A report holding announcement 5, not 6: 5 leaves the count, its work is in the report.
+  a.set_work(1000, 300);
+  a.set_work_seq(5);
+  pool.poll_now();
+  EXPECT_NEAR(work(ra), base + 300 + 650, 1e-6);
+  EXPECT_EQ(pool.get(ra)->announced_work, 650);
+  a.set_work(1000, 950);
+  a.set_work_seq(6);
+  pool.poll_now();
+  EXPECT_NEAR(work(ra), base + 950, 1e-6);
+  EXPECT_EQ(pool.get(ra)->announced_work, 0);
+
+  // A restart (its seq goes back): what was announced before it is gone.
+  pool.note_announced_work(ra, KvWork{7, 100, 1, ""});
+  EXPECT_EQ(pool.get(ra)->announced_work, 100);
+  a.set_work_seq(0);
+  pool.poll_now();
+  EXPECT_EQ(pool.get(ra)->announced_work, 0);
+  pool.note_announced_work(ra, KvWork{1, 40, 1, ""});
+  EXPECT_EQ(pool.get(ra)->announced_work, 40);
+
+  // No work_seq in b's reports: its announcements are ignored (nothing would ever prune them).
+  const double b_work = work(rb);
+  pool.note_announced_work(rb, KvWork{1, 500, 1, ""});
+  EXPECT_NEAR(work(rb), b_work, 1e-6);
+  EXPECT_EQ(pool.get(rb)->announced_work, 0);
+  (void)rold;
+}
+
 // What to plan per sample for a chat request without max_tokens: the mean of what the healthy
 // replicas report planning for one (every router reads the same), the api's prior where none
 // reports it (an older replica, a foreign engine, one that has seen no such request end) or the

@@ -1,5 +1,6 @@
 #include "prefix_index/kv_event.h"
 
+#include <algorithm>
 #include <limits>
 #include <new>
 #include <utility>
@@ -149,6 +150,17 @@ Result<KvEvent> decode_removed(const json& j, std::string_view prefix,
   return KvEvent(KvRemoved{std::move(hashes).value()});
 }
 
+}  // namespace
+
+bool KvWork::valid_route(std::string_view route) {
+  return !route.empty() && route.size() <= kMaxRouteBytes &&
+         std::all_of(route.begin(), route.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == '-';
+         });
+}
+
+namespace {
+
 // An integer field of `min` (>= 0) or more, up to `max`.
 Result<uint64_t> decode_count(const json& j, std::string_view prefix, const char* key, uint64_t min,
                               uint64_t max) {
@@ -171,13 +183,15 @@ Result<uint64_t> decode_count(const json& j, std::string_view prefix, const char
 }
 
 Result<KvEvent> decode_work(const json& j, std::string_view prefix, const KvEventLimits& limits) {
-  constexpr auto kMaxCount = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   KvWork w;
   Result<uint64_t> seq = decode_count(j, prefix, "seq", 1, std::numeric_limits<uint64_t>::max());
   if (!seq) return seq.error();
-  Result<uint64_t> tokens = decode_count(j, prefix, "tokens", 0, kMaxCount);
+  // Bounded: the router adds them up.
+  Result<uint64_t> tokens =
+      decode_count(j, prefix, "tokens", 0, static_cast<uint64_t>(limits.max_work_tokens));
   if (!tokens) return tokens.error();
-  Result<uint64_t> sequences = decode_count(j, prefix, "sequences", 0, kMaxCount);
+  Result<uint64_t> sequences =
+      decode_count(j, prefix, "sequences", 0, static_cast<uint64_t>(limits.max_work_sequences));
   if (!sequences) return sequences.error();
   w.seq = *seq;
   w.tokens = static_cast<int64_t>(*tokens);
@@ -312,7 +326,9 @@ std::string encode_kv_events(std::span<const KvEvent> events) {
   std::string out = "[";
   for (const KvEvent& e : events) {
     if (out.size() > 1) out += ',';
-    out += to_json(e).dump();  // hashes and type names: ASCII
+    // Hashes, type names and numbers are ASCII; a work event's route is checked by the replica
+    // (KvWork::valid_route), and invalid UTF-8 that got past it is replaced, not thrown on.
+    out += to_json(e).dump(-1, ' ', false, json::error_handler_t::replace);
   }
   out += ']';
   return out;

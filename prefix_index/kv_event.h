@@ -60,16 +60,20 @@ struct KvQueued {
   friend bool operator==(const KvQueued&, const KvQueued&) = default;
 };
 
-// Work a request brought to the replica, announced when it was queued (with the queued events:
-// /v1/kv_events?queued=1), so that every router counts it at once, not only the one that sent it
-// (whose own count of it is local until the replica's next load report): `tokens` of work (the
-// prefill it will compute past its cached prefix plus its planned completion, as the load
-// report's queued_work_tokens counts it) and `sequences` (its samples). `seq` numbers the
-// replica's announcements from 1; a load report's `work_seq` is the last one its figures hold,
+// Work a request brought to the replica, announced when it was queued (to the subscribers that
+// ask for them: /v1/kv_events?queued=1&work=1), so that every router counts it at once, not only
+// the one that sent it (whose own count of it is local until the replica's next load report):
+// `tokens` of work (the prefill it will compute past its cached prefix plus its planned completion,
+// as the load report's queued_work_tokens counts it) and `sequences` (its samples). `seq` numbers
+// the replica's announcements from 1; a load report's `work_seq` is the last one its figures hold,
 // so a router counts an announcement until a report with work_seq >= seq. `route`: the router's
 // id of the send (the x-kvcascade-route request header), empty when none came with it. Holds no
 // prefix: the index ignores it.
 struct KvWork {
+  static constexpr size_t kMaxRouteBytes = 64;
+  // What a replica takes as a route id (a router's ReplicaPool::route_of): 1-64 bytes of
+  // lower-case hex digits, decimal digits and '-'. A replica ignores any other header value.
+  static bool valid_route(std::string_view route);
   uint64_t seq = 0;
   int64_t tokens = 0;
   int64_t sequences = 0;
@@ -94,7 +98,9 @@ struct KvEventLimits {
   size_t max_hashes_per_event = 1 << 20;
   size_t max_events_per_batch = 1 << 16;
   size_t max_text_bytes = 64 << 20;
-  size_t max_route_bytes = 256;  // KvWork::route
+  size_t max_route_bytes = 256;                 // KvWork::route
+  int64_t max_work_tokens = 1'000'000'000'000;  // KvWork::tokens
+  int64_t max_work_sequences = 1 << 20;         // KvWork::sequences
 };
 
 std::string format_block_hash(BlockHash h);                        // 16 lower-case hex digits

@@ -167,10 +167,12 @@ void RouterServer::ProxiedRequest::do_try() {
   }
   for (auto& h : replica_auth_headers(s_.config_.replica_api_key))
     headers.push_back(std::move(h));
-  // The replica announces the work with this id (KvWork::route): the send is then counted as
-  // every router counts it (ReplicaView::announced_work).
-  if (counted_work_id != 0)
+  // A kvcascade replica announces the work with this id (KvWork::route): the send is then counted
+  // as every router counts it (ReplicaView::announced_work). A proxy between them that drops the
+  // header makes this router count its send twice (its own and announced) until the next report.
+  if (counted_work_id != 0 && view->kind == ReplicaKind::kKvcascade) {
     headers.emplace_back("x-kvcascade-route", s_.pool_.route_of(counted_work_id));
+  }
   status = 0;  // this try's (a retry must not see the last one's)
   timed_out = false;
   body.clear();

@@ -102,7 +102,6 @@ std::vector<KvEvent> Engine::take_kv_events() {
   for (KvQueued& q : queued_.events)
     events.emplace_back(std::move(q));
   queued_.clear();
-  // Bounded as the queued events are: an engine whose events nobody takes keeps the newest.
   for (KvWork& w : work_)
     events.emplace_back(std::move(w));
   work_.clear();
@@ -110,7 +109,9 @@ std::vector<KvEvent> Engine::take_kv_events() {
 }
 
 void Engine::note_work(const SequenceGroup& g, const std::string& route) {
-  if (work_.size() >= kMaxQueuedBlocks) work_.erase(work_.begin());
+  // Bounded (an engine whose events nobody takes): the newest are kept, the oldest are in the
+  // next load report anyway.
+  if (work_.size() >= kMaxWorkEvents) work_.pop_front();
   work_.push_back(KvWork{++work_seq_, scheduler_.new_group_work(g), g.num_samples, route});
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -178,6 +179,9 @@ class Engine {
   // not only those submitted after.
   std::vector<KvEvent> kv_snapshot(bool queued = false) const;
   static constexpr size_t kMaxSnapshotQueuedBlocks = 8192;
+  // Work announcements kept between two takes (the newest; about 100 bytes each, so a batch
+  // stays within a router's max_kv_event_bytes beside the queued events' blocks).
+  static constexpr size_t kMaxWorkEvents = 4096;
 
   // Sees every row of logits a token is sampled from (tests, debugging; a host copy of each).
   using LogitsObserver = std::function<void(uint64_t group, int32_t sibling, int32_t position,
@@ -239,7 +243,7 @@ class Engine {
   std::vector<int32_t> model_eos_;             // the model's end ids besides the tokenizer's
   std::optional<ByteSpaceEvents> byte_space_;  // kTokenIds: the cached blocks as byte blocks
   QueuedEvents queued_;                        // note_queued's, until take_kv_events
-  std::vector<KvWork> work_;                   // note_work's, until take_kv_events
+  std::deque<KvWork> work_;                    // note_work's, until take_kv_events
   uint64_t work_seq_ = 0;                      // the last KvWork's seq
   LogitsObserver observer_;
   uint64_t next_group_id_ = 1;

@@ -237,7 +237,10 @@ void ReplicaServer::generate(Endpoint endpoint, const http::Request& request,
               : tokenizer.encode(req.prompts[p]);
     }
     g.n = req.n;
-    if (auto route = request.header("x-kvcascade-route")) g.route = std::string(*route);
+    // A router's id of the send, given back in its work announcement (anything else: ignored).
+    if (auto route = request.header("x-kvcascade-route"); route && KvWork::valid_route(*route)) {
+      g.route = std::string(*route);
+    }
     // What the request leaves out comes from the model's generation_config.json.
     const GenerationDefaults& d = engine_.model().generation;
     g.params.temperature = req.temperature.value_or(d.temperature.value_or(1.0f));

@@ -354,8 +354,11 @@ void ReplicaPool::note_announced_work(uint32_t index, const KvWork& work) {
 }
 
 void ReplicaPool::note_announced_work_locked(Replica& r, const KvWork& work) {
-  // This router's own send: the announcement replaces it (whichever of the two the next
-  // report holds, the send is not counted twice).
+  // No report with a work_seq yet: nothing would ever prune it, and this router's own send
+  // (if it is one) stays counted as its own until a report has it.
+  if (!r.reported_work_seq) return;
+  // This router's own send: the announcement (or the report that holds it) replaces it, so it
+  // is never counted twice.
   if (work.route.size() > route_prefix_.size() && work.route.starts_with(route_prefix_)) {
     uint64_t id = 0;
     const char* begin = work.route.data() + route_prefix_.size();
@@ -364,19 +367,21 @@ void ReplicaPool::note_announced_work_locked(Replica& r, const KvWork& work) {
       r.unacked.erase(id);
     }
   }
-  // Held by the last report already, or no report to ever prune it by.
-  if (!r.reported_work_seq || work.seq <= *r.reported_work_seq) return;
+  if (work.seq <= *r.reported_work_seq) return;  // held by the last report already
   auto [it, added] =
       r.announced.try_emplace(work.seq, Replica::Announced{work.tokens, work.sequences});
   if (!added) return;  // a repeat (a resubscription's): counted once
   r.announced_work += static_cast<double>(work.tokens);
   r.announced_sequences += work.sequences;
-  if (r.announced.size() > kMaxAnnounced) {
-    const auto& oldest = r.announced.begin()->second;
-    r.announced_work -= static_cast<double>(oldest.tokens);
-    r.announced_sequences -= oldest.sequences;
-    r.announced.erase(r.announced.begin());
-  }
+  if (r.announced.size() > kMaxAnnounced) drop_oldest_announced(r);
+}
+
+void ReplicaPool::drop_oldest_announced(Replica& r) {
+  const Replica::Announced& oldest = r.announced.begin()->second;
+  r.announced_work -= static_cast<double>(oldest.tokens);
+  r.announced_sequences -= oldest.sequences;
+  r.announced.erase(r.announced.begin());
+  if (r.announced.empty()) r.announced_work = 0, r.announced_sequences = 0;  // no drift
 }
 
 void ReplicaPool::clear_announced(Replica& r) {
@@ -396,6 +401,10 @@ void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, u
   const int64_t total = *load.computed_tokens_total;
   const int64_t finished = load.finished_requests_total.value_or(0);
   if (arrived || !r.computed_total || total < *r.computed_total) {
+    // Announcements from before a restart (or a stall) are no measure of what it holds now,
+    // and its numbering may have started again.
+    clear_announced(r);
+    r.reported_work_seq.reset();
     // New to this router, back from a restart or a stall: it starts at the others' mean.
     double sum = 0, sum_finished = 0;
     int n = 0;
@@ -441,13 +450,8 @@ void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, u
   }
   if (load.work_seq) {
     r.reported_work_seq = static_cast<uint64_t>(*load.work_seq);
-    while (!r.announced.empty() && r.announced.begin()->first <= *r.reported_work_seq) {
-      const auto& held = r.announced.begin()->second;
-      r.announced_work -= static_cast<double>(held.tokens);
-      r.announced_sequences -= held.sequences;
-      r.announced.erase(r.announced.begin());
-    }
-    if (r.announced.empty()) r.announced_work = 0, r.announced_sequences = 0;  // no drift
+    while (!r.announced.empty() && r.announced.begin()->first <= *r.reported_work_seq)
+      drop_oldest_announced(r);
   } else {
     r.reported_work_seq.reset();
   }

@@ -101,6 +101,8 @@ struct ReplicaView {  // a copy, safe to use without the pool's lock
   // The replica's last load report; load_reported false when it has none (openai kind) or its
   // load signal failed (load_error says why): the router's own counts stand in.
   bool load_reported = false;
+  // As last reported; waiting_sequences also counts the samples of the work announced since
+  // (announced_work), so /router/state's "waiting" does too.
   int64_t queued_prefill_tokens = 0, running_sequences = 0, waiting_sequences = 0;
   // The version of its weights (kvcascade's /v1/load; empty for other engines), when they began
   // to serve there (ms since the epoch, as the replica reports it; nullopt: its start-up
@@ -267,6 +269,7 @@ class ReplicaPool {
   uint64_t next_send_id_ = 1;       // guarded by mu_
   const std::string route_prefix_;  // route_of's: 16 random hex digits and '-'
   void note_announced_work_locked(Replica& r, const KvWork& work);
+  static void drop_oldest_announced(Replica& r);
   static void clear_announced(Replica& r);
   double work_horizon_s_ = 0;  // guarded by mu_; 0: PoolConfig::routed_work_horizon
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null

@@ -46,7 +46,7 @@ KvEvent random_event(std::mt19937_64& rng) {
     case 4:
       return KvQueued{random_hash(rng), random_hashes(rng, 5)};
     case 5:
-      return KvWork{1 + rng() % kMax, static_cast<int64_t>(rng() >> 1),
+      return KvWork{1 + rng() % kMax, static_cast<int64_t>(rng() % 1'000'000'000'001),
                     static_cast<int64_t>(rng() % 64),
                     rng() % 2 ? "" : std::to_string(rng()) + "-" + std::to_string(rng() % 9)};
     default:
@@ -166,6 +166,10 @@ TEST(KvEventDecodeTest, WorkFieldsAreCheckedAndNamed) {
       "route"));
   EXPECT_TRUE(
       work(R"("seq":1,"tokens":1,"sequences":1,"route":")" + std::string(256, 'x') + "\"").ok());
+  // Bounded, since routers add them up (KvEventLimits::max_work_tokens, max_work_sequences).
+  EXPECT_TRUE(work(R"("seq":1,"tokens":1000000000000,"sequences":1048576)").ok());
+  EXPECT_TRUE(fails_naming(work(R"("seq":1,"tokens":1000000000001,"sequences":1)"), "tokens"));
+  EXPECT_TRUE(fails_naming(work(R"("seq":1,"tokens":1,"sequences":1048577)"), "sequences"));
   // Inside a batch the field is named with the event's place.
   EXPECT_TRUE(
       fails_naming(decode_kv_event_batch(
@@ -322,6 +326,24 @@ TEST(KvEventDecodeTest, MalformedInputNamesTheField) {
   for (const BadBatch& c : cases) {
     EXPECT_TRUE(fails_naming(decode_kv_event_batch(c.text), c.field)) << c.text;
   }
+}
+
+// What a replica takes from a request's x-kvcascade-route header: a router's route id (hex, digits
+// and '-', 1-64 bytes); anything else is dropped, and a route that got into an event anyway
+// (invalid UTF-8) is encoded with replacement characters, not thrown on.
+TEST(KvEventJsonTest, RouteIdsAreCheckedAndEncodingNeverThrows) {
+  EXPECT_TRUE(KvWork::valid_route("0123456789abcdef-42"));
+  EXPECT_TRUE(KvWork::valid_route(std::string(64, 'a')));
+  EXPECT_FALSE(KvWork::valid_route(""));
+  EXPECT_FALSE(KvWork::valid_route(std::string(65, 'a')));
+  EXPECT_FALSE(KvWork::valid_route("0123456789ABCDEF-42"));
+  EXPECT_FALSE(KvWork::valid_route("abc def"));
+  EXPECT_FALSE(KvWork::valid_route("abc\xff"));
+  EXPECT_FALSE(KvWork::valid_route(std::string("ab\0c", 4)));
+  const std::vector<KvEvent> events{KvWork{1, 2, 3, "bad \xff\xfe route"}};
+  std::string text;
+  ASSERT_NO_THROW(text = encode_kv_events(events));
+  EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << text;  // U+FFFD
 }
 
 TEST(KvEventDecodeTest, HashErrorMessageIsExact) {

@@ -42,6 +42,69 @@ TEST_F(RouterTest, SharedPrefixGoesToTheReplicaThatHoldsIt) {
   EXPECT_GE(body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 576);
 }
 
+// Two routers' pools on the same replicas: a request sent through one counts in the other's view
+// of the replica it went to (the replica's KvWork announcement, on the other's KV-event feed)
+// without the other polling again; a request that reaches a replica with a route header that is
+// no router's id (not hex, not UTF-8) is served, the header ignored.
+TEST_F(RouterTest, ASendThroughOneRouterCountsInAnotherRoutersViewWithoutAPoll) {
+  start();
+  FleetIndexes other_indexes(clock_);
+  PoolConfig pc;
+  pc.poll_interval = std::chrono::hours(1);
+  // Its own client, ended first (its feeds' last callbacks run while the pool is there).
+  auto other_client = std::make_unique<http::Client>();
+  auto other_pool = std::make_unique<ReplicaPool>(*other_client, other_indexes, clock_, pc);
+  ReplicaPool& other = *other_pool;
+  for (auto& r : replicas_)
+    ASSERT_TRUE(other.add(r->address()).ok());
+  other.poll_now();  // its one report and its subscriptions: it is never started, so no more
+  auto announced = [&] {
+    double sum = 0;
+    for (const ReplicaView& v : other.snapshot())
+      sum += v.announced_work;
+    return sum;
+  };
+  auto subscribed = [&] {
+    auto s = other.snapshot();
+    return std::all_of(s.begin(), s.end(), [](const ReplicaView& v) { return v.exact; });
+  };
+  for (int i = 0; i < 200 && !subscribed(); ++i)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(subscribed());
+  EXPECT_EQ(announced(), 0);
+  const std::string prompt = long_prompt("announced");
+  const auto r = post({{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 3}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (int i = 0; i < 200 && announced() == 0; ++i)
+    std::this_thread::sleep_for(20ms);
+  // The prompt's tokens (nothing was cached) and its three completion tokens.
+  EXPECT_GE(announced(), static_cast<double>(prompt.size()));
+  const std::string to = replica_of(r);
+  for (const ReplicaView& v : other.snapshot()) {
+    EXPECT_EQ(v.announced_work > 0, v.replica_id == to) << v.replica_id;
+  }
+
+  http::Client c;
+  const json body = {{"model", "tiny"}, {"prompt", "route?"}, {"max_tokens", 2}};
+  for (const std::string& bad :
+       std::vector<std::string>{"not a route", "\xff\xfe", std::string(300, 'a')}) {
+    auto direct =
+        c.request("127.0.0.1", replicas_[0]->port(), "POST", "/v1/completions", body.dump(),
+                  {{"content-type", "application/json"}, {"x-kvcascade-route", bad}}, 60s);
+    ASSERT_TRUE(direct.ok());
+    EXPECT_EQ(direct->status, 200) << direct->body;
+  }
+  const double before = announced();
+  const auto after =
+      post({{"model", "tiny"}, {"prompt", "and through the router"}, {"max_tokens", 2}});
+  EXPECT_EQ(after.status, 200);
+  for (int i = 0; i < 200 && announced() == before; ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_GT(announced(), before);  // the replica's feed still runs
+  other_client.reset();
+  other_pool.reset();
+}
+
 TEST_F(RouterTest, SiblingBurstsStayTogetherAndTenantsSpread) {
   start();
   // A GRPO-style burst: 8 identical requests at once.

@@ -107,6 +107,34 @@ TEST(EngineSignals, KvcascadeInfoAndLoadNeverThrowOnWrongTypes) {
   EXPECT_FALSE(read_kvcascade_load("{").ok());
 }
 
+// The last work announcement a load's figures hold (work_seq): the tick's over the live one,
+// and none without the work figures it goes with.
+TEST(EngineSignals, KvcascadeLoadReadsWorkSeqWithTheWorkFigures) {
+  auto ticked = read_kvcascade_load(
+      R"({"computed_tokens_total":100,"queued_work_tokens":7,"work_seq":12,)"
+      R"("tick":{"at_ms":1796432854500,"computed_tokens_total":90,"queued_work_tokens":6,)"
+      R"("work_seq":10}})");
+  ASSERT_TRUE(ticked.ok());
+  EXPECT_EQ(ticked->work_seq, 10);
+  auto live = read_kvcascade_load(R"({"computed_tokens_total":100,"queued_work_tokens":7,)"
+                                  R"("work_seq":12})");
+  ASSERT_TRUE(live.ok());
+  EXPECT_EQ(live->work_seq, 12);
+  auto older = read_kvcascade_load(R"({"computed_tokens_total":100,"queued_work_tokens":7})");
+  ASSERT_TRUE(older.ok());
+  EXPECT_FALSE(older->work_seq.has_value());
+  auto unpaired = read_kvcascade_load(R"({"computed_tokens_total":100,"work_seq":12})");
+  ASSERT_TRUE(unpaired.ok());
+  EXPECT_FALSE(unpaired->work_seq.has_value());
+  for (const char* bad :
+       {R"({"computed_tokens_total":1,"queued_work_tokens":1,"work_seq":"3"})",
+        R"({"computed_tokens_total":1,"queued_work_tokens":1,"work_seq":null})"}) {
+    auto l = read_kvcascade_load(bad);
+    ASSERT_TRUE(l.ok()) << bad;
+    EXPECT_FALSE(l->work_seq.has_value()) << bad;
+  }
+}
+
 // kvcascade's routing figures: the tick's (alike for every router of the period) over the live
 // ones; the work figures only as a pair (an older replica reports neither).
 TEST(EngineSignals, KvcascadeLoadPrefersTheTickAndReadsWorkAsAPair) {

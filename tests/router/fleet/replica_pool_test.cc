@@ -181,12 +181,26 @@ TEST(ReplicaPoolCounts, AnnouncedWorkCountsForEveryRouterUntilAReportHoldsIt) {
   EXPECT_EQ(pool.get(ra)->announced_work, 0);
   pool.note_announced_work(ra, KvWork{1, 40, 1, ""});
   EXPECT_EQ(pool.get(ra)->announced_work, 40);
+  // A restart seen by its computed tokens going back (its seq may have passed the old one):
+  // what was announced is dropped, and the new report's numbering taken.
+  a.set_work(10, 0);
+  a.set_work_seq(9);
+  pool.poll_now();
+  EXPECT_EQ(pool.get(ra)->announced_work, 0);
+  pool.note_announced_work(ra, KvWork{9, 55, 1, ""});  // held by that report
+  pool.note_announced_work(ra, KvWork{10, 60, 1, ""});
+  EXPECT_EQ(pool.get(ra)->announced_work, 60);
 
-  // No work_seq in b's reports: its announcements are ignored (nothing would ever prune them).
+  // No work_seq in b's reports: its announcements are ignored (nothing would ever prune them),
+  // and this router's own send stays its own until a report has it.
   const double b_work = work(rb);
   pool.note_announced_work(rb, KvWork{1, 500, 1, ""});
   EXPECT_NEAR(work(rb), b_work, 1e-6);
   EXPECT_EQ(pool.get(rb)->announced_work, 0);
+  const uint64_t own = pool.note_routed_work(rb, 70, 1);
+  pool.note_announced_work(rb, KvWork{2, 65, 1, pool.route_of(own)});
+  EXPECT_EQ(pool.get(rb)->unacked_work, 70);
+  EXPECT_NEAR(work(rb), b_work + 70, 1e-6);
   (void)rold;
 }
 

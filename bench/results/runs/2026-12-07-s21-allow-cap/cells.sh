@@ -4,7 +4,7 @@
 # temporary switches set by the caller (see README.md), outputs tagged TAG. On the 2-core VM,
 # nothing else running, from the repository root. PART=1, 2 or 3 as there.
 set -u
-d=bench/results/runs/2026-12-07-s21-allow-cap
+d=${DIR:-bench/results/runs/2026-12-07-s21-allow-cap}  # DIR: another folder for the outputs
 k=build/cli/kvcascade
 run() {  # name preset mix rate seed
   $k bench routing --sim-preset "$2" --replicas 16 --requests 5000 --mix "$3" --rate "$4" \

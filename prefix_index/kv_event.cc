@@ -226,17 +226,6 @@ Result<KvEvent> decode_event(const json& j, std::string_view prefix, const KvEve
                                      "' (expected stored, removed, cleared, queued or work)");
 }
 
-Result<uint64_t> decode_seq(const json& batch) {
-  const json* seq = member(batch, "seq");
-  if (seq == nullptr) return field_error("seq", "missing");
-  if (seq->is_number_unsigned()) return seq->get<uint64_t>();
-  // A json built in code holds small non-negative values as signed integers.
-  if (seq->is_number_integer() && seq->get<int64_t>() >= 0) {
-    return static_cast<uint64_t>(seq->get<int64_t>());
-  }
-  return field_error("seq", "expected a non-negative integer");
-}
-
 Result<std::vector<KvEvent>> decode_events(const json& batch, const KvEventLimits& limits) {
   const json* events = member(batch, "events");
   if (events == nullptr) return field_error("events", "missing");
@@ -264,7 +253,7 @@ Result<KvEventBatch> decode_batch(const json& j, const KvEventLimits& limits) {
   if (!replica->is_string()) return field_error("replica", "expected a string");
   batch.replica = replica->get<std::string>();
 
-  Result<uint64_t> seq = decode_seq(j);
+  Result<uint64_t> seq = decode_count(j, "", "seq", 0, std::numeric_limits<uint64_t>::max());
   if (!seq) return seq.error();
   batch.seq = *seq;
 

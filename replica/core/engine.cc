@@ -226,15 +226,11 @@ Result<std::unique_ptr<SequenceGroup>> Engine::prepare(GenerationRequest request
 }
 
 Result<uint64_t> Engine::submit(GenerationRequest request) {
-  const std::string route = std::move(request.route);
-  Result<std::unique_ptr<SequenceGroup>> g = prepare(std::move(request));
-  if (!g.ok()) return g.error();
-  const uint64_t id = (*g)->id = next_group_id_++;
-  note_queued(**g);
-  const SequenceGroup& added = **g;
-  scheduler_.add(std::move(*g));
-  note_work(added, route);
-  return id;
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  Result<std::vector<uint64_t>> ids = submit_all(std::move(one));  // one's error is its own
+  if (!ids.ok()) return ids.error();
+  return ids->front();
 }
 
 Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenerationRequest> requests) {

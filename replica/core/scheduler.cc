@@ -640,8 +640,9 @@ SchedulerCounts Scheduler::counts() const {
     // shared prompts then kept them up to the work bound's tolerance (H200 Mooncake row max/mean
     // 1.35-1.51 against 1.15-1.25; bench/results/routing-profiles.md, twentieth session).
     c.num_prefill_tokens_queued += tokens;
-    c.num_work_tokens_queued += (g->preempted ? tokens : g->expected_prefill_tokens) +
-                                decode_tokens_left(*g, c.planned_open_completion_tokens);
+    c.num_work_tokens_queued +=
+        g->preempted ? tokens + decode_tokens_left(*g, c.planned_open_completion_tokens)
+                     : new_group_work(*g);
   }
   for (const auto& g : running_) {
     int64_t prefill = 0;  // the group's prompt or recompute tokens still to compute

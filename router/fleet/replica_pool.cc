@@ -3,7 +3,6 @@
 #include <cstdio>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <random>
 #include <unordered_map>
@@ -11,60 +10,10 @@
 #include "api/openai_request.h"
 #include "http/sse.h"
 #include "router/fleet/replica_auth.h"
+#include "router/fleet/replica_pool_replica.h"
 #include "router/fleet/replica_probe.h"
 
 namespace kvc {
-
-struct ReplicaPool::Replica {
-  ReplicaView view;
-  ReplicaProbe probe;     // used by the poller only
-  bool detected = false;  // the probe learned the kind since the replica was last unhealthy
-  int32_t consecutive_failures = 0;
-  int32_t failed_polls = 0;  // in a row
-  Clock::TimePoint open_until{};
-  // Proxied exchanges in flight that asked to be ended if the replica dies.
-  std::unordered_set<std::shared_ptr<http::Cancellation>> exchanges;
-  // KV-event subscription.
-  bool subscribing = false;
-  Clock::TimePoint next_subscribe{};
-  std::chrono::milliseconds backoff{};  // PoolConfig::resubscribe_backoff_min at first
-  uint64_t expected_seq = 0;
-  std::unique_ptr<http::SseParser> parser;
-  std::shared_ptr<http::Cancellation> subscription;  // the feed in flight
-  // Bumped (under mu_, before the index is cleared) whenever the replica's index entries are
-  // dropped: a feed of an older generation applies nothing more.
-  std::atomic<uint64_t> index_generation{0};
-  std::atomic<bool> removed{false};
-  // The routed-work signal (ReplicaView::routed_work), from the replica's load reports.
-  std::optional<int64_t> computed_total;      // at the last report; nullopt: none reported
-  double computed_decayed = 0;                // computed tokens, decayed to the last report
-  std::optional<int64_t> finished_total;      // ended requests, at the last report
-  double finished_decayed = 0;                // ...decayed alike
-  std::optional<double> busy_total;           // seconds in steps, at the last report
-  double busy_decayed = 0, wall_decayed = 0;  // ...and wall seconds, decayed alike
-  std::optional<int64_t> steps_total;         // steps run, at the last report
-  double steps_decayed = 0;                   // ...decayed alike
-  // When the last report's figures were taken: its tick (system clock, so that every router
-  // decays them alike), else when it arrived (the pool's clock); seconds.
-  double computed_at_s = 0;
-  double queued_work = 0;
-  struct Sent {
-    uint64_t round;  // rounds_started_ when sent: a report of a later round includes it
-    double work;
-    int64_t sequences;
-  };
-  std::unordered_map<uint64_t, Sent> unacked;  // this router's sends, by note_routed_work id
-  // Work the replica announced queuing (KvWork) after its last report's work_seq, by seq, and
-  // their sums (ReplicaView::announced_work). No report with a work_seq yet: none kept.
-  std::optional<uint64_t> reported_work_seq;
-  struct Announced {
-    int64_t tokens;
-    int64_t sequences;
-  };
-  std::map<uint64_t, Announced> announced;
-  double announced_work = 0;
-  int64_t announced_sequences = 0;
-};
 
 namespace {
 
@@ -199,49 +148,6 @@ ReplicaView ReplicaPool::view_locked(const Replica& r, Clock::TimePoint now) con
   return v;
 }
 
-double ReplicaPool::routed_work_horizon_s() const {
-  std::lock_guard lock(mu_);
-  return work_horizon_s_locked();
-}
-
-double ReplicaPool::work_horizon_s_locked() const {
-  const double base = std::chrono::duration<double>(config_.routed_work_horizon).count();
-  return work_horizon_s_ > 0 ? work_horizon_s_ : base;
-}
-
-ReplicaPool::FleetWork ReplicaPool::fleet_work_locked() const {
-  FleetWork f;
-  for (const auto& r : replicas_) {
-    if (!r || !r->view.healthy || !r->computed_total || !r->finished_total) continue;
-    f.computed += r->computed_decayed;
-    f.finished += r->finished_decayed;
-    ++f.replicas;
-  }
-  return f;
-}
-
-// PoolConfig::routed_work_requests_per_replica, once per poll round (after every report of the
-// round, so routers that read the same reports stretch it alike): the decayed ended requests
-// against the target, a tenth of the way per round (a damped step: the sums follow a new horizon
-// only as requests end).
-void ReplicaPool::adapt_work_horizon_locked() {
-  if (config_.routed_work_requests_per_replica <= 0) return;
-  const FleetWork f = fleet_work_locked();
-  if (f.replicas == 0 || f.finished <= 0) return;
-  const double base = std::chrono::duration<double>(config_.routed_work_horizon).count();
-  const double most = std::chrono::duration<double>(config_.routed_work_max_horizon).count();
-  const double want = config_.routed_work_requests_per_replica * f.replicas / f.finished;
-  work_horizon_s_ =
-      std::clamp(work_horizon_s_locked() * std::pow(want, 0.1), base, std::max(base, most));
-}
-
-std::optional<double> ReplicaPool::fleet_request_work() const {
-  std::lock_guard lock(mu_);
-  const FleetWork f = fleet_work_locked();
-  if (f.finished < config_.min_requests_for_mean) return std::nullopt;
-  return f.computed / f.finished;
-}
-
 // The replica's load report: its queue, sequences and work figures.
 void ReplicaPool::apply_load_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
                                     bool arrived) {
@@ -327,134 +233,6 @@ std::optional<ReplicaView> ReplicaPool::get(uint32_t index) const {
   ReplicaView v = view_locked(*replicas_[index], clock_.now());
   v.healthy = replicas_[index]->view.healthy;  // as before: the breaker is the proxy's business
   return v;
-}
-
-uint64_t ReplicaPool::note_routed_work(uint32_t index, double work, int64_t sequences) {
-  std::lock_guard lock(mu_);
-  if (index >= replicas_.size() || !replicas_[index]) return 0;
-  const uint64_t id = next_send_id_++;
-  replicas_[index]->unacked[id] = {rounds_started_.load(), work, sequences};
-  return id;
-}
-
-void ReplicaPool::forget_routed_work(uint32_t index, uint64_t id) {
-  std::lock_guard lock(mu_);
-  if (index >= replicas_.size() || !replicas_[index]) return;
-  replicas_[index]->unacked.erase(id);
-}
-
-std::string ReplicaPool::route_of(uint64_t id) const {
-  return route_prefix_ + std::to_string(id);
-}
-
-void ReplicaPool::note_announced_work(uint32_t index, const KvWork& work) {
-  std::lock_guard lock(mu_);
-  if (index >= replicas_.size() || !replicas_[index]) return;
-  note_announced_work_locked(*replicas_[index], work);
-}
-
-void ReplicaPool::note_announced_work_locked(Replica& r, const KvWork& work) {
-  // No report with a work_seq yet: nothing would ever prune it, and this router's own send
-  // (if it is one) stays counted as its own until a report has it.
-  if (!r.reported_work_seq) return;
-  // This router's own send: the announcement (or the report that holds it) replaces it, so it
-  // is never counted twice.
-  if (work.route.size() > route_prefix_.size() && work.route.starts_with(route_prefix_)) {
-    uint64_t id = 0;
-    const char* begin = work.route.data() + route_prefix_.size();
-    const char* end = work.route.data() + work.route.size();
-    if (auto [p, ec] = std::from_chars(begin, end, id); ec == std::errc() && p == end) {
-      r.unacked.erase(id);
-    }
-  }
-  if (work.seq <= *r.reported_work_seq) return;  // held by the last report already
-  auto [it, added] =
-      r.announced.try_emplace(work.seq, Replica::Announced{work.tokens, work.sequences});
-  if (!added) return;  // a repeat (a resubscription's): counted once
-  r.announced_work += static_cast<double>(work.tokens);
-  r.announced_sequences += work.sequences;
-  if (r.announced.size() > kMaxAnnounced) drop_oldest_announced(r);
-}
-
-void ReplicaPool::drop_oldest_announced(Replica& r) {
-  const Replica::Announced& oldest = r.announced.begin()->second;
-  r.announced_work -= static_cast<double>(oldest.tokens);
-  r.announced_sequences -= oldest.sequences;
-  r.announced.erase(r.announced.begin());
-  if (r.announced.empty()) r.announced_work = 0, r.announced_sequences = 0;  // no drift
-}
-
-void ReplicaPool::clear_announced(Replica& r) {
-  r.announced.clear();
-  r.announced_work = 0;
-  r.announced_sequences = 0;
-}
-
-// A load report with the replica's computed and queued work (ReplicaView::routed_work), from
-// the poll of `round`: every send tagged with an earlier round reached the replica before the
-// poll was asked, so the report counts it.
-void ReplicaPool::note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round,
-                                          bool arrived) {
-  const double at_s = load.tick_at_ms
-                          ? static_cast<double>(*load.tick_at_ms) * 1e-3
-                          : std::chrono::duration<double>(clock_.now().time_since_epoch()).count();
-  const int64_t total = *load.computed_tokens_total;
-  const int64_t finished = load.finished_requests_total.value_or(0);
-  if (arrived || !r.computed_total || total < *r.computed_total) {
-    // Announcements from before a restart (or a stall) are no measure of what it holds now,
-    // and its numbering may have started again.
-    clear_announced(r);
-    r.reported_work_seq.reset();
-    // New to this router, back from a restart or a stall: it starts at the others' mean.
-    double sum = 0, sum_finished = 0;
-    int n = 0;
-    for (const auto& o : replicas_) {
-      if (o && o.get() != &r && o->view.healthy && o->computed_total) {
-        sum += o->computed_decayed;
-        sum_finished += o->finished_decayed;
-        ++n;
-      }
-    }
-    r.computed_decayed = n > 0 ? sum / n : 0.0;
-    r.finished_decayed = n > 0 ? sum_finished / n : 0.0;
-    r.busy_decayed = r.wall_decayed = r.steps_decayed = 0;  // no share until two readings
-  } else {
-    const double age = at_s - r.computed_at_s;
-    const double keep = std::exp(-std::max(age, 0.0) / work_horizon_s_locked());
-    r.computed_decayed = r.computed_decayed * keep + static_cast<double>(total - *r.computed_total);
-    r.finished_decayed =
-        r.finished_decayed * keep +
-        static_cast<double>(std::max<int64_t>(0, finished - r.finished_total.value_or(finished)));
-    if (load.busy_seconds_total && r.busy_total && age > 0) {
-      r.busy_decayed =
-          r.busy_decayed * keep + std::max(0.0, *load.busy_seconds_total - *r.busy_total);
-      r.wall_decayed = r.wall_decayed * keep + age;
-      if (load.steps_total && r.steps_total) {
-        r.steps_decayed = r.steps_decayed * keep + static_cast<double>(std::max<int64_t>(
-                                                       0, *load.steps_total - *r.steps_total));
-      }
-    }
-  }
-  r.busy_total = load.busy_seconds_total;
-  r.steps_total = load.steps_total;
-  r.computed_total = total;
-  r.finished_total = finished;
-  r.computed_at_s = at_s;
-  r.queued_work = static_cast<double>(load.queued_work_tokens.value_or(0));
-  std::erase_if(r.unacked, [&](const auto& e) { return e.second.round < round; });
-  // The announcements this report's figures hold leave the count; a report whose seq went back
-  // (a restart) holds none of the old ones.
-  if (!load.work_seq ||
-      (r.reported_work_seq && static_cast<uint64_t>(*load.work_seq) < *r.reported_work_seq)) {
-    clear_announced(r);
-  }
-  if (load.work_seq) {
-    r.reported_work_seq = static_cast<uint64_t>(*load.work_seq);
-    while (!r.announced.empty() && r.announced.begin()->first <= *r.reported_work_seq)
-      drop_oldest_announced(r);
-  } else {
-    r.reported_work_seq.reset();
-  }
 }
 
 void ReplicaPool::begin_request(uint32_t index, std::shared_ptr<http::Cancellation> cancellation,

@@ -63,6 +63,19 @@ ReplicaPool::~ReplicaPool() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // No feed starts once the poller is gone. Those open are cut, so the replicas see them end now
+  // rather than when the client goes, and whatever the client still runs of them (the cut's
+  // on_done, a chunk read meanwhile) finds the pool gone.
+  std::vector<std::shared_ptr<http::Cancellation>> feeds;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& r : replicas_)
+      if (r && r->subscription) feeds.push_back(r->subscription);
+  }
+  for (const auto& c : feeds)
+    c->cancel("the router's replica pool was destroyed");
+  std::unique_lock life(lifetime_->mu);  // waits for a feed callback running now
+  lifetime_->alive = false;
 }
 
 Result<uint32_t> ReplicaPool::add(const std::string& address, ReplicaKind kind) {
@@ -417,8 +430,9 @@ void ReplicaPool::subscribe(uint32_t index) {
       r->view.host, r->view.port, "GET", "/v1/kv_events?queued=1&work=1", "",
       replica_auth_headers(config_.replica_api_key),
       [status](int s, const http::Headers&) { *status = s; },
-      [this, r, index, status, generation](std::string_view bytes) {
-        if (*status != 200 || r->removed) return false;
+      [this, life = lifetime_, r, index, status, generation](std::string_view bytes) {
+        std::shared_lock alive(life->mu);
+        if (!life->alive || *status != 200 || r->removed) return false;
         auto events = r->parser->feed(bytes);
         if (!events.ok()) return false;
         for (const http::SseEvent& e : *events) {
@@ -479,7 +493,9 @@ void ReplicaPool::subscribe(uint32_t index) {
         }
         return true;
       },
-      [this, r, cancellation](Status) {
+      [this, life = lifetime_, r, cancellation](Status) {
+        std::shared_lock alive(life->mu);
+        if (!life->alive) return;  // the pool is gone
         std::lock_guard lock(mu_);
         if (r->subscription == cancellation) r->subscription.reset();
         r->subscribing = false;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -179,7 +180,10 @@ class ReplicaPool {
   // indexes.
   ReplicaPool(http::Client& client, FleetIndexes& indexes, const Clock& clock,
               PoolConfig config = {});
-  ~ReplicaPool();  // stops the poller and the subscriptions
+  // Stops the poller and cuts the KV-event subscriptions (their replicas see the connections
+  // close). The client may outlive the pool: a callback of one of its feeds that runs later
+  // touches nothing of the pool (Lifetime).
+  ~ReplicaPool();
 
   // "host:port" (an http:// prefix is accepted); kAuto: detected (else default_kind when that is
   // set). Returns the replica's index.
@@ -234,6 +238,14 @@ class ReplicaPool {
 
  private:
   struct Replica;
+  // Whether the pool is still there, for the callbacks of its KV-event feeds, which the client
+  // runs on its I/O threads, possibly after the pool is gone. Each holds a reference and runs
+  // with `mu` shared and returns at once when `alive` is false; the destructor clears it with `mu`
+  // exclusive, so it also waits for a callback running then. Lock order: this, then mu_.
+  struct Lifetime {
+    std::shared_mutex mu;
+    bool alive = true;
+  };
   void poll(Replica& r, uint64_t round);
   void note_work_report_locked(Replica& r, const ReplicaLoad& load, uint64_t round, bool arrived);
   // The healthy reporting replicas' decayed computed tokens and ended requests, summed.
@@ -273,6 +285,7 @@ class ReplicaPool {
   static void clear_announced(Replica& r);
   double work_horizon_s_ = 0;  // guarded by mu_; 0: PoolConfig::routed_work_horizon
   std::vector<std::shared_ptr<Replica>> replicas_;  // by index; removed ones are null
+  const std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread thread_;

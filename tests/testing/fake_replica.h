@@ -115,6 +115,11 @@ class FakeReplica {
     feed_->write("data: " + encode_kv_event_batch(batch) + "\n\n");
     return true;
   }
+  // Whether the latest KV-event feed is still open: subscribed, and the router has not left it.
+  bool feed_open() {
+    std::lock_guard lock(mu_);
+    return feed_ && !feed_->client_gone();
+  }
   // Completions whose router-side connection is gone (the router gave up on them).
   int num_completions_abandoned() const { return abandoned_.load(); }
 

@@ -1,12 +1,19 @@
 // ReplicaPool's per-replica counts of what this router sent: requests and prompt tokens in flight
 // until they end, and the uncached prefill pending until the answer starts (or the try ends);
-// the routed-work and busy signals from the replicas' reports; and the rank of their weight
-// versions, alike for every router.
+// the routed-work and busy signals from the replicas' reports; the rank of their weight
+// versions, alike for every router; and its KV-event feeds when the pool goes before the client.
 #include "router/fleet/replica_pool.h"
 
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -437,6 +444,85 @@ TEST(ReplicaPoolVersions, VersionsWithoutALoadTimeRankBelowTimedOnesInTheOrderSe
   ASSERT_TRUE(p.pool.add(t.address()).ok());
   p.pool.poll_now();
   EXPECT_EQ(newest_version(p.pool), "timed");
+}
+
+// Waits up to `limit` for `done`.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A replica publishing KV events (a snapshot of a few blocks), for a pool to subscribe to.
+testing::FakeReplica::Options publishing(std::string id) {
+  testing::FakeReplica::Options o;
+  o.replica_id = std::move(id);
+  o.blocks = testing::FakeReplica::blocks_of(std::string(64, 'k'));
+  return o;
+}
+
+// A destroyed pool used to leave its KV-event feeds open for as long as the client lived (the
+// client may outlive the pool), their callbacks bound to the pool. Now the destructor cuts them:
+// the replica sees its feed close while the client still runs, with no event sent to notice it.
+TEST(ReplicaPoolLifetime, ItsKvEventFeedsEndWithIt) {
+  testing::FakeReplica replica(publishing("r"));
+  http::Client client;
+  SteadyClock clock;
+  FleetIndexes indexes(clock);
+  auto pool = std::make_unique<ReplicaPool>(client, indexes, clock);
+  const uint32_t r = *pool->add(replica.address());
+  pool->poll_now();  // healthy and a kvcascade replica: subscribed
+  ASSERT_TRUE(eventually([&] { return pool->get(r)->exact; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(replica.feed_open());
+  pool.reset();
+  EXPECT_TRUE(eventually([&] { return !replica.feed_open(); }, std::chrono::seconds(5)));
+  EXPECT_FALSE(replica.publish({KvStored{std::nullopt, {BlockHash{1}}}}));
+}
+
+// The client runs a feed's callbacks on its own threads, and may do so after the pool is gone:
+// a chunk read as the pool is destroyed, the cut feed's on_done. Those used to reach into the
+// destroyed pool (its mutex, its clock). Here the pool lives in storage the test wipes as soon as
+// it is destroyed, so a callback that still touched the pool would follow a null clock and crash,
+// ASan or not. Events keep coming while the pool is destroyed and after.
+TEST(ReplicaPoolLifetime, FeedCallbacksAfterThePoolIsGoneLeaveItAlone) {
+  testing::FakeReplica replica(publishing("r"));
+  http::Client client;
+  SteadyClock clock;
+  FleetIndexes indexes(clock);
+  alignas(ReplicaPool) std::array<std::byte, sizeof(ReplicaPool)> storage;
+  auto* pool = new (storage.data()) ReplicaPool(client, indexes, clock);
+  const uint32_t r = *pool->add(replica.address());
+  pool->poll_now();
+  const bool subscribed = eventually([&] { return pool->get(r)->exact && replica.feed_open(); },
+                                     std::chrono::seconds(10));
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> published{0};
+  std::thread publisher([&] {
+    for (uint64_t next = 1; !stop; ++next) {  // new blocks, each its own chain
+      if (replica.publish({KvStored{std::nullopt, {BlockHash{next}}}})) ++published;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const bool flowing =
+      subscribed && eventually([&] { return published >= 50; }, std::chrono::seconds(10));
+  pool->~ReplicaPool();
+  std::memset(storage.data(), 0, storage.size());
+  const int published_at_destruction = published;
+  // The client runs on, events still offered to the feed until it is seen closed, and a while
+  // after.
+  const bool closed = eventually([&] { return !replica.feed_open(); }, std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  stop = true;
+  publisher.join();
+
+  ASSERT_TRUE(subscribed);
+  ASSERT_TRUE(flowing) << published << " events published";
+  EXPECT_TRUE(closed);
+  EXPECT_GE(published_at_destruction, 50);
 }
 
 }  // namespace

@@ -298,21 +298,39 @@ void gather_vocab_parts(const float* ranks, int num_ranks, int rows, int part, i
   }
 }
 
-void move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
+bool valid_block_move(int32_t kind, int32_t block, int32_t other, int num_blocks,
+                      int num_host_blocks) {
+  const int others = kind == 2 ? num_blocks : num_host_blocks;
+  return kind >= 0 && kind <= 2 && block >= 0 && block < num_blocks && other >= 0 && other < others;
+}
+
+bool move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
                  int num_layers, int64_t block_elems, const int32_t* moves, int n) {
+  // Arguments first, as the CUDA twin (nothing to move is no excuse for nonsense), then every
+  // move in range: a bad one would write outside the caches.
+  if (n < 0 || num_layers < 0 || num_blocks < 0 || num_host_blocks < 0 || block_elems < 0) {
+    return false;
+  }
+  if (n == 0 || num_layers == 0) return true;
+  if (caches == nullptr || moves == nullptr) return false;
+  const int slots = host_caches != nullptr ? num_host_blocks : 0;  // no tier: copies only
+  for (int i = 0; i < n; ++i) {
+    if (!valid_block_move(moves[3 * i], moves[3 * i + 1], moves[3 * i + 2], num_blocks, slots)) {
+      return false;
+    }
+  }
   for (int i = 0; i < n; ++i) {
     const int32_t kind = moves[3 * i], block = moves[3 * i + 1], other = moves[3 * i + 2];
-    assert(kind >= 0 && kind <= 2 && block >= 0 && block < num_blocks);
-    assert(kind == 2 ? other >= 0 && other < num_blocks : other >= 0 && other < num_host_blocks);
     for (int64_t cache = 0; cache < 2 * int64_t{num_layers}; ++cache) {
       float* device = caches + cache * num_blocks * block_elems;
-      float* host = host_caches + cache * num_host_blocks * block_elems;
+      float* host = slots > 0 ? host_caches + cache * num_host_blocks * block_elems : nullptr;
       const float* src = kind == 0 ? device + block * block_elems
                                    : (kind == 1 ? host : device) + other * block_elems;
       float* dst = kind == 0 ? host + other * block_elems : device + block * block_elems;
       if (src != dst) std::memmove(dst, src, static_cast<size_t>(block_elems) * sizeof(float));
     }
   }
+  return true;
 }
 
 }  // namespace kvc::kernels::cpu

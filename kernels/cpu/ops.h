@@ -91,9 +91,18 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
 // every layer's K and V. caches: [num_layers, 2 (K, V), num_blocks, block_elems] (block_elems =
 // block_size * num_kv_heads * head_dim); host_caches, the host tier: [num_layers, 2,
 // num_host_blocks, block_elems] (nullptr and 0 without one: copies only). The twin of
-// kernels/cuda/ops.h's.
-void move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
-                 int num_layers, int64_t block_elems, const int32_t* moves, int n);
+// kernels/cuda/ops.h's, and like it checks every argument before it moves anything, in every
+// build: false (nothing moved) for a negative count, layer count, block count or block size, a
+// null cache or move list when there is something to move, or any move out of range
+// (valid_block_move; an offload or a load without a host tier). n == 0 or no layers: true.
+[[nodiscard]] bool move_blocks(float* caches, int num_blocks, float* host_caches,
+                               int num_host_blocks, int num_layers, int64_t block_elems,
+                               const int32_t* moves, int n);
+// Whether (kind, block, other) is a move move_blocks takes with num_blocks blocks and
+// num_host_blocks host slots (0: no tier): a kind of the three, block in [0, num_blocks), and
+// other in [0, num_blocks) for a copy, [0, num_host_blocks) for an offload or a load.
+bool valid_block_move(int32_t kind, int32_t block, int32_t other, int num_blocks,
+                      int num_host_blocks);
 
 // Tensor parallelism's vocab-parallel LM head: rank k's logits of `rows` samples over its `part`
 // ids [k * part, (k + 1) * part) (the last rank's padded past the vocabulary), as an all-gather

@@ -267,7 +267,7 @@ TEST(MoveBlocks, CopiesEveryLayersKAndVWithoutAHostTier) {
   const std::vector<float> c0 = random_vector(rng, layers * 2 * blocks * block_elems);
   const std::vector<int32_t> moves{2, 4, 1, 2, 2, 2, 2, 5, 0};
   std::vector<float> c = c0;
-  move_blocks(c.data(), blocks, nullptr, 0, layers, block_elems, moves.data(), 3);
+  ASSERT_TRUE(move_blocks(c.data(), blocks, nullptr, 0, layers, block_elems, moves.data(), 3));
   std::vector<float> want = c0;
   for (int cache = 0; cache < 2 * layers; ++cache) {
     float* base = want.data() + cache * blocks * block_elems;
@@ -291,7 +291,7 @@ TEST(MoveBlocks, MovesEveryLayersKAndVInOrder) {
                                    2, 4, 1,   // block 1 (slot 0's old content) -> block 4
                                    1, 0, 2};  // slot 2 (block 1's old content) -> block 0
   std::vector<float> d = d0, h = h0;
-  move_blocks(d.data(), blocks, h.data(), slots, layers, block_elems, moves.data(), 5);
+  ASSERT_TRUE(move_blocks(d.data(), blocks, h.data(), slots, layers, block_elems, moves.data(), 5));
   std::vector<float> want_d = d0, want_h = h0;
   for (int cache = 0; cache < 2 * layers; ++cache) {
     const float* dev0 = d0.data() + cache * blocks * block_elems;
@@ -306,6 +306,63 @@ TEST(MoveBlocks, MovesEveryLayersKAndVInOrder) {
   }
   EXPECT_EQ(d, want_d);
   EXPECT_EQ(h, want_h);
+}
+
+// Every argument is checked before anything moves, in every build, as the CUDA twin checks them
+// (CudaMoveBlocksArguments.AreRefusedBeforeAnyLaunch): a refusal is false and leaves the caches
+// as they were; the moves that pass still move.
+TEST(MoveBlocks, RefusesBadArgumentsBeforeMovingAnything) {
+  std::mt19937 rng(67);
+  const int layers = 2, blocks = 9, slots = 6;
+  const int64_t block_elems = 8;
+  const std::vector<float> d0 = random_vector(rng, layers * 2 * blocks * block_elems);
+  const std::vector<float> h0 = random_vector(rng, layers * 2 * slots * block_elems);
+  std::vector<float> d = d0, h = h0;
+  auto moves_on = [&](float* caches, int num_blocks, float* host, int num_slots, int num_layers,
+                      int64_t elems, const std::vector<int32_t>& m, int n) {
+    return move_blocks(caches, num_blocks, host, num_slots, num_layers, elems, m.data(), n);
+  };
+  const std::vector<int32_t> load{1, 0, 0}, copy{2, 1, 0};
+  // Nothing to move is fine; a negative count is not, with or without layers.
+  EXPECT_TRUE(moves_on(d.data(), blocks, nullptr, 0, layers, block_elems, copy, 0));
+  EXPECT_FALSE(moves_on(d.data(), blocks, nullptr, 0, layers, block_elems, copy, -1));
+  EXPECT_TRUE(moves_on(d.data(), blocks, nullptr, 0, 0, block_elems, copy, 1));
+  EXPECT_FALSE(moves_on(d.data(), blocks, nullptr, 0, 0, block_elems, copy, -1));
+  // Negative layers, blocks, slots, block size.
+  EXPECT_FALSE(moves_on(d.data(), blocks, h.data(), slots, -1, block_elems, copy, 1));
+  EXPECT_FALSE(moves_on(d.data(), -1, h.data(), slots, layers, block_elems, copy, 1));
+  EXPECT_FALSE(moves_on(d.data(), blocks, h.data(), -1, layers, block_elems, copy, 1));
+  EXPECT_FALSE(moves_on(d.data(), blocks, h.data(), slots, layers, -1, copy, 1));
+  // No cache or no moves with something to move.
+  EXPECT_FALSE(moves_on(nullptr, blocks, h.data(), slots, layers, block_elems, copy, 1));
+  EXPECT_FALSE(move_blocks(d.data(), blocks, h.data(), slots, layers, block_elems, nullptr, 1));
+  // Moves out of range: a kind that is none of the three, a block past the cache, a slot past
+  // the tier, a copy's source past the cache, negative indices.
+  const std::vector<std::vector<int32_t>> bad_moves{{3, 0, 0}, {-1, 0, 0}, {1, 9, 0},  {1, 0, 6},
+                                                    {0, 0, 6}, {0, -1, 0}, {1, 0, -1}, {2, 9, 0},
+                                                    {2, 0, 9}, {2, 0, -1}, {2, -1, 0}};
+  for (const auto& m : bad_moves) {
+    EXPECT_FALSE(moves_on(d.data(), blocks, h.data(), slots, layers, block_elems, m, 1))
+        << m[0] << " " << m[1] << " " << m[2];
+  }
+  // A tier move without a tier: no host memory (its slots then count for nothing), or no slots.
+  EXPECT_FALSE(moves_on(d.data(), blocks, nullptr, slots, layers, block_elems, load, 1));
+  EXPECT_FALSE(moves_on(d.data(), blocks, h.data(), 0, layers, block_elems, load, 1));
+  // One bad move after good ones refuses all of them (none is done).
+  const std::vector<int32_t> mixed{2, 1, 0, 1, 0, 0, 1, 0, 6};
+  EXPECT_FALSE(moves_on(d.data(), blocks, h.data(), slots, layers, block_elems, mixed, 3));
+  EXPECT_EQ(d, d0);
+  EXPECT_EQ(h, h0);
+  // The good ones alone move: block 0 -> block 1, then slot 0 -> block 0.
+  EXPECT_TRUE(moves_on(d.data(), blocks, h.data(), slots, layers, block_elems, mixed, 2));
+  std::vector<float> want_d = d0;
+  for (int cache = 0; cache < 2 * layers; ++cache) {
+    float* dev = want_d.data() + cache * blocks * block_elems;
+    std::copy_n(dev, block_elems, dev + block_elems);
+    std::copy_n(h0.data() + cache * slots * block_elems, block_elems, dev);
+  }
+  EXPECT_EQ(d, want_d);
+  EXPECT_EQ(h, h0);
 }
 
 // ----------------------------------------------------------------------------------- parallel_for

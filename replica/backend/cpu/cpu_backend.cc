@@ -93,11 +93,6 @@ void CpuBackend::check_batch(const ForwardBatch& batch) const {
   const int64_t bs = block_size_;
   auto valid_block = [&](int32_t b) { return b >= 0 && b < num_blocks_; };
   auto valid_token = [&](int32_t t) { return t >= 0 && t < config().vocab_size; };
-  for (const KvTransfer& t : batch.kv_moves) {
-    assert(valid_block(t.block));
-    assert(t.kind == KvTransfer::Kind::kCopy ? valid_block(t.other)
-                                             : t.other >= 0 && t.other < num_host_blocks_);
-  }
   const PrefillBatch& p = batch.prefill;
   assert(static_cast<int32_t>(p.token_indptr.size()) == p.num_chunks() + 1);
   assert(static_cast<int32_t>(p.block_indptr.size()) == p.num_chunks() + 1);
@@ -155,7 +150,20 @@ void CpuBackend::set_host_blocks(int32_t n) {
   host_v_.assign(config().num_hidden_layers, std::vector<float>(floats));
 }
 
-void CpuBackend::move_blocks(const ForwardBatch& batch) {
+Status CpuBackend::move_blocks(const ForwardBatch& batch) {
+  // Every move in range first, in every build, as the CUDA backend's kernel checks them: a bad one
+  // would write outside the caches. Refused whole, nothing moved.
+  for (size_t i = 0; i < batch.kv_moves.size(); ++i) {
+    const KvTransfer& t = batch.kv_moves[i];
+    if (!cpu::valid_block_move(static_cast<int32_t>(t.kind), t.block, t.other, num_blocks_,
+                               num_host_blocks_)) {
+      return Error{"move_blocks: invalid argument (move " + std::to_string(i) + " of " +
+                   std::to_string(batch.kv_moves.size()) + ": kind " +
+                   std::to_string(static_cast<int>(t.kind)) + ", block " + std::to_string(t.block) +
+                   ", other " + std::to_string(t.other) + "; " + std::to_string(num_blocks_) +
+                   " blocks, " + std::to_string(num_host_blocks_) + " host slots)"};
+    }
+  }
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_row();
   const size_t block_bytes = block_floats * sizeof(float);
   // One block of every layer's K and V from `src` (a cache or the host tier) to `dst`.
@@ -183,6 +191,7 @@ void CpuBackend::move_blocks(const ForwardBatch& batch) {
         break;
     }
   }
+  return Status::Ok();
 }
 
 void CpuBackend::gather_rows(const ForwardBatch& batch) {
@@ -269,7 +278,7 @@ Status CpuBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
 
 Status CpuBackend::compute_logits(const ForwardBatch& batch, std::vector<float>& logits) {
   check_batch(batch);
-  move_blocks(batch);
+  if (Status s = move_blocks(batch); !s.ok()) return s;
   gather_rows(batch);
   const ModelConfig& c = config();
   const int h = c.hidden_size, d = c.head_dim;

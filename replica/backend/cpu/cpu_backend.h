@@ -79,10 +79,13 @@ class CpuBackend final : public Backend {
   void set_rank_weights(RankWeights weights);
 
  private:
-  // Asserts that every block id, slot, position and plan index is in range and consistent.
+  // Asserts that every block id, position and plan index is in range and consistent (the KV
+  // moves' blocks and slots: move_blocks, in every build).
   void check_batch(const ForwardBatch& batch) const;
-  // The step's KV moves, in order (ForwardBatch::kv_moves).
-  void move_blocks(const ForwardBatch& batch);
+  // The step's KV moves, in order (ForwardBatch::kv_moves). A move out of range (a block past
+  // the cache, a slot past the host tier, a kind of none of the three) refuses them all before
+  // any is done, with an error as the CUDA backend's ("move_blocks: invalid argument ...").
+  Status move_blocks(const ForwardBatch& batch);
   // Fills tokens_, positions_, kv_dst_ (cache row of each token) and logit_rows_.
   void gather_rows(const ForwardBatch& batch);
   void attention(int layer, const ForwardBatch& batch);

@@ -72,8 +72,8 @@ TEST_F(CudaKvBlocksTest, CopiesWithoutAHostTierAreExact) {
       cuda::synchronize_or_die("move_blocks without a tier");
       // The twin copies floats whose upper halves are the bits (memmove: NaN payloads survive).
       std::vector<float> f = to_floats(bits);
-      cpu::move_blocks(f.data(), layout.num_blocks, nullptr, 0, c.layers, layout.block_elements(),
-                       moves.data(), num_pairs);
+      ASSERT_TRUE(cpu::move_blocks(f.data(), layout.num_blocks, nullptr, 0, c.layers,
+                                   layout.block_elements(), moves.data(), num_pairs));
       EXPECT_EQ(download<uint16_t>(d_caches, n), to_bits(f)) << what;
       if (num_pairs == 1) {  // an offload or a load without a tier is refused, nothing moved
         for (int32_t kind : {0, 1}) {
@@ -111,8 +111,8 @@ TEST_F(CudaKvBlocksTest, RandomCopiesWithoutAHostTierMatchTheCpuTwin) {
               cudaSuccess);
     cuda::synchronize_or_die("random copies");
     std::vector<float> f(bits.begin(), bits.end());
-    cpu::move_blocks(f.data(), layout.num_blocks, nullptr, 0, layout.num_layers,
-                     layout.block_elements(), moves.data(), n);
+    ASSERT_TRUE(cpu::move_blocks(f.data(), layout.num_blocks, nullptr, 0, layout.num_layers,
+                                 layout.block_elements(), moves.data(), n));
     EXPECT_EQ(download<uint16_t>(d_caches, words), std::vector<uint16_t>(f.begin(), f.end()))
         << "copies " << n;
   }
@@ -176,7 +176,8 @@ TEST_F(CudaKvBlocksTest, MoveBlocksInOrderMatchesTheCpuTwin) {
       // The twin: a block is block_elements x element bytes / 2 words.
       const int64_t block_words = layout.block_elements() * layout.element_bytes() / 2;
       std::vector<float> fd(dev.begin(), dev.end()), fh(host.begin(), host.end());
-      cpu::move_blocks(fd.data(), blocks, fh.data(), slots, c.layers, block_words, moves.data(), n);
+      ASSERT_TRUE(cpu::move_blocks(fd.data(), blocks, fh.data(), slots, c.layers, block_words,
+                                   moves.data(), n));
       std::vector<uint16_t> want_dev(fd.begin(), fd.end()), want_host(fh.begin(), fh.end());
       EXPECT_EQ(download<uint16_t>(d_caches, dev_words), want_dev) << what;
       std::vector<uint16_t> got_host(host_words);

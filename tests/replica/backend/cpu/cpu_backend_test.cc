@@ -308,6 +308,55 @@ TEST(CpuBackend, BlockCopiesCarryKv) {
   EXPECT_GT(rel_l2(decode_one(no_copy, u, 40, copied), want_u), 1e-3);
 }
 
+// A KV move out of range (a scheduler's bug) was checked by asserts only: a Release build wrote
+// outside the caches. Every build now refuses the step before any move is done, with the CUDA
+// backend's error ("move_blocks: invalid argument"): the valid copy listed first is not made
+// either, and nothing of the step runs. The valid moves alone still go (an offload and a load
+// through the host tier make the copy).
+TEST(CpuBackend, KvMovesOutOfRangeAreRefusedBeforeAnyIsDone) {
+  const std::vector<int32_t> prompt = random_tokens(40, 6);
+  const std::vector<int32_t> table = {4, 9, 2}, copied = {4, 9, 13};
+  const int32_t u = 'y';
+  CpuBackend ref = make_backend(), no_copy = make_backend();
+  prefill(ref, prompt, table);
+  prefill(no_copy, prompt, table);
+  const std::vector<float> with_copy = decode_one(ref, u, 40, table);
+  const std::vector<float> without_copy = decode_one(no_copy, u, 40, copied);
+  ASSERT_GT(rel_l2(without_copy, with_copy), 1e-3);
+
+  CpuBackend b = make_backend();
+  b.set_host_blocks(2);
+  prefill(b, prompt, table);
+  using K = KvTransfer::Kind;
+  const KvTransfer good{K::kCopy, 13, 2};
+  const std::vector<KvTransfer> bad{{K::kCopy, kNumBlocks, 2},  {K::kCopy, -1, 2},
+                                    {K::kCopy, 14, kNumBlocks}, {K::kCopy, 14, -1},
+                                    {K::kOffload, 3, 2},        {K::kOffload, kNumBlocks, 0},
+                                    {K::kLoad, 14, 2},          {K::kLoad, 14, -1},
+                                    {K::kLoad, -1, 0},          {static_cast<K>(3), 14, 2}};
+  for (const KvTransfer& t : bad) {
+    ForwardBatch step;
+    step.kv_moves = {good, t};
+    add_decode(step.decode, u, 40, copied);
+    std::vector<float> logits;
+    const Status s = b.compute_logits(step, logits);
+    const std::string what = "kind " + std::to_string(static_cast<int>(t.kind)) + ", block " +
+                             std::to_string(t.block) + ", other " + std::to_string(t.other);
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_NE(s.message().find("move_blocks: invalid argument (move 1 of 2: " + what),
+              std::string::npos)
+        << s.message();
+  }
+  // Block 13 still holds no prompt KV: the decode reads what the backend without the copy does.
+  EXPECT_LT(rel_l2(decode_one(b, u, 40, copied), without_copy), 1e-6);
+  ForwardBatch step;
+  step.kv_moves = {{K::kOffload, 2, 1}, {K::kLoad, 13, 1}};
+  add_decode(step.decode, u, 40, copied);
+  std::vector<float> logits;
+  ASSERT_TRUE(b.compute_logits(step, logits).ok());
+  EXPECT_LT(rel_l2(logits, with_copy), 1e-5);
+}
+
 TEST(CpuBackend, MixedBatchRowsInDocumentedOrder) {
   const std::vector<int32_t> x = random_tokens(20, 7), y = random_tokens(30, 8),
                              z = random_tokens(25, 9), w = random_tokens(17, 10);

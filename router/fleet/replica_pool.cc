@@ -418,6 +418,11 @@ void ReplicaPool::subscribe(uint32_t index) {
     std::lock_guard lock(mu_);
     if (index >= replicas_.size() || !replicas_[index]) return;
     r = replicas_[index];
+    // A poll_now() from another thread racing the destructor (or a removal): no new feed.
+    if (stopping_ || r->removed) {
+      r->subscribing = false;
+      return;
+    }
     r->parser = std::make_unique<http::SseParser>(config_.max_kv_event_bytes);
     r->expected_seq = 0;
     r->subscription = cancellation;

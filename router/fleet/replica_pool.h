@@ -56,7 +56,9 @@ struct PoolConfig {
   size_t max_kv_event_bytes = size_t{8} << 20;  // one SSE event of a replica's KV-event feed
   // Called (without the pool's locks) each time a replica's KV-event feed is dropped to be
   // resubscribed with a fresh snapshot: reason "refused_event" (an event the index refused: a
-  // parent it does not know, a corrupt chain) or "sequence_gap" (events were missed).
+  // parent it does not know, a corrupt chain) or "sequence_gap" (events were missed). It runs on
+  // the client's I/O thread inside a feed's callback: it must not destroy the pool (or wait for
+  // its destruction).
   std::function<void(const std::string& replica_id, const char* reason)> on_resync;
   int32_t default_block_size = 16;
   std::string replica_api_key;  // sent on polls and KV-event subscriptions (replica --api-key)

@@ -475,8 +475,9 @@ TEST(ReplicaPoolLifetime, ItsKvEventFeedsEndWithIt) {
   auto pool = std::make_unique<ReplicaPool>(client, indexes, clock);
   const uint32_t r = *pool->add(replica.address());
   pool->poll_now();  // healthy and a kvcascade replica: subscribed
-  ASSERT_TRUE(eventually([&] { return pool->get(r)->exact; }, std::chrono::seconds(10)));
-  ASSERT_TRUE(replica.feed_open());
+  // The fake keeps its feed only after writing the snapshot that makes the index exact.
+  ASSERT_TRUE(eventually([&] { return pool->get(r)->exact && replica.feed_open(); },
+                         std::chrono::seconds(10)));
   pool.reset();
   EXPECT_TRUE(eventually([&] { return !replica.feed_open(); }, std::chrono::seconds(5)));
   EXPECT_FALSE(replica.publish({KvStored{std::nullopt, {BlockHash{1}}}}));

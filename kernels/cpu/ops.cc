@@ -308,18 +308,20 @@ bool move_blocks(float* caches, int num_blocks, float* host_caches, int num_host
                  int num_layers, int64_t block_elems, const int32_t* moves, int n) {
   // Arguments first, as the CUDA twin (nothing to move is no excuse for nonsense), then every
   // move in range: a bad one would write outside the caches.
-  if (n < 0 || num_layers < 0 || num_blocks < 0 || num_host_blocks < 0 || block_elems < 0) {
-    return false;
-  }
+  // The count and the layers decide whether there is anything to do, as on CUDA; the sizes
+  // matter only then (a tier's slot count only with a tier).
+  if (n < 0 || num_layers < 0) return false;
   if (n == 0 || num_layers == 0) return true;
+  const bool tier = host_caches != nullptr;
+  if (num_blocks < 0 || block_elems < 0 || (tier && num_host_blocks < 0)) return false;
   if (caches == nullptr || moves == nullptr) return false;
-  const int slots = host_caches != nullptr ? num_host_blocks : 0;  // no tier: copies only
-  for (int i = 0; i < n; ++i) {
+  const int slots = tier ? num_host_blocks : 0;  // no tier: copies only
+  for (int64_t i = 0; i < n; ++i) {
     if (!valid_block_move(moves[3 * i], moves[3 * i + 1], moves[3 * i + 2], num_blocks, slots)) {
       return false;
     }
   }
-  for (int i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const int32_t kind = moves[3 * i], block = moves[3 * i + 1], other = moves[3 * i + 2];
     for (int64_t cache = 0; cache < 2 * int64_t{num_layers}; ++cache) {
       float* device = caches + cache * num_blocks * block_elems;

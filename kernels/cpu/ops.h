@@ -92,9 +92,10 @@ void kv_append(const float* k, int64_t k_stride, const float* v, int64_t v_strid
 // block_size * num_kv_heads * head_dim); host_caches, the host tier: [num_layers, 2,
 // num_host_blocks, block_elems] (nullptr and 0 without one: copies only). The twin of
 // kernels/cuda/ops.h's, and like it checks every argument before it moves anything, in every
-// build: false (nothing moved) for a negative count, layer count, block count or block size, a
-// null cache or move list when there is something to move, or any move out of range
-// (valid_block_move; an offload or a load without a host tier). n == 0 or no layers: true.
+// build: false (nothing moved) for a negative count or layer count; n == 0 or no layers: true;
+// otherwise false for a negative block count or block size, a negative slot count with a tier,
+// a null cache or move list, or any move out of range (valid_block_move; an offload or a load
+// without a host tier).
 [[nodiscard]] bool move_blocks(float* caches, int num_blocks, float* host_caches,
                                int num_host_blocks, int num_layers, int64_t block_elems,
                                const int32_t* moves, int n);

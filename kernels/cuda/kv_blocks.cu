@@ -41,6 +41,8 @@ cudaError_t move_blocks(void* caches, const KvCacheLayout& layout, void* host_ca
   // and V (at most 65,535).
   if (n < 0 || layout.num_layers < 0 || layout.num_layers > 65535 / 2) return cudaErrorInvalidValue;
   if (n == 0 || layout.num_layers == 0) return cudaSuccess;
+  // Something to move: the cache and both copies of the moves (the host's is read here).
+  if (caches == nullptr || moves == nullptr || host_moves == nullptr) return cudaErrorInvalidValue;
   // Offloads and loads need a host tier laid out as the cache (its slots as blocks).
   const bool tier = host_caches != nullptr;
   if (tier && (host_layout.num_layers != layout.num_layers ||

@@ -186,7 +186,8 @@ struct KvCacheLayout {
 // copy-on-write copy (device block `other` -> device block `block`), every layer's K and V.
 // `moves` is on the device, `host_moves` the same values on the host: runs of moves in which none
 // writes what another reads or writes go as one launch (a fork's copies of one source are one
-// run), the runs in order. cudaErrorInvalidValue (nothing moved) for a move out of range.
+// run), the runs in order. cudaErrorInvalidValue (nothing moved) for a move out of range, or a
+// null cache or move list with something to move.
 // host_caches: the host tier, host memory the device can address (pinned, mapped), laid out as
 // host_layout (the device layout with its slots as blocks); nullptr without a tier, when only
 // copies are valid. CPU twin: kernels/cpu/ops.h move_blocks.

@@ -257,6 +257,13 @@ TEST(CudaMoveBlocksArguments, AreRefusedBeforeAnyLaunch) {
         << m[0] << " " << m[1] << " " << m[2];
   }
   EXPECT_EQ(moves_on(layout, nullptr, {}, load, 1), cudaErrorInvalidValue);
+  // No cache, or no moves (device or host copy), with something to move.
+  EXPECT_EQ(cuda::move_blocks(nullptr, layout, host, host_layout, copy.data(), copy.data(), 1),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::move_blocks(caches, layout, host, host_layout, nullptr, copy.data(), 1),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::move_blocks(caches, layout, host, host_layout, copy.data(), nullptr, 1),
+            cudaErrorInvalidValue);
   // One bad move among good ones refuses all of them (none is launched).
   const std::vector<int32_t> mixed{2, 1, 0, 1, 0, 0, 1, 0, 6};
   EXPECT_EQ(moves_on(layout, host, host_layout, mixed, 3), cudaErrorInvalidValue);

@@ -93,7 +93,8 @@ TEST(ReplicaPoolCounts, RoutedWorkIsTheReportPlusThisRoutersSendsSinceIt) {
   config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
   TwoReportersAndAnOldOne f(config);
   auto [a, b, pool, ra, rb, rold] = std::tie(f.a, f.b, f.pool, f.ra, f.rb, f.rold);
-  auto work = [&](uint32_t r) { return pool.get(r)->routed_work; };
+  // f.pool, not the binding: clang before 16 does not capture structured bindings.
+  auto work = [&](uint32_t r) { return f.pool.get(r)->routed_work; };
 
   a.set_work(5000, 300);
   b.set_work(100, 0);
@@ -138,7 +139,7 @@ TEST(ReplicaPoolCounts, AnnouncedWorkCountsForEveryRouterUntilAReportHoldsIt) {
   config.routed_work_horizon = std::chrono::hours(1000);  // no decay to speak of in a test
   TwoReportersAndAnOldOne f(config);
   auto [a, b, pool, ra, rb, rold] = std::tie(f.a, f.b, f.pool, f.ra, f.rb, f.rold);
-  auto work = [&](uint32_t r) { return *pool.get(r)->routed_work; };
+  auto work = [&](uint32_t r) { return *f.pool.get(r)->routed_work; };  // f.pool: as above
   a.set_work(1000, 0);
   a.set_work_seq(4);
   b.set_work(1000, 0);  // b gives no work_seq (a replica from before them)

@@ -306,10 +306,9 @@ bool valid_block_move(int32_t kind, int32_t block, int32_t other, int num_blocks
 
 bool move_blocks(float* caches, int num_blocks, float* host_caches, int num_host_blocks,
                  int num_layers, int64_t block_elems, const int32_t* moves, int n) {
-  // Arguments first, as the CUDA twin (nothing to move is no excuse for nonsense), then every
-  // move in range: a bad one would write outside the caches.
-  // The count and the layers decide whether there is anything to do, as on CUDA; the sizes
-  // matter only then (a tier's slot count only with a tier).
+  // Arguments first, in the CUDA twin's order: the count and the layers decide whether there is
+  // anything to do, the sizes matter only then (a tier's slot count only with a tier); then every
+  // move in range, since a bad one would write outside the caches.
   if (n < 0 || num_layers < 0) return false;
   if (n == 0 || num_layers == 0) return true;
   const bool tier = host_caches != nullptr;

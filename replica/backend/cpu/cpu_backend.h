@@ -79,9 +79,11 @@ class CpuBackend final : public Backend {
   void set_rank_weights(RankWeights weights);
 
  private:
-  // Asserts that every block id, position and plan index is in range and consistent (the KV
-  // moves' blocks and slots: move_blocks, in every build).
-  void check_batch(const ForwardBatch& batch) const;
+  // Refuses a batch with a block id, token, position, logits row or plan index out of range or
+  // inconsistent, in every build, before anything is computed (the KV moves: move_blocks). The
+  // batch comes from the engine's own scheduler, so this is a bug caught, not input refused: it
+  // would otherwise write outside the caches.
+  Status check_batch(const ForwardBatch& batch) const;
   // The step's KV moves, in order (ForwardBatch::kv_moves). A move out of range (a block past
   // the cache, a slot past the host tier, a kind of none of the three) refuses them all before
   // any is done, with an error as the CUDA backend's ("move_blocks: invalid argument ...").

@@ -357,6 +357,82 @@ TEST(CpuBackend, KvMovesOutOfRangeAreRefusedBeforeAnyIsDone) {
   EXPECT_LT(rel_l2(logits, with_copy), 1e-5);
 }
 
+// A step the scheduler got wrong (a block past the cache, a token outside the vocabulary, a
+// slot its suffix does not end in, a plan naming a sequence it lacks, a logits row never
+// computed) was checked by asserts only: a Release build read or wrote outside its arrays. Every
+// build refuses it before anything runs: the cache is unchanged, and the next valid step gives
+// what a backend that never saw the bad ones gives.
+TEST(CpuBackend, InconsistentBatchesAreRefusedBeforeAnythingRuns) {
+  const std::vector<int32_t> prompt = random_tokens(40, 12);
+  const std::vector<int32_t> table = {4, 9, 2};
+  const int32_t u = 'q';
+  CpuBackend ref = make_backend(), b = make_backend();
+  prefill(ref, prompt, table);
+  prefill(b, prompt, table);
+  const std::vector<float> want = decode_one(ref, u, 40, table);
+
+  std::vector<std::pair<std::string, ForwardBatch>> bad;
+  auto decode = [&] {
+    ForwardBatch step;
+    add_decode(step.decode, u, 40, table);
+    return step;
+  };
+  {
+    ForwardBatch step;  // a prefill over block 4 (the prompt's first) naming one past the cache
+    step.prefill.add(chunk(prompt, 0, 20, {4, kNumBlocks}, true));
+    bad.emplace_back("a block past the cache", std::move(step));
+  }
+  {
+    ForwardBatch step;
+    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
+    step.prefill.tokens[3] = b.config().vocab_size;
+    bad.emplace_back("outside the vocabulary", std::move(step));
+  }
+  {
+    ForwardBatch step;
+    step.prefill.add(chunk(prompt, 0, 20, {4}, false));  // 20 tokens, one block of 16
+    bad.emplace_back("too few blocks", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.slots[0] += 1;
+    bad.emplace_back("disagree", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.positions[0] = 41;
+    bad.emplace_back("disagree", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.plan.suffix_block_indices[1] = -1;
+    bad.emplace_back("a block past the cache", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.plan.add_node({4}, {1});  // sequence 1 of a one-sequence batch
+    bad.emplace_back("a sequence the batch does not have", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.plan.suffix_block_indptr.back() = 7;  // past its three blocks
+    bad.emplace_back("out of order or past its indices", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.samples.push_back(SampleRequest{.logits_row = 1});
+    bad.emplace_back("a logits row the step does not compute", std::move(step));
+  }
+  for (const auto& [what, step] : bad) {
+    std::vector<float> logits;
+    const Status s = b.compute_logits(step, logits);
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_NE(s.message().find("forward: invalid batch: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  }
+  EXPECT_LT(rel_l2(decode_one(b, u, 40, table), want), 1e-6);
+}
+
 TEST(CpuBackend, MixedBatchRowsInDocumentedOrder) {
   const std::vector<int32_t> x = random_tokens(20, 7), y = random_tokens(30, 8),
                              z = random_tokens(25, 9), w = random_tokens(17, 10);

@@ -108,6 +108,12 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
       ->check(CLI::Range(10, 10000))
       ->capture_default_str();
   routing
+      ->add_option("--routed-ttl-ms", g->routed_ttl_ms,
+                   "each router counts a prompt it sent as held by that replica for this long "
+                   "before its KV events say so (the router's --routed-ttl-ms)")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
+      ->capture_default_str();
+  routing
       ->add_option("--backend", g->backend,
                    "the replicas: sim (--sim-preset's device model) or cpu (the tiny model on "
                    "the CPU backend, in this process)")

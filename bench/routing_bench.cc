@@ -168,6 +168,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   // and queued ones keep their connections): the default 1,024 refused some with 503.
   rc.limits.max_connections = kRouterMaxConnections;
   rc.pool.poll_interval = std::chrono::milliseconds(o.router_poll_ms);
+  rc.routed_ttl = std::chrono::milliseconds(o.routed_ttl_ms);
   rc.router.debug_headers = !o.decisions.empty();  // the matched bytes of each decision
   for (const auto& r : fleet->replicas)
     rc.replicas.push_back(r->address());

@@ -16,6 +16,7 @@
 #include "bench/trace.h"
 #include "replica/backend/sim/sim_backend.h"
 #include "replica/core/block_pool.h"
+#include "router/fleet/fleet_indexes.h"
 
 namespace kvc::bench {
 
@@ -34,6 +35,9 @@ struct RoutingBenchOptions {
   // counts: each (mix, policy) is replayed with each.
   std::vector<int32_t> routers = {1};
   int32_t router_poll_ms = 500;  // each router's poll of every replica (PoolConfig::poll_interval)
+  // How long a prompt sent to a replica counts as held there before its KV events say so
+  // (RouterStackConfig::routed_ttl, the router's --routed-ttl-ms).
+  int64_t routed_ttl_ms = FleetIndexes::kRoutedTtl.count();
   // The replicas: "sim" (sim_presets' device models) or "cpu" (real ones: the tiny model on the
   // CPU backend, in this process, as `kvcascade demo` runs them; no TTFT floor, no busy share).
   std::string backend = "sim";

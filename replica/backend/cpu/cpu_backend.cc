@@ -93,9 +93,10 @@ Status CpuBackend::check_batch(const ForwardBatch& batch) const {
   auto valid_block = [&](int32_t b) { return b >= 0 && b < num_blocks_; };
   auto valid_token = [&](int32_t t) { return t >= 0 && t < config().vocab_size; };
   auto refuse = [](const std::string& what) { return Error{"forward: invalid batch: " + what}; };
-  // Offsets from 0, in order, within the indices they point into.
+  // Offsets from 0, in order, ending at the end of the indices they point into (the kernels walk
+  // every index, not only those inside the spans).
   auto valid_span = [](const std::vector<int32_t>& indptr, size_t size) {
-    if (indptr.empty() || indptr.front() != 0 || static_cast<size_t>(indptr.back()) > size) {
+    if (indptr.empty() || indptr.front() != 0 || static_cast<size_t>(indptr.back()) != size) {
       return false;
     }
     return std::is_sorted(indptr.begin(), indptr.end());
@@ -125,8 +126,9 @@ Status CpuBackend::check_batch(const ForwardBatch& batch) const {
   if (!std::all_of(p.tokens.begin(), p.tokens.end(), valid_token)) {
     return refuse("a prefill token is outside the vocabulary");
   }
+  const int32_t logit_rows = batch.num_logit_rows();
   for (const SampleRequest& r : batch.samples) {
-    if (r.logits_row < 0 || r.logits_row >= batch.num_logit_rows()) {
+    if (r.logits_row < 0 || r.logits_row >= logit_rows) {
       return refuse("a sample reads a logits row the step does not compute");
     }
   }

@@ -360,8 +360,9 @@ TEST(CpuBackend, KvMovesOutOfRangeAreRefusedBeforeAnyIsDone) {
 // A step the scheduler got wrong (a block past the cache, a token outside the vocabulary, a
 // slot its suffix does not end in, a plan naming a sequence it lacks, a logits row never
 // computed) was checked by asserts only: a Release build read or wrote outside its arrays. Every
-// build refuses it before anything runs: the cache is unchanged, and the next valid step gives
-// what a backend that never saw the bad ones gives.
+// build refuses it, one case per refusal, before anything runs; the next valid step gives what a
+// backend that never saw the bad ones gives (a smoke check: the bad prefills would rewrite the
+// prompt's own KV).
 TEST(CpuBackend, InconsistentBatchesAreRefusedBeforeAnythingRuns) {
   const std::vector<int32_t> prompt = random_tokens(40, 12);
   const std::vector<int32_t> table = {4, 9, 2};
@@ -422,6 +423,50 @@ TEST(CpuBackend, InconsistentBatchesAreRefusedBeforeAnythingRuns) {
     ForwardBatch step = decode();
     step.samples.push_back(SampleRequest{.logits_row = 1});
     bad.emplace_back("a logits row the step does not compute", std::move(step));
+  }
+  {
+    ForwardBatch step;
+    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
+    step.prefill.token_indptr.back() = 0;  // an empty chunk (its tokens past the offsets)
+    bad.emplace_back("prefill index arrays do not match its chunks", std::move(step));
+  }
+  {
+    ForwardBatch step;
+    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
+    step.prefill.want_logits.push_back(1);
+    bad.emplace_back("prefill index arrays do not match its chunks", std::move(step));
+  }
+  {
+    ForwardBatch step;
+    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
+    step.prefill.start_pos[0] = -16;
+    bad.emplace_back("is empty or starts before 0", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.positions.push_back(41);
+    bad.emplace_back("differ in number", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.tokens[0] = -1;
+    bad.emplace_back("a decode token is outside the vocabulary", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.plan.num_seqs = 2;
+    bad.emplace_back("the decode plan does not match the batch", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.plan.add_node({4}, {0});
+    step.decode.plan.node_seq_indices.push_back(5);  // past the last node's span: still walked
+    bad.emplace_back("out of order or past its indices", std::move(step));
+  }
+  {
+    ForwardBatch step = decode();
+    step.decode.plan.suffix_len[0] = 0;
+    bad.emplace_back("disagree", std::move(step));
   }
   for (const auto& [what, step] : bad) {
     std::vector<float> logits;

@@ -269,9 +269,26 @@ class KvCascade final : public Policy {
     }
     if (longest == 0) return {rendezvous(allowed, key)->replica, "cold_rendezvous"};
 
+    // KvCascadePolicyConfig::holders_keep_prefixes: an allowed replica holding the longest
+    // match, its KV cache not under pressure, keeps the request from those holding
+    // holder_lead_bytes less or more, unless they are faster.
+    double holder_slowness = std::numeric_limits<double>::infinity();
+    if (c_.holders_keep_prefixes) {
+      for (const Candidate* c : allowed) {
+        if (c->matched_blocks == longest && c->kv_usage <= c_.kv_pressure_start) {
+          holder_slowness = std::min(holder_slowness, slowness(*c));
+        }
+      }
+    }
+    auto kept_from = [&](const Candidate& c) {
+      return static_cast<double>(longest - c.matched_blocks) * r.block_size >=
+                 c_.holder_lead_bytes &&
+             slowness(c) >= holder_slowness;
+    };
     const Candidate* best = nullptr;
     double best_cost = std::numeric_limits<double>::infinity();
     for (const Candidate* c : allowed) {
+      if (kept_from(*c)) continue;
       const double cost = this->cost(r, *c);
       // Equal costs: rendezvous order, so independent routers agree.
       if (cost < best_cost ||

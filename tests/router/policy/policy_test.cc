@@ -222,10 +222,13 @@ TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
 // holder's queue costs its tokens once. Idle, the holder's 4,000 queued tokens outweigh
 // recomputing 1,700 elsewhere (2 x 1,700); at 75% (8 x) the holder wins. Busy but hardly loaded
 // (a GPU decoding small batches, load 10%): as idle. Capped at 80% (10 x): a queue of 20,000
-// still loses. busy_cap 0: the load is not read.
+// still loses. busy_cap 0: the load is not read. (The costs alone, among every candidate under
+// the bounds: holders_keep_prefixes off; with it the holder keeps the request in every case
+// here, HoldersUnderTheBoundsKeepTheirPrefixes.)
 TEST(KvCascadePolicy, ALoadedFleetWaitsForTheHolderRatherThanComputeAgain) {
   KvCascadePolicyConfig config;
   config.weight_uncached_prefill = 2;
+  config.holders_keep_prefixes = false;
   EXPECT_EQ(config.busy_cap, 0.8);
   auto p = make_kvcascade_policy(config);
   auto cs = three();
@@ -245,6 +248,64 @@ TEST(KvCascadePolicy, ALoadedFleetWaitsForTheHolderRatherThanComputeAgain) {
   cs[1].queued_prefill_tokens = 20000;
   for (Candidate& c : cs)
     c.load_busy = 0.99;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);
+}
+
+// KvCascadePolicyConfig::holders_keep_prefixes (the default): a holder under the bounds keeps a
+// request from replicas holding holder_lead_bytes (2,048) less of its prompt or more, whatever
+// its queue, where the costs alone would move it; among several holders, and against a replica
+// whose match is nearly as long, the costs choose. It does not keep it from a faster replica,
+// with its KV cache under pressure, or for a short lead (a first block every prompt shares: a
+// replica lacking it is not shut out). Over the work bound the prefix moves as before
+// (BoundedWorkMovesAHotPrefixOffItsHolder).
+TEST(KvCascadePolicy, HoldersUnderTheBoundsKeepTheirPrefixes) {
+  KvCascadePolicyConfig off;
+  off.holders_keep_prefixes = false;
+  auto p = make_policy("kvcascade");
+  auto costs = make_kvcascade_policy(off);
+  auto cs = three();
+  RouteRequest r = request(4100);
+  cs[1].matched_blocks = 250;  // 4,000 of 4,100 tokens
+  cs[1].queued_prefill_tokens = 10000;
+  EXPECT_NE(costs->choose(r, cs).replica, 1u);  // 10,116 against 4,116
+  const RouteDecision kept = p->choose(r, cs);
+  EXPECT_EQ(kept.replica, 1u);
+  EXPECT_EQ(kept.reason, "prefix_match");
+  cs[1].queued_prefill_tokens = 200000;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+  cs[1].queued_prefill_tokens = 10000;
+
+  // Two holders of the whole match: the cheaper (the shorter queue) takes it; a replica holding
+  // 2,416 tokens less does not, however short its queue; one holding 800 less competes.
+  cs[2].matched_blocks = 250;
+  cs[2].queued_prefill_tokens = 3000;
+  cs[0].matched_blocks = 99;
+  EXPECT_EQ(p->choose(r, cs).replica, 2u);
+  cs[0].matched_blocks = 200;
+  EXPECT_EQ(p->choose(r, cs).replica, 0u);  // 916 against 3,116
+  cs[0].matched_blocks = 0;
+  cs[2].matched_blocks = 0;
+  cs[2].queued_prefill_tokens = 0;
+
+  // Its KV cache under pressure: the costs decide (the pressure and the queue move it).
+  cs[1].kv_usage = 0.99;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);
+  cs[1].kv_usage = 0.5;
+  EXPECT_EQ(p->choose(r, cs).replica, 1u);
+
+  // A faster replica (step models five times apart) still competes on cost.
+  cs[1].seconds_per_token = 5e-4;
+  cs[0].seconds_per_token = cs[2].seconds_per_token = 1e-4;
+  EXPECT_NE(p->choose(r, cs).replica, 1u);
+  for (Candidate& c : cs)
+    c.seconds_per_token.reset();
+
+  // A lead of one 512-byte block (every other replica lacks only the shared first block): the
+  // costs decide.
+  r = request(1024);
+  r.block_size = 512;
+  cs[1].matched_blocks = 1;
+  cs[1].queued_prefill_tokens = 10000;
   EXPECT_NE(p->choose(r, cs).replica, 1u);
 }
 

@@ -263,10 +263,8 @@ class KvCascade final : public Policy {
                                           [&](auto* a, auto* b) { return rank(a) < rank(b); }));
     }
     size_t longest = 0;
-    const Candidate* holder = nullptr;
-    for (const Candidate* c : cs) {
-      if (c->matched_blocks > longest) longest = c->matched_blocks, holder = c;
-    }
+    for (const Candidate* c : cs)
+      longest = std::max(longest, c->matched_blocks);
     if (longest == 0) return {rendezvous(allowed, key)->replica, "cold_rendezvous"};
 
     // KvCascadePolicyConfig::holders_keep_prefixes: an allowed replica holding the longest
@@ -281,7 +279,8 @@ class KvCascade final : public Policy {
       }
     }
     auto kept_from = [&](const Candidate& c) {
-      return static_cast<double>(longest - c.matched_blocks) * r.block_size >=
+      return c.matched_blocks < longest &&
+             static_cast<double>(longest - c.matched_blocks) * r.block_size >=
                  c_.holder_lead_bytes &&
              slowness(c) >= holder_slowness;
     };
@@ -316,7 +315,7 @@ class KvCascade final : public Policy {
       }
       const Candidate* pick = best;
       for (const Candidate* c : allowed) {
-        if (c->matched_blocks == best->matched_blocks &&
+        if (c->matched_blocks == best->matched_blocks && !kept_from(*c) &&
             this->cost(r, *c) <= best_cost + c_.tie_tokens &&
             rendezvous_score(tie_key, c->id) > rendezvous_score(tie_key, pick->id)) {
           pick = c;
@@ -324,7 +323,10 @@ class KvCascade final : public Policy {
       }
       best = pick;
     }
-    const bool holder_allowed = std::find(allowed.begin(), allowed.end(), holder) != allowed.end();
+    // A holder of the longest match under the bounds (not only the first found): then `best` is
+    // the choice, and the spread below (which ranks every allowed replica) is not needed.
+    const bool holder_allowed = std::any_of(allowed.begin(), allowed.end(),
+                                            [&](auto* c) { return c->matched_blocks == longest; });
     if (!holder_allowed && best->matched_blocks > 0) {
       // The holder is over its bound but another replica under it holds part of the prefix: the
       // cheapest of those (the prefix has replicated there before).

@@ -125,9 +125,9 @@ struct KvCascadePolicyConfig {
   double work_bound_factor = 1.05;
   // 2 since the twenty-fourth session (4 before): with holders_keep_prefixes the bound is what
   // spreads a prefix, and four mean requests (6.5% of a replica's share of Mooncake's trace, more
-  // of a young window) left the holders of long prefixes at 1.19-1.25x the mean work; at 2 the
-  // A10G and H200 Mooncake rows ended at 1.12-1.18 with 98.2-98.7% of the oracle, the ten
-  // target-table cells met (bench/results/routing-profiles.md, twenty-fourth session).
+  // of a young window) left the A10G and H200 Mooncake rows at 1.13-1.25x the mean work; at 2,
+  // 1.12-1.18 with 98.2-98.7% of the oracle, and the ten target-table cells met (2-core VM, two
+  // runs a row; bench/results/routing-profiles.md, twenty-fourth session).
   double work_slack_requests = 2.0;
   // 1.0 since the eleventh session (2.0 before): at 2.0 the holders of Mooncake's long shared
   // prefixes ended 1.25-1.53x the mean work on the H200 profile; at 1.0, 1.12-1.17 with the same
@@ -158,11 +158,12 @@ struct KvCascadePolicyConfig {
   // beyond speed_tolerance). Under the bounds a holder has no more than its share of the fleet's
   // work, so a request moved off it to save its queue computes the prefix again for the fleet
   // to wait on: such moves were 4.8 of the 5.5 points the A10G Mooncake row lost (94.5%; with
-  // the rule 97.4-98.7%), and without them CPU chat@150's TTFT p90 fell from 596-680 ms to
-  // 141-182. A short lead (Mooncake's first block, which nearly every prompt shares) still goes
-  // by the costs: kept from every replica lacking it, two replicas got 5-8 requests of 977
-  // (bench/results/routing-profiles.md, twenty-fourth session). false: the costs choose among
-  // every candidate under the bounds.
+  // the rule 97.4-98.7%; 2-core VM), and CPU chat@150's TTFT p90 was 141-182 ms with the rule
+  // against 596-680 in the twenty-third session's runs without it (not interleaved; that
+  // session's 1.1 runs had 305). A short lead (Mooncake's first block, which nearly every prompt
+  // shares) still goes by the costs: kept from every replica lacking it, two replicas got 5-8
+  // requests of 977 (bench/results/routing-profiles.md, twenty-fourth session). false: the costs
+  // choose among every candidate under the bounds.
   bool holders_keep_prefixes = true;
   double holder_lead_bytes = 2048;
   // The first member of a declared group (group_size > 1) is placed on the replicas' own

@@ -222,13 +222,11 @@ TEST(KvCascadePolicy, QueuedPrefillOutweighsASmallMatch) {
 // holder's queue costs its tokens once. Idle, the holder's 4,000 queued tokens outweigh
 // recomputing 1,700 elsewhere (2 x 1,700); at 75% (8 x) the holder wins. Busy but hardly loaded
 // (a GPU decoding small batches, load 10%): as idle. Capped at 80% (10 x): a queue of 20,000
-// still loses. busy_cap 0: the load is not read. (The costs alone, among every candidate under
-// the bounds: holders_keep_prefixes off; with it the holder keeps the request in every case
-// here, HoldersUnderTheBoundsKeepTheirPrefixes.)
+// still loses. busy_cap 0: the load is not read. (The holder's lead, 1,600 bytes, is under
+// holder_lead_bytes: the costs decide, as HoldersUnderTheBoundsKeepTheirPrefixes has it.)
 TEST(KvCascadePolicy, ALoadedFleetWaitsForTheHolderRatherThanComputeAgain) {
   KvCascadePolicyConfig config;
   config.weight_uncached_prefill = 2;
-  config.holders_keep_prefixes = false;
   EXPECT_EQ(config.busy_cap, 0.8);
   auto p = make_kvcascade_policy(config);
   auto cs = three();
@@ -255,9 +253,9 @@ TEST(KvCascadePolicy, ALoadedFleetWaitsForTheHolderRatherThanComputeAgain) {
 // request from replicas holding holder_lead_bytes (2,048) less of its prompt or more, whatever
 // its queue, where the costs alone would move it; among several holders, and against a replica
 // whose match is nearly as long, the costs choose. It does not keep it from a faster replica,
-// with its KV cache under pressure, or for a short lead (a first block every prompt shares: a
-// replica lacking it is not shut out). Over the work bound the prefix moves as before
-// (BoundedWorkMovesAHotPrefixOffItsHolder).
+// with its KV cache under pressure (a co-holder under no pressure still keeps it), or for a
+// short lead (a first block every prompt shares: a replica lacking it is not shut out). Over the
+// work bound the prefix moves as before.
 TEST(KvCascadePolicy, HoldersUnderTheBoundsKeepTheirPrefixes) {
   KvCascadePolicyConfig off;
   off.holders_keep_prefixes = false;
@@ -283,12 +281,20 @@ TEST(KvCascadePolicy, HoldersUnderTheBoundsKeepTheirPrefixes) {
   EXPECT_EQ(p->choose(r, cs).replica, 2u);
   cs[0].matched_blocks = 200;
   EXPECT_EQ(p->choose(r, cs).replica, 0u);  // 916 against 3,116
+  cs[0].matched_blocks = 122;               // exactly 2,048 bytes less: kept from it
+  EXPECT_EQ(p->choose(r, cs).replica, 2u);
+  cs[0].matched_blocks = 123;  // 2,032 less: competes (2,148 against 3,116)
+  EXPECT_EQ(p->choose(r, cs).replica, 0u);
   cs[0].matched_blocks = 0;
+
+  // Its KV cache under pressure: the costs decide (the pressure and the queue move it), unless
+  // a co-holder under no pressure keeps it.
+  cs[1].kv_usage = cs[2].kv_usage = 0.99;
+  EXPECT_EQ(p->choose(r, cs).replica, 0u);
+  cs[2].kv_usage = 0.5;
+  EXPECT_EQ(p->choose(r, cs).replica, 2u);
   cs[2].matched_blocks = 0;
   cs[2].queued_prefill_tokens = 0;
-
-  // Its KV cache under pressure: the costs decide (the pressure and the queue move it).
-  cs[1].kv_usage = 0.99;
   EXPECT_NE(p->choose(r, cs).replica, 1u);
   cs[1].kv_usage = 0.5;
   EXPECT_EQ(p->choose(r, cs).replica, 1u);
@@ -299,6 +305,22 @@ TEST(KvCascadePolicy, HoldersUnderTheBoundsKeepTheirPrefixes) {
   EXPECT_NE(p->choose(r, cs).replica, 1u);
   for (Candidate& c : cs)
     c.seconds_per_token.reset();
+
+  // Over the work bound (its recent work far over the others'), the holder loses the request
+  // whatever its lead; another replica under the bound takes it.
+  {
+    auto fresh = make_policy("kvcascade");
+    RouteRequest small = request(4100);
+    small.max_tokens = 64;
+    EXPECT_EQ(fresh->choose(small, cs).replica, 1u);
+    for (int i = 0; i < 300; ++i)
+      fresh->record(small, cs[1]);
+    fresh->record(small, cs[0]);
+    fresh->record(small, cs[2]);
+    const RouteDecision moved = fresh->choose(small, cs);
+    EXPECT_NE(moved.replica, 1u);
+    EXPECT_EQ(moved.reason, "hot_spread");
+  }
 
   // A lead of one 512-byte block (every other replica lacks only the shared first block): the
   // costs decide.

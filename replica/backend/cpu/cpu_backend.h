@@ -79,11 +79,6 @@ class CpuBackend final : public Backend {
   void set_rank_weights(RankWeights weights);
 
  private:
-  // Refuses a batch with a block id, token, position, logits row or plan index out of range or
-  // inconsistent, in every build, before anything is computed (the KV moves: move_blocks). The
-  // batch comes from the engine's own scheduler, so this is a bug caught, not input refused: it
-  // would otherwise write outside the caches.
-  Status check_batch(const ForwardBatch& batch) const;
   // The step's KV moves, in order (ForwardBatch::kv_moves). A move out of range (a block past
   // the cache, a slot past the host tier, a kind of none of the three) refuses them all before
   // any is done, with an error as the CUDA backend's ("move_blocks: invalid argument ...").

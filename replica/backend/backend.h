@@ -148,8 +148,8 @@ struct ForwardOutput {
 // of range or inconsistent (forward: invalid batch: ...), before a backend computes anything. The
 // batch comes from the engine's own scheduler, so this catches a bug rather than refusing input:
 // a backend indexing its caches and workspaces by such a batch would read or write outside them.
-// The CPU backend runs it every step (the CUDA backend does not yet). The KV moves are checked
-// by each backend's move_blocks.
+// The CPU and CUDA backends run it every step. The KV moves are checked by each backend's
+// move_blocks.
 Status check_forward_batch(const ForwardBatch& batch, int32_t num_blocks, int32_t block_size,
                            int32_t vocab_size);
 

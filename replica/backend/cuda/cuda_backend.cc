@@ -324,6 +324,13 @@ void CudaBackend::set_graphs(bool on) {
 
 Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   if (!weights_broken_.empty()) return Error{weights_broken_};
+  // Before any upload or launch: the kernels index the caches and workspaces by the batch. A
+  // tensor-parallel rank refuses it like every other rank (each runs the same batch), and the
+  // group aborts as for any failed step.
+  if (Status s = check_forward_batch(batch, num_blocks_, block_size_, config_.vocab_size);
+      !s.ok()) {
+    return s;
+  }
   kc::LlamaStep st;
   moves_.clear();
   for (const KvTransfer& t : batch.kv_moves) {  // KvTransfer::Kind's values are the kernel's

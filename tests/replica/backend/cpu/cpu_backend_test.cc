@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/forward_batches.h"
+
 namespace kvc {
 namespace {
 
@@ -59,10 +61,7 @@ int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-PrefillChunk chunk(const std::vector<int32_t>& tokens, int start, int end,
-                   const std::vector<int32_t>& table, bool want_logits) {
-  return {{tokens.begin() + start, tokens.begin() + end}, start, table, want_logits};
-}
+using testing::chunk;
 
 // Prefills `tokens` at positions [0, n) in chunks of the given sizes, one forward each; returns
 // the logits of the last token.
@@ -87,16 +86,10 @@ std::vector<float> prefill(CpuBackend& b, const std::vector<int32_t>& tokens,
   return prefill(b, tokens, table, {static_cast<int>(tokens.size())});
 }
 
-// Appends one decode sequence feeding `token` at `pos`; with flat attention over `table` when
-// shared_blocks is 0, else its first shared_blocks blocks are left to the plan's nodes.
+// testing::add_decode in blocks of kBlock.
 void add_decode(DecodeBatch& d, int32_t token, int32_t pos, const std::vector<int32_t>& table,
                 int shared_blocks = 0) {
-  d.tokens.push_back(token);
-  d.positions.push_back(pos);
-  d.slots.push_back(table[pos / kBlock] * kBlock + pos % kBlock);
-  const int used = pos / kBlock + 1;
-  d.plan.add_suffix({table.begin() + shared_blocks, table.begin() + used},
-                    pos + 1 - shared_blocks * kBlock);
+  testing::add_decode(d, token, pos, table, kBlock, shared_blocks);
 }
 
 std::vector<float> decode_one(CpuBackend& b, int32_t token, int32_t pos,
@@ -372,102 +365,9 @@ TEST(CpuBackend, InconsistentBatchesAreRefusedBeforeAnythingRuns) {
   prefill(b, prompt, table);
   const std::vector<float> want = decode_one(ref, u, 40, table);
 
-  std::vector<std::pair<std::string, ForwardBatch>> bad;
-  auto decode = [&] {
-    ForwardBatch step;
-    add_decode(step.decode, u, 40, table);
-    return step;
-  };
-  {
-    ForwardBatch step;  // a prefill over block 4 (the prompt's first) naming one past the cache
-    step.prefill.add(chunk(prompt, 0, 20, {4, kNumBlocks}, true));
-    bad.emplace_back("a block past the cache", std::move(step));
-  }
-  {
-    ForwardBatch step;
-    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
-    step.prefill.tokens[3] = b.config().vocab_size;
-    bad.emplace_back("outside the vocabulary", std::move(step));
-  }
-  {
-    ForwardBatch step;
-    step.prefill.add(chunk(prompt, 0, 20, {4}, false));  // 20 tokens, one block of 16
-    bad.emplace_back("too few blocks", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.slots[0] += 1;
-    bad.emplace_back("disagree", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.positions[0] = 41;
-    bad.emplace_back("disagree", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.plan.suffix_block_indices[1] = -1;
-    bad.emplace_back("a block past the cache", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.plan.add_node({4}, {1});  // sequence 1 of a one-sequence batch
-    bad.emplace_back("a sequence the batch does not have", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.plan.suffix_block_indptr.back() = 7;  // past its three blocks
-    bad.emplace_back("out of order or past its indices", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.samples.push_back(SampleRequest{.logits_row = 1});
-    bad.emplace_back("a logits row the step does not compute", std::move(step));
-  }
-  {
-    ForwardBatch step;
-    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
-    step.prefill.token_indptr.back() = 0;  // an empty chunk (its tokens past the offsets)
-    bad.emplace_back("prefill index arrays do not match its chunks", std::move(step));
-  }
-  {
-    ForwardBatch step;
-    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
-    step.prefill.want_logits.push_back(1);
-    bad.emplace_back("prefill index arrays do not match its chunks", std::move(step));
-  }
-  {
-    ForwardBatch step;
-    step.prefill.add(chunk(prompt, 0, 20, {4, 9}, false));
-    step.prefill.start_pos[0] = -16;
-    bad.emplace_back("is empty or starts before 0", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.positions.push_back(41);
-    bad.emplace_back("differ in number", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.tokens[0] = -1;
-    bad.emplace_back("a decode token is outside the vocabulary", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.plan.num_seqs = 2;
-    bad.emplace_back("the decode plan does not match the batch", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.plan.add_node({4}, {0});
-    step.decode.plan.node_seq_indices.push_back(5);  // past the last node's span: still walked
-    bad.emplace_back("out of order or past its indices", std::move(step));
-  }
-  {
-    ForwardBatch step = decode();
-    step.decode.plan.suffix_len[0] = 0;
-    bad.emplace_back("disagree", std::move(step));
-  }
+  const auto bad =
+      testing::inconsistent_batches(prompt, table, u, b.config().vocab_size, kNumBlocks);
+  ASSERT_EQ(bad.size(), 17u);
   for (const auto& [what, step] : bad) {
     std::vector<float> logits;
     const Status s = b.compute_logits(step, logits);

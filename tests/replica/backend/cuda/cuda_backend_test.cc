@@ -24,6 +24,7 @@
 #include "replica/model/safetensors.h"
 #include "replica/model/weights.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/forward_batches.h"
 #include "tests/testing/logprob_check.h"
 #include "tests/testing/temp_dir.h"
 
@@ -383,6 +384,49 @@ TEST_F(CudaBackendTest, LoadWeightsReplacesTheModelInPlace) {
   EXPECT_EQ(after.tokens, want.tokens);
   EXPECT_EQ(after.logits, want.logits);  // the same bf16 values: the same bits
   EXPECT_NE(after.tokens, before.tokens);
+}
+
+// The CPU backend's refusals on the device (testing::inconsistent_batches, one case per
+// refusal): a step the scheduler got wrong is refused before any upload or launch, and the next
+// valid step gives the logits of a backend that never saw the bad ones (several bad prefills
+// would have rewritten the prompt's own KV).
+TEST_F(CudaBackendTest, InconsistentBatchesAreRefusedBeforeAnythingRuns) {
+  constexpr int32_t kBlocks = 24;
+  std::mt19937 rng(12);
+  std::vector<int32_t> prompt(40);
+  for (int32_t& t : prompt)
+    t = static_cast<int32_t>(rng() % 256);
+  const std::vector<int32_t> table = {4, 9, 2};
+  const int32_t u = 'q', vocab = weights().config.vocab_size;
+  auto ref = cuda(kBlocks), b = cuda(kBlocks);
+  ASSERT_TRUE(ref && b);
+  auto logits_of = [](Backend& backend, ForwardBatch step) {
+    step.samples.push_back(SampleRequest{.logits_row = 0, .temperature = 0.0f});
+    step.return_logits = true;
+    ForwardOutput out;
+    const Status s = backend.forward(step, out);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return out.logits;
+  };
+  ForwardBatch prompt_step;
+  prompt_step.prefill.add(testing::chunk(prompt, 0, 40, table, true));
+  ForwardBatch decode;
+  testing::add_decode(decode.decode, u, 40, table, 16);
+  (void)logits_of(*ref, prompt_step);
+  (void)logits_of(*b, prompt_step);
+  const std::vector<float> want = logits_of(*ref, decode);
+  ASSERT_EQ(want.size(), static_cast<size_t>(vocab));
+
+  const auto bad = testing::inconsistent_batches(prompt, table, u, vocab, kBlocks);
+  ASSERT_EQ(bad.size(), 17u);
+  for (const auto& [what, step] : bad) {
+    ForwardOutput out;
+    const Status s = b->forward(step, out);
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_NE(s.message().find("forward: invalid batch: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  }
+  EXPECT_LT(rel_l2(logits_of(*b, decode), want), 1e-6);
 }
 
 TEST_F(CudaBackendTest, StartupErrorsAreClearMessages) {

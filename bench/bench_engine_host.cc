@@ -3,7 +3,8 @@
 // anything. What remains is scheduling, cascade planning, building the ForwardBatch and
 // appending tokens: the time a GPU waits between steps unless it is overlapped (keep it
 // under ~5% of a ~8-12 ms step). Prints the median per-step time at S = 16, 256, 1024.
-// Prints the split of each (schedule, build the batch, the rest) as well.
+// Prints the split of each (schedule, build the batch, check it, the rest) as well: the backend
+// runs check_forward_batch each step, as the CPU and CUDA backends do.
 //   bench_engine_host [groups siblings prefix gen [same]]   (same: siblings draw equal tokens,
 //   as greedy decoding does; else each its own)
 #include <algorithm>
@@ -28,6 +29,11 @@ class NullBackend final : public Backend {
   std::string name() const override { return "null"; }
   int32_t kv_bytes_per_element() const override { return 2; }
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status checked = check_forward_batch(batch, blocks_, block_size(), config_.vocab_size);
+    check_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!checked.ok()) return checked;
     out.samples.resize(batch.samples.size());
     for (size_t k = 0; k < batch.samples.size(); ++k)
       out.samples[k] = {
@@ -37,11 +43,13 @@ class NullBackend final : public Backend {
     out.logits.clear();
     return Status::Ok();
   }
+  double check_ms() const { return check_ms_; }  // the last step's check_forward_batch
 
  private:
   ModelConfig config_;
   int32_t blocks_;
   bool same_;  // every sibling draws the same tokens (greedy decoding of one prompt)
+  double check_ms_ = 0;
 };
 
 }  // namespace
@@ -76,18 +84,22 @@ int main(int argc, char** argv) {
   }
   struct Step {
     int s;
-    double ms, schedule_ms, build_ms;
+    double ms, schedule_ms, build_ms, check_ms;
   };
   std::vector<Step> steps;
   int s = 0;
   while (engine.has_work()) {
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r = engine.step();
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "step failed: %s\n", r.error.c_str());
+      return 1;
+    }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     auto in_ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
     if (r.stats.num_prefill_tokens == 0) {
-      steps.push_back({s, ms, in_ms(r.stats.schedule), in_ms(r.stats.build)});
+      steps.push_back({s, ms, in_ms(r.stats.schedule), in_ms(r.stats.build), backend.check_ms()});
     }
     for (const auto& o : r.outputs)
       if (o.group_id == 1 && o.sibling == 0) s += o.num_new_tokens;
@@ -95,12 +107,13 @@ int main(int argc, char** argv) {
   std::printf("host work per step, %d x %d, prefix %d%s:\n", groups, siblings, prefix,
               same ? ", siblings drawing equal tokens" : "");
   for (int point : {16, 256, 1024}) {
-    std::vector<double> v, sched, build;
+    std::vector<double> v, sched, build, check;
     for (const Step& st : steps) {
       if (st.s < point - 10 || st.s >= point + 10 || st.s >= gen) continue;
       v.push_back(st.ms);
       sched.push_back(st.schedule_ms);
       build.push_back(st.build_ms);
+      check.push_back(st.check_ms);
     }
     if (v.empty()) continue;
     auto median = [](std::vector<double>& x) {
@@ -108,8 +121,10 @@ int main(int argc, char** argv) {
       return x[x.size() / 2];
     };
     const size_t n = v.size();
-    std::printf("  S=%-5d %.3f ms (median of %zu steps; schedule %.3f, build the batch %.3f)\n",
-                point, median(v), n, median(sched), median(build));
+    std::printf(
+        "  S=%-5d %.3f ms (median of %zu steps; schedule %.3f, build the batch %.3f, "
+        "check it %.3f)\n",
+        point, median(v), n, median(sched), median(build), median(check));
   }
   return 0;
 }

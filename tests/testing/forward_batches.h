@@ -31,11 +31,13 @@ inline void add_decode(DecodeBatch& d, int32_t token, int32_t pos,
 }
 
 // Steps check_forward_batch refuses, each with words its refusal names, around one sequence:
-// `prompt` (40 tokens) prefilled over `table` (three blocks of 16 tokens, of a cache of
-// `num_blocks`), decoding `token` at position 40. One case per refusal: a block past the cache, a
-// token outside the vocabulary, a slot its suffix does not end in, a plan naming a sequence the
-// batch lacks, a logits row never computed, offsets out of order or past their indices. Several
-// are prefills over the prompt's own blocks: a backend that ran them would rewrite its KV.
+// `prompt` (40 tokens) prefilled over `table` (three blocks; the cases assume blocks of 16
+// tokens), of a cache of `num_blocks`, decoding `token` at position 40. One case per refusal: a
+// block past the cache, a token outside the vocabulary, a slot its suffix does not end in, a plan
+// naming a sequence the batch lacks, a logits row never computed, offsets out of order or past
+// their indices. Each also carries a valid KV move that copies the prompt's second block over its
+// first: a backend that ran anything of a refused step (its moves come first) would change what
+// the next decode reads.
 inline std::vector<std::pair<std::string, ForwardBatch>> inconsistent_batches(
     const std::vector<int32_t>& prompt, const std::vector<int32_t>& table, int32_t token,
     int32_t vocab_size, int32_t num_blocks) {
@@ -137,6 +139,8 @@ inline std::vector<std::pair<std::string, ForwardBatch>> inconsistent_batches(
     step.decode.plan.suffix_len[0] = 0;
     bad.emplace_back("disagree", std::move(step));
   }
+  for (auto& [what, step] : bad)
+    step.kv_moves.push_back({KvTransfer::Kind::kCopy, b0, b1});  // pool block b1 -> b0
   return bad;
 }
 

@@ -324,9 +324,9 @@ void CudaBackend::set_graphs(bool on) {
 
 Status CudaBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   if (!weights_broken_.empty()) return Error{weights_broken_};
-  // Before any upload or launch: the kernels index the caches and workspaces by the batch. A
-  // tensor-parallel rank refuses it like every other rank (each runs the same batch), and the
-  // group aborts as for any failed step.
+  // Before any upload, KV move or launch: the kernels index the caches and workspaces by the
+  // batch. A tensor-parallel rank checks against its own pool (at least the group's num_blocks),
+  // and a refusal on any rank aborts the group, as any failed step does.
   if (Status s = check_forward_batch(batch, num_blocks_, block_size_, config_.vocab_size);
       !s.ok()) {
     return s;

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Twenty-fifth session, device call C (an H100 host's 16 cores; gpu-bin: only kvcascade-exp =
+# Twenty-fifth session, device call C: NOT RUN (the device refused three starts and the session's
+# device time ran out; the A10G comparison ran on the VM, ../2026-12-07-s25-lead-vm). Ready for a
+# later session (an H100 host's 16 cores; gpu-bin: only kvcascade-exp =
 # this session's tree with ../2026-12-07-s24-cost-moves/switches3.patch (the switches
 # KVC_EXP_SLACK / LEAD / KEEP / LEAD_BYTES / WORK_BOUND / MAX_HORIZON_S; unset: the committed
 # defaults), its libraries and the gzip'd Mooncake traces). Calls A and B left one run in four of

@@ -62,6 +62,7 @@ struct Exchange {
   std::string replica;
   std::string reason;   // the router's x-kvcascade-route-reason
   std::string matched;  // x-kvcascade-matched-bytes: the prompt bytes the chosen replica held
+  std::string detail;   // x-kvcascade-route-detail: the policy's view of every replica
   std::string pending;  // SSE bytes not yet split into events
   json usage;
   std::string error;
@@ -169,7 +170,8 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
   rc.limits.max_connections = kRouterMaxConnections;
   rc.pool.poll_interval = std::chrono::milliseconds(o.router_poll_ms);
   rc.routed_ttl = std::chrono::milliseconds(o.routed_ttl_ms);
-  rc.router.debug_headers = !o.decisions.empty();  // the matched bytes of each decision
+  // The matched bytes and the policy's view of the replicas at each decision.
+  rc.router.debug_headers = !o.decisions.empty();
   for (const auto& r : fleet->replicas)
     rc.replicas.push_back(r->address());
   std::vector<std::unique_ptr<RouterStack>> routers;
@@ -234,6 +236,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
             if (k == "x-kvcascade-replica") x->replica = v;
             if (k == "x-kvcascade-route-reason") x->reason = v;
             if (k == "x-kvcascade-matched-bytes") x->matched = v;
+            if (k == "x-kvcascade-route-detail") x->detail = v;
           }
         },
         [x](std::string_view bytes) {
@@ -341,7 +344,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
     std::replace(file.begin(), file.end(), '/', '_');
     std::ofstream out(o.decisions + "/" + file);
     out << "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached"
-           "\toracle\tttft_ms\tsent_s\te2e_ms\n";
+           "\toracle\tttft_ms\tsent_s\te2e_ms\tdetail\n";
     for (size_t i = 0; i < xs.size(); ++i) {
       const Exchange& x = *xs[i];
       const int64_t cached =
@@ -358,7 +361,7 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
       // blocks were held (bench/results/runs/2026-12-06-s18-mooncake-pools).
       const bool ended = x.finished && x.status == 200 && x.error.empty();
       out << "\t" << std::fixed << ms_since(t0, x.sent) / 1e3 << std::defaultfloat << "\t"
-          << (ended ? ms_since(x.sent, *x.finished) : -1.0) << "\n";
+          << (ended ? ms_since(x.sent, *x.finished) : -1.0) << "\t" << x.detail << "\n";
     }
   }
   double busy_s = 0;

@@ -67,8 +67,9 @@ struct RoutingBenchOptions {
   bool save_only = false;
   bool progress = true;  // a line per second while replaying
   // Each replay's decisions, a line per request (router, replica, reason, the prompt bytes the
-  // router saw there, cached tokens, TTFT, when it was sent and how long it took), as
-  // DIR/<mix>-<policy>-routers<N>.tsv (empty: none).
+  // router saw there, cached tokens, TTFT, when it was sent and how long it took, and the
+  // policy's view of every replica: RouteDecision::detail), as DIR/<mix>-<policy>-routers<N>.tsv
+  // (empty: none).
   std::string decisions;
 };
 

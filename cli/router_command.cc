@@ -204,7 +204,8 @@ Run add_router_command(CLI::App& app) {
                   "gateway; clients must not be able to set it)")
       ->check(http_header_name);
   cmd->add_flag("--debug-headers", f->router.debug_headers,
-                "add x-kvcascade-matched-bytes to responses (tells clients what is cached)");
+                "add x-kvcascade-matched-bytes and x-kvcascade-route-detail to responses (tell "
+                "clients what is cached and every replica's load)");
   cmd->add_option("--max-attempts", f->router.max_attempts,
                   "replicas tried before the first byte reached the client")
       ->check(CLI::Range(1, 16));

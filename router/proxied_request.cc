@@ -113,6 +113,7 @@ bool RouterServer::ProxiedRequest::do_choose() {
   if (!tried.empty()) d.reason = "retry";
   replica = d.replica;
   reason = d.reason;
+  route_detail = std::move(d.detail);
   replica_id = chosen->id;
   matched_bytes = chosen->matched_blocks * static_cast<size_t>(route.block_size);
   tried.push_back(d.replica);
@@ -295,6 +296,8 @@ http::Headers RouterServer::ProxiedRequest::client_headers() const {
   http::Headers h = {{"x-kvcascade-replica", replica_id}, {"x-kvcascade-route-reason", reason}};
   if (weight_version) h.emplace_back("x-kvcascade-weight-version", *weight_version);
   if (debug_headers) h.emplace_back("x-kvcascade-matched-bytes", std::to_string(matched_bytes));
+  if (debug_headers && !route_detail.empty())
+    h.emplace_back("x-kvcascade-route-detail", route_detail);
   return h;
 }
 

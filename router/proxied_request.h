@@ -47,6 +47,7 @@ class RouterServer::ProxiedRequest : public std::enable_shared_from_this<Proxied
   std::vector<uint32_t> tried;
   uint32_t replica = 0;
   std::string replica_id, reason;
+  std::string route_detail;  // the policy's RouteDecision::detail (debug headers only)
   size_t matched_bytes = 0;
   bool debug_headers = false;  // RouterConfig::debug_headers
   bool sent_anything = false;  // bytes reached the client: no more retries

@@ -376,6 +376,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   rr.group_size = req.group_size;
   rr.group = group;
   rr.fleet_request_work = pool_.fleet_request_work();
+  rr.explain = config_.debug_headers;
   rr.affinity_key = prompt.substr(
       0, static_cast<size_t>(any.block_size) * static_cast<size_t>(config_.affinity_key_blocks));
   if (!attempt->start()) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <string>
@@ -236,14 +237,22 @@ class KvCascade final : public Policy {
                  ? c_.work_lead_factor * static_cast<double>(top - second) * r.block_size
                  : 0.0;
     };
-    auto work_ok = [&](const Candidate& c) {
-      if (c_.work_bound_factor <= 0 || mean_request == 0) return true;
+    // The most work c may hold with this request, in the reference replica's time (infinite
+    // with the bound off or no mean yet).
+    auto work_bound = [&](const Candidate& c) {
+      if (c_.work_bound_factor <= 0 || mean_request == 0) {
+        return std::numeric_limits<double>::infinity();
+      }
       const double slow = slowness(c), w = planned_work(r, c) * slow;
-      const double bound =
-          c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
-          c_.work_slack_requests * mean_request + lead_tokens(c) * slow;
-      return recent(c) * slow + w <= bound;
+      return c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
+             c_.work_slack_requests * mean_request + lead_tokens(c) * slow;
     };
+    // c's work with this request, in the same time.
+    auto work_with = [&](const Candidate& c) {
+      const double slow = slowness(c);
+      return recent(c) * slow + planned_work(r, c) * slow;
+    };
+    auto work_ok = [&](const Candidate& c) { return work_with(c) <= work_bound(c); };
     std::vector<const Candidate*> allowed;
     for (const Candidate* c : cs) {
       if (static_cast<double>(decode_load(*c) + r.n) <= cap(*c) && work_ok(*c)) {
@@ -251,7 +260,8 @@ class KvCascade final : public Policy {
       }
     }
     const uint64_t key = affinity(r);
-    if (allowed.empty()) {
+    const bool none_allowed = allowed.empty();
+    if (none_allowed) {
       // The least loaded; equals (a cold start, a fleet that just emptied, where a request
       // larger than the slack fits nowhere) in rendezvous order, so routers agree.
       auto rank = [&](const Candidate* c) {
@@ -265,7 +275,6 @@ class KvCascade final : public Policy {
     size_t longest = 0;
     for (const Candidate* c : cs)
       longest = std::max(longest, c->matched_blocks);
-    if (longest == 0) return {rendezvous(allowed, key)->replica, "cold_rendezvous"};
 
     // KvCascadePolicyConfig::holders_keep_prefixes: an allowed replica holding the longest
     // match, its KV cache not under pressure, keeps the request from those holding
@@ -284,6 +293,27 @@ class KvCascade final : public Policy {
                  c_.holder_lead_bytes &&
              slowness(c) >= holder_slowness;
     };
+    // RouteRequest::explain: each healthy candidate's match, recent work and bound (both in the
+    // reference replica's time, this request included), whether the bounds allow it (with
+    // none_allowed, the least loaded is the one allowed), whether a holder keeps the request from
+    // it, and its cost.
+    auto decided = [&](const Candidate& chosen, const char* reason) {
+      RouteDecision d{chosen.replica, reason, {}};
+      if (!r.explain) return d;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "mean_request=%.0f work_total=%.0f none_allowed=%d",
+                    mean_request, work_total, none_allowed ? 1 : 0);
+      d.detail = buf;
+      for (const Candidate* c : cs) {
+        const bool ok = std::find(allowed.begin(), allowed.end(), c) != allowed.end();
+        std::snprintf(buf, sizeof buf, " m=%zu w=%.0f b=%.0f ok=%d kept=%d cost=%.0f",
+                      c->matched_blocks, work_with(*c), work_bound(*c), ok ? 1 : 0,
+                      kept_from(*c) ? 1 : 0, cost(r, *c));
+        d.detail += "; " + c->id + buf;
+      }
+      return d;
+    };
+    if (longest == 0) return decided(*rendezvous(allowed, key), "cold_rendezvous");
     const Candidate* best = nullptr;
     double best_cost = std::numeric_limits<double>::infinity();
     for (const Candidate* c : allowed) {
@@ -330,7 +360,7 @@ class KvCascade final : public Policy {
     if (!holder_allowed && best->matched_blocks > 0) {
       // The holder is over its bound but another replica under it holds part of the prefix: the
       // cheapest of those (the prefix has replicated there before).
-      return {best->replica, "hot_spread"};
+      return decided(*best, "hot_spread");
     }
     if (!holder_allowed) {
       // The prefix is hot and its holder overloaded: spread it over the top rendezvous replicas.
@@ -342,9 +372,9 @@ class KvCascade final : public Policy {
       const Candidate* spread =
           *std::min_element(ranked.begin(), ranked.end(),
                             [&](auto* a, auto* b) { return cost(r, *a) < cost(r, *b); });
-      return {spread->replica, "hot_spread"};
+      return decided(*spread, "hot_spread");
     }
-    return {best->replica, best->matched_blocks > 0 ? "prefix_match" : "least_cost"};
+    return decided(*best, best->matched_blocks > 0 ? "prefix_match" : "least_cost");
   }
 
  private:

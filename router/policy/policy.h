@@ -62,11 +62,17 @@ struct RouteRequest {
   // The mean work of a request over the fleet, as every router sees it
   // (ReplicaPool::fleet_request_work); nullopt: the policy's own mean of what it routed.
   std::optional<double> fleet_request_work;
+  // Fill RouteDecision::detail (the router's debug headers, `bench routing --decisions`).
+  bool explain = false;
 };
 
 struct RouteDecision {
   uint32_t replica = 0;
   std::string reason;  // "prefix_match", "least_load", "sibling_pinned", "cold_rendezvous", ...
+  // With RouteRequest::explain, what the policy saw of each healthy candidate, for diagnosis
+  // (kvcascade: "mean_request=W work_total=T none_allowed=0|1; ID m=M w=W b=B ok=0|1 kept=0|1
+  // cost=C; ..."), else empty. One line, no fixed format.
+  std::string detail = {};
 };
 
 class Policy {

@@ -182,7 +182,8 @@ TEST(RoutingBench, KvcascadeOnFourSimReplicasKeepsHitsAndBalance) {
 }
 
 // `--decisions` writes a line per request: where it went and why, what it found, and when it was
-// sent and answered (an analysis of which replica's memory held what and when reads them).
+// sent and answered (an analysis of which replica's memory held what and when reads them), and
+// the policy's view of every replica at the decision.
 TEST(RoutingBench, DecisionsFileHasALinePerRequestWithItsTimes) {
   TraceMix mix = *trace_mix("chat");
   mix.requests = 40;
@@ -203,16 +204,26 @@ TEST(RoutingBench, DecisionsFileHasALinePerRequestWithItsTimes) {
   std::getline(in, line);
   EXPECT_EQ(line,
             "request\tarrival_s\trouter\tgroup\tn\tprompt_bytes\treplica\treason\tmatched\tcached"
-            "\toracle\tttft_ms\tsent_s\te2e_ms");
+            "\toracle\tttft_ms\tsent_s\te2e_ms\tdetail");
   size_t lines = 0;
   while (std::getline(in, line)) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, '\t');)
       f.push_back(x);
-    ASSERT_EQ(f.size(), 14u) << line;
+    if (f.size() == 14) f.emplace_back();  // an empty detail: a pinned sibling
+    ASSERT_EQ(f.size(), 15u) << line;
     EXPECT_EQ(f[0], std::to_string(lines)) << line;
     EXPECT_FALSE(f[6].empty()) << line;  // the replica
+    // The policy's view of every replica (RouteDecision::detail), the chosen one among them; a
+    // sibling pinned to its group's replica was not the policy's choice.
+    if (f[7] == "sibling_pinned") {
+      EXPECT_TRUE(f[14].empty()) << line;
+    } else {
+      EXPECT_NE(f[14].find("; " + f[6] + " m="), std::string::npos) << line;
+      EXPECT_NE(f[14].find("sim0 m="), std::string::npos) << line;
+      EXPECT_NE(f[14].find("sim1 m="), std::string::npos) << line;
+    }
     const double arrival = std::stod(f[1]), ttft = std::stod(f[11]);
     const double sent = std::stod(f[12]), e2e = std::stod(f[13]);
     EXPECT_GE(sent, arrival - 1e-3) << line;  // never before its arrival in the trace

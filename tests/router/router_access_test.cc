@@ -198,7 +198,7 @@ TEST_F(RouterTest, WithoutIsolationTenantsSharePrefixes) {
 }
 
 // The matched-bytes header told any client how much of its prompt someone had cached. It is off
-// unless asked for.
+// unless asked for, and so is the route detail (every replica's load).
 TEST_F(RouterTest, MatchedBytesHeaderIsHiddenByDefault) {
   start();
   const json req = {{"model", "tiny"}, {"prompt", long_prompt("quiet")}, {"max_tokens", 1}};
@@ -207,6 +207,7 @@ TEST_F(RouterTest, MatchedBytesHeaderIsHiddenByDefault) {
   const auto again = post(req);
   ASSERT_EQ(again.status, 200);
   EXPECT_EQ(again.header("x-kvcascade-matched-bytes"), std::nullopt);
+  EXPECT_EQ(again.header("x-kvcascade-route-detail"), std::nullopt);
   EXPECT_TRUE(again.header("x-kvcascade-replica").has_value());
 }
 

@@ -38,6 +38,15 @@ TEST_F(RouterTest, SharedPrefixGoesToTheReplicaThatHoldsIt) {
   EXPECT_EQ(replica_of(first), replica_of(second));
   EXPECT_EQ(second.header("x-kvcascade-route-reason"), "prefix_match");
   EXPECT_GE(std::stoul(second.header("x-kvcascade-matched-bytes").value_or("0")), 576u);
+  // The policy's view of each replica for that decision (RouteDecision::detail): the chosen one
+  // with its match in blocks, under the bounds.
+  const std::string detail = second.header("x-kvcascade-route-detail").value_or("");
+  const std::regex chosen(replica_of(second) + " m=([0-9]+) w=-?[0-9]+ b=[0-9a-z]+ ok=1 kept=0");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(detail, m, chosen)) << detail;
+  EXPECT_GE(std::stoul(m[1]) * 16, 576u) << detail;
+  for (const char* r : {"r0 m=", "r1 m=", "r2 m="})
+    EXPECT_NE(detail.find(r), std::string::npos) << r << " in " << detail;
   const json body = json::parse(second.body);
   EXPECT_GE(body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 576);
 }

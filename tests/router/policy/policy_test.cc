@@ -249,6 +249,38 @@ TEST(KvCascadePolicy, ALoadedFleetWaitsForTheHolderRatherThanComputeAgain) {
   EXPECT_NE(p->choose(r, cs).replica, 1u);
 }
 
+// RouteRequest::explain: the decision is the same, and its detail shows each candidate's match,
+// work and bound, whether the bounds allow it and whether a holder keeps the request from it.
+TEST(KvCascadePolicy, ExplainShowsWhatTheDecisionSawOfEachCandidate) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  RouteRequest r = request(4100);
+  r.fleet_request_work = 1000;  // a mean request: the work bound is on
+  cs[1].matched_blocks = 250;   // the holder
+  cs[0].matched_blocks = 99;    // 2,416 bytes less: kept from
+  cs[2].routed_work = 1e6;      // far over the bound
+  const RouteDecision quiet = p->choose(r, cs);
+  EXPECT_TRUE(quiet.detail.empty());
+  r.explain = true;
+  const RouteDecision told = p->choose(r, cs);
+  EXPECT_EQ(told.replica, quiet.replica);
+  EXPECT_EQ(told.reason, quiet.reason);
+  EXPECT_EQ(told.replica, 1u);
+  const std::string& d = told.detail;
+  EXPECT_NE(d.find("mean_request=1000 "), std::string::npos) << d;
+  EXPECT_NE(d.find("none_allowed=0"), std::string::npos) << d;
+  EXPECT_NE(d.find("replica-0 m=99 "), std::string::npos) << d;
+  EXPECT_NE(d.find("replica-1 m=250 "), std::string::npos) << d;
+  auto fields = [&](const std::string& id) {
+    const size_t at = d.find(id + " ");
+    return at == std::string::npos ? std::string() : d.substr(at, d.find(';', at) - at);
+  };
+  EXPECT_NE(fields("replica-0").find("ok=1 kept=1"), std::string::npos) << d;
+  EXPECT_NE(fields("replica-1").find("ok=1 kept=0"), std::string::npos) << d;
+  EXPECT_NE(fields("replica-2").find("w=1004101 "), std::string::npos) << d;  // 1e6 + its 4,101
+  EXPECT_NE(fields("replica-2").find("ok=0"), std::string::npos) << d;
+}
+
 // KvCascadePolicyConfig::holders_keep_prefixes (the default): a holder under the bounds keeps a
 // request from replicas holding holder_lead_bytes (2,048) less of its prompt or more, whatever
 // its queue, where the costs alone would move it; among several holders, and against a replica

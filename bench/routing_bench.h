@@ -106,6 +106,10 @@ struct RoutingResult {
   // balance: replicas of different speeds balance in time, not in tokens).
   double busy = 0;
   std::vector<double> replica_busy;
+  // Per replica, what its engine reports (GET /v1/load): tokens run through the model (prefill,
+  // recompute after a preemption, decode rows: the routers' routed-work signal counts these,
+  // where replica_work counts each request's uncached prompt once) and preemptions.
+  std::vector<int64_t> replica_computed_tokens, replica_preemptions;
 
   double hit_ratio() const;               // cached / oracle cached
   double hit_ratio_vs_fleet_lru() const;  // cached / fleet LRU cached

@@ -101,6 +101,8 @@ json RoutingResult::to_json() const {
           {"goodput", goodput()},
           {"busy", busy},
           {"replica_busy", replica_busy},
+          {"replica_computed_tokens", replica_computed_tokens},
+          {"replica_preemptions", replica_preemptions},
           {"error_reasons", error_reasons}};
 }
 

@@ -55,8 +55,8 @@ struct RouterConfig {
   std::string tenant_header;  // kHeader: the header a trusted gateway sets, e.g. x-tenant-id
   // Adds x-kvcascade-matched-bytes to responses: how much of the prompt the chosen replica held,
   // which without tenant isolation tells a client what others have cached; and
-  // x-kvcascade-route-detail: the policy's view of every replica for this decision
-  // (RouteDecision::detail: matches, work, bounds, costs). Off by default.
+  // x-kvcascade-route-detail: the kvcascade policy's view of every healthy candidate for this
+  // decision (RouteDecision::detail: ids, matches, work, bounds, costs). Off by default.
   bool debug_headers = false;
   // An explicit affinity key: requests carrying this header (or SGLang gateway's
   // x-smg-routing-key) go to the replica the key's rendezvous hash picks, whatever the policy.

@@ -249,8 +249,8 @@ class KvCascade final : public Policy {
     };
     // c's work with this request, in the same time.
     auto work_with = [&](const Candidate& c) {
-      const double slow = slowness(c);
-      return recent(c) * slow + planned_work(r, c) * slow;
+      const double slow = slowness(c), w = planned_work(r, c) * slow;
+      return recent(c) * slow + w;
     };
     auto work_ok = [&](const Candidate& c) { return work_with(c) <= work_bound(c); };
     std::vector<const Candidate*> allowed;
@@ -309,7 +309,12 @@ class KvCascade final : public Policy {
         std::snprintf(buf, sizeof buf, " m=%zu w=%.0f b=%.0f ok=%d kept=%d cost=%.0f",
                       c->matched_blocks, work_with(*c), work_bound(*c), ok ? 1 : 0,
                       kept_from(*c) ? 1 : 0, cost(r, *c));
-        d.detail += "; " + c->id + buf;
+        d.detail += "; ";
+        // A replica's id is what it reported (/v1/info): only printable ASCII without ';' goes
+        // into a header value and a TSV column.
+        for (const char ch : c->id)
+          d.detail += ch > ' ' && ch < 0x7f && ch != ';' ? ch : '?';
+        d.detail += buf;
       }
       return d;
     };

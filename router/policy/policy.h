@@ -69,7 +69,9 @@ struct RouteRequest {
 struct RouteDecision {
   uint32_t replica = 0;
   std::string reason;  // "prefix_match", "least_load", "sibling_pinned", "cold_rendezvous", ...
-  // With RouteRequest::explain, what the policy saw of each healthy candidate, for diagnosis
+  // With RouteRequest::explain, what the policy saw of each healthy candidate, for diagnosis (the
+  // kvcascade policy only; a pinned sibling or a routing key is not the policy's choice and has
+  // none)
   // (kvcascade: "mean_request=W work_total=T none_allowed=0|1; ID m=M w=W b=B ok=0|1 kept=0|1
   // cost=C; ..."), else empty. One line, no fixed format.
   std::string detail = {};

@@ -40,6 +40,7 @@ TEST_F(RouterTest, SharedPrefixGoesToTheReplicaThatHoldsIt) {
   EXPECT_GE(std::stoul(second.header("x-kvcascade-matched-bytes").value_or("0")), 576u);
   // The policy's view of each replica for that decision (RouteDecision::detail): the chosen one
   // with its match in blocks, under the bounds.
+  ASSERT_TRUE(second.header("x-kvcascade-replica").has_value());
   const std::string detail = second.header("x-kvcascade-route-detail").value_or("");
   const std::regex chosen(replica_of(second) + " m=([0-9]+) w=-?[0-9]+ b=[0-9a-z]+ ok=1 kept=0");
   std::smatch m;

@@ -281,6 +281,46 @@ TEST(KvCascadePolicy, ExplainShowsWhatTheDecisionSawOfEachCandidate) {
   EXPECT_NE(fields("replica-2").find("ok=0"), std::string::npos) << d;
 }
 
+// Explaining changes no decision: two policies replaying the same random requests and fleets
+// (cold prompts, holders over and under the bounds, none under them), one explaining, choose
+// alike, and every explained decision names each candidate.
+TEST(KvCascadePolicy, ExplainingChangesNoDecision) {
+  auto plain = make_policy("kvcascade");
+  auto told = make_policy("kvcascade");
+  std::mt19937 rng(5);
+  std::set<std::string> reasons;
+  std::vector<Candidate> fleet = three();
+  fleet.resize(6);
+  for (uint32_t k = 3; k < fleet.size(); ++k) {
+    fleet[k].replica = k;
+    fleet[k].id = "replica-" + std::to_string(k);
+  }
+  for (int i = 0; i < 400; ++i) {
+    std::vector<Candidate> cs = fleet;
+    for (uint32_t k = 0; k < cs.size(); ++k) {
+      cs[k].matched_blocks = rng() % 3 == 0 ? rng() % 300 : 0;
+      cs[k].queued_prefill_tokens = static_cast<int64_t>(rng() % 20000);
+      cs[k].running_sequences = static_cast<int64_t>(rng() % 40);
+      if (rng() % 2) cs[k].routed_work = static_cast<double>(rng() % 400000);
+    }
+    RouteRequest r = request(100 + rng() % 6000, "k" + std::to_string(rng() % 50));
+    r.max_tokens = rng() % 500;
+    if (rng() % 2) r.fleet_request_work = 1000 + rng() % 20000;
+    const RouteDecision a = plain->choose(r, cs);
+    r.explain = true;
+    const RouteDecision b = told->choose(r, cs);
+    ASSERT_EQ(a.replica, b.replica) << i;
+    ASSERT_EQ(a.reason, b.reason) << i;
+    EXPECT_TRUE(a.detail.empty());
+    for (const Candidate& c : cs)
+      EXPECT_NE(b.detail.find("; " + c.id + " m="), std::string::npos) << b.detail;
+    reasons.insert(a.reason);
+    plain->record(r, cs[a.replica]);
+    told->record(r, cs[b.replica]);
+  }
+  EXPECT_GE(reasons.size(), 3u);  // cold, prefix_match, hot_spread or least_cost
+}
+
 // KvCascadePolicyConfig::holders_keep_prefixes (the default): a holder under the bounds keeps a
 // request from replicas holding holder_lead_bytes (2,048) less of its prompt or more, whatever
 // its queue, where the costs alone would move it; among several holders, and against a replica

@@ -364,13 +364,11 @@ Result<RoutingResult> run_routing(const std::vector<TraceRequest>& trace, const 
           << (ended ? ms_since(x.sent, *x.finished) : -1.0) << "\t" << x.detail << "\n";
     }
   }
+  double busy_s = 0;
   for (const auto& r : fleet->replicas) {
     const LoadSnapshot load = r->loop().load();
     res.replica_computed_tokens.push_back(load.num_computed_tokens);
     res.replica_preemptions.push_back(load.num_preemptions);
-  }
-  double busy_s = 0;
-  for (const auto& r : fleet->replicas) {
     if (const auto* sim = dynamic_cast<const SimBackend*>(&r->backend())) {
       const double s = std::chrono::duration<double>(sim->busy()).count();
       busy_s += s;

@@ -237,22 +237,24 @@ class KvCascade final : public Policy {
                  ? c_.work_lead_factor * static_cast<double>(top - second) * r.block_size
                  : 0.0;
     };
-    // The most work c may hold with this request, in the reference replica's time (infinite
-    // with the bound off or no mean yet).
-    auto work_bound = [&](const Candidate& c) {
-      if (c_.work_bound_factor <= 0 || mean_request == 0) {
-        return std::numeric_limits<double>::infinity();
-      }
-      const double slow = slowness(c), w = planned_work(r, c) * slow;
-      return c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
-             c_.work_slack_requests * mean_request + lead_tokens(c) * slow;
+    // c's work with this request and the most it may hold, both in the reference replica's
+    // time (the bound infinite when off or without a mean yet).
+    struct Work {
+      double with, bound;
     };
-    // c's work with this request, in the same time.
-    auto work_with = [&](const Candidate& c) {
+    auto work_of = [&](const Candidate& c) {
       const double slow = slowness(c), w = planned_work(r, c) * slow;
-      return recent(c) * slow + w;
+      const double bound =
+          c_.work_bound_factor <= 0 || mean_request == 0
+              ? std::numeric_limits<double>::infinity()
+              : c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
+                    c_.work_slack_requests * mean_request + lead_tokens(c) * slow;
+      return Work{recent(c) * slow + w, bound};
     };
-    auto work_ok = [&](const Candidate& c) { return work_with(c) <= work_bound(c); };
+    auto work_ok = [&](const Candidate& c) {
+      const Work w = work_of(c);
+      return w.with <= w.bound;
+    };
     std::vector<const Candidate*> allowed;
     for (const Candidate* c : cs) {
       if (static_cast<double>(decode_load(*c) + r.n) <= cap(*c) && work_ok(*c)) {
@@ -306,9 +308,10 @@ class KvCascade final : public Policy {
       d.detail = buf;
       for (const Candidate* c : cs) {
         const bool ok = std::find(allowed.begin(), allowed.end(), c) != allowed.end();
+        const Work w = work_of(*c);
         std::snprintf(buf, sizeof buf, " m=%zu w=%.0f b=%.0f ok=%d kept=%d cost=%.0f",
-                      c->matched_blocks, work_with(*c), work_bound(*c), ok ? 1 : 0,
-                      kept_from(*c) ? 1 : 0, cost(r, *c));
+                      c->matched_blocks, w.with, w.bound, ok ? 1 : 0, kept_from(*c) ? 1 : 0,
+                      cost(r, *c));
         d.detail += "; ";
         // A replica's id is what it reported (/v1/info): only printable ASCII without ';' goes
         // into a header value and a TSV column.

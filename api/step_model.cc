@@ -1,18 +1,18 @@
 #include "api/step_model.h"
 
 #include <cmath>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 namespace kvc {
 
 std::optional<double> seconds_per_work_token(const StepModel& m) {
-  constexpr double kPrefillTokens = 256, kDecodeSeqs = 16, kKvGb = 0.25;
   constexpr int64_t kMinSteps = 100;
-  if (m.steps < kMinSteps) return std::nullopt;
-  const double s = m.seconds(kPrefillTokens, kDecodeSeqs, kKvGb);
+  if (m.steps < kMinSteps || m.reference_leverage > kMaxReferenceLeverage) return std::nullopt;
+  const double s = m.seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb);
   if (!std::isfinite(s) || s <= 0) return std::nullopt;
-  return s / (kPrefillTokens + kDecodeSeqs);
+  return s / (kReferencePrefillTokens + kReferenceDecodeSeqs);
 }
 
 nlohmann::json step_model_json(const StepModel& m) {
@@ -20,7 +20,8 @@ nlohmann::json step_model_json(const StepModel& m) {
           {"prefill_token_s", m.prefill_token_s},
           {"decode_seq_s", m.decode_seq_s},
           {"kv_gb_s", m.kv_gb_s},
-          {"steps", m.steps}};
+          {"steps", m.steps},
+          {"reference_leverage", m.reference_leverage}};
 }
 
 std::optional<StepModel> read_step_model(const nlohmann::json& j) {
@@ -35,10 +36,17 @@ std::optional<StepModel> read_step_model(const nlohmann::json& j) {
              k = seconds("kv_gb_s");
   if (!o || !p || !d || !k) return std::nullopt;
   const auto steps = j.find("steps");
-  return StepModel{*o, *p, *d, *k,
-                   steps != j.end() && steps->is_number_integer() && steps->get<int64_t>() > 0
-                       ? steps->get<int64_t>()
-                       : 0};
+  StepModel m{*o, *p, *d, *k,
+              steps != j.end() && steps->is_number_integer() && steps->get<int64_t>() > 0
+                  ? steps->get<int64_t>()
+                  : 0};
+  // Not reported (an older replica): 0. Not a finite non-negative number: the reference step's
+  // prediction is not to be trusted.
+  if (const auto l = j.find("reference_leverage"); l != j.end()) {
+    const double v = l->is_number() ? l->get<double>() : -1;
+    m.reference_leverage = std::isfinite(v) && v >= 0 ? v : std::numeric_limits<double>::infinity();
+  }
+  return m;
 }
 
 }  // namespace kvc

@@ -17,6 +17,13 @@ struct StepModel {
   double decode_seq_s = 0;     // per decode sequence
   double kv_gb_s = 0;          // per GB of KV read by attention
   int64_t steps = 0;           // steps fitted so far
+  // How far the reference step (below) lies from the steps fitted: x' (X'WX)^-1 x times the
+  // steps' weight, i.e. 1 + its squared Mahalanobis distance from their weighted mean. A replica
+  // that only ever decoded one sequence at a time has no measure of what 16 rows cost: its fit
+  // splits the step's fixed cost between the overhead and the decode row at random, and the
+  // reference step's prediction with it (on the A10G sim, up to 5.6x the fleet's; such a replica
+  // then looks slow, is sent less, and keeps decoding alone). 0: not reported.
+  double reference_leverage = 0;
 
   double seconds(double prefill_tokens, double decode_seqs, double kv_gb) const {
     return overhead_s + prefill_token_s * prefill_tokens + decode_seq_s * decode_seqs +
@@ -24,13 +31,24 @@ struct StepModel {
   }
 };
 
-// Seconds per token of work (a prefill token or a decode row) of a reference step that is the
-// same for every replica: a 256-token prefill chunk beside 16 decoding sequences reading 0.25 GB
-// of KV. Routers compare replicas by it (KvCascadePolicyConfig::costs_by_step_model): a replica
-// whose model gives twice the time is twice as slow. Few decode rows: the fit tells the fixed
-// cost and the prefill token's apart well, the decode row's and the KV's poorly (more rows read
-// more KV); on the A10G sim the figure varied +-14% between replicas after 100 steps, and up to
-// 3x before. nullopt: fewer than 100 steps fitted, or a model with no terms.
+// The reference step that is the same for every replica: a 256-token prefill chunk beside 16
+// decoding sequences reading 0.25 GB of KV.
+inline constexpr double kReferencePrefillTokens = 256, kReferenceDecodeSeqs = 16,
+                        kReferenceKvGb = 0.25;
+// The most StepModel::reference_leverage with which the reference step's prediction is used:
+// about 17 standard deviations of the fitted steps. On the A10G sim's Mooncake replay (a few
+// decode rows a step) the replicas' leverage was 46-5,000; under 300 their figures were within
+// 0.86-1.41x of each other's geometric mean (5th-95th percentile 0.92-1.16), at 300-2,000 up to
+// 2.95x (1 in 10 beyond the routers' 25% tolerance), over 2,000 up to 3.8x (1 in 3).
+inline constexpr double kMaxReferenceLeverage = 300;
+
+// Seconds per token of work (a prefill token or a decode row) of the reference step. Routers
+// compare replicas by it (KvCascadePolicyConfig::costs_by_step_model): a replica whose model
+// gives twice the time is twice as slow. Few decode rows: the fit tells the fixed cost and the
+// prefill token's apart well, the decode row's and the KV's poorly (more rows read more KV); on
+// the A10G sim the figure varied +-14% between replicas after 100 steps, and up to 3x before.
+// nullopt: fewer than 100 steps fitted, a model with no terms, or a reference step too far from
+// the steps fitted (reference_leverage over kMaxReferenceLeverage).
 std::optional<double> seconds_per_work_token(const StepModel& m);
 
 nlohmann::json step_model_json(const StepModel& m);

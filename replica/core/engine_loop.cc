@@ -195,7 +195,7 @@ void EngineLoop::refresh_load() {
   snap.num_computed_tokens = num_computed_tokens_;
   snap.num_finished_requests = num_finished_requests_;
   snap.busy_seconds = busy_seconds_;
-  snap.step_model = step_fit_.model();
+  snap.step_model = step_fit_.published();
   snap.work_seq = engine_.work_seq();
   // The gauges with /v1/load: an abort frees blocks with no step after it to observe.
   set_gauges(snap.blocks, snap.scheduler);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace kvc {
 
@@ -77,12 +78,36 @@ std::optional<StepModel> StepModelFit::model() const {
     beta[worst] = 0;
   }
   StepModel m;
+  // The reference step's leverage over every term (what the steps exercised, not what the
+  // non-negative fit kept): x' (X'WX)^-1 x times the steps' weight (api/step_model.h). A term the
+  // steps never exercised leaves the matrix singular there: infinite.
+  const std::array<double, kTerms> ref = {1.0, kReferencePrefillTokens, kReferenceDecodeSeqs,
+                                          kReferenceKvGb};
+  std::array<bool, kTerms> all{};
+  all.fill(true);
+  const std::array<double, kTerms> z = solve(xx_, ref, all);
+  double leverage = 0;
+  for (int i = 0; i < kTerms; ++i)
+    leverage += ref[i] * z[i];
+  leverage *= xx_[0][0];
+  m.reference_leverage =
+      std::isfinite(leverage) && leverage >= 0 ? leverage : std::numeric_limits<double>::infinity();
   m.overhead_s = std::max(beta[0], 0.0);
   m.prefill_token_s = std::max(beta[1], 0.0);
   m.decode_seq_s = std::max(beta[2], 0.0);
   m.kv_gb_s = std::max(beta[3], 0.0);
   m.steps = steps_;
   return m;
+}
+
+std::optional<StepModel> StepModelFit::published() {
+  std::optional<StepModel> m = model();
+  if (!m) return m;
+  if (seconds_per_work_token(*m)) {
+    last_trusted_ = m;
+    return m;
+  }
+  return last_trusted_ ? last_trusted_ : m;
 }
 
 }  // namespace kvc

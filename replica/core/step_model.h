@@ -19,7 +19,13 @@ class StepModelFit {
   explicit StepModelFit(double forget = 0.999, int64_t min_steps = 16);
 
   void add(double seconds, double prefill_tokens, double decode_seqs, double kv_gb);
+  // The fit of the steps so far (nullopt before min_steps), with its reference step's leverage.
   std::optional<StepModel> model() const;
+  // What the replica publishes (GET /v1/load): the fit while routers may take its figure
+  // (seconds_per_work_token: 100 steps, the reference step's leverage within
+  // kMaxReferenceLeverage), else the last fit they could (the device is no faster or slower for
+  // decoding alone a while), else the fit (whose figure routers withhold).
+  std::optional<StepModel> published();
 
  private:
   static constexpr int kTerms = 4;
@@ -28,6 +34,7 @@ class StepModelFit {
   int64_t steps_ = 0;
   std::array<std::array<double, kTerms>, kTerms> xx_{};  // sum of w x x^T
   std::array<double, kTerms> xy_{};                      // sum of w x y
+  std::optional<StepModel> last_trusted_;                // published()
 };
 
 }  // namespace kvc

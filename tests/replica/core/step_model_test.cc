@@ -89,5 +89,40 @@ TEST(StepModelFit, SecondsPerWorkTokenComparesDevicesAtOneReferenceStep) {
   EXPECT_FALSE(seconds_per_work_token(StepModel{0, 0, 0, 0, 500}).has_value());
 }
 
+// What a replica publishes: the fit while its figure may be used, else the last fit that could
+// be (a device decoding alone a while is no slower), else the fit without a usable figure.
+TEST(StepModelFit, PublishesTheLastFitWhoseReferenceStepTheStepsTold) {
+  const StepModel truth{0.02, 1e-4, 2e-5, 1.6e-3, 0};
+  auto step = [&](StepModelFit& fit, double prefill, double rows, double kv) {
+    fit.add(truth.seconds(prefill, rows, kv), prefill, rows, kv);
+  };
+  StepModelFit fit;
+  for (int i = 0; i < 400; ++i)  // 1-24 rows, a chunk every fourth step
+    step(fit, i % 4 == 0 ? 64.0 * (1 + i % 8) : 0, 1 + i % 24, 0.05 * (1 + i % 13));
+  const auto spread = fit.published();
+  ASSERT_TRUE(spread.has_value());
+  EXPECT_LE(spread->reference_leverage, kMaxReferenceLeverage);
+  ASSERT_TRUE(seconds_per_work_token(*spread).has_value());
+  EXPECT_NEAR(spread->decode_seq_s, truth.decode_seq_s, 1e-7);
+  // Then one row a step for a long while, at one context: the fit can no longer tell what 16
+  // rows cost, and the last fit that could is what goes out.
+  for (int i = 0; i < 8000; ++i)
+    step(fit, 0, 1, 2.0);
+  ASSERT_TRUE(fit.model().has_value());
+  EXPECT_GT(fit.model()->reference_leverage, kMaxReferenceLeverage);
+  const auto kept = fit.published();
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->steps, spread->steps);
+  EXPECT_EQ(seconds_per_work_token(*kept), seconds_per_work_token(*spread));
+
+  StepModelFit alone;  // never told: the fit goes out, its figure withheld
+  for (int i = 0; i < 500; ++i)
+    step(alone, i < 20 ? 512 : 0, i < 20 ? 0 : 1, i < 20 ? 0 : 2.0 + 1e-4 * i);
+  const auto lone = alone.published();
+  ASSERT_TRUE(lone.has_value());
+  EXPECT_EQ(lone->steps, 500);
+  EXPECT_FALSE(seconds_per_work_token(*lone).has_value());
+}
+
 }  // namespace
 }  // namespace kvc

@@ -1,0 +1,121 @@
+// The step model a replica fits (replica/core/step_model.h) from the sim's step times, as the
+// engine loop feeds it: what routers compare replicas by (api/step_model.h
+// seconds_per_work_token) is trusted only where the fitted steps tell what the reference step
+// costs.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "api/step_model.h"
+#include "replica/backend/sim/sim_backend.h"
+#include "replica/core/step_model.h"
+#include "replica/model/bandwidth_model.h"
+
+namespace kvc {
+namespace {
+
+// One step on `p`: a prefill chunk of `chunk` tokens after `start` cached ones (none: 0) beside
+// decode rows at the contexts given. The fit gets what EngineLoop gives it: the step's seconds,
+// its prefill tokens, its decode rows and the GB of KV the decode rows read.
+void add_step(StepModelFit& fit, const SimPreset& p, int64_t start, int64_t chunk,
+              const std::vector<int64_t>& contexts) {
+  const int kv_bytes = p.hardware.kv_bytes_per_element;
+  StepWork w;
+  if (chunk > 0) w = prefill_chunk_work(p.model, start, chunk, true, kv_bytes);
+  const double flops_per_key =
+      4.0 * p.model.num_hidden_layers * p.model.num_attention_heads * p.model.head_dim;
+  int64_t decode_kv = 0;
+  for (const int64_t context : contexts) {
+    decode_kv += context * p.model.kv_bytes_per_token(kv_bytes);
+    w.attention_flops += flops_per_key * static_cast<double>(context);
+  }
+  w.rows += static_cast<int64_t>(contexts.size());
+  w.decode_rows = static_cast<int64_t>(contexts.size());
+  w.logit_rows += static_cast<int64_t>(contexts.size());
+  w.kv_bytes_read += decode_kv;
+  fit.add(step_seconds(p.model, w, p.hardware), static_cast<double>(chunk),
+          static_cast<double>(contexts.size()), static_cast<double>(decode_kv) * 1e-9);
+}
+
+// A replica that prefilled one 29,440-token prompt in 512-token chunks and then decoded its 882
+// tokens alone (the A10G Mooncake replay's starved replica, twenty-sixth session) has no measure
+// of what 16 decode rows cost: every decode step has one row, so the step's fixed cost may as
+// well be the row's. Its fit put 30 ms on the row and none on the step, and the reference step at
+// 3.6-5.6x a busy replica's of the same device. The reference step's leverage says so, and the
+// figure is withheld. A replica that decoded a few rows at a time beside prefill chunks gets its
+// figure, within the routers' speed tolerance (25%) of what the sim's reference step costs.
+TEST(SimStepFit, ALoneDecodeGivesNoFigureAndABusyReplicaAFairOne) {
+  const SimPreset a10g = *sim_preset("a10g-llama3-8b");
+  StepModelFit alone;
+  constexpr int64_t kPrompt = 29440;
+  for (int64_t start = 0; start < kPrompt; start += 512)
+    add_step(alone, a10g, start, 512, {});
+  for (int64_t t = 0; t < 882; ++t)
+    add_step(alone, a10g, 0, 0, {kPrompt + t});
+  const auto lone = alone.model();
+  ASSERT_TRUE(lone.has_value());
+  EXPECT_GT(lone->reference_leverage, kMaxReferenceLeverage);
+  EXPECT_FALSE(seconds_per_work_token(*lone).has_value());
+
+  StepModelFit busy;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> rows(1, 16), context(200, 4000), chunk(64, 512);
+  for (int64_t step = 0; step < 1500; ++step) {
+    // 1-16 rows decoding at 200-4,000 tokens of context; every fifth step a prompt's chunk too.
+    std::vector<int64_t> contexts(static_cast<size_t>(rows(rng)));
+    for (int64_t& c : contexts)
+      c = context(rng);
+    add_step(busy, a10g, 0, step % 5 == 0 ? chunk(rng) : 0, contexts);
+  }
+  const auto model = busy.model();
+  ASSERT_TRUE(model.has_value());
+  EXPECT_LE(model->reference_leverage, kMaxReferenceLeverage);
+  const auto figure = seconds_per_work_token(*model);
+  ASSERT_TRUE(figure.has_value());
+  // The sim's reference step: a 256-token chunk beside 16 rows reading 0.25 GB of KV.
+  StepWork ref = prefill_chunk_work(a10g.model, 0, kReferencePrefillTokens, true,
+                                    a10g.hardware.kv_bytes_per_element);
+  ref.rows += kReferenceDecodeSeqs;
+  ref.decode_rows = kReferenceDecodeSeqs;
+  ref.logit_rows += kReferenceDecodeSeqs;
+  ref.kv_bytes_read += static_cast<int64_t>(kReferenceKvGb * 1e9);
+  const double truth = step_seconds(a10g.model, ref, a10g.hardware) /
+                       (kReferencePrefillTokens + kReferenceDecodeSeqs);
+  EXPECT_NEAR(*figure / truth, 1.0, 0.25) << *figure << " against " << truth;
+  // What the lone replica's fit would have given: several times the truth.
+  EXPECT_GT(lone->seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb) /
+                (kReferencePrefillTokens + kReferenceDecodeSeqs) / truth,
+            3.0);
+}
+
+// The leverage travels with the model (GET /v1/load's "step_model"): a router reads it back, an
+// older replica's model without it is taken as before, and one that is not a finite
+// non-negative number withholds the figure.
+TEST(SimStepFit, ReferenceLeverageTravelsInTheLoadReport) {
+  StepModel m{0.03, 1.5e-4, 1e-4, 1.6e-3, 500};
+  m.reference_leverage = 42.5;
+  auto back = read_step_model(step_model_json(m));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_DOUBLE_EQ(back->reference_leverage, 42.5);
+  EXPECT_TRUE(seconds_per_work_token(*back).has_value());
+  nlohmann::json j = step_model_json(m);
+  j.erase("reference_leverage");
+  back = read_step_model(j);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->reference_leverage, 0);
+  EXPECT_TRUE(seconds_per_work_token(*back).has_value());
+  for (const nlohmann::json& bad :
+       {nlohmann::json(nullptr), nlohmann::json(-1.0), nlohmann::json("7"), nlohmann::json(1e6)}) {
+    j["reference_leverage"] = bad;
+    back = read_step_model(j);
+    ASSERT_TRUE(back.has_value()) << bad;
+    EXPECT_FALSE(seconds_per_work_token(*back).has_value()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace kvc

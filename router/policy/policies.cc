@@ -309,9 +309,9 @@ class KvCascade final : public Policy {
       for (const Candidate* c : cs) {
         const bool ok = std::find(allowed.begin(), allowed.end(), c) != allowed.end();
         const Work w = work_of(*c);
-        std::snprintf(buf, sizeof buf, " m=%zu w=%.0f b=%.0f ok=%d kept=%d cost=%.0f",
-                      c->matched_blocks, w.with, w.bound, ok ? 1 : 0, kept_from(*c) ? 1 : 0,
-                      cost(r, *c));
+        std::snprintf(buf, sizeof buf, " m=%zu w=%.0f b=%.0f s=%.2f ok=%d kept=%d cost=%.0f",
+                      c->matched_blocks, w.with, w.bound, slowness(*c), ok ? 1 : 0,
+                      kept_from(*c) ? 1 : 0, cost(r, *c));
         d.detail += "; ";
         // A replica's id is what it reported (/v1/info): only printable ASCII without ';' goes
         // into a header value and a TSV column.

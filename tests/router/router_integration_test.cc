@@ -42,7 +42,8 @@ TEST_F(RouterTest, SharedPrefixGoesToTheReplicaThatHoldsIt) {
   // with its match in blocks, under the bounds.
   ASSERT_TRUE(second.header("x-kvcascade-replica").has_value());
   const std::string detail = second.header("x-kvcascade-route-detail").value_or("");
-  const std::regex chosen(replica_of(second) + " m=([0-9]+) w=-?[0-9]+ b=[0-9a-z]+ ok=1 kept=0");
+  const std::regex chosen(replica_of(second) +
+                          " m=([0-9]+) w=-?[0-9]+ b=[0-9a-z]+ s=[0-9.]+ ok=1 kept=0");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(detail, m, chosen)) << detail;
   EXPECT_GE(std::stoul(m[1]) * 16, 576u) << detail;

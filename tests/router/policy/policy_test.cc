@@ -269,6 +269,7 @@ TEST(KvCascadePolicy, ExplainShowsWhatTheDecisionSawOfEachCandidate) {
   };
   EXPECT_NE(fields("replica-0").find("ok=1 kept=1"), std::string::npos) << d;
   EXPECT_NE(fields("replica-1").find("ok=1 kept=0"), std::string::npos) << d;
+  EXPECT_NE(fields("replica-1").find(" s=1.00 "), std::string::npos) << d;    // no step models
   EXPECT_NE(fields("replica-2").find("w=1004101 "), std::string::npos) << d;  // 1e6 + its 4,101
   EXPECT_NE(fields("replica-2").find("ok=0"), std::string::npos) << d;
 }

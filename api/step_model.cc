@@ -9,7 +9,7 @@ namespace kvc {
 
 std::optional<double> seconds_per_work_token(const StepModel& m) {
   constexpr int64_t kMinSteps = 100;
-  if (m.steps < kMinSteps || m.reference_leverage > kMaxReferenceLeverage) return std::nullopt;
+  if (m.steps < kMinSteps || m.reference_error > kMaxReferenceError) return std::nullopt;
   const double s = m.seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb);
   if (!std::isfinite(s) || s <= 0) return std::nullopt;
   return s / (kReferencePrefillTokens + kReferenceDecodeSeqs);
@@ -21,7 +21,8 @@ nlohmann::json step_model_json(const StepModel& m) {
           {"decode_seq_s", m.decode_seq_s},
           {"kv_gb_s", m.kv_gb_s},
           {"steps", m.steps},
-          {"reference_leverage", m.reference_leverage}};
+          {"reference_leverage", m.reference_leverage},
+          {"reference_error", m.reference_error}};
 }
 
 std::optional<StepModel> read_step_model(const nlohmann::json& j) {
@@ -42,10 +43,14 @@ std::optional<StepModel> read_step_model(const nlohmann::json& j) {
                   : 0};
   // Not reported (an older replica): 0. Not a finite non-negative number: the reference step's
   // prediction is not to be trusted.
-  if (const auto l = j.find("reference_leverage"); l != j.end()) {
-    const double v = l->is_number() ? l->get<double>() : -1;
-    m.reference_leverage = std::isfinite(v) && v >= 0 ? v : std::numeric_limits<double>::infinity();
-  }
+  auto reference = [&](const char* key, double& out) {
+    if (const auto v = j.find(key); v != j.end()) {
+      const double d = v->is_number() ? v->get<double>() : -1;
+      out = std::isfinite(d) && d >= 0 ? d : std::numeric_limits<double>::infinity();
+    }
+  };
+  reference("reference_leverage", m.reference_leverage);
+  reference("reference_error", m.reference_error);
   return m;
 }
 

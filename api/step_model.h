@@ -18,12 +18,18 @@ struct StepModel {
   double kv_gb_s = 0;          // per GB of KV read by attention
   int64_t steps = 0;           // steps fitted so far
   // How far the reference step (below) lies from the steps fitted: x' (X'WX)^-1 x times the
-  // steps' weight, i.e. 1 + its squared Mahalanobis distance from their weighted mean. A replica
-  // that only ever decoded one sequence at a time has no measure of what 16 rows cost: its fit
-  // splits the step's fixed cost between the overhead and the decode row at random, and the
-  // reference step's prediction with it (on the A10G sim, up to 5.6x the fleet's; such a replica
-  // then looks slow, is sent less, and keeps decoding alone). 0: not reported.
+  // steps' weight, i.e. 1 + its squared Mahalanobis distance from their weighted mean. 0: not
+  // reported.
   double reference_leverage = 0;
+  // The standard error of the reference step's predicted seconds, relative to them: the steps'
+  // residual variance (at least a 5% jitter of the mean step's: a sim or a steady device can fit
+  // its steps exactly and still not reach the reference step) times the leverage over the steps'
+  // weight. A replica that only ever decoded one sequence at a time has no measure of what 16
+  // rows cost: its fit splits the step's fixed cost between the overhead and the decode row at
+  // random, and the reference step's prediction with it (on the A10G sim, up to 5.6x the
+  // fleet's; such a replica looked slow, was sent less, and kept decoding alone). 0: not
+  // reported.
+  double reference_error = 0;
 
   double seconds(double prefill_tokens, double decode_seqs, double kv_gb) const {
     return overhead_s + prefill_token_s * prefill_tokens + decode_seq_s * decode_seqs +
@@ -35,12 +41,13 @@ struct StepModel {
 // decoding sequences reading 0.25 GB of KV.
 inline constexpr double kReferencePrefillTokens = 256, kReferenceDecodeSeqs = 16,
                         kReferenceKvGb = 0.25;
-// The most StepModel::reference_leverage with which the reference step's prediction is used:
-// about 17 standard deviations of the fitted steps. On the A10G sim's Mooncake replay (a few
-// decode rows a step) the replicas' leverage was 46-5,000; under 300 their figures were within
-// 0.86-1.41x of each other's geometric mean (5th-95th percentile 0.92-1.16), at 300-2,000 up to
-// 2.95x (1 in 10 beyond the routers' 25% tolerance), over 2,000 up to 3.8x (1 in 3).
-inline constexpr double kMaxReferenceLeverage = 300;
+// The most StepModel::reference_error with which the reference step's prediction is used. On
+// the A10G sim's Mooncake replay the replicas whose error was within it had figures within
+// 0.80-1.18x of the well-placed replicas' median, and the leverage alone (within 300) separated
+// about as well; but on 8 H200 + 8 A10G sim replicas the H200s' leverage was 1,000-10,000 while
+// their fits were right (their steps are close to linear), and withholding their figures gave
+// the A10Gs more work (the H200s' tokens over the A10Gs' fell from 5.3 to 3.6).
+inline constexpr double kMaxReferenceError = 0.1;
 
 // Seconds per token of work (a prefill token or a decode row) of the reference step. Routers
 // compare replicas by it (KvCascadePolicyConfig::costs_by_step_model): a replica whose model
@@ -48,7 +55,7 @@ inline constexpr double kMaxReferenceLeverage = 300;
 // prefill token's apart well, the decode row's and the KV's poorly (more rows read more KV); on
 // the A10G sim the figure varied +-14% between replicas after 100 steps, and up to 3x before.
 // nullopt: fewer than 100 steps fitted, a model with no terms, or a reference step too far from
-// the steps fitted (reference_leverage over kMaxReferenceLeverage).
+// the steps fitted for their scatter (reference_error over kMaxReferenceError).
 std::optional<double> seconds_per_work_token(const StepModel& m);
 
 nlohmann::json step_model_json(const StepModel& m);

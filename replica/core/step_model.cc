@@ -17,6 +17,7 @@ void StepModelFit::add(double seconds, double prefill_tokens, double decode_seqs
       xx_[i][j] = forget_ * xx_[i][j] + x[i] * x[j];
     xy_[i] = forget_ * xy_[i] + x[i] * seconds;
   }
+  yy_ = forget_ * yy_ + seconds * seconds;
   ++steps_;
 }
 
@@ -60,6 +61,7 @@ std::array<double, N> solve(const std::array<std::array<double, N>, N>& a,
 }  // namespace
 
 std::optional<StepModel> StepModelFit::model() const {
+  constexpr double kMinJitter = 0.05;
   if (steps_ < min_steps_) return std::nullopt;
   // Non-negative least squares by elimination: a term whose coefficient comes out negative (the
   // steps cannot tell it apart from the others, or never exercised it) is dropped, and the rest
@@ -97,6 +99,26 @@ std::optional<StepModel> StepModelFit::model() const {
   m.decode_seq_s = std::max(beta[2], 0.0);
   m.kv_gb_s = std::max(beta[3], 0.0);
   m.steps = steps_;
+  // The reference step's standard error, relative to its prediction: the steps' residual
+  // variance (weighted, over the weight less the terms kept; at least that of a 5% jitter of
+  // the mean step, so that steps a model fits exactly still say how far they reach) times
+  // x' (X'WX)^-1 x.
+  const std::array<double, kTerms> fitted = {m.overhead_s, m.prefill_token_s, m.decode_seq_s,
+                                             m.kv_gb_s};
+  double rss = yy_, kept = 0;
+  for (int i = 0; i < kTerms; ++i) {
+    rss -= 2 * fitted[i] * xy_[i];
+    for (int j = 0; j < kTerms; ++j)
+      rss += fitted[i] * fitted[j] * xx_[i][j];
+    kept += on[i] ? 1 : 0;
+  }
+  const double mean_step = xy_[0] / xx_[0][0];
+  const double variance = std::max(std::max(rss, 0.0) / std::max(xx_[0][0] - kept, 1.0),
+                                   kMinJitter * kMinJitter * mean_step * mean_step);
+  const double predicted = m.seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb);
+  const double error = std::sqrt(variance * m.reference_leverage / xx_[0][0]) / predicted;
+  m.reference_error =
+      std::isfinite(error) && error >= 0 ? error : std::numeric_limits<double>::infinity();
   return m;
 }
 

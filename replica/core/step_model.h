@@ -19,11 +19,12 @@ class StepModelFit {
   explicit StepModelFit(double forget = 0.999, int64_t min_steps = 16);
 
   void add(double seconds, double prefill_tokens, double decode_seqs, double kv_gb);
-  // The fit of the steps so far (nullopt before min_steps), with its reference step's leverage.
+  // The fit of the steps so far (nullopt before min_steps), with its reference step's leverage
+  // and relative standard error.
   std::optional<StepModel> model() const;
   // What the replica publishes (GET /v1/load): the fit while routers may take its figure
-  // (seconds_per_work_token: 100 steps, the reference step's leverage within
-  // kMaxReferenceLeverage), else the last fit they could (the device is no faster or slower for
+  // (seconds_per_work_token: 100 steps, the reference step's error within kMaxReferenceError),
+  // else the last fit they could (the device is no faster or slower for
   // decoding alone a while), else the fit (whose figure routers withhold).
   std::optional<StepModel> published();
 
@@ -34,6 +35,7 @@ class StepModelFit {
   int64_t steps_ = 0;
   std::array<std::array<double, kTerms>, kTerms> xx_{};  // sum of w x x^T
   std::array<double, kTerms> xy_{};                      // sum of w x y
+  double yy_ = 0;                                        // sum of w y^2
   std::optional<StepModel> last_trusted_;                // published()
 };
 

@@ -101,7 +101,7 @@ TEST(StepModelFit, PublishesTheLastFitWhoseReferenceStepTheStepsTold) {
     step(fit, i % 4 == 0 ? 64.0 * (1 + i % 8) : 0, 1 + i % 24, 0.05 * (1 + i % 13));
   const auto spread = fit.published();
   ASSERT_TRUE(spread.has_value());
-  EXPECT_LE(spread->reference_leverage, kMaxReferenceLeverage);
+  EXPECT_LE(spread->reference_error, kMaxReferenceError);
   ASSERT_TRUE(seconds_per_work_token(*spread).has_value());
   EXPECT_NEAR(spread->decode_seq_s, truth.decode_seq_s, 1e-7);
   // Then one row a step for a long while, at one context: the fit can no longer tell what 16
@@ -109,7 +109,7 @@ TEST(StepModelFit, PublishesTheLastFitWhoseReferenceStepTheStepsTold) {
   for (int i = 0; i < 8000; ++i)
     step(fit, 0, 1, 2.0);
   ASSERT_TRUE(fit.model().has_value());
-  EXPECT_GT(fit.model()->reference_leverage, kMaxReferenceLeverage);
+  EXPECT_GT(fit.model()->reference_error, kMaxReferenceError);
   const auto kept = fit.published();
   ASSERT_TRUE(kept.has_value());
   EXPECT_EQ(kept->steps, spread->steps);

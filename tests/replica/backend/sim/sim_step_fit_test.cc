@@ -45,9 +45,10 @@ void add_step(StepModelFit& fit, const SimPreset& p, int64_t start, int64_t chun
 // tokens alone (the A10G Mooncake replay's starved replica, twenty-sixth session) has no measure
 // of what 16 decode rows cost: every decode step has one row, so the step's fixed cost may as
 // well be the row's. Its fit put 30 ms on the row and none on the step, and the reference step at
-// 3.6-5.6x a busy replica's of the same device. The reference step's leverage says so, and the
-// figure is withheld. A replica that decoded a few rows at a time beside prefill chunks gets its
-// figure, within the routers' speed tolerance (25%) of what the sim's reference step costs.
+// 3.6-5.6x a busy replica's of the same device. The reference step's leverage and error say so,
+// and the figure is withheld. A replica that decoded 1-16 rows at a time beside prefill chunks
+// gets its figure, within the routers' speed tolerance (25%) of what the sim's reference step
+// costs.
 TEST(SimStepFit, ALoneDecodeGivesNoFigureAndABusyReplicaAFairOne) {
   const SimPreset a10g = *sim_preset("a10g-llama3-8b");
   StepModelFit alone;
@@ -58,7 +59,8 @@ TEST(SimStepFit, ALoneDecodeGivesNoFigureAndABusyReplicaAFairOne) {
     add_step(alone, a10g, 0, 0, {kPrompt + t});
   const auto lone = alone.model();
   ASSERT_TRUE(lone.has_value());
-  EXPECT_GT(lone->reference_leverage, kMaxReferenceLeverage);
+  EXPECT_GT(lone->reference_leverage, 1e6);
+  EXPECT_GT(lone->reference_error, kMaxReferenceError);
   EXPECT_FALSE(seconds_per_work_token(*lone).has_value());
 
   StepModelFit busy;
@@ -73,7 +75,7 @@ TEST(SimStepFit, ALoneDecodeGivesNoFigureAndABusyReplicaAFairOne) {
   }
   const auto model = busy.model();
   ASSERT_TRUE(model.has_value());
-  EXPECT_LE(model->reference_leverage, kMaxReferenceLeverage);
+  EXPECT_LE(model->reference_error, kMaxReferenceError);
   const auto figure = seconds_per_work_token(*model);
   ASSERT_TRUE(figure.has_value());
   // The sim's reference step: a 256-token chunk beside 16 rows reading 0.25 GB of KV.
@@ -92,25 +94,30 @@ TEST(SimStepFit, ALoneDecodeGivesNoFigureAndABusyReplicaAFairOne) {
             3.0);
 }
 
-// The leverage travels with the model (GET /v1/load's "step_model"): a router reads it back, an
-// older replica's model without it is taken as before, and one that is not a finite
-// non-negative number withholds the figure.
-TEST(SimStepFit, ReferenceLeverageTravelsInTheLoadReport) {
+// The leverage and the error travel with the model (GET /v1/load's "step_model"): a router reads
+// them back; an older replica's model without them is taken as before; an error that is not a
+// finite non-negative number, or over kMaxReferenceError, withholds the figure.
+TEST(SimStepFit, ReferenceFiguresTravelInTheLoadReport) {
   StepModel m{0.03, 1.5e-4, 1e-4, 1.6e-3, 500};
-  m.reference_leverage = 42.5;
+  m.reference_leverage = 4250;
+  m.reference_error = 0.04;
   auto back = read_step_model(step_model_json(m));
   ASSERT_TRUE(back.has_value());
-  EXPECT_DOUBLE_EQ(back->reference_leverage, 42.5);
+  EXPECT_DOUBLE_EQ(back->reference_leverage, 4250);
+  EXPECT_DOUBLE_EQ(back->reference_error, 0.04);
   EXPECT_TRUE(seconds_per_work_token(*back).has_value());
   nlohmann::json j = step_model_json(m);
   j.erase("reference_leverage");
+  j.erase("reference_error");
   back = read_step_model(j);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->reference_leverage, 0);
+  EXPECT_EQ(back->reference_error, 0);
   EXPECT_TRUE(seconds_per_work_token(*back).has_value());
   for (const nlohmann::json& bad :
-       {nlohmann::json(nullptr), nlohmann::json(-1.0), nlohmann::json("7"), nlohmann::json(1e6)}) {
-    j["reference_leverage"] = bad;
+       {nlohmann::json(nullptr), nlohmann::json(-1.0), nlohmann::json("7"),
+        nlohmann::json(kMaxReferenceError * 1.01)}) {
+    j["reference_error"] = bad;
     back = read_step_model(j);
     ASSERT_TRUE(back.has_value()) << bad;
     EXPECT_FALSE(seconds_per_work_token(*back).has_value()) << bad;

@@ -9,7 +9,7 @@ namespace kvc {
 
 std::optional<double> seconds_per_work_token(const StepModel& m) {
   constexpr int64_t kMinSteps = 100;
-  if (m.steps < kMinSteps || m.reference_error > kMaxReferenceError) return std::nullopt;
+  if (m.steps < kMinSteps || !(m.reference_error <= kMaxReferenceError)) return std::nullopt;
   const double s = m.seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb);
   if (!std::isfinite(s) || s <= 0) return std::nullopt;
   return s / (kReferencePrefillTokens + kReferenceDecodeSeqs);

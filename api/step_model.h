@@ -21,14 +21,15 @@ struct StepModel {
   // steps' weight, i.e. 1 + its squared Mahalanobis distance from their weighted mean. 0: not
   // reported.
   double reference_leverage = 0;
-  // The standard error of the reference step's predicted seconds, relative to them: the steps'
-  // residual variance (at least a 5% jitter of the mean step's: a sim or a steady device can fit
-  // its steps exactly and still not reach the reference step) times the leverage over the steps'
-  // weight. A replica that only ever decoded one sequence at a time has no measure of what 16
-  // rows cost: its fit splits the step's fixed cost between the overhead and the decode row at
-  // random, and the reference step's prediction with it (on the A10G sim, up to 5.6x the
-  // fleet's; such a replica looked slow, was sent less, and kept decoding alone). 0: not
-  // reported.
+  // The standard error of the reference step's predicted seconds, relative to the replica's
+  // mean step (not to the prediction: a fit that puts the reference step too high would shrink
+  // its own error): the steps' residual variance (at least a 5% jitter of the mean step's: a sim
+  // or a steady device can fit its steps exactly and still not reach the reference step) times
+  // the leverage over the steps' weight. A replica that only ever decoded one sequence at a time
+  // has no measure of what 16 rows cost: its fit splits the step's fixed cost between the
+  // overhead and the decode row at random, and the reference step's prediction with it (on the
+  // A10G sim, up to 5.6x the fleet's; such a replica looked slow, was sent less, and kept
+  // decoding alone). 0: not reported.
   double reference_error = 0;
 
   double seconds(double prefill_tokens, double decode_seqs, double kv_gb) const {
@@ -42,18 +43,19 @@ struct StepModel {
 inline constexpr double kReferencePrefillTokens = 256, kReferenceDecodeSeqs = 16,
                         kReferenceKvGb = 0.25;
 // The most StepModel::reference_error with which the reference step's prediction is used. On
-// the A10G sim's Mooncake replay the replicas whose error was within it had figures within
-// 0.80-1.18x of the well-placed replicas' median, and the leverage alone (within 300) separated
-// about as well; but on 8 H200 + 8 A10G sim replicas the H200s' leverage was 1,000-10,000 while
-// their fits were right (their steps are close to linear), and withholding their figures gave
-// the A10Gs more work (the H200s' tokens over the A10Gs' fell from 5.3 to 3.6).
+// the A10G sim's Mooncake replay the replicas' figures within it were 0.91-1.09x their median,
+// those at 0.1-0.2 up to 1.3x, those over 0.2 up to 1.7x (a third of them beyond the routers'
+// 25% tolerance); on 8 H200 + 8 A10G sim replicas 97% of the H200s' fits and 84% of the A10Gs'
+// were within it (bench/results/runs/2026-12-07-s26-leverage). The leverage alone would not do:
+// the mixed fleet's H200s reach 1,000-10,000 with fits that are right.
 inline constexpr double kMaxReferenceError = 0.1;
 
 // Seconds per token of work (a prefill token or a decode row) of the reference step. Routers
 // compare replicas by it (KvCascadePolicyConfig::costs_by_step_model): a replica whose model
 // gives twice the time is twice as slow. Few decode rows: the fit tells the fixed cost and the
 // prefill token's apart well, the decode row's and the KV's poorly (more rows read more KV); on
-// the A10G sim the figure varied +-14% between replicas after 100 steps, and up to 3x before.
+// the A10G sim the figure varied +-14% between replicas after 100 steps, up to 3x before, and
+// 3.6-5.6x for a replica decoding alone (reference_error).
 // nullopt: fewer than 100 steps fitted, a model with no terms, or a reference step too far from
 // the steps fitted for their scatter (reference_error over kMaxReferenceError).
 std::optional<double> seconds_per_work_token(const StepModel& m);

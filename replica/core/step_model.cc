@@ -82,7 +82,7 @@ std::optional<StepModel> StepModelFit::model() const {
   StepModel m;
   // The reference step's leverage over every term (what the steps exercised, not what the
   // non-negative fit kept): x' (X'WX)^-1 x times the steps' weight (api/step_model.h). A term the
-  // steps never exercised leaves the matrix singular there: infinite.
+  // steps never exercised leaves the matrix singular but for solve()'s ridge: huge.
   const std::array<double, kTerms> ref = {1.0, kReferencePrefillTokens, kReferenceDecodeSeqs,
                                           kReferenceKvGb};
   std::array<bool, kTerms> all{};
@@ -99,10 +99,11 @@ std::optional<StepModel> StepModelFit::model() const {
   m.decode_seq_s = std::max(beta[2], 0.0);
   m.kv_gb_s = std::max(beta[3], 0.0);
   m.steps = steps_;
-  // The reference step's standard error, relative to its prediction: the steps' residual
-  // variance (weighted, over the weight less the terms kept; at least that of a 5% jitter of
-  // the mean step, so that steps a model fits exactly still say how far they reach) times
-  // x' (X'WX)^-1 x.
+  // The reference step's standard error, relative to the replica's mean step (not to the
+  // prediction itself: a fit that puts the reference step too high would shrink its own error):
+  // the steps' residual variance (weighted, over the weight less the terms kept; at least that
+  // of a 5% jitter of the mean step, so that steps a model fits exactly still say how far they
+  // reach) times x' (X'WX)^-1 x.
   const std::array<double, kTerms> fitted = {m.overhead_s, m.prefill_token_s, m.decode_seq_s,
                                              m.kv_gb_s};
   double rss = yy_, kept = 0;
@@ -115,8 +116,7 @@ std::optional<StepModel> StepModelFit::model() const {
   const double mean_step = xy_[0] / xx_[0][0];
   const double variance = std::max(std::max(rss, 0.0) / std::max(xx_[0][0] - kept, 1.0),
                                    kMinJitter * kMinJitter * mean_step * mean_step);
-  const double predicted = m.seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb);
-  const double error = std::sqrt(variance * m.reference_leverage / xx_[0][0]) / predicted;
+  const double error = std::sqrt(variance * m.reference_leverage / xx_[0][0]) / mean_step;
   m.reference_error =
       std::isfinite(error) && error >= 0 ? error : std::numeric_limits<double>::infinity();
   return m;

@@ -274,6 +274,26 @@ TEST(KvCascadePolicy, ExplainShowsWhatTheDecisionSawOfEachCandidate) {
   EXPECT_NE(fields("replica-2").find("ok=0"), std::string::npos) << d;
 }
 
+// The detail shows each candidate's slowness: its seconds per token of work over the fleet's
+// geometric mean (here 2e-4: the two fast replicas 0.5, the slow one 4).
+TEST(KvCascadePolicy, ExplainShowsEachCandidatesSlowness) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[0].seconds_per_token = cs[1].seconds_per_token = 1e-4;
+  cs[2].seconds_per_token = 8e-4;
+  RouteRequest r = request(4100);
+  r.explain = true;
+  const std::string d = p->choose(r, cs).detail;
+  EXPECT_NE(d.find("replica-0 m=0 w="), std::string::npos) << d;
+  for (const auto& [id, s] :
+       {std::pair{"replica-0", " s=0.50 "}, std::pair{"replica-1", " s=0.50 "},
+        std::pair{"replica-2", " s=4.00 "}}) {
+    const size_t at = d.find(std::string(id) + " ");
+    ASSERT_NE(at, std::string::npos) << d;
+    EXPECT_NE(d.substr(at, d.find(';', at) - at).find(s), std::string::npos) << id << ": " << d;
+  }
+}
+
 // Explaining changes no decision: two policies replaying the same random requests and fleets
 // (cold prompts, holders over and under the bounds, none under them), one explaining, choose
 // alike, and every explained decision names each candidate.

@@ -123,6 +123,15 @@ Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default
     return Error{"/v1/info has neither hash_model nor block_size"};
   }
   info.replica_id = string_field(*j, "replica_id").value_or("");
+  if (!info.replica_id.empty() &&
+      (info.replica_id.size() > 128 ||
+       !std::all_of(info.replica_id.begin(), info.replica_id.end(),
+                    [](char c) { return c > ' ' && c < 0x7f && c != ';'; }))) {
+    info.replica_id_error =
+        "replica_id is not 1-128 printable ASCII characters without spaces "
+        "or ';' (named by its address instead)";
+    info.replica_id.clear();
+  }
   info.hash_model = string_field(*j, "hash_model").value_or(info.model);
   const int64_t bs = count_field(*j, "block_size").value_or(default_block_size);
   if (bs < 1 || bs > 4096) return Error{"/v1/info block_size out of range"};

@@ -31,7 +31,12 @@ std::vector<std::string> replica_kind_names();
 
 // kvcascade's /v1/info.
 struct KvcascadeInfo {
-  std::string replica_id;  // empty if not given
+  // Empty if not given, or not one this router can use (replica_id_error says why): it goes
+  // into response headers (x-kvcascade-replica), the decisions file and the route detail, so
+  // only 1-128 printable ASCII characters without spaces or ';' are taken. Without one the pool
+  // names the replica by its address.
+  std::string replica_id;
+  std::string replica_id_error;
   std::string model;
   std::string hash_model;  // the chain seed's model name (defaults to model)
   int32_t block_size = 16;

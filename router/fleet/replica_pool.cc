@@ -311,6 +311,10 @@ void ReplicaPool::poll(Replica& r, uint64_t round) {
     r.view.completion_prefix = std::move(p.completion_prefix);
     r.view.completion_suffix = std::move(p.completion_suffix);
     r.view.token_table = std::move(p.token_table);
+    if (!p.replica_id_error.empty()) {
+      std::fprintf(stderr, "router: replica %s: %s\n", r.view.replica_id.c_str(),
+                   p.replica_id_error.c_str());
+    }
     if (!p.token_table_error.empty()) {
       std::fprintf(stderr,
                    "router: replica %s: token table: %s (token-id prompts routed "

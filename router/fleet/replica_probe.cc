@@ -66,6 +66,7 @@ void ReplicaProbe::detect(Exchange& x, ProbeResult& out) {
         out.models = {info->model};
         out.max_model_len = info->max_model_len;
         out.replica_id = info->replica_id;
+        out.replica_id_error = std::move(info->replica_id_error);
         out.hash_model = info->hash_model;
         out.block_size = info->block_size;
         out.chat_template = std::move(info->chat_template);

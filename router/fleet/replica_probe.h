@@ -39,6 +39,7 @@ struct ProbeResult {
   int32_t block_size = 16;
   std::shared_ptr<const ChatTemplate> chat_template;  // kvcascade only (engine_signals.h)
   std::string chat_template_error;
+  std::string replica_id_error;                      // KvcascadeInfo::replica_id_error
   std::string completion_prefix, completion_suffix;  // kvcascade only (engine_signals.h)
   // kvcascade replicas keyed by token ids (kTokenIds): their tokens' bytes, to hash prompts given
   // as token ids (api/token_table.h). Null otherwise, or when the fetch failed (token_table_error).

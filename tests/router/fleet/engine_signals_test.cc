@@ -81,6 +81,30 @@ TEST(EngineSignals, SglangMetricsAndGetLoad) {
   }
 }
 
+// A replica's id goes into response headers, the decisions file and the route detail: one that
+// could break a header (CR LF), a TSV column or the detail's separators is not taken, and why
+// is said; the pool then names the replica by its address.
+TEST(EngineSignals, KvcascadeInfoRefusesAReplicaIdThatIsNotPrintable) {
+  auto info =
+      read_kvcascade_info(R"({"replica_id":"pod-7.ns:8000","model":"m","block_size":16})", 16);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->replica_id, "pod-7.ns:8000");
+  EXPECT_TRUE(info->replica_id_error.empty());
+  const std::string long_id(129, 'r');
+  for (const std::string& bad : {std::string(R"(r0\r\nx-evil: 1)"), std::string("r 0"),
+                                 std::string("r0;sim1 m=9"), std::string(R"(r\u00e9)"), long_id}) {
+    info =
+        read_kvcascade_info(R"({"replica_id":")" + bad + R"(","model":"m","block_size":16})", 16);
+    ASSERT_TRUE(info.ok()) << bad;
+    EXPECT_EQ(info->replica_id, "") << bad;
+    EXPECT_NE(info->replica_id_error.find("printable ASCII"), std::string::npos) << bad;
+  }
+  info = read_kvcascade_info(
+      R"({"replica_id":")" + std::string(128, 'r') + R"(","model":"m","block_size":16})", 16);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->replica_id.size(), 128u);
+}
+
 TEST(EngineSignals, KvcascadeInfoAndLoadNeverThrowOnWrongTypes) {
   auto info = read_kvcascade_info(R"({"replica_id":"r0","model":"tiny","block_size":16})", 16);
   ASSERT_TRUE(info.ok());

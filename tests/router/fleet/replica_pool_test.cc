@@ -422,6 +422,25 @@ TEST(ReplicaPoolVersions, RoutersThatSawTheVersionsInEitherOrderAgreeOnTheNewest
   }
 }
 
+// A replica whose id could break a response header (x-kvcascade-replica) is routed under its
+// address instead (KvcascadeInfo::replica_id).
+TEST(ReplicaPoolIds, AnIdThatIsNotPrintableIsReplacedByTheAddress) {
+  testing::FakeReplica::Options o;
+  o.replica_id = "r0\r\nx-evil: 1";
+  testing::FakeReplica bad(o);
+  o.replica_id = "r1";
+  testing::FakeReplica good(o);
+  OwnPool p;
+  const auto b = p.pool.add(bad.address()), g = p.pool.add(good.address());
+  ASSERT_TRUE(b.ok() && g.ok());
+  p.pool.poll_now();
+  const auto vb = p.pool.get(*b), vg = p.pool.get(*g);
+  ASSERT_TRUE(vb && vg);
+  EXPECT_TRUE(vb->healthy) << vb->error;
+  EXPECT_EQ(vb->replica_id, vb->host + ":" + std::to_string(vb->port));
+  EXPECT_EQ(vg->replica_id, "r1");
+}
+
 // Replicas that report no load time (from before it was reported) rank below those that do, and
 // among themselves in the order this router first saw their versions, as all did before.
 TEST(ReplicaPoolVersions, VersionsWithoutALoadTimeRankBelowTimedOnesInTheOrderSeen) {

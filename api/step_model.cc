@@ -7,12 +7,17 @@
 
 namespace kvc {
 
-std::optional<double> seconds_per_work_token(const StepModel& m) {
+std::optional<double> uncertain_seconds_per_work_token(const StepModel& m) {
   constexpr int64_t kMinSteps = 100;
-  if (m.steps < kMinSteps || !(m.reference_error <= kMaxReferenceError)) return std::nullopt;
+  if (m.steps < kMinSteps) return std::nullopt;
   const double s = m.seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb);
   if (!std::isfinite(s) || s <= 0) return std::nullopt;
   return s / (kReferencePrefillTokens + kReferenceDecodeSeqs);
+}
+
+std::optional<double> seconds_per_work_token(const StepModel& m) {
+  if (!(m.reference_error <= kMaxReferenceError)) return std::nullopt;
+  return uncertain_seconds_per_work_token(m);
 }
 
 nlohmann::json step_model_json(const StepModel& m) {

@@ -59,6 +59,8 @@ inline constexpr double kMaxReferenceError = 0.1;
 // nullopt: fewer than 100 steps fitted, a model with no terms, or a reference step too far from
 // the steps fitted for their scatter (reference_error over kMaxReferenceError).
 std::optional<double> seconds_per_work_token(const StepModel& m);
+// The same figure whatever reference_error says (nullopt: fewer than 100 steps, or no terms).
+std::optional<double> uncertain_seconds_per_work_token(const StepModel& m);
 
 nlohmann::json step_model_json(const StepModel& m);
 // nullopt unless `j` is an object whose four terms are finite, non-negative and under 1e6 s.

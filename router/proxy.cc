@@ -346,7 +346,12 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     c.unacked_sequences = r.unacked_sequences;
     c.busy = r.busy;
     c.load_busy = r.load_busy;
-    if (r.step_model) c.seconds_per_token = seconds_per_work_token(*r.step_model);
+    if (r.step_model) {
+      c.seconds_per_token = seconds_per_work_token(*r.step_model);
+      if (!c.seconds_per_token) {
+        c.uncertain_seconds_per_token = uncertain_seconds_per_work_token(*r.step_model);
+      }
+    }
     {
       std::lock_guard lock(indexes_.mu);
       c.index_blocks = indexes_.num_blocks_locked(r.index);

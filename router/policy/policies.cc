@@ -409,12 +409,10 @@ class KvCascade final : public Policy {
   void note_speeds(const std::vector<const Candidate*>& cs) {
     slowness_.clear();
     if (!c_.costs_by_step_model) return;
-    auto figure = [](const Candidate& c) {
-      return c.seconds_per_token && std::isfinite(*c.seconds_per_token) &&
-                     *c.seconds_per_token >= kMinSecondsPerToken
-                 ? *c.seconds_per_token
-                 : 0.0;
+    auto usable = [](const std::optional<double>& f) {
+      return f && std::isfinite(*f) && *f >= kMinSecondsPerToken ? *f : 0.0;
     };
+    auto figure = [&](const Candidate& c) { return usable(c.seconds_per_token); };
     double log_sum = 0;
     int known = 0;
     for (const Candidate* c : cs) {
@@ -423,7 +421,9 @@ class KvCascade final : public Policy {
     if (known == 0) return;
     const double reference = std::exp(log_sum / known);
     for (const Candidate* c : cs) {
-      const double f = figure(*c);
+      // An uncertain figure counts only where it makes the replica faster than the mean.
+      const double f =
+          figure(*c) > 0 ? figure(*c) : std::min(usable(c->uncertain_seconds_per_token), reference);
       if (f == 0) continue;
       const double ratio = std::clamp(f / reference, 1.0 / kMaxSlowness, kMaxSlowness);
       if (ratio > 1.0 + c_.speed_tolerance || ratio < 1.0 / (1.0 + c_.speed_tolerance)) {

@@ -44,6 +44,11 @@ struct Candidate {
   // reference step for every replica (api/step_model.h seconds_per_work_token); nullopt: no
   // model yet, or an engine that publishes none.
   std::optional<double> seconds_per_token;
+  // Without seconds_per_token, the figure of a fit that cannot tell what the reference step
+  // costs (StepModel::reference_error over the limit): it may make the replica look faster than
+  // the fleet's mean, never slower (one that decoded alone read 3-6x too slow; the H200s of a
+  // mixed fleet, counted as the mean, looked 2x too slow).
+  std::optional<double> uncertain_seconds_per_token;
 };
 
 struct RouteRequest {

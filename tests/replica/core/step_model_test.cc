@@ -1,6 +1,7 @@
 // The step model a replica fits from its own steps (replica/core/step_model.h).
 #include "replica/core/step_model.h"
 
+#include <cmath>
 #include <optional>
 #include <random>
 
@@ -90,6 +91,31 @@ TEST(StepModelFit, SecondsPerWorkTokenComparesDevicesAtOneReferenceStep) {
   EXPECT_FALSE(seconds_per_work_token(StepModel{0, 0, 0, 0, 500}).has_value());
 }
 
+// The reference step's error is relative to the replica's mean step, not to the prediction
+// (which a wrong fit inflates): steps a model fits exactly give the 5% jitter floor,
+// 0.05 x sqrt(leverage / weight), whatever the reference step costs.
+TEST(StepModelFit, ReferenceErrorIsTheJitterFloorForExactSteps) {
+  for (const double overhead : {0.001, 0.02, 0.5}) {  // the reference step 0.03-0.53 s
+    const StepModel truth{overhead, 1e-4, 2e-5, 1.6e-3, 0};
+    StepModelFit fit;
+    constexpr int kSteps = 300;
+    double weight = 0, mean = 0;
+    for (int i = 0; i < kSteps; ++i) {
+      const double p = i % 4 == 0 ? 64.0 * (1 + i % 8) : 0, rows = 1 + i % 24,
+                   kv = 0.05 * (1 + i % 13);
+      fit.add(truth.seconds(p, rows, kv), p, rows, kv);
+      weight = 0.999 * weight + 1;
+      mean = 0.999 * mean + truth.seconds(p, rows, kv);
+    }
+    const auto m = fit.model();
+    ASSERT_TRUE(m.has_value());
+    EXPECT_NEAR(m->reference_error, 0.05 * std::sqrt(m->reference_leverage / weight),
+                1e-6 * m->reference_error)
+        << overhead;
+    EXPECT_GT(m->seconds(256, 16, 0.25), mean / weight);  // the prediction is not the divisor
+  }
+}
+
 StepModel truth_with_steps(StepModel m, int64_t steps) {
   m.steps = steps;
   return m;
@@ -120,7 +146,7 @@ TEST(StepModelFit, PublishesTheLastFitWhoseReferenceStepTheStepsTold) {
   ASSERT_TRUE(told.has_value());
   EXPECT_NEAR(*told, *seconds_per_work_token(truth_with_steps(truth, 400)), 0.03 * *told);
   // Then one row a step for a long while, at one context: the fit can no longer tell what 16
-  // rows cost, and the last fit that could is what goes out, unchanged.
+  // rows cost, and the last fit that could (from early in this phase) is what goes out.
   for (int i = 0; i < 8000; ++i)
     step(0, 1, 2.0);
   ASSERT_TRUE(fit.model().has_value());

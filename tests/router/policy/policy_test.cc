@@ -294,6 +294,30 @@ TEST(KvCascadePolicy, ExplainShowsEachCandidatesSlowness) {
   }
 }
 
+// A figure the replica's fit cannot vouch for (Candidate::uncertain_seconds_per_token) may make
+// it look faster than the fleet's mean, never slower: a replica that decoded alone read 3-6x too
+// slow, and the H200s of a mixed fleet, counted as the mean, 2x too slow.
+TEST(KvCascadePolicy, AnUncertainFigureMayMakeAReplicaFasterNeverSlower) {
+  auto p = make_policy("kvcascade");
+  auto cs = three();
+  cs[0].seconds_per_token = cs[1].seconds_per_token = 1e-4;
+  RouteRequest r = request(4100);
+  r.explain = true;
+  auto slowness_of = [&](const std::string& id) {
+    const std::string d = p->choose(r, cs).detail;
+    const size_t at = d.find(id + " ");
+    const size_t s = d.find(" s=", at);
+    return at == std::string::npos || s == std::string::npos ? std::string() : d.substr(s + 3, 4);
+  };
+  cs[2].uncertain_seconds_per_token = 8e-4;  // 8x slower, uncertain: as the mean
+  EXPECT_EQ(slowness_of("replica-2"), "1.00");
+  cs[2].uncertain_seconds_per_token = 0.2e-4;  // 5x faster, uncertain: taken
+  EXPECT_EQ(slowness_of("replica-2"), "0.20");
+  EXPECT_EQ(slowness_of("replica-0"), "1.00");
+  cs[2].seconds_per_token = 8e-4;  // a figure it vouches for wins: the mean is 2e-4
+  EXPECT_EQ(slowness_of("replica-2"), "4.00");
+}
+
 // Explaining changes no decision: two policies replaying the same random requests and fleets
 // (cold prompts, holders over and under the bounds, none under them), one explaining, choose
 // alike, and every explained decision names each candidate.

@@ -42,14 +42,14 @@ void add_step(StepModelFit& fit, const SimPreset& p, int64_t start, int64_t chun
           static_cast<double>(contexts.size()), static_cast<double>(decode_kv) * 1e-9);
 }
 
-// A replica that prefilled one 29,440-token prompt in 512-token chunks and then decoded its 882
-// tokens alone (the A10G Mooncake replay's starved replica, twenty-sixth session) has no measure
-// of what 16 decode rows cost: every decode step has one row, so the step's fixed cost may as
-// well be the row's. Its fit put 30 ms on the row and none on the step, and the reference step at
-// 3.6-5.6x a busy replica's of the same device. The reference step's leverage and error say so,
-// and the figure is withheld. A replica that decoded 1-16 rows at a time beside prefill chunks
-// gets its figure, within the routers' speed tolerance (25%) of what the sim's reference step
-// costs.
+// A replica that prefilled one 29,440-token prompt (57 chunks of 512 tokens and one of 256) and
+// then decoded its 882 tokens alone (the A10G Mooncake replay's starved replica, twenty-sixth
+// session) has no measure of what 16 decode rows cost: every decode step has one row, so the
+// step's fixed cost may as well be the row's. In the replay such fits put 14-30 ms on the row
+// and none on the step, and the reference step at 3.6-5.6x a busy replica's of the same device;
+// this one's comes out 2.3x the sim's. The reference step's leverage and error say so, and the
+// figure is withheld. A replica that decoded 1-16 rows at a time beside prefill chunks gets its
+// figure, within the routers' speed tolerance (25%) of what the sim's reference step costs.
 TEST(SimStepFit, ALoneDecodeGivesNoFigureAndABusyReplicaAFairOne) {
   const SimPreset a10g = *sim_preset("a10g-llama3-8b");
   StepModelFit alone;

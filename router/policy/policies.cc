@@ -405,7 +405,9 @@ class KvCascade final : public Policy {
   // KvCascadePolicyConfig::costs_by_step_model: each healthy candidate's seconds per token over
   // the fleet's geometric mean of them (1 within speed_tolerance of it, or without a model),
   // by replica index, for slowness() during this decision. The geometric mean moves little when
-  // one replica comes or goes, where a median can jump from one kind of device to another.
+  // one replica comes or goes, where a median can jump from one kind of device to another. It is
+  // of the figures replicas vouch for (Candidate::seconds_per_token; none: every replica counts
+  // as 1); a withheld figure (uncertain_seconds_per_token) only where it is faster than it.
   void note_speeds(const std::vector<const Candidate*>& cs) {
     slowness_.clear();
     if (!c_.costs_by_step_model) return;

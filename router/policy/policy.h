@@ -188,8 +188,9 @@ struct KvCascadePolicyConfig {
   // the healthy replicas' (its slowness, within 1/64..64), so a replica twice as slow takes half
   // the work and its queue weighs twice; its share of the decode load follows its speed too. A
   // replica within a factor 1 + speed_tolerance of the mean (fits of one device differ by noise,
-  // and routers must agree), or without a model yet, counts as 1. One kind of device: token
-  // costs as before.
+  // and routers must agree), or without a model yet, counts as 1; the mean is of the figures
+  // replicas vouch for, and a withheld one (Candidate::uncertain_seconds_per_token) counts only
+  // where it is faster than that mean. One kind of device: token costs as before.
   bool costs_by_step_model = true;
   double speed_tolerance = 0.25;
 };

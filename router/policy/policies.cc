@@ -312,12 +312,9 @@ class KvCascade final : public Policy {
         std::snprintf(buf, sizeof buf, " m=%zu w=%.0f b=%.0f s=%.2f ok=%d kept=%d cost=%.0f",
                       c->matched_blocks, w.with, w.bound, slowness(*c), ok ? 1 : 0,
                       kept_from(*c) ? 1 : 0, cost(r, *c));
-        d.detail += "; ";
-        // A replica's id is what it reported (/v1/info): only printable ASCII without ';' goes
-        // into a header value and a TSV column.
-        for (const char ch : c->id)
-          d.detail += ch > ' ' && ch < 0x7f && ch != ';' ? ch : '?';
-        d.detail += buf;
+        // Ids are printable ASCII without spaces or ';' where they enter (read_kvcascade_info;
+        // else the replica's address): fit for a header value and a TSV column.
+        d.detail += "; " + c->id + buf;
       }
       return d;
     };
@@ -424,8 +421,8 @@ class KvCascade final : public Policy {
     const double reference = std::exp(log_sum / known);
     for (const Candidate* c : cs) {
       // An uncertain figure counts only where it makes the replica faster than the mean.
-      const double f =
-          figure(*c) > 0 ? figure(*c) : std::min(usable(c->uncertain_seconds_per_token), reference);
+      double f = figure(*c);
+      if (f == 0) f = std::min(usable(c->uncertain_seconds_per_token), reference);
       if (f == 0) continue;
       const double ratio = std::clamp(f / reference, 1.0 / kMaxSlowness, kMaxSlowness);
       if (ratio > 1.0 + c_.speed_tolerance || ratio < 1.0 / (1.0 + c_.speed_tolerance)) {

@@ -61,15 +61,27 @@ class Exchange;
 
 struct ClientCore {
   ClientCore(ClientLimits l, const Clock& c)
-      : limits(l), clock(c), own(std::make_unique<net::io_context>()), ioc(*own) {}
-  ClientCore(ClientLimits l, net::io_context& external, const Clock& c)
-      : limits(l), clock(c), ioc(external), shared(true) {}
+      : limits(l),
+        clock(c),
+        threads(std::max(1, l.io_threads)),
+        own(std::make_unique<net::io_context>(threads)),
+        ioc(*own) {}
+  ClientCore(ClientLimits l, net::io_context& external, int external_threads, const Clock& c)
+      : limits(l), clock(c), threads(std::max(1, external_threads)), ioc(external), shared(true) {}
 
   const ClientLimits limits;
   const Clock& clock;                    // pooled connections' ages
+  const int threads;                     // running ioc
   std::unique_ptr<net::io_context> own;  // null when the exchanges run on another's io_context
   net::io_context& ioc;
   const bool shared = false;
+
+  // An exchange's executor: a strand of its own when several threads run ioc, else ioc's (as
+  // ServerCore::connection_executor).
+  net::any_io_executor exchange_executor() {
+    if (threads == 1) return ioc.get_executor();
+    return net::make_strand(ioc);
+  }
   net::executor_work_guard<net::io_context::executor_type> work = net::make_work_guard(ioc);
   std::atomic<bool> stopping{false};
   std::atomic<size_t> num_connects{0};
@@ -143,7 +155,8 @@ std::string serialize_head(const std::string& host, uint16_t port, const std::st
 
 }  // namespace
 
-// One request/response on one connection. Lives on its own strand; kept alive by its handlers.
+// One request/response on one connection. Its handlers run one at a time on its executor (a strand
+// or the one I/O thread: ClientCore::exchange_executor); kept alive by its handlers.
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
   Exchange(std::shared_ptr<ClientCore> core, uint64_t id, std::string host, uint16_t port,
@@ -152,7 +165,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
            std::optional<std::chrono::milliseconds> total_timeout, StreamOptions options)
       : core_(std::move(core)),
         id_(id),
-        strand_(net::make_strand(core_->ioc)),
+        ex_(core_->exchange_executor()),
         host_(std::move(host)),
         port_(port),
         key_(host_ + ":" + std::to_string(port_)),
@@ -169,22 +182,22 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         cancellation_(std::move(options.cancellation)),
         on_timeout_(std::move(options.on_timeout)),
         on_written_(std::move(options.on_written)),
-        deadline_(strand_),
-        total_timer_(strand_),
-        resolver_(strand_) {}
+        deadline_(ex_),
+        total_timer_(ex_),
+        resolver_(ex_) {}
 
-  const net::strand<net::io_context::executor_type>& strand() const { return strand_; }
+  const net::any_io_executor& executor() const { return ex_; }
 
-  // On the strand.
+  // On its executor.
   void start() {
     if (cancellation_) {
       // Held weakly: a cancellation kept by its owner must not keep a finished exchange alive.
       cancellation_->attach([weak = weak_from_this()](const std::string& reason) {
         if (auto self = weak.lock()) {
-          net::post(self->strand_, [self, reason] { self->fail(reason); });
+          net::post(self->ex_, [self, reason] { self->fail(reason); });
         }
       });
-      if (cancellation_->cancelled()) return;  // its fail() is queued on the strand
+      if (cancellation_->cancelled()) return;  // its fail() is queued on its executor
     }
     if (total_timeout_) {
       total_timer_.expires_after(*total_timeout_);
@@ -201,7 +214,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     connect();
   }
 
-  // On the strand: ends the exchange with an error (idempotent). The connection is reset, not
+  // On its executor: ends the exchange with an error (idempotent). The connection is reset, not
   // closed: the server learns at once that nobody waits for the response (an orderly FIN reads
   // as a client that half-closed and still waits: http/session.h probe_half_closed).
   void fail(std::string message) {
@@ -212,8 +225,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
  private:
   template <typename F>
-  auto on_strand(F&& f) {
-    return net::bind_executor(strand_, std::forward<F>(f));
+  auto on_executor(F&& f) {
+    return net::bind_executor(ex_, std::forward<F>(f));
   }
 
   // The exchange's steps, each under its own deadline.
@@ -258,21 +271,23 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     arm(core_->limits.connect_timeout, Step::kConnect);
     resolver_.async_resolve(
         host_, std::to_string(port_),
-        on_strand([self = shared_from_this()](error_code ec, tcp::resolver::results_type results) {
-          if (self->done_) return;
-          if (ec) return self->fail("cannot resolve " + self->host_ + ": " + ec.message());
-          net::async_connect(
-              *self->socket_, results, self->on_strand([self](error_code ec, const tcp::endpoint&) {
-                if (self->done_) return;
-                if (ec) {
-                  return self->fail("connect to " + self->key_ + ": " + ec.message());
-                }
-                self->core_->num_connects.fetch_add(1);
-                error_code ignored;
-                self->socket_->set_option(tcp::no_delay(true), ignored);
-                self->write_request();
-              }));
-        }));
+        on_executor(
+            [self = shared_from_this()](error_code ec, tcp::resolver::results_type results) {
+              if (self->done_) return;
+              if (ec) return self->fail("cannot resolve " + self->host_ + ": " + ec.message());
+              net::async_connect(
+                  *self->socket_, results,
+                  self->on_executor([self](error_code ec, const tcp::endpoint&) {
+                    if (self->done_) return;
+                    if (ec) {
+                      return self->fail("connect to " + self->key_ + ": " + ec.message());
+                    }
+                    self->core_->num_connects.fetch_add(1);
+                    error_code ignored;
+                    self->socket_->set_option(tcp::no_delay(true), ignored);
+                    self->write_request();
+                  }));
+            }));
   }
 
   void write_request() {
@@ -281,7 +296,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     const std::array<net::const_buffer, 2> request{net::buffer(request_head_),
                                                    net::buffer(body_.view())};
     net::async_write(*socket_, request,
-                     on_strand([self = shared_from_this()](error_code ec, size_t) {
+                     on_executor([self = shared_from_this()](error_code ec, size_t) {
                        if (self->done_) return;
                        if (ec) return self->retry_or_fail("write to " + self->key_, ec);
                        self->request_written_ = true;
@@ -297,7 +312,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     parser_->body_limit(boost::none);  // streamed through, never held whole
     if (head_) parser_->skip(true);
     bhttp::async_read_header(*socket_, buffer_, *parser_,
-                             on_strand([self = shared_from_this()](error_code ec, size_t) {
+                             on_executor([self = shared_from_this()](error_code ec, size_t) {
                                if (self->done_) return;
                                if (ec) return self->retry_or_fail("read from " + self->key_, ec);
                                self->on_header();
@@ -338,7 +353,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     body.size = chunk_.size();
     arm(body_idle_timeout_, Step::kBody);
     bhttp::async_read_some(*socket_, buffer_, *parser_,
-                           on_strand([self = shared_from_this()](error_code ec, size_t) {
+                           on_executor([self = shared_from_this()](error_code ec, size_t) {
                              if (self->done_) return;
                              if (ec == bhttp::error::need_buffer) ec = {};
                              if (ec)
@@ -397,7 +412,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   std::shared_ptr<ClientCore> core_;  // first: destroyed last, after the socket and timers
   const uint64_t id_;
-  net::strand<net::io_context::executor_type> strand_;
+  net::any_io_executor ex_;  // ClientCore::exchange_executor()
   const std::string host_;
   const uint16_t port_;
   const std::string key_;
@@ -420,7 +435,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   std::optional<tcp::socket> socket_;
   boost::beast::flat_buffer buffer_;
   std::optional<bhttp::response_parser<bhttp::buffer_body>> parser_;
-  std::array<char, 16 << 10> chunk_{};
+  std::array<char, 16 << 10> chunk_;  // not zero-filled: only what a read stored is read
   bool reused_ = false;
   bool retried_ = false;
   bool request_written_ = false;  // this connection's request is out: a timeout is a late answer
@@ -451,7 +466,7 @@ void start_exchange(const std::shared_ptr<ClientCore>& core, const std::string& 
         std::move(on_chunk), std::move(on_done), timeout, std::move(options));
     core->exchanges.emplace(id, exchange);
   }
-  net::dispatch(exchange->strand(), [exchange] { exchange->start(); });
+  net::dispatch(exchange->executor(), [exchange] { exchange->start(); });
 }
 
 }  // namespace
@@ -485,8 +500,9 @@ Client::Client(ClientLimits limits, const Clock& clock)
   core_->io_threads.start(core_->ioc, limits.io_threads);
 }
 
-Client::Client(ClientLimits limits, boost::asio::io_context& shared, const Clock& clock)
-    : core_(std::make_shared<ClientCore>(limits, shared, clock)) {}
+Client::Client(ClientLimits limits, Server& server, const Clock& clock)
+    : core_(std::make_shared<ClientCore>(limits, server.io_context(), server.io_threads(), clock)) {
+}
 
 void Client::shutdown() {
   auto& core = *core_;
@@ -499,7 +515,7 @@ void Client::shutdown() {
     }
   }
   for (auto& e : live)
-    net::post(e->strand(), [e] { e->fail("client shut down"); });
+    net::post(e->executor(), [e] { e->fail("client shut down"); });
   live.clear();
   {
     std::lock_guard lock(core.pool_mu);

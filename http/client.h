@@ -106,13 +106,12 @@ class Client {
 
   // `clock` times pooled connections (pool_idle_timeout); socket timeouts run on Asio's timers.
   explicit Client(ClientLimits limits = {}, const Clock& clock = SteadyClock::instance());
-  // Runs every exchange on `io`, another component's io_context (the http::Server's of a proxy:
-  // the upstream exchange then stays on the thread that read the request, with no hand-off
-  // between thread pools). Starts no threads; limits.io_threads is unused. The owner keeps `io`
-  // running until shutdown() has returned and outliving the client; request() must not be called
-  // from `io`'s threads (it would wait for itself).
-  Client(ClientLimits limits, boost::asio::io_context& io,
-         const Clock& clock = SteadyClock::instance());
+  // Runs every exchange on `server`'s io_context (a proxy's: the upstream exchange then stays on
+  // the thread that read the request, with no hand-off between thread pools; with one such
+  // thread an exchange needs no strand). Starts no threads; limits.io_threads is unused. The
+  // server keeps running until shutdown() has returned and outlives the client; request() must
+  // not be called from the server's threads (it would wait for itself).
+  Client(ClientLimits limits, Server& server, const Clock& clock = SteadyClock::instance());
   // Exchanges still in flight end with on_done(error); then the threads are joined.
   // Precondition: not called from a callback of this client.
   ~Client();

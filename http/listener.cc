@@ -102,16 +102,16 @@ void on_accept(const std::shared_ptr<ServerCore>& core, error_code ec, tcp::sock
 
 void do_accept(const std::shared_ptr<ServerCore>& core) {
   core->acceptor.async_accept(
-      net::make_strand(core->ioc),
+      core->connection_executor(),
       [core](error_code ec, tcp::socket socket) { on_accept(core, ec, std::move(socket)); });
 }
 
 }  // namespace
 
 Server::Server(ServerLimits limits, Handler handler, int threads)
-    : core_(std::make_shared<ServerCore>(limits, std::move(handler))) {
+    : core_(std::make_shared<ServerCore>(limits, std::move(handler), threads)) {
   assert(core_->handler);
-  core_->io_threads.start(core_->ioc, threads);
+  core_->io_threads.start(core_->ioc, core_->threads);
 }
 
 Server::~Server() {
@@ -181,6 +181,10 @@ void Server::stop() {
 
 boost::asio::io_context& Server::io_context() {
   return core_->ioc;
+}
+
+int Server::io_threads() const {
+  return core_->threads;
 }
 
 size_t Server::num_connections() const {

@@ -133,13 +133,12 @@ class ResponderImpl final : public Responder {
 
   void post(std::string bytes, bool last) {
     if (session_->core().drained.load()) return;
-    net::post(session_->executor(), [s = session_, id = info_.id, b = std::move(bytes),
-                                     last]() mutable { s->enqueue(id, std::move(b), last); });
+    session_->post_output(info_.id, std::move(bytes), last);
   }
 
   void post_abort() {
     if (session_->core().drained.load()) return;
-    net::post(session_->executor(), [s = session_, id = info_.id] { s->abort(id); });
+    session_->post_abort(info_.id);
   }
 
   const std::shared_ptr<Session> session_;

@@ -101,6 +101,8 @@ class Server {
   // The io_context the server's threads run: an http::Client built on it (a proxy's upstream
   // client) runs its exchanges on those threads. Valid for the server's lifetime.
   boost::asio::io_context& io_context();
+  // How many threads run io_context() (at least one).
+  int io_threads() const;
   // Connections being served now (not counting those refused with 503).
   size_t num_connections() const;
   // Connections open on the slots kept for health probes (ServerLimits::probe_connections).

@@ -33,10 +33,15 @@ using boost::system::error_code;
 class Session;
 
 struct ServerCore {
-  ServerCore(ServerLimits l, Handler h) : limits(l), handler(std::move(h)) {}
+  ServerCore(ServerLimits l, Handler h, int threads)
+      : limits(l), handler(std::move(h)), threads(std::max(1, threads)), ioc(this->threads) {}
 
   const ServerLimits limits;
   const Handler handler;
+  // Threads running ioc. With one, handlers never run concurrently: a session needs no strand
+  // (connection_executor), and Asio's scheduler, told so by its concurrency hint, queues what a
+  // handler posts without its lock.
+  const int threads;
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> work = net::make_work_guard(ioc);
   net::strand<net::io_context::executor_type> accept_strand = net::make_strand(ioc);
@@ -55,6 +60,14 @@ struct ServerCore {
 
   wire::IoThreads io_threads;
   bool on_io_thread() const { return io_threads.on_io_thread(); }
+
+  // The executor a new connection's handlers run on: a strand of its own when several threads
+  // run ioc, else ioc's (one thread already runs them one at a time, and a strand per connection
+  // costs an allocation, a lock per handler and a second queue; router.md, thirteenth session).
+  net::any_io_executor connection_executor() {
+    if (threads == 1) return ioc.get_executor();
+    return net::make_strand(ioc);
+  }
 };
 
 // A request body as a std::string, read the way a large JSON body wants it: the declared length
@@ -186,26 +199,31 @@ class Session : public std::enable_shared_from_this<Session> {
   const net::any_io_executor& executor() const { return ex_; }
   ServerCore& core() { return *core_; }
 
-  // On the strand.
+  // On the session's executor.
   void start() { read_request(); }
 
-  // On the strand: refuse the connection (max_connections) with a 503 and close.
+  // On the session's executor: refuse the connection (max_connections) with a 503 and close.
   void reject() { reply_error_and_close(503, kTooMany, "server_error"); }
 
-  // On the strand, from a responder: output for exchange `exchange`.
+  // From any thread (a responder): output for exchange `exchange`, or its abort(), taken in the
+  // order of the calls. They wait in the session's inbox, which one task on the session's
+  // executor empties: the executor alone would not keep them in order when two threads post (with
+  // one I/O thread, what it posts waits in its private queue while another thread's post may run
+  // first: a stream's first chunk from the engine thread went out before its head).
+  void post_output(uint64_t exchange, std::string bytes, bool last) {
+    push_output({exchange, std::move(bytes), last, /*abort=*/false});
+  }
+  void post_abort(uint64_t exchange) { push_output({exchange, {}, false, /*abort=*/true}); }
+
+  // On the session's executor: output for exchange `exchange`.
   void enqueue(uint64_t exchange, std::string bytes, bool last) {
-    if (closed_ || exchange != exchange_id_ || response_done_) return;
-    if (!bytes.empty()) {
-      response_started_ = true;
-      out_queue_.push_back(std::move(bytes));
-    }
-    if (last) response_done_ = true;
+    queue_output(exchange, std::move(bytes), last);
     write_more();
   }
 
-  // On the strand, from a responder: the response cannot be completed (abandoned mid stream).
-  // What it wrote so far still goes out (the client sees a truncated body), then the connection
-  // closes with no terminal chunk.
+  // On the session's executor, from a responder: the response cannot be completed (abandoned mid
+  // stream). What it wrote so far still goes out (the client sees a truncated body), then the
+  // connection closes with no terminal chunk.
   void abort(uint64_t exchange) {
     if (closed_ || exchange != exchange_id_) return;
     close_when_written_ = true;
@@ -213,7 +231,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!writing_ && out_queue_.empty()) close();
   }
 
-  // On the strand. Closes the socket at once; an unfinished exchange sees client_gone().
+  // On the session's executor. Closes the socket at once; an unfinished exchange sees
+  // client_gone().
   void close() {
     if (closed_) return;
     closed_ = true;
@@ -237,6 +256,50 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   enum class Phase { kIdle, kHeader, kBody, kHandling, kLinger, kClosed };
   static constexpr size_t kReadChunk = 16 << 10;
+
+  struct Output {
+    uint64_t exchange = 0;
+    std::string bytes;
+    bool last = false;
+    bool abort = false;
+  };
+
+  void push_output(Output output) {
+    {
+      std::lock_guard lock(inbox_mu_);
+      inbox_.push_back(std::move(output));
+      if (drain_posted_) return;
+      drain_posted_ = true;
+    }
+    net::post(ex_, [self = shared_from_this()] { self->drain_inbox(); });
+  }
+
+  // On the session's executor: what responders posted, in order, then one write of all of it.
+  void drain_inbox() {
+    std::vector<Output> batch;
+    {
+      std::lock_guard lock(inbox_mu_);
+      batch.swap(inbox_);
+      drain_posted_ = false;
+    }
+    for (Output& o : batch) {
+      if (o.abort) {
+        abort(o.exchange);
+      } else {
+        queue_output(o.exchange, std::move(o.bytes), o.last);
+      }
+    }
+    write_more();
+  }
+
+  void queue_output(uint64_t exchange, std::string bytes, bool last) {
+    if (closed_ || exchange != exchange_id_ || response_done_) return;
+    if (!bytes.empty()) {
+      response_started_ = true;
+      out_queue_.push_back(std::move(bytes));
+    }
+    if (last) response_done_ = true;
+  }
 
   const ServerLimits& limits() const { return core_->limits; }
 
@@ -526,7 +589,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const bool serving_;
   const bool probes_only_;  // Admission::kProbesOnly
   tcp::socket socket_;
-  net::any_io_executor ex_;  // the session's strand
+  net::any_io_executor ex_;  // ServerCore::connection_executor(): its strand, or the one thread's
   Deadline read_deadline_;
   Deadline write_deadline_;
   net::steady_timer probe_timer_;  // probe_half_closed
@@ -551,6 +614,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool response_started_ = false;  // the responder queued bytes of this exchange
   bool response_done_ = false;
   std::deque<std::string> out_queue_;
+  std::mutex inbox_mu_;  // push_output: responders' output on its way to the executor
+  std::vector<Output> inbox_;
+  bool drain_posted_ = false;
   std::vector<std::string> in_flight_;
   bool writing_ = false;
   bool close_when_written_ = false;  // abort(): close once the queued bytes are out

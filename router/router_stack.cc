@@ -40,7 +40,7 @@ RouterStack::RouterStack(RouterStackConfig config, const Clock& clock)
         server_->handle(std::move(r), std::move(w));
       },
       config_.http_threads);
-  client_ = std::make_unique<http::Client>(client_limits(), http_->io_context());
+  client_ = std::make_unique<http::Client>(client_limits(), *http_);
   PoolConfig pool = config_.pool;
   // Feeds start after start(), when server_ exists.
   pool.on_resync = [this, also = config_.pool.on_resync](const std::string& replica,

@@ -510,7 +510,7 @@ TEST(ClientTest, ClientOnAServersIoContextProxiesAndShutsDown) {
             });
       },
       1);
-  client = std::make_unique<Client>(ClientLimits{}, front.io_context());
+  client = std::make_unique<Client>(ClientLimits{}, front);
   const uint16_t port = listen_or_die(front);
   Client outside;
   for (int i = 0; i < 3; ++i) {

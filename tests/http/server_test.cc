@@ -61,6 +61,39 @@ TEST(ServerTest, EchoKeepAliveSequentialAndPipelined) {
   EXPECT_EQ(server.num_accepted(), 1u);
 }
 
+// A response's pieces go out in the order of the responder's calls, also when they come from two
+// threads: the head from the handler on the I/O thread, the chunks and the end from another
+// thread (an engine) before the handler returns. With one I/O thread, what it posts waits in its
+// private queue until its handler returns, so the executor alone sent the chunks first
+// (Session::post_output keeps them in order). Over several servers: one thread, and four.
+TEST(ServerTest, PiecesFromTwoThreadsGoOutInTheOrderOfTheCalls) {
+  for (int threads : {1, 4}) {
+    Server server(
+        short_limits(),
+        [](Request, std::shared_ptr<Responder> r) {
+          r->start_stream(200, "text/plain");
+          std::thread engine([r] {
+            r->write("first ");
+            r->write("second");
+            r->end();
+          });
+          engine.join();  // the chunks and the end are posted before this handler returns
+        },
+        threads);
+    const uint16_t port = listen_or_die(server);
+    RawConn c(port);
+    ASSERT_TRUE(c.connected());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(c.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n"));
+      auto r = c.read_response();
+      ASSERT_TRUE(r) << threads << " thread(s), request " << i;
+      EXPECT_EQ(r->status, 200);
+      EXPECT_TRUE(r->chunked);
+      EXPECT_EQ(r->body, "first second") << threads << " thread(s), request " << i;
+    }
+  }
+}
+
 // A body is delivered whole, chunked or not, and with a declared length its buffer holds the JSON
 // parser's padding past its end (api/openai_request.h JsonBody reads it in place).
 TEST(ServerTest, BodiesArriveWholeWithTheirPaddingReserved) {

@@ -202,7 +202,7 @@ std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, JsonB
 void RouterServer::route(Endpoint endpoint, http::Request request,
                          std::shared_ptr<http::Responder> responder) {
   stats_.note_request();
-  const std::vector<ReplicaView> pool = pool_.snapshot();
+  std::vector<ReplicaView> pool = pool_.snapshot();
   auto parsed = parse_for_routing(endpoint, request.body, config_.api, pool);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     http::send_error(*responder, e->status, e->message, "invalid_request_error",
@@ -236,12 +236,13 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     }
     request.body = std::move(*body);
   }
-  const std::vector<ReplicaView> replicas = serving(pool, req.model);
+  // A replica not reached yet (none of its models known) may serve it: with no replica serving
+  // the model, a 503, which clients retry, not a 404 (a router started before its replicas
+  // answered 404 to everything).
+  const auto unknown = std::count_if(pool.begin(), pool.end(),
+                                     [](const ReplicaView& r) { return r.models.empty(); });
+  const std::vector<ReplicaView> replicas = serving(std::move(pool), req.model);
   if (replicas.empty()) {
-    // A replica not reached yet (none of its models known) may serve it: a 503, which clients
-    // retry, not a 404 (a router started before its replicas answered 404 to everything).
-    const auto unknown = std::count_if(pool.begin(), pool.end(),
-                                       [](const ReplicaView& r) { return r.models.empty(); });
     if (unknown > 0) {
       http::send_error(*responder, 503,
                        "no replica serving model '" + req.model + "' is reachable (" +
@@ -299,11 +300,14 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
   attempt->request = std::move(request);
 
   MatchResult exact, guessed, routed;
+  std::vector<size_t> index_blocks(replicas.size());  // each replica's, by its place in replicas
   {
     std::lock_guard lock(indexes_.mu);
     exact = indexes_.exact.match(attempt->hashes);
     guessed = indexes_.approx.match(attempt->hashes);
     routed = indexes_.routed.match(attempt->hashes);
+    for (size_t i = 0; i < replicas.size(); ++i)
+      index_blocks[i] = indexes_.num_blocks_locked(replicas[i].index);
   }
   if (exact.near_miss() || guessed.near_miss()) {
     stats_.note_near_miss();
@@ -325,7 +329,9 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     if (config_.weight_version_policy != "latest" || r.weight_version_order == 0) return true;
     return r.weight_version_order >= newest || (group_home && *group_home == r.index);
   };
-  for (const ReplicaView& r : replicas) {
+  attempt->candidates.reserve(replicas.size());
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const ReplicaView& r = replicas[i];
     if (!version_ok(r)) continue;
     if (r.paused) attempt->paused.push_back(r.index);
     Candidate c;
@@ -352,10 +358,7 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
         c.uncertain_seconds_per_token = uncertain_seconds_per_work_token(*r.step_model);
       }
     }
-    {
-      std::lock_guard lock(indexes_.mu);
-      c.index_blocks = indexes_.num_blocks_locked(r.index);
-    }
+    c.index_blocks = index_blocks[i];
     attempt->candidates.push_back(std::move(c));
   }
   if (attempt->candidates.empty() && pinned_version) {

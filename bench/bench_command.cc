@@ -69,6 +69,8 @@ std::function<int()> add_bench_command(CLI::App& app, const GpuBenches& gpu) {
   router->add_option("--router-threads", r->router_threads, "the router's HTTP server threads")
       ->check(CLI::Range(1, 64));
   router->add_option("--nginx", r->nginx, "nginx binary");
+  router->add_option("--router-binary", r->router_binary,
+                     "the kvcascade binary run as the router (default: this one)");
   router
       ->add_option("--replica-kind", r->replica_kind,
                    "what the fake replicas answer like (the router detects it)")

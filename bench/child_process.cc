@@ -38,13 +38,13 @@ uint16_t free_loopback_port() {
 
 namespace {
 
-// utime + stime of one process, in clock ticks (fields 14 and 15 of /proc/PID/stat, counted
+// utime and stime of one process, in clock ticks (fields 14 and 15 of /proc/PID/stat, counted
 // after the parenthesised command name, which may contain spaces).
-long long cpu_ticks(pid_t pid) {
+std::pair<long long, long long> cpu_ticks(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const size_t close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos) return 0;
+  if (close_paren == std::string::npos) return {0, 0};
   std::istringstream rest(stat.substr(close_paren + 2));
   std::string field;
   long long utime = 0, stime = 0;
@@ -52,19 +52,30 @@ long long cpu_ticks(pid_t pid) {
     if (i == 14) utime = std::stoll(field);
     if (i == 15) stime = std::stoll(field);
   }
-  return utime + stime;
+  return {utime, stime};
 }
 
 }  // namespace
 
-double process_cpu_seconds(pid_t pid) {
-  if (pid <= 0) return 0.0;
-  long long ticks = cpu_ticks(pid);
+ProcessCpu process_cpu(pid_t pid) {
+  if (pid <= 0) return {};
+  long long user = 0, system = 0;
+  auto add = [&](pid_t p) {
+    const auto [u, s] = cpu_ticks(p);
+    user += u;
+    system += s;
+  };
+  add(pid);
   std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
                          "/children");
   for (pid_t child; children >> child;)
-    ticks += cpu_ticks(child);
-  return static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    add(child);
+  const auto tck = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {static_cast<double>(user) / tck, static_cast<double>(system) / tck};
+}
+
+double process_cpu_seconds(pid_t pid) {
+  return process_cpu(pid).total();
 }
 
 std::string file_tail(const std::string& path, size_t bytes) {

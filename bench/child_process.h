@@ -19,8 +19,15 @@ namespace kvc::bench {
 // A loopback TCP port that was free a moment ago (0 when none could be bound).
 uint16_t free_loopback_port();
 
-// CPU seconds (user + system) used so far by process `pid` and its direct children (Linux /proc;
-// 0 when unreadable).
+// CPU seconds used so far by process `pid` and its direct children, in user space and in the
+// kernel (Linux /proc, in clock ticks: 10 ms; 0 when unreadable).
+struct ProcessCpu {
+  double user_s = 0;
+  double system_s = 0;
+  double total() const { return user_s + system_s; }
+};
+ProcessCpu process_cpu(pid_t pid);
+// process_cpu(pid).total().
 double process_cpu_seconds(pid_t pid);
 
 // The last `bytes` of a file: a helper's log, for an error message (the folder may be gone after).

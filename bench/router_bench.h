@@ -20,6 +20,9 @@ struct RouterBenchOptions {
   int router_threads = 1;   // the router's --http-threads (its upstream client shares them)
   std::string replica_kind = "kvcascade";  // what the fakes answer like: kvcascade, vllm, ...
   std::string nginx = "/usr/sbin/nginx";
+  // The kvcascade binary run as the router (empty: this one): another build's, to compare two
+  // builds' routers under the same load generator and fakes.
+  std::string router_binary;
 };
 
 // Prints the table (and writes JSON); returns the process exit code (0 unless setup failed).

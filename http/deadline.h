@@ -4,7 +4,8 @@
 // reprogram the reactor's timerfd (bench/results/router.md: 12 timerfd_settime per proxied 2 KB
 // request). Here one wait is pending at most: a later deadline is only stored, and the wait,
 // when it fires before it, waits again for it; an earlier deadline re-waits at once (the timer's
-// expires_at cancels the pending wait). Used on the owner's strand only.
+// expires_at cancels the pending wait). Used on the owner's executor only (its strand, or the one
+// I/O thread's).
 #pragma once
 
 #include <boost/asio/steady_timer.hpp>

@@ -84,10 +84,11 @@ using Handler = std::function<void(Request, std::shared_ptr<Responder>)>;
 
 struct ServerCore;
 
-// Owns an io_context and its threads.
+// Owns an io_context and its threads: one by default, as the router and the replica run it
+// (with one, connections need no strands; several give each connection a strand of its own).
 class Server {
  public:
-  Server(ServerLimits limits, Handler handler, int threads = 2);
+  Server(ServerLimits limits, Handler handler, int threads = 1);
   ~Server();  // stops and joins
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

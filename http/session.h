@@ -215,22 +215,6 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void post_abort(uint64_t exchange) { push_output({exchange, {}, false, /*abort=*/true}); }
 
-  // On the session's executor: output for exchange `exchange`.
-  void enqueue(uint64_t exchange, std::string bytes, bool last) {
-    queue_output(exchange, std::move(bytes), last);
-    write_more();
-  }
-
-  // On the session's executor, from a responder: the response cannot be completed (abandoned mid
-  // stream). What it wrote so far still goes out (the client sees a truncated body), then the
-  // connection closes with no terminal chunk.
-  void abort(uint64_t exchange) {
-    if (closed_ || exchange != exchange_id_) return;
-    close_when_written_ = true;
-    response_done_ = true;  // nothing more is queued
-    if (!writing_ && out_queue_.empty()) close();
-  }
-
   // On the session's executor. Closes the socket at once; an unfinished exchange sees
   // client_gone().
   void close() {
@@ -257,6 +241,22 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class Phase { kIdle, kHeader, kBody, kHandling, kLinger, kClosed };
   static constexpr size_t kReadChunk = 16 << 10;
 
+  // On the session's executor: output for exchange `exchange`.
+  void enqueue(uint64_t exchange, std::string bytes, bool last) {
+    queue_output(exchange, std::move(bytes), last);
+    write_more();
+  }
+
+  // On the session's executor, from a responder's post_abort: the response cannot be completed
+  // (abandoned mid stream). What it wrote so far still goes out (the client sees a truncated body),
+  // then the connection closes with no terminal chunk.
+  void abort(uint64_t exchange) {
+    if (closed_ || exchange != exchange_id_) return;
+    close_when_written_ = true;
+    response_done_ = true;  // nothing more is queued
+    if (!writing_ && out_queue_.empty()) close();
+  }
+
   struct Output {
     uint64_t exchange = 0;
     std::string bytes;
@@ -276,19 +276,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // On the session's executor: what responders posted, in order, then one write of all of it.
   void drain_inbox() {
-    std::vector<Output> batch;
     {
       std::lock_guard lock(inbox_mu_);
-      batch.swap(inbox_);
+      draining_.swap(inbox_);  // both keep their capacity: no allocation per response
       drain_posted_ = false;
     }
-    for (Output& o : batch) {
+    for (Output& o : draining_) {
       if (o.abort) {
         abort(o.exchange);
       } else {
         queue_output(o.exchange, std::move(o.bytes), o.last);
       }
     }
+    draining_.clear();
     write_more();
   }
 
@@ -617,6 +617,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::mutex inbox_mu_;  // push_output: responders' output on its way to the executor
   std::vector<Output> inbox_;
   bool drain_posted_ = false;
+  std::vector<Output> draining_;  // drain_inbox's, on the session's executor
   std::vector<std::string> in_flight_;
   bool writing_ = false;
   bool close_when_written_ = false;  // abort(): close once the queued bytes are out

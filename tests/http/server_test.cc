@@ -28,37 +28,41 @@ using testing::listen_or_die;
 using testing::RawConn;
 using testing::short_limits;
 
+// With one I/O thread (the default: connections share its executor) and with four (a strand
+// each).
 TEST(ServerTest, EchoKeepAliveSequentialAndPipelined) {
-  Server server(short_limits(), echo);
-  uint16_t port = listen_or_die(server);
-  RawConn c(port);
-  ASSERT_TRUE(c.connected());
-  for (int i = 0; i < 3; ++i) {
-    std::string body = "hello" + std::to_string(i);
-    ASSERT_TRUE(c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                       std::to_string(body.size()) + "\r\n\r\n" + body));
+  for (int threads : {1, 4}) {
+    Server server(short_limits(), echo, threads);
+    uint16_t port = listen_or_die(server);
+    RawConn c(port);
+    ASSERT_TRUE(c.connected());
+    for (int i = 0; i < 3; ++i) {
+      std::string body = "hello" + std::to_string(i);
+      ASSERT_TRUE(c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                         std::to_string(body.size()) + "\r\n\r\n" + body));
+      auto r = c.read_response();
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 200);
+      EXPECT_EQ(r->body, "POST /echo " + body);
+      EXPECT_EQ(r->header("x-kvcascade-replica"), "r0");
+    }
+    // pipelined: three requests in one write, answered in order
+    ASSERT_TRUE(
+        c.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: "
+               "2\r\n\r\nbbGET /c HTTP/1.1\r\nHost: x\r\n\r\n"));
+    for (const char* expected : {"GET /a ", "POST /b bb", "GET /c "}) {
+      auto r = c.read_response();
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->body, expected);
+    }
+    // Connection: close is honoured
+    ASSERT_TRUE(c.send("GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     auto r = c.read_response();
     ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 200);
-    EXPECT_EQ(r->body, "POST /echo " + body);
-    EXPECT_EQ(r->header("x-kvcascade-replica"), "r0");
+    EXPECT_EQ(r->header("connection"), "close");
+    EXPECT_TRUE(c.wait_closed(1s));
+    EXPECT_EQ(server.num_accepted(), 1u);
   }
-  // pipelined: three requests in one write, answered in order
-  ASSERT_TRUE(
-      c.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: "
-             "2\r\n\r\nbbGET /c HTTP/1.1\r\nHost: x\r\n\r\n"));
-  for (const char* expected : {"GET /a ", "POST /b bb", "GET /c "}) {
-    auto r = c.read_response();
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->body, expected);
-  }
-  // Connection: close is honoured
-  ASSERT_TRUE(c.send("GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-  auto r = c.read_response();
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->header("connection"), "close");
-  EXPECT_TRUE(c.wait_closed(1s));
-  EXPECT_EQ(server.num_accepted(), 1u);
 }
 
 // A response's pieces go out in the order of the responder's calls, also when they come from two
@@ -91,6 +95,39 @@ TEST(ServerTest, PiecesFromTwoThreadsGoOutInTheOrderOfTheCalls) {
       EXPECT_TRUE(r->chunked);
       EXPECT_EQ(r->body, "first second") << threads << " thread(s), request " << i;
     }
+  }
+}
+
+// An abort from another thread goes out after what was written before it: the head (from the
+// I/O thread) and the chunk reach the client, then the connection closes without the terminal
+// chunk (a truncated body, never one that looks complete).
+TEST(ServerTest, AnAbortFromAnotherThreadFollowsWhatWasWritten) {
+  for (int threads : {1, 4}) {
+    Server server(
+        short_limits(),
+        [](Request, std::shared_ptr<Responder> r) {
+          r->start_stream(200, "text/plain");
+          std::thread engine([r] {
+            r->write("partial");
+            r->abort();
+          });
+          engine.join();
+        },
+        threads);
+    const uint16_t port = listen_or_die(server);
+    RawConn c(port);
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n"));
+    std::string all;
+    for (int i = 0; i < 100; ++i) {
+      const std::string got = c.read_some(500ms);
+      if (got.empty()) break;
+      all += got;
+    }
+    EXPECT_TRUE(c.wait_closed(1s)) << threads;
+    EXPECT_TRUE(all.starts_with("HTTP/1.1 200")) << threads << ": " << all;
+    EXPECT_NE(all.find("\r\n\r\n7\r\npartial\r\n"), std::string::npos) << threads << ": " << all;
+    EXPECT_EQ(all.find("0\r\n\r\n"), std::string::npos) << threads << ": " << all;
   }
 }
 

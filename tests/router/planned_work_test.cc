@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -29,13 +30,18 @@ TEST(RouterPlannedWork, AChatWithoutMaxTokensIsPlannedWhatTheReplicasReport) {
   fake.set_planned_open_completion(1000);
   RouterStackConfig c;
   c.replicas = {fake.address()};
-  // One poll at start, none after during the test: what was sent stays this router's own
-  // unacknowledged work (a later report would take it over).
+  // The polls at start (start()'s own, then the pool thread's first round), none after during
+  // the test: what was sent stays this router's own unacknowledged work (a later report would
+  // take it over: the pool thread's first round, run after the first send on a loaded machine,
+  // made it 0).
   c.pool.poll_interval = 1h;
   c.pool.poll_phase = -1ms;
   RouterStack stack(std::move(c));
   auto port = stack.start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok());
+  for (int i = 0; i < 500 && stack.pool().num_poll_rounds() < 2; ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_GE(stack.pool().num_poll_rounds(), 2u);
   ASSERT_TRUE(stack.pool().get(0) && stack.pool().get(0)->healthy);
   ASSERT_EQ(stack.pool().get(0)->planned_open_completion_tokens, 1000);
 

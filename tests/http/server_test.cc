@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -70,21 +72,27 @@ TEST(ServerTest, EchoKeepAliveSequentialAndPipelined) {
 // thread (an engine) before the handler returns. With one I/O thread, what it posts waits in its
 // private queue until its handler returns, so the executor alone sent the chunks first
 // (Session::post_output keeps them in order). Over several servers: one thread, and four.
+// A server of `threads` I/O threads whose handler starts a stream and then, before it returns,
+// has another thread (an engine) run `engine` on the responder.
+std::unique_ptr<Server> stream_then_engine(int threads, std::function<void(Responder&)> engine) {
+  return std::make_unique<Server>(
+      short_limits(),
+      [engine](Request, std::shared_ptr<Responder> r) {
+        r->start_stream(200, "text/plain");
+        std::thread t([&] { engine(*r); });
+        t.join();  // what the engine posts is posted before this handler returns
+      },
+      threads);
+}
+
 TEST(ServerTest, PiecesFromTwoThreadsGoOutInTheOrderOfTheCalls) {
   for (int threads : {1, 4}) {
-    Server server(
-        short_limits(),
-        [](Request, std::shared_ptr<Responder> r) {
-          r->start_stream(200, "text/plain");
-          std::thread engine([r] {
-            r->write("first ");
-            r->write("second");
-            r->end();
-          });
-          engine.join();  // the chunks and the end are posted before this handler returns
-        },
-        threads);
-    const uint16_t port = listen_or_die(server);
+    auto server = stream_then_engine(threads, [](Responder& r) {
+      r.write("first ");
+      r.write("second");
+      r.end();
+    });
+    const uint16_t port = listen_or_die(*server);
     RawConn c(port);
     ASSERT_TRUE(c.connected());
     for (int i = 0; i < 3; ++i) {
@@ -103,18 +111,11 @@ TEST(ServerTest, PiecesFromTwoThreadsGoOutInTheOrderOfTheCalls) {
 // chunk (a truncated body, never one that looks complete).
 TEST(ServerTest, AnAbortFromAnotherThreadFollowsWhatWasWritten) {
   for (int threads : {1, 4}) {
-    Server server(
-        short_limits(),
-        [](Request, std::shared_ptr<Responder> r) {
-          r->start_stream(200, "text/plain");
-          std::thread engine([r] {
-            r->write("partial");
-            r->abort();
-          });
-          engine.join();
-        },
-        threads);
-    const uint16_t port = listen_or_die(server);
+    auto server = stream_then_engine(threads, [](Responder& r) {
+      r.write("partial");
+      r.abort();
+    });
+    const uint16_t port = listen_or_die(*server);
     RawConn c(port);
     ASSERT_TRUE(c.connected());
     ASSERT_TRUE(c.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n"));

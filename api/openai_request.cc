@@ -7,6 +7,7 @@
 
 #include "api/chat_render.h"
 #include "api/key_space.h"
+#include "base/label.h"
 
 namespace kvc {
 namespace {
@@ -537,8 +538,7 @@ std::variant<OpenAiRequest, ApiError> parse_openai_request(Endpoint endpoint, Js
 }
 
 bool valid_weight_version(std::string_view v) {
-  if (v.empty() || v.size() > 128) return false;
-  return std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  return is_plain_label(v);
 }
 
 }  // namespace kvc

@@ -74,10 +74,6 @@ ProcessCpu process_cpu(pid_t pid) {
   return {static_cast<double>(user) / tck, static_cast<double>(system) / tck};
 }
 
-double process_cpu_seconds(pid_t pid) {
-  return process_cpu(pid).total();
-}
-
 std::string file_tail(const std::string& path, size_t bytes) {
   std::ifstream f(path);
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

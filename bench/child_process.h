@@ -27,8 +27,6 @@ struct ProcessCpu {
   double total() const { return user_s + system_s; }
 };
 ProcessCpu process_cpu(pid_t pid);
-// process_cpu(pid).total().
-double process_cpu_seconds(pid_t pid);
 
 // The last `bytes` of a file: a helper's log, for an error message (the folder may be gone after).
 std::string file_tail(const std::string& path, size_t bytes = 400);

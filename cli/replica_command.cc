@@ -173,10 +173,9 @@ Run add_replica_command(CLI::App& app, const CudaEntry& cuda) {
                   "the version of the weights it starts with (responses say which weights "
                   "answered; POST /v1/admin/weights sets the next)")
       ->check([](const std::string& v) {
-        const bool ok =
-            !v.empty() && v.size() <= 128 &&
-            std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-        return ok ? std::string() : std::string("1 to 128 printable ASCII characters, no spaces");
+        return valid_weight_version(v)
+                   ? std::string()
+                   : std::string("1 to 128 printable ASCII characters, no spaces");
       })
       ->capture_default_str();
   cmd->add_flag("--check-config", f->check_config, "validate the flags and exit");

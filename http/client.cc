@@ -76,12 +76,8 @@ struct ClientCore {
   net::io_context& ioc;
   const bool shared = false;
 
-  // An exchange's executor: a strand of its own when several threads run ioc, else ioc's (as
-  // ServerCore::connection_executor).
-  net::any_io_executor exchange_executor() {
-    if (threads == 1) return ioc.get_executor();
-    return net::make_strand(ioc);
-  }
+  // An exchange's executor (wire::one_at_a_time).
+  net::any_io_executor exchange_executor() { return wire::one_at_a_time(ioc, threads); }
   net::executor_work_guard<net::io_context::executor_type> work = net::make_work_guard(ioc);
   std::atomic<bool> stopping{false};
   std::atomic<size_t> num_connects{0};

@@ -61,13 +61,8 @@ struct ServerCore {
   wire::IoThreads io_threads;
   bool on_io_thread() const { return io_threads.on_io_thread(); }
 
-  // The executor a new connection's handlers run on: a strand of its own when several threads
-  // run ioc, else ioc's (one thread already runs them one at a time, and a strand per connection
-  // costs an allocation, a lock per handler and a second queue; router.md, thirteenth session).
-  net::any_io_executor connection_executor() {
-    if (threads == 1) return ioc.get_executor();
-    return net::make_strand(ioc);
-  }
+  // The executor a new connection's handlers run on (wire::one_at_a_time).
+  net::any_io_executor connection_executor() { return wire::one_at_a_time(ioc, threads); }
 };
 
 // A request body as a std::string, read the way a large JSON body wants it: the declared length

@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
 
 #include "http/server.h"
 
@@ -32,6 +34,15 @@ bool status_has_no_body(int status);
 // One chunk of chunked transfer encoding; precondition: !data.empty().
 std::string chunk(std::string_view data);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+// The executor one connection's (or exchange's) handlers run on, one at a time: a strand of its
+// own when several threads run `ioc`, else ioc's (one thread already runs them one at a time, and
+// a strand per connection costs an allocation, a lock per handler and a second queue;
+// bench/results/router.md, twenty-seventh session).
+inline boost::asio::any_io_executor one_at_a_time(boost::asio::io_context& ioc, int threads) {
+  if (threads == 1) return ioc.get_executor();
+  return boost::asio::make_strand(ioc);
+}
 
 // The I/O threads of a server or client core: each runs the io_context until it stops,
 // surviving callbacks that throw (one bad exchange must not take the others down).

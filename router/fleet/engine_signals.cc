@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/openai_request.h"  // ApiLimits
+#include "base/label.h"
 #include "router/fleet/prometheus_text.h"
 
 namespace kvc {
@@ -124,9 +125,7 @@ Result<KvcascadeInfo> read_kvcascade_info(std::string_view body, int32_t default
   }
   info.replica_id = string_field(*j, "replica_id").value_or("");
   if (!info.replica_id.empty() &&
-      (info.replica_id.size() > 128 ||
-       !std::all_of(info.replica_id.begin(), info.replica_id.end(),
-                    [](char c) { return c > ' ' && c < 0x7f && c != ';'; }))) {
+      (!is_plain_label(info.replica_id) || info.replica_id.find(';') != std::string::npos)) {
     info.replica_id_error =
         "replica_id is not 1-128 printable ASCII characters without spaces "
         "or ';' (named by its address instead)";

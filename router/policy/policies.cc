@@ -411,17 +411,16 @@ class KvCascade final : public Policy {
     auto usable = [](const std::optional<double>& f) {
       return f && std::isfinite(*f) && *f >= kMinSecondsPerToken ? *f : 0.0;
     };
-    auto figure = [&](const Candidate& c) { return usable(c.seconds_per_token); };
     double log_sum = 0;
     int known = 0;
     for (const Candidate* c : cs) {
-      if (const double f = figure(*c); f > 0) log_sum += std::log(f), ++known;
+      if (const double f = usable(c->seconds_per_token); f > 0) log_sum += std::log(f), ++known;
     }
     if (known == 0) return;
     const double reference = std::exp(log_sum / known);
     for (const Candidate* c : cs) {
       // An uncertain figure counts only where it makes the replica faster than the mean.
-      double f = figure(*c);
+      double f = usable(c->seconds_per_token);
       if (f == 0) f = std::min(usable(c->uncertain_seconds_per_token), reference);
       if (f == 0) continue;
       const double ratio = std::clamp(f / reference, 1.0 / kMaxSlowness, kMaxSlowness);

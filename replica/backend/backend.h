@@ -164,6 +164,12 @@ void sample_on_host(const ForwardBatch& batch, std::span<const float> logits, in
 std::vector<TokenLogprob> top_logprobs_of(const SampleRequest& r, const int32_t* ids,
                                           const float* logprobs);
 
+// A step a backend can time without running it: its shape (the step model's terms,
+// api/step_model.h) and the seconds it takes.
+struct PredictedStep {
+  double seconds = 0, prefill_tokens = 0, decode_seqs = 0, kv_gb = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -186,6 +192,14 @@ class Backend {
   // device memory exhausted) leaves the KV of this batch's sequences undefined: the engine ends
   // them. Block copies are applied in order, before any KV write.
   virtual Status forward(const ForwardBatch& batch, ForwardOutput& out) = 0;
+  // Steps of assorted shapes with the time this backend knows they take without running them.
+  // The replica's step model starts from them (EngineLoop), so that routers know its speed from
+  // its first request rather than after 100 steps: on a fleet of two kinds of device, the
+  // sessions that began before then stayed where the routers had placed them as equals (on a
+  // mixed sim fleet, 197 of the 464 requests its A10Gs served came in the first 5 s of 45).
+  // Empty (the CPU and CUDA backends): the time is known only by running, and the model is
+  // fitted from the steps run.
+  virtual std::vector<PredictedStep> predicted_steps() const { return {}; }
 
   // Weight updates (POST /v1/admin/weights), between steps. check_weights: the Hugging Face
   // folder can replace this model's weights (check_same_model, every tensor there with its shape:

@@ -16,6 +16,14 @@ int64_t unix_ms_now() {
       .count();
 }
 
+// The fit begins with the steps the backend can time without running them (none but the sim's).
+StepModelFit seeded_step_fit(const Backend& backend) {
+  StepModelFit fit;
+  for (const PredictedStep& s : backend.predicted_steps())
+    fit.add(s.seconds, s.prefill_tokens, s.decode_seqs, s.kv_gb);
+  return fit;
+}
+
 // The load a replica reports before its first step (its engine thread not started yet).
 LoadSnapshot initial_load(const Engine& engine, const std::string& weight_version) {
   LoadSnapshot snap;
@@ -23,6 +31,7 @@ LoadSnapshot initial_load(const Engine& engine, const std::string& weight_versio
   snap.blocks = engine.pool().counts();
   snap.weight_version = weight_version;
   snap.work_seq = engine.work_seq();
+  snap.step_model = seeded_step_fit(engine.backend()).published();
   return snap;
 }
 
@@ -35,6 +44,7 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
       metrics_(metrics),
       load_(initial_load(engine, weight_version)),
       weight_version_(std::move(weight_version)),
+      step_fit_(seeded_step_fit(engine.backend())),
       thread_([this] { run(); }) {
   // Every series a dashboard plots exists from the start (at zero), not only after its first
   // event: "no data" and "zero" look different on a graph. The per-step ones are kept.

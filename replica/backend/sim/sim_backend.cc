@@ -204,6 +204,34 @@ Clock::Duration SimBackend::predict(const ForwardBatch& batch) const {
   return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(s));
 }
 
+std::vector<PredictedStep> SimBackend::predicted_steps() const {
+  const int kv_element = kv_bytes_per_element();
+  const int64_t kv_per_token = preset_.model.kv_bytes_per_token(kv_element);
+  std::vector<PredictedStep> steps;
+  for (const int64_t context : {128, 512, 2048}) {
+    for (const int64_t prefill : {0, 32, 64, 128, 256, 512}) {
+      for (const int64_t rows : {0, 1, 2, 4, 8, 16, 32}) {
+        if (prefill == 0 && rows == 0) continue;
+        // The chunk starts after `context` cached tokens but at the shortest context.
+        StepWork w = prefill > 0 ? prefill_chunk_work(preset_.model, context == 128 ? 0 : context,
+                                                      prefill, true, kv_element)
+                                 : StepWork{};
+        w.rows += rows;
+        w.decode_rows = rows;
+        w.logit_rows += rows;
+        const int64_t decode_kv = rows * context * kv_per_token;
+        w.kv_bytes_read += decode_kv;
+        w.attention_flops +=
+            attention_flops_per_key(preset_.model) * static_cast<double>(rows * context);
+        steps.push_back({step_seconds(preset_.model, w, preset_.hardware),
+                         static_cast<double>(prefill), static_cast<double>(rows),
+                         static_cast<double>(decode_kv) * 1e-9});
+      }
+    }
+  }
+  return steps;
+}
+
 Status SimBackend::forward(const ForwardBatch& batch, ForwardOutput& out) {
   const Clock::TimePoint start = clock_.now();
   const Clock::Duration took = predict(batch);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "api/step_model.h"
 #include "http/client.h"
 #include "replica/backend/sim/sim_backend.h"
 #include "replica/server/local_replica.h"
@@ -19,8 +20,8 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-std::unique_ptr<LocalReplica> sim_replica(int i) {
-  SimPreset preset = *sim_preset("h200-llama3-8b");
+std::unique_ptr<LocalReplica> sim_replica(int i, const char* device = "h200-llama3-8b") {
+  SimPreset preset = *sim_preset(device);
   const int32_t blocks = sim_kv_blocks(preset, 0.9, 16);
   auto backend =
       std::make_unique<SimBackend>(std::move(preset), blocks, 16, SteadyClock::instance());
@@ -71,6 +72,28 @@ TEST(SimFleet, SixteenReplicasStartAndServeConcurrently) {
     EXPECT_GT(sim.busy(), 200ms);  // the requests took simulated device time
     EXPECT_LT(sim.busy(), 400ms);
   }
+}
+
+// A sim replica publishes its step model in GET /v1/load from the start (the steps its backend
+// times without running them: Backend::predicted_steps), and routers take its figure: an A10G
+// reads about five times as slow as an H200 before either served a request.
+TEST(SimFleet, EachReplicaPublishesItsSpeedBeforeItsFirstRequest) {
+  auto h200 = sim_replica(0), a10g = sim_replica(1, "a10g-llama3-8b");
+  auto figure = [](const LocalReplica& r) -> double {
+    http::Client client;
+    auto reply = client.request("127.0.0.1", r.port(), "GET", "/v1/load", "", {}, 10s);
+    if (!reply.ok() || reply->status != 200) return 0;
+    const json load = json::parse(reply->body);
+    EXPECT_EQ(load["steps"], 0) << load.dump();
+    const auto model = read_step_model(load["step_model"]);
+    if (!model) return 0;
+    return seconds_per_work_token(*model).value_or(0);
+  };
+  const double fast = figure(*h200), slow = figure(*a10g);
+  ASSERT_GT(fast, 0.0);
+  ASSERT_GT(slow, 0.0);
+  EXPECT_GT(slow / fast, 4.0);
+  EXPECT_LT(slow / fast, 7.0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "api/step_model.h"
+#include "base/clock.h"
 #include "replica/backend/sim/sim_backend.h"
 #include "replica/core/step_model.h"
 #include "replica/model/bandwidth_model.h"
@@ -40,6 +42,18 @@ void add_step(StepModelFit& fit, const SimPreset& p, int64_t start, int64_t chun
   w.kv_bytes_read += decode_kv;
   fit.add(step_seconds(p.model, w, p.hardware), static_cast<double>(chunk),
           static_cast<double>(contexts.size()), static_cast<double>(decode_kv) * 1e-9);
+}
+
+// What the sim's reference step takes per token of work: a 256-token chunk beside 16 rows
+// reading 0.25 GB of KV.
+double reference_seconds_per_token(const SimPreset& p) {
+  StepWork ref = prefill_chunk_work(p.model, 0, kReferencePrefillTokens, true,
+                                    p.hardware.kv_bytes_per_element);
+  ref.rows += kReferenceDecodeSeqs;
+  ref.decode_rows = kReferenceDecodeSeqs;
+  ref.logit_rows += kReferenceDecodeSeqs;
+  ref.kv_bytes_read += static_cast<int64_t>(kReferenceKvGb * 1e9);
+  return step_seconds(p.model, ref, p.hardware) / (kReferencePrefillTokens + kReferenceDecodeSeqs);
 }
 
 // A replica that prefilled one 29,440-token prompt (57 chunks of 512 tokens and one of 256) and
@@ -79,20 +93,46 @@ TEST(SimStepFit, ALoneDecodeGivesNoFigureAndABusyReplicaAFairOne) {
   EXPECT_LE(model->reference_error, kMaxReferenceError);
   const auto figure = seconds_per_work_token(*model);
   ASSERT_TRUE(figure.has_value());
-  // The sim's reference step: a 256-token chunk beside 16 rows reading 0.25 GB of KV.
-  StepWork ref = prefill_chunk_work(a10g.model, 0, kReferencePrefillTokens, true,
-                                    a10g.hardware.kv_bytes_per_element);
-  ref.rows += kReferenceDecodeSeqs;
-  ref.decode_rows = kReferenceDecodeSeqs;
-  ref.logit_rows += kReferenceDecodeSeqs;
-  ref.kv_bytes_read += static_cast<int64_t>(kReferenceKvGb * 1e9);
-  const double truth = step_seconds(a10g.model, ref, a10g.hardware) /
-                       (kReferencePrefillTokens + kReferenceDecodeSeqs);
+  const double truth = reference_seconds_per_token(a10g);
   EXPECT_NEAR(*figure / truth, 1.0, 0.25) << *figure << " against " << truth;
   // What the lone replica's fit would have given: 2.3 times the truth.
   EXPECT_GT(lone->seconds(kReferencePrefillTokens, kReferenceDecodeSeqs, kReferenceKvGb) /
                 (kReferencePrefillTokens + kReferenceDecodeSeqs) / truth,
             2.0);
+}
+
+// The steps a sim backend times without running them (Backend::predicted_steps), which its
+// replica's fit starts from: on every preset a figure routers take (100 steps or more, the
+// reference step's error within bounds), so a fleet knows its A10Gs from its H200s from the first
+// request. A line through the roofline's bend (a short prefill chunk reads the weights, a long
+// one computes) puts the reference step 15% high on the H200 and 26% on the A10G; what routers
+// compare is the ratio of two figures, within 10% of the sims' own.
+TEST(SimStepFit, ThePredictedStepsGiveEachPresetsFigureBeforeItsFirstStep) {
+  double h200_figure = 0, a10g_figure = 0, h200_truth = 0, a10g_truth = 0;
+  for (const std::string name : {"h200-llama3-8b", "a10g-llama3-8b", "cpu-llama3-8b"}) {
+    SimPreset preset = *sim_preset(name);
+    const int32_t blocks = sim_kv_blocks(preset, 0.9, 16);
+    const SimBackend sim(preset, blocks, 16, SteadyClock::instance());
+    const std::vector<PredictedStep> steps = sim.predicted_steps();
+    EXPECT_GE(steps.size(), 100u) << name;
+    StepModelFit fit;
+    for (const PredictedStep& s : steps) {
+      EXPECT_GT(s.seconds, 0.0) << name;
+      fit.add(s.seconds, s.prefill_tokens, s.decode_seqs, s.kv_gb);
+    }
+    const auto model = fit.published();
+    ASSERT_TRUE(model.has_value()) << name;
+    const auto figure = seconds_per_work_token(*model);
+    ASSERT_TRUE(figure.has_value()) << name << ": error " << model->reference_error;
+    const double truth = reference_seconds_per_token(preset);
+    EXPECT_NEAR(*figure / truth, 1.0, 0.3) << name;
+    if (name == "h200-llama3-8b") h200_figure = *figure, h200_truth = truth;
+    if (name == "a10g-llama3-8b") a10g_figure = *figure, a10g_truth = truth;
+  }
+  // 600 GB/s and 125 TFLOP/s against 4.55 TB/s and 650: about five times as slow.
+  EXPECT_GT(a10g_figure / h200_figure, 4.0);
+  EXPECT_LT(a10g_figure / h200_figure, 7.0);
+  EXPECT_NEAR((a10g_figure / h200_figure) / (a10g_truth / h200_truth), 1.0, 0.1);
 }
 
 // The leverage and the error travel with the model (GET /v1/load's "step_model"): a router reads

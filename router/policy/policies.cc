@@ -10,6 +10,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "api/step_model.h"
 #include "router/policy/policy.h"
 
 #define XXH_INLINE_ALL
@@ -242,13 +243,25 @@ class KvCascade final : public Policy {
     struct Work {
       double with, bound;
     };
+    // KvCascadePolicyConfig::kind_factor: the bound is of c's own kind, the healthy replicas
+    // whose slowness is within kind_factor of c's (on one kind of device, the fleet).
+    auto kind_mean = [&](const Candidate& c, double w) {
+      const double slow = slowness(c);
+      double sum = w, count = 0;
+      for (const Candidate* o : cs) {
+        const double so = slowness(*o);
+        if (so <= slow * c_.kind_factor && slow <= so * c_.kind_factor) {
+          sum += recent(*o) * so, count += 1;
+        }
+      }
+      return sum / count;
+    };
     auto work_of = [&](const Candidate& c) {
       const double slow = slowness(c), w = planned_work(r, c) * slow;
-      const double bound =
-          c_.work_bound_factor <= 0 || mean_request == 0
-              ? std::numeric_limits<double>::infinity()
-              : c_.work_bound_factor * (work_total + w) / static_cast<double>(cs.size()) +
-                    c_.work_slack_requests * mean_request + lead_tokens(c) * slow;
+      const double bound = c_.work_bound_factor <= 0 || mean_request == 0
+                               ? std::numeric_limits<double>::infinity()
+                               : c_.work_bound_factor * kind_mean(c, w) +
+                                     c_.work_slack_requests * mean_request + lead_tokens(c) * slow;
       return Work{recent(c) * slow + w, bound};
     };
     auto work_ok = [&](const Candidate& c) {
@@ -395,7 +408,8 @@ class KvCascade final : public Policy {
     const double a =
         c_.weight_uncached_prefill /
         (c.load_busy && c_.busy_cap > 0 ? 1.0 - std::clamp(*c.load_busy, 0.0, c_.busy_cap) : 1.0);
-    return slowness(c) * (a * static_cast<double>(uncached) + c_.weight_queued_prefill * queued +
+    return slowness(c) * (c_.weight_steps * (kReferencePrefillTokens + kReferenceDecodeSeqs) +
+                          a * static_cast<double>(uncached) + c_.weight_queued_prefill * queued +
                           c_.weight_decode * static_cast<double>(decode_load(c) + r.n));
   }
 

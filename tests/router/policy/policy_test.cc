@@ -508,6 +508,100 @@ TEST(KvCascadePolicy, AFasterReplicaTakesItsShareOfSequencesAndWork) {
   EXPECT_NE(p->choose(r, cs).replica, 1u);
 }
 
+// On a fleet of two kinds of device the work bound is each kind's own
+// (KvCascadePolicyConfig::kind_factor): two replicas five times as fast as the two others, that
+// lately took ten times the slow ones' tokens (twice their share of speed), are over the fleet's
+// bound and within their own kind's, so the costs decide between kinds and a fast one takes the
+// request. Counted as one kind, the bound sends it to a slow one. On one kind, noisy figures
+// within the factor included, the bound is the fleet's as before: the last check.
+TEST(KvCascadePolicy, EachKindOfDeviceIsBoundedAmongItsOwn) {
+  auto p = make_policy("kvcascade");
+  KvCascadePolicyConfig one_kind;
+  one_kind.kind_factor = 1e9;
+  auto fleetwide = make_kvcascade_policy(one_kind);
+  std::vector<Candidate> cs = three();
+  cs.resize(4);
+  cs[3].replica = 3;
+  cs[3].id = "replica-3";
+  RouteRequest r = request(4100);
+  r.max_tokens = 64;
+  r.fleet_request_work = 600;
+  for (Candidate& c : cs)
+    c.matched_blocks = 2;  // the first 32 bytes: a system prompt every replica holds
+  cs[0].seconds_per_token = cs[1].seconds_per_token = 1e-4;
+  cs[2].seconds_per_token = cs[3].seconds_per_token = 5e-4;
+  cs[0].routed_work = cs[1].routed_work = 100000.0;
+  cs[2].routed_work = cs[3].routed_work = 10000.0;
+  EXPECT_LT(p->choose(r, cs).replica, 2u);
+  EXPECT_GE(fleetwide->choose(r, cs).replica, 2u);
+  // One kind whose figures differ by up to 1.9x: both bound it by the fleet's mean.
+  cs[2].seconds_per_token = cs[3].seconds_per_token = 1.9e-4;
+  EXPECT_EQ(p->choose(r, cs).replica, fleetwide->choose(r, cs).replica);
+  EXPECT_GE(p->choose(r, cs).replica, 2u);
+}
+
+// Each request costs weight_steps reference steps of the replica's own time
+// (KvCascadePolicyConfig::weight_steps): the holder of 1,600 of 1,700 tokens, four times as slow
+// as the other replica, wins in tokens at its own time (2 x 116 against 0.5 x 1,716) and loses
+// with its steps counted (2 x 1,204 against 0.5 x 2,804: four reference steps each, the slow
+// replica's four times as long).
+TEST(KvCascadePolicy, ASlowerReplicasStepsCountPerRequest) {
+  KvCascadePolicyConfig no_steps;
+  no_steps.weight_steps = 0;
+  auto p = make_policy("kvcascade");
+  auto tokens_only = make_kvcascade_policy(no_steps);
+  std::vector<Candidate> cs = three();
+  cs.resize(2);
+  RouteRequest r = request(1700);
+  r.block_size = 16;
+  cs[1].matched_blocks = 100;
+  cs[0].seconds_per_token = 1e-4;
+  cs[1].seconds_per_token = 4e-4;
+  EXPECT_EQ(tokens_only->choose(r, cs).replica, 1u);
+  EXPECT_EQ(p->choose(r, cs).replica, 0u);
+}
+
+// On one kind of device (figures within speed_tolerance of the fleet's mean, or none) neither
+// the steps per request nor the bound by kind changes a decision: a policy without either
+// chooses alike over random fleets, requests and records.
+TEST(KvCascadePolicy, OnOneKindOfDeviceStepsAndKindsChangeNoDecision) {
+  KvCascadePolicyConfig before;
+  before.weight_steps = 0;
+  before.kind_factor = 1e9;
+  auto now = make_policy("kvcascade");
+  auto old = make_kvcascade_policy(before);
+  std::mt19937 rng(11);
+  std::set<std::string> reasons;
+  std::vector<Candidate> fleet = three();
+  fleet.resize(6);
+  for (uint32_t k = 3; k < fleet.size(); ++k) {
+    fleet[k].replica = k;
+    fleet[k].id = "replica-" + std::to_string(k);
+  }
+  for (int i = 0; i < 400; ++i) {
+    std::vector<Candidate> cs = fleet;
+    for (uint32_t k = 0; k < cs.size(); ++k) {
+      cs[k].matched_blocks = rng() % 3 == 0 ? rng() % 300 : 0;
+      cs[k].queued_prefill_tokens = static_cast<int64_t>(rng() % 20000);
+      cs[k].running_sequences = static_cast<int64_t>(rng() % 40);
+      if (rng() % 2) cs[k].routed_work = static_cast<double>(rng() % 400000);
+      // Within 10% of 1e-4 either way (within the tolerance of any mean of them), or none.
+      if (rng() % 4) cs[k].seconds_per_token = 1e-4 * (0.9 + 0.2 * (rng() % 1000) / 1000.0);
+    }
+    RouteRequest r = request(100 + rng() % 6000, std::to_string(rng() % 50));
+    r.max_tokens = rng() % 500;
+    if (rng() % 2) r.fleet_request_work = 1000 + rng() % 20000;
+    const RouteDecision a = now->choose(r, cs);
+    const RouteDecision b = old->choose(r, cs);
+    ASSERT_EQ(a.replica, b.replica) << i;
+    ASSERT_EQ(a.reason, b.reason) << i;
+    reasons.insert(a.reason);
+    now->record(r, cs[a.replica]);
+    old->record(r, cs[b.replica]);
+  }
+  EXPECT_GE(reasons.size(), 3u);
+}
+
 TEST(SglangPolicy, ImbalanceThenPrefixThenSmallestTree) {
   auto p = make_policy("sglang_cache_aware");
   auto cs = three();

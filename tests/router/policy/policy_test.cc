@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -318,6 +319,26 @@ TEST(KvCascadePolicy, AnUncertainFigureMayMakeAReplicaFasterNeverSlower) {
   EXPECT_EQ(slowness_of("replica-2"), "4.00");
 }
 
+// A random decision among six replicas: a third of them holding a random match, random queues
+// and running sequences, half with reported work; a random prompt and completion, half with the
+// fleet's mean request.
+std::pair<std::vector<Candidate>, RouteRequest> random_decision(std::mt19937& rng) {
+  std::vector<Candidate> cs = three();
+  cs.resize(6);
+  for (uint32_t k = 0; k < cs.size(); ++k) {
+    cs[k].replica = k;
+    cs[k].id = "replica-" + std::to_string(k);
+    cs[k].matched_blocks = rng() % 3 == 0 ? rng() % 300 : 0;
+    cs[k].queued_prefill_tokens = static_cast<int64_t>(rng() % 20000);
+    cs[k].running_sequences = static_cast<int64_t>(rng() % 40);
+    if (rng() % 2) cs[k].routed_work = static_cast<double>(rng() % 400000);
+  }
+  RouteRequest r = request(100 + rng() % 6000, std::to_string(rng() % 50));
+  r.max_tokens = rng() % 500;
+  if (rng() % 2) r.fleet_request_work = 1000 + rng() % 20000;
+  return {std::move(cs), std::move(r)};
+}
+
 // Explaining changes no decision: two policies replaying the same random requests and fleets
 // (cold prompts, holders over and under the bounds, none under them), one explaining, choose
 // alike, and every explained decision names each candidate.
@@ -326,23 +347,8 @@ TEST(KvCascadePolicy, ExplainingChangesNoDecision) {
   auto told = make_policy("kvcascade");
   std::mt19937 rng(5);
   std::set<std::string> reasons;
-  std::vector<Candidate> fleet = three();
-  fleet.resize(6);
-  for (uint32_t k = 3; k < fleet.size(); ++k) {
-    fleet[k].replica = k;
-    fleet[k].id = "replica-" + std::to_string(k);
-  }
   for (int i = 0; i < 400; ++i) {
-    std::vector<Candidate> cs = fleet;
-    for (uint32_t k = 0; k < cs.size(); ++k) {
-      cs[k].matched_blocks = rng() % 3 == 0 ? rng() % 300 : 0;
-      cs[k].queued_prefill_tokens = static_cast<int64_t>(rng() % 20000);
-      cs[k].running_sequences = static_cast<int64_t>(rng() % 40);
-      if (rng() % 2) cs[k].routed_work = static_cast<double>(rng() % 400000);
-    }
-    RouteRequest r = request(100 + rng() % 6000, std::to_string(rng() % 50));
-    r.max_tokens = rng() % 500;
-    if (rng() % 2) r.fleet_request_work = 1000 + rng() % 20000;
+    auto [cs, r] = random_decision(rng);
     const RouteDecision a = plain->choose(r, cs);
     r.explain = true;
     const RouteDecision b = told->choose(r, cs);
@@ -572,25 +578,12 @@ TEST(KvCascadePolicy, OnOneKindOfDeviceStepsAndKindsChangeNoDecision) {
   auto old = make_kvcascade_policy(before);
   std::mt19937 rng(11);
   std::set<std::string> reasons;
-  std::vector<Candidate> fleet = three();
-  fleet.resize(6);
-  for (uint32_t k = 3; k < fleet.size(); ++k) {
-    fleet[k].replica = k;
-    fleet[k].id = "replica-" + std::to_string(k);
-  }
   for (int i = 0; i < 400; ++i) {
-    std::vector<Candidate> cs = fleet;
-    for (uint32_t k = 0; k < cs.size(); ++k) {
-      cs[k].matched_blocks = rng() % 3 == 0 ? rng() % 300 : 0;
-      cs[k].queued_prefill_tokens = static_cast<int64_t>(rng() % 20000);
-      cs[k].running_sequences = static_cast<int64_t>(rng() % 40);
-      if (rng() % 2) cs[k].routed_work = static_cast<double>(rng() % 400000);
-      // Within 10% of 1e-4 either way (within the tolerance of any mean of them), or none.
-      if (rng() % 4) cs[k].seconds_per_token = 1e-4 * (0.9 + 0.2 * (rng() % 1000) / 1000.0);
+    auto [cs, r] = random_decision(rng);
+    // Within 10% of 1e-4 either way (within the tolerance of any mean of them), or none.
+    for (Candidate& c : cs) {
+      if (rng() % 4) c.seconds_per_token = 1e-4 * (0.9 + 0.2 * (rng() % 1000) / 1000.0);
     }
-    RouteRequest r = request(100 + rng() % 6000, std::to_string(rng() % 50));
-    r.max_tokens = rng() % 500;
-    if (rng() % 2) r.fleet_request_work = 1000 + rng() % 20000;
     const RouteDecision a = now->choose(r, cs);
     const RouteDecision b = old->choose(r, cs);
     ASSERT_EQ(a.replica, b.replica) << i;

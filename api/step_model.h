@@ -16,7 +16,7 @@ struct StepModel {
   double prefill_token_s = 0;  // per prefill token
   double decode_seq_s = 0;     // per decode sequence
   double kv_gb_s = 0;          // per GB of KV read by attention
-  int64_t steps = 0;           // steps fitted so far
+  int64_t steps = 0;           // steps fitted so far (a sim's predicted steps included)
   // How far the reference step (below) lies from the steps fitted: x' (X'WX)^-1 x times the
   // steps' weight, i.e. 1 + its squared Mahalanobis distance from their weighted mean. 0: not
   // reported.

@@ -51,7 +51,8 @@ struct LoadSnapshot {
   // Seconds spent in steps since start: a router's reading of how busy the device is (its
   // share of wall time between two readings).
   double busy_seconds = 0;
-  // This replica's step time as fitted from the steps it ran (nullopt before enough of them).
+  // This replica's step time as fitted from the steps it ran, after those its backend times
+  // without running them (Backend::predicted_steps: the sim's; nullopt before enough of them).
   std::optional<StepModel> step_model;
   // When an update's weights began to serve, in ms since the epoch on the system clock (the
   // swap; later on this replica than any earlier one); 0 for the weights the replica started

@@ -1,8 +1,9 @@
-// A replica's own step model (api/step_model.h), fitted from the steps it runs, so that routers
-// can compare candidates in each replica's own predicted seconds. One linear model, fitted by least
-// squares over the steps, each weighted by forget^age (recent steps count most), with non-negative
-// coefficients (a term the steps never exercised stays 0). The CPU, CUDA and sim backends all
-// publish theirs this way in GET /v1/load ("step_model").
+// A replica's own step model (api/step_model.h), fitted from the steps it runs (after those its
+// backend times without running them, Backend::predicted_steps, where it can: the sim), so that
+// routers can compare candidates in each replica's own predicted seconds. One linear model, fitted
+// by least squares over the steps, each weighted by forget^age (recent steps count most), with
+// non-negative coefficients (a term the steps never exercised stays 0). The CPU, CUDA and sim
+// backends all publish theirs this way in GET /v1/load ("step_model").
 #pragma once
 
 #include <array>

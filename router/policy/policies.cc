@@ -244,17 +244,21 @@ class KvCascade final : public Policy {
       double with, bound;
     };
     // KvCascadePolicyConfig::kind_factor: the bound is of c's own kind, the healthy replicas
-    // whose slowness is within kind_factor of c's (on one kind of device, the fleet).
+    // whose slowness is within kind_factor of c's (on one kind of device, the fleet, summed in
+    // the same order as work_total, so the same to the last bit); a kind of one replica (alone,
+    // its own mean would never bound it) is bounded by the fleet's mean.
+    const double kind_factor = std::max(c_.kind_factor, 1.0);
     auto kind_mean = [&](const Candidate& c, double w) {
       const double slow = slowness(c);
-      double sum = w, count = 0;
+      double sum = 0, count = 0;
       for (const Candidate* o : cs) {
         const double so = slowness(*o);
-        if (so <= slow * c_.kind_factor && slow <= so * c_.kind_factor) {
+        if (so <= slow * kind_factor && slow <= so * kind_factor) {
           sum += recent(*o) * so, count += 1;
         }
       }
-      return sum / count;
+      if (count < 2) sum = work_total, count = static_cast<double>(cs.size());
+      return (sum + w) / count;
     };
     auto work_of = [&](const Candidate& c) {
       const double slow = slowness(c), w = planned_work(r, c) * slow;

@@ -123,12 +123,14 @@ struct KvCascadePolicyConfig {
   // step of its own beyond its prefill, and a session's later requests follow its prefix to
   // where it went: a slow replica costs each of them its slower steps, which the tokens above do
   // not count (an idle A10G's step is 5.5x an H200's). In the replica's own time like the rest;
-  // on one kind of device the same for every candidate, so the costs' order and ties are as
-  // without it. 8 H200 + 8 A10G sim replicas, chat@110 (2-core VM, the bound by kind below,
-  // the sims' figures after their first 42 steps): TTFT p90 42.1 ms at 1 step, 40.5-46.6 at 1.5,
-  // 32.6-33.2 at 3.7, 32.9 at 4 (SGLang's rule 59.7 in the same run), where without it 50.6;
-  // with figures from the start (Backend::predicted_steps) 24.6-25.5 at 4, as 8 H200s alone
-  // (bench/results/routing-profiles.md, twenty-eighth session).
+  // where every figure is within speed_tolerance (one kind of device, fits that agree) the same
+  // for every candidate, so the costs' order and ties are as without it (up to rounding where
+  // costs are fractional); a replica of one kind whose fit strays beyond the tolerance pays its
+  // figure's steps, as it pays its figure's tokens. 8 H200 + 8 A10G sim replicas, chat@110 (2-core
+  // VM, the bound by kind below, the sims' figures after their first 42 steps): TTFT p90 42.1 ms at
+  // 1 step, 40.5-46.6 at 1.5, 32.6-33.2 at 3.7, 32.9 at 4 (SGLang's rule 59.7 in the same run),
+  // where without it 50.6; with figures from the start (Backend::predicted_steps) 24.6-25.5 at 4,
+  // as 8 H200s alone (bench/results/routing-profiles.md, twenty-eighth session).
   double weight_steps = 4.0;
   // A prefix is hot when more than this share of its cost-equal replicas would be overloaded:
   // bounded-load rendezvous spreads it over up to `hot_spread` replicas.
@@ -149,8 +151,9 @@ struct KvCascadePolicyConfig {
   // their work (bench/results/routing-profiles.md).
   double work_bound_factor = 1.05;
   // The bound's mean is of c's own kind: the replicas whose slowness (costs_by_step_model) is
-  // within this factor of c's. On one kind of device (fits within 2x of each other even where
-  // noisy), the fleet's mean as before. On a fleet of two kinds the bound keeps each kind
+  // within this factor (at least 1) of c's; a kind of one replica is bounded by the fleet's mean.
+  // On one kind of device (fits within 2x of each other even where noisy), the fleet's mean as
+  // before. On a fleet of two kinds the bound keeps each kind
   // balanced within itself and leaves the costs to decide between kinds: bounded against the
   // fleet's mean, the H200s of 8 H200 + 8 A10G sim replicas had to leave the A10Gs their share of
   // speed (16-17% of the tokens), whose steps then set the fleet's TTFT p90 (56.7-64.0 ms, where 8

@@ -76,7 +76,7 @@ class SimBackend final : public Backend {
   // Waits predict(batch) from the call on the clock, then returns the tokens. Logits, when
   // asked for, are zeros.
   Status forward(const ForwardBatch& batch, ForwardOutput& out) override;
-  // The clock waits what the model predicts, so the prediction is the time: a grid of 123
+  // The clock waits what the model predicts, so the prediction is the device time: a grid of 123
   // steps (one prefill chunk of 0-512 tokens after 0, 512 or 2,048 cached, beside 0-32 decode
   // rows of 128, 512 or 2,048 tokens of context) around the reference step.
   std::vector<PredictedStep> predicted_steps() const override;

@@ -544,6 +544,15 @@ TEST(KvCascadePolicy, EachKindOfDeviceIsBoundedAmongItsOwn) {
   cs[2].seconds_per_token = cs[3].seconds_per_token = 1.9e-4;
   EXPECT_EQ(p->choose(r, cs).replica, fleetwide->choose(r, cs).replica);
   EXPECT_GE(p->choose(r, cs).replica, 2u);
+  // A kind of one replica (its own mean would never bound it) is bounded by the fleet's: the
+  // fast one, with a hundred times the slow ones' tokens, is over it.
+  cs.resize(3);
+  cs[0].routed_work = 1e6;
+  cs[2].seconds_per_token = 5e-4;
+  EXPECT_GE(p->choose(r, cs).replica, 1u);
+  KvCascadePolicyConfig alone_unbounded;
+  alone_unbounded.work_bound_factor = 0;
+  EXPECT_EQ(make_kvcascade_policy(alone_unbounded)->choose(r, cs).replica, 0u);
 }
 
 // Each request costs weight_steps reference steps of the replica's own time
@@ -569,7 +578,9 @@ TEST(KvCascadePolicy, ASlowerReplicasStepsCountPerRequest) {
 
 // On one kind of device (figures within speed_tolerance of the fleet's mean, or none) neither
 // the steps per request nor the bound by kind changes a decision: a policy without either
-// chooses alike over random fleets, requests and records.
+// chooses alike over random fleets, requests and records. With fits that stray up to 1.9x
+// apart (beyond the tolerance: each replica pays its own figure's steps) the bound by kind is
+// still the fleet's.
 TEST(KvCascadePolicy, OnOneKindOfDeviceStepsAndKindsChangeNoDecision) {
   KvCascadePolicyConfig before;
   before.weight_steps = 0;
@@ -593,6 +604,28 @@ TEST(KvCascadePolicy, OnOneKindOfDeviceStepsAndKindsChangeNoDecision) {
     old->record(r, cs[b.replica]);
   }
   EXPECT_GE(reasons.size(), 3u);
+
+  KvCascadePolicyConfig one_kind;
+  one_kind.kind_factor = 1e9;
+  auto by_kind = make_policy("kvcascade");
+  auto fleetwide = make_kvcascade_policy(one_kind);
+  int strayed = 0;
+  for (int i = 0; i < 400; ++i) {
+    auto [cs, r] = random_decision(rng);
+    for (Candidate& c : cs) {
+      c.seconds_per_token = 1e-4 * (0.6 + 0.54 * (rng() % 1000) / 1000.0);  // 0.6-1.14: < 1.9x
+    }
+    const RouteDecision a = by_kind->choose(r, cs);
+    const RouteDecision b = fleetwide->choose(r, cs);
+    ASSERT_EQ(a.replica, b.replica) << i;
+    ASSERT_EQ(a.reason, b.reason) << i;
+    r.explain = true;
+    const std::string d = by_kind->choose(r, cs).detail;
+    if (d.find(" s=1.00 ") == std::string::npos || d.find(" s=0.") != std::string::npos) ++strayed;
+    by_kind->record(r, cs[a.replica]);
+    fleetwide->record(r, cs[b.replica]);
+  }
+  EXPECT_GT(strayed, 100);  // figures beyond the tolerance in many decisions
 }
 
 TEST(SglangPolicy, ImbalanceThenPrefixThenSmallestTree) {

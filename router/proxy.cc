@@ -22,6 +22,10 @@ namespace kvc {
 
 using json = nlohmann::json;
 
+// The policy counts steps per request in the reference step's work tokens; the replicas' step
+// models are compared at the same step.
+static_assert(kReferenceStepWorkTokens == kReferencePrefillTokens + kReferenceDecodeSeqs);
+
 namespace {
 
 // The request body with its cache_salt replaced; nullopt if it is not a JSON object (it was

@@ -10,7 +10,6 @@
 #include <unordered_set>
 #include <utility>
 
-#include "api/step_model.h"
 #include "router/policy/policy.h"
 
 #define XXH_INLINE_ALL
@@ -412,7 +411,7 @@ class KvCascade final : public Policy {
     const double a =
         c_.weight_uncached_prefill /
         (c.load_busy && c_.busy_cap > 0 ? 1.0 - std::clamp(*c.load_busy, 0.0, c_.busy_cap) : 1.0);
-    return slowness(c) * (c_.weight_steps * (kReferencePrefillTokens + kReferenceDecodeSeqs) +
+    return slowness(c) * (c_.weight_steps * kReferenceStepWorkTokens +
                           a * static_cast<double>(uncached) + c_.weight_queued_prefill * queued +
                           c_.weight_decode * static_cast<double>(decode_load(c) + r.n));
   }

@@ -104,6 +104,11 @@ class Policy {
   }
 };
 
+// Work tokens (prefill tokens and decode rows) of the reference step that replicas' speeds are
+// compared at (api/step_model.h: 256 prefill tokens beside 16 decode rows; router/proxy.cc checks
+// that the two agree): KvCascadePolicyConfig::weight_steps counts in such steps.
+inline constexpr double kReferenceStepWorkTokens = 272;
+
 struct KvCascadePolicyConfig {
   double weight_uncached_prefill = 1.0;  // a: per prompt token the replica must compute
   // With busy_cap > 0, a is divided by 1 - load (capped at busy_cap) where the replica reports
@@ -118,19 +123,19 @@ struct KvCascadePolicyConfig {
   double busy_cap = 0.8;
   double weight_queued_prefill = 1.0;  // b: per token already queued there
   double weight_decode = 16.0;         // c: per running/waiting sequence (n counts n times)
-  // d: reference steps (api/step_model.h: kReferencePrefillTokens + kReferenceDecodeSeqs work
-  // tokens) per request. A request's first token waits for the step in progress and then for a
-  // step of its own beyond its prefill, and a session's later requests follow its prefix to
-  // where it went: a slow replica costs each of them its slower steps, which the tokens above do
-  // not count (an idle A10G's step is 5.5x an H200's). In the replica's own time like the rest;
-  // where every figure is within speed_tolerance (one kind of device, fits that agree) the same
-  // for every candidate, so the costs' order and ties are as without it (up to rounding where
-  // costs are fractional); a replica of one kind whose fit strays beyond the tolerance pays its
-  // figure's steps, as it pays its figure's tokens. 8 H200 + 8 A10G sim replicas, chat@110 (2-core
-  // VM, the bound by kind below, the sims' figures after their first 42 steps): TTFT p90 42.1 ms at
-  // 1 step, 40.5-46.6 at 1.5, 32.6-33.2 at 3.7, 32.9 at 4 (SGLang's rule 59.7 in the same run),
-  // where without it 50.6; with figures from the start (Backend::predicted_steps) 24.6-25.5 at 4,
-  // as 8 H200s alone (bench/results/routing-profiles.md, twenty-eighth session).
+  // d: reference steps (kReferenceStepWorkTokens work tokens) per request. A request's first token
+  // waits for the step in progress and then for a step of its own beyond its prefill, and a
+  // session's later requests follow its prefix to where it went: a slow replica costs each of them
+  // its slower steps, which the tokens above do not count (an idle A10G's step is 5.5x an H200's).
+  // In the replica's own time like the rest; where every figure is within speed_tolerance (one kind
+  // of device, fits that agree) the same for every candidate, so the costs' order and ties are as
+  // without it (up to rounding where costs are fractional); a replica of one kind whose fit strays
+  // beyond the tolerance pays its figure's steps, as it pays its figure's tokens. 8 H200 + 8 A10G
+  // sim replicas, chat@110 (2-core VM, the bound by kind below, the sims' figures after their first
+  // 42 steps): TTFT p90 42.1 ms at 1 step, 40.5-46.6 at 1.5, 32.6-33.2 at 3.7, 32.9 at 4 (SGLang's
+  // rule 59.7 in the same run), where without it 50.6; with figures from the start
+  // (Backend::predicted_steps) 24.6-25.5 at 4, as 8 H200s alone (bench/results/routing-profiles.md,
+  // twenty-eighth session).
   double weight_steps = 4.0;
   // A prefix is hot when more than this share of its cost-equal replicas would be overloaded:
   // bounded-load rendezvous spreads it over up to `hot_spread` replicas.

@@ -21,3 +21,7 @@ $K bench routing "${mf[@]}" --mix chat --rate 180 --policy kvcascade sglang_cach
   --out $d/mixedfleet-chat180.json 2>&1 | grep -v '^  \[' >$d/mixedfleet-chat180.txt
 $K bench routing "${mf[@]}" --mix chat --rate 300 --policy kvcascade sglang_cache_aware \
   --out $d/mixedfleet-chat300.json 2>&1 | grep -v '^  \[' >$d/mixedfleet-chat300.txt
+# After the re-read mends (dc73e87: a kind of one replica bounded by the fleet's mean), chat@110
+# once more with SGLang's rule:
+$K bench routing "${mf[@]}" --mix chat --rate 110 --policy kvcascade sglang_cache_aware \
+  --out $d/mixedfleet-chat-dc73e87.json 2>&1 | grep -v '^  \[' >$d/mixedfleet-chat-dc73e87.txt

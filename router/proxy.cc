@@ -161,10 +161,18 @@ void RouterServer::send_readiness(http::Responder& responder) {
 
 namespace {
 
-// The replicas serving `model`.
-std::vector<ReplicaView> serving(std::vector<ReplicaView> all, const std::string& model) {
+bool serves(const ReplicaView& r, const std::string& model) {
+  return std::find(r.models.begin(), r.models.end(), model) != r.models.end();
+}
+
+// The replicas serving `model` (in place), counting in `unreached` those dropped that have no
+// models known yet (not reached since they joined).
+std::vector<ReplicaView> serving(std::vector<ReplicaView> all, const std::string& model,
+                                 size_t& unreached) {
+  unreached = 0;
   std::erase_if(all, [&](const ReplicaView& r) {
-    return std::find(r.models.begin(), r.models.end(), model) == r.models.end();
+    unreached += r.models.empty() ? 1 : 0;
+    return !serves(r, model);
   });
   return all;
 }
@@ -181,10 +189,7 @@ std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, JsonB
   if (endpoint == Endpoint::kChatCompletions) {
     template_for = [&all](const std::string& model) -> std::shared_ptr<const ChatTemplate> {
       for (const ReplicaView& r : all) {
-        if (r.chat_template &&
-            std::find(r.models.begin(), r.models.end(), model) != r.models.end()) {
-          return r.chat_template;
-        }
+        if (r.chat_template && serves(r, model)) return r.chat_template;
       }
       return nullptr;
     };
@@ -194,9 +199,8 @@ std::variant<OpenAiRequest, ApiError> parse_for_routing(Endpoint endpoint, JsonB
   auto loose = parse_openai_request(endpoint, body, limits, template_for, ParseMode::kRouting);
   const auto* req = std::get_if<OpenAiRequest>(&loose);
   if (req == nullptr) return full;
-  const std::vector<ReplicaView> replicas = serving(all, req->model);
-  const bool foreign = std::any_of(replicas.begin(), replicas.end(), [](const ReplicaView& r) {
-    return r.kind != ReplicaKind::kKvcascade;
+  const bool foreign = std::any_of(all.begin(), all.end(), [&](const ReplicaView& r) {
+    return r.kind != ReplicaKind::kKvcascade && serves(r, req->model);
   });
   return foreign ? loose : full;
 }
@@ -240,13 +244,11 @@ void RouterServer::route(Endpoint endpoint, http::Request request,
     }
     request.body = std::move(*body);
   }
-  // A replica not reached yet (none of its models known) may serve it: with no replica serving
-  // the model, a 503, which clients retry, not a 404 (a router started before its replicas
-  // answered 404 to everything).
-  const auto unknown = std::count_if(pool.begin(), pool.end(),
-                                     [](const ReplicaView& r) { return r.models.empty(); });
-  const std::vector<ReplicaView> replicas = serving(std::move(pool), req.model);
+  size_t unknown = 0;
+  const std::vector<ReplicaView> replicas = serving(std::move(pool), req.model, unknown);
   if (replicas.empty()) {
+    // A replica not reached yet (none of its models known) may serve it: a 503, which clients
+    // retry, not a 404 (a router started before its replicas answered 404 to everything).
     if (unknown > 0) {
       http::send_error(*responder, 503,
                        "no replica serving model '" + req.model + "' is reachable (" +

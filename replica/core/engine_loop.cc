@@ -24,14 +24,16 @@ StepModelFit seeded_step_fit(const Backend& backend) {
   return fit;
 }
 
-// The load a replica reports before its first step (its engine thread not started yet).
-LoadSnapshot initial_load(const Engine& engine, const std::string& weight_version) {
+// The load a replica reports before its first step (its engine thread not started yet), with
+// the step model it starts from.
+LoadSnapshot initial_load(const Engine& engine, const std::string& weight_version,
+                          std::optional<StepModel> step_model) {
   LoadSnapshot snap;
   snap.scheduler = engine.scheduler().counts();
   snap.blocks = engine.pool().counts();
   snap.weight_version = weight_version;
   snap.work_seq = engine.work_seq();
-  snap.step_model = seeded_step_fit(engine.backend()).published();
+  snap.step_model = std::move(step_model);
   return snap;
 }
 
@@ -42,9 +44,9 @@ EngineLoop::EngineLoop(Engine& engine, std::string replica_id, metrics::ReplicaM
     : engine_(engine),
       replica_id_(std::move(replica_id)),
       metrics_(metrics),
-      load_(initial_load(engine, weight_version)),
-      weight_version_(std::move(weight_version)),
       step_fit_(seeded_step_fit(engine.backend())),
+      load_(initial_load(engine, weight_version, step_fit_.published())),
+      weight_version_(std::move(weight_version)),
       thread_([this] { run(); }) {
   // Every series a dashboard plots exists from the start (at zero), not only after its first
   // event: "no data" and "zero" look different on a graph. The per-step ones are kept.

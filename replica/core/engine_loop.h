@@ -179,6 +179,9 @@ class EngineLoop {
   };
   std::unique_ptr<StepSeries> series_;
   int64_t preemptions_seen_ = 0;
+  // Engine-thread state once the thread runs; declared before load_, whose first snapshot
+  // carries the model it starts with.
+  StepModelFit step_fit_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> commands_;  // run on the engine thread
@@ -209,7 +212,6 @@ class EngineLoop {
   int64_t num_computed_tokens_ = 0;
   int64_t num_finished_requests_ = 0;
   double busy_seconds_ = 0;
-  StepModelFit step_fit_;
   std::thread thread_;
 };
 

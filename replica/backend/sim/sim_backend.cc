@@ -137,6 +137,28 @@ StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len
   return w;
 }
 
+int64_t decode_context_bytes(const ModelConfig& model, std::span<const int64_t> decode_contexts,
+                             int kv_bytes_per_element) {
+  int64_t tokens = 0;
+  for (const int64_t c : decode_contexts)
+    tokens += c;
+  return tokens * model.kv_bytes_per_token(kv_bytes_per_element);
+}
+
+StepWork synthetic_step_work(const ModelConfig& model, int64_t start, int64_t chunk,
+                             std::span<const int64_t> decode_contexts, int kv_bytes_per_element) {
+  StepWork w =
+      chunk > 0 ? prefill_chunk_work(model, start, chunk, true, kv_bytes_per_element) : StepWork{};
+  const auto rows = static_cast<int64_t>(decode_contexts.size());
+  w.rows += rows;
+  w.decode_rows = rows;
+  w.logit_rows += rows;
+  w.kv_bytes_read += decode_context_bytes(model, decode_contexts, kv_bytes_per_element);
+  for (const int64_t c : decode_contexts)
+    w.attention_flops += attention_flops_per_key(model) * static_cast<double>(c);
+  return w;
+}
+
 StepWork step_work_of(const ForwardBatch& batch, const ModelConfig& model, int32_t block_size,
                       int kv_bytes_per_element) {
   StepWork w;
@@ -206,26 +228,20 @@ Clock::Duration SimBackend::predict(const ForwardBatch& batch) const {
 
 std::vector<PredictedStep> SimBackend::predicted_steps() const {
   const int kv_element = kv_bytes_per_element();
-  const int64_t kv_per_token = preset_.model.kv_bytes_per_token(kv_element);
   std::vector<PredictedStep> steps;
   for (const int64_t context : {128, 512, 2048}) {
     for (const int64_t prefill : {0, 32, 64, 128, 256, 512}) {
-      for (const int64_t rows : {0, 1, 2, 4, 8, 16, 32}) {
+      for (const size_t rows : {0, 1, 2, 4, 8, 16, 32}) {
         if (prefill == 0 && rows == 0) continue;
+        const std::vector<int64_t> contexts(rows, context);
         // The chunk starts after `context` cached tokens but at the shortest context.
-        StepWork w = prefill > 0 ? prefill_chunk_work(preset_.model, context == 128 ? 0 : context,
-                                                      prefill, true, kv_element)
-                                 : StepWork{};
-        w.rows += rows;
-        w.decode_rows = rows;
-        w.logit_rows += rows;
-        const int64_t decode_kv = rows * context * kv_per_token;
-        w.kv_bytes_read += decode_kv;
-        w.attention_flops +=
-            attention_flops_per_key(preset_.model) * static_cast<double>(rows * context);
-        steps.push_back({step_seconds(preset_.model, w, preset_.hardware),
-                         static_cast<double>(prefill), static_cast<double>(rows),
-                         static_cast<double>(decode_kv) * 1e-9});
+        const StepWork w = synthetic_step_work(preset_.model, context == 128 ? 0 : context, prefill,
+                                               contexts, kv_element);
+        steps.push_back(
+            {step_seconds(preset_.model, w, preset_.hardware), static_cast<double>(prefill),
+             static_cast<double>(rows),
+             static_cast<double>(decode_context_bytes(preset_.model, contexts, kv_element)) *
+                 1e-9});
       }
     }
   }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,14 @@ int32_t sim_host_blocks(const SimPreset& preset, double gigabytes, int32_t block
 // wanted), the KV it reads (its whole context) and its causal attention FLOPs.
 StepWork prefill_chunk_work(const ModelConfig& model, int64_t start, int64_t len, bool logits,
                             int kv_bytes_per_element);
+
+// A step of one prefill chunk (`chunk` tokens after `start` cached ones, with its logits row; none
+// when 0) beside decode rows each reading its whole context (no shared prefix): what
+// step_work_of counts for such a batch. The KV the decode rows read is decode_context_bytes.
+StepWork synthetic_step_work(const ModelConfig& model, int64_t start, int64_t chunk,
+                             std::span<const int64_t> decode_contexts, int kv_bytes_per_element);
+int64_t decode_context_bytes(const ModelConfig& model, std::span<const int64_t> decode_contexts,
+                             int kv_bytes_per_element);
 
 // What a batch moves and computes: rows, logits rows, the KV the plan reads (each shared node
 // once, each suffix per sequence), each prefill chunk's context, copy-on-write copies, host

@@ -27,19 +27,8 @@ namespace {
 void add_step(StepModelFit& fit, const SimPreset& p, int64_t start, int64_t chunk,
               const std::vector<int64_t>& contexts) {
   const int kv_bytes = p.hardware.kv_bytes_per_element;
-  StepWork w;
-  if (chunk > 0) w = prefill_chunk_work(p.model, start, chunk, true, kv_bytes);
-  const double flops_per_key =
-      4.0 * p.model.num_hidden_layers * p.model.num_attention_heads * p.model.head_dim;
-  int64_t decode_kv = 0;
-  for (const int64_t context : contexts) {
-    decode_kv += context * p.model.kv_bytes_per_token(kv_bytes);
-    w.attention_flops += flops_per_key * static_cast<double>(context);
-  }
-  w.rows += static_cast<int64_t>(contexts.size());
-  w.decode_rows = static_cast<int64_t>(contexts.size());
-  w.logit_rows += static_cast<int64_t>(contexts.size());
-  w.kv_bytes_read += decode_kv;
+  const StepWork w = synthetic_step_work(p.model, start, chunk, contexts, kv_bytes);
+  const int64_t decode_kv = decode_context_bytes(p.model, contexts, kv_bytes);
   fit.add(step_seconds(p.model, w, p.hardware), static_cast<double>(chunk),
           static_cast<double>(contexts.size()), static_cast<double>(decode_kv) * 1e-9);
 }
